@@ -1,0 +1,214 @@
+//! 128-bit identifiers. Frame, stack and label-set ids are content hashes
+//! (xxh3-128 over a canonical encoding), so the same content always gets the
+//! same id on every agent and every worker: writes are idempotent and
+//! at-least-once delivery is safe.
+
+use std::fmt;
+use std::str::FromStr;
+
+use xxhash_rust::xxh3::Xxh3;
+
+/// Error parsing an id from its 32-digit hex form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid id {input:?}: expected 32 hexadecimal digits")]
+pub struct ParseIdError {
+    /// The text that was not an id.
+    pub input: String,
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default,
+            rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+        )]
+        #[rkyv(derive(Debug, PartialEq, Eq, Hash))]
+        pub struct $name(pub u128);
+
+        impl $name {
+            /// The id as 16 big-endian bytes (the order used in storage keys,
+            /// so keys sort like the ids).
+            pub fn to_be_bytes(self) -> [u8; 16] {
+                self.0.to_be_bytes()
+            }
+
+            /// The id from 16 big-endian bytes.
+            pub fn from_be_bytes(bytes: [u8; 16]) -> Self {
+                Self(u128::from_be_bytes(bytes))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:032x}", self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({:032x})"), self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ParseIdError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(ParseIdError { input: s.to_owned() });
+                }
+                u128::from_str_radix(s, 16)
+                    .map($name)
+                    .map_err(|_| ParseIdError { input: s.to_owned() })
+            }
+        }
+
+        impl From<&Archived<$name>> for $name {
+            fn from(archived: &Archived<$name>) -> Self {
+                $name(archived.0.to_native())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+use rkyv::Archived;
+
+id_type!(
+    /// Id of an executable or shared library: the GNU build id when the ELF
+    /// has one (first 16 bytes), else a hash of its first and last 4 KiB and
+    /// its length. Symbols are keyed by it.
+    FileId
+);
+id_type!(
+    /// Content hash of one [`Frame`](crate::Frame).
+    FrameId
+);
+id_type!(
+    /// Content hash of a stack: the list of its frame ids, root first.
+    StackId
+);
+id_type!(
+    /// Content hash of a [`LabelSet`](crate::LabelSet).
+    LabelSetId
+);
+
+/// Domain tags keep the hashes of different kinds of content apart, so a
+/// frame can never share an id with a stack made of the same bytes.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+pub(crate) enum Domain {
+    Frame = 1,
+    Stack = 2,
+    LabelSet = 3,
+    File = 4,
+}
+
+/// A canonical, versioned byte encoding fed to xxh3-128. Every variable-length
+/// field is length-prefixed, so no two different contents encode alike.
+pub(crate) struct ContentHasher(Xxh3);
+
+impl ContentHasher {
+    pub(crate) fn new(domain: Domain) -> Self {
+        let mut hasher = Xxh3::new();
+        hasher.update(&[domain as u8, 1 /* encoding version */]);
+        Self(hasher)
+    }
+
+    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.update(&[v]);
+        self
+    }
+
+    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.update(&v.to_le_bytes());
+        self
+    }
+
+    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.update(&v.to_le_bytes());
+        self
+    }
+
+    pub(crate) fn u128(&mut self, v: u128) -> &mut Self {
+        self.0.update(&v.to_le_bytes());
+        self
+    }
+
+    pub(crate) fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u64(v.len() as u64);
+        self.0.update(v);
+        self
+    }
+
+    pub(crate) fn opt_str(&mut self, v: Option<&str>) -> &mut Self {
+        match v {
+            None => self.u8(0),
+            Some(s) => self.u8(1).bytes(s.as_bytes()),
+        }
+    }
+
+    pub(crate) fn finish(&self) -> u128 {
+        self.0.digest128()
+    }
+}
+
+impl FileId {
+    /// A FileId for an ELF without a build id, from its first and last 4 KiB
+    /// and its length (the OpenTelemetry profiler's scheme).
+    pub fn from_head_tail(head: &[u8], tail: &[u8], len: u64) -> Self {
+        let mut h = ContentHasher::new(Domain::File);
+        h.bytes(head).bytes(tail).u64(len);
+        Self(h.finish())
+    }
+
+    /// A FileId from a GNU build id: its first 16 bytes, zero-padded when
+    /// shorter (build ids are 20 bytes with SHA-1, 16 with MD5 or xxhash).
+    pub fn from_build_id(build_id: &[u8]) -> Self {
+        let mut bytes = [0u8; 16];
+        let n = build_id.len().min(16);
+        bytes[..n].copy_from_slice(&build_id[..n]);
+        Self(u128::from_be_bytes(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn display_parse_round_trip(v: u128) {
+            let id = StackId(v);
+            prop_assert_eq!(id.to_string().parse::<StackId>().unwrap(), id);
+            prop_assert_eq!(StackId::from_be_bytes(id.to_be_bytes()), id);
+        }
+    }
+
+    #[test]
+    fn parse_rejects_wrong_length_and_non_hex() {
+        assert!("abc".parse::<FrameId>().is_err());
+        assert!("g".repeat(32).parse::<FrameId>().is_err());
+        assert!("+0000000000000000000000000000001".parse::<FrameId>().is_err());
+    }
+
+    #[test]
+    fn build_id_prefix_is_kept_in_order() {
+        let id = FileId::from_build_id(&[0xab; 20]);
+        assert_eq!(id.to_string(), "ab".repeat(16));
+    }
+}

@@ -1,0 +1,156 @@
+//! Label sets: the key/value pairs that say where a sample came from.
+
+use crate::ids::{ContentHasher, Domain, LabelSetId};
+
+/// Well-known label names. Any other name is allowed too.
+pub mod names {
+    /// The machine's host name.
+    pub const HOST: &str = "host";
+    /// Process id.
+    pub const PID: &str = "pid";
+    /// Process (executable) name.
+    pub const PROCESS: &str = "process";
+    /// Thread name.
+    pub const THREAD: &str = "thread";
+    /// Thread id.
+    pub const TID: &str = "tid";
+    /// Interpreter script name.
+    pub const SCRIPT: &str = "script";
+    /// Container id, from the cgroup path.
+    pub const CONTAINER: &str = "container";
+    /// Kubernetes pod.
+    pub const POD: &str = "pod";
+    /// Kubernetes namespace.
+    pub const NAMESPACE: &str = "namespace";
+    /// Which processor the samples ran on: `cpu` or `gpu`.
+    pub const DEVICE_KIND: &str = "device_kind";
+}
+
+/// A set of labels, kept sorted by name with one value per name, so that
+/// equal sets are equal values and hash to the same [`LabelSetId`].
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    rkyv::Archive,
+    rkyv::Serialize,
+    rkyv::Deserialize,
+)]
+#[serde(from = "Vec<(String, String)>", into = "Vec<(String, String)>")]
+pub struct LabelSet {
+    pairs: Vec<(String, String)>,
+}
+
+impl LabelSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `name` to `value`, replacing an earlier value.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        let name = name.into();
+        let value = value.into();
+        match self.pairs.binary_search_by(|(n, _)| n.as_str().cmp(&name)) {
+            Ok(i) => self.pairs[i].1 = value,
+            Err(i) => self.pairs.insert(i, (name, value)),
+        }
+    }
+
+    /// Builder form of [`insert`](Self::insert).
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.insert(name, value);
+        self
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| self.pairs[i].1.as_str())
+    }
+
+    /// The pairs, sorted by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// Number of labels.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Whether the set has no labels.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// Whether every `(name, value)` of `filter` is in this set.
+    pub fn matches<'a>(&self, filter: impl IntoIterator<Item = (&'a str, &'a str)>) -> bool {
+        filter.into_iter().all(|(n, v)| self.get(n) == Some(v))
+    }
+
+    /// The content id of this set.
+    pub fn id(&self) -> LabelSetId {
+        let mut h = ContentHasher::new(Domain::LabelSet);
+        h.u64(self.pairs.len() as u64);
+        for (n, v) in &self.pairs {
+            h.bytes(n.as_bytes()).bytes(v.as_bytes());
+        }
+        LabelSetId(h.finish())
+    }
+}
+
+impl From<Vec<(String, String)>> for LabelSet {
+    fn from(pairs: Vec<(String, String)>) -> Self {
+        let mut set = LabelSet::new();
+        for (n, v) in pairs {
+            set.insert(n, v);
+        }
+        set
+    }
+}
+
+impl From<LabelSet> for Vec<(String, String)> {
+    fn from(set: LabelSet) -> Self {
+        set.pairs
+    }
+}
+
+impl<N: Into<String>, V: Into<String>> FromIterator<(N, V)> for LabelSet {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
+        let mut set = LabelSet::new();
+        for (n, v) in iter {
+            set.insert(n, v);
+        }
+        set
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_of_insertion_does_not_change_the_id() {
+        let a: LabelSet = [("host", "a"), ("pid", "1")].into_iter().collect();
+        let b: LabelSet = [("pid", "1"), ("host", "a")].into_iter().collect();
+        assert_eq!(a, b);
+        assert_eq!(a.id(), b.id());
+        assert!(a.matches([("host", "a")]));
+        assert!(!a.matches([("host", "b")]));
+    }
+
+    #[test]
+    fn later_value_replaces_earlier() {
+        let set = LabelSet::new().with("host", "a").with("host", "b");
+        assert_eq!(set.len(), 1);
+        assert_eq!(set.get("host"), Some("b"));
+    }
+}

@@ -1,0 +1,42 @@
+//! Kiln's shared data model: the types every other crate speaks.
+//!
+//! - [`FileId`], [`FrameId`], [`StackId`], [`LabelSetId`]: 128-bit ids; all
+//!   but `FileId` are content hashes, so writes are idempotent.
+//! - [`Frame`] and [`FrameKind`]: one entry of a stack, native (file id and
+//!   address) or named.
+//! - [`LabelSet`]: where a sample came from (host, process, thread, …).
+//! - [`Batch`]: what agents and imports send, in a versioned rkyv + zstd
+//!   envelope ([`Batch::encode`], [`Batch::decode`]).
+//! - [`flamewire`]: the flamegraph wire format the UI reads zero-copy.
+//!
+//! This crate has no heavy dependencies and builds for `wasm32` with
+//! `default-features = false` (which leaves out the zstd codec).
+//!
+//! ```
+//! use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
+//!
+//! let mut b = BatchBuilder::new("host-a", 0, 10_000_000);
+//! let stack = [Frame::named(FrameKind::Native, "main"), Frame::named(FrameKind::Native, "work")];
+//! b.add(1_700_000_000_000_000_000, &stack, &LabelSet::new().with("process", "app"), 3);
+//! let batch = b.finish();
+//! # #[cfg(feature = "codec")]
+//! assert_eq!(kiln_model::Batch::decode(&batch.encode()).unwrap(), batch);
+//! ```
+
+mod batch;
+pub mod flamewire;
+mod frame;
+mod ids;
+mod labels;
+mod stack;
+#[cfg(test)]
+mod test_strategies;
+
+pub use batch::{
+    BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, Batch, BatchBuilder, BatchError, Executable,
+    FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, StackEntry, batch_version,
+};
+pub use frame::{Frame, FrameKind, Symbol};
+pub use ids::{FileId, FrameId, LabelSetId, ParseIdError, StackId};
+pub use labels::{LabelSet, names as label_names};
+pub use stack::{NANOS_PER_HOUR, Sample, stack_id};
