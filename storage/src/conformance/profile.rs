@@ -1,0 +1,600 @@
+//! The `ProfileStore` conformance suite.
+
+use kiln_model::{
+    Executable, FileId, Frame, FrameEntry, FrameId, FrameKind, LabelSet, LabelSetEntry, LabelSetId,
+    NANOS_PER_HOUR, StackEntry, StackId, stack_id,
+};
+
+use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
+use crate::profile::{ProfileStore, StoredSample};
+use crate::scope::Scope;
+
+/// Runs every `ProfileStore` check against `store`; panics naming each
+/// check that failed.
+///
+/// Covers round trips of every table, missing ids, replace-not-add of
+/// samples, exact scan bounds (across hours, negative and extreme
+/// timestamps), tenant and project isolation, empty inputs and a 50 000-row
+/// scan.
+pub async fn profile_store(store: &dyn ProfileStore) {
+    run_checks!(
+        "ProfileStore",
+        store,
+        [
+            frames_round_trip,
+            stacks_round_trip,
+            label_sets_round_trip,
+            executables_round_trip_and_replace,
+            missing_ids_give_none_in_order,
+            empty_inputs,
+            sample_values_round_trip,
+            sample_rewrite_replaces_not_adds,
+            samples_differing_in_any_key_part_are_distinct,
+            scan_bounds_are_exact,
+            scan_across_hour_boundaries,
+            negative_and_extreme_timestamps,
+            tenants_are_isolated,
+            projects_are_isolated,
+            many_samples_come_back_exactly,
+            sync_after_writes,
+        ]
+    );
+}
+
+const H: i64 = NANOS_PER_HOUR;
+/// 2023-11-14T22:13:20Z, a timestamp in the middle of an hour.
+const T: i64 = 1_700_000_000_000_000_000;
+
+fn sample(timestamp_ns: i64, stack: u128, labels: u128, count: u64) -> StoredSample {
+    StoredSample {
+        timestamp_ns,
+        stack: StackId(stack),
+        labels: LabelSetId(labels),
+        count,
+        period_ns: 10_101_010,
+    }
+}
+
+fn sorted(mut samples: Vec<StoredSample>) -> Vec<StoredSample> {
+    samples.sort_by_key(|s| (s.timestamp_ns, s.stack, s.labels));
+    samples
+}
+
+/// Scans and compares, order aside.
+async fn expect_scan(
+    store: &dyn ProfileStore,
+    scope: &Scope,
+    (from, to): (i64, i64),
+    expected: &[StoredSample],
+) -> Check {
+    let got = sorted(store.scan_samples(scope, from, to).await?);
+    ensure_eq!(
+        got,
+        sorted(expected.to_vec()),
+        "scan of {scope} over [{from}, {to})"
+    );
+    Ok(())
+}
+
+fn frame_entries() -> Vec<FrameEntry> {
+    let frames = [
+        Frame::Address {
+            kind: FrameKind::Native,
+            file_id: FileId(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+            addr: 0x40_1a2b,
+        },
+        Frame::Address {
+            kind: FrameKind::Kernel,
+            file_id: FileId(u128::MAX),
+            addr: u64::MAX,
+        },
+        Frame::named(FrameKind::Idle, ""),
+        Frame::Named {
+            kind: FrameKind::Python,
+            function: "Handler.handle_request".into(),
+            module: Some("app".into()),
+            file: Some("/srv/app/handlers.py".into()),
+            line: u32::MAX,
+        },
+        Frame::Named {
+            kind: FrameKind::GpuKernel,
+            function: "void gemm<float>(float const*, float*) ∑ 名前".into(),
+            module: None,
+            file: Some(String::new()),
+            line: 7,
+        },
+    ];
+    frames
+        .into_iter()
+        .map(|frame| FrameEntry {
+            id: frame.id(),
+            frame,
+        })
+        .collect()
+}
+
+fn stack_entry(frames: Vec<FrameId>) -> StackEntry {
+    StackEntry {
+        id: stack_id(&frames),
+        frames,
+    }
+}
+
+fn label_set_entry(labels: LabelSet) -> LabelSetEntry {
+    LabelSetEntry {
+        id: labels.id(),
+        labels,
+    }
+}
+
+async fn frames_round_trip(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let entries = frame_entries();
+    store.put_frames(&tenant, &entries).await?;
+    // Content-addressed rows are written again on replay; that must be
+    // harmless.
+    store.put_frames(&tenant, &entries).await?;
+    let ids: Vec<FrameId> = entries.iter().map(|e| e.id).collect();
+    let got = store.get_frames(&tenant, &ids).await?;
+    let expected: Vec<Option<Frame>> = entries.into_iter().map(|e| Some(e.frame)).collect();
+    ensure_eq!(got, expected, "frames read back");
+    Ok(())
+}
+
+async fn stacks_round_trip(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let entries = vec![
+        stack_entry(vec![]),
+        stack_entry(vec![FrameId(1)]),
+        stack_entry(vec![FrameId(0), FrameId(u128::MAX), FrameId(0)]),
+        stack_entry((0..1000u128).map(|i| FrameId(i * 0x1_0000_0001)).collect()),
+    ];
+    store.put_stacks(&tenant, &entries).await?;
+    let ids: Vec<StackId> = entries.iter().map(|e| e.id).collect();
+    let got = store.get_stacks(&tenant, &ids).await?;
+    let expected: Vec<_> = entries.into_iter().map(|e| Some(e.frames)).collect();
+    ensure_eq!(got, expected, "stacks read back");
+    Ok(())
+}
+
+async fn label_sets_round_trip(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let many: LabelSet = (0..100)
+        .map(|i| (format!("k{i:03}"), "v".repeat(i)))
+        .collect();
+    let entries = vec![
+        label_set_entry(LabelSet::new()),
+        label_set_entry(LabelSet::new().with("host", "web-1").with("pid", "4242")),
+        label_set_entry(LabelSet::new().with("", "").with("thread", "wörker ∞")),
+        label_set_entry(many),
+    ];
+    store.put_label_sets(&tenant, &entries).await?;
+    let ids: Vec<LabelSetId> = entries.iter().map(|e| e.id).collect();
+    let got = store.get_label_sets(&tenant, &ids).await?;
+    let expected: Vec<_> = entries.into_iter().map(|e| Some(e.labels)).collect();
+    ensure_eq!(got, expected, "label sets read back");
+    Ok(())
+}
+
+async fn executables_round_trip_and_replace(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let libc = Executable {
+        file_id: FileId(0xabcd),
+        name: "libc.so.6".into(),
+        build_id: Some("0123456789abcdef0123456789abcdef01234567".into()),
+    };
+    let app = Executable {
+        file_id: FileId(u128::MAX),
+        name: "app".into(),
+        build_id: None,
+    };
+    store
+        .put_executables(&tenant, &[libc.clone(), app.clone()])
+        .await?;
+    let got = store
+        .get_executables(&tenant, &[app.file_id, libc.file_id])
+        .await?;
+    ensure_eq!(
+        got,
+        vec![Some(app.clone()), Some(libc)],
+        "executables read back"
+    );
+
+    // Executables are keyed by file id alone: a later write replaces.
+    let renamed = Executable {
+        name: "app-renamed".into(),
+        build_id: Some("ff".into()),
+        ..app
+    };
+    store
+        .put_executables(&tenant, std::slice::from_ref(&renamed))
+        .await?;
+    let got = store.get_executables(&tenant, &[renamed.file_id]).await?;
+    ensure_eq!(got, vec![Some(renamed)], "executable after a second write");
+    Ok(())
+}
+
+async fn missing_ids_give_none_in_order(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let entries = frame_entries();
+    let (a, b) = (&entries[0], &entries[3]);
+    store.put_frames(&tenant, &[a.clone(), b.clone()]).await?;
+    let missing = FrameId(0x5eed);
+    let got = store
+        .get_frames(&tenant, &[missing, a.id, missing, b.id, a.id])
+        .await?;
+    let expected = vec![
+        None,
+        Some(a.frame.clone()),
+        None,
+        Some(b.frame.clone()),
+        Some(a.frame.clone()),
+    ];
+    ensure_eq!(got, expected, "frames with missing and repeated ids");
+
+    let stack = stack_entry(vec![a.id]);
+    store
+        .put_stacks(&tenant, std::slice::from_ref(&stack))
+        .await?;
+    let got = store
+        .get_stacks(&tenant, &[StackId(1), stack.id, StackId(2)])
+        .await?;
+    ensure_eq!(
+        got,
+        vec![None, Some(stack.frames), None],
+        "stacks with missing ids"
+    );
+
+    let set = label_set_entry(LabelSet::new().with("host", "h"));
+    store
+        .put_label_sets(&tenant, std::slice::from_ref(&set))
+        .await?;
+    let got = store
+        .get_label_sets(&tenant, &[set.id, LabelSetId(1)])
+        .await?;
+    ensure_eq!(
+        got,
+        vec![Some(set.labels), None],
+        "label sets with missing ids"
+    );
+
+    let got = store
+        .get_executables(&tenant, &[FileId(1), FileId(2)])
+        .await?;
+    ensure_eq!(got, vec![None, None], "executables never written");
+    Ok(())
+}
+
+async fn empty_inputs(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let scope = names.scope("a", "p");
+    store.put_frames(&tenant, &[]).await?;
+    store.put_stacks(&tenant, &[]).await?;
+    store.put_label_sets(&tenant, &[]).await?;
+    store.put_executables(&tenant, &[]).await?;
+    store.put_samples(&scope, &[]).await?;
+    ensure!(
+        store.get_frames(&tenant, &[]).await?.is_empty(),
+        "get_frames of no ids is not empty"
+    );
+    ensure!(
+        store.get_stacks(&tenant, &[]).await?.is_empty(),
+        "get_stacks of no ids is not empty"
+    );
+    ensure!(
+        store.get_label_sets(&tenant, &[]).await?.is_empty(),
+        "get_label_sets of no ids is not empty"
+    );
+    ensure!(
+        store.get_executables(&tenant, &[]).await?.is_empty(),
+        "get_executables of no ids is not empty"
+    );
+    expect_scan(store, &scope, (i64::MIN, i64::MAX), &[]).await
+}
+
+async fn sample_values_round_trip(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let samples = [
+        StoredSample {
+            count: 0,
+            period_ns: 0,
+            ..sample(T, 1, 1, 0)
+        },
+        StoredSample {
+            count: u64::MAX,
+            period_ns: u64::MAX,
+            ..sample(T, 2, 1, 0)
+        },
+        StoredSample {
+            count: 1,
+            period_ns: 1_000_000,
+            ..sample(T + 1, u128::MAX, u128::MAX, 0)
+        },
+    ];
+    store.put_samples(&scope, &samples).await?;
+    expect_scan(store, &scope, (T, T + 2), &samples).await
+}
+
+async fn sample_rewrite_replaces_not_adds(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let first = sample(T, 1, 2, 5);
+    let second = StoredSample {
+        count: 7,
+        period_ns: 1_000,
+        ..first
+    };
+    store.put_samples(&scope, &[first]).await?;
+    store.put_samples(&scope, &[second]).await?;
+    expect_scan(store, &scope, (T, T + 1), &[second]).await?;
+
+    // Replaying a whole batch leaves it as it was.
+    let batch: Vec<_> = (0..10).map(|i| sample(T + 100 + i, 3, 4, 1)).collect();
+    store.put_samples(&scope, &batch).await?;
+    store.put_samples(&scope, &batch).await?;
+    expect_scan(store, &scope, (T + 100, T + 200), &batch).await
+}
+
+async fn samples_differing_in_any_key_part_are_distinct(
+    store: &dyn ProfileStore,
+    names: &Names,
+) -> Check {
+    let scope = names.scope("a", "p");
+    let samples = [
+        sample(T, 1, 1, 1),
+        sample(T, 2, 1, 2),
+        sample(T, 1, 2, 3),
+        sample(T + 1, 1, 1, 4),
+    ];
+    store.put_samples(&scope, &samples).await?;
+    expect_scan(store, &scope, (T, T + 2), &samples).await
+}
+
+async fn scan_bounds_are_exact(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let s: Vec<_> = (-1..=2).map(|d| sample(T + d, 1, 1, 1)).collect();
+    store.put_samples(&scope, &s).await?;
+    // s[0] = T-1, s[1] = T, s[2] = T+1, s[3] = T+2.
+    expect_scan(store, &scope, (T, T + 1), &s[1..2]).await?;
+    expect_scan(store, &scope, (T - 1, T + 2), &s[0..3]).await?;
+    expect_scan(store, &scope, (T - 1, T + 3), &s).await?;
+    expect_scan(store, &scope, (T + 2, T + 3), &s[3..]).await?;
+    expect_scan(store, &scope, (T, T), &[]).await?;
+    expect_scan(store, &scope, (T + 2, T), &[]).await?;
+    expect_scan(store, &scope, (T + 3, T + 100), &[]).await?;
+    expect_scan(store, &scope, (i64::MIN, T - 1), &[]).await
+}
+
+async fn scan_across_hour_boundaries(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let k = T.div_euclid(H) * H;
+    let times = [k - 1, k, k + 1, k + H - 1, k + H, k + 2 * H + 5, k + 5 * H];
+    let s: Vec<_> = times.iter().map(|&t| sample(t, 1, 1, 1)).collect();
+    store.put_samples(&scope, &s).await?;
+    expect_scan(store, &scope, (k, k + H), &s[1..4]).await?;
+    expect_scan(store, &scope, (k - 1, k + 2 * H + 6), &s[0..6]).await?;
+    expect_scan(store, &scope, (k + H - 1, k + H + 1), &s[3..5]).await?;
+    expect_scan(store, &scope, (k + H + 1, k + 5 * H), &s[5..6]).await?;
+    expect_scan(store, &scope, (k - 10 * H, k + 10 * H), &s).await?;
+    expect_scan(store, &scope, (k + 3 * H, k + 4 * H), &[]).await
+}
+
+async fn negative_and_extreme_timestamps(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let times = [
+        i64::MIN,
+        i64::MIN + 1,
+        -H - 1,
+        -H,
+        -1,
+        0,
+        1,
+        i64::MAX - 1,
+        i64::MAX,
+    ];
+    let s: Vec<_> = times.iter().map(|&t| sample(t, 9, 9, 1)).collect();
+    store.put_samples(&scope, &s).await?;
+    // `to` is exclusive, so no scan returns a row at i64::MAX.
+    expect_scan(store, &scope, (i64::MIN, i64::MAX), &s[..8]).await?;
+    expect_scan(store, &scope, (i64::MIN, i64::MIN + 1), &s[0..1]).await?;
+    expect_scan(store, &scope, (-H, 0), &s[3..5]).await?;
+    expect_scan(store, &scope, (-1, 1), &s[4..6]).await?;
+    expect_scan(store, &scope, (-H - 1, -H), &s[2..3]).await?;
+    expect_scan(store, &scope, (i64::MAX - 1, i64::MAX), &s[7..8]).await?;
+    expect_scan(store, &scope, (i64::MIN + 2, -H - 1), &[]).await
+}
+
+async fn tenants_are_isolated(store: &dyn ProfileStore, names: &Names) -> Check {
+    // "a" is a prefix of "ab"; "b" sorts after both.
+    let tenants = [names.tenant("a"), names.tenant("ab"), names.tenant("b")];
+    // The same ids with different content in each tenant: a store that
+    // ignored the tenant would return another tenant's value.
+    let frame_id = FrameId(0xf00);
+    let stack_id_ = StackId(0x57ac);
+    let labels_id = LabelSetId(0x1abe1);
+    let file_id = FileId(0xf11e);
+    for (i, tenant) in tenants.iter().enumerate() {
+        let scope = Scope::new(tenant.as_str(), "p").map_err(Failure::from)?;
+        store
+            .put_frames(
+                tenant,
+                &[FrameEntry {
+                    id: frame_id,
+                    frame: Frame::named(FrameKind::Native, tenant.as_str()),
+                }],
+            )
+            .await?;
+        store
+            .put_stacks(
+                tenant,
+                &[StackEntry {
+                    id: stack_id_,
+                    frames: vec![FrameId(i as u128)],
+                }],
+            )
+            .await?;
+        store
+            .put_label_sets(
+                tenant,
+                &[LabelSetEntry {
+                    id: labels_id,
+                    labels: LabelSet::new().with("tenant", tenant.as_str()),
+                }],
+            )
+            .await?;
+        store
+            .put_executables(
+                tenant,
+                &[Executable {
+                    file_id,
+                    name: tenant.clone(),
+                    build_id: None,
+                }],
+            )
+            .await?;
+        store
+            .put_samples(&scope, &[sample(T, 1, 1, i as u64 + 1)])
+            .await?;
+    }
+    for (i, tenant) in tenants.iter().enumerate() {
+        let scope = Scope::new(tenant.as_str(), "p").map_err(Failure::from)?;
+        ensure_eq!(
+            store.get_frames(tenant, &[frame_id]).await?,
+            vec![Some(Frame::named(FrameKind::Native, tenant.as_str()))],
+            "frame of tenant {tenant}"
+        );
+        ensure_eq!(
+            store.get_stacks(tenant, &[stack_id_]).await?,
+            vec![Some(vec![FrameId(i as u128)])],
+            "stack of tenant {tenant}"
+        );
+        ensure_eq!(
+            store.get_label_sets(tenant, &[labels_id]).await?,
+            vec![Some(LabelSet::new().with("tenant", tenant.as_str()))],
+            "label set of tenant {tenant}"
+        );
+        ensure_eq!(
+            store.get_executables(tenant, &[file_id]).await?,
+            vec![Some(Executable {
+                file_id,
+                name: tenant.clone(),
+                build_id: None,
+            })],
+            "executable of tenant {tenant}"
+        );
+        expect_scan(
+            store,
+            &scope,
+            (i64::MIN, i64::MAX),
+            &[sample(T, 1, 1, i as u64 + 1)],
+        )
+        .await?;
+    }
+    // A tenant that wrote nothing sees nothing.
+    let other = names.tenant("c");
+    ensure_eq!(
+        store.get_frames(&other, &[frame_id]).await?,
+        vec![None],
+        "frame of a tenant that wrote none"
+    );
+    ensure_eq!(
+        store.get_stacks(&other, &[stack_id_]).await?,
+        vec![None],
+        "stack of a tenant that wrote none"
+    );
+    ensure_eq!(
+        store.get_label_sets(&other, &[labels_id]).await?,
+        vec![None],
+        "label set of a tenant that wrote none"
+    );
+    ensure_eq!(
+        store.get_executables(&other, &[file_id]).await?,
+        vec![None],
+        "executable of a tenant that wrote none"
+    );
+    expect_scan(store, &names.scope("c", "p"), (i64::MIN, i64::MAX), &[]).await
+}
+
+async fn projects_are_isolated(store: &dyn ProfileStore, names: &Names) -> Check {
+    // Tenants "<base>-a" with project "bp" and "<base>-ab" with project "p"
+    // concatenate to the same text: a key layout without separators or
+    // lengths would mix them up.
+    let scopes = [
+        names.scope("a", "p"),
+        names.scope("a", "pb"),
+        names.scope("a", "q"),
+        names.scope("a", "bp"),
+        names.scope("ab", "p"),
+    ];
+    for (i, scope) in scopes.iter().enumerate() {
+        store
+            .put_samples(scope, &[sample(T, 1, 1, i as u64 + 1)])
+            .await?;
+    }
+    for (i, scope) in scopes.iter().enumerate() {
+        expect_scan(
+            store,
+            scope,
+            (i64::MIN, i64::MAX),
+            &[sample(T, 1, 1, i as u64 + 1)],
+        )
+        .await?;
+    }
+    expect_scan(store, &names.scope("a", "r"), (i64::MIN, i64::MAX), &[]).await
+}
+
+async fn many_samples_come_back_exactly(store: &dyn ProfileStore, names: &Names) -> Check {
+    const N: u64 = 50_000;
+    let scope = names.scope("a", "p");
+    let start = T.div_euclid(H) * H;
+    // Spread over ten hours; a few stacks and label sets per instant, as a
+    // real host sends.
+    let samples: Vec<StoredSample> = (0..N)
+        .map(|i| StoredSample {
+            timestamp_ns: start + (i / 5) as i64 * (10 * H / (N as i64 / 5)),
+            stack: StackId(u128::from(i % 5) << 100 | u128::from(i)),
+            labels: LabelSetId(u128::from(i % 3)),
+            count: i % 17 + 1,
+            period_ns: 10_101_010,
+        })
+        .collect();
+    for chunk in samples.chunks(10_000) {
+        store.put_samples(&scope, chunk).await?;
+    }
+    let got = sorted(store.scan_samples(&scope, i64::MIN, i64::MAX).await?);
+    let expected = sorted(samples.clone());
+    ensure!(
+        got.len() == expected.len(),
+        "full scan returned {} rows, {} were written",
+        got.len(),
+        expected.len()
+    );
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != expected[i]) {
+        return Err(Failure(format!(
+            "full scan differs at row {i}: got {:?}, expected {:?}",
+            got[i], expected[i]
+        )));
+    }
+    // A range in the middle, cutting through an hour.
+    let (from, to) = (start + 3 * H + H / 2, start + 6 * H + 1);
+    let got = sorted(store.scan_samples(&scope, from, to).await?);
+    let expected: Vec<_> = expected
+        .into_iter()
+        .filter(|s| (from..to).contains(&s.timestamp_ns))
+        .collect();
+    ensure!(
+        got == expected,
+        "scan over [{from}, {to}) returned {} rows, expected {}",
+        got.len(),
+        expected.len()
+    );
+    Ok(())
+}
+
+async fn sync_after_writes(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    store.put_samples(&scope, &[sample(T, 1, 1, 1)]).await?;
+    store.sync().await?;
+    // Syncing with nothing new to write is fine too.
+    store.sync().await?;
+    expect_scan(store, &scope, (T, T + 1), &[sample(T, 1, 1, 1)]).await
+}

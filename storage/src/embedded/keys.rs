@@ -1,0 +1,286 @@
+//! Key layout of the embedded store: the one place that turns rows into
+//! LSM keys. Each table is its own fjall keyspace, so keys carry no table tag.
+//!
+//! ```text
+//! frames, stacks,     len(tenant):u8  tenant  id:16 BE
+//! labelsets,
+//! executables
+//!
+//! samples             len(tenant):u8  tenant  len(project):u8  project
+//!                     hour:8  shard:2 BE  timestamp_ns:8  stack_id:16 BE  labelset_id:16 BE
+//! ```
+//!
+//! Why this shape:
+//!
+//! - **Tenant (and project) first**, as in DESIGN.md's ScyllaDB partition
+//!   keys, so one tenant's rows are one contiguous key range.
+//! - **Length-prefixed names.** A plain concatenation would let tenant `a`
+//!   project `bp` and tenant `ab` project `p` share the bytes `abp`, and a
+//!   scan of tenant `a` would wander into tenant `ab`'s rows. With the length
+//!   first, one encoded name is never a prefix of another (equal length
+//!   bytes mean equal lengths, so a prefix would be the whole name), hence
+//!   the keys of two scopes first differ inside the name part and never
+//!   interleave. Names are at most 63 bytes ([`Scope`] checks), so one byte
+//!   holds the length.
+//! - **Integers big-endian**, so byte order is numeric order and a time
+//!   range is a key range. Signed integers (`hour`, `timestamp_ns`) have
+//!   their sign bit flipped first: two's complement puts negative numbers
+//!   above positive ones when read unsigned; flipping the top bit maps
+//!   `i64::MIN..=i64::MAX` onto `0..=u64::MAX` in order.
+//! - **hour, shard** mirror the ScyllaDB partition key
+//!   `(tenant, project, hour, shard)`: there, the shard count grows with a
+//!   tenant's sample rate to keep partitions under ~10 MB. The embedded store
+//!   writes shard 0 only ([`EMBEDDED_SHARD`]), which keeps `(hour, ts)`
+//!   monotone in `ts`, so a whole time range is one key range (see
+//!   [`sample_range`]). The hour is `timestamp_ns.div_euclid(NANOS_PER_HOUR)`
+//!   (rounds toward minus infinity, so -1 ns is in hour -1), kept as an `i64`
+//!   for the same encoding as the timestamp.
+//! - **stack, labels last**, so the same (time, stack, labels) is the same
+//!   key and writing it again replaces its value (idempotent replay).
+
+use kiln_model::{LabelSetId, NANOS_PER_HOUR, StackId};
+
+use crate::error::DecodeError;
+use crate::profile::StoredSample;
+use crate::scope::{MAX_NAME_LEN, Scope};
+
+/// The shard every sample of the embedded store is written to.
+pub(crate) const EMBEDDED_SHARD: u16 = 0;
+
+/// Bytes of a sample key after the scope prefix: hour, shard, timestamp,
+/// stack, labels.
+const SAMPLE_TAIL_LEN: usize = 8 + 2 + 8 + 16 + 16;
+
+/// The key of a dictionary row (frames, stacks, labelsets, executables).
+/// `tenant` must be valid (checked by the caller).
+pub(crate) fn dict_key(tenant: &str, id: [u8; 16]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + tenant.len() + 16);
+    push_name(&mut key, tenant);
+    key.extend_from_slice(&id);
+    key
+}
+
+/// The prefix every sample key of `scope` starts with.
+pub(crate) fn scope_prefix(scope: &Scope) -> Vec<u8> {
+    let mut key = Vec::with_capacity(2 + scope.tenant().len() + scope.project().len());
+    push_name(&mut key, scope.tenant());
+    push_name(&mut key, scope.project());
+    key
+}
+
+/// The key of one sample row.
+pub(crate) fn sample_key(prefix: &[u8], sample: &StoredSample) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + SAMPLE_TAIL_LEN);
+    push_time(&mut key, prefix, sample.timestamp_ns);
+    key.extend_from_slice(&sample.stack.to_be_bytes());
+    key.extend_from_slice(&sample.labels.to_be_bytes());
+    key
+}
+
+/// The key range `start..end` holding exactly the scope's samples with
+/// `from_ns <= timestamp_ns < to_ns`, or `None` when that is empty.
+///
+/// Exact because the embedded store writes one shard only: the end bound is
+/// the key prefix of a row at `to_ns`, which sorts before every row at
+/// `to_ns` and after every row before it.
+pub(crate) fn sample_range(prefix: &[u8], from_ns: i64, to_ns: i64) -> Option<(Vec<u8>, Vec<u8>)> {
+    if from_ns >= to_ns {
+        return None;
+    }
+    let mut start = Vec::with_capacity(prefix.len() + 18);
+    push_time(&mut start, prefix, from_ns);
+    let mut end = Vec::with_capacity(prefix.len() + 18);
+    push_time(&mut end, prefix, to_ns);
+    Some((start, end))
+}
+
+/// A sample key's time, stack and labels; `prefix_len` is the length of its
+/// scope prefix.
+pub(crate) fn decode_sample_key(
+    key: &[u8],
+    prefix_len: usize,
+) -> Result<(i64, StackId, LabelSetId), DecodeError> {
+    let tail = key
+        .get(prefix_len..)
+        .filter(|tail| tail.len() == SAMPLE_TAIL_LEN)
+        .ok_or(DecodeError::KeyLength {
+            len: key.len(),
+            expected: prefix_len + SAMPLE_TAIL_LEN,
+        })?;
+    // The lengths are checked above, so these splits cannot fail.
+    let (_hour_and_shard, rest) = tail.split_at(10);
+    let (ts, rest) = rest.split_at(8);
+    let (stack, labels) = rest.split_at(16);
+    let ts = from_ordered(ts.try_into().unwrap_or_default());
+    let stack = StackId::from_be_bytes(stack.try_into().unwrap_or_default());
+    let labels = LabelSetId::from_be_bytes(labels.try_into().unwrap_or_default());
+    Ok((ts, stack, labels))
+}
+
+/// The hour (partition) a timestamp belongs to.
+pub(crate) fn hour_of(timestamp_ns: i64) -> i64 {
+    timestamp_ns.div_euclid(NANOS_PER_HOUR)
+}
+
+fn push_name(key: &mut Vec<u8>, name: &str) {
+    debug_assert!(!name.is_empty() && name.len() <= MAX_NAME_LEN);
+    key.push(name.len() as u8);
+    key.extend_from_slice(name.as_bytes());
+}
+
+/// Scope prefix, hour, shard and timestamp: everything before the ids.
+fn push_time(key: &mut Vec<u8>, prefix: &[u8], timestamp_ns: i64) {
+    key.extend_from_slice(prefix);
+    key.extend_from_slice(&ordered(hour_of(timestamp_ns)));
+    key.extend_from_slice(&EMBEDDED_SHARD.to_be_bytes());
+    key.extend_from_slice(&ordered(timestamp_ns));
+}
+
+/// Big-endian with the sign bit flipped: byte order equals numeric order.
+fn ordered(v: i64) -> [u8; 8] {
+    ((v as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn from_ordered(bytes: [u8; 8]) -> i64 {
+    (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const NAME: &str = "[a-z0-9][a-z0-9_-]{0,62}";
+
+    fn sample(timestamp_ns: i64, stack: u128, labels: u128) -> StoredSample {
+        StoredSample {
+            timestamp_ns,
+            stack: StackId(stack),
+            labels: LabelSetId(labels),
+            count: 1,
+            period_ns: 1,
+        }
+    }
+
+    fn scope(t: &str, p: &str) -> Vec<u8> {
+        scope_prefix(&Scope::new(t, p).unwrap())
+    }
+
+    /// The concatenation trap the length prefixes exist for.
+    #[test]
+    fn adjacent_names_do_not_collide() {
+        assert_ne!(scope("a", "bp"), scope("ab", "p"));
+        assert!(!scope("ab", "p").starts_with(&scope("a", "b")));
+        assert!(!dict_key("ab", [0; 16]).starts_with(&dict_key("a", [0; 16])[..2]));
+    }
+
+    /// Negative timestamps sort before positive ones, hour edges included.
+    #[test]
+    fn timestamps_sort_numerically() {
+        let prefix = scope("t", "p");
+        let times = [
+            i64::MIN,
+            i64::MIN + 1,
+            -NANOS_PER_HOUR - 1,
+            -NANOS_PER_HOUR,
+            -1,
+            0,
+            1,
+            NANOS_PER_HOUR - 1,
+            NANOS_PER_HOUR,
+            i64::MAX - 1,
+            i64::MAX,
+        ];
+        let keys: Vec<_> = times
+            .iter()
+            .map(|&t| sample_key(&prefix, &sample(t, u128::MAX, u128::MAX)))
+            .collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(hour_of(-1), -1);
+        assert_eq!(hour_of(-NANOS_PER_HOUR), -1);
+        assert_eq!(hour_of(NANOS_PER_HOUR - 1), 0);
+    }
+
+    proptest! {
+        /// Keys of two different scopes never interleave: every key of one
+        /// sorts on the same side of every key of the other.
+        #[test]
+        fn scopes_never_interleave(
+            (t1, p1, t2, p2) in (NAME, NAME, NAME, NAME),
+            a in any::<(i64, u128, u128)>(),
+            b in any::<(i64, u128, u128)>(),
+            c in any::<(i64, u128, u128)>(),
+        ) {
+            let (s1, s2) = (scope(&t1, &p1), scope(&t2, &p2));
+            prop_assume!(s1 != s2);
+            let key = |s: &[u8], (ts, st, l): (i64, u128, u128)| sample_key(s, &sample(ts, st, l));
+            let side = key(&s1, a).cmp(&key(&s2, b));
+            prop_assert_eq!(key(&s1, c).cmp(&key(&s2, a)), side);
+            prop_assert_eq!(key(&s1, b).cmp(&key(&s2, c)), side);
+            prop_assert!(!s1.starts_with(&s2) && !s2.starts_with(&s1));
+            // And a scan of one scope never covers a key of the other.
+            let (start, end) = sample_range(&s1, i64::MIN, i64::MAX).unwrap();
+            let other = key(&s2, a);
+            prop_assert!(other < start || other >= end);
+        }
+
+        #[test]
+        fn dict_keys_of_tenants_never_interleave(
+            (t1, t2) in (NAME, NAME),
+            (a, b) in any::<(u128, u128)>(),
+        ) {
+            prop_assume!(t1 != t2);
+            let side = dict_key(&t1, a.to_be_bytes()).cmp(&dict_key(&t2, b.to_be_bytes()));
+            prop_assert_eq!(dict_key(&t1, b.to_be_bytes()).cmp(&dict_key(&t2, a.to_be_bytes())), side);
+        }
+
+        #[test]
+        fn key_order_is_timestamp_order(a: i64, b: i64, ids in any::<[u128; 4]>()) {
+            let prefix = scope("t", "p");
+            let ka = sample_key(&prefix, &sample(a, ids[0], ids[1]));
+            let kb = sample_key(&prefix, &sample(b, ids[2], ids[3]));
+            if a != b {
+                prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            }
+        }
+
+        /// The range holds a row exactly when from <= ts < to.
+        #[test]
+        fn range_is_exact(ts: i64, from: i64, to: i64, ids in any::<[u128; 2]>()) {
+            let prefix = scope("t", "p");
+            let key = sample_key(&prefix, &sample(ts, ids[0], ids[1]));
+            let inside = match sample_range(&prefix, from, to) {
+                Some((start, end)) => start <= key && key < end,
+                None => false,
+            };
+            prop_assert_eq!(inside, from <= ts && ts < to);
+        }
+
+        #[test]
+        fn sample_keys_decode(ts: i64, ids in any::<[u128; 2]>(), t in NAME, p in NAME) {
+            let prefix = scope(&t, &p);
+            let key = sample_key(&prefix, &sample(ts, ids[0], ids[1]));
+            prop_assert_eq!(
+                decode_sample_key(&key, prefix.len()).unwrap(),
+                (ts, StackId(ids[0]), LabelSetId(ids[1]))
+            );
+        }
+    }
+
+    #[test]
+    fn short_and_long_keys_are_refused() {
+        let prefix = scope("t", "p");
+        let key = sample_key(&prefix, &sample(5, 1, 2));
+        for bad in [
+            &key[..key.len() - 1],
+            &[key.as_slice(), &[0]].concat(),
+            &key[..1],
+        ] {
+            assert!(matches!(
+                decode_sample_key(bad, prefix.len()),
+                Err(DecodeError::KeyLength { .. })
+            ));
+        }
+        assert!(decode_sample_key(&[], 10).is_err());
+    }
+}

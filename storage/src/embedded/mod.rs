@@ -1,0 +1,510 @@
+//! The embedded profile store: one fjall database (an LSM tree) in one
+//! directory, one keyspace per table of DESIGN.md's storage schema. Keys are
+//! laid out in [`keys`], values encoded in [`values`].
+
+mod keys;
+mod values;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use kiln_model::{
+    Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
+    StackEntry, StackId,
+};
+
+use crate::error::{DecodeError, StoreError};
+use crate::profile::{ProfileStore, StoredSample};
+use crate::scope::Scope;
+
+/// The storage format this build writes and reads: the key layout of
+/// [`keys`] and the value encodings of [`values`]. Raise it when either
+/// changes meaning; a store of another version is refused at open.
+const FORMAT_VERSION: u32 = 1;
+
+/// Keyspace holding store-wide metadata (the format version).
+const META: &str = "meta";
+/// Key of the format version in [`META`], a big-endian `u32`.
+const FORMAT_KEY: &[u8] = b"format_version";
+
+/// A [`ProfileStore`] in a local directory, for `kiln up` and tests: no
+/// servers, and data survives restarts.
+///
+/// Writes go to fjall's journal and reach the operating system before they
+/// return; [`sync`](ProfileStore::sync) fsyncs them. Cloning is cheap and
+/// shares the database. Only one process can open a directory at a time.
+///
+/// The methods run fjall's blocking calls on Tokio's blocking pool, so they
+/// must be called from within a Tokio runtime.
+///
+/// # Examples
+///
+/// ```
+/// use kiln_storage::{EmbeddedProfileStore, ProfileStore, Scope, StoredSample};
+/// use kiln_model::{LabelSetId, StackId};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = EmbeddedProfileStore::open(dir.path())?;
+/// let scope = Scope::new("acme", "web")?;
+/// let sample = StoredSample {
+///     timestamp_ns: 1_700_000_000_000_000_000,
+///     stack: StackId(1),
+///     labels: LabelSetId(2),
+///     count: 3,
+///     period_ns: 10_101_010,
+/// };
+/// store.put_samples(&scope, &[sample]).await?;
+/// store.sync().await?;
+/// let found = store.scan_samples(&scope, sample.timestamp_ns, sample.timestamp_ns + 1).await?;
+/// assert_eq!(found, vec![sample]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct EmbeddedProfileStore {
+    tables: Arc<Tables>,
+}
+
+struct Tables {
+    path: PathBuf,
+    db: Database,
+    samples: Keyspace,
+    stacks: Keyspace,
+    frames: Keyspace,
+    label_sets: Keyspace,
+    executables: Keyspace,
+}
+
+/// The tables. All but `Samples` are dictionaries, keyed by tenant and a
+/// 16-byte id.
+#[derive(Debug, Clone, Copy)]
+enum Table {
+    Samples,
+    Frames,
+    Stacks,
+    LabelSets,
+    Executables,
+}
+
+impl Table {
+    fn keyspace(self, tables: &Tables) -> &Keyspace {
+        match self {
+            Table::Samples => &tables.samples,
+            Table::Frames => &tables.frames,
+            Table::Stacks => &tables.stacks,
+            Table::LabelSets => &tables.label_sets,
+            Table::Executables => &tables.executables,
+        }
+    }
+
+    /// What one row is called in errors.
+    fn row(self) -> &'static str {
+        match self {
+            Table::Samples => "sample",
+            Table::Frames => "frame",
+            Table::Stacks => "stack",
+            Table::LabelSets => "label set",
+            Table::Executables => "executable",
+        }
+    }
+}
+
+impl EmbeddedProfileStore {
+    /// Opens the store in `dir`, creating the directory and the tables when
+    /// missing and recovering the journal after a crash. Fails with
+    /// [`StoreError::IncompatibleFormat`] when `dir` holds another storage
+    /// format version, and with [`StoreError::Backend`] when another process
+    /// has it open.
+    ///
+    /// This blocks (recovery reads the journal); from async code, call it
+    /// through `tokio::task::spawn_blocking` when the store may be large.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let db = Database::builder(dir)
+            .open()
+            .map_err(|e| StoreError::fjall("open the database", e))?;
+        let keyspace = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(|e| StoreError::fjall("open a keyspace", e))
+        };
+        check_format(dir, &db, &keyspace(META)?)?;
+        let tables = Tables {
+            path: dir.to_path_buf(),
+            samples: keyspace("samples")?,
+            stacks: keyspace("stacks")?,
+            frames: keyspace("frames")?,
+            label_sets: keyspace("labelsets")?,
+            executables: keyspace("executables")?,
+            db,
+        };
+        tracing::debug!(path = %dir.display(), "opened embedded profile store");
+        Ok(EmbeddedProfileStore {
+            tables: Arc::new(tables),
+        })
+    }
+
+    /// The directory the store lives in.
+    pub fn path(&self) -> &Path {
+        &self.tables.path
+    }
+
+    /// Runs blocking fjall work on Tokio's blocking pool.
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Tables) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let tables = Arc::clone(&self.tables);
+        tokio::task::spawn_blocking(move || work(&tables)).await?
+    }
+
+    /// Writes rows into one keyspace in one atomic batch.
+    async fn put_rows(
+        &self,
+        table: Table,
+        rows: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.run(move |tables| {
+            let keyspace = table.keyspace(tables);
+            let mut batch = tables.db.batch();
+            for (key, value) in rows {
+                batch.insert(keyspace, key, value);
+            }
+            batch
+                .commit()
+                .map_err(|e| StoreError::fjall("commit a write batch", e))
+        })
+        .await
+    }
+
+    /// Writes dictionary rows: `(id, encoded value)` under `tenant`.
+    async fn put_dict(
+        &self,
+        table: Table,
+        tenant: &str,
+        rows: impl Iterator<Item = ([u8; 16], Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let rows = rows
+            .map(|(id, value)| (keys::dict_key(tenant, id), value))
+            .collect();
+        self.put_rows(table, rows).await
+    }
+
+    /// Reads dictionary rows in the order of `ids`, decoding each with
+    /// `decode(id, bytes)`.
+    async fn get_dict<T: Send + 'static>(
+        &self,
+        table: Table,
+        tenant: &str,
+        ids: Vec<[u8; 16]>,
+        decode: fn([u8; 16], &[u8]) -> Result<T, DecodeError>,
+    ) -> Result<Vec<Option<T>>, StoreError> {
+        Scope::validate_tenant(tenant)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tenant = tenant.to_owned();
+        self.run(move |tables| {
+            let keyspace = table.keyspace(tables);
+            ids.into_iter()
+                .map(|id| {
+                    let value = keyspace
+                        .get(keys::dict_key(&tenant, id))
+                        .map_err(|e| StoreError::fjall("read a row", e))?;
+                    value
+                        .map(|bytes| {
+                            decode(id, &bytes).map_err(|reason| StoreError::Corrupt {
+                                what: table.row(),
+                                key: format!("{tenant}/{:032x}", u128::from_be_bytes(id)),
+                                reason,
+                            })
+                        })
+                        .transpose()
+                })
+                .collect()
+        })
+        .await
+    }
+}
+
+/// Reads the format version, writing ours into a new store.
+fn check_format(dir: &Path, db: &Database, meta: &Keyspace) -> Result<(), StoreError> {
+    let found = meta
+        .get(FORMAT_KEY)
+        .map_err(|e| StoreError::fjall("read the format version", e))?;
+    let Some(found) = found else {
+        meta.insert(FORMAT_KEY, FORMAT_VERSION.to_be_bytes())
+            .map_err(|e| StoreError::fjall("write the format version", e))?;
+        return db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| StoreError::fjall("sync the format version", e));
+    };
+    let found = <[u8; 4]>::try_from(&*found)
+        .map(u32::from_be_bytes)
+        .map_err(|_| StoreError::Corrupt {
+            what: "format version",
+            key: format!("{META}/format_version"),
+            reason: if found.len() < 4 {
+                DecodeError::Truncated {
+                    field: "format version",
+                    needed: 4 - found.len(),
+                }
+            } else {
+                DecodeError::TrailingBytes {
+                    extra: found.len() - 4,
+                }
+            },
+        })?;
+    if found != FORMAT_VERSION {
+        return Err(StoreError::IncompatibleFormat {
+            path: dir.to_path_buf(),
+            found,
+            expected: FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}
+
+impl fmt::Debug for EmbeddedProfileStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedProfileStore")
+            .field("path", &self.tables.path)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl ProfileStore for EmbeddedProfileStore {
+    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError> {
+        let rows = frames
+            .iter()
+            .map(|e| (e.id.to_be_bytes(), values::encode_frame(&e.frame)));
+        self.put_dict(Table::Frames, tenant, rows).await
+    }
+
+    async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError> {
+        let rows = stacks
+            .iter()
+            .map(|e| (e.id.to_be_bytes(), values::encode_stack(&e.frames)));
+        self.put_dict(Table::Stacks, tenant, rows).await
+    }
+
+    async fn put_label_sets(&self, tenant: &str, sets: &[LabelSetEntry]) -> Result<(), StoreError> {
+        let rows = sets
+            .iter()
+            .map(|e| (e.id.to_be_bytes(), values::encode_label_set(&e.labels)));
+        self.put_dict(Table::LabelSets, tenant, rows).await
+    }
+
+    async fn put_executables(
+        &self,
+        tenant: &str,
+        executables: &[Executable],
+    ) -> Result<(), StoreError> {
+        let rows = executables
+            .iter()
+            .map(|e| (e.file_id.to_be_bytes(), values::encode_executable(e)));
+        self.put_dict(Table::Executables, tenant, rows).await
+    }
+
+    async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError> {
+        let prefix = keys::scope_prefix(scope);
+        let rows = samples
+            .iter()
+            .map(|s| (keys::sample_key(&prefix, s), values::encode_sample(s)))
+            .collect();
+        self.put_rows(Table::Samples, rows).await
+    }
+
+    async fn get_frames(
+        &self,
+        tenant: &str,
+        ids: &[FrameId],
+    ) -> Result<Vec<Option<Frame>>, StoreError> {
+        let ids = ids.iter().map(|id| id.to_be_bytes()).collect();
+        self.get_dict(Table::Frames, tenant, ids, |_, bytes| {
+            values::decode_frame(bytes)
+        })
+        .await
+    }
+
+    async fn get_stacks(
+        &self,
+        tenant: &str,
+        ids: &[StackId],
+    ) -> Result<Vec<Option<Vec<FrameId>>>, StoreError> {
+        let ids = ids.iter().map(|id| id.to_be_bytes()).collect();
+        self.get_dict(Table::Stacks, tenant, ids, |_, bytes| {
+            values::decode_stack(bytes)
+        })
+        .await
+    }
+
+    async fn get_label_sets(
+        &self,
+        tenant: &str,
+        ids: &[LabelSetId],
+    ) -> Result<Vec<Option<LabelSet>>, StoreError> {
+        let ids = ids.iter().map(|id| id.to_be_bytes()).collect();
+        self.get_dict(Table::LabelSets, tenant, ids, |_, bytes| {
+            values::decode_label_set(bytes)
+        })
+        .await
+    }
+
+    async fn get_executables(
+        &self,
+        tenant: &str,
+        ids: &[FileId],
+    ) -> Result<Vec<Option<Executable>>, StoreError> {
+        let ids = ids.iter().map(|id| id.to_be_bytes()).collect();
+        self.get_dict(Table::Executables, tenant, ids, |id, bytes| {
+            values::decode_executable(FileId::from_be_bytes(id), bytes)
+        })
+        .await
+    }
+
+    async fn scan_samples(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredSample>, StoreError> {
+        let prefix = keys::scope_prefix(scope);
+        let Some((start, end)) = keys::sample_range(&prefix, from_ns, to_ns) else {
+            return Ok(Vec::new());
+        };
+        self.run(move |tables| {
+            let mut samples = Vec::new();
+            for row in tables.samples.range(start..end) {
+                let (key, value) = row
+                    .into_inner()
+                    .map_err(|e| StoreError::fjall("scan samples", e))?;
+                let corrupt = |reason| StoreError::Corrupt {
+                    what: Table::Samples.row(),
+                    key: hex(&key),
+                    reason,
+                };
+                let (timestamp_ns, stack, labels) =
+                    keys::decode_sample_key(&key, prefix.len()).map_err(corrupt)?;
+                let (count, period_ns) = values::decode_sample(&value).map_err(corrupt)?;
+                samples.push(StoredSample {
+                    timestamp_ns,
+                    stack,
+                    labels,
+                    count,
+                    period_ns,
+                });
+            }
+            Ok(samples)
+        })
+        .await
+    }
+
+    async fn sync(&self) -> Result<(), StoreError> {
+        self.run(|tables| {
+            tables
+                .db
+                .persist(PersistMode::SyncAll)
+                .map_err(|e| StoreError::fjall("sync the journal", e))
+        })
+        .await
+    }
+}
+
+/// A raw key in hex, for errors about rows whose key does not decode.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open() -> (tempfile::TempDir, EmbeddedProfileStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedProfileStore::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    /// Damaged bytes on disk surface as `Corrupt`, naming the row.
+    #[tokio::test]
+    async fn corrupt_values_are_errors_not_panics() {
+        let (_dir, store) = open();
+        let id = FrameId(0xabc);
+        store
+            .tables
+            .frames
+            .insert(keys::dict_key("t", id.to_be_bytes()), [1u8, 0, 99])
+            .unwrap();
+        let err = store.get_frames("t", &[id]).await.unwrap_err();
+        match err {
+            StoreError::Corrupt { what, key, reason } => {
+                assert_eq!(what, "frame");
+                assert_eq!(key, format!("t/{id}"));
+                assert!(matches!(reason, DecodeError::OutOfRange { .. }), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+
+        let scope = Scope::new("t", "p").unwrap();
+        let sample = StoredSample {
+            timestamp_ns: 5,
+            stack: StackId(1),
+            labels: LabelSetId(2),
+            count: 1,
+            period_ns: 1,
+        };
+        let key = keys::sample_key(&keys::scope_prefix(&scope), &sample);
+        store.tables.samples.insert(key, [9u8]).unwrap();
+        let err = store.scan_samples(&scope, 0, 10).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt { what: "sample", .. }),
+            "{err:?}"
+        );
+    }
+
+    /// A store written by another format version is refused, not misread.
+    #[test]
+    fn other_format_versions_are_refused() {
+        let (dir, store) = open();
+        let meta = store
+            .tables
+            .db
+            .keyspace(META, KeyspaceCreateOptions::default)
+            .unwrap();
+        meta.insert(FORMAT_KEY, 2u32.to_be_bytes()).unwrap();
+        drop((meta, store));
+        match EmbeddedProfileStore::open(dir.path()) {
+            Err(StoreError::IncompatibleFormat {
+                found: 2,
+                expected: FORMAT_VERSION,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_second_open_of_the_same_directory_fails_cleanly() {
+        let (dir, _store) = open();
+        let err = EmbeddedProfileStore::open(dir.path()).unwrap_err();
+        assert!(matches!(err, StoreError::Backend { .. }), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn invalid_tenants_are_refused_before_any_io() {
+        let (_dir, store) = open();
+        let err = store.get_frames("A", &[FrameId(1)]).await.unwrap_err();
+        assert!(matches!(err, StoreError::InvalidName { .. }), "{err:?}");
+        let err = store.put_stacks("", &[]).await.unwrap_err();
+        assert!(matches!(err, StoreError::InvalidName { .. }), "{err:?}");
+    }
+}

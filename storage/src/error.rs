@@ -1,0 +1,159 @@
+//! The one error type every store returns.
+
+use std::path::PathBuf;
+
+/// Why a store operation failed.
+///
+/// Marked `#[non_exhaustive]` because every backend (embedded, ScyllaDB,
+/// PostgreSQL, S3) may add the ways its engine fails.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A tenant or project name does not match `[a-z0-9][a-z0-9_-]{0,62}`.
+    #[error("invalid {what} name {name:?}: {reason}")]
+    InvalidName {
+        /// `tenant` or `project`.
+        what: &'static str,
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// An object key is not a safe relative path.
+    #[error("invalid object key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given (possibly cut short when very long).
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A stored value or key does not decode: the data on disk is damaged or
+    /// was written by an incompatible version. The store never panics on it.
+    #[error("stored {what} at {key} is corrupt")]
+    Corrupt {
+        /// What was being read: `frame`, `stack`, `sample`, ….
+        what: &'static str,
+        /// Where: the tenant and id, or the raw key in hex.
+        key: String,
+        /// What the decoder found wrong.
+        #[source]
+        reason: DecodeError,
+    },
+
+    /// The directory holds data in a storage format this build does not read.
+    #[error(
+        "store at {} has storage format version {found}, this build reads version {expected}",
+        path.display()
+    )]
+    IncompatibleFormat {
+        /// The store's directory.
+        path: PathBuf,
+        /// The version found there.
+        found: u32,
+        /// The version this build reads and writes.
+        expected: u32,
+    },
+
+    /// The storage engine underneath failed (I/O, a poisoned journal, a lock
+    /// held by another process, a database server error, …).
+    #[error("{backend} storage engine failed while trying to {op}")]
+    Backend {
+        /// Which engine: `fjall`, `scylla`, `postgres`, `s3`.
+        backend: &'static str,
+        /// What the store was doing.
+        op: &'static str,
+        /// The engine's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    /// A file system operation of a directory-backed store failed.
+    #[error("could not {op} {}", path.display())]
+    Io {
+        /// What the store was doing: `create`, `rename`, `read`, ….
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The blocking task that ran the operation panicked or was cancelled
+    /// (the runtime is shutting down).
+    #[error("storage task did not finish")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl StoreError {
+    /// Wraps an error of the embedded engine.
+    pub(crate) fn fjall(op: &'static str, source: fjall::Error) -> Self {
+        StoreError::Backend {
+            backend: "fjall",
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// Wraps an I/O error with the operation and path it concerns.
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        StoreError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Why stored bytes did not decode; the source of [`StoreError::Corrupt`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes end before the value does.
+    #[error("value ends early: {needed} more bytes needed for {field}")]
+    Truncated {
+        /// The field being read.
+        field: &'static str,
+        /// How many bytes it needed beyond the end.
+        needed: usize,
+    },
+    /// Bytes are left over after the value.
+    #[error("{extra} unexpected bytes after the value")]
+    TrailingBytes {
+        /// How many.
+        extra: usize,
+    },
+    /// The leading version byte is one this build does not know.
+    #[error("unknown encoding version {0}")]
+    UnknownVersion(u8),
+    /// A tag, enum number or integer is out of its field's range.
+    #[error("{field} value {value} is out of range")]
+    OutOfRange {
+        /// The field holding it.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+    },
+    /// A variable-length integer is longer than ten bytes or overflows.
+    #[error("malformed variable-length integer in {field}")]
+    BadVarint {
+        /// The field holding it.
+        field: &'static str,
+    },
+    /// A string is not UTF-8.
+    #[error("{field} is not valid UTF-8")]
+    NotUtf8 {
+        /// The field holding it.
+        field: &'static str,
+    },
+    /// A key has the wrong length for its table.
+    #[error("key is {len} bytes, expected {expected}")]
+    KeyLength {
+        /// The key's length.
+        len: usize,
+        /// The length its table's layout gives.
+        expected: usize,
+    },
+}

@@ -1,0 +1,113 @@
+//! The `ProfileStore` trait: samples and the dictionaries they point into.
+
+use async_trait::async_trait;
+use kiln_model::{
+    Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
+    StackEntry, StackId,
+};
+
+use crate::error::StoreError;
+use crate::scope::Scope;
+
+/// One stored sample row: a count of one stack with one label set at one
+/// time, and the CPU (or GPU) time each of those samples stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StoredSample {
+    /// Nanoseconds since the Unix epoch; any `i64`, negative ones included.
+    pub timestamp_ns: i64,
+    /// The stack.
+    pub stack: StackId,
+    /// Where it came from.
+    pub labels: LabelSetId,
+    /// How many times the stack was seen.
+    pub count: u64,
+    /// Time one sample stands for, in nanoseconds (1e9 / frequency).
+    pub period_ns: u64,
+}
+
+/// Where profiles live: the `samples`, `stacks`, `frames`, `labelsets` and
+/// `executables` tables of DESIGN.md's storage schema.
+///
+/// Implementations: [`EmbeddedProfileStore`](crate::EmbeddedProfileStore)
+/// (an LSM in one directory); ScyllaDB and PostgreSQL later. All of them
+/// pass `conformance::profile_store`
+/// (feature `conformance`). Callers hold an `Arc<dyn ProfileStore>`.
+///
+/// Dictionary tables are keyed by tenant and id. Frame, stack and label-set
+/// ids are content hashes, so writing an entry again writes the same value;
+/// a store does not check that an id matches its content (the ingest
+/// pipeline does, with `Batch::verify_ids`). For every table, writing a key
+/// again replaces its value.
+///
+/// Every method that takes a tenant name refuses an invalid one with
+/// [`StoreError::InvalidName`] (see [`Scope`]).
+#[async_trait]
+pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Writes frames under their ids.
+    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError>;
+
+    /// Writes stacks (lists of frame ids, root first) under their ids.
+    async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError>;
+
+    /// Writes label sets under their ids.
+    async fn put_label_sets(&self, tenant: &str, sets: &[LabelSetEntry]) -> Result<(), StoreError>;
+
+    /// Writes executables under their file ids; a later write of the same
+    /// file id replaces the earlier one.
+    async fn put_executables(
+        &self,
+        tenant: &str,
+        executables: &[Executable],
+    ) -> Result<(), StoreError>;
+
+    /// Writes sample rows.
+    ///
+    /// A sample's key is (scope, hour, shard, timestamp, stack, labels):
+    /// writing the same key again REPLACES its value (idempotent replay), it
+    /// does not add. When one call holds the same key twice, which of the two
+    /// values is kept is unspecified (a ScyllaDB batch breaks such ties by
+    /// value, not by position), so callers aggregate first.
+    async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError>;
+
+    /// Reads frames: one entry per id, in the order of `ids`, `None` where
+    /// the tenant has no such frame.
+    async fn get_frames(
+        &self,
+        tenant: &str,
+        ids: &[FrameId],
+    ) -> Result<Vec<Option<Frame>>, StoreError>;
+
+    /// Reads stacks, as [`get_frames`](Self::get_frames) does frames.
+    async fn get_stacks(
+        &self,
+        tenant: &str,
+        ids: &[StackId],
+    ) -> Result<Vec<Option<Vec<FrameId>>>, StoreError>;
+
+    /// Reads label sets, as [`get_frames`](Self::get_frames) does frames.
+    async fn get_label_sets(
+        &self,
+        tenant: &str,
+        ids: &[LabelSetId],
+    ) -> Result<Vec<Option<LabelSet>>, StoreError>;
+
+    /// Reads executables, as [`get_frames`](Self::get_frames) does frames.
+    async fn get_executables(
+        &self,
+        tenant: &str,
+        ids: &[FileId],
+    ) -> Result<Vec<Option<Executable>>, StoreError>;
+
+    /// The scope's samples with `from_ns <= timestamp_ns < to_ns`, in no
+    /// particular order (callers aggregate). Empty when `from_ns >= to_ns`.
+    async fn scan_samples(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredSample>, StoreError>;
+
+    /// Makes every write that returned `Ok` durable (fsync). The ingest
+    /// pipeline calls it before committing bus offsets.
+    async fn sync(&self) -> Result<(), StoreError>;
+}
