@@ -1,0 +1,230 @@
+//! The embedded bus's [`Consumer`]: a group member reading its share of
+//! the partitions.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::bus::{Consumer, Record};
+use crate::embedded::Inner;
+use crate::embedded::group::Group;
+use crate::embedded::reader::PartitionReader;
+use crate::error::BusError;
+
+/// A member of a consumer group of an [`EmbeddedBus`](crate::EmbeddedBus).
+pub(crate) struct EmbeddedConsumer {
+    inner: Arc<Inner>,
+    group: Arc<Group>,
+    member: u64,
+    /// Shared with the blocking task that reads files, so that a poll that
+    /// is cancelled mid-read loses nothing (see `poll`).
+    state: Arc<Mutex<ReadState>>,
+}
+
+#[derive(Debug, Default)]
+struct ReadState {
+    /// The group generation `readers` were built for.
+    generation: Option<u64>,
+    /// One per assigned partition.
+    readers: Vec<PartitionReader>,
+    /// Which reader reads first next time, so that a busy partition does
+    /// not starve the others.
+    cursor: usize,
+    /// Records read but not yet returned by `poll`.
+    pending: Vec<Record>,
+}
+
+impl EmbeddedConsumer {
+    pub(crate) fn new(inner: Arc<Inner>, group: Arc<Group>, member: u64) -> EmbeddedConsumer {
+        EmbeddedConsumer {
+            inner,
+            group,
+            member,
+            state: Arc::default(),
+        }
+    }
+
+    /// Takes up to `max` pending records.
+    fn take_pending(state: &mut ReadState, max: usize) -> Vec<Record> {
+        let n = max.min(state.pending.len());
+        state.pending.drain(..n).collect()
+    }
+
+    /// Brings the readers in line with the group's current assignment.
+    /// Readers of partitions kept keep their positions; partitions newly
+    /// assigned start at the group's committed offset.
+    fn rebalance(&self, state: &mut ReadState) {
+        let (generation, assigned) = self
+            .group
+            .assignment(self.member, self.inner.partition_count());
+        if state.generation == Some(generation) {
+            return;
+        }
+        let committed = self.group.committed();
+        let mut old: BTreeMap<u32, PartitionReader> = state
+            .readers
+            .drain(..)
+            .map(|r| (r.partition(), r))
+            .collect();
+        state.readers = assigned
+            .into_iter()
+            .map(|p| {
+                old.remove(&p).unwrap_or_else(|| {
+                    let partition = self.inner.partitions[p as usize].clone();
+                    PartitionReader::new(
+                        partition,
+                        self.group.name().clone(),
+                        committed[p as usize],
+                    )
+                })
+            })
+            .collect();
+        state.generation = Some(generation);
+        state.cursor = 0;
+        tracing::debug!(
+            group = &**self.group.name(),
+            member = self.member,
+            partitions = ?state.readers.iter().map(PartitionReader::partition).collect::<Vec<_>>(),
+            "consumer assignment changed"
+        );
+    }
+}
+
+impl ReadState {
+    /// Reads records into `pending` until it holds `max`, going round the
+    /// partitions from `cursor`.
+    fn fill(&mut self, max: usize) -> Result<(), BusError> {
+        let n = self.readers.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let start = self.cursor % n;
+        self.cursor = start + 1;
+        for i in 0..n {
+            if self.pending.len() >= max {
+                break;
+            }
+            self.readers[(start + i) % n].read(max, &mut self.pending)?;
+        }
+        Ok(())
+    }
+}
+
+fn lock(state: &Mutex<ReadState>) -> MutexGuard<'_, ReadState> {
+    // Readers only advance after a record is safely in `pending`, so a
+    // panic mid-read leaves a consistent state.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[async_trait]
+impl Consumer for EmbeddedConsumer {
+    /// Files are read on tokio's blocking pool (`spawn_blocking`), so a
+    /// slow disk never stalls the caller's runtime; on a single-threaded
+    /// runtime such as actix's that would stall every actor.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: records read by a poll that is cancelled are returned by
+    /// the next one.
+    async fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Record>, BusError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        // `None`: a timeout too large to represent, which is forever.
+        let deadline = Instant::now().checked_add(timeout);
+        let notify = self.inner.notify.clone();
+        loop {
+            // Registered before looking, so a publish between the look and
+            // the wait still wakes us.
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let has_news = {
+                let mut state = lock(&self.state);
+                if !state.pending.is_empty() {
+                    return Ok(Self::take_pending(&mut state, max));
+                }
+                self.rebalance(&mut state);
+                state.readers.iter().any(PartitionReader::has_news)
+            };
+            if has_news {
+                let state = self.state.clone();
+                let read = tokio::task::spawn_blocking(move || lock(&state).fill(max));
+                read.await.map_err(|_| BusError::Panicked)??;
+                let mut state = lock(&self.state);
+                if !state.pending.is_empty() {
+                    return Ok(Self::take_pending(&mut state, max));
+                }
+                // Nothing readable after all (damage being waited out): wait
+                // for more records like everyone else.
+            }
+            match deadline {
+                Some(deadline) => {
+                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                        return Ok(Vec::new());
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError> {
+        let count = self.inner.partition_count();
+        let end = self
+            .inner
+            .partitions
+            .get(partition as usize)
+            .ok_or(BusError::NoSuchPartition { partition, count })?
+            .durable_end();
+        if next_offset > end {
+            return Err(BusError::CommitPastEnd {
+                partition,
+                offset: next_offset,
+                end,
+            });
+        }
+        let group = self.group.clone();
+        // Holding the bus keeps the directory locked until the write is done,
+        // even if this future is dropped and the consumer with it.
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let _open = inner;
+            group.commit(partition, next_offset)
+        })
+        .await
+        .map_err(|_| BusError::Panicked)?
+    }
+}
+
+impl Drop for EmbeddedConsumer {
+    fn drop(&mut self) {
+        self.group.leave(self.member);
+        // The remaining members take over this one's partitions at their
+        // next poll; wake the ones waiting.
+        self.inner.notify.notify_waiters();
+    }
+}
+
+impl fmt::Debug for EmbeddedConsumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.state);
+        f.debug_struct("EmbeddedConsumer")
+            .field("group", &self.group.name())
+            .field("member", &self.member)
+            .field(
+                "positions",
+                &state
+                    .readers
+                    .iter()
+                    .map(|r| (r.partition(), r.position()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
