@@ -1,1 +1,26 @@
-//! (being written)
+//! Kiln's actors and HTTP API: the ingest pipeline
+//! (`BusConsumer → Decoder → Deduper → Writer`), the query cluster
+//! (`QueryCoordinator` over `Aggregator`s) and the actix-web routes that
+//! front them. [`start_embedded`] wires them to the embedded bus and stores
+//! in one process, which is what `kiln up` runs.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use kiln_actors::{EmbeddedOptions, start_embedded};
+//!
+//! let options = EmbeddedOptions::new("/tmp/kiln".into(), "127.0.0.1:7070".parse()?);
+//! let running = start_embedded(options).await?; // inside an actix system
+//! println!("serving on http://{}", running.local_addr);
+//! running.server.await?;
+//! # Ok(()) }
+//! ```
+
+pub mod envelope;
+pub mod http;
+pub mod ingest;
+pub mod query;
+mod server;
+
+pub use server::{
+    DEFAULT_PROJECT, DEFAULT_TENANT, EmbeddedOptions, Running, ServerError, start_embedded,
+};

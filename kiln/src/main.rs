@@ -1,1 +1,46 @@
-fn main() {}
+//! `kiln`: runs Kiln and talks to it. This binary only wires the library
+//! crates together; each subcommand lives in a module of its own.
+
+mod cli;
+mod client;
+mod up;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match try_main(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Up(args) => up::run(args),
+        Command::Import(args) => client::import(args),
+        Command::Flamegraph(args) => client::flamegraph(args),
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "info,actix_server=warn",
+        1 => "debug,actix_server=info",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,73 @@
+//! Kiln's HTTP API (actix-web).
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file |
+//! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) |
+//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire` | flamegraph |
+//! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) |
+//! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores |
+//! | GET | `/api/v1/labels?from&to` | label names and values |
+//! | GET | `/healthz` | liveness |
+//!
+//! Query parameters other than the reserved ones are label filters
+//! (`process=nginx`). Times are RFC 3339, unix seconds, `now` or
+//! `now-<duration>`.
+
+mod error;
+mod index;
+mod ingest;
+mod params;
+mod query;
+
+use std::sync::Arc;
+
+use actix::Addr;
+use actix_web::web;
+use kiln_ingest_bus::Bus;
+use kiln_storage::{ObjectStore, Scope};
+
+use crate::ingest::IngestProgress;
+use crate::query::QueryCoordinator;
+
+pub use error::ApiError;
+pub use params::{now_ns, parse_time};
+pub use query::FLAMEWIRE_CONTENT_TYPE;
+
+/// Largest request body accepted (imports of big captures).
+pub const MAX_BODY_BYTES: usize = 512 * 1024 * 1024;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// Where accepted batches go.
+    pub bus: Arc<dyn Bus>,
+    /// How far ingest has got, for imports to wait on.
+    pub progress: IngestProgress,
+    /// The query cluster.
+    pub query: Addr<QueryCoordinator>,
+    /// For batches kept aside.
+    pub objects: Arc<dyn ObjectStore>,
+    /// The tenant and project of every request, until tenancy lands (then
+    /// it comes from the caller's credential).
+    pub scope: Scope,
+}
+
+/// Registers Kiln's routes.
+pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        cfg.app_data(web::Data::new(state))
+            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+            .service(
+                web::scope("/api/v1")
+                    .route("/import", web::post().to(ingest::import))
+                    .route("/ingest", web::post().to(ingest::ingest))
+                    .route("/flamegraph", web::get().to(query::flamegraph))
+                    .route("/top", web::get().to(query::top))
+                    .route("/timeline", web::get().to(query::timeline))
+                    .route("/labels", web::get().to(query::labels)),
+            )
+            .route("/healthz", web::get().to(|| async { "ok" }))
+            .route("/", web::get().to(index::page));
+    }
+}

@@ -1,0 +1,142 @@
+//! Query-string parameters: times, ranges and label filters.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kiln_storage::Scope;
+
+use super::error::ApiError;
+use crate::query::QueryRange;
+
+/// Default range when `from` is not given: the last hour.
+const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
+
+/// Nanoseconds since the epoch, now.
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// Parses a time: RFC 3339 (`2026-11-21T08:00:00Z`), unix seconds
+/// (`1763712000`, fractions allowed), `now`, or `now-<duration>`
+/// (`now-15m`, `now-2h`).
+pub fn parse_time(text: &str, now_ns: i64) -> Result<i64, String> {
+    let text = text.trim();
+    if text == "now" {
+        return Ok(now_ns);
+    }
+    if let Some(ago) = text.strip_prefix("now-") {
+        let ago = humantime::parse_duration(ago)
+            .map_err(|e| format!("{text:?} is not now-<duration> (e.g. now-15m): {e}"))?;
+        return Ok(now_ns.saturating_sub(ago.as_nanos().min(i64::MAX as u128) as i64));
+    }
+    if let Ok(secs) = text.parse::<i64>() {
+        return secs
+            .checked_mul(1_000_000_000)
+            .ok_or_else(|| format!("{text:?} is out of range for unix seconds"));
+    }
+    if let Ok(secs) = text.parse::<f64>() {
+        if secs.is_finite() && secs.abs() < 9.2e9 {
+            return Ok((secs * 1e9) as i64);
+        }
+        return Err(format!("{text:?} is out of range for unix seconds"));
+    }
+    let time = humantime::parse_rfc3339_weak(text).map_err(|_| {
+        format!("{text:?} is not a time: use RFC 3339, unix seconds, now or now-<duration>")
+    })?;
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => Ok(d.as_nanos().min(i64::MAX as u128) as i64),
+        Err(e) => Ok(-(e.duration().as_nanos().min(i64::MAX as u128) as i64)),
+    }
+}
+
+/// Names a query string may use besides label filters.
+pub(crate) const RESERVED: &[&str] = &["from", "to", "format", "limit", "step"];
+
+/// Builds the range of a query from its parameters: `from`, `to`, and every
+/// other parameter not in `reserved` as a label filter.
+pub(crate) fn query_range(
+    scope: Scope,
+    params: &BTreeMap<String, String>,
+) -> Result<QueryRange, ApiError> {
+    let now = now_ns();
+    let time = |name: &str, default: i64| match params.get(name) {
+        Some(text) => parse_time(text, now).map_err(|e| ApiError::bad_request(format!("{name}: {e}"))),
+        None => Ok(default),
+    };
+    let to_ns = time("to", now)?;
+    let from_ns = time("from", to_ns.saturating_sub(DEFAULT_RANGE.as_nanos() as i64))?;
+    if from_ns >= to_ns {
+        return Err(ApiError::bad_request(format!(
+            "from ({from_ns} ns) must be before to ({to_ns} ns)"
+        )));
+    }
+    Ok(QueryRange {
+        scope,
+        from_ns,
+        to_ns,
+        filters: label_params(params, RESERVED)?,
+    })
+}
+
+/// Every parameter not in `reserved`, as `(label, value)`.
+pub(crate) fn label_params(
+    params: &BTreeMap<String, String>,
+    reserved: &[&str],
+) -> Result<Vec<(String, String)>, ApiError> {
+    params
+        .iter()
+        .filter(|(name, _)| !reserved.contains(&name.as_str()))
+        .map(|(name, value)| {
+            let valid = !name.is_empty()
+                && name.len() <= 64
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+            if valid {
+                Ok((name.clone(), value.clone()))
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "{name:?} is not a label name (letters, digits, '_' and '.'; reserved: {})",
+                    reserved.join(", ")
+                )))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000_000_000_000;
+
+    #[test]
+    fn times_in_every_accepted_form() {
+        assert_eq!(parse_time("now", NOW), Ok(NOW));
+        assert_eq!(parse_time("now-1m", NOW), Ok(NOW - 60_000_000_000));
+        assert_eq!(parse_time("1700000000", NOW), Ok(1_700_000_000_000_000_000));
+        assert_eq!(parse_time("1.5", NOW), Ok(1_500_000_000));
+        assert_eq!(parse_time("1970-01-01T00:00:01Z", NOW), Ok(1_000_000_000));
+        assert_eq!(
+            parse_time("2023-11-14T22:13:20.5Z", NOW),
+            Ok(1_700_000_000_500_000_000)
+        );
+        let err = parse_time("yesterday", NOW).unwrap_err();
+        assert!(err.contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn range_rejects_reversed_times_and_bad_label_names() {
+        let scope = Scope::new("t", "p").unwrap();
+        let mut params = BTreeMap::new();
+        params.insert("from".to_owned(), "200".to_owned());
+        params.insert("to".to_owned(), "100".to_owned());
+        assert!(query_range(scope.clone(), &params).is_err());
+        params.insert("to".to_owned(), "300".to_owned());
+        params.insert("process".to_owned(), "app".to_owned());
+        let range = query_range(scope.clone(), &params).unwrap();
+        assert_eq!(range.filters, [("process".to_owned(), "app".to_owned())]);
+        params.insert("bad name".to_owned(), "x".to_owned());
+        assert!(query_range(scope, &params).is_err());
+    }
+}

@@ -1,0 +1,47 @@
+//! The ingest pipeline: `BusConsumer → Decoder → Deduper → Writer`.
+//!
+//! Each poll of the bus is decoded, stripped of dictionary entries already
+//! written, written to the profile store and synced; only then are the
+//! offsets committed. A crash anywhere before the commit means the records
+//! are read again, and since every id is a content hash and every sample key
+//! is deterministic, writing them again changes nothing.
+
+mod consumer;
+mod decoder;
+mod deduper;
+mod progress;
+mod writer;
+
+use std::sync::Arc;
+
+use actix::{Actor, Arbiter};
+use kiln_ingest_bus::{Bus, BusError};
+use kiln_storage::{ObjectStore, ProfileStore};
+
+pub use progress::IngestProgress;
+
+/// The consumer group of Kiln's ingest workers.
+pub const CONSUMER_GROUP: &str = "kiln-ingest";
+
+/// Starts the pipeline on its own arbiter (thread), consuming `bus` as a
+/// member of [`CONSUMER_GROUP`].
+pub async fn start(
+    bus: Arc<dyn Bus>,
+    store: Arc<dyn ProfileStore>,
+    objects: Arc<dyn ObjectStore>,
+) -> Result<IngestProgress, BusError> {
+    let consumer = bus.consumer(CONSUMER_GROUP).await?;
+    let (sender, progress) = progress::channel(bus.partition_count());
+    let arbiter = Arbiter::new();
+    let started = arbiter.spawn(async move {
+        let stages = consumer::Stages {
+            decoder: decoder::Decoder.start(),
+            deduper: deduper::Deduper::default().start(),
+            writer: writer::Writer::new(store).start(),
+            objects,
+        };
+        consumer::BusConsumer::new(consumer, stages, sender).start();
+    });
+    debug_assert!(started, "a new arbiter accepts work");
+    Ok(progress)
+}

@@ -1,0 +1,50 @@
+//! How far the ingest pipeline has got: the committed offset of every bus
+//! partition, so that an import can answer only once its batch is queryable.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+/// Read side: wait for a published record to be written and committed.
+#[derive(Debug, Clone)]
+pub struct IngestProgress {
+    committed: watch::Receiver<Vec<u64>>,
+}
+
+/// Write side, held by the bus consumer.
+#[derive(Debug)]
+pub(crate) struct ProgressSender {
+    committed: watch::Sender<Vec<u64>>,
+}
+
+/// A progress channel for `partitions` partitions, all at offset 0.
+pub(crate) fn channel(partitions: u32) -> (ProgressSender, IngestProgress) {
+    let (tx, rx) = watch::channel(vec![0; partitions as usize]);
+    (ProgressSender { committed: tx }, IngestProgress { committed: rx })
+}
+
+impl ProgressSender {
+    /// Records that `partition` is committed up to `next_offset`.
+    pub(crate) fn committed(&self, partition: u32, next_offset: u64) {
+        self.committed.send_modify(|offsets| {
+            if let Some(slot) = offsets.get_mut(partition as usize) {
+                *slot = (*slot).max(next_offset);
+            }
+        });
+    }
+}
+
+impl IngestProgress {
+    /// Waits until the record at `offset` of `partition` is committed.
+    /// Returns `false` if that did not happen within `timeout` (the record
+    /// is durable on the bus all the same, and will be processed).
+    pub async fn wait_committed(&self, partition: u32, offset: u64, timeout: Duration) -> bool {
+        let mut rx = self.committed.clone();
+        let done = rx.wait_for(|offsets| {
+            offsets
+                .get(partition as usize)
+                .is_some_and(|&next| next > offset)
+        });
+        matches!(tokio::time::timeout(timeout, done).await, Ok(Ok(_)))
+    }
+}

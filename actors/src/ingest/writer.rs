@@ -1,0 +1,69 @@
+//! `Writer`: decoded batches → the profile store, made durable in one sync.
+
+use std::sync::Arc;
+
+use actix::{Actor, Context, Handler, Message, ResponseFuture};
+use kiln_storage::{ProfileStore, StoreError, StoredSample};
+
+use super::decoder::Decoded;
+
+/// Writes batches; answers once they are durable.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), StoreError>")]
+pub(crate) struct Write(pub Arc<Vec<Decoded>>);
+
+/// Writes to the profile store.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    store: Arc<dyn ProfileStore>,
+}
+
+impl Writer {
+    pub(crate) fn new(store: Arc<dyn ProfileStore>) -> Self {
+        Self { store }
+    }
+}
+
+impl Actor for Writer {
+    type Context = Context<Self>;
+}
+
+impl Handler<Write> for Writer {
+    type Result = ResponseFuture<Result<(), StoreError>>;
+
+    fn handle(&mut self, Write(batches): Write, _: &mut Context<Self>) -> Self::Result {
+        let store = self.store.clone();
+        Box::pin(async move {
+            for decoded in batches.iter() {
+                write_one(&*store, decoded).await?;
+            }
+            // One sync for the whole poll: the bus offsets are committed
+            // only after this returns.
+            store.sync().await
+        })
+    }
+}
+
+async fn write_one(store: &dyn ProfileStore, decoded: &Decoded) -> Result<(), StoreError> {
+    let scope = &decoded.header.scope;
+    let tenant = scope.tenant();
+    let b = &decoded.batch;
+    // Dictionary first, samples last: a reader that sees a sample can
+    // resolve its stack.
+    store.put_frames(tenant, &b.frames).await?;
+    store.put_stacks(tenant, &b.stacks).await?;
+    store.put_label_sets(tenant, &b.label_sets).await?;
+    store.put_executables(tenant, &b.executables).await?;
+    let samples: Vec<StoredSample> = b
+        .samples
+        .iter()
+        .map(|s| StoredSample {
+            timestamp_ns: s.timestamp_ns,
+            stack: s.stack,
+            labels: s.labels,
+            count: s.count,
+            period_ns: b.period_ns,
+        })
+        .collect();
+    store.put_samples(scope, &samples).await
+}

@@ -1,0 +1,127 @@
+//! The embedded server: bus, stores, ingest pipeline, query cluster and
+//! HTTP API in one process, on local disk.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use actix_web::middleware::{Compress, Logger};
+use actix_web::{App, HttpServer};
+use kiln_ingest_bus::{BusError, EmbeddedBus};
+use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope, StoreError};
+
+use crate::http::{self, AppState};
+use crate::ingest;
+use crate::query::QueryCoordinator;
+
+/// Tenant used until tenancy lands.
+pub const DEFAULT_TENANT: &str = "default";
+/// Project used until tenancy lands.
+pub const DEFAULT_PROJECT: &str = "default";
+
+/// How to run the embedded server.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    /// Where the bus log, the profile store and the objects live.
+    pub data_dir: PathBuf,
+    /// Address to serve HTTP on (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Partitions of the embedded bus.
+    pub bus_partitions: u32,
+    /// Aggregator actors of the query cluster.
+    pub aggregators: usize,
+    /// HTTP worker threads.
+    pub http_workers: usize,
+}
+
+impl EmbeddedOptions {
+    /// Defaults sized for this machine, serving on `listen`.
+    pub fn new(data_dir: PathBuf, listen: SocketAddr) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self {
+            data_dir,
+            listen,
+            bus_partitions: 4,
+            aggregators: cores,
+            http_workers: cores,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bus could not be opened.
+    #[error("cannot open the ingest bus: {0}")]
+    Bus(#[from] BusError),
+    /// A store could not be opened.
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    /// The HTTP listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A started server.
+#[allow(missing_debug_implementations)] // actix's Server is not Debug
+pub struct Running {
+    /// Where it serves HTTP.
+    pub local_addr: SocketAddr,
+    /// Resolves when the server stops (on SIGINT/SIGTERM).
+    pub server: actix_web::dev::Server,
+}
+
+/// Opens everything under `options.data_dir` and starts serving. Must run
+/// inside an actix system (`actix_rt::System`).
+pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerError> {
+    let dir = &options.data_dir;
+    std::fs::create_dir_all(dir).map_err(|source| ServerError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
+    let bus = Arc::new(EmbeddedBus::open(&dir.join("bus"), options.bus_partitions)?);
+    let store = Arc::new(EmbeddedProfileStore::open(&dir.join("profiles"))?);
+    let objects = Arc::new(LocalObjectStore::open(&dir.join("objects"))?);
+
+    let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await?;
+    let query = QueryCoordinator::start(store, options.aggregators);
+    let state = AppState {
+        bus,
+        progress,
+        query,
+        objects,
+        scope: Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)?,
+    };
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(Compress::default())
+            .wrap(Logger::new("%r %s %b %Dms").log_target("kiln::http"))
+            .configure(http::configure(state.clone()))
+    })
+    .workers(options.http_workers.max(1))
+    .bind(options.listen)
+    .map_err(|source| ServerError::Listen {
+        addr: options.listen,
+        source,
+    })?;
+    let local_addr = server.addrs()[0];
+    Ok(Running {
+        local_addr,
+        server: server.run(),
+    })
+}

@@ -1,0 +1,149 @@
+//! The ingest pipeline and the query cluster together, without HTTP: real
+//! embedded bus and stores in a temporary directory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::ingest::{self, IngestProgress};
+use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange, TopQuery};
+use kiln_ingest_bus::{Bus, EmbeddedBus};
+use kiln_model::flamewire::access;
+use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
+use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ObjectStore, Scope};
+
+const T0: i64 = 1_800_000_000_000_000_000;
+
+fn frames(names: &[&str]) -> Vec<Frame> {
+    names.iter().map(|n| Frame::named(FrameKind::Native, *n)).collect()
+}
+
+struct Setup {
+    bus: Arc<EmbeddedBus>,
+    objects: Arc<LocalObjectStore>,
+    progress: IngestProgress,
+    query: actix::Addr<QueryCoordinator>,
+    scope: Scope,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
+    let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
+    let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
+    let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await.unwrap();
+    let query = QueryCoordinator::start(store, 3);
+    Setup {
+        bus,
+        objects,
+        progress,
+        query,
+        scope: Scope::new("acme", "web").unwrap(),
+        _dir: dir,
+    }
+}
+
+impl Setup {
+    async fn publish(&self, source: &str, bytes: &[u8]) {
+        let header = EnvelopeHeader {
+            scope: self.scope.clone(),
+            received_at_ns: T0,
+        };
+        let p = self.bus.publish(&header.bus_key(source), header.wrap(bytes)).await.unwrap();
+        assert!(self.progress.wait_committed(p.partition, p.offset, Duration::from_secs(30)).await);
+    }
+
+    fn range(&self, filters: &[(&str, &str)]) -> QueryRange {
+        QueryRange {
+            scope: self.scope.clone(),
+            from_ns: T0 - 10_000_000_000_000,
+            to_ns: T0 + 10_000_000_000_000,
+            filters: filters.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
+        let wire = self.query.send(FlamegraphQuery(self.range(filters))).await.unwrap().unwrap();
+        let bytes = wire.to_bytes();
+        let mut out = Vec::new();
+        access(&bytes).unwrap().write_collapsed(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+}
+
+#[actix_rt::test]
+async fn batches_across_hours_and_hosts_add_up() {
+    let s = setup().await;
+    let web = LabelSet::new().with("host", "a");
+    let db = LabelSet::new().with("host", "b");
+    let mut b = BatchBuilder::new("a", T0, 10_000_000);
+    b.add(T0, &frames(&["main", "work"]), &web, 3);
+    // Two hours later: another storage partition.
+    b.add(T0 + 7_200_000_000_000, &frames(&["main", "work"]), &web, 2);
+    s.publish("a", &b.finish().encode()).await;
+    let mut b = BatchBuilder::new("b", T0, 10_000_000);
+    b.add(T0 + 1, &frames(&["main", "idle"]), &db, 4);
+    s.publish("b", &b.finish().encode()).await;
+
+    assert_eq!(s.collapsed(&[]).await, "main;idle 4\nmain;work 5\n");
+    assert_eq!(s.collapsed(&[("host", "a")]).await, "main;work 5\n");
+
+    let top = s
+        .query
+        .send(TopQuery { range: s.range(&[]), limit: 10 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(top[0].name, "work");
+    assert_eq!(top[0].self_samples, 5);
+    let main = top.iter().find(|t| t.name == "main").unwrap();
+    assert_eq!((main.self_samples, main.total_samples), (0, 9));
+}
+
+/// An agent sends each dictionary entry once; later batches carry only ids.
+#[actix_rt::test]
+async fn samples_may_refer_to_stacks_sent_earlier() {
+    let s = setup().await;
+    let labels = LabelSet::new().with("host", "a");
+    let mut b = BatchBuilder::new("a", T0, 1);
+    b.add(T0, &frames(&["main", "f"]), &labels, 1);
+    let first = b.finish();
+    let mut second = first.clone();
+    second.frames.clear();
+    second.stacks.clear();
+    second.label_sets.clear();
+    second.samples[0].timestamp_ns += 1;
+    second.samples[0].count = 6;
+    s.publish("a", &first.encode()).await;
+    s.publish("a", &second.encode()).await;
+    assert_eq!(s.collapsed(&[]).await, "main;f 7\n");
+}
+
+/// A record the decoder refuses is kept whole in the object store and does
+/// not stop the records after it.
+#[actix_rt::test]
+async fn undecodable_batches_go_to_the_dead_letter_area() {
+    let s = setup().await;
+    s.publish("a", b"KLNB\x09\x00\x00\x00 from a future agent").await;
+    let mut b = BatchBuilder::new("a", T0, 1);
+    b.add(T0, &frames(&["main"]), &LabelSet::new(), 2);
+    s.publish("a", &b.finish().encode()).await;
+    assert_eq!(s.collapsed(&[]).await, "main 2\n");
+    let kept = s.objects.list("tenants/acme/rejected/").await.unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let bytes = s.objects.get(&kept[0]).await.unwrap().unwrap();
+    assert!(bytes.ends_with(b"from a future agent"));
+}
+
+/// Replaying a batch (at-least-once delivery) does not count it twice.
+#[actix_rt::test]
+async fn replayed_batches_count_once() {
+    let s = setup().await;
+    let mut b = BatchBuilder::new("a", T0, 1);
+    b.add(T0, &frames(&["main", "g"]), &LabelSet::new(), 5);
+    let bytes = b.finish().encode();
+    s.publish("a", &bytes).await;
+    s.publish("a", &bytes).await;
+    assert_eq!(s.collapsed(&[]).await, "main;g 5\n");
+}

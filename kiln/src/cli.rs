@@ -1,0 +1,148 @@
+//! Command-line interface: every flag also reads an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Kiln: continuous profiling for CPU and GPU workloads.
+///
+/// `kiln up` runs the whole backend on this machine (embedded bus and
+/// stores on local disk) and serves the HTTP API. `kiln import` sends
+/// profiles you already have (collapsed stacks, perf script, pprof);
+/// `kiln flamegraph` reads them back.
+#[derive(Debug, Parser)]
+#[command(name = "kiln", version, about, long_about, propagate_version = true)]
+pub struct Cli {
+    /// More log output (-v debug, -vv trace). KILN_LOG overrides it with a
+    /// tracing filter, e.g. KILN_LOG=kiln_actors=debug.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run Kiln on this machine: ingest, storage, queries and the HTTP API
+    /// in one process, with all data under --data-dir.
+    Up(UpArgs),
+    /// Import profile files into a running Kiln.
+    Import(ImportArgs),
+    /// Print a flamegraph (collapsed stacks or JSON) from a running Kiln.
+    Flamegraph(FlamegraphArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Address to serve the API and UI on.
+    #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+
+    /// Where Kiln keeps its data (bus log, profile store, objects).
+    /// Default: the user's data directory, e.g. ~/.local/share/kiln.
+    #[arg(long, env = "KILN_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArg {
+    /// URL of the Kiln server.
+    #[arg(long, env = "KILN_SERVER", default_value = "http://127.0.0.1:7070")]
+    pub server: String,
+}
+
+/// Profile file formats `kiln import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFormat {
+    /// Guess from the contents: pprof (gzipped or not), perf script, or
+    /// collapsed stacks.
+    Auto,
+    /// Brendan Gregg's collapsed (folded) stacks: `a;b;c 12` per line.
+    Collapsed,
+    /// The text of `perf script` after `perf record -g`.
+    PerfScript,
+    /// pprof's profile.proto, gzipped or not.
+    Pprof,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+
+    /// Format of the files.
+    #[arg(long, short, value_enum, default_value_t = ImportFormat::Auto)]
+    pub format: ImportFormat,
+
+    /// Sampling frequency in Hz, for formats that do not record it (turns
+    /// sample counts into CPU time). Default: 100.
+    #[arg(long)]
+    pub frequency: Option<f64>,
+
+    /// A label to attach to every sample, as NAME=VALUE (repeatable),
+    /// e.g. --label host=web-1.
+    #[arg(long = "label", short, value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+
+    /// The files to import.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// `root;…;leaf count` per line, one line per distinct stack.
+    Collapsed,
+    /// Nested JSON, d3-flamegraph style.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct FlamegraphArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+
+    /// Start of the range: RFC 3339, unix seconds, now or now-<duration>.
+    #[arg(long, default_value = "now-1h")]
+    pub from: String,
+
+    /// End of the range.
+    #[arg(long, default_value = "now")]
+    pub to: String,
+
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Collapsed)]
+    pub format: OutputFormat,
+
+    /// Only samples with this label, as NAME=VALUE (repeatable).
+    #[arg(long = "filter", value_parser = parse_label)]
+    pub filters: Vec<(String, String)>,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not NAME=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn labels_need_a_name() {
+        assert!(parse_label("=x").is_err());
+        assert!(parse_label("x").is_err());
+        assert_eq!(parse_label("a=b=c").unwrap(), ("a".into(), "b=c".into()));
+    }
+}

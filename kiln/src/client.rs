@@ -1,0 +1,162 @@
+//! Subcommands that talk to a running Kiln over HTTP: `import` and
+//! `flamegraph`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use kiln_formats::Format;
+use ureq::Agent;
+
+use crate::cli::{FlamegraphArgs, ImportArgs, ImportFormat, OutputFormat};
+
+/// An HTTP agent that hands 4xx/5xx answers back as responses, so that the
+/// server's error message can be shown.
+fn agent() -> Agent {
+    Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// Builds `base + path?query`, percent-encoding the values.
+fn url(server: &str, path: &str, query: &[(&str, &str)]) -> String {
+    let mut url = format!("{}{path}", server.trim_end_matches('/'));
+    for (i, (name, value)) in query.iter().enumerate() {
+        url.push(if i == 0 { '?' } else { '&' });
+        url.push_str(&encode(name));
+        url.push('=');
+        url.push_str(&encode(value));
+    }
+    url
+}
+
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The error message of a failed response: the server's `{"error": …}`
+/// when it sent one.
+fn failure(status: u16, body: &str) -> anyhow::Error {
+    let message = serde_json_error(body).unwrap_or_else(|| body.trim().to_owned());
+    anyhow::anyhow!("server answered {status}: {message}")
+}
+
+fn serde_json_error(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    Some(value.get("error")?.as_str()?.to_owned())
+}
+
+pub fn import(args: ImportArgs) -> anyhow::Result<()> {
+    let agent = agent();
+    let mut failed = 0;
+    for path in &args.files {
+        match import_one(&agent, &args, path) {
+            Ok(summary) => println!("{}: {summary}", path.display()),
+            Err(e) => {
+                eprintln!("{}: {e:#}", path.display());
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {} files failed to import", args.files.len());
+    }
+    Ok(())
+}
+
+fn import_one(agent: &Agent, args: &ImportArgs, path: &Path) -> anyhow::Result<String> {
+    let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let format = match args.format {
+        ImportFormat::Auto => Format::detect(&body),
+        ImportFormat::Collapsed => Format::Collapsed,
+        ImportFormat::PerfScript => Format::PerfScript,
+        ImportFormat::Pprof => Format::Pprof,
+    };
+    let format_name = format.to_string();
+    let frequency = args.frequency.map(|hz| hz.to_string());
+    let mut query = vec![("format", format_name.as_str())];
+    if let Some(hz) = &frequency {
+        query.push(("frequency", hz));
+    }
+    for (name, value) in &args.labels {
+        query.push((name, value));
+    }
+    let url = url(&args.server.server, "/api/v1/import", &query);
+
+    let bar = ProgressBar::new(body.len() as u64).with_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("uploading {} ({format_name})", path.display()));
+    let mut reader = bar.wrap_read(&body[..]);
+    let mut response = agent
+        .post(&url)
+        .header("Content-Type", "application/octet-stream")
+        .send(ureq::SendBody::from_reader(&mut reader))
+        .with_context(|| format!("sending to {}", args.server.server))?;
+    bar.finish_and_clear();
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    if status != 200 {
+        return Err(failure(status, &text));
+    }
+    Ok(text.trim().to_owned())
+}
+
+pub fn flamegraph(args: FlamegraphArgs) -> anyhow::Result<()> {
+    let format = match args.format {
+        OutputFormat::Collapsed => "collapsed",
+        OutputFormat::Json => "json",
+    };
+    let mut query = vec![("from", args.from.as_str()), ("to", args.to.as_str()), ("format", format)];
+    for (name, value) in &args.filters {
+        query.push((name, value));
+    }
+    let url = url(&args.server.server, "/api/v1/flamegraph", &query);
+    let mut response = agent()
+        .get(&url)
+        .call()
+        .with_context(|| format!("asking {}", args.server.server))?;
+    let status = response.status().as_u16();
+    let mut body = Vec::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_end(&mut body)
+        .context("reading the answer")?;
+    if status != 200 {
+        return Err(failure(status, &String::from_utf8_lossy(&body)));
+    }
+    std::io::stdout().lock().write_all(&body)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_encode_values() {
+        assert_eq!(
+            url("http://h/", "/p", &[("from", "now-1h"), ("process", "a b&c")]),
+            "http://h/p?from=now-1h&process=a%20b%26c"
+        );
+    }
+
+    #[test]
+    fn server_errors_are_unwrapped() {
+        let e = failure(400, r#"{"error":"line 3: bad count"}"#);
+        assert_eq!(e.to_string(), "server answered 400: line 3: bad count");
+    }
+}

@@ -1,0 +1,34 @@
+//! `kiln up`: the embedded server.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use kiln_actors::{EmbeddedOptions, start_embedded};
+
+use crate::cli::UpArgs;
+
+pub fn run(args: UpArgs) -> anyhow::Result<()> {
+    let data_dir = match args.data_dir {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    let options = EmbeddedOptions::new(data_dir.clone(), args.listen);
+    actix_rt::System::new().block_on(async move {
+        let running = start_embedded(options)
+            .await
+            .with_context(|| format!("starting Kiln with data in {}", data_dir.display()))?;
+        println!("Kiln is up: http://{}/", running.local_addr);
+        println!("  data:   {}", data_dir.display());
+        println!(
+            "  import: kiln import --server http://{} FILE",
+            running.local_addr
+        );
+        running.server.await.context("serving HTTP")
+    })
+}
+
+fn default_data_dir() -> anyhow::Result<PathBuf> {
+    let base = dirs::data_dir()
+        .context("no data directory for this user (set --data-dir or KILN_DATA_DIR)")?;
+    Ok(base.join("kiln"))
+}

@@ -1,0 +1,134 @@
+//! A `kiln up` child process for end-to-end tests, and HTTP helpers.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `kiln up`.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    pub data_dir: PathBuf,
+}
+
+impl Server {
+    /// Starts `kiln up` on a free port with data in `data_dir`.
+    pub fn start(data_dir: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("KILN_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start kiln up");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("kiln up exited before printing its URL")
+                .expect("read kiln up's output");
+            if let Some(rest) = line.strip_prefix("Kiln is up: ") {
+                break rest.trim_end_matches('/').to_owned();
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Server {
+            child,
+            url,
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    /// Stops the server the way Ctrl-C does, and waits for it.
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) with a pid we own and a valid signal number.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let _ = self.child.wait();
+    }
+
+    /// Kills the server with SIGKILL: no chance to flush anything.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn get(&self, path_and_query: &str) -> (u16, String) {
+        let mut response = agent()
+            .get(format!("{}{path_and_query}", self.url))
+            .call()
+            .expect("GET");
+        let status = response.status().as_u16();
+        let mut body = String::new();
+        response
+            .body_mut()
+            .as_reader()
+            .read_to_string(&mut body)
+            .expect("read body");
+        (status, body)
+    }
+
+    pub fn post(&self, path_and_query: &str, body: &[u8]) -> Result<(u16, String), ureq::Error> {
+        let mut response = agent()
+            .post(format!("{}{path_and_query}", self.url))
+            .send(body)?;
+        let status = response.status().as_u16();
+        let mut text = String::new();
+        response.body_mut().as_reader().read_to_string(&mut text)?;
+        Ok((status, text))
+    }
+
+    /// Imports `body`, expecting success.
+    pub fn import(&self, format: &str, body: &[u8]) -> serde_json::Value {
+        let (status, text) = self
+            .post(&format!("/api/v1/import?format={format}"), body)
+            .expect("POST import");
+        assert_eq!(status, 200, "import failed: {text}");
+        serde_json::from_str(&text).expect("import answers JSON")
+    }
+
+    /// Collapsed stacks of the last day, as a sorted multiset of lines.
+    pub fn collapsed(&self, extra_query: &str) -> Vec<String> {
+        let (status, body) = self.get(&format!(
+            "/api/v1/flamegraph?from=now-1d&format=collapsed{extra_query}"
+        ));
+        assert_eq!(status, 200, "{body}");
+        sorted_lines(&body)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+pub fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+/// Sums `stack count` lines by stack, sorted.
+pub fn aggregate(lines: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut sums = std::collections::BTreeMap::<String, u64>::new();
+    for line in lines {
+        let (stack, count) = line.rsplit_once(' ').expect("stack count");
+        *sums.entry(stack.to_owned()).or_default() += count.parse::<u64>().expect("count");
+    }
+    sums.into_iter().map(|(s, n)| format!("{s} {n}")).collect()
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for a few seconds (default 30): the batch decoder
+# and each import parser. Installs cargo-fuzz and the nightly toolchain it
+# needs when they are missing.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-30}"
+shift || true
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+  echo "== fuzz: installing the nightly toolchain"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "== fuzz: installing cargo-fuzz"
+  cargo install --locked cargo-fuzz
+fi
+
+cd fuzz
+echo "== fuzz: building the targets"
+cargo +nightly fuzz build
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(cargo +nightly fuzz list)
+log=$(mktemp)
+for target in "${targets[@]}"; do
+  # Seed corpora live in fuzz/seeds/<target> (committed); the working
+  # corpus in fuzz/corpus/<target> is not.
+  mkdir -p "corpus/$target"
+  seeds=()
+  [ -d "seeds/$target" ] && seeds=("seeds/$target")
+  if cargo +nightly fuzz run "$target" "corpus/$target" "${seeds[@]}" -- \
+      -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+    echo "== fuzz: $target: ${seconds}s, $runs inputs, no crash"
+  else
+    tail -n 40 "$log" >&2
+    echo "fuzz: $target failed (crashing input in fuzz/artifacts/$target/)" >&2
+    exit 1
+  fi
+done

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building and testing Kiln needs on a fresh machine.
+# Idempotent: what is already there is left alone. Run as root (or with
+# sudo available) for the Debian packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '== setup: %s\n' "$*"; }
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo not found; install Rust with rustup first (https://rustup.rs)" >&2
+  exit 1
+fi
+
+say "rust components (rustfmt, clippy) and the wasm32 target"
+rustup component add rustfmt clippy >/dev/null
+rustup target add wasm32-unknown-unknown >/dev/null
+
+# Debian packages: a C toolchain for -sys crates (zstd).
+need_apt=()
+command -v cc >/dev/null || need_apt+=(build-essential)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  say "apt packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+say "done"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs `kiln up` (embedded: one process, data on local
+# disk). Extra arguments go to `kiln up`, e.g. scripts/up.sh --listen 0.0.0.0:7070
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+cargo build --release -p kiln
+exec target/release/kiln up "$@"
