@@ -28,6 +28,39 @@ impl Format {
             Format::Pprof => "pprof",
         }
     }
+
+    /// Guesses the format of `input` from its first bytes: binary (gzip,
+    /// protobuf, control characters) is pprof; text whose stack lines are
+    /// indented under a header is perf script; other text is collapsed
+    /// stacks. A wrong guess is harmless: the import then fails with the
+    /// parser's message, and the format can be named explicitly.
+    pub fn detect(input: &[u8]) -> Format {
+        let head = &input[..input.len().min(4096)];
+        let binary = head
+            .iter()
+            .any(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'));
+        // A multi-byte character may be cut at the end of `head`.
+        let text = match std::str::from_utf8(head) {
+            Ok(text) => Some(text),
+            Err(e) if e.error_len().is_none() => std::str::from_utf8(&head[..e.valid_up_to()]).ok(),
+            Err(_) => None,
+        };
+        match text {
+            Some(text) if !binary => {
+                let indented_stack_line = text
+                    .lines()
+                    .skip_while(|l| l.trim().is_empty() || l.starts_with('#'))
+                    .nth(1)
+                    .is_some_and(|l| l.starts_with(char::is_whitespace) && !l.trim().is_empty());
+                if indented_stack_line {
+                    Format::PerfScript
+                } else {
+                    Format::Collapsed
+                }
+            }
+            _ => Format::Pprof,
+        }
+    }
 }
 
 impl fmt::Display for Format {
@@ -64,6 +97,24 @@ mod tests {
         for f in Format::ALL {
             assert_eq!(f.to_string().parse::<Format>(), Ok(f));
         }
+    }
+
+    #[test]
+    fn detects_each_format_from_its_contents() {
+        assert_eq!(Format::detect(b"main;work 3\nmain 1\n"), Format::Collapsed);
+        let perf =
+            b"app 12/13 [000] 1.000001: 250000 cpu-clock:\n\t  4005d6 work+0x6 (/tmp/app)\n\n";
+        assert_eq!(Format::detect(perf), Format::PerfScript);
+        assert_eq!(
+            Format::detect(b"# perf header\n\napp 12 1.0: cycles:\n\t 1 f (m)\n"),
+            Format::PerfScript
+        );
+        assert_eq!(Format::detect(&[0x1f, 0x8b, 8, 0]), Format::Pprof);
+        assert_eq!(
+            Format::detect(&[0x0a, 0x04, 0x08, 0x01, 0x10, 0x02]),
+            Format::Pprof
+        );
+        assert_eq!(Format::detect(b""), Format::Collapsed);
     }
 
     /// Guards the error message: it must list every accepted name, so a

@@ -119,7 +119,11 @@ pub fn flamegraph(args: FlamegraphArgs) -> anyhow::Result<()> {
         OutputFormat::Collapsed => "collapsed",
         OutputFormat::Json => "json",
     };
-    let mut query = vec![("from", args.from.as_str()), ("to", args.to.as_str()), ("format", format)];
+    let mut query = vec![
+        ("from", args.from.as_str()),
+        ("to", args.to.as_str()),
+        ("format", format),
+    ];
     for (name, value) in &args.filters {
         query.push((name, value));
     }
@@ -149,7 +153,11 @@ mod tests {
     #[test]
     fn urls_encode_values() {
         assert_eq!(
-            url("http://h/", "/p", &[("from", "now-1h"), ("process", "a b&c")]),
+            url(
+                "http://h/",
+                "/p",
+                &[("from", "now-1h"), ("process", "a b&c")]
+            ),
             "http://h/p?from=now-1h&process=a%20b%26c"
         );
     }

@@ -56,7 +56,10 @@ fn malformed_input_is_refused_by_name_and_changes_nothing() {
     let cases: [(&str, &[u8]); 6] = [
         ("collapsed", b"a;b 3\na;b three\n"),
         ("collapsed", b""),
-        ("perf-script", b"this is not perf script output\n\tnor this\n"),
+        (
+            "perf-script",
+            b"this is not perf script output\n\tnor this\n",
+        ),
         ("pprof", b"\x1f\x8b\x08 broken gzip"),
         ("pprof", b"\xff\xff\xff\xff not a protobuf"),
         ("flamegraph", b"a 1\n"),

@@ -34,8 +34,12 @@ fn kill9_loses_no_acknowledged_import() {
     });
     // Let some imports through, then pull the plug mid-stream.
     let mut acknowledged = Vec::new();
-    while acknowledged.len() < 40 {
-        acknowledged.push(acked.recv_timeout(Duration::from_secs(60)).expect("imports go through"));
+    while acknowledged.len() < 150 {
+        acknowledged.push(
+            acked
+                .recv_timeout(Duration::from_secs(60))
+                .expect("imports go through"),
+        );
     }
     server.kill9();
     importer.join().unwrap();
@@ -56,5 +60,10 @@ fn kill9_loses_no_acknowledged_import() {
         assert!(lines.contains(&expected), "acknowledged import {i} lost");
     }
     // Nothing counted twice, and at most the one in-flight import extra.
-    assert!(lines.len() <= acknowledged.len() + 1, "{} lines for {} imports", lines.len(), acknowledged.len());
+    assert!(
+        lines.len() <= acknowledged.len() + 1,
+        "{} lines for {} imports",
+        lines.len(),
+        acknowledged.len()
+    );
 }

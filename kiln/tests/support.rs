@@ -118,7 +118,11 @@ fn agent() -> ureq::Agent {
 }
 
 pub fn sorted_lines(text: &str) -> Vec<String> {
-    let mut lines: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
     lines.sort();
     lines
 }

@@ -77,10 +77,7 @@ fn gunzip(input: &[u8], limit: u64) -> Result<Vec<u8>, ImportError> {
 }
 
 /// Imports a decoded profile.
-fn import_profile(
-    profile: &Profile,
-    options: &ImportOptions,
-) -> Result<Imported, ImportError> {
+fn import_profile(profile: &Profile, options: &ImportOptions) -> Result<Imported, ImportError> {
     let tables = Tables::new(profile)?;
     let count_value = count_value(profile, &tables)?;
     let period_ns = if count_value.unit == "nanoseconds" {
