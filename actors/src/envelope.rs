@@ -115,7 +115,10 @@ mod tests {
     fn every_truncation_is_an_error() {
         let bytes = header().wrap(&[]);
         for n in 0..bytes.len() {
-            assert!(EnvelopeHeader::parse(&bytes[..n]).is_err(), "prefix of {n} bytes");
+            assert!(
+                EnvelopeHeader::parse(&bytes[..n]).is_err(),
+                "prefix of {n} bytes"
+            );
         }
     }
 }

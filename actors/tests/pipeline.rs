@@ -15,7 +15,10 @@ use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ObjectStore, Scope};
 const T0: i64 = 1_800_000_000_000_000_000;
 
 fn frames(names: &[&str]) -> Vec<Frame> {
-    names.iter().map(|n| Frame::named(FrameKind::Native, *n)).collect()
+    names
+        .iter()
+        .map(|n| Frame::named(FrameKind::Native, *n))
+        .collect()
 }
 
 struct Setup {
@@ -32,7 +35,9 @@ async fn setup() -> Setup {
     let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
     let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
     let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-    let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await.unwrap();
+    let progress = ingest::start(bus.clone(), store.clone(), objects.clone())
+        .await
+        .unwrap();
     let query = QueryCoordinator::start(store, 3);
     Setup {
         bus,
@@ -50,8 +55,16 @@ impl Setup {
             scope: self.scope.clone(),
             received_at_ns: T0,
         };
-        let p = self.bus.publish(&header.bus_key(source), header.wrap(bytes)).await.unwrap();
-        assert!(self.progress.wait_committed(p.partition, p.offset, Duration::from_secs(30)).await);
+        let p = self
+            .bus
+            .publish(&header.bus_key(source), header.wrap(bytes))
+            .await
+            .unwrap();
+        assert!(
+            self.progress
+                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
+                .await
+        );
     }
 
     fn range(&self, filters: &[(&str, &str)]) -> QueryRange {
@@ -59,12 +72,20 @@ impl Setup {
             scope: self.scope.clone(),
             from_ns: T0 - 10_000_000_000_000,
             to_ns: T0 + 10_000_000_000_000,
-            filters: filters.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            filters: filters
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
         }
     }
 
     async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
-        let wire = self.query.send(FlamegraphQuery(self.range(filters))).await.unwrap().unwrap();
+        let wire = self
+            .query
+            .send(FlamegraphQuery(self.range(filters)))
+            .await
+            .unwrap()
+            .unwrap();
         let bytes = wire.to_bytes();
         let mut out = Vec::new();
         access(&bytes).unwrap().write_collapsed(&mut out).unwrap();
@@ -91,7 +112,10 @@ async fn batches_across_hours_and_hosts_add_up() {
 
     let top = s
         .query
-        .send(TopQuery { range: s.range(&[]), limit: 10 })
+        .send(TopQuery {
+            range: s.range(&[]),
+            limit: 10,
+        })
         .await
         .unwrap()
         .unwrap();
@@ -125,7 +149,8 @@ async fn samples_may_refer_to_stacks_sent_earlier() {
 #[actix_rt::test]
 async fn undecodable_batches_go_to_the_dead_letter_area() {
     let s = setup().await;
-    s.publish("a", b"KLNB\x09\x00\x00\x00 from a future agent").await;
+    s.publish("a", b"KLNB\x09\x00\x00\x00 from a future agent")
+        .await;
     let mut b = BatchBuilder::new("a", T0, 1);
     b.add(T0, &frames(&["main"]), &LabelSet::new(), 2);
     s.publish("a", &b.finish().encode()).await;

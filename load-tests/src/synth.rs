@@ -27,7 +27,9 @@ impl CallGraph {
         let callees = (0..functions)
             .map(|_| {
                 let n = rng.random_range(1..=max_fanout.max(1));
-                (0..n).map(|_| rng.random_range(1..functions as u32)).collect()
+                (0..n)
+                    .map(|_| rng.random_range(1..functions as u32))
+                    .collect()
             })
             .collect();
         Self { names, callees }

@@ -68,7 +68,9 @@ pub(crate) async fn import(
                 ))
             })?,
     };
-    let labels: LabelSet = label_params(&params, IMPORT_RESERVED)?.into_iter().collect();
+    let labels: LabelSet = label_params(&params, IMPORT_RESERVED)?
+        .into_iter()
+        .collect();
     let options = ImportOptions {
         default_period_ns: (1e9 / hz).round().max(1.0) as u64,
         labels,
@@ -79,7 +81,9 @@ pub(crate) async fn import(
         .await
         .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
-    let published = state.publish(&imported.batch.source, &imported.batch.encode()).await?;
+    let published = state
+        .publish(&imported.batch.source, &imported.batch.encode())
+        .await?;
     let queryable = state
         .progress
         .wait_committed(published.partition, published.offset, IMPORT_WAIT)
@@ -105,7 +109,10 @@ pub(crate) async fn ingest(
     let batch = match decoded {
         Ok(batch) => batch,
         Err(e) => {
-            if matches!(e, BatchError::UnsupportedVersion { .. } | BatchError::UnsupportedFlags { .. }) {
+            if matches!(
+                e,
+                BatchError::UnsupportedVersion { .. } | BatchError::UnsupportedFlags { .. }
+            ) {
                 // A newer agent: keep its batch for a newer backend.
                 state.keep_refused(&body).await;
             }
@@ -150,7 +157,11 @@ impl AppState {
             xxhash_rust::xxh3::xxh3_64(body)
         );
         let stored = match ObjectKey::new(&name) {
-            Ok(key) => self.objects.put(&key, body.to_vec().into()).await.map_err(|e| e.to_string()),
+            Ok(key) => self
+                .objects
+                .put(&key, body.to_vec().into())
+                .await
+                .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = stored {

@@ -62,11 +62,16 @@ pub(crate) fn query_range(
 ) -> Result<QueryRange, ApiError> {
     let now = now_ns();
     let time = |name: &str, default: i64| match params.get(name) {
-        Some(text) => parse_time(text, now).map_err(|e| ApiError::bad_request(format!("{name}: {e}"))),
+        Some(text) => {
+            parse_time(text, now).map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
+        }
         None => Ok(default),
     };
     let to_ns = time("to", now)?;
-    let from_ns = time("from", to_ns.saturating_sub(DEFAULT_RANGE.as_nanos() as i64))?;
+    let from_ns = time(
+        "from",
+        to_ns.saturating_sub(DEFAULT_RANGE.as_nanos() as i64),
+    )?;
     if from_ns >= to_ns {
         return Err(ApiError::bad_request(format!(
             "from ({from_ns} ns) must be before to ({to_ns} ns)"
@@ -91,7 +96,9 @@ pub(crate) fn label_params(
         .map(|(name, value)| {
             let valid = !name.is_empty()
                 && name.len() <= 64
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
             if valid {
                 Ok((name.clone(), value.clone()))
             } else {

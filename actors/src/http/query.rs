@@ -20,7 +20,10 @@ const DEFAULT_TIMELINE_POINTS: i64 = 240;
 type Params = web::Query<BTreeMap<String, String>>;
 
 /// `GET /api/v1/flamegraph?from=T&to=T&format=collapsed|json|flamewire[&LABEL=VALUE…]`
-pub(crate) async fn flamegraph(state: web::Data<AppState>, params: Params) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn flamegraph(
+    state: web::Data<AppState>,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
     let format = params.get("format").map_or("json", String::as_str);
     if !["collapsed", "json", "flamewire"].contains(&format) {
         return Err(ApiError::bad_request(format!(
@@ -28,18 +31,26 @@ pub(crate) async fn flamegraph(state: web::Data<AppState>, params: Params) -> Re
         )));
     }
     let range = query_range(state.scope.clone(), &params)?;
-    let wire = state.query.send(FlamegraphQuery(range)).await.map_err(crate::query::QueryError::from)??;
+    let wire = state
+        .query
+        .send(FlamegraphQuery(range))
+        .await
+        .map_err(crate::query::QueryError::from)??;
     let bytes = wire.to_bytes();
     let graph = kiln_model::flamewire::access(&bytes)
         .map_err(|e| ApiError::Internal(format!("built an unreadable flamegraph: {e}")))?;
     let mut body = Vec::new();
     let content_type = match format {
         "collapsed" => {
-            graph.write_collapsed(&mut body).map_err(|e| ApiError::Internal(e.to_string()))?;
+            graph
+                .write_collapsed(&mut body)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
             "text/plain; charset=utf-8"
         }
         "json" => {
-            graph.write_json(&mut body).map_err(|e| ApiError::Internal(e.to_string()))?;
+            graph
+                .write_json(&mut body)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
             "application/json"
         }
         _ => {
@@ -51,29 +62,43 @@ pub(crate) async fn flamegraph(state: web::Data<AppState>, params: Params) -> Re
 }
 
 /// `GET /api/v1/top?from=T&to=T[&limit=N][&LABEL=VALUE…]`
-pub(crate) async fn top(state: web::Data<AppState>, params: Params) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn top(
+    state: web::Data<AppState>,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
     let limit = match params.get("limit") {
         None => 100,
         Some(text) => text
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=100_000).contains(n))
-            .ok_or_else(|| ApiError::bad_request(format!("limit: {text:?} is not a number from 1 to 100000")))?,
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("limit: {text:?} is not a number from 1 to 100000"))
+            })?,
     };
     let range = query_range(state.scope.clone(), &params)?;
-    let rows = state.query.send(TopQuery { range, limit }).await.map_err(crate::query::QueryError::from)??;
+    let rows = state
+        .query
+        .send(TopQuery { range, limit })
+        .await
+        .map_err(crate::query::QueryError::from)??;
     Ok(HttpResponse::Ok().json(rows))
 }
 
 /// `GET /api/v1/timeline?from=T&to=T[&step=DURATION][&LABEL=VALUE…]`: CPU
 /// over time in cores.
-pub(crate) async fn timeline(state: web::Data<AppState>, params: Params) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn timeline(
+    state: web::Data<AppState>,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
     let range = query_range(state.scope.clone(), &params)?;
     let span = range.to_ns - range.from_ns;
     let step_ns = match params.get("step") {
         None => (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000),
         Some(text) => humantime::parse_duration(text)
-            .map_err(|e| ApiError::bad_request(format!("step: {text:?} is not a duration (e.g. 10s): {e}")))?
+            .map_err(|e| {
+                ApiError::bad_request(format!("step: {text:?} is not a duration (e.g. 10s): {e}"))
+            })?
             .as_nanos()
             .min(i64::MAX as u128) as i64,
     };
@@ -82,14 +107,25 @@ pub(crate) async fn timeline(state: web::Data<AppState>, params: Params) -> Resu
             "step: {step_ns} ns gives more than {MAX_TIMELINE_POINTS} points over the range; use a larger step"
         )));
     }
-    let timeline = state.query.send(TimelineQuery { range, step_ns }).await.map_err(crate::query::QueryError::from)??;
+    let timeline = state
+        .query
+        .send(TimelineQuery { range, step_ns })
+        .await
+        .map_err(crate::query::QueryError::from)??;
     Ok(HttpResponse::Ok().json(timeline))
 }
 
 /// `GET /api/v1/labels?from=T&to=T`: label names and values seen, with sample
 /// counts, for filter pickers.
-pub(crate) async fn labels(state: web::Data<AppState>, params: Params) -> Result<HttpResponse, ApiError> {
+pub(crate) async fn labels(
+    state: web::Data<AppState>,
+    params: Params,
+) -> Result<HttpResponse, ApiError> {
     let range = query_range(state.scope.clone(), &params)?;
-    let labels = state.query.send(LabelsQuery(range)).await.map_err(crate::query::QueryError::from)??;
+    let labels = state
+        .query
+        .send(LabelsQuery(range))
+        .await
+        .map_err(crate::query::QueryError::from)??;
     Ok(HttpResponse::Ok().json(labels))
 }

@@ -40,7 +40,11 @@ pub(crate) struct BusConsumer {
 }
 
 impl BusConsumer {
-    pub(crate) fn new(consumer: Box<dyn Consumer>, stages: Stages, progress: ProgressSender) -> Self {
+    pub(crate) fn new(
+        consumer: Box<dyn Consumer>,
+        stages: Stages,
+        progress: ProgressSender,
+    ) -> Self {
         Self {
             consumer: Some(consumer),
             stages,

@@ -137,8 +137,12 @@ impl Deduper {
             .or_insert_with(|| TenantCache::new(capacity));
         r.frames.into_iter().for_each(|id| cache.frames.insert(id));
         r.stacks.into_iter().for_each(|id| cache.stacks.insert(id));
-        r.label_sets.into_iter().for_each(|id| cache.label_sets.insert(id));
-        r.executables.into_iter().for_each(|id| cache.executables.insert(id));
+        r.label_sets
+            .into_iter()
+            .for_each(|id| cache.label_sets.insert(id));
+        r.executables
+            .into_iter()
+            .for_each(|id| cache.executables.insert(id));
     }
 }
 

@@ -20,7 +20,10 @@ pub(crate) struct ProgressSender {
 /// A progress channel for `partitions` partitions, all at offset 0.
 pub(crate) fn channel(partitions: u32) -> (ProgressSender, IngestProgress) {
     let (tx, rx) = watch::channel(vec![0; partitions as usize]);
-    (ProgressSender { committed: tx }, IngestProgress { committed: rx })
+    (
+        ProgressSender { committed: tx },
+        IngestProgress { committed: rx },
+    )
 }
 
 impl ProgressSender {

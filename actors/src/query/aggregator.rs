@@ -120,7 +120,8 @@ async fn run_scan(
         .scan_samples(&range.scope, range.from_ns, range.to_ns)
         .await?;
     let tenant = range.scope.tenant();
-    let label_sets = load_label_sets(store, cache, tenant, samples.iter().map(|s| s.labels)).await?;
+    let label_sets =
+        load_label_sets(store, cache, tenant, samples.iter().map(|s| s.labels)).await?;
     let mut partial = Partial::default();
     for s in samples {
         let Some(labels) = label_sets.get(&s.labels) else {
@@ -133,7 +134,11 @@ async fn run_scan(
         partial.total.add(s.count, s.period_ns);
         if let Some((origin, step)) = want.timeline {
             let bucket = (s.timestamp_ns - origin).div_euclid(step);
-            partial.buckets.entry(bucket).or_default().add(s.count, s.period_ns);
+            partial
+                .buckets
+                .entry(bucket)
+                .or_default()
+                .add(s.count, s.period_ns);
         }
         if want.label_sets {
             partial

@@ -170,7 +170,11 @@ fn partition_key(part: &QueryRange) -> Vec<u8> {
 impl Handler<FlamegraphQuery> for QueryCoordinator {
     type Result = ResponseFuture<Result<Flamewire, QueryError>>;
 
-    fn handle(&mut self, FlamegraphQuery(range): FlamegraphQuery, _: &mut Context<Self>) -> Self::Result {
+    fn handle(
+        &mut self,
+        FlamegraphQuery(range): FlamegraphQuery,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
         let cluster = self.cluster.clone();
         Box::pin(async move {
             let partial = cluster.gather(&range, Want::default()).await?;
@@ -247,7 +251,11 @@ mod tests {
         };
         let parts: Vec<(i64, i64)> = range.partitions().map(|p| (p.from_ns, p.to_ns)).collect();
         assert_eq!(parts, [(h / 2, h), (h, 2 * h), (2 * h, 2 * h + 1)]);
-        let exact = QueryRange { from_ns: h, to_ns: 2 * h, ..range };
+        let exact = QueryRange {
+            from_ns: h,
+            to_ns: 2 * h,
+            ..range
+        };
         assert_eq!(exact.partitions().count(), 1);
     }
 }

@@ -70,14 +70,20 @@ impl Resolver {
         ids: impl IntoIterator<Item = StackId>,
     ) -> Result<Resolved, StoreError> {
         let stacks = self.stacks_of(tenant, ids).await?;
-        let frame_ids: HashSet<FrameId> = stacks.values().flatten().flat_map(|f| f.iter().copied()).collect();
+        let frame_ids: HashSet<FrameId> = stacks
+            .values()
+            .flatten()
+            .flat_map(|f| f.iter().copied())
+            .collect();
         let labels = self.frames_of(tenant, frame_ids).await?;
         Ok(stacks
             .into_iter()
             .map(|(id, frames)| {
                 let resolved = match frames {
                     Some(frames) => frames.iter().map(|f| labels[f].clone()).collect(),
-                    None => vec![Arc::new(FrameLabel::synthetic(format!("[unknown stack {id}]")))],
+                    None => vec![Arc::new(FrameLabel::synthetic(format!(
+                        "[unknown stack {id}]"
+                    )))],
                 };
                 (id, resolved)
             })

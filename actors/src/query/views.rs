@@ -85,20 +85,21 @@ pub(crate) fn top_functions(
                 .0 += count;
         }
     }
-    let cores = |samples: u64| {
-        samples as f64 * ns_per_count(partial) as f64 / range.duration_ns() as f64
-    };
+    let cores =
+        |samples: u64| samples as f64 * ns_per_count(partial) as f64 / range.duration_ns() as f64;
     let mut out: Vec<TopFunction> = rows
         .into_iter()
-        .map(|((name, module, kind), (self_samples, total_samples))| TopFunction {
-            name: name.to_owned(),
-            module: module.map(str::to_owned),
-            kind,
-            self_samples,
-            total_samples,
-            self_cores: cores(self_samples),
-            total_cores: cores(total_samples),
-        })
+        .map(
+            |((name, module, kind), (self_samples, total_samples))| TopFunction {
+                name: name.to_owned(),
+                module: module.map(str::to_owned),
+                kind,
+                self_samples,
+                total_samples,
+                self_cores: cores(self_samples),
+                total_cores: cores(total_samples),
+            },
+        )
         .collect();
     out.sort_by(|a, b| {
         (b.self_samples, b.total_samples)

@@ -44,7 +44,10 @@ fn main() {
             let depth = rand::Rng::random_range(&mut rng, 8..=64);
             let walk = graph.walk(depth, &mut rng);
             let count = rand::Rng::random_range(&mut rng, 1..=1000);
-            probe.add_stack(&walk.iter().map(|&f| ids[f as usize]).collect::<Vec<_>>(), count);
+            probe.add_stack(
+                &walk.iter().map(|&f| ids[f as usize]).collect::<Vec<_>>(),
+                count,
+            );
             stacks.push((walk, count));
         }
     }
@@ -100,13 +103,29 @@ fn main() {
     report.time("validate + access (zero-copy)", validate);
     report.time("write JSON", json_time);
     report.add("flamewire bytes", bytes.len() as f64, "B");
-    report.add("flamewire bytes per node", bytes.len() as f64 / nodes as f64, "B");
+    report.add(
+        "flamewire bytes per node",
+        bytes.len() as f64 / nodes as f64,
+        "B",
+    );
     report.add("flamewire+zstd bytes", wire_zstd as f64, "B");
     report.add("json bytes", json.len() as f64, "B");
     report.add("json+zstd bytes", json_zstd as f64, "B");
     report.add("json+gzip bytes", json_gzip as f64, "B");
-    report.add("ratio json / flamewire (raw)", json.len() as f64 / bytes.len() as f64, "x");
-    report.add("ratio json / flamewire+zstd", json.len() as f64 / wire_zstd as f64, "x");
-    report.add("ratio json+gzip / flamewire+zstd", json_gzip as f64 / wire_zstd as f64, "x");
+    report.add(
+        "ratio json / flamewire (raw)",
+        json.len() as f64 / bytes.len() as f64,
+        "x",
+    );
+    report.add(
+        "ratio json / flamewire+zstd",
+        json.len() as f64 / wire_zstd as f64,
+        "x",
+    );
+    report.add(
+        "ratio json+gzip / flamewire+zstd",
+        json_gzip as f64 / wire_zstd as f64,
+        "x",
+    );
     report.finish("flamewire");
 }

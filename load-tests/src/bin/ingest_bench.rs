@@ -15,9 +15,7 @@ use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
 use kiln_model::Batch;
-use kiln_storage::{
-    EmbeddedProfileStore, LocalObjectStore, ProfileStore, Scope, StoredSample,
-};
+use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ProfileStore, Scope, StoredSample};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -73,20 +71,40 @@ fn main() -> anyhow::Result<()> {
     let mut report = Report::default();
     report.add("samples", samples as f64, "samples");
     report.add("sample rows", rows as f64, "rows");
-    report.add("batch wire bytes per sample", wire_bytes as f64 / samples as f64, "B");
+    report.add(
+        "batch wire bytes per sample",
+        wire_bytes as f64 / samples as f64,
+        "B",
+    );
 
     let runtime = actix_rt::System::new();
     runtime.block_on(async {
         let baseline = baseline(&batches).await?;
         report.time("baseline: direct store writes", baseline);
-        report.add("baseline samples/s", samples as f64 / baseline.as_secs_f64(), "samples/s");
+        report.add(
+            "baseline samples/s",
+            samples as f64 / baseline.as_secs_f64(),
+            "samples/s",
+        );
 
         let (publish, drain) = pipeline(&encoded).await?;
         report.time("pipeline: publish to bus (fsync each)", publish);
-        report.add("publish batches/s", encoded.len() as f64 / publish.as_secs_f64(), "batches/s");
+        report.add(
+            "publish batches/s",
+            encoded.len() as f64 / publish.as_secs_f64(),
+            "batches/s",
+        );
         report.time("pipeline: bus -> store, committed", drain);
-        report.add("pipeline samples/s", samples as f64 / drain.as_secs_f64(), "samples/s");
-        report.add("pipeline rows/s", rows as f64 / drain.as_secs_f64(), "rows/s");
+        report.add(
+            "pipeline samples/s",
+            samples as f64 / drain.as_secs_f64(),
+            "samples/s",
+        );
+        report.add(
+            "pipeline rows/s",
+            rows as f64 / drain.as_secs_f64(),
+            "rows/s",
+        );
         report.add(
             "pipeline / baseline throughput",
             baseline.as_secs_f64() / drain.as_secs_f64(),
