@@ -32,9 +32,7 @@ pub const BATCH_HEADER_LEN: usize = 8;
 pub const MAX_BATCH_BYTES: usize = 256 * 1024 * 1024;
 
 /// A frame with its id, as carried in a batch's dictionary.
-#[derive(
-    Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct FrameEntry {
     /// Must equal `frame.id()`.
     pub id: FrameId,
@@ -43,9 +41,7 @@ pub struct FrameEntry {
 }
 
 /// A stack with its id, as carried in a batch's dictionary.
-#[derive(
-    Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct StackEntry {
     /// Must equal `stack_id(&frames)`.
     pub id: StackId,
@@ -54,9 +50,7 @@ pub struct StackEntry {
 }
 
 /// A label set with its id.
-#[derive(
-    Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct LabelSetEntry {
     /// Must equal `labels.id()`.
     pub id: LabelSetId,
@@ -128,7 +122,9 @@ pub enum BatchError {
         found: [u8; 4],
     },
     /// A format version this build does not read.
-    #[error("batch format version {found} is not supported (this build reads version {BATCH_VERSION})")]
+    #[error(
+        "batch format version {found} is not supported (this build reads version {BATCH_VERSION})"
+    )]
     UnsupportedVersion {
         /// The version in the header.
         found: u16,
@@ -305,7 +301,10 @@ impl BatchBuilder {
         }
         let stack = stack_id(&ids);
         if self.stacks.insert(stack, ()).is_none() {
-            self.batch.stacks.push(StackEntry { id: stack, frames: ids });
+            self.batch.stacks.push(StackEntry {
+                id: stack,
+                frames: ids,
+            });
         }
         let label_id = labels.id();
         if self.label_sets.insert(label_id, ()).is_none() {
@@ -415,7 +414,12 @@ mod tests {
     #[test]
     fn forged_dictionary_id_is_refused() {
         let mut b = BatchBuilder::new("h", 0, 1);
-        b.add(0, &[Frame::named(FrameKind::Native, "main")], &LabelSet::new(), 1);
+        b.add(
+            0,
+            &[Frame::named(FrameKind::Native, "main")],
+            &LabelSet::new(),
+            1,
+        );
         let mut batch = b.finish();
         batch.frames[0].id = FrameId(42);
         let err = Batch::decode(&batch.encode()).unwrap_err();

@@ -93,9 +93,7 @@ pub struct WireFrame {
 }
 
 /// One node of the graph.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 #[rkyv(derive(Debug))]
 pub struct Node {
     /// Samples in this node and everything it called.
@@ -145,7 +143,9 @@ pub enum FlamewireError {
     #[error("flamewire archive is invalid: {0}")]
     Invalid(String),
     /// A version this build does not read.
-    #[error("flamewire version {0} is not supported (this build reads version {FLAMEWIRE_VERSION})")]
+    #[error(
+        "flamewire version {0} is not supported (this build reads version {FLAMEWIRE_VERSION})"
+    )]
     UnsupportedVersion(u32),
     /// An index points outside its table, or the tree structure is broken.
     #[error("flamewire is inconsistent: {0}")]
@@ -159,7 +159,9 @@ pub fn access(bytes: &[u8]) -> Result<&ArchivedFlamewire, FlamewireError> {
     let graph = rkyv::access::<ArchivedFlamewire, rkyv::rancor::Error>(bytes)
         .map_err(|e| FlamewireError::Invalid(e.to_string()))?;
     if graph.version.to_native() != FLAMEWIRE_VERSION {
-        return Err(FlamewireError::UnsupportedVersion(graph.version.to_native()));
+        return Err(FlamewireError::UnsupportedVersion(
+            graph.version.to_native(),
+        ));
     }
     graph.check_consistency()?;
     Ok(graph)
@@ -180,10 +182,15 @@ impl ArchivedFlamewire {
         let frames = self.frames.len() as u32;
         let nodes = self.nodes.len();
         if strings == 0 || frames == 0 || nodes == 0 {
-            return Err(FlamewireError::Inconsistent("empty string, frame or node table"));
+            return Err(FlamewireError::Inconsistent(
+                "empty string, frame or node table",
+            ));
         }
         for f in self.frames.iter() {
-            if [f.name, f.module, f.file].iter().any(|s| s.to_native() >= strings) {
+            if [f.name, f.module, f.file]
+                .iter()
+                .any(|s| s.to_native() >= strings)
+            {
                 return Err(FlamewireError::Inconsistent("frame names a missing string"));
             }
         }
@@ -193,14 +200,18 @@ impl ArchivedFlamewire {
             }
             let skip = n.skip.to_native() as usize;
             if skip == 0 || i + skip > nodes {
-                return Err(FlamewireError::Inconsistent("node subtree runs past the end"));
+                return Err(FlamewireError::Inconsistent(
+                    "node subtree runs past the end",
+                ));
             }
             if i > 0 && n.depth.to_native() == 0 {
                 return Err(FlamewireError::Inconsistent("more than one root"));
             }
         }
         if self.nodes[0].skip.to_native() as usize != nodes {
-            return Err(FlamewireError::Inconsistent("root does not span every node"));
+            return Err(FlamewireError::Inconsistent(
+                "root does not span every node",
+            ));
         }
         Ok(())
     }
@@ -248,7 +259,11 @@ impl ArchivedFlamewire {
             let frame = self.node_frame(i);
             out.write_all(b"{\"name\":")?;
             write_json_str(out, self.string(frame.name.to_native()))?;
-            write!(out, ",\"kind\":\"{}\"", FrameKind::from(&frame.kind).as_str())?;
+            write!(
+                out,
+                ",\"kind\":\"{}\"",
+                FrameKind::from(&frame.kind).as_str()
+            )?;
             if frame.module != 0 {
                 out.write_all(b",\"module\":")?;
                 write_json_str(out, self.string(frame.module.to_native()))?;
@@ -532,7 +547,11 @@ mod tests {
 
     #[test]
     fn collapsed_output_lists_each_stack_once() {
-        let bytes = build(&[(vec!["main", "b"], 2), (vec!["main"], 1), (vec!["main", "b"], 5)]);
+        let bytes = build(&[
+            (vec!["main", "b"], 2),
+            (vec!["main"], 1),
+            (vec!["main", "b"], 5),
+        ]);
         let mut out = Vec::new();
         access(&bytes).unwrap().write_collapsed(&mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "main 1\nmain;b 7\n");
@@ -566,10 +585,16 @@ mod tests {
         assert!(access(&rkyv::util::AlignedVec::<16>::new()).is_err());
         let mut wire = FlamewireBuilder::new().finish(FlameMeta::default());
         wire.nodes[0].skip = 5;
-        assert!(matches!(access(&wire.to_bytes()), Err(FlamewireError::Inconsistent(_))));
+        assert!(matches!(
+            access(&wire.to_bytes()),
+            Err(FlamewireError::Inconsistent(_))
+        ));
         wire.nodes[0].skip = 1;
         wire.version = 99;
-        assert!(matches!(access(&wire.to_bytes()), Err(FlamewireError::UnsupportedVersion(99))));
+        assert!(matches!(
+            access(&wire.to_bytes()),
+            Err(FlamewireError::UnsupportedVersion(99))
+        ));
     }
 
     fn arb_stacks() -> impl Strategy<Value = Vec<(Vec<u8>, u64)>> {

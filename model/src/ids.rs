@@ -203,7 +203,11 @@ mod tests {
     fn parse_rejects_wrong_length_and_non_hex() {
         assert!("abc".parse::<FrameId>().is_err());
         assert!("g".repeat(32).parse::<FrameId>().is_err());
-        assert!("+0000000000000000000000000000001".parse::<FrameId>().is_err());
+        assert!(
+            "+0000000000000000000000000000001"
+                .parse::<FrameId>()
+                .is_err()
+        );
     }
 
     #[test]
