@@ -41,12 +41,16 @@ const CACHE_SIZE: usize = 1 << 20;
 /// Ids asked of the store in one call.
 const CHUNK: usize = 4096;
 
+/// Cached stacks and frames, keyed by tenant and id.
+type StackCache = BoundedCache<(String, StackId), Arc<[FrameId]>>;
+type FrameCache = BoundedCache<(String, FrameId), Arc<FrameLabel>>;
+
 /// Resolves stacks to frame labels, with caches shared by all queries.
 #[derive(Debug)]
 pub(crate) struct Resolver {
     store: Arc<dyn ProfileStore>,
-    stacks: Mutex<BoundedCache<(String, StackId), Arc<[FrameId]>>>,
-    frames: Mutex<BoundedCache<(String, FrameId), Arc<FrameLabel>>>,
+    stacks: Mutex<StackCache>,
+    frames: Mutex<FrameCache>,
 }
 
 /// Resolved stacks: each stack id's frames (root first).
