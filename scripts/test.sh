@@ -32,6 +32,8 @@ fi
 fuzz_seconds="${KILN_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" = "0" ]; then
   tier "fuzz smoke" "SKIP (KILN_FUZZ_SECONDS=0)"
+elif ! { rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal; }; then
+  tier "fuzz smoke" "SKIP (cargo-fuzz needs a nightly toolchain and none could be installed)"
 else
   tier "fuzz smoke" "RUN (${fuzz_seconds}s per target, cargo-fuzz on nightly)"
   scripts/fuzz.sh "$fuzz_seconds"

@@ -93,6 +93,21 @@ fn main() {
         e.finish().expect("gzip").len()
     };
     let wire_zstd = zstd(&bytes);
+    // The same nodes as columns (one array per field): how much a columnar
+    // layout would save once compressed.
+    let column = |f: &dyn Fn(&kiln_model::flamewire::Node) -> Vec<u8>| -> Vec<u8> {
+        wire.nodes.iter().flat_map(f).collect()
+    };
+    let columnar_zstd: usize = [
+        column(&|n| n.total.to_le_bytes().to_vec()),
+        column(&|n| n.self_count.to_le_bytes().to_vec()),
+        column(&|n| n.frame.to_le_bytes().to_vec()),
+        column(&|n| n.depth.to_le_bytes().to_vec()),
+        column(&|n| n.skip.to_le_bytes().to_vec()),
+    ]
+    .iter()
+    .map(|c| zstd(c))
+    .sum();
     let json_zstd = zstd(&json);
     let json_gzip = gzip(&json);
 
@@ -109,6 +124,7 @@ fn main() {
         "B",
     );
     report.add("flamewire+zstd bytes", wire_zstd as f64, "B");
+    report.add("columnar nodes+zstd bytes (nodes only)", columnar_zstd as f64, "B");
     report.add("json bytes", json.len() as f64, "B");
     report.add("json+zstd bytes", json_zstd as f64, "B");
     report.add("json+gzip bytes", json_gzip as f64, "B");
