@@ -93,21 +93,39 @@ fn main() {
         e.finish().expect("gzip").len()
     };
     let wire_zstd = zstd(&bytes);
-    // The same nodes as columns (one array per field): how much a columnar
-    // layout would save once compressed.
-    let column = |f: &dyn Fn(&kiln_model::flamewire::Node) -> Vec<u8>| -> Vec<u8> {
-        wire.nodes.iter().flat_map(f).collect()
-    };
-    let columnar_zstd: usize = [
-        column(&|n| n.total.to_le_bytes().to_vec()),
-        column(&|n| n.self_count.to_le_bytes().to_vec()),
-        column(&|n| n.frame.to_le_bytes().to_vec()),
-        column(&|n| n.depth.to_le_bytes().to_vec()),
-        column(&|n| n.skip.to_le_bytes().to_vec()),
+    // The same nodes interleaved as records (Flamewire's first layout), to
+    // show what storing them by column saves once compressed.
+    let interleaved: Vec<u8> = (0..wire.nodes.len())
+        .flat_map(|i| {
+            let n = wire.nodes.get(i);
+            [
+                &n.total.to_le_bytes()[..],
+                &n.self_count.to_le_bytes(),
+                &n.frame.to_le_bytes(),
+                &n.depth.to_le_bytes(),
+                &n.skip.to_le_bytes(),
+                &[0; 4],
+            ]
+            .concat()
+        })
+        .collect();
+    let columns = &wire.nodes;
+    let columnar: Vec<u8> = [
+        columns
+            .total
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>(),
+        columns
+            .self_count
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        columns.frame.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        columns.depth.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        columns.skip.iter().flat_map(|v| v.to_le_bytes()).collect(),
     ]
-    .iter()
-    .map(|c| zstd(c))
-    .sum();
+    .concat();
     let json_zstd = zstd(&json);
     let json_gzip = gzip(&json);
 
@@ -124,7 +142,12 @@ fn main() {
         "B",
     );
     report.add("flamewire+zstd bytes", wire_zstd as f64, "B");
-    report.add("columnar nodes+zstd bytes (nodes only)", columnar_zstd as f64, "B");
+    report.add("nodes only, by column, +zstd", zstd(&columnar) as f64, "B");
+    report.add(
+        "nodes only, interleaved, +zstd",
+        zstd(&interleaved) as f64,
+        "B",
+    );
     report.add("json bytes", json.len() as f64, "B");
     report.add("json+zstd bytes", json_zstd as f64, "B");
     report.add("json+gzip bytes", json_gzip as f64, "B");
