@@ -33,8 +33,8 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "info,actix_server=warn",
-        1 => "debug,actix_server=info",
+        0 => "info,actix_server=warn,fjall=warn,lsm_tree=warn",
+        1 => "debug,actix_server=info,fjall=info,lsm_tree=info",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KILN_LOG")
