@@ -7,7 +7,7 @@
 //! pixel or off screen. Strings and frames are interned once.
 //!
 //! The node array is stored by column ([`Nodes`]): one vector per field, all
-//! indexed by node. Compressed, that is 2.4× smaller than interleaved
+//! indexed by node. Compressed, that is 2.2× smaller than interleaved
 //! records on a 1M-node graph (`flamewire_bench`), and a renderer scanning
 //! `skip` and `total` touches only those two columns.
 //!
