@@ -25,6 +25,23 @@ pub struct StoredSample {
     pub period_ns: u64,
 }
 
+impl StoredSample {
+    /// The rows of a batch's samples, each with the batch's period.
+    pub fn of_batch(batch: &kiln_model::Batch) -> Vec<StoredSample> {
+        batch
+            .samples
+            .iter()
+            .map(|s| StoredSample {
+                timestamp_ns: s.timestamp_ns,
+                stack: s.stack,
+                labels: s.labels,
+                count: s.count,
+                period_ns: batch.period_ns,
+            })
+            .collect()
+    }
+}
+
 /// Where profiles live: the `samples`, `stacks`, `frames`, `labelsets` and
 /// `executables` tables of DESIGN.md's storage schema.
 ///

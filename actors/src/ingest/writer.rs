@@ -54,16 +54,6 @@ async fn write_one(store: &dyn ProfileStore, decoded: &Decoded) -> Result<(), St
     store.put_stacks(tenant, &b.stacks).await?;
     store.put_label_sets(tenant, &b.label_sets).await?;
     store.put_executables(tenant, &b.executables).await?;
-    let samples: Vec<StoredSample> = b
-        .samples
-        .iter()
-        .map(|s| StoredSample {
-            timestamp_ns: s.timestamp_ns,
-            stack: s.stack,
-            labels: s.labels,
-            count: s.count,
-            period_ns: b.period_ns,
-        })
-        .collect();
+    let samples = StoredSample::of_batch(b);
     store.put_samples(scope, &samples).await
 }

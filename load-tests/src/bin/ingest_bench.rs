@@ -130,17 +130,7 @@ async fn baseline(batches: &[Batch]) -> anyhow::Result<Duration> {
             store.put_frames("bench", &b.frames).await?;
             store.put_stacks("bench", &b.stacks).await?;
             store.put_label_sets("bench", &b.label_sets).await?;
-            let rows: Vec<StoredSample> = b
-                .samples
-                .iter()
-                .map(|s| StoredSample {
-                    timestamp_ns: s.timestamp_ns,
-                    stack: s.stack,
-                    labels: s.labels,
-                    count: s.count,
-                    period_ns: b.period_ns,
-                })
-                .collect();
+            let rows = StoredSample::of_batch(b);
             store.put_samples(&scope, &rows).await?;
         }
         store.sync().await?;
