@@ -1,0 +1,111 @@
+//! `#[repr(C)]` mirrors of `src/bpf/types.h`, the one source of truth for
+//! what crosses the kernel boundary. Field docs live there; a change there
+//! bumps `KILN_ABI_VERSION`, and this file stops compiling until its own
+//! [`ABI_VERSION`] follows.
+
+/// The layout version these mirrors describe.
+pub const ABI_VERSION: u32 = 1;
+
+const _: () = assert!(
+    ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
+    "src/bpf/types.h changed KILN_ABI_VERSION: update the mirrors in abi.rs"
+);
+
+/// `KILN_MAX_STACK_DEPTH`.
+pub const MAX_STACK_DEPTH: usize = 127;
+
+/// `KILN_STACK_TRUNCATED`.
+pub const STACK_TRUNCATED: u32 = 1 << 0;
+
+/// `enum kiln_stat`: indexes of the per-CPU `stats` array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Stat {
+    /// `KILN_STAT_SAMPLES`.
+    Samples = 0,
+    /// `KILN_STAT_IDLE`.
+    Idle = 1,
+    /// `KILN_STAT_COUNTS_FULL`.
+    CountsFull = 2,
+    /// `KILN_STAT_STACKS_FULL`.
+    StacksFull = 3,
+    /// `KILN_STAT_KERNEL_STACK_ERRORS`.
+    KernelStackErrors = 4,
+    /// `KILN_STAT_USER_STACK_ERRORS`.
+    UserStackErrors = 5,
+}
+
+/// `KILN_STAT_NR`.
+pub const STAT_NR: u32 = 6;
+
+/// `struct kiln_sample_key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(C)]
+pub struct SampleKey {
+    pub generation: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    pub reserved: u32,
+    pub user_stack_id: u64,
+    pub kernel_stack_id: u64,
+}
+
+/// `struct kiln_sample_value`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct SampleValue {
+    pub count: u64,
+    pub comm: [u8; 16],
+}
+
+/// `struct kiln_stack`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Stack {
+    pub len: u32,
+    pub flags: u32,
+    pub addrs: [u64; MAX_STACK_DEPTH],
+}
+
+impl Stack {
+    /// The recorded addresses, leaf first.
+    pub fn frames(&self) -> &[u64] {
+        &self.addrs[..(self.len as usize).min(MAX_STACK_DEPTH)]
+    }
+}
+
+/// `struct kiln_control`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct Control {
+    pub abi_version: u32,
+    pub generation: u32,
+}
+
+// The sizes the C side asserts with _Static_assert; with fields ordered so
+// that none needs padding, equal sizes mean equal layouts.
+const _: () = assert!(size_of::<SampleKey>() == 32);
+const _: () = assert!(size_of::<SampleValue>() == 24);
+const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(size_of::<Control>() == 8);
+
+// SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit
+// pattern is a valid value, which is what aya's `Pod` requires.
+unsafe impl aya::Pod for SampleKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SampleValue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Stack {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Control {}
+
+const fn parse_u32(s: &str) -> u32 {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    let mut n = 0u32;
+    while i < bytes.len() {
+        n = n * 10 + (bytes[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}

@@ -1,0 +1,389 @@
+//! Turns one interval's drained counters into a [`Batch`]: frames for
+//! every address, labels for every process, and only the dictionary
+//! entries the backend has not had from this agent recently.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+
+use crate::fileid::FileCache;
+use crate::kallsyms::Kallsyms;
+use crate::procfs::ProcessTable;
+use crate::sampler::{Drained, RawSample, RawStack};
+
+/// Name of the frame that stands for the idle task.
+pub const IDLE_FRAME: &str = "idle";
+/// Root frame of a stack cut at the maximum depth.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+/// Frame of samples whose stack was recorded but could not be kept.
+pub const STACK_LOST_FRAME: &str = "[stack lost]";
+/// Frame of samples lost because the kernel's counter map was full.
+pub const SAMPLES_LOST_FRAME: &str = "[samples lost]";
+
+/// Builds batches. Holds the per-host knowledge that outlives an interval:
+/// processes, files, kernel symbols, and what was sent.
+#[derive(Debug)]
+pub struct Batcher {
+    host: String,
+    period_ns: u64,
+    processes: ProcessTable,
+    files: FileCache,
+    kallsyms: Option<Kallsyms>,
+    sent: RecentlySent,
+}
+
+impl Batcher {
+    /// A batcher for `host`, whose samples each stand for `period_ns` of
+    /// CPU. Without kernel symbols, kernel frames are named by address.
+    pub fn new(host: impl Into<String>, period_ns: u64, kallsyms: Option<Kallsyms>) -> Self {
+        Batcher {
+            host: host.into(),
+            period_ns,
+            processes: ProcessTable::new(),
+            files: FileCache::new(),
+            kallsyms,
+            sent: RecentlySent::new(RESEND_AFTER, MAX_REMEMBERED),
+        }
+    }
+
+    /// Builds the batch of one interval; its samples are stamped
+    /// `timestamp_ns`. Call [`Batcher::delivered`] once the sink has it.
+    pub fn build(&mut self, drained: &Drained, timestamp_ns: i64, sent_at_ns: i64) -> Batch {
+        self.processes.next_drain();
+        let mut builder = BatchBuilder::new(self.host.clone(), sent_at_ns, self.period_ns);
+        let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
+        let mut user_frames: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
+        let mut kernel_frames: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
+        let mut executables = HashMap::new();
+        let mut frames = Vec::new();
+
+        for sample in &drained.samples {
+            frames.clear();
+            if sample.is_idle() {
+                frames.push(Frame::named(FrameKind::Idle, IDLE_FRAME));
+                builder.add(timestamp_ns, &frames, &host_only, sample.count);
+                continue;
+            }
+            let truncated = sample.user.as_ref().is_some_and(|s| s.truncated)
+                || sample.kernel.as_ref().is_some_and(|s| s.truncated);
+            if truncated {
+                frames.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
+            }
+            if sample.stack_lost {
+                frames.push(Frame::named(FrameKind::Truncated, STACK_LOST_FRAME));
+            }
+            if let Some(user) = &sample.user {
+                let key = (sample.pid, Arc::as_ptr(user));
+                let resolved = match user_frames.get(&key) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = Arc::new(self.user_frames(sample.pid, user, &mut executables));
+                        user_frames.insert(key, f.clone());
+                        f
+                    }
+                };
+                frames.extend(resolved.iter().cloned());
+            }
+            if let Some(kernel) = &sample.kernel {
+                let resolved = kernel_frames
+                    .entry(Arc::as_ptr(kernel))
+                    .or_insert_with(|| Arc::new(self.kernel_frames(kernel)))
+                    .clone();
+                frames.extend(resolved.iter().cloned());
+            }
+            if frames.is_empty() {
+                frames.push(Frame::named(FrameKind::Truncated, STACK_LOST_FRAME));
+            }
+            let labels = self.labels(sample);
+            builder.add(timestamp_ns, &frames, &labels, sample.count);
+        }
+        if drained.lost > 0 {
+            frames.clear();
+            frames.push(Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME));
+            builder.add(timestamp_ns, &frames, &host_only, drained.lost);
+        }
+        for file in executables.into_values() {
+            builder.add_executable(file);
+        }
+        let mut batch = builder.finish();
+        self.sent.rotate_if_due();
+        batch
+            .frames
+            .retain(|e| !self.sent.contains(Kind::Frame, e.id.0));
+        batch
+            .stacks
+            .retain(|e| !self.sent.contains(Kind::Stack, e.id.0));
+        batch
+            .label_sets
+            .retain(|e| !self.sent.contains(Kind::Labels, e.id.0));
+        batch
+            .executables
+            .retain(|e| !self.sent.contains(Kind::File, e.file_id.0));
+        batch
+    }
+
+    /// Records that the backend has `batch`'s dictionary entries, so later
+    /// batches leave them out. Not called for spooled batches: until the
+    /// backend is back, every batch carries all it needs on its own, so
+    /// dropping the oldest spooled batch never orphans a later one.
+    pub fn delivered(&mut self, batch: &Batch) {
+        for e in &batch.frames {
+            self.sent.insert(Kind::Frame, e.id.0);
+        }
+        for e in &batch.stacks {
+            self.sent.insert(Kind::Stack, e.id.0);
+        }
+        for e in &batch.label_sets {
+            self.sent.insert(Kind::Labels, e.id.0);
+        }
+        for e in &batch.executables {
+            self.sent.insert(Kind::File, e.file_id.0);
+        }
+    }
+
+    /// Number of processes known.
+    pub fn processes(&self) -> usize {
+        self.processes.count()
+    }
+
+    fn labels(&mut self, sample: &RawSample) -> LabelSet {
+        let mut labels = LabelSet::new()
+            .with(label_names::HOST, self.host.clone())
+            .with(label_names::PID, sample.pid.to_string())
+            .with(label_names::THREAD, sample.comm.clone());
+        match self.processes.get(sample.pid) {
+            Some(p) => {
+                let name = if p.name.is_empty() {
+                    &sample.comm
+                } else {
+                    &p.name
+                };
+                labels.insert(label_names::PROCESS, name.clone());
+                if let Some(c) = &p.container {
+                    labels.insert(label_names::CONTAINER, c.clone());
+                }
+            }
+            None => labels.insert(label_names::PROCESS, sample.comm.clone()),
+        }
+        labels
+    }
+
+    /// Root-first native frames of a user stack (which comes leaf first).
+    fn user_frames(
+        &mut self,
+        pid: u32,
+        stack: &RawStack,
+        executables: &mut HashMap<kiln_model::FileId, kiln_model::Executable>,
+    ) -> Vec<Frame> {
+        let known = self.processes.get(pid).is_some();
+        let mut out = Vec::with_capacity(stack.addrs.len());
+        for (i, &addr) in stack.addrs.iter().enumerate().rev() {
+            // Past the leaf, addresses are return addresses: the call is
+            // the instruction before, and at the end of a function the
+            // return address may already belong to the next one.
+            let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
+            let mapping = if known {
+                self.processes.mapping(pid, addr).cloned()
+            } else {
+                None
+            };
+            let frame = match mapping {
+                Some(m) if m.is_file() => match self.files.get(pid, &m) {
+                    Some(file) => {
+                        executables
+                            .entry(file.file_id)
+                            .or_insert_with(|| file.executable());
+                        Frame::Address {
+                            kind: FrameKind::Native,
+                            file_id: file.file_id,
+                            addr: file.vaddr(&m, addr),
+                        }
+                    }
+                    None => unknown(FrameKind::Native, m.name()),
+                },
+                Some(m) => unknown(FrameKind::Native, m.name()),
+                None => unknown(FrameKind::Native, "[unknown]"),
+            };
+            out.push(frame);
+        }
+        out
+    }
+
+    /// Root-first named frames of a kernel stack.
+    fn kernel_frames(&self, stack: &RawStack) -> Vec<Frame> {
+        stack
+            .addrs
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &addr)| {
+                let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
+                match self.kallsyms.as_ref().and_then(|k| k.lookup(addr)) {
+                    Some(sym) => Frame::Named {
+                        kind: FrameKind::Kernel,
+                        function: sym.name.to_string(),
+                        module: Some(sym.module.to_string()),
+                        file: None,
+                        line: 0,
+                    },
+                    None => unknown(FrameKind::Kernel, crate::kallsyms::KERNEL_MODULE),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A frame for code the agent cannot place: named by its module, so that
+/// unknown addresses do not each become a frame of their own.
+fn unknown(kind: FrameKind, module: &str) -> Frame {
+    Frame::Named {
+        kind,
+        function: "[unknown]".into(),
+        module: Some(module.into()),
+        file: None,
+        line: 0,
+    }
+}
+
+/// Dictionary entries are sent again after this long, so a backend that
+/// lost them (a wiped data directory) heals without an agent restart.
+const RESEND_AFTER: Duration = Duration::from_secs(10 * 60);
+/// Bound on remembered ids per generation (32 bytes each, twice).
+const MAX_REMEMBERED: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Frame,
+    Stack,
+    Labels,
+    File,
+}
+
+/// Ids sent recently, in two generations: an id is known while it is in
+/// either. The current generation becomes the previous one every
+/// `resend_after` or when it holds `max` ids, so each entry is sent again
+/// within two rotations at most and memory stays bounded.
+#[derive(Debug)]
+struct RecentlySent {
+    current: HashSet<(Kind, u128)>,
+    previous: HashSet<(Kind, u128)>,
+    rotated_at: Instant,
+    resend_after: Duration,
+    max: usize,
+}
+
+impl RecentlySent {
+    fn new(resend_after: Duration, max: usize) -> Self {
+        RecentlySent {
+            current: HashSet::new(),
+            previous: HashSet::new(),
+            rotated_at: Instant::now(),
+            resend_after,
+            max,
+        }
+    }
+
+    fn contains(&self, kind: Kind, id: u128) -> bool {
+        self.current.contains(&(kind, id)) || self.previous.contains(&(kind, id))
+    }
+
+    fn insert(&mut self, kind: Kind, id: u128) {
+        self.current.insert((kind, id));
+    }
+
+    fn rotate_if_due(&mut self) {
+        if self.current.len() >= self.max || self.rotated_at.elapsed() >= self.resend_after {
+            self.previous = std::mem::take(&mut self.current);
+            self.rotated_at = Instant::now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pid: u32, user: Vec<u64>) -> RawSample {
+        RawSample {
+            pid,
+            tid: pid,
+            comm: "worker".into(),
+            count: 3,
+            kernel: None,
+            user: Some(Arc::new(RawStack {
+                addrs: user,
+                truncated: false,
+            })),
+            stack_lost: false,
+        }
+    }
+
+    // Guards the dictionary cache: a delivered batch's entries are left out
+    // of the next one, a spooled (undelivered) one's are not.
+    #[test]
+    fn second_batch_omits_delivered_entries_only() {
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        let drained = Drained {
+            samples: vec![sample(u32::MAX - 1, vec![1, 2, 3])],
+            seen: 3,
+            idle: 0,
+            lost: 0,
+        };
+        let first = batcher.build(&drained, 1, 1);
+        assert!(!first.frames.is_empty() && !first.stacks.is_empty());
+        let again = batcher.build(&drained, 2, 2);
+        assert_eq!(again.stacks.len(), first.stacks.len(), "not delivered yet");
+        batcher.delivered(&again);
+        let third = batcher.build(&drained, 3, 3);
+        assert!(third.frames.is_empty() && third.stacks.is_empty());
+        assert!(third.label_sets.is_empty());
+        assert_eq!(third.samples.len(), 1);
+        assert_eq!(third.samples[0].count, 3);
+    }
+
+    // Guards idle and lost accounting: both keep totals right.
+    #[test]
+    fn idle_and_lost_samples_are_counted() {
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        let idle = RawSample {
+            pid: 0,
+            tid: 0,
+            comm: "swapper/0".into(),
+            count: 7,
+            kernel: None,
+            user: None,
+            stack_lost: false,
+        };
+        let drained = Drained {
+            samples: vec![idle],
+            seen: 9,
+            idle: 7,
+            lost: 2,
+        };
+        let batch = batcher.build(&drained, 1, 1);
+        assert_eq!(batch.sample_count(), 9);
+        let kinds: Vec<_> = batch.frames.iter().map(|f| f.frame.kind()).collect();
+        assert!(kinds.contains(&FrameKind::Idle));
+        assert!(kinds.contains(&FrameKind::Truncated));
+    }
+
+    #[test]
+    fn recently_sent_rotates_by_size() {
+        let mut sent = RecentlySent::new(Duration::from_secs(3600), 2);
+        sent.insert(Kind::Frame, 1);
+        sent.insert(Kind::Frame, 2);
+        sent.rotate_if_due();
+        assert!(
+            sent.contains(Kind::Frame, 1),
+            "previous generation still counts"
+        );
+        sent.insert(Kind::Frame, 3);
+        sent.insert(Kind::Frame, 4);
+        sent.rotate_if_due();
+        assert!(!sent.contains(Kind::Frame, 1));
+        assert!(sent.contains(Kind::Frame, 4));
+        assert!(!sent.contains(Kind::Stack, 4), "kinds are apart");
+    }
+}

@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only
+/*
+ * Kiln's CPU sampler: a BPF_PROG_TYPE_PERF_EVENT program attached by
+ * agent/src/sampler.rs to a CPU-clock perf event on every online CPU.
+ *
+ * Per sample it records the thread, its name, and its kernel and user
+ * stacks, and adds one to a counter keyed by all of them. User space drains
+ * the counters once per interval (agent/src/sampler.rs, Sampler::drain).
+ *
+ * Why aggregate here rather than push every sample through a ring buffer:
+ * a sample with both stacks is up to 2 KiB, and most samples of an interval
+ * repeat a stack seen before. Counting in a hash map costs the program one
+ * lookup and an atomic add on the hot path, and user space reads each
+ * distinct stack once per interval rather than once per sample, so the
+ * agent's work grows with the number of distinct stacks, not the sampling
+ * rate. The price is a bound on distinct keys per interval (map sizes are
+ * set by user space from CPUs x frequency x interval, and overflows are
+ * counted in `stats`, never silent).
+ *
+ * Stacks are stored in `stacks` under a content hash, so the same stack has
+ * the same id in every interval and on every CPU. Kernel and user stacks
+ * share the map (the hash is seeded with the kind).
+ *
+ * No kernel struct is read, so nothing here needs CO-RE: the UAPI headers
+ * (linux-libc-dev) and libbpf's bpf_helpers.h are all it includes.
+ */
+#include <linux/bpf.h>
+#include <linux/bpf_perf_event.h>
+#include <bpf/bpf_helpers.h>
+
+#include "types.h"
+
+/* bpf_get_stack() is GPL-only, so the program must declare a GPL-compatible
+ * licence for the kernel to load it; this file is dual-licensed for that. */
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Sizes are placeholders: sampler.rs sets max_entries before loading. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct kiln_sample_key);
+	__type(value, struct kiln_sample_value);
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct kiln_stack);
+} stacks SEC(".maps");
+
+/* One struct kiln_stack per CPU: bpf_get_stack() needs a buffer larger
+ * than the program's 512-byte stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kiln_stack);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kiln_control);
+} control SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KILN_STAT_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void stat_inc(__u32 stat)
+{
+	__u64 *slot = bpf_map_lookup_elem(&stats, &stat);
+
+	/* Per-CPU slot: no other CPU writes it, so no atomic is needed. */
+	if (slot)
+		*slot += 1;
+}
+
+/* A 64-bit mix (the finaliser of MurmurHash3), so that ids of stacks that
+ * differ in one frame spread over the whole map. */
+static __always_inline __u64 mix64(__u64 h)
+{
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+/*
+ * Walks one stack (kernel, or user when flags has BPF_F_USER_STACK) into
+ * the per-CPU scratch buffer, stores it in `stacks` under its hash unless
+ * it is there already, and returns the hash; 0 when there is no stack.
+ */
+static __always_inline __u64 record_stack(struct bpf_perf_event_data *ctx, __u64 flags)
+{
+	__u32 zero = 0;
+	struct kiln_stack *buf = bpf_map_lookup_elem(&scratch, &zero);
+	int user = (flags & BPF_F_USER_STACK) != 0;
+
+	if (!buf)
+		return 0;
+
+	long bytes = bpf_get_stack(ctx, buf->addrs, sizeof(buf->addrs), flags);
+	if (bytes < 0) {
+		stat_inc(user ? KILN_STAT_USER_STACK_ERRORS : KILN_STAT_KERNEL_STACK_ERRORS);
+		return 0;
+	}
+	__u32 len = (__u32)bytes / sizeof(__u64);
+	if (len == 0)
+		return 0;
+	buf->len = len;
+	buf->flags = len >= KILN_MAX_STACK_DEPTH ? KILN_STACK_TRUNCATED : 0;
+
+	__u64 h = mix64(user ? 0x75736572ULL /* "user" */ : 0x6b65726eULL /* "kern" */);
+	for (__u32 i = 0; i < KILN_MAX_STACK_DEPTH; i++) {
+		if (i >= len)
+			break;
+		h = mix64(h ^ buf->addrs[i]) + i;
+	}
+	/* 0 means "no stack" in a kiln_sample_key. */
+	if (h == 0)
+		h = 1;
+
+	if (!bpf_map_lookup_elem(&stacks, &h)) {
+		long err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
+
+		/* -EEXIST: another CPU stored the same stack just now. */
+		if (err && err != -17)
+			stat_inc(KILN_STAT_STACKS_FULL);
+	}
+	return h;
+}
+
+static __always_inline void count(struct kiln_sample_key *key)
+{
+	struct kiln_sample_value *value = bpf_map_lookup_elem(&counts, key);
+
+	if (value) {
+		__sync_fetch_and_add(&value->count, 1);
+		return;
+	}
+
+	struct kiln_sample_value fresh;
+
+	__builtin_memset(&fresh, 0, sizeof(fresh));
+	fresh.count = 1;
+	bpf_get_current_comm(fresh.comm, sizeof(fresh.comm));
+	long err = bpf_map_update_elem(&counts, key, &fresh, BPF_NOEXIST);
+	if (err == -17 /* EEXIST: another CPU inserted it first */) {
+		value = bpf_map_lookup_elem(&counts, key);
+		if (value)
+			__sync_fetch_and_add(&value->count, 1);
+	} else if (err) {
+		stat_inc(KILN_STAT_COUNTS_FULL);
+	}
+}
+
+SEC("perf_event")
+int kiln_sample(struct bpf_perf_event_data *ctx)
+{
+	__u32 zero = 0;
+	struct kiln_control *ctl = bpf_map_lookup_elem(&control, &zero);
+
+	/* Until user space has written a matching ABI version, record
+	 * nothing: a mismatched agent must not read half-understood data. */
+	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
+		return 0;
+
+	stat_inc(KILN_STAT_SAMPLES);
+
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct kiln_sample_key key = {
+		.generation = ctl->generation,
+		.tgid = pid_tgid >> 32,
+		.tid = (__u32)pid_tgid,
+	};
+
+	/* The idle task (pid 0, one per CPU): counted, with no stacks, so
+	 * that absolute CPU use is right on idle machines without paying
+	 * for two stack walks per idle tick. */
+	if (key.tid == 0) {
+		stat_inc(KILN_STAT_IDLE);
+		count(&key);
+		return 0;
+	}
+
+	key.kernel_stack_id = record_stack(ctx, 0);
+	key.user_stack_id = record_stack(ctx, BPF_F_USER_STACK);
+	count(&key);
+	return 0;
+}

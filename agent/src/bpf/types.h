@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only */
+/*
+ * The one source of truth for everything that crosses the kernel boundary
+ * between profiler.bpf.c and the agent (agent/src/abi.rs mirrors it).
+ *
+ * If you change a struct, a constant or the meaning of a map here:
+ *   - bump KILN_ABI_VERSION (build.rs hands it to the Rust side, and
+ *     abi.rs refuses to compile when its own constant differs);
+ *   - update the #[repr(C)] mirror in agent/src/abi.rs and its size
+ *     assertions;
+ *   - if you add a KILN_STAT_*, name it in abi.rs's `Stat` too.
+ *
+ * Layout rules: fixed-width types only, every field naturally aligned and
+ * no implicit padding (padding is spelled out as a `reserved` field that
+ * must be zero), flags as __u32 rather than bool.
+ */
+#ifndef KILN_TYPES_H
+#define KILN_TYPES_H
+
+#include <linux/types.h>
+
+/* Changes whenever a layout below or a map's meaning changes. */
+#define KILN_ABI_VERSION 1
+
+/*
+ * Deepest stack one sample records. 127 is the kernel's default
+ * kernel.perf_event_max_stack, which bpf_get_stack() never exceeds.
+ */
+#define KILN_MAX_STACK_DEPTH 127
+
+/* Flags of a struct kiln_stack. */
+enum kiln_stack_flags {
+	/* The walk filled all KILN_MAX_STACK_DEPTH slots: the stack was
+	 * probably cut, and user space puts a truncation marker at its root. */
+	KILN_STACK_TRUNCATED = 1u << 0,
+};
+
+/*
+ * Counters in the per-CPU `stats` array, indexed by this enum. User space
+ * sums them over CPUs; they only ever grow.
+ */
+enum kiln_stat {
+	/* Samples the program saw (idle included). */
+	KILN_STAT_SAMPLES = 0,
+	/* Of those, samples of the idle task (pid 0). */
+	KILN_STAT_IDLE = 1,
+	/* Samples lost because `counts` was full when kiln_sample() tried to
+	 * add a new key; user space reports them under a "lost" frame so
+	 * totals stay right. */
+	KILN_STAT_COUNTS_FULL = 2,
+	/* Stacks that kiln_sample() could not store in `stacks` (map full);
+	 * the sample keeps the stack id and user space shows "stack lost". */
+	KILN_STAT_STACKS_FULL = 3,
+	/* bpf_get_stack() failures for the kernel stack in record_stack(). */
+	KILN_STAT_KERNEL_STACK_ERRORS = 4,
+	/* bpf_get_stack() failures for the user stack in record_stack(). */
+	KILN_STAT_USER_STACK_ERRORS = 5,
+	/* Number of counters; keep last. */
+	KILN_STAT_NR = 6,
+};
+
+/*
+ * Key of the `counts` hash map: one entry per distinct
+ * (generation, thread, user stack, kernel stack).
+ */
+struct kiln_sample_key {
+	/* kiln_control.generation when the sample was taken. User space
+	 * flips the generation, then drains every key of an older one, so
+	 * it never races the program on the keys it is reading. */
+	__u32 generation;
+	/* Process id (the kernel's tgid); 0 for the idle task. */
+	__u32 tgid;
+	/* Thread id (the kernel's pid); 0 for the idle task. */
+	__u32 tid;
+	/* Always zero: explicit padding. */
+	__u32 reserved;
+	/* Key into `stacks` of the user stack, 0 when there is none (kernel
+	 * threads, idle, or the walk failed). */
+	__u64 user_stack_id;
+	/* Key into `stacks` of the kernel stack, 0 when there is none (the
+	 * sample interrupted user code, idle, or the walk failed). */
+	__u64 kernel_stack_id;
+};
+_Static_assert(sizeof(struct kiln_sample_key) == 32, "kiln_sample_key layout");
+
+/* Value of the `counts` hash map. */
+struct kiln_sample_value {
+	/* Samples with this key; added to atomically. */
+	__u64 count;
+	/* The thread's name (task->comm) when the key was first seen,
+	 * NUL-padded. */
+	char comm[16];
+};
+_Static_assert(sizeof(struct kiln_sample_value) == 24, "kiln_sample_value layout");
+
+/*
+ * Value of the `stacks` hash map (and the per-CPU `scratch` buffer): one
+ * stack as bpf_get_stack() returns it, leaf first. Its key is a 64-bit
+ * hash of (kind, addrs[0..len]), so the same stack always gets the same id
+ * and the map needs no lock-step with user space.
+ */
+struct kiln_stack {
+	/* Number of valid entries in addrs. */
+	__u32 len;
+	/* enum kiln_stack_flags. */
+	__u32 flags;
+	/* Instruction pointer first, then return addresses, leaf first. */
+	__u64 addrs[KILN_MAX_STACK_DEPTH];
+};
+_Static_assert(sizeof(struct kiln_stack) == 8 + 8 * KILN_MAX_STACK_DEPTH, "kiln_stack layout");
+
+/* The single entry of the `control` array: written by user space only. */
+struct kiln_control {
+	/* KILN_ABI_VERSION of the agent that loaded the program; the program
+	 * records nothing until it matches its own. */
+	__u32 abi_version;
+	/* Current generation, stamped into every new kiln_sample_key. */
+	__u32 generation;
+};
+_Static_assert(sizeof(struct kiln_control) == 8, "kiln_control layout");
+
+#endif /* KILN_TYPES_H */

@@ -1,0 +1,252 @@
+//! File ids of executables and libraries, and the ELF load segments that
+//! turn a runtime address into the file-relative virtual address that
+//! symbols are keyed by.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kiln_model::{Executable, FileId};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{FileKind, Object, ReadCache, elf};
+
+use crate::procfs::Mapping;
+
+/// Why a file could not be identified.
+#[derive(Debug, thiserror::Error)]
+pub enum FileIdError {
+    /// The file could not be opened or read.
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One `PT_LOAD` program header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadSegment {
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
+    /// `p_filesz`.
+    pub filesz: u64,
+}
+
+/// What the agent knows about one executable file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileInfo {
+    /// Its id.
+    pub file_id: FileId,
+    /// Its file name, without directories.
+    pub name: String,
+    /// The GNU build id in hex, when it has one.
+    pub build_id: Option<String>,
+    /// `PT_LOAD` segments; empty when the file is not an ELF we can read,
+    /// and then file offsets stand in for virtual addresses.
+    pub loads: Vec<LoadSegment>,
+}
+
+impl FileInfo {
+    /// Reads the file at `path` (which may be a `/proc/<pid>/map_files`
+    /// link) and names it `name`.
+    ///
+    /// Only the ELF headers and notes are read, and for files without a
+    /// build id the first and last 4 KiB, never the whole file.
+    pub fn read(path: &Path, name: &str) -> Result<FileInfo, FileIdError> {
+        let err = |source| FileIdError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(err)?;
+        let len = file.metadata().map_err(err)?.len();
+        let cache = ReadCache::new(file);
+        let (build_id, loads) = elf_facts(&cache).unwrap_or_default();
+        let file_id = match &build_id {
+            Some(id) => FileId::from_build_id(id),
+            None => {
+                let mut file = cache.into_inner();
+                head_tail_id(&mut file, len).map_err(err)?
+            }
+        };
+        Ok(FileInfo {
+            file_id,
+            name: name.to_string(),
+            build_id: build_id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect()),
+            loads,
+        })
+    }
+
+    /// The file-relative virtual address of the runtime address `addr` in
+    /// `mapping`: its file offset, moved by the `PT_LOAD` that holds it.
+    pub fn vaddr(&self, mapping: &Mapping, addr: u64) -> u64 {
+        let offset = addr
+            .wrapping_sub(mapping.start)
+            .wrapping_add(mapping.offset);
+        self.loads
+            .iter()
+            .find(|s| offset >= s.offset && offset - s.offset < s.filesz)
+            .map(|s| offset - s.offset + s.vaddr)
+            .unwrap_or(offset)
+    }
+
+    /// The [`Executable`] record for a batch.
+    pub fn executable(&self) -> Executable {
+        Executable {
+            file_id: self.file_id,
+            name: self.name.clone(),
+            build_id: self.build_id.clone(),
+        }
+    }
+}
+
+/// The build id and load segments of an ELF file; `None` when it is not
+/// one we can parse.
+fn elf_facts(data: &ReadCache<File>) -> Option<(Option<Vec<u8>>, Vec<LoadSegment>)> {
+    match FileKind::parse(data).ok()? {
+        FileKind::Elf64 => facts_of::<elf::FileHeader64<object::Endianness>>(data),
+        FileKind::Elf32 => facts_of::<elf::FileHeader32<object::Endianness>>(data),
+        _ => None,
+    }
+}
+
+fn facts_of<'a, H: FileHeader<Endian = object::Endianness>>(
+    data: &'a ReadCache<File>,
+) -> Option<(Option<Vec<u8>>, Vec<LoadSegment>)> {
+    let file = object::read::elf::ElfFile::<H, &'a ReadCache<File>>::parse(data).ok()?;
+    let endian = file.endian();
+    let loads = file
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+        .map(|p| LoadSegment {
+            offset: p.p_offset(endian).into(),
+            vaddr: p.p_vaddr(endian).into(),
+            filesz: p.p_filesz(endian).into(),
+        })
+        .collect();
+    let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+    Some((build_id, loads))
+}
+
+fn head_tail_id(file: &mut File, len: u64) -> io::Result<FileId> {
+    const CHUNK: u64 = 4096;
+    let mut head = vec![0; CHUNK.min(len) as usize];
+    file.seek(SeekFrom::Start(0))?;
+    file.read_exact(&mut head)?;
+    let tail_len = CHUNK.min(len);
+    let mut tail = vec![0; tail_len as usize];
+    file.seek(SeekFrom::Start(len - tail_len))?;
+    file.read_exact(&mut tail)?;
+    Ok(FileId::from_head_tail(&head, &tail, len))
+}
+
+/// File infos by (device, inode), so each file is read once however many
+/// processes map it. Files that could not be read are remembered as such.
+#[derive(Debug, Default)]
+pub struct FileCache {
+    files: HashMap<(u64, u64), Option<Arc<FileInfo>>>,
+}
+
+/// Bound on remembered files; past it the cache starts over (a host maps
+/// a few thousand files at most, so this only trips on churn).
+const MAX_FILES: usize = 16 * 1024;
+
+impl FileCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The file `mapping` maps, read through `/proc/<pid>/map_files` so
+    /// that files in other mount namespaces and deleted files are found.
+    pub fn get(&mut self, pid: u32, mapping: &Mapping) -> Option<Arc<FileInfo>> {
+        let key = (mapping.dev, mapping.inode);
+        if let Some(hit) = self.files.get(&key) {
+            return hit.clone();
+        }
+        if self.files.len() >= MAX_FILES {
+            self.files.clear();
+        }
+        let via = PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.start, mapping.end
+        ));
+        let info = FileInfo::read(&via, mapping.name())
+            .or_else(|_| {
+                let rooted = format!("/proc/{pid}/root{}", mapping.path);
+                FileInfo::read(Path::new(&rooted), mapping.name())
+            })
+            .map_err(|e| tracing::debug!(error = %e, path = %mapping.path, "unreadable mapping"))
+            .ok()
+            .map(Arc::new);
+        self.files.insert(key, info.clone());
+        info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Guards the build-id path and the PT_LOAD arithmetic on a real ELF:
+    // our own test binary.
+    #[test]
+    fn own_executable_has_loads_and_an_id() {
+        let exe = std::env::current_exe().unwrap();
+        let info = FileInfo::read(&exe, "me").unwrap();
+        assert!(!info.loads.is_empty());
+        let again = FileInfo::read(&exe, "me").unwrap();
+        assert_eq!(info.file_id, again.file_id, "ids are stable");
+    }
+
+    #[test]
+    fn vaddr_moves_offsets_through_the_load_segment() {
+        let info = FileInfo {
+            file_id: FileId(1),
+            name: "x".into(),
+            build_id: None,
+            loads: vec![
+                LoadSegment {
+                    offset: 0,
+                    vaddr: 0,
+                    filesz: 0x1000,
+                },
+                LoadSegment {
+                    offset: 0x1000,
+                    vaddr: 0x401000,
+                    filesz: 0x2000,
+                },
+            ],
+        };
+        let mapping = Mapping {
+            start: 0x5555_0000_1000,
+            end: 0x5555_0000_3000,
+            offset: 0x1000,
+            dev: 0,
+            inode: 1,
+            path: "/x".into(),
+        };
+        assert_eq!(info.vaddr(&mapping, 0x5555_0000_1010), 0x401010);
+        assert_eq!(info.vaddr(&mapping, 0x5555_0000_2fff), 0x402fff);
+    }
+
+    #[test]
+    fn files_without_build_id_hash_head_and_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blob");
+        std::fs::write(&path, vec![7u8; 10_000]).unwrap();
+        let info = FileInfo::read(&path, "blob").unwrap();
+        assert_eq!(info.build_id, None);
+        assert_eq!(
+            info.file_id,
+            FileId::from_head_tail(&[7; 4096], &[7; 4096], 10_000)
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! The `kiln-agent` command: parses flags, wires the library together, and
+//! runs until SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use kiln_agent::{Agent, AgentConfig, HttpSink, Spool};
+use tracing_subscriber::EnvFilter;
+
+/// Kiln's eBPF profiling agent: samples every process on this host and
+/// sends the stacks to a Kiln backend.
+#[derive(Debug, Parser)]
+#[command(name = "kiln-agent", version)]
+struct Args {
+    /// The Kiln backend (`kiln up` listens on 7070 by default).
+    #[arg(long, env = "KILN_SERVER", default_value = "http://127.0.0.1:7070")]
+    server: String,
+    /// Samples per second on each CPU (1..=1000).
+    #[arg(long, env = "KILN_FREQUENCY", default_value_t = kiln_agent::DEFAULT_FREQUENCY_HZ)]
+    frequency: u64,
+    /// Time between batches (`5s`, `500ms`, `1m`).
+    #[arg(long, env = "KILN_INTERVAL", default_value = "5s", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// Where batches wait while the backend is away.
+    #[arg(
+        long,
+        env = "KILN_SPOOL_DIR",
+        default_value = "/var/lib/kiln-agent/spool"
+    )]
+    spool_dir: PathBuf,
+    /// Cap on the spool's size in bytes; past it the oldest batches are
+    /// dropped. 0 disables the spool.
+    #[arg(long, env = "KILN_SPOOL_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    spool_max_bytes: u64,
+    /// The host name to report (default: the kernel's).
+    #[arg(long, env = "KILN_HOST")]
+    host: Option<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match try_main(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main(args: Args) -> anyhow::Result<()> {
+    let url = args.server.trim();
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("--server must be an http:// or https:// URL, got {url:?}");
+    }
+    let config = AgentConfig {
+        frequency_hz: args.frequency,
+        interval: args.interval,
+        host: args.host.unwrap_or_else(kiln_agent::host_name),
+    };
+    // Before touching the kernel: a typo should not need root to report.
+    config.validate()?;
+    let spool = if args.spool_max_bytes == 0 {
+        None
+    } else {
+        Some(
+            Spool::open(&args.spool_dir, args.spool_max_bytes).with_context(|| {
+                format!("opening the spool directory {}", args.spool_dir.display())
+            })?,
+        )
+    };
+    let mut sink = HttpSink::new(url, spool);
+
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; the cast is how libc takes a handler.
+        unsafe {
+            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+
+    let mut agent = Agent::start(config).context("starting the sampler")?;
+    tracing::info!(
+        server = url,
+        frequency_hz = agent.config().frequency_hz,
+        interval = %humantime::format_duration(agent.config().interval),
+        cpus = agent.cpus(),
+        "kiln-agent profiling this host"
+    );
+    agent.run(&mut sink, &STOP)?;
+    Ok(())
+}

@@ -1,0 +1,457 @@
+//! Loads the eBPF sampler (`src/bpf/profiler.bpf.c`), attaches it to a
+//! CPU-clock perf event on every online CPU, and drains its counters.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, ProgramError};
+use aya::{Ebpf, EbpfError, EbpfLoader};
+use tracing::{debug, info, warn};
+
+use crate::abi::{self, Control, SampleKey, SampleValue, Stack, Stat};
+
+/// The compiled program, or an empty slice when build.rs could not build it.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler.bpf.o"));
+
+/// Why build.rs did not build the program; empty when it did.
+const NOT_BUILT: &str = env!("KILN_BPF_NOT_BUILT");
+
+/// The name of the program's function in profiler.bpf.c.
+const PROGRAM: &str = "kiln_sample";
+
+/// Highest sampling frequency accepted: above it the sampler's own cost
+/// stops being negligible, and 1 kHz already resolves 1 ms of CPU.
+pub const MAX_FREQUENCY_HZ: u64 = 1000;
+
+/// How the sampler samples.
+#[derive(Debug, Clone, Copy)]
+pub struct SamplerConfig {
+    /// Samples per second on each CPU (1..=1000).
+    pub frequency_hz: u64,
+    /// How often [`Sampler::drain`] will be called: sizes the maps.
+    pub interval: Duration,
+}
+
+/// Why the sampler could not start or be drained.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    /// build.rs could not compile the eBPF program (clang or libbpf-dev was
+    /// missing when the agent was built).
+    #[error("this kiln-agent was built without its eBPF program: {0}")]
+    NotBuilt(&'static str),
+    /// The configuration is out of range.
+    #[error("invalid sampler configuration: {0}")]
+    Config(String),
+    /// The kernel refused the program or a map for lack of privilege.
+    #[error(
+        "the kernel refused to load the eBPF sampler ({0}): run as root, or grant \
+         CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE; also check kernel.perf_event_paranoid"
+    )]
+    PermissionDenied(String),
+    /// Loading the object or creating its maps failed.
+    #[error("loading the eBPF object failed")]
+    Load(#[source] Box<EbpfError>),
+    /// The verifier rejected the program, or attaching it failed.
+    #[error("loading or attaching the eBPF program failed")]
+    Program(#[source] Box<ProgramError>),
+    /// A map is missing or could not be read or written.
+    #[error("eBPF map `{map}`")]
+    Map {
+        /// Which map.
+        map: &'static str,
+        /// What went wrong.
+        #[source]
+        source: Box<MapError>,
+    },
+    /// Listing the online CPUs failed.
+    #[error("listing online CPUs ({0})")]
+    Cpus(&'static str, #[source] io::Error),
+}
+
+impl SamplerError {
+    fn map(map: &'static str) -> impl FnOnce(MapError) -> SamplerError {
+        move |e| SamplerError::Map {
+            map,
+            source: Box::new(e),
+        }
+    }
+
+    /// `e` as `PermissionDenied` when an EPERM/EACCES is at its root.
+    fn classify<E: std::error::Error + 'static>(
+        e: E,
+        wrap: impl FnOnce(E) -> SamplerError,
+    ) -> SamplerError {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(c) = cause {
+            if let Some(io) = c.downcast_ref::<io::Error>()
+                && matches!(io.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+            {
+                return SamplerError::PermissionDenied(e.to_string());
+            }
+            cause = c.source();
+        }
+        wrap(e)
+    }
+}
+
+/// A stack read from the kernel, leaf first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawStack {
+    /// Instruction pointer, then return addresses.
+    pub addrs: Vec<u64>,
+    /// The walk filled every slot, so the stack was probably cut.
+    pub truncated: bool,
+}
+
+/// One drained counter: `count` samples of one thread with one pair of
+/// stacks.
+#[derive(Debug, Clone)]
+pub struct RawSample {
+    /// Process id; 0 for idle.
+    pub pid: u32,
+    /// Thread id; 0 for idle.
+    pub tid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Samples.
+    pub count: u64,
+    /// The kernel stack, when the sample was in the kernel.
+    pub kernel: Option<Arc<RawStack>>,
+    /// The user stack, when there was one.
+    pub user: Option<Arc<RawStack>>,
+    /// A stack id was recorded, but its stack could not be stored or found
+    /// (map full): the sample counts, its stack is unknown.
+    pub stack_lost: bool,
+}
+
+impl RawSample {
+    /// Whether this is the idle task.
+    pub fn is_idle(&self) -> bool {
+        self.tid == 0
+    }
+}
+
+/// What one [`Sampler::drain`] returns.
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// The counters of the interval.
+    pub samples: Vec<RawSample>,
+    /// Samples the program saw since the previous drain.
+    pub seen: u64,
+    /// Of those, samples of the idle task.
+    pub idle: u64,
+    /// Samples lost because the counts map was full.
+    pub lost: u64,
+}
+
+/// The loaded and attached sampler. Dropping it detaches the program.
+pub struct Sampler {
+    // Kept so the program (and its perf events) stays attached.
+    _ebpf: Ebpf,
+    counts: BpfHashMap<MapData, SampleKey, SampleValue>,
+    stacks: BpfHashMap<MapData, u64, Stack>,
+    control: Array<MapData, Control>,
+    stats: PerCpuArray<MapData, u64>,
+    generation: u32,
+    /// Stacks read in this drain and the one before, for counts that refer
+    /// to a stack already deleted from the map (see `drain`).
+    stack_cache: [HashMap<u64, Arc<RawStack>>; 2],
+    last_stats: [u64; abi::STAT_NR as usize],
+    cpus: usize,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("generation", &self.generation)
+            .field("cpus", &self.cpus)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// Loads the program and starts sampling every online CPU.
+    ///
+    /// # Minimum kernel version
+    ///
+    /// 5.8 (CAP_BPF/CAP_PERFMON, bounded loops, `bpf_get_stack`).
+    pub fn start(config: SamplerConfig) -> Result<Self, SamplerError> {
+        if !NOT_BUILT.is_empty() || OBJECT.is_empty() {
+            return Err(SamplerError::NotBuilt(NOT_BUILT));
+        }
+        if config.frequency_hz == 0 || config.frequency_hz > MAX_FREQUENCY_HZ {
+            return Err(SamplerError::Config(format!(
+                "frequency {} Hz is out of range 1..={MAX_FREQUENCY_HZ}",
+                config.frequency_hz
+            )));
+        }
+        raise_memlock_limit();
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| SamplerError::Cpus(what, e))?;
+
+        // Room for every sample of two intervals (the one being drained
+        // and the one being filled) with no repeats, which is more than any
+        // real workload needs, bounded to keep locked kernel memory small:
+        // the stacks map costs 1 KiB per entry.
+        let per_interval =
+            cpus.len() as u64 * config.frequency_hz * config.interval.as_secs().max(1);
+        let counts_entries = (2 * per_interval).next_power_of_two().clamp(1024, 1 << 18) as u32;
+        let stacks_entries = (2 * per_interval).next_power_of_two().clamp(1024, 1 << 15) as u32;
+
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("counts", counts_entries)
+            .map_max_entries("stacks", stacks_entries)
+            .load(OBJECT)
+            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Load(Box::new(e))))?;
+
+        let counts = take_map(&mut ebpf, "counts")?;
+        let counts = BpfHashMap::try_from(counts).map_err(SamplerError::map("counts"))?;
+        let stacks = BpfHashMap::try_from(take_map(&mut ebpf, "stacks")?)
+            .map_err(SamplerError::map("stacks"))?;
+        let mut control: Array<MapData, Control> = Array::try_from(take_map(&mut ebpf, "control")?)
+            .map_err(SamplerError::map("control"))?;
+        let stats = PerCpuArray::try_from(take_map(&mut ebpf, "stats")?)
+            .map_err(SamplerError::map("stats"))?;
+        control
+            .set(
+                0,
+                Control {
+                    abi_version: abi::ABI_VERSION,
+                    generation: 0,
+                },
+                0,
+            )
+            .map_err(SamplerError::map("control"))?;
+
+        let program: &mut PerfEvent = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(SamplerError::NotBuilt(
+                "the object has no kiln_sample program",
+            ))?
+            .try_into()
+            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        program
+            .load()
+            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+        // CPU-clock counts nanoseconds, so a period in ns is exact: unlike
+        // frequency mode, the kernel never has to adjust it on the fly.
+        let period_ns = 1_000_000_000 / config.frequency_hz;
+        for &cpu in &cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period_ns),
+                    false,
+                )
+                .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+        }
+        info!(
+            cpus = cpus.len(),
+            frequency_hz = config.frequency_hz,
+            counts_entries,
+            stacks_entries,
+            "eBPF sampler attached"
+        );
+        Ok(Sampler {
+            _ebpf: ebpf,
+            counts,
+            stacks,
+            control,
+            stats,
+            generation: 0,
+            stack_cache: [HashMap::new(), HashMap::new()],
+            last_stats: [0; abi::STAT_NR as usize],
+            cpus: cpus.len(),
+        })
+    }
+
+    /// Number of CPUs sampled.
+    pub fn cpus(&self) -> usize {
+        self.cpus
+    }
+
+    /// Takes every counter recorded since the previous drain.
+    ///
+    /// It flips the generation the program stamps into new keys, then reads
+    /// and deletes every key of an older generation: those only ever see
+    /// increments from a program that read the generation just before the
+    /// flip, a window of microseconds. A key that such a program adds after
+    /// the drain keeps its old generation and is taken by the next drain.
+    pub fn drain(&mut self) -> Result<Drained, SamplerError> {
+        let old = self.generation;
+        self.generation = self.generation.wrapping_add(1);
+        self.control
+            .set(
+                0,
+                Control {
+                    abi_version: abi::ABI_VERSION,
+                    generation: self.generation,
+                },
+                0,
+            )
+            .map_err(SamplerError::map("control"))?;
+
+        // Collect first, delete after: deleting while walking a hash map
+        // with get_next_key restarts the walk.
+        let mut taken: HashMap<SampleKey, SampleValue> = HashMap::new();
+        for entry in self.counts.iter() {
+            let (key, value) = match entry {
+                Ok(kv) => kv,
+                // Deleted between get_next_key and lookup: cannot happen
+                // for old keys (only we delete), fine to skip for others.
+                Err(MapError::KeyNotFound) => continue,
+                Err(e) => return Err(SamplerError::map("counts")(e)),
+            };
+            if key.generation != self.generation {
+                taken.insert(key, value);
+            }
+        }
+        for key in taken.keys() {
+            match self.counts.remove(key) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(SamplerError::map("counts")(e)),
+            }
+        }
+        debug!(generation = old, keys = taken.len(), "drained counts");
+
+        // Stacks: read each referenced stack once, then delete it from the
+        // map so that the map holds only what the next interval records. A
+        // count of the current generation may still refer to a stack
+        // deleted here; the cache of the last two drains answers for it.
+        self.stack_cache.swap(0, 1);
+        self.stack_cache[0].clear();
+        let mut samples = Vec::with_capacity(taken.len());
+        for (key, value) in taken {
+            let mut stack_lost = false;
+            let kernel = self.stack(key.kernel_stack_id, &mut stack_lost)?;
+            let user = self.stack(key.user_stack_id, &mut stack_lost)?;
+            samples.push(RawSample {
+                pid: key.tgid,
+                tid: key.tid,
+                comm: comm_str(&value.comm),
+                count: value.count,
+                kernel,
+                user,
+                stack_lost,
+            });
+        }
+        for id in self.stack_cache[0].keys() {
+            match self.stacks.remove(id) {
+                Ok(()) | Err(MapError::KeyNotFound) => {}
+                Err(e) => return Err(SamplerError::map("stacks")(e)),
+            }
+        }
+
+        let stats = self.read_stats()?;
+        let delta = |s: Stat| stats[s as usize].saturating_sub(self.last_stats[s as usize]);
+        let drained = Drained {
+            samples,
+            seen: delta(Stat::Samples),
+            idle: delta(Stat::Idle),
+            lost: delta(Stat::CountsFull),
+        };
+        for (stat, name) in [
+            (Stat::StacksFull, "stacks map full"),
+            (Stat::KernelStackErrors, "kernel stack walk failed"),
+            (Stat::UserStackErrors, "user stack walk failed"),
+        ] {
+            let n = delta(stat);
+            if n > 0 {
+                warn!(samples = n, "{name}");
+            }
+        }
+        debug!(
+            seen = drained.seen,
+            idle = drained.idle,
+            lost = drained.lost,
+            keys = drained.samples.len(),
+            "sampler drained"
+        );
+        if drained.lost > 0 {
+            warn!(
+                samples = drained.lost,
+                "counts map full: samples counted as lost"
+            );
+        }
+        self.last_stats = stats;
+        Ok(drained)
+    }
+
+    fn stack(&mut self, id: u64, lost: &mut bool) -> Result<Option<Arc<RawStack>>, SamplerError> {
+        if id == 0 {
+            return Ok(None);
+        }
+        if let Some(s) = self.stack_cache[0].get(&id) {
+            return Ok(Some(s.clone()));
+        }
+        let stack = match self.stacks.get(&id, 0) {
+            Ok(stack) => Arc::new(RawStack {
+                addrs: stack.frames().to_vec(),
+                truncated: stack.flags & abi::STACK_TRUNCATED != 0,
+            }),
+            Err(MapError::KeyNotFound) => match self.stack_cache[1].get(&id) {
+                Some(s) => s.clone(),
+                None => {
+                    *lost = true;
+                    return Ok(None);
+                }
+            },
+            Err(e) => return Err(SamplerError::map("stacks")(e)),
+        };
+        self.stack_cache[0].insert(id, stack.clone());
+        Ok(Some(stack))
+    }
+
+    fn read_stats(&self) -> Result<[u64; abi::STAT_NR as usize], SamplerError> {
+        let mut out = [0u64; abi::STAT_NR as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let values = self
+                .stats
+                .get(&(i as u32), 0)
+                .map_err(SamplerError::map("stats"))?;
+            *slot = values.iter().sum();
+        }
+        Ok(out)
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, SamplerError> {
+    ebpf.take_map(name).ok_or(SamplerError::NotBuilt(
+        "the eBPF object lacks one of its maps",
+    ))
+}
+
+fn comm_str(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones to the
+/// memory cgroup. Raising the limit is harmless where it is not used.
+fn raise_memlock_limit() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct we pass and nothing else.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+    if rc != 0 {
+        debug!(error = %io::Error::last_os_error(), "could not raise RLIMIT_MEMLOCK");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Guards that a thread name of exactly 16 bytes (no NUL) is kept whole.
+    #[test]
+    fn comm_without_nul_is_kept() {
+        assert_eq!(comm_str(b"0123456789abcdef"), "0123456789abcdef");
+        assert_eq!(comm_str(b"bash\0\0\0\0\0\0\0\0\0\0\0\0"), "bash");
+    }
+}

@@ -1,0 +1,378 @@
+//! Where batches go: the [`Sink`] trait, the HTTP sink that posts to the
+//! backend's `POST /api/v1/ingest`, and the bounded disk [`Spool`] that
+//! keeps batches while the backend is away and replays them in order.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kiln_model::Batch;
+use tracing::{debug, info, warn};
+
+/// What became of a batch handed to a [`Sink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The backend has it (durably, for the HTTP sink).
+    Delivered,
+    /// Kept on disk for later delivery. Its dictionary entries must not be
+    /// taken as known to the backend yet.
+    Spooled,
+}
+
+/// Why a sink could not take a batch. Every variant hands the encoded
+/// batch back, so the caller decides what to do with it.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The backend could not be reached and there is no spool.
+    #[error("the backend is unavailable: {reason}")]
+    Unavailable {
+        /// Why.
+        reason: String,
+        /// The encoded batch.
+        batch: Vec<u8>,
+    },
+    /// The backend refused the batch (HTTP 4xx): retrying cannot help.
+    #[error("the backend refused the batch (HTTP {status}): {message}")]
+    Rejected {
+        /// HTTP status.
+        status: u16,
+        /// The backend's message.
+        message: String,
+        /// The encoded batch.
+        batch: Vec<u8>,
+    },
+    /// The backend was away and writing the spool failed.
+    #[error("spooling the batch failed")]
+    Spool {
+        /// Why.
+        #[source]
+        source: io::Error,
+        /// The encoded batch.
+        batch: Vec<u8>,
+    },
+}
+
+/// Takes batches from the agent.
+pub trait Sink {
+    /// Delivers `batch`, or keeps it for later.
+    fn send(&mut self, batch: &Batch) -> Result<Delivery, SinkError>;
+}
+
+/// A sink that keeps every batch in memory: for tests and benchmarks.
+#[derive(Debug, Default)]
+pub struct MemorySink {
+    /// Batches received, in order.
+    pub batches: Vec<Batch>,
+    /// Total encoded bytes, as the HTTP sink would have sent them.
+    pub encoded_bytes: u64,
+}
+
+impl Sink for MemorySink {
+    fn send(&mut self, batch: &Batch) -> Result<Delivery, SinkError> {
+        self.encoded_bytes += batch.encode().len() as u64;
+        self.batches.push(batch.clone());
+        Ok(Delivery::Delivered)
+    }
+}
+
+/// Posts batches to a Kiln backend, spooling them while it is away.
+#[derive(Debug)]
+pub struct HttpSink {
+    agent: ureq::Agent,
+    url: String,
+    spool: Option<Spool>,
+}
+
+/// Spooled batches replayed per send, so that a long outage's backlog does
+/// not stall sampling for minutes; the rest follows on the next sends.
+const REPLAY_PER_SEND: usize = 32;
+
+/// The outcome of one POST.
+enum Post {
+    Ok,
+    /// Worth retrying later: connection failure, timeout, 5xx, 429.
+    Retry(String),
+    /// Never worth retrying.
+    Refused(u16, String),
+}
+
+impl HttpSink {
+    /// A sink posting to `<server>/api/v1/ingest`, with an optional spool.
+    pub fn new(server: &str, spool: Option<Spool>) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(3)))
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        HttpSink {
+            agent,
+            url: format!("{}/api/v1/ingest", server.trim_end_matches('/')),
+            spool,
+        }
+    }
+
+    fn post(&self, bytes: &[u8]) -> Post {
+        let response = self
+            .agent
+            .post(&self.url)
+            .header("content-type", "application/octet-stream")
+            .send(bytes);
+        match response {
+            Err(e) => Post::Retry(e.to_string()),
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                if (200..300).contains(&status) {
+                    return Post::Ok;
+                }
+                let message = r
+                    .body_mut()
+                    .read_to_string()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(500)
+                    .collect();
+                if status >= 500 || status == 429 || status == 408 {
+                    Post::Retry(format!("HTTP {status}: {message}"))
+                } else {
+                    Post::Refused(status, message)
+                }
+            }
+        }
+    }
+
+    /// Posts spooled batches, oldest first, until one fails. Returns
+    /// whether the spool is now empty.
+    fn replay(&mut self) -> bool {
+        let Some(spool) = &self.spool else {
+            return true;
+        };
+        let files = match spool.files() {
+            Ok(files) => files,
+            Err(e) => {
+                warn!(error = %e, dir = %spool.dir.display(), "listing the spool failed");
+                return false;
+            }
+        };
+        if files.is_empty() {
+            return true;
+        }
+        let mut sent = 0;
+        for (path, _) in files.iter().take(REPLAY_PER_SEND) {
+            let bytes = match fs::read(path) {
+                Ok(b) => b,
+                Err(e) => {
+                    warn!(error = %e, file = %path.display(), "unreadable spool file skipped");
+                    spool.set_aside(path);
+                    continue;
+                }
+            };
+            match self.post(&bytes) {
+                Post::Ok => {
+                    sent += 1;
+                    if let Err(e) = fs::remove_file(path) {
+                        warn!(error = %e, file = %path.display(), "removing a replayed spool file failed");
+                    }
+                }
+                Post::Retry(why) => {
+                    debug!(reason = %why, "backend still away; spool kept");
+                    return false;
+                }
+                Post::Refused(status, message) => {
+                    warn!(status, %message, file = %path.display(), "the backend refused a spooled batch; set aside");
+                    spool.set_aside(path);
+                }
+            }
+        }
+        if sent > 0 {
+            info!(batches = sent, "replayed spooled batches");
+        }
+        files.len() <= REPLAY_PER_SEND
+    }
+}
+
+impl Sink for HttpSink {
+    fn send(&mut self, batch: &Batch) -> Result<Delivery, SinkError> {
+        let bytes = batch.encode();
+        // Older batches first: a spooled batch may carry dictionary entries
+        // that later ones only refer to.
+        let reason = if self.replay() {
+            match self.post(&bytes) {
+                Post::Ok => return Ok(Delivery::Delivered),
+                Post::Retry(why) => why,
+                Post::Refused(status, message) => {
+                    return Err(SinkError::Rejected {
+                        status,
+                        message,
+                        batch: bytes,
+                    });
+                }
+            }
+        } else {
+            "older spooled batches are still waiting".to_string()
+        };
+        match &mut self.spool {
+            None => Err(SinkError::Unavailable {
+                reason,
+                batch: bytes,
+            }),
+            Some(spool) => match spool.push(&bytes) {
+                Ok(path) => {
+                    debug!(reason = %reason, file = %path.display(), "batch spooled");
+                    Ok(Delivery::Spooled)
+                }
+                Err(source) => Err(SinkError::Spool {
+                    source,
+                    batch: bytes,
+                }),
+            },
+        }
+    }
+}
+
+/// A directory of encoded batches named by sequence number, capped in
+/// bytes: past the cap the oldest are dropped, with a warning.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    max_bytes: u64,
+    next_seq: u64,
+}
+
+const SPOOL_EXT: &str = "klnb";
+
+impl Spool {
+    /// Opens (creating) the spool in `dir`, keeping what an earlier run
+    /// left there for replay.
+    pub fn open(dir: impl Into<PathBuf>, max_bytes: u64) -> io::Result<Self> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        let mut spool = Spool {
+            dir,
+            max_bytes,
+            next_seq: 0,
+        };
+        let files = spool.files()?;
+        spool.next_seq = files
+            .last()
+            .and_then(|(p, _)| seq_of(p))
+            .map_or(0, |s| s + 1);
+        if !files.is_empty() {
+            info!(batches = files.len(), dir = %spool.dir.display(), "spooled batches from an earlier run will be replayed");
+        }
+        Ok(spool)
+    }
+
+    /// The spooled batches, oldest first, with their sizes.
+    pub fn files(&self) -> io::Result<Vec<(PathBuf, u64)>> {
+        let mut files = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if seq_of(&path).is_some() {
+                files.push((path, entry.metadata()?.len()));
+            }
+        }
+        files.sort_by_key(|(p, _)| seq_of(p));
+        Ok(files)
+    }
+
+    /// Adds a batch, then drops the oldest batches past the byte cap.
+    pub fn push(&mut self, bytes: &[u8]) -> io::Result<PathBuf> {
+        let path = self.dir.join(format!("{:020}.{SPOOL_EXT}", self.next_seq));
+        let tmp = self.dir.join(format!("{:020}.tmp", self.next_seq));
+        {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_data()?;
+        }
+        fs::rename(&tmp, &path)?;
+        self.next_seq += 1;
+        self.enforce_cap()?;
+        Ok(path)
+    }
+
+    fn enforce_cap(&self) -> io::Result<()> {
+        let files = self.files()?;
+        let mut total: u64 = files.iter().map(|(_, len)| len).sum();
+        // The newest batch is always kept, even alone over the cap.
+        for (path, len) in &files[..files.len().saturating_sub(1)] {
+            if total <= self.max_bytes {
+                break;
+            }
+            warn!(
+                file = %path.display(),
+                bytes = len,
+                cap = self.max_bytes,
+                "spool over its size cap: dropping its oldest batch, whose samples are lost"
+            );
+            fs::remove_file(path)?;
+            total -= len;
+        }
+        Ok(())
+    }
+
+    /// Renames a batch the backend refused so it is kept for inspection
+    /// but no longer replayed.
+    fn set_aside(&self, path: &Path) {
+        let aside = path.with_extension("rejected");
+        if let Err(e) = fs::rename(path, &aside) {
+            warn!(error = %e, file = %path.display(), "setting aside a spool file failed");
+        }
+    }
+}
+
+fn seq_of(path: &Path) -> Option<u64> {
+    if path.extension()? != SPOOL_EXT {
+        return None;
+    }
+    path.file_stem()?.to_str()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Guards ordering across reopen and the oldest-first drop at the cap.
+    #[test]
+    fn spool_keeps_order_and_drops_oldest_past_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(dir.path(), 250).unwrap();
+        for i in 0..3u8 {
+            spool.push(&[i; 100]).unwrap();
+        }
+        let files = spool.files().unwrap();
+        assert_eq!(files.len(), 2, "oldest dropped past 250 bytes");
+        assert_eq!(fs::read(&files[0].0).unwrap(), vec![1; 100]);
+        let mut reopened = Spool::open(dir.path(), 250).unwrap();
+        reopened.push(&[9; 10]).unwrap();
+        let files = reopened.files().unwrap();
+        assert_eq!(fs::read(&files.last().unwrap().0).unwrap(), vec![9; 10]);
+        assert_eq!(files.len(), 3);
+    }
+
+    // Guards that an unreachable backend spools and returns Spooled, and
+    // that with no spool the batch comes back in the error.
+    #[test]
+    fn unreachable_backend_spools_or_returns_the_batch() {
+        // Port 9 (discard) on loopback: nothing listens there.
+        let dir = tempfile::tempdir().unwrap();
+        let batch = Batch::default();
+        let mut sink = HttpSink::new(
+            "http://127.0.0.1:9",
+            Some(Spool::open(dir.path(), 1 << 20).unwrap()),
+        );
+        assert_eq!(sink.send(&batch).unwrap(), Delivery::Spooled);
+        assert_eq!(sink.send(&batch).unwrap(), Delivery::Spooled);
+        assert_eq!(sink.spool.as_ref().unwrap().files().unwrap().len(), 2);
+
+        let mut bare = HttpSink::new("http://127.0.0.1:9", None);
+        match bare.send(&batch) {
+            Err(SinkError::Unavailable { batch: bytes, .. }) => {
+                assert_eq!(Batch::decode(&bytes).unwrap(), batch)
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+}
