@@ -81,6 +81,57 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
+    /// A database URL does not parse. The URL is shown with its password
+    /// hidden.
+    #[error("invalid database url {url:?}")]
+    InvalidUrl {
+        /// The URL as given, password replaced by `***`.
+        url: String,
+        /// What the driver found wrong with it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    /// The database holds a schema newer than this build knows: a newer
+    /// Kiln migrated it. Refused rather than misread.
+    #[error(
+        "database schema version {found} is newer than the version {expected} this build knows; \
+         upgrade kiln"
+    )]
+    IncompatibleSchema {
+        /// The version recorded in the database.
+        found: i32,
+        /// The newest version this build can migrate to.
+        expected: i32,
+    },
+
+    /// A tenant, project or key to be created exists already.
+    #[error("{what} {name:?} already exists")]
+    AlreadyExists {
+        /// `tenant`, `project`, ….
+        what: &'static str,
+        /// Its name (`tenant/project` for a project).
+        name: String,
+    },
+
+    /// An operation names a tenant or project that does not exist.
+    #[error("{what} {name:?} does not exist")]
+    NotFound {
+        /// `tenant`, `project`, ….
+        what: &'static str,
+        /// Its name (`tenant/project` for a project).
+        name: String,
+    },
+
+    /// An argument other than a name is out of its allowed range.
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument {
+        /// What was given: `api key label`, ….
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The blocking task that ran the operation panicked or was cancelled
     /// (the runtime is shutting down).
     #[error("storage task did not finish")]
@@ -92,6 +143,18 @@ impl StoreError {
     pub(crate) fn fjall(op: &'static str, source: fjall::Error) -> Self {
         StoreError::Backend {
             backend: "fjall",
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// Wraps an error of the PostgreSQL driver or its connection pool.
+    pub(crate) fn postgres(
+        op: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Backend {
+            backend: "postgres",
             op,
             source: Box::new(source),
         }

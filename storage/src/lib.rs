@@ -5,11 +5,17 @@
 //! - [`ProfileStore`]: samples and the frame, stack, label-set and
 //!   executable dictionaries, keyed by tenant (and project) first.
 //!   [`EmbeddedProfileStore`] keeps them in an LSM tree (fjall) in one
-//!   directory; the ScyllaDB and PostgreSQL stores keep the same keys.
+//!   directory, [`PostgresProfileStore`] in a PostgreSQL database; the
+//!   ScyllaDB store will keep the same keys.
+//! - [`MetadataStore`]: tenants, projects, API keys (stored hashed) and the
+//!   symbol status of executables. [`PostgresMetadataStore`] keeps them in
+//!   PostgreSQL; an embedded one is still to come.
 //! - [`ObjectStore`]: whole blobs under validated [`ObjectKey`]s, such as
 //!   symbol files. [`LocalObjectStore`] keeps them as files under a
 //!   directory; the S3 store in a bucket.
 //! - `conformance` (feature `conformance`): the checks every backend runs.
+//!   The PostgreSQL stores run them when `KILN_TEST_POSTGRES` holds a URL
+//!   (`scripts/pg-test-server.sh start DIR` prints one).
 //!
 //! Callers hold `Arc<dyn ProfileStore>` and `Arc<dyn ObjectStore>`, so the
 //! URL on the command line picks the backend at run time.
@@ -43,20 +49,27 @@
 //! # }
 //! ```
 
+mod api_key;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod embedded;
 mod error;
 mod local_dir;
+mod metadata;
 mod object;
 mod object_key;
+mod postgres;
 mod profile;
 mod scope;
+mod values;
 
+pub use api_key::ApiKey;
 pub use embedded::EmbeddedProfileStore;
 pub use error::{DecodeError, StoreError};
 pub use local_dir::LocalObjectStore;
+pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey, SymbolStatus};
 pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
+pub use postgres::{PostgresMetadataStore, PostgresProfileStore};
 pub use profile::{ProfileStore, StoredSample};
 pub use scope::{MAX_NAME_LEN, Scope};

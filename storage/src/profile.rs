@@ -42,12 +42,19 @@ impl StoredSample {
     }
 }
 
+/// The hour (the partition of DESIGN.md's `samples` table) a timestamp
+/// belongs to: `div_euclid` rounds toward minus infinity, so -1 ns is in
+/// hour -1. Every store derives it here, so their keys agree.
+pub(crate) fn hour_of(timestamp_ns: i64) -> i64 {
+    timestamp_ns.div_euclid(kiln_model::NANOS_PER_HOUR)
+}
+
 /// Where profiles live: the `samples`, `stacks`, `frames`, `labelsets` and
 /// `executables` tables of DESIGN.md's storage schema.
 ///
 /// Implementations: [`EmbeddedProfileStore`](crate::EmbeddedProfileStore)
-/// (an LSM in one directory); ScyllaDB and PostgreSQL later. All of them
-/// pass `conformance::profile_store`
+/// (an LSM in one directory), [`PostgresProfileStore`](crate::PostgresProfileStore);
+/// ScyllaDB later. All of them pass `conformance::profile_store`
 /// (feature `conformance`). Callers hold an `Arc<dyn ProfileStore>`.
 ///
 /// Dictionary tables are keyed by tenant and id. Frame, stack and label-set

@@ -1,6 +1,8 @@
 //! The conformance suites every backend runs: the embedded ones in this
 //! crate's tests, ScyllaDB, PostgreSQL and S3 in theirs. Behind the
-//! `conformance` feature.
+//! `conformance` feature. [`profile_store`], [`object_store`] and
+//! [`metadata_store`] (which takes the profile store of the same database
+//! too, as executables are shared between the two).
 //!
 //! Each suite runs many named checks against one store and panics, after
 //! running them all, with a message listing every check that failed and why.
@@ -22,12 +24,14 @@
 //! # }
 //! ```
 
+mod metadata;
 mod object;
 mod profile;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use metadata::metadata_store;
 pub use object::object_store;
 pub use profile::profile_store;
 

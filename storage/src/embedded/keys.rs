@@ -38,10 +38,10 @@
 //! - **stack, labels last**, so the same (time, stack, labels) is the same
 //!   key and writing it again replaces its value (idempotent replay).
 
-use kiln_model::{LabelSetId, NANOS_PER_HOUR, StackId};
+use kiln_model::{LabelSetId, StackId};
 
 use crate::error::DecodeError;
-use crate::profile::StoredSample;
+use crate::profile::{StoredSample, hour_of};
 use crate::scope::{MAX_NAME_LEN, Scope};
 
 /// The shard every sample of the embedded store is written to.
@@ -117,11 +117,6 @@ pub(crate) fn decode_sample_key(
     Ok((ts, stack, labels))
 }
 
-/// The hour (partition) a timestamp belongs to.
-pub(crate) fn hour_of(timestamp_ns: i64) -> i64 {
-    timestamp_ns.div_euclid(NANOS_PER_HOUR)
-}
-
 fn push_name(key: &mut Vec<u8>, name: &str) {
     debug_assert!(!name.is_empty() && name.len() <= MAX_NAME_LEN);
     key.push(name.len() as u8);
@@ -148,6 +143,7 @@ fn from_ordered(bytes: [u8; 8]) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln_model::NANOS_PER_HOUR;
     use proptest::prelude::*;
 
     const NAME: &str = "[a-z0-9][a-z0-9_-]{0,62}";

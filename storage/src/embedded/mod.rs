@@ -1,9 +1,9 @@
 //! The embedded profile store: one fjall database (an LSM tree) in one
 //! directory, one keyspace per table of DESIGN.md's storage schema. Keys are
-//! laid out in [`keys`], values encoded in [`values`].
+//! laid out in [`keys`], values encoded in [`crate::values`] (shared with the
+//! PostgreSQL store).
 
 mod keys;
-mod values;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -19,9 +19,10 @@ use kiln_model::{
 use crate::error::{DecodeError, StoreError};
 use crate::profile::{ProfileStore, StoredSample};
 use crate::scope::Scope;
+use crate::values;
 
 /// The storage format this build writes and reads: the key layout of
-/// [`keys`] and the value encodings of [`values`]. Raise it when either
+/// [`keys`] and the value encodings of [`crate::values`]. Raise it when either
 /// changes meaning; a store of another version is refused at open.
 const FORMAT_VERSION: u32 = 1;
 

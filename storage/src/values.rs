@@ -1,4 +1,7 @@
-//! Value encoding of the embedded store: a small hand-written format.
+//! Value encoding of stored rows: a small hand-written format, shared by the
+//! embedded store (fjall values) and the PostgreSQL store (`bytea` columns
+//! of the frames, stacks and labelsets tables), so both keep the same bytes
+//! and a row can move from one to the other unchanged.
 //!
 //! Hand-written rather than rkyv because stored bytes outlive the code that
 //! wrote them: a field added to a model type changes its rkyv layout and

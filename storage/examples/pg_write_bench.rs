@@ -1,0 +1,128 @@
+//! Sample write throughput: PostgreSQL against the embedded fjall store on
+//! the same rows, and the ratio.
+//!
+//! ```text
+//! export KILN_TEST_POSTGRES="$(scripts/pg-test-server.sh start /tmp/kiln-pg)"
+//! cargo run --release -p kiln-storage --example pg_write_bench -- [ROWS] [BATCH]
+//! ```
+//!
+//! Writes ROWS sample rows (default 200 000) in calls of BATCH rows
+//! (default 10 000, an ingest worker's poll), one after another, as one
+//! writer does; then writes them all again (a replay: every key exists,
+//! values unchanged), then scans them back. Each store ends with `sync()`,
+//! so both figures include making the rows durable.
+
+use std::time::{Duration, Instant};
+
+use kiln_model::{LabelSetId, NANOS_PER_HOUR, StackId};
+use kiln_storage::{EmbeddedProfileStore, PostgresProfileStore, ProfileStore, Scope, StoredSample};
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let rows: usize = args.next().map_or(Ok(200_000), |a| a.parse())?;
+    let batch: usize = args.next().map_or(Ok(10_000), |a| a.parse())?;
+    let url = std::env::var("KILN_TEST_POSTGRES").map_err(|_| {
+        "KILN_TEST_POSTGRES is not set: export KILN_TEST_POSTGRES=\"$(scripts/pg-test-server.sh start DIR)\""
+    })?;
+    let samples = synthetic(rows);
+    // A fresh tenant per run, so runs against one database do not collide.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let scope = Scope::new(format!("bench-{}", nanos.as_millis()), "p")?;
+
+    let dir = tempfile::tempdir()?;
+    let embedded = EmbeddedProfileStore::open(dir.path())?;
+    let fjall = run("embedded (fjall)", &embedded, &scope, &samples, batch).await?;
+
+    let postgres = PostgresProfileStore::connect(&url).await?;
+    postgres.migrate().await?;
+    let pg = run("postgres", &postgres, &scope, &samples, batch).await?;
+
+    println!(
+        "postgres / fjall: write {:.2}x, replay {:.2}x, scan {:.2}x",
+        pg[0] / fjall[0],
+        pg[1] / fjall[1],
+        pg[2] / fjall[2]
+    );
+    Ok(())
+}
+
+/// Writes, replays and scans; rows/s of each.
+async fn run(
+    name: &str,
+    store: &dyn ProfileStore,
+    scope: &Scope,
+    samples: &[StoredSample],
+    batch: usize,
+) -> Result<[f64; 3], Box<dyn std::error::Error>> {
+    let write = timed(|| write_all(store, scope, samples, batch)).await?;
+    let replay = timed(|| write_all(store, scope, samples, batch)).await?;
+    let start = Instant::now();
+    let back = store.scan_samples(scope, i64::MIN, i64::MAX).await?;
+    let scan = start.elapsed();
+    if back.len() != samples.len() {
+        return Err(format!(
+            "{name}: scanned {} rows, wrote {}",
+            back.len(),
+            samples.len()
+        )
+        .into());
+    }
+    let rate = |d: Duration| samples.len() as f64 / d.as_secs_f64();
+    println!(
+        "{name:>17}: {} rows in calls of {batch}: write {:>9.0} rows/s, replay {:>9.0} rows/s, scan {:>9.0} rows/s",
+        samples.len(),
+        rate(write),
+        rate(replay),
+        rate(scan)
+    );
+    Ok([rate(write), rate(replay), rate(scan)])
+}
+
+async fn write_all(
+    store: &dyn ProfileStore,
+    scope: &Scope,
+    samples: &[StoredSample],
+    batch: usize,
+) -> Result<(), kiln_storage::StoreError> {
+    for chunk in samples.chunks(batch.max(1)) {
+        store.put_samples(scope, chunk).await?;
+    }
+    store.sync().await
+}
+
+async fn timed<F, Fut>(f: F) -> Result<Duration, kiln_storage::StoreError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(), kiln_storage::StoreError>>,
+{
+    let start = Instant::now();
+    f().await?;
+    Ok(start.elapsed())
+}
+
+/// Rows as a fleet sends them: time moving forward over a few hours, a few
+/// hundred hosts (label sets), stacks drawn from a skewed population.
+fn synthetic(rows: usize) -> Vec<StoredSample> {
+    let start = 1_700_000_000_000_000_000i64.div_euclid(NANOS_PER_HOUR) * NANOS_PER_HOUR;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..rows)
+        .map(|i| {
+            // xorshift: cheap, deterministic, no dependency.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Squaring a uniform draw skews it toward small stack numbers.
+            let u = (x >> 40) as f64 / (1u64 << 24) as f64;
+            let stack = (u * u * 50_000.0) as u128;
+            StoredSample {
+                // 100 rows per millisecond of wall time.
+                timestamp_ns: start + (i as i64 / 100) * 1_000_000,
+                stack: StackId(stack.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834)),
+                labels: LabelSetId((i % 300) as u128),
+                count: 1 + (x % 4),
+                period_ns: 10_101_010,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,330 @@
+//! Every SQL statement of the PostgreSQL store, in one place for review,
+//! with the schema's reasoning beside it.
+//!
+//! # Tables
+//!
+//! The profile tables are DESIGN.md's storage schema, with the keys of the
+//! embedded store and of ScyllaDB: tenant (and project) first in every
+//! primary key, so one tenant's rows are one contiguous index range and no
+//! query can forget the tenant without missing the index.
+//!
+//! - **Ids are `uuid`**, not `bytea`: 16 bytes fixed width (a `bytea`
+//!   carries a length header), compared as 16 bytes, and readable in
+//!   `psql`. A 128-bit id is stored big-endian (`Uuid::from_u128`), so uuid
+//!   order is numeric id order.
+//! - **Unsigned 64-bit integers are `bigint`** holding the same 64 bits
+//!   (`count`, `period_ns`: `u64 as i64` on the way in, `i64 as u64` on the
+//!   way out). PostgreSQL has no unsigned type and `numeric` is variable
+//!   width and slow; only counts above 2^63 would read negative in SQL
+//!   sums, which no profile reaches.
+//! - **Dictionary values are `bytea`** in the shared value encoding of
+//!   `crate::values` (the embedded store's bytes): a frame or label set
+//!   is always read whole, by id, never queried by field, so columns would
+//!   only add work; and `bytea` takes any string, where `text` refuses NUL,
+//!   which would make one odd function name fail a whole batch forever.
+//!   Executables too, for the same reason (their names come from the
+//!   agent); only their symbol status, which SQL does filter on, is a
+//!   column.
+//! - **`samples` keeps `hour` and `shard`** though `hour` follows from
+//!   `ts`: the key is DESIGN.md's `(tenant, project, hour, shard)` partition
+//!   key then `(ts, stack, labels)`, the same as every other store, and the
+//!   scan bounds the index on the hour range. This store writes shard 0
+//!   only ([`SHARD`]): sharding keeps ScyllaDB partitions small, which a
+//!   B-tree does not need. Scans do not filter on shard, so rows of other
+//!   shards (moved over from ScyllaDB) would still be found.
+//! - **No declarative partitioning (yet).** Partitioning `samples` by hour
+//!   range would make retention a `DROP TABLE` instead of a `DELETE`, but
+//!   every partition must exist before its rows arrive (a DEFAULT partition
+//!   holding early rows then blocks creating the matching partition), which
+//!   needs a partition-managing job. Until this store has retention, that
+//!   buys nothing. The primary key already contains `hour`, the column a
+//!   range partitioning would use (PostgreSQL requires the partition key in
+//!   the primary key), so converting later is DDL and a copy, no key change.
+//! - **No BRIN index.** BRIN pays where a table has no B-tree on a column
+//!   whose values grow with the heap order. Here the primary-key B-tree is
+//!   needed anyway (for `ON CONFLICT`) and already answers the only query,
+//!   a (tenant, project, hour range, ts range) scan; and rows of many
+//!   tenants interleave on the heap, so BRIN ranges over `ts` would be
+//!   wide and unselective.
+//! - **No foreign keys from profile tables to `tenants`**: ingest writes
+//!   millions of rows, each FK check is an index probe, and the tenant is
+//!   checked once, when the gateway verifies the API key. The metadata
+//!   tables do use them (a project needs its tenant, a key its project).
+//!
+//! # Writes
+//!
+//! Every write is one `INSERT … SELECT … FROM UNNEST($n::type[], …)`: the
+//! rows travel as one array per column, so a batch of any size is one
+//! prepared statement with a fixed parameter list (multi-row `VALUES` would
+//! need a statement per batch size and hits the 65 535-parameter limit at a
+//! few thousand rows). `ON CONFLICT … DO UPDATE` gives the trait's
+//! "writing a key again replaces its value"; the `WHERE … IS DISTINCT FROM`
+//! skips rows whose value is unchanged, so a replayed batch (at-least-once
+//! delivery) writes no new row versions and leaves nothing to vacuum.
+//!
+//! Callers sort and de-duplicate rows by key first: `ON CONFLICT DO UPDATE`
+//! refuses to touch one row twice in a statement, and two writers locking
+//! overlapping rows in the same order cannot deadlock.
+//!
+//! # Migrations
+//!
+//! [`MIGRATIONS`] lists the schema's versions; the version a database is
+//! at is in `kiln_schema`. `migrate` runs the missing ones in one
+//! transaction (PostgreSQL DDL is transactional: all or nothing) under an
+//! advisory lock (two workers starting together would otherwise race on
+//! `CREATE TABLE IF NOT EXISTS`, which is not safe against concurrent
+//! creation). Each step also uses `IF NOT EXISTS`, so a step that a crashed
+//! tool half-applied by hand can be run again. A database at a newer
+//! version than [`MIGRATIONS`] knows is refused.
+
+/// The shard this store writes every sample to (see the module doc).
+pub(super) const SHARD: i16 = 0;
+
+/// Key of the advisory lock `migrate` holds; any constant unique to Kiln
+/// ("kiln" in ASCII).
+pub(super) const MIGRATION_LOCK: i64 = 0x6b69_6c6e;
+
+/// Takes the migration lock until the transaction ends.
+pub(super) const LOCK_MIGRATIONS: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// The table recording the schema version: one row at most.
+pub(super) const CREATE_VERSION_TABLE: &str = "
+CREATE TABLE IF NOT EXISTS kiln_schema (
+    singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    version     integer NOT NULL,
+    migrated_at timestamptz NOT NULL DEFAULT now()
+)";
+
+/// The schema version: no row before the first migration. Only once
+/// `kiln_schema` exists ([`VERSION_TABLE_EXISTS`]).
+pub(super) const READ_VERSION: &str = "SELECT version FROM kiln_schema";
+
+/// Whether `kiln_schema` exists (before the first migration it does not).
+pub(super) const VERSION_TABLE_EXISTS: &str = "SELECT to_regclass('kiln_schema') IS NOT NULL";
+
+/// Records the schema version.
+pub(super) const WRITE_VERSION: &str = "
+INSERT INTO kiln_schema (version) VALUES ($1)
+ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, migrated_at = now()";
+
+/// The schema's versions: entry `i` takes a database from version `i` to
+/// `i + 1`. Only ever appended to; a released entry never changes.
+pub(super) const MIGRATIONS: &[&str] = &[V1];
+
+/// Version 1: the profile tables and the metadata tables.
+const V1: &str = "
+CREATE TABLE IF NOT EXISTS samples (
+    tenant      text     NOT NULL,
+    project     text     NOT NULL,
+    hour        bigint   NOT NULL,  -- ts.div_euclid(1 h), floor division
+    shard       smallint NOT NULL,
+    ts          bigint   NOT NULL,  -- ns since the Unix epoch
+    stack_id    uuid     NOT NULL,
+    labelset_id uuid     NOT NULL,
+    count       bigint   NOT NULL,  -- u64 bits
+    period_ns   bigint   NOT NULL,  -- u64 bits
+    PRIMARY KEY (tenant, project, hour, shard, ts, stack_id, labelset_id)
+);
+
+CREATE TABLE IF NOT EXISTS frames (
+    tenant   text  NOT NULL,
+    frame_id uuid  NOT NULL,
+    value    bytea NOT NULL,        -- values::encode_frame
+    PRIMARY KEY (tenant, frame_id)
+);
+
+CREATE TABLE IF NOT EXISTS stacks (
+    tenant   text  NOT NULL,
+    stack_id uuid  NOT NULL,
+    value    bytea NOT NULL,        -- values::encode_stack: frame ids, root first
+    PRIMARY KEY (tenant, stack_id)
+);
+
+CREATE TABLE IF NOT EXISTS labelsets (
+    tenant      text  NOT NULL,
+    labelset_id uuid  NOT NULL,
+    value       bytea NOT NULL,     -- values::encode_label_set
+    PRIMARY KEY (tenant, labelset_id)
+);
+
+CREATE TABLE IF NOT EXISTS executables (
+    tenant        text     NOT NULL,
+    file_id       uuid     NOT NULL,
+    value         bytea    NOT NULL,  -- values::encode_executable: name, build id
+    symbol_status smallint NOT NULL DEFAULT 0,  -- SymbolStatus numbers
+    PRIMARY KEY (tenant, file_id)
+);
+-- The symbolizer's work queue: a tenant's executables still pending.
+CREATE INDEX IF NOT EXISTS executables_by_symbol_status
+    ON executables (tenant, symbol_status);
+
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant     text        PRIMARY KEY,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE IF NOT EXISTS projects (
+    tenant     text        NOT NULL REFERENCES tenants (tenant) ON DELETE CASCADE,
+    project    text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant, project)
+);
+
+-- Keys are stored as their SHA-256 only (see api_key.rs). A request's
+-- key is looked up by hash before its tenant is known, hence the unique
+-- index on key_hash; listing and revoking go by (tenant, id).
+CREATE TABLE IF NOT EXISTS api_keys (
+    tenant     text        NOT NULL,
+    id         bigint      GENERATED ALWAYS AS IDENTITY,
+    project    text        NOT NULL,
+    key_hash   bytea       NOT NULL UNIQUE CHECK (length(key_hash) = 32),
+    prefix     text        NOT NULL,
+    label      text        NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    revoked_at timestamptz,
+    PRIMARY KEY (tenant, id),
+    FOREIGN KEY (tenant, project) REFERENCES projects (tenant, project) ON DELETE CASCADE
+);
+";
+
+// ---------------------------------------------------------------- samples
+
+/// Upserts samples of one scope. `$1` tenant, `$2` project, `$3` shard,
+/// then one array per column, all of one length.
+pub(super) const UPSERT_SAMPLES: &str = "
+INSERT INTO samples AS s (tenant, project, hour, shard, ts, stack_id, labelset_id, count, period_ns)
+SELECT $1::text, $2::text, u.hour, $3::smallint, u.ts, u.stack_id, u.labelset_id, u.count, u.period_ns
+FROM UNNEST($4::bigint[], $5::bigint[], $6::uuid[], $7::uuid[], $8::bigint[], $9::bigint[])
+    AS u (hour, ts, stack_id, labelset_id, count, period_ns)
+ON CONFLICT (tenant, project, hour, shard, ts, stack_id, labelset_id) DO UPDATE
+    SET count = EXCLUDED.count, period_ns = EXCLUDED.period_ns
+    WHERE (s.count, s.period_ns) IS DISTINCT FROM (EXCLUDED.count, EXCLUDED.period_ns)";
+
+/// A scope's samples with `$5 <= ts < $6`, `$3..=$4` being the hours those
+/// bounds fall in: the hour bounds let the primary-key index skip straight
+/// to the range (`ts` comes after `shard` in the key). No `ORDER BY`: the
+/// trait promises no order, and callers aggregate.
+pub(super) const SCAN_SAMPLES: &str = "
+SELECT ts, stack_id, labelset_id, count, period_ns
+FROM samples
+WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4 AND ts >= $5 AND ts < $6";
+
+// ------------------------------------------------------------ dictionaries
+
+/// The dictionary tables: same shape, `(tenant, <id>) → value`. Table
+/// names cannot be statement parameters, hence one statement per table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dict {
+    Frames,
+    Stacks,
+    LabelSets,
+    Executables,
+}
+
+impl Dict {
+    /// Upserts `$2` ids with `$3` values for tenant `$1`.
+    pub(super) fn upsert(self) -> &'static str {
+        match self {
+            Dict::Frames => {
+                "
+INSERT INTO frames AS d (tenant, frame_id, value)
+SELECT $1::text, u.id, u.value FROM UNNEST($2::uuid[], $3::bytea[]) AS u (id, value)
+ON CONFLICT (tenant, frame_id) DO UPDATE SET value = EXCLUDED.value
+    WHERE d.value IS DISTINCT FROM EXCLUDED.value"
+            }
+            Dict::Stacks => {
+                "
+INSERT INTO stacks AS d (tenant, stack_id, value)
+SELECT $1::text, u.id, u.value FROM UNNEST($2::uuid[], $3::bytea[]) AS u (id, value)
+ON CONFLICT (tenant, stack_id) DO UPDATE SET value = EXCLUDED.value
+    WHERE d.value IS DISTINCT FROM EXCLUDED.value"
+            }
+            Dict::LabelSets => {
+                "
+INSERT INTO labelsets AS d (tenant, labelset_id, value)
+SELECT $1::text, u.id, u.value FROM UNNEST($2::uuid[], $3::bytea[]) AS u (id, value)
+ON CONFLICT (tenant, labelset_id) DO UPDATE SET value = EXCLUDED.value
+    WHERE d.value IS DISTINCT FROM EXCLUDED.value"
+            }
+            // A rewrite replaces name and build id but keeps the symbol
+            // status: the file id names the same bytes either way.
+            Dict::Executables => {
+                "
+INSERT INTO executables AS d (tenant, file_id, value)
+SELECT $1::text, u.id, u.value FROM UNNEST($2::uuid[], $3::bytea[]) AS u (id, value)
+ON CONFLICT (tenant, file_id) DO UPDATE SET value = EXCLUDED.value
+    WHERE d.value IS DISTINCT FROM EXCLUDED.value"
+            }
+        }
+    }
+
+    /// `(id, value)` of tenant `$1`'s rows among ids `$2`.
+    pub(super) fn select(self) -> &'static str {
+        match self {
+            Dict::Frames => {
+                "SELECT frame_id, value FROM frames WHERE tenant = $1 AND frame_id = ANY($2::uuid[])"
+            }
+            Dict::Stacks => {
+                "SELECT stack_id, value FROM stacks WHERE tenant = $1 AND stack_id = ANY($2::uuid[])"
+            }
+            Dict::LabelSets => {
+                "SELECT labelset_id, value FROM labelsets \
+                 WHERE tenant = $1 AND labelset_id = ANY($2::uuid[])"
+            }
+            Dict::Executables => {
+                "SELECT file_id, value FROM executables \
+                 WHERE tenant = $1 AND file_id = ANY($2::uuid[])"
+            }
+        }
+    }
+
+    /// What one row is called in errors.
+    pub(super) fn row(self) -> &'static str {
+        match self {
+            Dict::Frames => "frame",
+            Dict::Stacks => "stack",
+            Dict::LabelSets => "label set",
+            Dict::Executables => "executable",
+        }
+    }
+}
+
+// ---------------------------------------------------------------- metadata
+
+/// Creates tenant `$1`; no row affected when it exists.
+pub(super) const INSERT_TENANT: &str =
+    "INSERT INTO tenants (tenant) VALUES ($1) ON CONFLICT DO NOTHING";
+
+pub(super) const LIST_TENANTS: &str = "SELECT tenant FROM tenants ORDER BY tenant";
+
+/// Creates project `$2` of tenant `$1`; no row affected when it exists, a
+/// foreign-key violation when the tenant does not.
+pub(super) const INSERT_PROJECT: &str =
+    "INSERT INTO projects (tenant, project) VALUES ($1, $2) ON CONFLICT DO NOTHING";
+
+pub(super) const LIST_PROJECTS: &str =
+    "SELECT project FROM projects WHERE tenant = $1 ORDER BY project";
+
+/// Stores a key's hash; a foreign-key violation when the project does not
+/// exist.
+pub(super) const INSERT_API_KEY: &str = "
+INSERT INTO api_keys (tenant, project, key_hash, prefix, label) VALUES ($1, $2, $3, $4, $5)
+RETURNING id, created_at";
+
+pub(super) const LIST_API_KEYS: &str = "
+SELECT id, project, label, prefix, created_at, revoked_at IS NOT NULL
+FROM api_keys WHERE tenant = $1 ORDER BY id";
+
+/// Revokes tenant `$1`'s live key `$2`. The tenant in the condition keeps a
+/// tenant from revoking another's key by id.
+pub(super) const REVOKE_API_KEY: &str = "
+UPDATE api_keys SET revoked_at = now() WHERE tenant = $1 AND id = $2 AND revoked_at IS NULL";
+
+/// The scope a live key with hash `$1` grants.
+pub(super) const VERIFY_API_KEY: &str =
+    "SELECT tenant, project FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+
+pub(super) const SET_SYMBOL_STATUS: &str =
+    "UPDATE executables SET symbol_status = $3 WHERE tenant = $1 AND file_id = $2";
+
+pub(super) const SYMBOL_STATUS: &str = "SELECT file_id, symbol_status FROM executables WHERE tenant = $1 AND file_id = ANY($2::uuid[])";
