@@ -303,7 +303,7 @@ impl Sampler {
                 Ok(kv) => kv,
                 // Deleted between get_next_key and lookup: cannot happen
                 // for old keys (only we delete), fine to skip for others.
-                Err(MapError::KeyNotFound) => continue,
+                Err(e) if is_not_found(&e) => continue,
                 Err(e) => return Err(SamplerError::map("counts")(e)),
             };
             if key.generation != self.generation {
@@ -312,8 +312,8 @@ impl Sampler {
         }
         for key in taken.keys() {
             match self.counts.remove(key) {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(SamplerError::map("counts")(e)),
+                Err(e) if !is_not_found(&e) => return Err(SamplerError::map("counts")(e)),
+                _ => {}
             }
         }
         debug!(generation = old, keys = taken.len(), "drained counts");
@@ -341,8 +341,8 @@ impl Sampler {
         }
         for id in self.stack_cache[0].keys() {
             match self.stacks.remove(id) {
-                Ok(()) | Err(MapError::KeyNotFound) => {}
-                Err(e) => return Err(SamplerError::map("stacks")(e)),
+                Err(e) if !is_not_found(&e) => return Err(SamplerError::map("stacks")(e)),
+                _ => {}
             }
         }
 
@@ -393,7 +393,7 @@ impl Sampler {
                 addrs: stack.frames().to_vec(),
                 truncated: stack.flags & abi::STACK_TRUNCATED != 0,
             }),
-            Err(MapError::KeyNotFound) => match self.stack_cache[1].get(&id) {
+            Err(e) if is_not_found(&e) => match self.stack_cache[1].get(&id) {
                 Some(s) => s.clone(),
                 None => {
                     *lost = true;
@@ -416,6 +416,17 @@ impl Sampler {
             *slot = values.iter().sum();
         }
         Ok(out)
+    }
+}
+
+/// Whether a map operation failed only because the key is absent: aya
+/// reports that as `KeyNotFound` from lookups but as a plain ENOENT from
+/// deletes.
+fn is_not_found(e: &MapError) -> bool {
+    match e {
+        MapError::KeyNotFound => true,
+        MapError::SyscallError(e) => e.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
     }
 }
 

@@ -1,0 +1,315 @@
+//! End-to-end test of the agent on this machine's real kernel: compiles a
+//! C workload whose functions take known shares of CPU, profiles the whole
+//! host in-process through the library API, and checks the shares and the
+//! stacks it reports.
+//!
+//! Needs root (or CAP_BPF + CAP_PERFMON), a C compiler, and the agent built
+//! with its eBPF program (clang and libbpf-dev at build time). CI runs as
+//! root; elsewhere the test fails with a message saying what is missing.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use kiln_agent::{Agent, AgentConfig, AgentError, FileInfo, MemorySink, SamplerError};
+use kiln_model::{Batch, FileId, Frame, FrameKind, label_names};
+use object::{Object, ObjectSymbol, SymbolKind};
+
+/// High enough that a 5 s profile holds thousands of the workload's
+/// samples, so a share is known to about a point (at the default 19 Hz the
+/// binomial noise alone would be ±5 points).
+const FREQUENCY_HZ: u64 = 499;
+const PROFILE_FOR: Duration = Duration::from_secs(5);
+const TOLERANCE_POINTS: f64 = 5.0;
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test loads an eBPF program and must run as root (or with CAP_BPF and \
+         CAP_PERFMON); CI runs it as root. Run `sudo -E cargo test -p kiln-agent`."
+    );
+}
+
+fn start_agent() -> Agent {
+    let config = AgentConfig {
+        frequency_hz: FREQUENCY_HZ,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+    };
+    match Agent::start(config) {
+        Ok(agent) => agent,
+        Err(AgentError::Sampler(e @ SamplerError::PermissionDenied(_))) => {
+            panic!("the kernel refused the eBPF sampler: {e}")
+        }
+        Err(AgentError::Sampler(e @ SamplerError::NotBuilt(_))) => panic!(
+            "{e}. Install Debian's clang and libbpf-dev (apt-get install clang libbpf-dev) \
+             and rebuild."
+        ),
+        Err(e) => panic!("starting the agent failed: {e:?}"),
+    }
+}
+
+/// Compiles the workload with `flags` into `dir`.
+///
+/// With clang (`KILN_TEST_CC` to change it), which the agent's build needs
+/// anyway: GCC 12 leaves leaf functions frameless even with
+/// `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer`, so a frame-pointer
+/// walk from a leaf skips its caller (path_a here). The .eh_frame unwinder
+/// will not care.
+fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c");
+    let out = dir.join("shares");
+    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
+    let status = Command::new(&cc)
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}` failed ({e}): install clang"));
+    assert!(status.success(), "compiling {} failed", source.display());
+    out
+}
+
+/// Kills the child when the test ends, however it ends.
+struct Workload(Child);
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(exe: &Path, mode: &str) -> Workload {
+    // Runs past the profile so its maps are readable at every drain.
+    let seconds = (PROFILE_FOR + Duration::from_secs(4)).as_secs().to_string();
+    Workload(
+        Command::new(exe)
+            .args([&seconds, mode])
+            .spawn()
+            .expect("start the workload"),
+    )
+}
+
+/// Every sample of the batches from index `first` on with its stack
+/// resolved, as (pid label, frames root first, count). Dictionary entries
+/// come from the batch itself or an earlier one, as the backend sees them.
+fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Frame>, u64)> {
+    let mut frames = HashMap::new();
+    let mut stacks = HashMap::new();
+    let mut labels = HashMap::new();
+    let mut out = Vec::new();
+    for (i, batch) in batches.iter().enumerate() {
+        for e in &batch.frames {
+            frames.insert(e.id, e.frame.clone());
+        }
+        for e in &batch.stacks {
+            stacks.insert(e.id, e.frames.clone());
+        }
+        for e in &batch.label_sets {
+            labels.insert(e.id, e.labels.clone());
+        }
+        if i < first {
+            continue;
+        }
+        for s in &batch.samples {
+            let stack = stacks
+                .get(&s.stack)
+                .unwrap_or_else(|| panic!("stack {} was never sent", s.stack));
+            let resolved = stack
+                .iter()
+                .map(|id| {
+                    frames
+                        .get(id)
+                        .unwrap_or_else(|| panic!("frame {id} was never sent"))
+                        .clone()
+                })
+                .collect();
+            let pid = labels
+                .get(&s.labels)
+                .unwrap_or_else(|| panic!("label set {} was never sent", s.labels))
+                .get(label_names::PID)
+                .map(str::to_string);
+            out.push((pid, resolved, s.count));
+        }
+    }
+    out
+}
+
+/// The workload's function symbols, to name its frames (the test's own
+/// stand-in for the symbolizer).
+struct Symbols {
+    file_id: FileId,
+    functions: Vec<(u64, u64, String)>,
+}
+
+impl Symbols {
+    fn of(exe: &Path) -> Symbols {
+        let data = std::fs::read(exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let mut functions: Vec<_> = file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .map(|s| (s.address(), s.size(), s.name().unwrap_or("").to_string()))
+            .collect();
+        functions.sort();
+        Symbols {
+            file_id: FileInfo::read(exe, "shares").unwrap().file_id,
+            functions,
+        }
+    }
+
+    fn name(&self, frame: &Frame) -> Option<&str> {
+        let Frame::Address { file_id, addr, .. } = frame else {
+            return None;
+        };
+        if *file_id != self.file_id {
+            return None;
+        }
+        let i = self.functions.partition_point(|f| f.0 <= *addr);
+        let (start, size, name) = self.functions.get(i.checked_sub(1)?)?;
+        (*addr < start + size).then_some(name.as_str())
+    }
+}
+
+fn profile(agent: &mut Agent, sink: &mut MemorySink) -> Duration {
+    let started = Instant::now();
+    let deadline = started + PROFILE_FOR;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(1).min(deadline - Instant::now()));
+        agent.tick(sink).expect("tick");
+    }
+    started.elapsed()
+}
+
+#[test]
+fn frame_pointer_workload_shares_and_kernel_frames() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_workload(dir.path(), &["-O2", "-fno-omit-frame-pointer"]);
+    let symbols = Symbols::of(&exe);
+
+    let mut agent = start_agent();
+    let mut sink = MemorySink::default();
+    // Leave out what was sampled while loading (its dictionary still counts).
+    agent.tick(&mut sink).unwrap();
+    let first = sink.batches.len();
+    let cpu = spawn(&exe, "cpu");
+    let sys = spawn(&exe, "syscall");
+    let elapsed = profile(&mut agent, &mut sink);
+    let (cpu_pid, sys_pid) = (cpu.0.id().to_string(), sys.0.id().to_string());
+    drop((cpu, sys));
+
+    let samples = resolve(&sink.batches, first);
+    let total: u64 = samples.iter().map(|s| s.2).sum();
+    let expected = agent.cpus() as f64 * FREQUENCY_HZ as f64 * elapsed.as_secs_f64();
+    eprintln!(
+        "{total} samples on the host (idle included), {expected:.0} expected from \
+         {} CPUs x {FREQUENCY_HZ} Hz x {:.2} s; {} bytes encoded",
+        agent.cpus(),
+        elapsed.as_secs_f64(),
+        sink.encoded_bytes
+    );
+    // Idle is counted, so the host's samples are all its CPU time.
+    assert!(
+        (total as f64) > 0.8 * expected && (total as f64) < 1.2 * expected,
+        "{total} samples, expected about {expected:.0}"
+    );
+
+    // The CPU workload: each function's inclusive share.
+    let cpu_samples: Vec<_> = samples
+        .iter()
+        .filter(|s| s.0.as_deref() == Some(cpu_pid.as_str()))
+        .collect();
+    let n: u64 = cpu_samples.iter().map(|s| s.2).sum();
+    assert!(n > 500, "only {n} samples of the CPU workload");
+    let share = |function: &str| {
+        let hits: u64 = cpu_samples
+            .iter()
+            .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some(function)))
+            .map(|s| s.2)
+            .sum();
+        100.0 * hits as f64 / n as f64
+    };
+    let reach_main = share("main");
+    eprintln!(
+        "CPU workload: {n} samples; work_sixty {:.1}%, work_thirty {:.1}%, work_ten {:.1}%, \
+         stacks reaching main {reach_main:.1}%",
+        share("work_sixty"),
+        share("work_thirty"),
+        share("work_ten"),
+    );
+    for (function, truth) in [
+        ("work_sixty", 60.0),
+        ("work_thirty", 30.0),
+        ("work_ten", 10.0),
+    ] {
+        let got = share(function);
+        assert!(
+            (got - truth).abs() <= TOLERANCE_POINTS,
+            "{function}: {got:.1}% of samples, expected {truth}% ± {TOLERANCE_POINTS}"
+        );
+    }
+    assert!(
+        reach_main >= 95.0,
+        "only {reach_main:.1}% of stacks reach main"
+    );
+    // Each path in order: main above path_a above work_sixty.
+    let ordered = cpu_samples.iter().any(|s| {
+        let names: Vec<_> = s.1.iter().filter_map(|f| symbols.name(f)).collect();
+        names.ends_with(&["main", "path_a", "work_sixty"])
+    });
+    if !ordered {
+        for s in cpu_samples.iter().take(5) {
+            let names: Vec<_> =
+                s.1.iter()
+                    .map(|f| {
+                        symbols
+                            .name(f)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| format!("{f:?}"))
+                    })
+                    .collect();
+            eprintln!("{names:?}");
+        }
+    }
+    assert!(ordered, "no stack main → path_a → work_sixty (root first)");
+
+    // The syscall workload: kernel frames under its user frames.
+    let sys_samples: Vec<_> = samples
+        .iter()
+        .filter(|s| s.0.as_deref() == Some(sys_pid.as_str()))
+        .collect();
+    let n: u64 = sys_samples.iter().map(|s| s.2).sum();
+    assert!(n > 200, "only {n} samples of the syscall workload");
+    let in_kernel: u64 = sys_samples
+        .iter()
+        .filter(|s| {
+            let first_kernel = s.1.iter().position(|f| f.kind() == FrameKind::Kernel);
+            let reaches_main = s.1.iter().any(|f| symbols.name(f) == Some("main"));
+            matches!(first_kernel, Some(k) if k > 0 && reaches_main
+                && s.1[..k].iter().all(|f| f.kind() == FrameKind::Native)
+                && s.1[k..].iter().all(|f| f.kind() == FrameKind::Kernel))
+        })
+        .map(|s| s.2)
+        .sum();
+    let write_path = sys_samples.iter().any(|s| {
+        s.1.iter().any(|f| {
+            matches!(f, Frame::Named { kind: FrameKind::Kernel, function, .. }
+                if function.contains("sys_write") || function == "vfs_write")
+        })
+    });
+    eprintln!(
+        "syscall workload: {n} samples, {:.1}% with kernel frames under user frames reaching main",
+        100.0 * in_kernel as f64 / n as f64
+    );
+    assert!(
+        in_kernel as f64 >= 0.5 * n as f64,
+        "only {in_kernel} of {n} samples show kernel frames under main's user frames"
+    );
+    assert!(write_path, "no kernel frame on the write(2) path");
+}
