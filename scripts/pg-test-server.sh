@@ -132,13 +132,20 @@ cmd_start() {
             die "initdb failed; see $DIR/initdb.log"
     fi
 
-    local port
-    port=$(free_port)
-    # listen_addresses: loopback only. unix_socket_directories='': no socket
-    # file, so DIR's path length and /var/run permissions do not matter.
-    as_owner "$BINDIR/pg_ctl" start -D "$DIR/data" -l "$DIR/postgres.log" -w -t 60 \
-        -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" >&2 ||
-        die "postgres did not start; see $DIR/postgres.log"
+    # Another process may take the free port before postgres binds it:
+    # try a few times, each with a port found free just before.
+    local port attempt
+    for attempt in 1 2 3; do
+        port=$(free_port)
+        # listen_addresses: loopback only. unix_socket_directories='': no
+        # socket file, so DIR's path length and /var/run do not matter.
+        if as_owner "$BINDIR/pg_ctl" start -D "$DIR/data" -l "$DIR/postgres.log" -w -t 60 \
+            -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=''" >&2; then
+            break
+        fi
+        [[ $attempt -lt 3 ]] || die "postgres did not start; see $DIR/postgres.log"
+        echo "pg-test-server: start on port $port failed, trying another port" >&2
+    done
     echo "$port" | as_owner tee "$DIR/port" >/dev/null
 
     if [[ -z $(psql_admin "$port" -tA -c "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'") ]]; then

@@ -354,6 +354,113 @@ mod tests {
         assert!(!err.to_string().contains("pw"), "{err}");
     }
 
+    /// A schema of its own on the `KILN_TEST_POSTGRES` server (through
+    /// `search_path`), dropped at the end, and a connection to administer
+    /// it; `None` when the variable is unset.
+    async fn private_schema() -> Option<(String, String, tokio_postgres::Client)> {
+        let Ok(url) = std::env::var("KILN_TEST_POSTGRES") else {
+            eprintln!("skipped: KILN_TEST_POSTGRES not set (scripts/pg-test-server.sh start DIR)");
+            return None;
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let schema = format!("kiln_test_{}_{nanos}", std::process::id());
+        let (admin, connection) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(connection);
+        admin
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .await
+            .unwrap();
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+        Some((schema, scoped, admin))
+    }
+
+    /// Guards the migration path: an empty database is migrated from
+    /// scratch, again harmlessly, and a newer schema is refused at connect
+    /// and at migrate rather than misread.
+    #[tokio::test]
+    async fn migrations_start_from_nothing_and_refuse_newer_schemas() {
+        let Some((schema, url, admin)) = private_schema().await else {
+            return;
+        };
+        let db = Db::connect(&url).await.unwrap();
+        db.migrate().await.unwrap();
+        db.migrate().await.unwrap();
+        let tables: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tables, 9, "kiln_schema and the eight tables of version 1");
+
+        admin
+            .batch_execute(&format!("UPDATE {schema}.kiln_schema SET version = 99"))
+            .await
+            .unwrap();
+        let expected = latest_version();
+        match Db::connect(&url).await {
+            Err(StoreError::IncompatibleSchema {
+                found: 99,
+                expected: e,
+            }) if e == expected => {}
+            other => panic!("connect to a newer schema: {:?}", other.map(|db| db.url)),
+        }
+        match db.migrate().await {
+            Err(StoreError::IncompatibleSchema { found: 99, .. }) => {}
+            other => panic!("migrate a newer schema: {other:?}"),
+        }
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    /// Damaged bytes in the database surface as `Corrupt`, naming the row,
+    /// never as a panic.
+    #[tokio::test]
+    async fn corrupt_rows_are_errors_not_panics() {
+        use crate::{MetadataStore, ProfileStore};
+        use kiln_model::{FileId, FrameId};
+
+        let Some((schema, url, admin)) = private_schema().await else {
+            return;
+        };
+        let store = PostgresProfileStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        admin
+            .batch_execute(&format!(
+                "INSERT INTO {schema}.frames VALUES ('t', '00000000-0000-0000-0000-000000000abc', '\\x010063');
+                 INSERT INTO {schema}.executables VALUES ('t', '00000000-0000-0000-0000-000000000001', '\\x01000100', 7);"
+            ))
+            .await
+            .unwrap();
+        match store.get_frames("t", &[FrameId(0xabc)]).await {
+            Err(StoreError::Corrupt {
+                what: "frame", key, ..
+            }) => {
+                assert_eq!(key, format!("t/{:032x}", 0xabc));
+            }
+            other => panic!("{other:?}"),
+        }
+        match store.metadata().symbol_status("t", &[FileId(1)]).await {
+            Err(StoreError::Corrupt {
+                what: "symbol status",
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn an_unreachable_server_is_a_backend_error() {
         // Port 1 on loopback: nothing listens, the connection is refused.
