@@ -11,6 +11,22 @@
 //! writer does; then writes them all again (a replay: every key exists,
 //! values unchanged), then scans them back. Each store ends with `sync()`,
 //! so both figures include making the rows durable.
+//!
+//! Measured on the 2-core development machine (shared, load about 2),
+//! PostgreSQL 15 from `scripts/pg-test-server.sh` with default settings,
+//! 200 000 rows in calls of 10 000, three runs:
+//!
+//! ```text
+//!             write           replay          scan
+//! fjall       1.17–1.29 M/s   0.96–1.04 M/s   1.32–1.37 M/s
+//! postgres    129–138 k/s     174–193 k/s     1.0–1.7 M/s
+//! ratio       0.11x           0.17–0.20x      0.8–1.3x
+//! ```
+//!
+//! Calls of 1 000 rows write as fast (125 k/s): the time is the server's
+//! B-tree inserts, not round trips. A plain server-side `INSERT … SELECT`
+//! of 200 000 sorted rows into `samples` (no client, no upsert) takes
+//! 0.88 s, 226 k rows/s, so `COPY` could gain at most about 1.7x here.
 
 use std::time::{Duration, Instant};
 
