@@ -224,8 +224,9 @@ fn redact(url: &str) -> String {
 }
 
 /// A [`ProfileStore`](crate::ProfileStore) in a PostgreSQL database: the
-/// `samples`, `frames`, `stacks`, `labelsets` and `executables` tables of
-/// [`schema`].
+/// `samples`, `frames`, `stacks`, `labelsets` and `executables` tables
+/// (`storage/src/postgres/schema.rs` holds every statement and the
+/// reasoning behind the schema).
 ///
 /// Cloning is cheap and shares the connection pool. Every write is a
 /// committed transaction when it returns, so [`sync`] has nothing left to
