@@ -19,6 +19,12 @@ pub const IDLE_FRAME: &str = "idle";
 pub const TRUNCATED_FRAME: &str = "[truncated]";
 /// Frame of samples whose stack was recorded but could not be kept.
 pub const STACK_LOST_FRAME: &str = "[stack lost]";
+/// Root frame of a user stack whose frame-pointer walk left the process's
+/// code: what follows was garbage and is dropped.
+pub const BROKEN_CHAIN_FRAME: &str = "[broken frame chain]";
+/// Module of the one frame that stands for the user stack of a process
+/// that exited before the agent could read its maps.
+pub const PROCESS_GONE_MODULE: &str = "[process exited]";
 /// Frame of samples lost because the kernel's counter map was full.
 pub const SAMPLES_LOST_FRAME: &str = "[samples lost]";
 
@@ -66,9 +72,8 @@ impl Batcher {
                 builder.add(timestamp_ns, &frames, &host_only, sample.count);
                 continue;
             }
-            let truncated = sample.user.as_ref().is_some_and(|s| s.truncated)
-                || sample.kernel.as_ref().is_some_and(|s| s.truncated);
-            if truncated {
+            // (A cut user stack carries its own marker.)
+            if sample.user.is_none() && sample.kernel.as_ref().is_some_and(|s| s.truncated) {
                 frames.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
             }
             if sample.stack_lost {
@@ -170,26 +175,27 @@ impl Batcher {
         labels
     }
 
-    /// Root-first native frames of a user stack (which comes leaf first).
+    /// Root-first native frames of a user stack (which comes leaf first),
+    /// with a marker at the root when the walk was cut.
     fn user_frames(
         &mut self,
         pid: u32,
         stack: &RawStack,
         executables: &mut HashMap<kiln_model::FileId, kiln_model::Executable>,
     ) -> Vec<Frame> {
-        let known = self.processes.get(pid).is_some();
-        let mut out = Vec::with_capacity(stack.addrs.len());
-        for (i, &addr) in stack.addrs.iter().enumerate().rev() {
+        if self.processes.get(pid).is_none() {
+            // Exited before this drain could read its maps: its addresses
+            // cannot be placed, so one frame stands for all of them.
+            return vec![unknown(FrameKind::Native, PROCESS_GONE_MODULE)];
+        }
+        let mut out = Vec::with_capacity(stack.addrs.len() + 1);
+        let mut broken = false;
+        for (i, &addr) in stack.addrs.iter().enumerate() {
             // Past the leaf, addresses are return addresses: the call is
             // the instruction before, and at the end of a function the
             // return address may already belong to the next one.
             let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
-            let mapping = if known {
-                self.processes.mapping(pid, addr).cloned()
-            } else {
-                None
-            };
-            let frame = match mapping {
+            let frame = match self.processes.mapping(pid, addr).cloned() {
                 Some(m) if m.is_file() => match self.files.get(pid, &m) {
                     Some(file) => {
                         executables
@@ -204,10 +210,23 @@ impl Batcher {
                     None => unknown(FrameKind::Native, m.name()),
                 },
                 Some(m) => unknown(FrameKind::Native, m.name()),
+                // A return address outside every executable mapping: the
+                // frame-pointer walk went through code built without frame
+                // pointers and is following garbage from here on.
+                None if i > 0 => {
+                    broken = true;
+                    break;
+                }
                 None => unknown(FrameKind::Native, "[unknown]"),
             };
             out.push(frame);
         }
+        if broken {
+            out.push(Frame::named(FrameKind::Truncated, BROKEN_CHAIN_FRAME));
+        } else if stack.truncated {
+            out.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
+        }
+        out.reverse();
         out
     }
 
@@ -367,6 +386,38 @@ mod tests {
         let kinds: Vec<_> = batch.frames.iter().map(|f| f.frame.kind()).collect();
         assert!(kinds.contains(&FrameKind::Idle));
         assert!(kinds.contains(&FrameKind::Truncated));
+    }
+
+    // Guards the cut of frame-pointer walks that leave the process's code,
+    // and the single frame for processes that are gone.
+    #[test]
+    fn garbage_return_addresses_are_cut_at_the_root() {
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        let me = std::process::id();
+        let code = garbage_return_addresses_are_cut_at_the_root as *const () as usize as u64;
+        let drained = Drained {
+            samples: vec![sample(me, vec![code, code + 1, 0x10, code])],
+            seen: 3,
+            idle: 0,
+            lost: 0,
+        };
+        let batch = batcher.build(&drained, 1, 1);
+        let frames = &batch.stacks[0].frames;
+        assert_eq!(frames.len(), 3, "marker, caller, leaf");
+        let root = batch.frames.iter().find(|f| f.id == frames[0]).unwrap();
+        assert_eq!(
+            root.frame,
+            Frame::named(FrameKind::Truncated, BROKEN_CHAIN_FRAME)
+        );
+
+        let gone = Drained {
+            samples: vec![sample(u32::MAX - 1, vec![1, 2, 3])],
+            seen: 3,
+            idle: 0,
+            lost: 0,
+        };
+        let batch = batcher.build(&gone, 1, 1);
+        assert_eq!(batch.stacks[0].frames.len(), 1);
     }
 
     #[test]

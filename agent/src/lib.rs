@@ -74,7 +74,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use kiln_model::Batch;
 use tracing::{debug, error, info, warn};
 
-pub use batcher::{IDLE_FRAME, SAMPLES_LOST_FRAME, STACK_LOST_FRAME, TRUNCATED_FRAME};
+pub use batcher::{
+    BROKEN_CHAIN_FRAME, IDLE_FRAME, PROCESS_GONE_MODULE, SAMPLES_LOST_FRAME, STACK_LOST_FRAME,
+    TRUNCATED_FRAME,
+};
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
 pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
@@ -204,6 +207,14 @@ impl Agent {
     /// Number of CPUs sampled.
     pub fn cpus(&self) -> usize {
         self.sampler.cpus()
+    }
+
+    /// Time the kernel spent in the eBPF program, and its number of runs
+    /// (samples): the agent's cost that `getrusage` does not see, since it
+    /// is charged to whichever task was interrupted. Zero unless BPF
+    /// run-time statistics are enabled.
+    pub fn kernel_cost(&self) -> Result<(Duration, u64), AgentError> {
+        Ok(self.sampler.program_stats()?)
     }
 
     /// Drains what was sampled since the last call into a batch, without

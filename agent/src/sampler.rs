@@ -150,8 +150,8 @@ pub struct Drained {
 
 /// The loaded and attached sampler. Dropping it detaches the program.
 pub struct Sampler {
-    // Kept so the program (and its perf events) stays attached.
-    _ebpf: Ebpf,
+    // Owns the program (and its perf events): dropping it detaches them.
+    ebpf: Ebpf,
     counts: BpfHashMap<MapData, SampleKey, SampleValue>,
     stacks: BpfHashMap<MapData, u64, Stack>,
     control: Array<MapData, Control>,
@@ -257,7 +257,7 @@ impl Sampler {
             "eBPF sampler attached"
         );
         Ok(Sampler {
-            _ebpf: ebpf,
+            ebpf,
             counts,
             stacks,
             control,
@@ -272,6 +272,24 @@ impl Sampler {
     /// Number of CPUs sampled.
     pub fn cpus(&self) -> usize {
         self.cpus
+    }
+
+    /// Total time the kernel has spent running the program, and how many
+    /// times it ran. Both stay 0 unless BPF run-time statistics are on
+    /// (`kernel.bpf_stats_enabled`, or `aya::sys::enable_stats`).
+    pub fn program_stats(&self) -> Result<(Duration, u64), SamplerError> {
+        let program: &PerfEvent = self
+            .ebpf
+            .program(PROGRAM)
+            .ok_or(SamplerError::NotBuilt(
+                "the object has no kiln_sample program",
+            ))?
+            .try_into()
+            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        let info = program
+            .info()
+            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        Ok((info.run_time(), info.run_count()))
     }
 
     /// Takes every counter recorded since the previous drain.
