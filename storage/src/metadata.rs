@@ -121,6 +121,15 @@ pub trait MetadataStore: Send + Sync + std::fmt::Debug + 'static {
         status: SymbolStatus,
     ) -> Result<bool, StoreError>;
 
+    /// Up to `limit` of the tenant's executables with `status`, in file id
+    /// order: the symbolizer's work queue (`Pending` ones to look up).
+    async fn executables_with_status(
+        &self,
+        tenant: &str,
+        status: SymbolStatus,
+        limit: u32,
+    ) -> Result<Vec<FileId>, StoreError>;
+
     /// Symbol status of the tenant's executables, in the order of `ids`,
     /// `None` where the tenant has no such executable.
     async fn symbol_status(

@@ -23,7 +23,8 @@ struct Stores<'a> {
 /// Covers tenant and project creation (duplicates, missing parents,
 /// invalid names), API keys (verification to exactly their scope, wrong,
 /// malformed and revoked keys refused, the secret never listed, tenants
-/// unable to see or revoke each other's keys) and symbol status.
+/// unable to see or revoke each other's keys) and symbol status (per
+/// tenant, kept across rewrites, listed as a work queue).
 pub async fn metadata_store(metadata: &dyn MetadataStore, profiles: &dyn ProfileStore) {
     let stores = Stores { metadata, profiles };
     run_checks!(
@@ -385,6 +386,45 @@ async fn symbol_status_is_kept_per_tenant(s: Stores<'_>, names: &Names) -> Check
         s.profiles.get_executables(&a, &[exe.file_id]).await?,
         vec![Some(renamed)],
         "the executable written again"
+    );
+    // The work queue: what is pending, per tenant, in file id order.
+    let more = [FileId(0xe8f), FileId(0x1)];
+    let others: Vec<Executable> = more
+        .iter()
+        .map(|&file_id| Executable {
+            file_id,
+            name: "lib".into(),
+            build_id: None,
+        })
+        .collect();
+    s.profiles.put_executables(&a, &others).await?;
+    ensure_eq!(
+        s.metadata
+            .executables_with_status(&a, SymbolStatus::Pending, 10)
+            .await?,
+        vec![FileId(0x1), FileId(0xe8f)],
+        "pending executables of tenant a"
+    );
+    ensure_eq!(
+        s.metadata
+            .executables_with_status(&a, SymbolStatus::Pending, 1)
+            .await?,
+        vec![FileId(0x1)],
+        "pending executables of tenant a, limited to one"
+    );
+    ensure_eq!(
+        s.metadata
+            .executables_with_status(&a, SymbolStatus::Symbolized, 10)
+            .await?,
+        vec![exe.file_id],
+        "symbolized executables of tenant a"
+    );
+    ensure_eq!(
+        s.metadata
+            .executables_with_status(&b, SymbolStatus::Pending, 10)
+            .await?,
+        vec![exe.file_id],
+        "pending executables of tenant b"
     );
     ensure_eq!(
         s.metadata.symbol_status(&a, &[]).await?,

@@ -196,6 +196,28 @@ impl MetadataStore for PostgresMetadataStore {
         Ok(updated > 0)
     }
 
+    async fn executables_with_status(
+        &self,
+        tenant: &str,
+        status: SymbolStatus,
+        limit: u32,
+    ) -> Result<Vec<FileId>, StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let op = "list executables by symbol status";
+        let pg = |e| StoreError::postgres(op, e);
+        let client = self.db.client(op).await?;
+        let rows = prepared_query(
+            &client,
+            schema::EXECUTABLES_WITH_STATUS,
+            &[&tenant, &status.number(), &i64::from(limit)],
+        )
+        .await
+        .map_err(pg)?;
+        rows.iter()
+            .map(|row| Ok(FileId(row.try_get::<_, Uuid>(0).map_err(pg)?.as_u128())))
+            .collect()
+    }
+
     async fn symbol_status(
         &self,
         tenant: &str,

@@ -154,9 +154,10 @@ CREATE TABLE IF NOT EXISTS executables (
     symbol_status smallint NOT NULL DEFAULT 0,  -- SymbolStatus numbers
     PRIMARY KEY (tenant, file_id)
 );
--- The symbolizer's work queue: a tenant's executables still pending.
+-- The symbolizer's work queue (EXECUTABLES_WITH_STATUS): a tenant's
+-- executables in one status, in file id order.
 CREATE INDEX IF NOT EXISTS executables_by_symbol_status
-    ON executables (tenant, symbol_status);
+    ON executables (tenant, symbol_status, file_id);
 
 CREATE TABLE IF NOT EXISTS tenants (
     tenant     text        PRIMARY KEY,
@@ -328,3 +329,9 @@ pub(super) const SET_SYMBOL_STATUS: &str =
     "UPDATE executables SET symbol_status = $3 WHERE tenant = $1 AND file_id = $2";
 
 pub(super) const SYMBOL_STATUS: &str = "SELECT file_id, symbol_status FROM executables WHERE tenant = $1 AND file_id = ANY($2::uuid[])";
+
+/// Up to `$3` of tenant `$1`'s executables in status `$2`, served by the
+/// `executables_by_symbol_status` index.
+pub(super) const EXECUTABLES_WITH_STATUS: &str = "
+SELECT file_id FROM executables WHERE tenant = $1 AND symbol_status = $2
+ORDER BY file_id LIMIT $3";
