@@ -32,6 +32,56 @@ pub enum Command {
     Import(ImportArgs),
     /// Print a flamegraph (collapsed stacks or JSON) from a running Kiln.
     Flamegraph(FlamegraphArgs),
+    /// Work with symbols: check what an ELF file's symbols say.
+    #[command(subcommand)]
+    Symbols(SymbolsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SymbolsCommand {
+    /// Resolve addresses in an ELF file to their inline chains (function,
+    /// file, line), innermost first, through the ksym format Kiln stores.
+    ///
+    /// Addresses are the ELF's own virtual addresses (as in its program
+    /// headers; for a PIE or shared library, relative to its load base),
+    /// in hex with or without 0x. The separate debug file is used when one
+    /// is found by build id or .gnu_debuglink.
+    Resolve(ResolveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// One JSON object per line and address:
+    /// {"addr":"0x…","frames":[{"function":…,"file":…,"line":…},…]}
+    /// (function null when unknown, file the full path or null, line 0
+    /// when unknown).
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print linkage (mangled) names as the symbols give them, like
+    /// llvm-symbolizer --no-demangle.
+    #[arg(long)]
+    pub no_demangle: bool,
+
+    /// A root directory of separate debug files (repeatable); default
+    /// /usr/lib/debug.
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
+
+    /// The ELF file.
+    pub elf: PathBuf,
+
+    /// Addresses, in hex.
+    #[arg(required = true, value_parser = parse_hex)]
+    pub addrs: Vec<u64>,
+}
+
+fn parse_hex(text: &str) -> Result<u64, String> {
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .unwrap_or(text);
+    u64::from_str_radix(digits, 16).map_err(|e| format!("{text:?} is not a hex address: {e}"))
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +187,14 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn addresses_are_hex_with_or_without_prefix() {
+        assert_eq!(parse_hex("0x1f").unwrap(), 0x1f);
+        assert_eq!(parse_hex("1F").unwrap(), 0x1f);
+        assert!(parse_hex("0xzz").is_err());
+        assert!(parse_hex("").is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod cli;
 mod client;
+mod symbols;
 mod up;
 
 use std::process::ExitCode;
@@ -28,6 +29,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Up(args) => up::run(args),
         Command::Import(args) => client::import(args),
         Command::Flamegraph(args) => client::flamegraph(args),
+        Command::Symbols(cli::SymbolsCommand::Resolve(args)) => symbols::resolve(args),
     }
 }
 

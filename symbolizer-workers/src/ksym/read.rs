@@ -1,0 +1,413 @@
+//! Reading ksym bytes in place: [`Ksym::open`] validates, lookups answer.
+
+use super::layout::*;
+use super::varint;
+use crate::table::{NONE, join_path};
+
+const SECTION_NAMES: [&str; SECTIONS] = [
+    "starts", "ranges", "chains", "nodes", "funcs", "files", "strs", "blob", "lines",
+];
+
+/// Why bytes are not a ksym file [`Ksym::open`] can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KsymError {
+    /// Fewer bytes than a header.
+    #[error("ksym data is too short ({len} bytes)")]
+    TooShort { len: usize },
+    /// The bytes do not start with `KSYM`.
+    #[error("not a ksym file (bad magic)")]
+    BadMagic,
+    /// A version this build does not know.
+    #[error("unsupported ksym version {0} (this build reads version {VERSION})")]
+    UnsupportedVersion(u32),
+    /// The header's own length field is wrong.
+    #[error("corrupt ksym header")]
+    BadHeader,
+    /// A section extends past the end of the data.
+    #[error("ksym section {section} lies outside the data")]
+    SectionOutOfBounds { section: &'static str },
+    /// Two sections disagree on how many ranges there are.
+    #[error("ksym range tables disagree on their length")]
+    RangeCount,
+    /// Ranges are not sorted, or overlap.
+    #[error("ksym range {index} is out of order or overlaps the next")]
+    Unsorted { index: usize },
+    /// A record refers to an entry that does not exist.
+    #[error("ksym {what} {index} refers to a missing entry")]
+    BadIndex { what: &'static str, index: usize },
+    /// The string bytes are not UTF-8, or a string cuts a character.
+    #[error("ksym strings are not valid UTF-8")]
+    BadUtf8,
+    /// The line rows of a range do not decode.
+    #[error("ksym line rows of range {range} are corrupt")]
+    BadLines { range: usize },
+}
+
+/// One level of an inline chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Frame<'a> {
+    /// Function name (demangled); `None` when unknown.
+    pub function: Option<&'a str>,
+    /// The mangled name, when the function has one.
+    pub mangled: Option<&'a str>,
+    /// The source file's directory (may be empty).
+    pub dir: Option<&'a str>,
+    /// The source file's name.
+    pub file: Option<&'a str>,
+    /// Line number; 0 when unknown.
+    pub line: u32,
+}
+
+impl Frame<'_> {
+    /// The full path of the source file, `dir/file`.
+    pub fn path(&self) -> Option<String> {
+        self.file.map(|f| join_path(self.dir.unwrap_or(""), f))
+    }
+}
+
+/// A ksym file, read in place.
+#[derive(Debug, Clone, Copy)]
+pub struct Ksym<'a> {
+    starts: &'a [u8],
+    ranges: &'a [u8],
+    chains: &'a [u8],
+    nodes: &'a [u8],
+    funcs: &'a [u8],
+    files: &'a [u8],
+    strs: &'a [u8],
+    blob: &'a str,
+    lines: &'a [u8],
+}
+
+#[inline]
+fn u32_at(s: &[u8], at: usize) -> u32 {
+    match s.get(at..at + 4) {
+        Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        None => NONE,
+    }
+}
+
+#[inline]
+fn u64_at(s: &[u8], at: usize) -> u64 {
+    match s.get(at..at + 8) {
+        Some(b) => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+        None => u64::MAX,
+    }
+}
+
+/// Checks that `index` is [`NONE`] or below `count`.
+fn check(
+    what: &'static str,
+    record: usize,
+    index: u32,
+    count: usize,
+    none_ok: bool,
+) -> Result<(), KsymError> {
+    if (index == NONE && none_ok) || (index as usize) < count {
+        Ok(())
+    } else {
+        Err(KsymError::BadIndex {
+            what,
+            index: record,
+        })
+    }
+}
+
+impl<'a> Ksym<'a> {
+    /// Opens ksym bytes, validating every offset and index, so that
+    /// lookups need no checks that can fail. Corrupt input gives an error,
+    /// never a panic; the time taken is linear in the size.
+    pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
+        if data.len() < HEADER_LEN {
+            return Err(KsymError::TooShort { len: data.len() });
+        }
+        if &data[..4] != MAGIC {
+            return Err(KsymError::BadMagic);
+        }
+        let version = u32_at(data, 4);
+        if version != VERSION {
+            return Err(KsymError::UnsupportedVersion(version));
+        }
+        if u32_at(data, 8) as usize != HEADER_LEN {
+            return Err(KsymError::BadHeader);
+        }
+        let mut sections: [&[u8]; SECTIONS] = [&[]; SECTIONS];
+        for (i, section) in sections.iter_mut().enumerate() {
+            let offset = u32_at(data, 16 + 8 * i) as usize;
+            let count = u32_at(data, 20 + 8 * i) as usize;
+            let out = KsymError::SectionOutOfBounds {
+                section: SECTION_NAMES[i],
+            };
+            let len = count.checked_mul(RECORD[i]).ok_or(out.clone())?;
+            let end = offset.checked_add(len).ok_or(out.clone())?;
+            *section = data.get(offset..end).ok_or(out)?;
+        }
+        let blob = std::str::from_utf8(sections[BLOB]).map_err(|_| KsymError::BadUtf8)?;
+        let k = Ksym {
+            starts: sections[STARTS],
+            ranges: sections[RANGES],
+            chains: sections[CHAINS],
+            nodes: sections[NODES],
+            funcs: sections[FUNCS],
+            files: sections[FILES],
+            strs: sections[STRS],
+            blob,
+            lines: sections[LINES],
+        };
+        k.validate()?;
+        Ok(k)
+    }
+
+    fn validate(&self) -> Result<(), KsymError> {
+        let n_strs = self.strs.len() / 8;
+        for i in 0..n_strs {
+            let (off, len) = (
+                u32_at(self.strs, 8 * i) as usize,
+                u32_at(self.strs, 8 * i + 4) as usize,
+            );
+            if off
+                .checked_add(len)
+                .and_then(|end| self.blob.get(off..end))
+                .is_none()
+            {
+                return Err(KsymError::BadUtf8);
+            }
+        }
+        let n_funcs = self.funcs.len() / 8;
+        for i in 0..n_funcs {
+            check("function", i, u32_at(self.funcs, 8 * i), n_strs, false)?;
+            check("function", i, u32_at(self.funcs, 8 * i + 4), n_strs, true)?;
+        }
+        let n_files = self.files.len() / 8;
+        for i in 0..2 * n_files {
+            check("file", i / 2, u32_at(self.files, 4 * i), n_strs, false)?;
+        }
+        let n_nodes = self.nodes.len() / 16;
+        for i in 0..n_nodes {
+            check("inline node", i, u32_at(self.nodes, 16 * i), n_funcs, true)?;
+            check(
+                "inline node",
+                i,
+                u32_at(self.nodes, 16 * i + 4),
+                n_files,
+                true,
+            )?;
+            // Parents come first, so walking up a chain always ends.
+            check("inline node", i, u32_at(self.nodes, 16 * i + 12), i, true)?;
+        }
+        let n_chains = self.chains.len() / 8;
+        let n = self.starts.len() / 8;
+        if self.ranges.len() / 24 != n {
+            return Err(KsymError::RangeCount);
+        }
+        let mut prev_end = 0u64;
+        for r in 0..n {
+            let start = u64_at(self.starts, 8 * r);
+            let rec = 24 * r;
+            let len = u64::from(u32_at(self.ranges, rec));
+            let end = start
+                .checked_add(len)
+                .ok_or(KsymError::Unsorted { index: r })?;
+            if (r > 0 && start < prev_end) || len == 0 {
+                return Err(KsymError::Unsorted { index: r });
+            }
+            prev_end = end;
+            check("range", r, u32_at(self.ranges, rec + 4), n_funcs, true)?;
+            let first = u32_at(self.ranges, rec + 16) as usize;
+            let count = u32_at(self.ranges, rec + 20) as usize;
+            if first.checked_add(count).is_none_or(|e| e > n_chains) {
+                return Err(KsymError::BadIndex {
+                    what: "range",
+                    index: r,
+                });
+            }
+            let mut prev = None;
+            for c in first..first + count {
+                let offset = u64::from(u32_at(self.chains, 8 * c));
+                if offset >= len || prev.is_some_and(|p| p >= offset) {
+                    return Err(KsymError::BadIndex {
+                        what: "range",
+                        index: r,
+                    });
+                }
+                prev = Some(offset);
+                check(
+                    "inline chain",
+                    c,
+                    u32_at(self.chains, 8 * c + 4),
+                    n_nodes,
+                    true,
+                )?;
+            }
+            self.validate_lines(r, start, end, n_files)?;
+        }
+        Ok(())
+    }
+
+    fn validate_lines(
+        &self,
+        r: usize,
+        start: u64,
+        end: u64,
+        n_files: usize,
+    ) -> Result<(), KsymError> {
+        let bad = KsymError::BadLines { range: r };
+        let mut pos = u32_at(self.ranges, 24 * r + 8) as usize;
+        let rows = u32_at(self.ranges, 24 * r + 12);
+        let (mut addr, mut line) = (start, 0i64);
+        for i in 0..rows {
+            let head = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
+            let delta = varint::read_i64(self.lines, &mut pos).ok_or(bad.clone())?;
+            if head & 1 == 1 {
+                let file = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
+                if file > n_files as u64 {
+                    return Err(bad);
+                }
+            }
+            let step = head >> 1;
+            addr = addr.checked_add(step).ok_or(bad.clone())?;
+            line = line.checked_add(delta).ok_or(bad.clone())?;
+            if addr >= end || (i > 0 && step == 0) || !(0..=i64::from(u32::MAX)).contains(&line) {
+                return Err(bad);
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of address ranges.
+    pub fn len(&self) -> usize {
+        self.starts.len() / 8
+    }
+
+    /// Whether there are no ranges at all.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// The `[start, end)` of range `i`, for callers that sample addresses.
+    pub fn range(&self, i: usize) -> Option<(u64, u64)> {
+        (i < self.len()).then(|| {
+            let start = u64_at(self.starts, 8 * i);
+            (start, start + u64::from(u32_at(self.ranges, 24 * i)))
+        })
+    }
+
+    /// Symbolizes `addr` (a file-relative virtual address): fills `out`
+    /// (cleared first) with its inline chain, innermost function first and
+    /// the function that holds the code last. Returns whether any range
+    /// covers `addr`. Does not allocate once `out` has room for the chain.
+    pub fn lookup(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> bool {
+        out.clear();
+        // The last range starting at or before `addr`.
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if u64_at(self.starts, 8 * mid) <= addr {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let Some(r) = lo.checked_sub(1) else {
+            return false;
+        };
+        let start = u64_at(self.starts, 8 * r);
+        let rec = 24 * r;
+        let offset = addr - start;
+        if offset >= u64::from(u32_at(self.ranges, rec)) {
+            return false;
+        }
+        let offset = offset as u32;
+        let (mut file, mut line) = self.line_at(rec, start, addr);
+        let mut node = self.chain_at(rec, offset);
+        // Bounded by the node count: open() checked that parents come first.
+        while node != NONE {
+            let n = 16 * node as usize;
+            out.push(self.frame(u32_at(self.nodes, n), file, line));
+            file = u32_at(self.nodes, n + 4);
+            line = u32_at(self.nodes, n + 8);
+            node = u32_at(self.nodes, n + 12);
+        }
+        out.push(self.frame(u32_at(self.ranges, rec + 4), file, line));
+        true
+    }
+
+    /// (file, line) of the last line row at or before `addr`.
+    #[inline]
+    fn line_at(&self, rec: usize, start: u64, addr: u64) -> (u32, u32) {
+        let mut pos = u32_at(self.ranges, rec + 8) as usize;
+        let rows = u32_at(self.ranges, rec + 12);
+        let (mut at, mut line, mut file) = (start, 0i64, NONE);
+        let (mut found_file, mut found_line) = (NONE, 0);
+        for _ in 0..rows {
+            let (Some(head), Some(delta)) = (
+                varint::read_u64(self.lines, &mut pos),
+                varint::read_i64(self.lines, &mut pos),
+            ) else {
+                break;
+            };
+            if head & 1 == 1 {
+                file = varint::read_u64(self.lines, &mut pos)
+                    .map_or(NONE, |f| (f as u32).wrapping_sub(1));
+            }
+            at = at.wrapping_add(head >> 1);
+            line = line.wrapping_add(delta);
+            if at > addr {
+                break;
+            }
+            (found_file, found_line) = (file, line as u32);
+        }
+        (found_file, found_line)
+    }
+
+    /// The innermost inline node at `offset` in the range at `rec`.
+    #[inline]
+    fn chain_at(&self, rec: usize, offset: u32) -> u32 {
+        let first = u32_at(self.ranges, rec + 16) as usize;
+        let count = u32_at(self.ranges, rec + 20) as usize;
+        let (mut lo, mut hi) = (first, first + count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if u32_at(self.chains, 8 * mid) <= offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == first {
+            NONE
+        } else {
+            u32_at(self.chains, 8 * (lo - 1) + 4)
+        }
+    }
+
+    #[inline]
+    fn str(&self, i: u32) -> Option<&'a str> {
+        if i == NONE {
+            return None;
+        }
+        let at = 8 * i as usize;
+        let off = u32_at(self.strs, at) as usize;
+        let len = u32_at(self.strs, at + 4) as usize;
+        self.blob.get(off..off.checked_add(len)?)
+    }
+
+    #[inline]
+    fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
+        let mut frame = Frame {
+            line,
+            ..Frame::default()
+        };
+        if function != NONE {
+            let at = 8 * function as usize;
+            frame.function = self.str(u32_at(self.funcs, at));
+            frame.mangled = self.str(u32_at(self.funcs, at + 4));
+        }
+        if file != NONE {
+            let at = 8 * file as usize;
+            frame.dir = self.str(u32_at(self.files, at));
+            frame.file = self.str(u32_at(self.files, at + 4));
+        }
+        frame
+    }
+}

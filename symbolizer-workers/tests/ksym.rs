@@ -1,0 +1,245 @@
+//! The ksym format on hand-made tables: lookups, determinism, and corrupt
+//! input (every byte flipped, truncations, arbitrary bytes).
+
+use kiln_symbolizer_workers::{
+    Frame, Function, Inline, Ksym, KsymError, LineRow, Range, SourceFile, SymbolTable, ksym,
+};
+use proptest::prelude::*;
+
+fn function(name: &str) -> Function {
+    Function {
+        name: name.into(),
+        mangled: Some(format!("_Z{name}")),
+    }
+}
+
+/// `outer` at 0x1000..0x1100 with `mid` inlined at 0x1010..0x1080 (called
+/// from a.c:10) and `inner` inlined into `mid` at 0x1020..0x1040 (called
+/// from b.h:20); `plain` at 0x2000..0x2010 with no lines.
+fn table() -> SymbolTable {
+    let a = 0;
+    let b = 1;
+    SymbolTable {
+        functions: vec![
+            function("outer"),
+            function("mid"),
+            function("inner"),
+            function("plain"),
+        ],
+        files: vec![
+            SourceFile {
+                dir: "/src".into(),
+                name: "a.c".into(),
+            },
+            SourceFile {
+                dir: "/inc".into(),
+                name: "b.h".into(),
+            },
+        ],
+        ranges: vec![
+            Range {
+                start: 0x1000,
+                end: 0x1100,
+                function: 0,
+                lines: vec![
+                    LineRow {
+                        addr: 0x1000,
+                        file: a,
+                        line: 5,
+                    },
+                    LineRow {
+                        addr: 0x1010,
+                        file: b,
+                        line: 20,
+                    },
+                    LineRow {
+                        addr: 0x1020,
+                        file: b,
+                        line: 30,
+                    },
+                    LineRow {
+                        addr: 0x1040,
+                        file: b,
+                        line: 21,
+                    },
+                    LineRow {
+                        addr: 0x1080,
+                        file: a,
+                        line: 11,
+                    },
+                ],
+                inlines: vec![
+                    Inline {
+                        start: 0x1020,
+                        end: 0x1040,
+                        depth: 2,
+                        function: 2,
+                        call_file: b,
+                        call_line: 20,
+                    },
+                    Inline {
+                        start: 0x1010,
+                        end: 0x1080,
+                        depth: 1,
+                        function: 1,
+                        call_file: a,
+                        call_line: 10,
+                    },
+                ],
+            },
+            Range {
+                start: 0x2000,
+                end: 0x2010,
+                function: 3,
+                lines: vec![],
+                inlines: vec![],
+            },
+        ],
+    }
+}
+
+fn chain(k: &Ksym<'_>, addr: u64) -> Vec<(String, String, u32)> {
+    let mut frames = Vec::new();
+    k.lookup(addr, &mut frames);
+    frames
+        .iter()
+        .map(|f: &Frame<'_>| {
+            (
+                f.function.unwrap_or("?").to_owned(),
+                f.path().unwrap_or_default(),
+                f.line,
+            )
+        })
+        .collect()
+}
+
+fn owned(v: &[(&str, &str, u32)]) -> Vec<(String, String, u32)> {
+    v.iter()
+        .map(|&(f, p, l)| (f.to_owned(), p.to_owned(), l))
+        .collect()
+}
+
+#[test]
+fn lookups_return_inline_chains_innermost_first() {
+    let bytes = ksym::encode(&table());
+    let k = Ksym::open(&bytes).unwrap();
+    assert_eq!(chain(&k, 0x1000), owned(&[("outer", "/src/a.c", 5)]));
+    assert_eq!(chain(&k, 0x100f), owned(&[("outer", "/src/a.c", 5)]));
+    assert_eq!(
+        chain(&k, 0x1010),
+        owned(&[("mid", "/inc/b.h", 20), ("outer", "/src/a.c", 10)])
+    );
+    assert_eq!(
+        chain(&k, 0x1025),
+        owned(&[
+            ("inner", "/inc/b.h", 30),
+            ("mid", "/inc/b.h", 20),
+            ("outer", "/src/a.c", 10)
+        ])
+    );
+    assert_eq!(
+        chain(&k, 0x1040),
+        owned(&[("mid", "/inc/b.h", 21), ("outer", "/src/a.c", 10)])
+    );
+    assert_eq!(chain(&k, 0x10ff), owned(&[("outer", "/src/a.c", 11)]));
+    assert_eq!(chain(&k, 0x2005), owned(&[("plain", "", 0)]));
+    // Gaps and the outside have no frames.
+    for addr in [0, 0xfff, 0x1100, 0x1fff, 0x2010, u64::MAX] {
+        assert!(chain(&k, addr).is_empty(), "{addr:#x}");
+    }
+    let mut frames = Vec::new();
+    k.lookup(0x1025, &mut frames);
+    assert_eq!(frames[0].mangled, Some("_Zinner"));
+}
+
+#[test]
+fn encoding_is_deterministic() {
+    assert_eq!(ksym::encode(&table()), ksym::encode(&table()));
+}
+
+#[test]
+fn empty_table_opens() {
+    let bytes = ksym::encode(&SymbolTable::default());
+    let k = Ksym::open(&bytes).unwrap();
+    assert!(k.is_empty());
+    assert!(chain(&k, 0x1000).is_empty());
+}
+
+#[test]
+fn foreign_and_truncated_bytes_are_refused() {
+    let bytes = ksym::encode(&table());
+    assert_eq!(Ksym::open(b"").unwrap_err(), KsymError::TooShort { len: 0 });
+    let mut other = bytes.clone();
+    other[0] = b'X';
+    assert_eq!(Ksym::open(&other).unwrap_err(), KsymError::BadMagic);
+    let mut newer = bytes.clone();
+    newer[4] = 2;
+    assert_eq!(
+        Ksym::open(&newer).unwrap_err(),
+        KsymError::UnsupportedVersion(2)
+    );
+    for len in 0..bytes.len() {
+        assert!(
+            Ksym::open(&bytes[..len]).is_err(),
+            "a ksym cut to {len} bytes was accepted"
+        );
+    }
+}
+
+/// Guards the promise that corrupt input gives an error or a ksym whose
+/// lookups are safe, never a panic or a hang.
+#[test]
+fn every_flipped_byte_is_survived() {
+    let bytes = ksym::encode(&table());
+    for i in 0..bytes.len() {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut bad = bytes.clone();
+            bad[i] ^= flip;
+            if let Ok(k) = Ksym::open(&bad) {
+                let mut frames = Vec::new();
+                for addr in [0x1000, 0x1025, 0x1040, 0x2005, 0x3000] {
+                    k.lookup(addr, &mut frames);
+                    assert!(frames.len() <= 8);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn nodes_refer_only_to_earlier_parents() {
+    // A node whose parent is itself would make the chain walk endless.
+    let mut bytes = ksym::encode(&table());
+    let nodes_off =
+        u32::from_le_bytes(bytes[16 + 8 * 3..16 + 8 * 3 + 4].try_into().unwrap()) as usize;
+    bytes[nodes_off + 12..nodes_off + 16].copy_from_slice(&0u32.to_le_bytes());
+    assert!(matches!(
+        Ksym::open(&bytes),
+        Err(KsymError::BadIndex { .. })
+    ));
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), addr in any::<u64>()) {
+        if let Ok(k) = Ksym::open(&data) {
+            let mut frames = Vec::new();
+            k.lookup(addr, &mut frames);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_after_a_valid_header_never_panic(
+        tail in proptest::collection::vec(any::<u8>(), 0..512),
+        addr in 0u64..0x3000,
+    ) {
+        let mut data = ksym::encode(&table());
+        let keep = 16 + 8 * 9;
+        data.truncate(keep);
+        data.extend(tail);
+        if let Ok(k) = Ksym::open(&data) {
+            let mut frames = Vec::new();
+            k.lookup(addr, &mut frames);
+        }
+    }
+}
