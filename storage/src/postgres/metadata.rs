@@ -84,7 +84,8 @@ impl MetadataStore for PostgresMetadataStore {
         let key = ApiKey::generate()?;
         let hash = key.hash();
         let client = self.db.client(op).await?;
-        let row = prepared_query(
+        // `RETURNING` gives exactly one row, or the insert failed.
+        let row = prepared_query_one(
             &client,
             schema::INSERT_API_KEY,
             &[
@@ -103,22 +104,13 @@ impl MetadataStore for PostgresMetadataStore {
             },
             _ => StoreError::postgres(op, e),
         })?;
-        let (id, created_at) = row
-            .first()
-            .map(|row| Ok::<_, tokio_postgres::Error>((row.try_get(0)?, row.try_get(1)?)))
-            .transpose()
-            .map_err(|e| StoreError::postgres(op, e))?
-            .ok_or_else(|| StoreError::Backend {
-                backend: "postgres",
-                op,
-                source: "the insert returned no row".into(),
-            })?;
+        let pg = |e| StoreError::postgres(op, e);
         let info = ApiKeyInfo {
-            id,
+            id: row.try_get(0).map_err(pg)?,
             scope: scope.clone(),
             label: label.to_owned(),
             prefix: key.prefix().to_owned(),
-            created_at,
+            created_at: row.try_get(1).map_err(pg)?,
             revoked: false,
         };
         Ok(NewApiKey { key, info })
@@ -262,6 +254,17 @@ async fn prepared_execute(
 ) -> Result<u64, tokio_postgres::Error> {
     let statement = client.prepare_cached(sql).await?;
     client.execute(&statement, params).await
+}
+
+/// Prepares (once per connection) and runs query `sql`, which returns
+/// exactly one row (an error otherwise).
+async fn prepared_query_one(
+    client: &deadpool_postgres::Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query_one(&statement, params).await
 }
 
 /// Prepares (once per connection) and runs query `sql`.
