@@ -20,31 +20,102 @@
 //! sudo target/release/agent_bench [--seconds 60] [--frequencies 19,99]
 //! ```
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use kiln_agent::{Agent, AgentConfig, Delivery, Sink, SinkError};
-use kiln_model::Batch;
+use kiln_model::{Batch, Frame, label_names};
 
-/// Encodes each batch as the HTTP sink would and counts the bytes.
+/// Encodes each batch as the HTTP sink would and counts the bytes: of the
+/// whole batch, and of the part that is the burners' own samples (this
+/// machine is shared, and other processes' stacks would blur the figure).
 #[derive(Default)]
 struct CountingSink {
+    burner_pids: HashSet<String>,
     batches: u64,
     bytes: u64,
     first_bytes: u64,
+    burner_bytes: u64,
+    burner_first_bytes: u64,
 }
 
 impl Sink for CountingSink {
     fn send(&mut self, batch: &Batch) -> Result<Delivery, SinkError> {
         let n = batch.encode().len() as u64;
+        let own = burners_only(batch, &self.burner_pids).encode().len() as u64;
         if self.batches == 0 {
             self.first_bytes = n;
+            self.burner_first_bytes = own;
         }
         self.batches += 1;
         self.bytes += n;
+        self.burner_bytes += own;
         Ok(Delivery::Delivered)
+    }
+}
+
+/// The batch the agent would have sent had the burners been alone: their
+/// samples, and the dictionary entries of this batch those refer to.
+fn burners_only(batch: &Batch, pids: &HashSet<String>) -> Batch {
+    let labels: HashSet<_> = batch
+        .label_sets
+        .iter()
+        .filter(|l| {
+            l.labels
+                .get(label_names::PID)
+                .is_some_and(|p| pids.contains(p))
+        })
+        .map(|l| l.id)
+        .collect();
+    let samples: Vec<_> = batch
+        .samples
+        .iter()
+        .filter(|s| labels.contains(&s.labels))
+        .cloned()
+        .collect();
+    let stacks: HashSet<_> = samples.iter().map(|s| s.stack).collect();
+    let stack_entries: Vec<_> = batch
+        .stacks
+        .iter()
+        .filter(|s| stacks.contains(&s.id))
+        .cloned()
+        .collect();
+    let frames: HashSet<_> = stack_entries.iter().flat_map(|s| s.frames.iter()).collect();
+    let frame_entries: Vec<_> = batch
+        .frames
+        .iter()
+        .filter(|f| frames.contains(&f.id))
+        .cloned()
+        .collect();
+    let files: HashSet<_> = frame_entries
+        .iter()
+        .filter_map(|f| match f.frame {
+            Frame::Address { file_id, .. } => Some(file_id),
+            Frame::Named { .. } => None,
+        })
+        .collect();
+    Batch {
+        source: batch.source.clone(),
+        sent_at_ns: batch.sent_at_ns,
+        period_ns: batch.period_ns,
+        frames: frame_entries,
+        stacks: stack_entries,
+        label_sets: batch
+            .label_sets
+            .iter()
+            .filter(|l| labels.contains(&l.id))
+            .cloned()
+            .collect(),
+        executables: batch
+            .executables
+            .iter()
+            .filter(|e| files.contains(&e.file_id))
+            .cloned()
+            .collect(),
+        samples,
     }
 }
 
@@ -106,6 +177,8 @@ struct Row {
     rss_kib: u64,
     bytes_per_core_minute: f64,
     steady_bytes_per_core_minute: f64,
+    burner_bytes_per_core_minute: f64,
+    burner_steady_bytes_per_core_minute: f64,
 }
 
 fn run(workload: &Path, frequency: u64, seconds: u64) -> anyhow::Result<Row> {
@@ -125,7 +198,10 @@ fn run(workload: &Path, frequency: u64, seconds: u64) -> anyhow::Result<Row> {
         frequency_hz: frequency,
         ..AgentConfig::default()
     })?;
-    let mut sink = CountingSink::default();
+    let mut sink = CountingSink {
+        burner_pids: burners.0.iter().map(|c| c.id().to_string()).collect(),
+        ..CountingSink::default()
+    };
     let interval = agent.config().interval;
     // From here on: loading the program is a one-time cost, left out.
     let (bpf0, runs0) = agent.kernel_cost()?;
@@ -160,6 +236,9 @@ fn run(workload: &Path, frequency: u64, seconds: u64) -> anyhow::Result<Row> {
         bytes_per_core_minute: sink.bytes as f64 / core_minutes,
         steady_bytes_per_core_minute: (sink.bytes - sink.first_bytes) as f64
             / (core_minutes * steady_share),
+        burner_bytes_per_core_minute: sink.burner_bytes as f64 / core_minutes,
+        burner_steady_bytes_per_core_minute: (sink.burner_bytes - sink.burner_first_bytes) as f64
+            / (core_minutes * steady_share),
     })
 }
 
@@ -186,13 +265,14 @@ fn main() -> anyhow::Result<()> {
     let _stats = aya::sys::enable_stats(aya::sys::Stats::RunTime)
         .context("enabling BPF run-time statistics (needs root)")?;
     println!(
-        "| Hz | agent CPU (% of machine) | eBPF ns/sample | all ns/sample | samples | peak RSS | bytes/busy core-min | steady bytes/busy core-min |"
+        "| Hz | agent CPU (% of machine) | eBPF ns/sample | all ns/sample | samples | peak RSS \
+         | bytes/busy core-min: host, steady | burners alone, steady |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for frequency in frequencies {
         let r = run(&workload, frequency, seconds)?;
         println!(
-            "| {} | {:.3}% | {:.0} | {:.0} | {} | {:.1} MiB | {:.0} | {:.0} |",
+            "| {} | {:.3}% | {:.0} | {:.0} | {} | {:.1} MiB | {:.0}, {:.0} | {:.0}, {:.0} |",
             r.frequency,
             100.0 * r.fraction,
             r.bpf_ns_per_sample,
@@ -201,6 +281,8 @@ fn main() -> anyhow::Result<()> {
             r.rss_kib as f64 / 1024.0,
             r.bytes_per_core_minute,
             r.steady_bytes_per_core_minute,
+            r.burner_bytes_per_core_minute,
+            r.burner_steady_bytes_per_core_minute,
         );
     }
     let _ = std::fs::remove_dir_all(workload.parent().unwrap_or(Path::new("/nonexistent")));
