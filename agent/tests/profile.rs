@@ -20,7 +20,14 @@ use object::{Object, ObjectSymbol, SymbolKind};
 /// samples, so a share is known to about a point (at the default 19 Hz the
 /// binomial noise alone would be ±5 points).
 const FREQUENCY_HZ: u64 = 499;
+/// Profile at least this long...
 const PROFILE_FOR: Duration = Duration::from_secs(5);
+/// ...and on until each workload has this many samples (a share is then
+/// known to ±1.3 points, so ±5 is four standard deviations)...
+const MIN_WORKLOAD_SAMPLES: u64 = 1500;
+/// ...but no longer than this: on a machine so busy that the workloads
+/// get little CPU, the test says so rather than run forever.
+const PROFILE_AT_MOST: Duration = Duration::from_secs(30);
 const TOLERANCE_POINTS: f64 = 5.0;
 
 fn require_root() {
@@ -86,7 +93,9 @@ impl Drop for Workload {
 
 fn spawn(exe: &Path, mode: &str) -> Workload {
     // Runs past the profile so its maps are readable at every drain.
-    let seconds = (PROFILE_FOR + Duration::from_secs(4)).as_secs().to_string();
+    let seconds = (PROFILE_AT_MOST + Duration::from_secs(5))
+        .as_secs()
+        .to_string();
     Workload(
         Command::new(exe)
             .args([&seconds, mode])
@@ -176,14 +185,31 @@ impl Symbols {
     }
 }
 
-fn profile(agent: &mut Agent, sink: &mut MemorySink) -> Duration {
+/// Ticks once a second for at least [`PROFILE_FOR`], until every pid in
+/// `pids` has [`MIN_WORKLOAD_SAMPLES`] in the batches from index `first`
+/// on, or [`PROFILE_AT_MOST`] has passed.
+fn profile(agent: &mut Agent, sink: &mut MemorySink, first: usize, pids: &[&str]) -> Duration {
     let started = Instant::now();
-    let deadline = started + PROFILE_FOR;
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_secs(1).min(deadline - Instant::now()));
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
         agent.tick(sink).expect("tick");
+        let elapsed = started.elapsed();
+        if elapsed < PROFILE_FOR {
+            continue;
+        }
+        let samples = resolve(&sink.batches, first);
+        let enough = pids.iter().all(|pid| {
+            let n: u64 = samples
+                .iter()
+                .filter(|s| s.0.as_deref() == Some(*pid))
+                .map(|s| s.2)
+                .sum();
+            n >= MIN_WORKLOAD_SAMPLES
+        });
+        if enough || elapsed >= PROFILE_AT_MOST {
+            return elapsed;
+        }
     }
-    started.elapsed()
 }
 
 #[test]
@@ -200,8 +226,8 @@ fn frame_pointer_workload_shares_and_kernel_frames() {
     let first = sink.batches.len();
     let cpu = spawn(&exe, "cpu");
     let sys = spawn(&exe, "syscall");
-    let elapsed = profile(&mut agent, &mut sink);
     let (cpu_pid, sys_pid) = (cpu.0.id().to_string(), sys.0.id().to_string());
+    let elapsed = profile(&mut agent, &mut sink, first, &[&cpu_pid, &sys_pid]);
     drop((cpu, sys));
 
     let samples = resolve(&sink.batches, first);
@@ -226,7 +252,11 @@ fn frame_pointer_workload_shares_and_kernel_frames() {
         .filter(|s| s.0.as_deref() == Some(cpu_pid.as_str()))
         .collect();
     let n: u64 = cpu_samples.iter().map(|s| s.2).sum();
-    assert!(n > 500, "only {n} samples of the CPU workload");
+    assert!(
+        n >= MIN_WORKLOAD_SAMPLES,
+        "only {n} samples of the CPU workload in {elapsed:?}: the machine is too busy for \
+         a share to be measured to ±{TOLERANCE_POINTS} points"
+    );
     let share = |function: &str| {
         let hits: u64 = cpu_samples
             .iter()
@@ -285,7 +315,10 @@ fn frame_pointer_workload_shares_and_kernel_frames() {
         .filter(|s| s.0.as_deref() == Some(sys_pid.as_str()))
         .collect();
     let n: u64 = sys_samples.iter().map(|s| s.2).sum();
-    assert!(n > 200, "only {n} samples of the syscall workload");
+    assert!(
+        n >= MIN_WORKLOAD_SAMPLES / 3,
+        "only {n} samples of the syscall workload in {elapsed:?}"
+    );
     let in_kernel: u64 = sys_samples
         .iter()
         .filter(|s| {
