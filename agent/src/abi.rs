@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -82,12 +82,41 @@ pub struct Control {
     pub generation: u32,
 }
 
+/// `KILN_CFA_NONE`.
+pub const CFA_NONE: u8 = 0;
+/// `KILN_CFA_RSP`.
+pub const CFA_RSP: u8 = 1;
+/// `KILN_CFA_RBP`.
+pub const CFA_RBP: u8 = 2;
+/// `KILN_CFA_PLT`.
+pub const CFA_PLT: u8 = 3;
+/// `KILN_CFA_UNSUPPORTED`.
+pub const CFA_UNSUPPORTED: u8 = 4;
+/// `KILN_RBP_SAME`.
+pub const RBP_SAME: u8 = 0;
+/// `KILN_RBP_AT_CFA`.
+pub const RBP_AT_CFA: u8 = 1;
+/// `KILN_RBP_UNSUPPORTED`.
+pub const RBP_UNSUPPORTED: u8 = 2;
+
+/// `struct kiln_unwind_row`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct UnwindRow {
+    pub pc: u64,
+    pub cfa_offset: i32,
+    pub rbp_offset: i16,
+    pub cfa_type: u8,
+    pub rbp_type: u8,
+}
+
 // The sizes the C side asserts with _Static_assert; with fields ordered so
 // that none needs padding, equal sizes mean equal layouts.
 const _: () = assert!(size_of::<SampleKey>() == 32);
 const _: () = assert!(size_of::<SampleValue>() == 24);
 const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<Control>() == 8);
+const _: () = assert!(size_of::<UnwindRow>() == 16);
 
 // SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit
 // pattern is a valid value, which is what aya's `Pod` requires.
@@ -98,6 +127,8 @@ unsafe impl aya::Pod for SampleValue {}
 unsafe impl aya::Pod for Stack {}
 // SAFETY: as above.
 unsafe impl aya::Pod for Control {}
+// SAFETY: as above.
+unsafe impl aya::Pod for UnwindRow {}
 
 const fn parse_u32(s: &str) -> u32 {
     let bytes = s.as_bytes();

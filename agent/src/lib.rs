@@ -67,6 +67,7 @@ mod kallsyms;
 mod procfs;
 mod sampler;
 mod sink;
+mod unwind;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -83,6 +84,7 @@ pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{Delivery, HttpSink, MemorySink, Sink, SinkError, Spool};
+pub use unwind::{CfaRule, RbpRule, TableRow, UnwindError, UnwindTable};
 
 /// Default sampling frequency: a prime, so sampling does not fall into
 /// step with work that runs at round rates (timers at 10 ms, 100 Hz ticks).

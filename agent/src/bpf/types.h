@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 1
+#define KILN_ABI_VERSION 2
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -118,5 +118,47 @@ struct kiln_control {
 	__u32 generation;
 };
 _Static_assert(sizeof(struct kiln_control) == 8, "kiln_control layout");
+
+/*
+ * .eh_frame unwinding (built in user space by agent/src/unwind.rs; not read
+ * by any program yet). One row of a file's unwind table: from `pc` up to
+ * the next row's pc, these rules hold. The return address is always at
+ * CFA - 8 on x86-64, so it has no column.
+ */
+enum kiln_cfa_type {
+	/* No FDE covers the address: fall back to frame pointers. */
+	KILN_CFA_NONE = 0,
+	/* CFA = rsp + cfa_offset. */
+	KILN_CFA_RSP = 1,
+	/* CFA = rbp + cfa_offset. */
+	KILN_CFA_RBP = 2,
+	/* PLT stub: CFA = rsp + 8, + 8 if (rip & 15) >= cfa_offset. */
+	KILN_CFA_PLT = 3,
+	/* A rule the walker does not evaluate: fall back to frame pointers. */
+	KILN_CFA_UNSUPPORTED = 4,
+};
+
+enum kiln_rbp_type {
+	/* rbp still holds the caller's value. */
+	KILN_RBP_SAME = 0,
+	/* The caller's rbp is saved at CFA + rbp_offset. */
+	KILN_RBP_AT_CFA = 1,
+	/* Saved where the walker does not look: the caller's rbp is lost. */
+	KILN_RBP_UNSUPPORTED = 2,
+};
+
+struct kiln_unwind_row {
+	/* First address covered, file-relative virtual address. */
+	__u64 pc;
+	/* Offset of the CFA from its base register (or the PLT threshold). */
+	__s32 cfa_offset;
+	/* Offset from the CFA of the saved rbp, for KILN_RBP_AT_CFA. */
+	__s16 rbp_offset;
+	/* enum kiln_cfa_type. */
+	__u8 cfa_type;
+	/* enum kiln_rbp_type. */
+	__u8 rbp_type;
+};
+_Static_assert(sizeof(struct kiln_unwind_row) == 16, "kiln_unwind_row layout");
 
 #endif /* KILN_TYPES_H */
