@@ -274,6 +274,22 @@ impl<'a> Ksym<'a> {
         Ok(())
     }
 
+    /// The size in bytes of each section, by name: for size reports.
+    pub fn section_sizes(&self) -> [(&'static str, usize); SECTIONS] {
+        let lens = [
+            self.starts.len(),
+            self.ranges.len(),
+            self.chains.len(),
+            self.nodes.len(),
+            self.funcs.len(),
+            self.files.len(),
+            self.strs.len(),
+            self.blob.len(),
+            self.lines.len(),
+        ];
+        std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
+    }
+
     /// Number of address ranges.
     pub fn len(&self) -> usize {
         self.starts.len() / 8

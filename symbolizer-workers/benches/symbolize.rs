@@ -1,0 +1,180 @@
+//! Symbolization figures, printed as a report (`cargo bench -p
+//! kiln-symbolizer-workers --bench symbolize`):
+//!
+//! - lookups per second on one core with warm caches, ksym against the
+//!   `addr2line` crate (gimli) on the same addresses in the same run;
+//! - time from ksym bytes to the first answer (`Ksym::open` + one lookup);
+//! - ksym size (raw and zstd) against the DWARF it came from.
+//!
+//! The ELF files measured are `KILN_BENCH_ELF` (colon-separated paths), by
+//! default glibc (with its debug file when `libc6-dbg` is installed) and
+//! this bench binary itself (Rust, `debug = 1`).
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use addr2line::gimli::{Reader, ReaderOffset};
+use kiln_symbolizer_workers::{ExtractOptions, Ksym, extract, ksym};
+
+/// Addresses per run: enough to leave every cache warm and the timing
+/// stable, few enough for addr2line to finish in seconds.
+const ADDRESSES: usize = 200_000;
+
+fn main() {
+    let paths: Vec<PathBuf> = match std::env::var("KILN_BENCH_ELF") {
+        Ok(list) => list.split(':').map(PathBuf::from).collect(),
+        Err(_) => {
+            let mut v: Vec<PathBuf> = ["/lib/x86_64-linux-gnu/libc.so.6"]
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect();
+            v.extend(std::env::current_exe().ok());
+            v
+        }
+    };
+    // `cargo bench` passes `--bench`; `cargo test` runs benches with no
+    // such flag, and then a quick pass is enough.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    for path in paths {
+        report(&path, if quick { 2_000 } else { ADDRESSES });
+    }
+}
+
+/// A deterministic pseudo-random sequence (xorshift), so that runs compare.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn report(path: &Path, n: usize) {
+    println!("== {}", path.display());
+    let t = Instant::now();
+    let extracted = match extract(path, &ExtractOptions::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            println!("   skipped: {e}");
+            return;
+        }
+    };
+    let extract_time = t.elapsed();
+    let t = Instant::now();
+    let bytes = ksym::encode(&extracted.table);
+    let encode_time = t.elapsed();
+    let compressed = zstd::encode_all(&bytes[..], 19).map_or(0, |c| c.len());
+    println!(
+        "   debug file: {}",
+        extracted
+            .debug_file
+            .as_deref()
+            .map_or("none".into(), |p| p.display().to_string())
+    );
+    println!("   extract {extract_time:.2?}, encode {encode_time:.2?}");
+    let dwarf = extracted.dwarf_bytes.max(1);
+    println!(
+        "   DWARF {:.1} MiB; ksym {:.2} MiB (1/{:.1}), zstd -19 {:.2} MiB (1/{:.1})",
+        mib(dwarf),
+        mib(bytes.len()),
+        dwarf as f64 / bytes.len() as f64,
+        mib(compressed),
+        dwarf as f64 / compressed.max(1) as f64,
+    );
+
+    // Time to first answer: open (validating everything) plus one lookup.
+    let k = Ksym::open(&bytes).expect("our own ksym opens");
+    let sections: Vec<String> = k
+        .section_sizes()
+        .iter()
+        .map(|(name, len)| format!("{name} {:.0}K", *len as f64 / 1024.0))
+        .collect();
+    println!("   {} ranges; sections: {}", k.len(), sections.join(", "));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let addrs: Vec<u64> = (0..n)
+        .map(|_| {
+            let (start, end) = k.range((rng.next() % k.len() as u64) as usize).unwrap();
+            start + rng.next() % (end - start)
+        })
+        .collect();
+    let mut best = Duration::MAX;
+    for _ in 0..20 {
+        let t = Instant::now();
+        let k = Ksym::open(black_box(&bytes)).unwrap();
+        let mut frames = Vec::new();
+        k.lookup(addrs[0], &mut frames);
+        black_box(&frames);
+        best = best.min(t.elapsed());
+    }
+    println!("   ksym bytes to first answer: {best:.2?} (best of 20)");
+
+    // ksym lookups, warm.
+    let mut frames = Vec::new();
+    let mut sink = 0usize;
+    for &a in &addrs {
+        k.lookup(a, &mut frames);
+    }
+    let t = Instant::now();
+    for &a in &addrs {
+        k.lookup(a, &mut frames);
+        for f in &frames {
+            sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
+        }
+    }
+    let ksym_time = t.elapsed();
+    black_box(sink);
+    let ksym_rate = n as f64 / ksym_time.as_secs_f64();
+
+    // addr2line on the same addresses, warm: a first pass parses what it
+    // caches.
+    // addr2line reads DWARF from the file it is given: give it the debug
+    // file when there is one.
+    let loader = match addr2line::Loader::new(extracted.debug_file.as_deref().unwrap_or(path)) {
+        Ok(l) => l,
+        Err(e) => {
+            println!(
+                "   ksym {:.2} M lookups/s; addr2line could not load: {e}",
+                ksym_rate / 1e6
+            );
+            return;
+        }
+    };
+    let a2l = |sink: &mut usize| {
+        for &a in &addrs {
+            if let Ok(mut it) = loader.find_frames(a) {
+                while let Ok(Some(f)) = it.next() {
+                    *sink += f
+                        .function
+                        .as_ref()
+                        .map_or(0, |f| f.name.len().into_u64() as usize);
+                    if let Some(l) = f.location {
+                        *sink += l.line.unwrap_or(0) as usize + l.file.map_or(0, str::len);
+                    }
+                }
+            }
+        }
+    };
+    let t = Instant::now();
+    a2l(&mut sink);
+    let cold = t.elapsed();
+    let t = Instant::now();
+    a2l(&mut sink);
+    let warm = t.elapsed();
+    black_box(sink);
+    let a2l_rate = n as f64 / warm.as_secs_f64();
+    println!(
+        "   {n} lookups, one core, warm: ksym {:.2} M/s, addr2line {:.3} M/s ({:.1}x); addr2line's first (cold) pass {cold:.2?}",
+        ksym_rate / 1e6,
+        a2l_rate / 1e6,
+        ksym_rate / a2l_rate,
+    );
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
