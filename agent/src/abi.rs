@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -33,10 +33,12 @@ pub enum Stat {
     KernelStackErrors = 4,
     /// `KILN_STAT_USER_STACK_ERRORS`.
     UserStackErrors = 5,
+    /// `KILN_STAT_ANNOUNCE_DROPPED`.
+    AnnounceDropped = 6,
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 6;
+pub const STAT_NR: u32 = 7;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -73,6 +75,19 @@ impl Stack {
         &self.addrs[..(self.len as usize).min(MAX_STACK_DEPTH)]
     }
 }
+
+/// `struct kiln_new_process`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct NewProcess {
+    pub tgid: u32,
+    pub event: u32,
+}
+
+/// `KILN_PROCESS_SAMPLED`.
+pub const PROCESS_SAMPLED: u32 = 1;
+/// `KILN_PROCESS_EXEC`.
+pub const PROCESS_EXEC: u32 = 2;
 
 /// `struct kiln_control`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -116,6 +131,7 @@ const _: () = assert!(size_of::<SampleKey>() == 32);
 const _: () = assert!(size_of::<SampleValue>() == 24);
 const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<Control>() == 8);
+const _: () = assert!(size_of::<NewProcess>() == 8);
 const _: () = assert!(size_of::<UnwindRow>() == 16);
 
 // SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit

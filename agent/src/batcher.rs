@@ -3,7 +3,7 @@
 //! entries the backend has not had from this agent recently.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
@@ -34,8 +34,7 @@ pub const SAMPLES_LOST_FRAME: &str = "[samples lost]";
 pub struct Batcher {
     host: String,
     period_ns: u64,
-    processes: ProcessTable,
-    files: FileCache,
+    state: Arc<Mutex<HostState>>,
     kallsyms: Option<Kallsyms>,
     sent: RecentlySent,
 }
@@ -47,8 +46,7 @@ impl Batcher {
         Batcher {
             host: host.into(),
             period_ns,
-            processes: ProcessTable::new(),
-            files: FileCache::new(),
+            state: Arc::default(),
             kallsyms,
             sent: RecentlySent::new(RESEND_AFTER, MAX_REMEMBERED),
         }
@@ -57,11 +55,13 @@ impl Batcher {
     /// Builds the batch of one interval; its samples are stamped
     /// `timestamp_ns`. Call [`Batcher::delivered`] once the sink has it.
     pub fn build(&mut self, drained: &Drained, timestamp_ns: i64, sent_at_ns: i64) -> Batch {
-        self.processes.next_drain();
+        let state = self.state.clone();
+        let mut state = lock(&state);
+        state.processes.next_drain();
         let mut builder = BatchBuilder::new(self.host.clone(), sent_at_ns, self.period_ns);
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
-        let mut user_frames: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
-        let mut kernel_frames: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
+        let mut user_cache: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
+        let mut kernel_cache: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
         let mut executables = HashMap::new();
         let mut frames = Vec::new();
 
@@ -81,18 +81,19 @@ impl Batcher {
             }
             if let Some(user) = &sample.user {
                 let key = (sample.pid, Arc::as_ptr(user));
-                let resolved = match user_frames.get(&key) {
+                let resolved = match user_cache.get(&key) {
                     Some(f) => f.clone(),
                     None => {
-                        let f = Arc::new(self.user_frames(sample.pid, user, &mut executables));
-                        user_frames.insert(key, f.clone());
+                        let f =
+                            Arc::new(user_frames(&mut state, sample.pid, user, &mut executables));
+                        user_cache.insert(key, f.clone());
                         f
                     }
                 };
                 frames.extend(resolved.iter().cloned());
             }
             if let Some(kernel) = &sample.kernel {
-                let resolved = kernel_frames
+                let resolved = kernel_cache
                     .entry(Arc::as_ptr(kernel))
                     .or_insert_with(|| Arc::new(self.kernel_frames(kernel)))
                     .clone();
@@ -101,7 +102,7 @@ impl Batcher {
             if frames.is_empty() {
                 frames.push(Frame::named(FrameKind::Truncated, STACK_LOST_FRAME));
             }
-            let labels = self.labels(sample);
+            let labels = labels(&mut state, &self.host, sample);
             builder.add(timestamp_ns, &frames, &labels, sample.count);
         }
         if drained.lost > 0 {
@@ -150,84 +151,13 @@ impl Batcher {
 
     /// Number of processes known.
     pub fn processes(&self) -> usize {
-        self.processes.count()
+        lock(&self.state).processes.count()
     }
 
-    fn labels(&mut self, sample: &RawSample) -> LabelSet {
-        let mut labels = LabelSet::new()
-            .with(label_names::HOST, self.host.clone())
-            .with(label_names::PID, sample.pid.to_string())
-            .with(label_names::THREAD, sample.comm.clone());
-        match self.processes.get(sample.pid) {
-            Some(p) => {
-                let name = if p.name.is_empty() {
-                    &sample.comm
-                } else {
-                    &p.name
-                };
-                labels.insert(label_names::PROCESS, name.clone());
-                if let Some(c) = &p.container {
-                    labels.insert(label_names::CONTAINER, c.clone());
-                }
-            }
-            None => labels.insert(label_names::PROCESS, sample.comm.clone()),
-        }
-        labels
-    }
-
-    /// Root-first native frames of a user stack (which comes leaf first),
-    /// with a marker at the root when the walk was cut.
-    fn user_frames(
-        &mut self,
-        pid: u32,
-        stack: &RawStack,
-        executables: &mut HashMap<kiln_model::FileId, kiln_model::Executable>,
-    ) -> Vec<Frame> {
-        if self.processes.get(pid).is_none() {
-            // Exited before this drain could read its maps: its addresses
-            // cannot be placed, so one frame stands for all of them.
-            return vec![unknown(FrameKind::Native, PROCESS_GONE_MODULE)];
-        }
-        let mut out = Vec::with_capacity(stack.addrs.len() + 1);
-        let mut broken = false;
-        for (i, &addr) in stack.addrs.iter().enumerate() {
-            // Past the leaf, addresses are return addresses: the call is
-            // the instruction before, and at the end of a function the
-            // return address may already belong to the next one.
-            let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
-            let frame = match self.processes.mapping(pid, addr).cloned() {
-                Some(m) if m.is_file() => match self.files.get(pid, &m) {
-                    Some(file) => {
-                        executables
-                            .entry(file.file_id)
-                            .or_insert_with(|| file.executable());
-                        Frame::Address {
-                            kind: FrameKind::Native,
-                            file_id: file.file_id,
-                            addr: file.vaddr(&m, addr),
-                        }
-                    }
-                    None => unknown(FrameKind::Native, m.name()),
-                },
-                Some(m) => unknown(FrameKind::Native, m.name()),
-                // A return address outside every executable mapping: the
-                // frame-pointer walk went through code built without frame
-                // pointers and is following garbage from here on.
-                None if i > 0 => {
-                    broken = true;
-                    break;
-                }
-                None => unknown(FrameKind::Native, "[unknown]"),
-            };
-            out.push(frame);
-        }
-        if broken {
-            out.push(Frame::named(FrameKind::Truncated, BROKEN_CHAIN_FRAME));
-        } else if stack.truncated {
-            out.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
-        }
-        out.reverse();
-        out
+    /// What the batcher knows of the host's processes and files, shared
+    /// with the thread that learns new processes as they appear.
+    pub fn state(&self) -> Arc<Mutex<HostState>> {
+        self.state.clone()
     }
 
     /// Root-first named frames of a kernel stack.
@@ -252,6 +182,121 @@ impl Batcher {
             })
             .collect()
     }
+}
+
+/// What the agent knows of the host's processes and files: filled by the
+/// batcher at each drain and, as they appear, by the thread that reads the
+/// eBPF program's new-process announcements (see [`crate::Agent`]).
+#[derive(Debug, Default)]
+pub struct HostState {
+    processes: ProcessTable,
+    files: FileCache,
+}
+
+impl HostState {
+    /// Reads what a short-lived process would take with it: its maps,
+    /// names, and the ids of the files it maps. After an execve, what was
+    /// known of the process is read again.
+    pub fn learn(&mut self, pid: u32, exec: bool) {
+        if exec {
+            self.processes.forget(pid);
+        }
+        let Some(process) = self.processes.get(pid) else {
+            return;
+        };
+        let mappings: Vec<_> = process
+            .mappings
+            .iter()
+            .filter(|m| m.is_file())
+            .cloned()
+            .collect();
+        for m in &mappings {
+            self.files.get(pid, m);
+        }
+    }
+}
+
+/// Locks `state`; a panic elsewhere while it was held leaves caches that
+/// are still consistent enough to use.
+pub(crate) fn lock(state: &Mutex<HostState>) -> MutexGuard<'_, HostState> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn labels(state: &mut HostState, host: &str, sample: &RawSample) -> LabelSet {
+    let mut labels = LabelSet::new()
+        .with(label_names::HOST, host.to_string())
+        .with(label_names::PID, sample.pid.to_string())
+        .with(label_names::THREAD, sample.comm.clone());
+    match state.processes.get(sample.pid) {
+        Some(p) => {
+            let name = if p.name.is_empty() {
+                &sample.comm
+            } else {
+                &p.name
+            };
+            labels.insert(label_names::PROCESS, name.clone());
+            if let Some(c) = &p.container {
+                labels.insert(label_names::CONTAINER, c.clone());
+            }
+        }
+        None => labels.insert(label_names::PROCESS, sample.comm.clone()),
+    }
+    labels
+}
+
+/// Root-first native frames of a user stack (which comes leaf first),
+/// with a marker at the root when the walk was cut.
+fn user_frames(
+    state: &mut HostState,
+    pid: u32,
+    stack: &RawStack,
+    executables: &mut HashMap<kiln_model::FileId, kiln_model::Executable>,
+) -> Vec<Frame> {
+    if state.processes.get(pid).is_none() {
+        // Exited before this drain could read its maps: its addresses
+        // cannot be placed, so one frame stands for all of them.
+        return vec![unknown(FrameKind::Native, PROCESS_GONE_MODULE)];
+    }
+    let mut out = Vec::with_capacity(stack.addrs.len() + 1);
+    let mut broken = false;
+    for (i, &addr) in stack.addrs.iter().enumerate() {
+        // Past the leaf, addresses are return addresses: the call is
+        // the instruction before, and at the end of a function the
+        // return address may already belong to the next one.
+        let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
+        let frame = match state.processes.mapping(pid, addr).cloned() {
+            Some(m) if m.is_file() => match state.files.get(pid, &m) {
+                Some(file) => {
+                    executables
+                        .entry(file.file_id)
+                        .or_insert_with(|| file.executable());
+                    Frame::Address {
+                        kind: FrameKind::Native,
+                        file_id: file.file_id,
+                        addr: file.vaddr(&m, addr),
+                    }
+                }
+                None => unknown(FrameKind::Native, m.name()),
+            },
+            Some(m) => unknown(FrameKind::Native, m.name()),
+            // A return address outside every executable mapping: the
+            // frame-pointer walk went through code built without frame
+            // pointers and is following garbage from here on.
+            None if i > 0 => {
+                broken = true;
+                break;
+            }
+            None => unknown(FrameKind::Native, "[unknown]"),
+        };
+        out.push(frame);
+    }
+    if broken {
+        out.push(Frame::named(FrameKind::Truncated, BROKEN_CHAIN_FRAME));
+    } else if stack.truncated {
+        out.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
+    }
+    out.reverse();
+    out
 }
 
 /// A frame for code the agent cannot place: named by its module, so that

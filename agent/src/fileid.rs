@@ -159,11 +159,6 @@ pub struct FileCache {
 const MAX_FILES: usize = 16 * 1024;
 
 impl FileCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// The file `mapping` maps, read through `/proc/<pid>/map_files` so
     /// that files in other mount namespaces and deleted files are found.
     pub fn get(&mut self, pid: u32, mapping: &Mapping) -> Option<Arc<FileInfo>> {

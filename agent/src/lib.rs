@@ -70,6 +70,7 @@ mod sink;
 mod unwind;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_model::Batch;
@@ -174,13 +175,66 @@ pub struct Agent {
     sampler: sampler::Sampler,
     batcher: batcher::Batcher,
     last_drain: SystemTime,
+    // Held for its Drop, which stops and joins the thread.
+    _watcher: Option<Watcher>,
+}
+
+/// How often the new-process feed is read: a process must live about this
+/// long for the agent to read its maps before it exits.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
+
+/// The thread that reads new processes' maps while they are alive.
+#[derive(Debug)]
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    fn start(
+        mut feed: sampler::NewProcessFeed,
+        state: Arc<Mutex<batcher::HostState>>,
+    ) -> std::io::Result<Watcher> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("kiln-new-procs".into())
+            .spawn(move || {
+                let mut pids = Vec::new();
+                while !stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(WATCH_EVERY);
+                    pids.clear();
+                    feed.read(&mut pids);
+                    if pids.is_empty() {
+                        continue;
+                    }
+                    let mut state = batcher::lock(&state);
+                    for a in &pids {
+                        state.learn(a.pid, a.exec);
+                    }
+                }
+            })?;
+        Ok(Watcher {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl Agent {
     /// Validates `config`, loads the eBPF program and starts sampling.
     pub fn start(config: AgentConfig) -> Result<Agent, AgentError> {
         config.validate()?;
-        let sampler = sampler::Sampler::start(sampler::SamplerConfig {
+        let mut sampler = sampler::Sampler::start(sampler::SamplerConfig {
             frequency_hz: config.frequency_hz,
             interval: config.interval,
         })?;
@@ -193,11 +247,22 @@ impl Agent {
         };
         let period_ns = 1_000_000_000 / config.frequency_hz;
         let batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
+        let watcher = match sampler.take_new_processes() {
+            Some(feed) => match Watcher::start(feed, batcher.state()) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    warn!(error = %e, "no new-process thread: short-lived processes will be unnamed");
+                    None
+                }
+            },
+            None => None,
+        };
         Ok(Agent {
             config,
             sampler,
             batcher,
             last_drain: SystemTime::now(),
+            _watcher: watcher,
         })
     }
 

@@ -162,11 +162,6 @@ pub struct ProcessTable {
 const FORGET_AFTER_DRAINS: u64 = 12;
 
 impl ProcessTable {
-    /// An empty table.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Starts a new drain: forgets processes not sampled for a while (they
     /// exited, or sleep; a sleeper is re-read when it is sampled again).
     pub fn next_drain(&mut self) {
@@ -174,6 +169,11 @@ impl ProcessTable {
         let drain = self.drain;
         self.processes
             .retain(|_, p| drain - p.last_seen < FORGET_AFTER_DRAINS);
+    }
+
+    /// Forgets `pid`, so it is read again on next use.
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
     }
 
     /// Number of processes known.
@@ -322,7 +322,7 @@ mod tests {
     #[test]
     fn own_process_is_readable() {
         let pid = std::process::id();
-        let mut table = ProcessTable::new();
+        let mut table = ProcessTable::default();
         table.next_drain();
         let me = table.get(pid).expect("own process");
         assert!(!me.mappings.is_empty());

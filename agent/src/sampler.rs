@@ -6,13 +6,13 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, ProgramError};
+use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
-use crate::abi::{self, Control, SampleKey, SampleValue, Stack, Stat};
+use crate::abi::{self, Control, NewProcess, SampleKey, SampleValue, Stack, Stat};
 
 /// The compiled program, or an empty slice when build.rs could not build it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler.bpf.o"));
@@ -22,6 +22,8 @@ const NOT_BUILT: &str = env!("KILN_BPF_NOT_BUILT");
 
 /// The name of the program's function in profiler.bpf.c.
 const PROGRAM: &str = "kiln_sample";
+/// The program that announces every execve.
+const EXEC_PROGRAM: &str = "kiln_exec";
 
 /// Highest sampling frequency accepted: above it the sampler's own cost
 /// stops being negligible, and 1 kHz already resolves 1 ms of CPU.
@@ -156,6 +158,7 @@ pub struct Sampler {
     stacks: BpfHashMap<MapData, u64, Stack>,
     control: Array<MapData, Control>,
     stats: PerCpuArray<MapData, u64>,
+    new_processes: Option<NewProcessFeed>,
     generation: u32,
     /// Stacks read in this drain and the one before, for counts that refer
     /// to a stack already deleted from the map (see `drain`).
@@ -215,6 +218,8 @@ impl Sampler {
             .map_err(SamplerError::map("control"))?;
         let stats = PerCpuArray::try_from(take_map(&mut ebpf, "stats")?)
             .map_err(SamplerError::map("stats"))?;
+        let new_processes = RingBuf::try_from(take_map(&mut ebpf, "new_processes")?)
+            .map_err(SamplerError::map("new_processes"))?;
         control
             .set(
                 0,
@@ -249,6 +254,17 @@ impl Sampler {
                 )
                 .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
         }
+        let exec: &mut RawTracePoint = ebpf
+            .program_mut(EXEC_PROGRAM)
+            .ok_or(SamplerError::NotBuilt(
+                "the object has no kiln_exec program",
+            ))?
+            .try_into()
+            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        exec.load()
+            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+        exec.attach("sched_process_exec")
+            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
         info!(
             cpus = cpus.len(),
             frequency_hz = config.frequency_hz,
@@ -262,11 +278,18 @@ impl Sampler {
             stacks,
             control,
             stats,
+            new_processes: Some(NewProcessFeed(new_processes)),
             generation: 0,
             stack_cache: [HashMap::new(), HashMap::new()],
             last_stats: [0; abi::STAT_NR as usize],
             cpus: cpus.len(),
         })
+    }
+
+    /// The feed of processes the program sees for the first time; `None`
+    /// once taken.
+    pub fn take_new_processes(&mut self) -> Option<NewProcessFeed> {
+        self.new_processes.take()
     }
 
     /// Number of CPUs sampled.
@@ -376,6 +399,7 @@ impl Sampler {
             (Stat::StacksFull, "stacks map full"),
             (Stat::KernelStackErrors, "kernel stack walk failed"),
             (Stat::UserStackErrors, "user stack walk failed"),
+            (Stat::AnnounceDropped, "new-process ring buffer full"),
         ] {
             let n = delta(stat);
             if n > 0 {
@@ -434,6 +458,52 @@ impl Sampler {
             *slot = values.iter().sum();
         }
         Ok(out)
+    }
+}
+
+/// Processes the program sampled for the first time, from its
+/// `new_processes` ring buffer. The program never wakes the reader, so it
+/// is polled.
+pub struct NewProcessFeed(RingBuf<MapData>);
+
+impl std::fmt::Debug for NewProcessFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NewProcessFeed")
+    }
+}
+
+/// A process announced by the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Announcement {
+    /// Its pid.
+    pub pid: u32,
+    /// It just called execve: what the agent knew of its mappings is stale.
+    pub exec: bool,
+}
+
+impl NewProcessFeed {
+    /// Appends the processes announced since the last call to `out`.
+    pub fn read(&mut self, out: &mut Vec<Announcement>) {
+        while let Some(item) = self.0.next() {
+            let Some(bytes) = item.get(..size_of::<NewProcess>()) else {
+                continue;
+            };
+            // SAFETY: NewProcess is plain integers (any bit pattern is
+            // valid) and `bytes` holds exactly one, maybe unaligned.
+            let event: NewProcess = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            let exec = match event.event {
+                abi::PROCESS_EXEC => true,
+                abi::PROCESS_SAMPLED => false,
+                other => {
+                    debug!(event = other, "unknown new-process event");
+                    continue;
+                }
+            };
+            out.push(Announcement {
+                pid: event.tgid,
+                exec,
+            });
+        }
     }
 }
 

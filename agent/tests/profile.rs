@@ -346,3 +346,63 @@ fn frame_pointer_workload_shares_and_kernel_frames() {
     );
     assert!(write_path, "no kernel frame on the write(2) path");
 }
+
+// Guards the new-process path (the exec tracepoint and the thread that
+// reads maps as processes appear): processes that live 50 ms, far less
+// than an interval, still get their frames placed in their executable.
+#[test]
+fn short_lived_processes_are_named() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_workload(dir.path(), &["-O2", "-fno-omit-frame-pointer"]);
+    let symbols = Symbols::of(&exe);
+    let mut agent = start_agent();
+    let mut sink = MemorySink::default();
+    agent.tick(&mut sink).unwrap();
+    let first = sink.batches.len();
+
+    const RUNS: usize = 60;
+    let runner = {
+        let exe = exe.clone();
+        std::thread::spawn(move || {
+            (0..RUNS)
+                .map(|_| {
+                    let mut child = Command::new(&exe).args(["0.05", "cpu"]).spawn().unwrap();
+                    let pid = child.id().to_string();
+                    assert!(child.wait().unwrap().success());
+                    pid
+                })
+                .collect::<std::collections::HashSet<_>>()
+        })
+    };
+    while !runner.is_finished() {
+        std::thread::sleep(Duration::from_secs(1));
+        agent.tick(&mut sink).unwrap();
+    }
+    // The last interval, after every process has exited.
+    agent.tick(&mut sink).unwrap();
+    let pids = runner.join().unwrap();
+
+    let samples = resolve(&sink.batches, first);
+    let ours: Vec<_> = samples
+        .iter()
+        .filter(|s| s.0.as_ref().is_some_and(|p| pids.contains(p)))
+        .collect();
+    let n: u64 = ours.iter().map(|s| s.2).sum();
+    let named: u64 = ours
+        .iter()
+        .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some("main")))
+        .map(|s| s.2)
+        .sum();
+    eprintln!(
+        "{RUNS} processes of 50 ms: {n} samples, {:.1}% with stacks placed in the executable",
+        100.0 * named as f64 / n.max(1) as f64
+    );
+    // The rest: the dynamic loader's start-up and exit_group's teardown,
+    // where frame-pointer walks break off.
+    assert!(n >= 300, "only {n} samples of {RUNS} short processes");
+    assert!(
+        named as f64 >= 0.9 * n as f64,
+        "only {named} of {n} samples of short-lived processes reach main"
+    );
+}

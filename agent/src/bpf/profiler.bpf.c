@@ -65,6 +65,21 @@ struct {
 	__type(value, struct kiln_control);
 } control SEC(".maps");
 
+/* Processes announced recently; LRU, so a process evicted by newer ones is
+ * announced again, which user space's cache makes cheap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u32);
+} known_processes SEC(".maps");
+
+/* struct kiln_new_process records, read by user space every few ms. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} new_processes SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, KILN_STAT_NR);
@@ -138,6 +153,51 @@ static __always_inline __u64 record_stack(struct bpf_perf_event_data *ctx, __u64
 	return h;
 }
 
+static __always_inline void announce(__u32 tgid, __u32 why)
+{
+	struct kiln_new_process event = { .tgid = tgid, .event = why };
+	/* No wakeup: user space polls on a timer, so announcing costs no
+	 * interrupt work here. */
+	if (bpf_ringbuf_output(&new_processes, &event, sizeof(event), BPF_RB_NO_WAKEUP)) {
+		stat_inc(KILN_STAT_ANNOUNCE_DROPPED);
+		/* Forget it, so a later sample announces it again. */
+		bpf_map_delete_elem(&known_processes, &tgid);
+	}
+}
+
+/* Tells user space about a process the first time it is sampled. */
+static __always_inline void announce_sampled(__u32 tgid)
+{
+	__u32 one = 1;
+
+	if (bpf_map_lookup_elem(&known_processes, &tgid))
+		return;
+	if (bpf_map_update_elem(&known_processes, &tgid, &one, BPF_NOEXIST))
+		return; /* another CPU announced it just now */
+	announce(tgid, KILN_PROCESS_SAMPLED);
+}
+
+/*
+ * Every execve on the host: the process keeps its pid but gets new
+ * mappings, and a short-lived program may exit before it is sampled twice.
+ * The tracepoint fires once the new image is mapped. A raw tracepoint, as
+ * it attaches by name without tracefs, which hosts do not always mount.
+ */
+SEC("raw_tracepoint/sched_process_exec")
+int kiln_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 zero = 0, one = 1;
+	struct kiln_control *ctl = bpf_map_lookup_elem(&control, &zero);
+
+	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	/* Announced now, so its first sample need not announce it again. */
+	bpf_map_update_elem(&known_processes, &tgid, &one, BPF_ANY);
+	announce(tgid, KILN_PROCESS_EXEC);
+	return 0;
+}
+
 static __always_inline void count(struct kiln_sample_key *key)
 {
 	struct kiln_sample_value *value = bpf_map_lookup_elem(&counts, key);
@@ -191,6 +251,7 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 
+	announce_sampled(key.tgid);
 	key.kernel_stack_id = record_stack(ctx, 0);
 	key.user_stack_id = record_stack(ctx, BPF_F_USER_STACK);
 	count(&key);

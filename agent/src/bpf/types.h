@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 2
+#define KILN_ABI_VERSION 3
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -55,8 +55,11 @@ enum kiln_stat {
 	KILN_STAT_KERNEL_STACK_ERRORS = 4,
 	/* bpf_get_stack() failures for the user stack in record_stack(). */
 	KILN_STAT_USER_STACK_ERRORS = 5,
+	/* New processes not announced because `new_processes` was full in
+	 * announce_process(); they are announced on a later sample. */
+	KILN_STAT_ANNOUNCE_DROPPED = 6,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 6,
+	KILN_STAT_NR = 7,
 };
 
 /*
@@ -108,6 +111,28 @@ struct kiln_stack {
 	__u64 addrs[KILN_MAX_STACK_DEPTH];
 };
 _Static_assert(sizeof(struct kiln_stack) == 8 + 8 * KILN_MAX_STACK_DEPTH, "kiln_stack layout");
+
+/* Why a process is announced in `new_processes`. */
+enum kiln_process_event {
+	/* kiln_sample() saw it for the first time (as far as the
+	 * `known_processes` LRU remembers): it may predate the agent. */
+	KILN_PROCESS_SAMPLED = 1,
+	/* It called execve (kiln_exec()): its mappings are new. */
+	KILN_PROCESS_EXEC = 2,
+};
+
+/*
+ * A record of the `new_processes` ring buffer, so that user space reads a
+ * process's maps while it is alive, not at the end of the interval, when a
+ * short-lived process is gone.
+ */
+struct kiln_new_process {
+	/* Process id (tgid). */
+	__u32 tgid;
+	/* enum kiln_process_event. */
+	__u32 event;
+};
+_Static_assert(sizeof(struct kiln_new_process) == 8, "kiln_new_process layout");
 
 /* The single entry of the `control` array: written by user space only. */
 struct kiln_control {
