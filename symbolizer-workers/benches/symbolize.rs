@@ -96,9 +96,25 @@ fn report(path: &Path, n: usize) {
         .collect();
     println!("   {} ranges; sections: {}", k.len(), sections.join(", "));
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let addrs: Vec<u64> = (0..n)
+    let uniform: Vec<u64> = (0..n)
         .map(|_| {
             let (start, end) = k.range((rng.next() % k.len() as u64) as usize).unwrap();
+            start + rng.next() % (end - start)
+        })
+        .collect();
+    // Profile-like: samples concentrate on hot code. 90% of the addresses
+    // fall in 1% of the ranges (a hot set of at least 50).
+    let hot: Vec<usize> = (0..(k.len() / 100).max(50))
+        .map(|_| (rng.next() % k.len() as u64) as usize)
+        .collect();
+    let skewed: Vec<u64> = (0..n)
+        .map(|_| {
+            let r = if rng.next() % 10 < 9 {
+                hot[(rng.next() % hot.len() as u64) as usize]
+            } else {
+                (rng.next() % k.len() as u64) as usize
+            };
+            let (start, end) = k.range(r).unwrap();
             start + rng.next() % (end - start)
         })
         .collect();
@@ -107,72 +123,88 @@ fn report(path: &Path, n: usize) {
         let t = Instant::now();
         let k = Ksym::open(black_box(&bytes)).unwrap();
         let mut frames = Vec::new();
-        k.lookup(addrs[0], &mut frames);
+        k.lookup(uniform[0], &mut frames);
         black_box(&frames);
         best = best.min(t.elapsed());
     }
-    println!("   ksym bytes to first answer: {best:.2?} (best of 20)");
+    let t = Instant::now();
+    k.verify().expect("our own ksym verifies");
+    println!(
+        "   ksym bytes to first answer: {best:.2?} (best of 20); full verify() {:.2?}",
+        t.elapsed()
+    );
 
-    // ksym lookups, warm.
+    // addr2line reads DWARF from the file it is given: give it the debug
+    // file when there is one.
+    let loader = addr2line::Loader::new(extracted.debug_file.as_deref().unwrap_or(path));
+    if let Err(e) = &loader {
+        println!("   addr2line could not load: {e}");
+    }
+    for (label, addrs) in [("uniform", &uniform), ("profile-like", &skewed)] {
+        let ksym_rate = ksym_rate(&k, addrs);
+        let Ok(loader) = &loader else {
+            println!(
+                "   {n} {label} lookups, one core, warm: ksym {:.2} M/s",
+                ksym_rate / 1e6
+            );
+            continue;
+        };
+        let (a2l_rate, cold) = addr2line_rate(loader, addrs);
+        println!(
+            "   {n} {label} lookups, one core, warm: ksym {:.2} M/s, addr2line {:.3} M/s ({:.1}x); addr2line's cold first pass {cold:.2?}",
+            ksym_rate / 1e6,
+            a2l_rate / 1e6,
+            ksym_rate / a2l_rate,
+        );
+    }
+}
+
+/// Lookups per second through `k`, after a first pass that warms the CPU
+/// caches.
+fn ksym_rate(k: &Ksym<'_>, addrs: &[u64]) -> f64 {
     let mut frames = Vec::new();
     let mut sink = 0usize;
-    for &a in &addrs {
+    for &a in addrs {
         k.lookup(a, &mut frames);
     }
     let t = Instant::now();
-    for &a in &addrs {
+    for &a in addrs {
         k.lookup(a, &mut frames);
         for f in &frames {
             sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
         }
     }
-    let ksym_time = t.elapsed();
     black_box(sink);
-    let ksym_rate = n as f64 / ksym_time.as_secs_f64();
+    addrs.len() as f64 / t.elapsed().as_secs_f64()
+}
 
-    // addr2line on the same addresses, warm: a first pass parses what it
-    // caches.
-    // addr2line reads DWARF from the file it is given: give it the debug
-    // file when there is one.
-    let loader = match addr2line::Loader::new(extracted.debug_file.as_deref().unwrap_or(path)) {
-        Ok(l) => l,
-        Err(e) => {
-            println!(
-                "   ksym {:.2} M lookups/s; addr2line could not load: {e}",
-                ksym_rate / 1e6
-            );
-            return;
-        }
-    };
-    let a2l = |sink: &mut usize| {
-        for &a in &addrs {
+/// Lookups per second through addr2line, after a first pass that fills
+/// its caches (whose time is returned too).
+fn addr2line_rate(loader: &addr2line::Loader, addrs: &[u64]) -> (f64, Duration) {
+    let mut sink = 0usize;
+    let mut pass = || {
+        for &a in addrs {
             if let Ok(mut it) = loader.find_frames(a) {
                 while let Ok(Some(f)) = it.next() {
-                    *sink += f
+                    sink += f
                         .function
                         .as_ref()
                         .map_or(0, |f| f.name.len().into_u64() as usize);
                     if let Some(l) = f.location {
-                        *sink += l.line.unwrap_or(0) as usize + l.file.map_or(0, str::len);
+                        sink += l.line.unwrap_or(0) as usize + l.file.map_or(0, str::len);
                     }
                 }
             }
         }
     };
     let t = Instant::now();
-    a2l(&mut sink);
+    pass();
     let cold = t.elapsed();
     let t = Instant::now();
-    a2l(&mut sink);
+    pass();
     let warm = t.elapsed();
     black_box(sink);
-    let a2l_rate = n as f64 / warm.as_secs_f64();
-    println!(
-        "   {n} lookups, one core, warm: ksym {:.2} M/s, addr2line {:.3} M/s ({:.1}x); addr2line's first (cold) pass {cold:.2?}",
-        ksym_rate / 1e6,
-        a2l_rate / 1e6,
-        ksym_rate / a2l_rate,
-    );
+    (addrs.len() as f64 / warm.as_secs_f64(), cold)
 }
 
 fn mib(bytes: usize) -> f64 {

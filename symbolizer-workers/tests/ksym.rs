@@ -152,6 +152,57 @@ fn lookups_return_inline_chains_innermost_first() {
     assert_eq!(frames[0].mangled, Some("_Zinner"));
 }
 
+/// Guards the line marks: in a range with many rows, every row is found
+/// whether or not a mark precedes it.
+#[test]
+fn long_ranges_find_every_row() {
+    let rows = 1000u32;
+    let lines = (0..rows)
+        .map(|i| LineRow {
+            addr: 0x1000 + 4 * u64::from(i),
+            file: i % 2,
+            line: 1 + (i * 7) % 300,
+        })
+        .collect();
+    let t = SymbolTable {
+        functions: vec![function("long")],
+        files: vec![
+            SourceFile {
+                dir: "/d".into(),
+                name: "x.c".into(),
+            },
+            SourceFile {
+                dir: "/d".into(),
+                name: "y.h".into(),
+            },
+        ],
+        ranges: vec![Range {
+            start: 0x1000,
+            end: 0x1000 + 4 * u64::from(rows),
+            function: 0,
+            lines,
+            inlines: vec![],
+        }],
+    };
+    let bytes = ksym::encode(&t);
+    let k = Ksym::open(&bytes).unwrap();
+    k.verify().unwrap();
+    for i in 0..rows {
+        let want = owned(&[(
+            "long",
+            ["/d/x.c", "/d/y.h"][(i % 2) as usize],
+            1 + (i * 7) % 300,
+        )]);
+        for delta in 0..4 {
+            assert_eq!(
+                chain(&k, 0x1000 + 4 * u64::from(i) + delta),
+                want,
+                "row {i}"
+            );
+        }
+    }
+}
+
 #[test]
 fn encoding_is_deterministic() {
     assert_eq!(ksym::encode(&table()), ksym::encode(&table()));
@@ -196,6 +247,7 @@ fn every_flipped_byte_is_survived() {
             let mut bad = bytes.clone();
             bad[i] ^= flip;
             if let Ok(k) = Ksym::open(&bad) {
+                let _ = k.verify();
                 let mut frames = Vec::new();
                 for addr in [0x1000, 0x1025, 0x1040, 0x2005, 0x3000] {
                     k.lookup(addr, &mut frames);

@@ -11,12 +11,18 @@ pub const CHAINS: usize = 2;
 pub const NODES: usize = 3;
 pub const FUNCS: usize = 4;
 pub const FILES: usize = 5;
-pub const STRS: usize = 6;
+pub const MARKS: usize = 6;
 pub const BLOB: usize = 7;
 pub const LINES: usize = 8;
 pub const SECTIONS: usize = 9;
 
 /// Record size of each section, in bytes.
-pub const RECORD: [usize; SECTIONS] = [8, 24, 8, 16, 8, 8, 8, 1, 1];
+pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1];
 
 pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
+
+/// A range's line rows get a mark (a decoder restart point) every this
+/// many rows, so that finding a row in a long function decodes at most
+/// this many: about one byte per row buys lookups that do not slow down
+/// with function size.
+pub const MARK_EVERY: u32 = 32;

@@ -9,29 +9,39 @@
 //!
 //! # Layout (version 1)
 //!
-//! All integers little-endian; sections start 8-aligned.
+//! All integers little-endian; sections start 8-aligned. A string is an
+//! (offset u32, len u32) pair into `blob`, where each distinct string is
+//! stored once; "none" is `u32::MAX` ([`NONE`](crate::NONE)).
 //!
 //! ```text
 //! header   "KSYM" | version u32 | header_len u32 | 0 u32
 //!          then per section, in this order: offset u32 | count u32
 //! starts   u64 × ranges              first address of each range, ascending
-//! ranges   24 B × ranges             len u32 | function u32 | lines_off u32
+//! ranges   32 B × ranges             len u32 | function u32 | lines_off u32
 //!                                    | line_rows u32 | chain_first u32 | chain_count u32
+//!                                    | mark_first u32 | mark_count u32
 //! chains   8 B                       offset in range u32 | node u32: from that
 //!                                    offset on, the innermost inlined call
 //! nodes    16 B                      function u32 | call_file u32 | call_line u32
 //!                                    | parent u32 (an earlier node, or none)
-//! funcs    8 B                       name str | mangled str (or none)
-//! files    8 B                       dir str | name str
-//! strs     8 B                       offset u32 | len u32 into blob
-//! blob     bytes                     UTF-8 string bytes, each string once
+//! funcs    16 B                      name string | mangled string (or none)
+//! files    16 B                      dir string | name string
+//! marks    16 B                      offset in range u32 | lines position u32
+//!                                    | line u32 | file u32: the decoder's state
+//!                                    after every 32nd row of long ranges
+//! blob     bytes                     UTF-8 string bytes
 //! lines    bytes                     per range, line_rows rows of
 //!                                    varint(addr_delta << 1 | file_changed)
 //!                                    zigzag varint(line_delta) [varint(file + 1)]
 //! ```
 //!
-//! "none" is `u32::MAX` ([`NONE`](crate::NONE)). Line rows start from
-//! (range start, line 0, no file); a row holds until the next one.
+//! Line rows start from (range start, line 0, no file); a row holds until
+//! the next one.
+//!
+//! [`Ksym::open`] checks every fixed-size record (offsets, indexes, sort
+//! order, UTF-8); the variable-length line rows are checked as they are
+//! decoded (a corrupt row ends the walk) and in full by
+//! [`Ksym::verify`], which an upload path should call.
 
 mod layout;
 mod read;

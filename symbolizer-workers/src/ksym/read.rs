@@ -5,7 +5,7 @@ use super::varint;
 use crate::table::{NONE, join_path};
 
 const SECTION_NAMES: [&str; SECTIONS] = [
-    "starts", "ranges", "chains", "nodes", "funcs", "files", "strs", "blob", "lines",
+    "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines",
 ];
 
 /// Why bytes are not a ksym file [`Ksym::open`] can read.
@@ -35,7 +35,7 @@ pub enum KsymError {
     /// A record refers to an entry that does not exist.
     #[error("ksym {what} {index} refers to a missing entry")]
     BadIndex { what: &'static str, index: usize },
-    /// The string bytes are not UTF-8, or a string cuts a character.
+    /// A string is not UTF-8 (found by [`Ksym::verify`]).
     #[error("ksym strings are not valid UTF-8")]
     BadUtf8,
     /// The line rows of a range do not decode.
@@ -74,8 +74,8 @@ pub struct Ksym<'a> {
     nodes: &'a [u8],
     funcs: &'a [u8],
     files: &'a [u8],
-    strs: &'a [u8],
-    blob: &'a str,
+    marks: &'a [u8],
+    blob: &'a [u8],
     lines: &'a [u8],
 }
 
@@ -142,7 +142,7 @@ impl<'a> Ksym<'a> {
             let end = offset.checked_add(len).ok_or(out.clone())?;
             *section = data.get(offset..end).ok_or(out)?;
         }
-        let blob = std::str::from_utf8(sections[BLOB]).map_err(|_| KsymError::BadUtf8)?;
+        let blob = sections[BLOB];
         let k = Ksym {
             starts: sections[STARTS],
             ranges: sections[RANGES],
@@ -150,7 +150,7 @@ impl<'a> Ksym<'a> {
             nodes: sections[NODES],
             funcs: sections[FUNCS],
             files: sections[FILES],
-            strs: sections[STRS],
+            marks: sections[MARKS],
             blob,
             lines: sections[LINES],
         };
@@ -159,28 +159,15 @@ impl<'a> Ksym<'a> {
     }
 
     fn validate(&self) -> Result<(), KsymError> {
-        let n_strs = self.strs.len() / 8;
-        for i in 0..n_strs {
-            let (off, len) = (
-                u32_at(self.strs, 8 * i) as usize,
-                u32_at(self.strs, 8 * i + 4) as usize,
-            );
-            if off
-                .checked_add(len)
-                .and_then(|end| self.blob.get(off..end))
-                .is_none()
-            {
-                return Err(KsymError::BadUtf8);
-            }
-        }
-        let n_funcs = self.funcs.len() / 8;
+        let n_funcs = self.funcs.len() / 16;
         for i in 0..n_funcs {
-            check("function", i, u32_at(self.funcs, 8 * i), n_strs, false)?;
-            check("function", i, u32_at(self.funcs, 8 * i + 4), n_strs, true)?;
+            self.check_string("function", i, self.funcs, 16 * i, false)?;
+            self.check_string("function", i, self.funcs, 16 * i + 8, true)?;
         }
-        let n_files = self.files.len() / 8;
-        for i in 0..2 * n_files {
-            check("file", i / 2, u32_at(self.files, 4 * i), n_strs, false)?;
+        let n_files = self.files.len() / 16;
+        for i in 0..n_files {
+            self.check_string("file", i, self.files, 16 * i, false)?;
+            self.check_string("file", i, self.files, 16 * i + 8, false)?;
         }
         let n_nodes = self.nodes.len() / 16;
         for i in 0..n_nodes {
@@ -197,13 +184,13 @@ impl<'a> Ksym<'a> {
         }
         let n_chains = self.chains.len() / 8;
         let n = self.starts.len() / 8;
-        if self.ranges.len() / 24 != n {
+        if self.ranges.len() / 32 != n {
             return Err(KsymError::RangeCount);
         }
         let mut prev_end = 0u64;
         for r in 0..n {
             let start = u64_at(self.starts, 8 * r);
-            let rec = 24 * r;
+            let rec = 32 * r;
             let len = u64::from(u32_at(self.ranges, rec));
             let end = start
                 .checked_add(len)
@@ -239,6 +226,81 @@ impl<'a> Ksym<'a> {
                     true,
                 )?;
             }
+            self.check_marks(r, len, n_files)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the string at `at` in `records` lies within the blob. (Its
+    /// UTF-8 is checked by lookups, string by string, and by
+    /// [`verify`](Self::verify): checking the whole blob here would make
+    /// opening a large file slow.)
+    fn check_string(
+        &self,
+        what: &'static str,
+        index: usize,
+        records: &[u8],
+        at: usize,
+        none_ok: bool,
+    ) -> Result<(), KsymError> {
+        let off = u32_at(records, at);
+        if off == NONE && none_ok {
+            return Ok(());
+        }
+        let (off, len) = (off as usize, u32_at(records, at + 4) as usize);
+        match off.checked_add(len).and_then(|end| self.blob.get(off..end)) {
+            Some(_) => Ok(()),
+            None => Err(KsymError::BadIndex { what, index }),
+        }
+    }
+
+    /// Checks the line marks of range `r` (of `len` bytes).
+    fn check_marks(&self, r: usize, len: u64, n_files: usize) -> Result<(), KsymError> {
+        let rec = 32 * r;
+        let first = u32_at(self.ranges, rec + 24) as usize;
+        let count = u32_at(self.ranges, rec + 28) as usize;
+        let bad = KsymError::BadLines { range: r };
+        if first
+            .checked_add(count)
+            .is_none_or(|e| e > self.marks.len() / 16)
+        {
+            return Err(bad);
+        }
+        let lines_off = u32_at(self.ranges, rec + 8) as usize;
+        let mut prev = None;
+        for m in first..first + count {
+            let at = 16 * m;
+            let offset = u64::from(u32_at(self.marks, at));
+            let pos = lines_off.checked_add(u32_at(self.marks, at + 4) as usize);
+            let file = u32_at(self.marks, at + 12);
+            if offset >= len
+                || prev.is_some_and(|p| p >= offset)
+                || pos.is_none_or(|p| p > self.lines.len())
+                || (file != NONE && file as usize >= n_files)
+            {
+                return Err(bad);
+            }
+            prev = Some(offset);
+        }
+        Ok(())
+    }
+
+    /// Checks every line row and string, which [`open`](Self::open) leaves
+    /// to the lookups that read them (keeping open fast on large files;
+    /// lookups stay safe either way, and a corrupt row or string reads as
+    /// unknown): for files received from elsewhere, before storing them.
+    pub fn verify(&self) -> Result<(), KsymError> {
+        let n_files = self.files.len() / 16;
+        for (records, count) in [(self.funcs, self.funcs.len() / 16), (self.files, n_files)] {
+            for at in (0..2 * count).map(|i| 8 * i) {
+                if u32_at(records, at) != NONE && self.string(records, at).is_none() {
+                    return Err(KsymError::BadUtf8);
+                }
+            }
+        }
+        for r in 0..self.len() {
+            let start = u64_at(self.starts, 8 * r);
+            let end = start + u64::from(u32_at(self.ranges, 32 * r));
             self.validate_lines(r, start, end, n_files)?;
         }
         Ok(())
@@ -252,8 +314,8 @@ impl<'a> Ksym<'a> {
         n_files: usize,
     ) -> Result<(), KsymError> {
         let bad = KsymError::BadLines { range: r };
-        let mut pos = u32_at(self.ranges, 24 * r + 8) as usize;
-        let rows = u32_at(self.ranges, 24 * r + 12);
+        let mut pos = u32_at(self.ranges, 32 * r + 8) as usize;
+        let rows = u32_at(self.ranges, 32 * r + 12);
         let (mut addr, mut line) = (start, 0i64);
         for i in 0..rows {
             let head = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
@@ -283,7 +345,7 @@ impl<'a> Ksym<'a> {
             self.nodes.len(),
             self.funcs.len(),
             self.files.len(),
-            self.strs.len(),
+            self.marks.len(),
             self.blob.len(),
             self.lines.len(),
         ];
@@ -304,7 +366,7 @@ impl<'a> Ksym<'a> {
     pub fn range(&self, i: usize) -> Option<(u64, u64)> {
         (i < self.len()).then(|| {
             let start = u64_at(self.starts, 8 * i);
-            (start, start + u64::from(u32_at(self.ranges, 24 * i)))
+            (start, start + u64::from(u32_at(self.ranges, 32 * i)))
         })
     }
 
@@ -328,13 +390,13 @@ impl<'a> Ksym<'a> {
             return false;
         };
         let start = u64_at(self.starts, 8 * r);
-        let rec = 24 * r;
+        let rec = 32 * r;
         let offset = addr - start;
         if offset >= u64::from(u32_at(self.ranges, rec)) {
             return false;
         }
         let offset = offset as u32;
-        let (mut file, mut line) = self.line_at(rec, start, addr);
+        let (mut file, mut line) = self.line_at(rec, offset);
         let mut node = self.chain_at(rec, offset);
         // Bounded by the node count: open() checked that parents come first.
         while node != NONE {
@@ -348,13 +410,36 @@ impl<'a> Ksym<'a> {
         true
     }
 
-    /// (file, line) of the last line row at or before `addr`.
+    /// (file, line) of the last line row at or before `offset` in the
+    /// range at `rec`: from the last mark before it, decoding at most
+    /// [`MARK_EVERY`] rows.
     #[inline]
-    fn line_at(&self, rec: usize, start: u64, addr: u64) -> (u32, u32) {
-        let mut pos = u32_at(self.ranges, rec + 8) as usize;
-        let rows = u32_at(self.ranges, rec + 12);
-        let (mut at, mut line, mut file) = (start, 0i64, NONE);
+    fn line_at(&self, rec: usize, offset: u32) -> (u32, u32) {
+        let lines_off = u32_at(self.ranges, rec + 8) as usize;
+        let mut rows = u32_at(self.ranges, rec + 12);
+        let first = u32_at(self.ranges, rec + 24) as usize;
+        let count = u32_at(self.ranges, rec + 28) as usize;
+        let (mut lo, mut hi) = (first, first + count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if u32_at(self.marks, 16 * mid) <= offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let mut pos = lines_off;
+        let (mut at, mut line, mut file) = (0u32, 0u32, NONE);
         let (mut found_file, mut found_line) = (NONE, 0);
+        if lo > first {
+            let m = 16 * (lo - 1);
+            at = u32_at(self.marks, m);
+            pos = lines_off + u32_at(self.marks, m + 4) as usize;
+            line = u32_at(self.marks, m + 8);
+            file = u32_at(self.marks, m + 12);
+            (found_file, found_line) = (file, line);
+            rows = rows.saturating_sub(MARK_EVERY * (lo - first) as u32);
+        }
         for _ in 0..rows {
             let (Some(head), Some(delta)) = (
                 varint::read_u64(self.lines, &mut pos),
@@ -366,12 +451,12 @@ impl<'a> Ksym<'a> {
                 file = varint::read_u64(self.lines, &mut pos)
                     .map_or(NONE, |f| (f as u32).wrapping_sub(1));
             }
-            at = at.wrapping_add(head >> 1);
-            line = line.wrapping_add(delta);
-            if at > addr {
+            at = at.wrapping_add(u32::try_from(head >> 1).unwrap_or(u32::MAX));
+            line = i64::from(line).wrapping_add(delta) as u32;
+            if at > offset {
                 break;
             }
-            (found_file, found_line) = (file, line as u32);
+            (found_file, found_line) = (file, line);
         }
         (found_file, found_line)
     }
@@ -397,15 +482,18 @@ impl<'a> Ksym<'a> {
         }
     }
 
+    /// The string whose (offset, len) is at `at` in `records`.
     #[inline]
-    fn str(&self, i: u32) -> Option<&'a str> {
-        if i == NONE {
+    fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
+        let off = u32_at(records, at);
+        if off == NONE {
             return None;
         }
-        let at = 8 * i as usize;
-        let off = u32_at(self.strs, at) as usize;
-        let len = u32_at(self.strs, at + 4) as usize;
-        self.blob.get(off..off.checked_add(len)?)
+        let off = off as usize;
+        let bytes = self
+            .blob
+            .get(off..off.checked_add(u32_at(records, at + 4) as usize)?)?;
+        std::str::from_utf8(bytes).ok()
     }
 
     #[inline]
@@ -415,14 +503,14 @@ impl<'a> Ksym<'a> {
             ..Frame::default()
         };
         if function != NONE {
-            let at = 8 * function as usize;
-            frame.function = self.str(u32_at(self.funcs, at));
-            frame.mangled = self.str(u32_at(self.funcs, at + 4));
+            let at = 16 * function as usize;
+            frame.function = self.string(self.funcs, at);
+            frame.mangled = self.string(self.funcs, at + 8);
         }
         if file != NONE {
-            let at = 8 * file as usize;
-            frame.dir = self.str(u32_at(self.files, at));
-            frame.file = self.str(u32_at(self.files, at + 4));
+            let at = 16 * file as usize;
+            frame.dir = self.string(self.files, at);
+            frame.file = self.string(self.files, at + 8);
         }
         frame
     }

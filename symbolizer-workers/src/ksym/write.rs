@@ -14,26 +14,32 @@ use crate::table::{Inline, NONE, Range, SymbolTable};
 pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let mut w = Writer::default();
     let mut starts = Vec::with_capacity(table.ranges.len() * 8);
-    let mut ranges = Vec::with_capacity(table.ranges.len() * 24);
+    let mut ranges = Vec::with_capacity(table.ranges.len() * 32);
     let mut chains = Vec::new();
     let mut lines = Vec::new();
+    let mut marks = Vec::new();
     for range in &table.ranges {
         let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
         let function = w.function(table, range.function);
         let lines_off = lines.len();
-        let rows = w.lines(table, range, &mut lines);
+        let mark_first = marks.len() / 16;
+        let rows = w.lines(table, range, len, &mut lines, &mut marks);
+        let mark_count = marks.len() / 16 - mark_first;
         let chain_first = chains.len() / 8;
         w.chains(table, range, &mut chains);
         let chain_count = chains.len() / 8 - chain_first;
         starts.extend(range.start.to_le_bytes());
-        for v in [
+        let record = [
             len,
             function,
             to_u32(lines_off),
             rows,
             to_u32(chain_first),
             to_u32(chain_count),
-        ] {
+            to_u32(mark_first),
+            to_u32(mark_count),
+        ];
+        for v in record {
             ranges.extend(v.to_le_bytes());
         }
     }
@@ -49,7 +55,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         (NODES, &w.nodes),
         (FUNCS, &w.funcs),
         (FILES, &w.files),
-        (STRS, &w.strs),
+        (MARKS, &marks),
         (BLOB, &w.blob),
         (LINES, &lines),
     ];
@@ -79,26 +85,24 @@ fn to_u32(v: usize) -> u32 {
 struct Writer {
     func_ids: HashMap<u32, u32>,
     file_ids: HashMap<u32, u32>,
-    str_ids: HashMap<String, u32>,
+    strings: HashMap<String, [u32; 2]>,
     node_ids: HashMap<[u32; 4], u32>,
     funcs: Vec<u8>,
     files: Vec<u8>,
-    strs: Vec<u8>,
     blob: Vec<u8>,
     nodes: Vec<u8>,
 }
 
 impl Writer {
-    fn string(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.str_ids.get(s) {
-            return id;
+    /// Writes `s` into the blob once; returns its (offset, len).
+    fn string(&mut self, s: &str) -> [u32; 2] {
+        if let Some(&at) = self.strings.get(s) {
+            return at;
         }
-        let id = to_u32(self.strs.len() / 8);
-        self.strs.extend(to_u32(self.blob.len()).to_le_bytes());
-        self.strs.extend(to_u32(s.len()).to_le_bytes());
+        let at = [to_u32(self.blob.len()), to_u32(s.len())];
         self.blob.extend_from_slice(s.as_bytes());
-        self.str_ids.insert(s.to_owned(), id);
-        id
+        self.strings.insert(s.to_owned(), at);
+        at
     }
 
     fn function(&mut self, table: &SymbolTable, f: u32) -> u32 {
@@ -109,10 +113,14 @@ impl Writer {
             return id;
         }
         let name = self.string(&func.name);
-        let mangled = func.mangled.as_deref().map_or(NONE, |m| self.string(m));
-        let id = to_u32(self.funcs.len() / 8);
-        self.funcs.extend(name.to_le_bytes());
-        self.funcs.extend(mangled.to_le_bytes());
+        let mangled = func
+            .mangled
+            .as_deref()
+            .map_or([NONE, 0], |m| self.string(m));
+        let id = to_u32(self.funcs.len() / 16);
+        for v in name.into_iter().chain(mangled) {
+            self.funcs.extend(v.to_le_bytes());
+        }
         self.func_ids.insert(f, id);
         id
     }
@@ -126,21 +134,34 @@ impl Writer {
         }
         let dir = self.string(&file.dir);
         let name = self.string(&file.name);
-        let id = to_u32(self.files.len() / 8);
-        self.files.extend(dir.to_le_bytes());
-        self.files.extend(name.to_le_bytes());
+        let id = to_u32(self.files.len() / 16);
+        for v in dir.into_iter().chain(name) {
+            self.files.extend(v.to_le_bytes());
+        }
         self.file_ids.insert(f, id);
         id
     }
 
-    /// Writes the line rows of `range`; returns how many.
-    fn lines(&mut self, table: &SymbolTable, range: &Range, out: &mut Vec<u8>) -> u32 {
+    /// Writes the line rows of `range`, and a mark every [`MARK_EVERY`]
+    /// rows; returns how many rows.
+    fn lines(
+        &mut self,
+        table: &SymbolTable,
+        range: &Range,
+        len: u32,
+        out: &mut Vec<u8>,
+        marks: &mut Vec<u8>,
+    ) -> u32 {
+        // `len` rather than `range.end`: the length as written, which only
+        // differs for a range cut to 4 GiB.
+        let end = range.start + u64::from(len);
         let (mut addr, mut line, mut file) = (range.start, 0i64, NONE);
+        let first = out.len();
         let mut rows = 0;
         for row in &range.lines {
             // Rows must go forward within the range; extraction makes them
             // so, and anything else is dropped rather than encoded wrongly.
-            if row.addr < addr || row.addr >= range.end || (rows > 0 && row.addr == addr) {
+            if row.addr < addr || row.addr >= end || (rows > 0 && row.addr == addr) {
                 continue;
             }
             let row_file = self.file(table, row.file);
@@ -152,6 +173,17 @@ impl Writer {
             }
             (addr, line, file) = (row.addr, i64::from(row.line), row_file);
             rows += 1;
+            if rows % MARK_EVERY == 0 {
+                let state = [
+                    to_u32((addr - range.start) as usize),
+                    to_u32(out.len() - first),
+                    row.line,
+                    file,
+                ];
+                for v in state {
+                    marks.extend(v.to_le_bytes());
+                }
+            }
         }
         rows
     }
