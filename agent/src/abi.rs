@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -107,6 +107,8 @@ pub const CFA_RBP: u8 = 2;
 pub const CFA_PLT: u8 = 3;
 /// `KILN_CFA_UNSUPPORTED`.
 pub const CFA_UNSUPPORTED: u8 = 4;
+/// `KILN_CFA_END`.
+pub const CFA_END: u8 = 5;
 /// `KILN_RBP_SAME`.
 pub const RBP_SAME: u8 = 0;
 /// `KILN_RBP_AT_CFA`.
@@ -125,6 +127,29 @@ pub struct UnwindRow {
     pub rbp_type: u8,
 }
 
+/// `KILN_MAX_MAPPINGS`.
+pub const MAX_MAPPINGS: usize = 64;
+
+/// `struct kiln_mapping`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct BpfMapping {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub rows_start: u32,
+    pub rows_len: u32,
+}
+
+/// `struct kiln_proc_mappings`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct ProcMappings {
+    pub len: u32,
+    pub reserved: u32,
+    pub mappings: [BpfMapping; MAX_MAPPINGS],
+}
+
 // The sizes the C side asserts with _Static_assert; with fields ordered so
 // that none needs padding, equal sizes mean equal layouts.
 const _: () = assert!(size_of::<SampleKey>() == 32);
@@ -133,6 +158,8 @@ const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<Control>() == 8);
 const _: () = assert!(size_of::<NewProcess>() == 8);
 const _: () = assert!(size_of::<UnwindRow>() == 16);
+const _: () = assert!(size_of::<BpfMapping>() == 32);
+const _: () = assert!(size_of::<ProcMappings>() == 8 + 32 * MAX_MAPPINGS);
 
 // SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit
 // pattern is a valid value, which is what aya's `Pod` requires.
@@ -145,6 +172,8 @@ unsafe impl aya::Pod for Stack {}
 unsafe impl aya::Pod for Control {}
 // SAFETY: as above.
 unsafe impl aya::Pod for UnwindRow {}
+// SAFETY: as above.
+unsafe impl aya::Pod for ProcMappings {}
 
 const fn parse_u32(s: &str) -> u32 {
     let bytes = s.as_bytes();

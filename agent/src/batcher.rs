@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
-use crate::fileid::FileCache;
+use crate::fileid::{FileCache, FileInfo};
 use crate::kallsyms::Kallsyms;
-use crate::procfs::ProcessTable;
+use crate::procfs::{Mapping, Process, ProcessTable};
 use crate::sampler::{Drained, RawSample, RawStack};
 
 /// Name of the frame that stands for the idle task.
@@ -194,25 +194,17 @@ pub struct HostState {
 }
 
 impl HostState {
-    /// Reads what a short-lived process would take with it: its maps,
-    /// names, and the ids of the files it maps. After an execve, what was
-    /// known of the process is read again.
-    pub fn learn(&mut self, pid: u32, exec: bool) {
-        if exec {
-            self.processes.forget(pid);
-        }
-        let Some(process) = self.processes.get(pid) else {
-            return;
-        };
-        let mappings: Vec<_> = process
+    /// Takes in a process read (outside the lock) as it appeared, and
+    /// reads the ids of the files it maps, which it returns with them.
+    pub fn learn(&mut self, pid: u32, process: Process) -> Vec<(Mapping, Arc<FileInfo>)> {
+        let HostState { processes, files } = self;
+        let process = processes.insert(pid, process);
+        process
             .mappings
             .iter()
             .filter(|m| m.is_file())
-            .cloned()
-            .collect();
-        for m in &mappings {
-            self.files.get(pid, m);
-        }
+            .filter_map(|m| Some((m.clone(), files.get(pid, m)?)))
+            .collect()
     }
 }
 

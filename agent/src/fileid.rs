@@ -169,21 +169,28 @@ impl FileCache {
         if self.files.len() >= MAX_FILES {
             self.files.clear();
         }
-        let via = PathBuf::from(format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            mapping.start, mapping.end
-        ));
+        let [via, rooted] = file_paths(pid, mapping);
         let info = FileInfo::read(&via, mapping.name())
-            .or_else(|_| {
-                let rooted = format!("/proc/{pid}/root{}", mapping.path);
-                FileInfo::read(Path::new(&rooted), mapping.name())
-            })
+            .or_else(|_| FileInfo::read(&rooted, mapping.name()))
             .map_err(|e| tracing::debug!(error = %e, path = %mapping.path, "unreadable mapping"))
             .ok()
             .map(Arc::new);
         self.files.insert(key, info.clone());
         info
     }
+}
+
+/// Where the file a mapping maps can be opened from: its
+/// `/proc/<pid>/map_files` link (found even in another mount namespace, or
+/// deleted), then its path under the process's root.
+pub fn file_paths(pid: u32, mapping: &Mapping) -> [PathBuf; 2] {
+    [
+        PathBuf::from(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.start, mapping.end
+        )),
+        PathBuf::from(format!("/proc/{pid}/root{}", mapping.path)),
+    ]
 }
 
 #[cfg(test)]

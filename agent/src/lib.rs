@@ -33,32 +33,38 @@
 //! # Ok::<(), kiln_agent::AgentError>(())
 //! ```
 //!
+//! # User stacks
+//!
+//! Two walks, chosen per process in the eBPF program:
+//!
+//! - **`.eh_frame` tables** (default): when a process first appears (its
+//!   first sample, or an execve, announced through a ring buffer), a thread
+//!   reads its maps and another builds, with gimli, a compact table per
+//!   file (`unwind.rs`: CFA on rsp/rbp, the PLT rule, where rbp was saved,
+//!   the outermost frame), appends it once to the `unwind_rows` map and
+//!   writes the process's mappings to `proc_mappings`. `unwind_step()` in
+//!   `profiler.bpf.c` then walks frames with `bpf_loop`, binary-searching
+//!   both; where a mapping has no table it follows frame pointers. This is
+//!   what makes code built without frame pointers (most distributions'
+//!   libraries) unwind; the integration tests check both builds.
+//! - **Frame pointers** (`bpf_get_stack` with `BPF_F_USER_STACK`): for
+//!   processes without tables, and everything when
+//!   [`AgentConfig::unwind_tables`] is off.
+//!
+//! Stacks stop at 127 frames (the kernel's `perf_event_max_stack` default)
+//! with a truncation marker.
+//!
 //! # Not built yet
 //!
-//! User stacks are walked by frame pointers (`bpf_get_stack` with
-//! `BPF_F_USER_STACK`), up to 127 frames. Code built without frame
-//! pointers — most distro libraries — yields short or wrong stacks. The
-//! next step is `.eh_frame` unwinding in BPF, after the OpenTelemetry eBPF
-//! profiler:
-//!
-//! 1. user space (`unwind.rs`, gimli): for each executable mapping, parse
-//!    `.eh_frame`/`.eh_frame_hdr` and evaluate each FDE's CFI into compact
-//!    rows `(pc, cfa = rsp|rbp + off, rbp saved at cfa - n | unchanged)`,
-//!    dropping what x86-64 compilers never emit and marking the rest
-//!    "unsupported" (DWARF expressions: PLT stubs and signal frames get
-//!    hand-written rules);
-//! 2. a `BPF_MAP_TYPE_HASH` of per-file tables keyed by FileId (chunked
-//!    arrays of rows, an ABI-numbered layout in `types.h`) and a per-process
-//!    map of (mapping start, end, load bias, table id), kept by the process
-//!    tracker as mappings come and go;
-//! 3. in BPF: from the user registers (`bpf_get_current_task_btf` →
-//!    `bpf_task_pt_regs` when the sample is in the kernel), binary-search
-//!    the row for `pc`, compute CFA, read the return address and saved rbp
-//!    with `bpf_probe_read_user`, repeat; more than one program's worth of
-//!    frames is reached with `bpf_tail_call` (the verifier's instruction
-//!    budget), with depth ≥ 128 and a truncation flag as today;
-//! 4. frame pointers stay the fallback for mappings without tables, so a
-//!    stack mixes both walks.
+//! - Tables are loaded for every process, in arrival order; files with
+//!   more than [`MAX_EH_FRAME_BYTES`] of `.eh_frame` (LLVM) and files past
+//!   the map's 256k rows fall back to frame pointers. Next: tables in
+//!   page-sized chunks loaded on demand (the OpenTelemetry profiler's
+//!   approach), and eviction when a file is no longer mapped.
+//! - A reused pid may use its predecessor's `proc_mappings` entry until
+//!   the new process is announced (milliseconds); a pid's entry is never
+//!   deleted on exit, the LRU ages it out.
+//! - Interpreters (Python, JVM, …) and symbol upload.
 
 mod abi;
 mod batcher;
@@ -69,6 +75,7 @@ mod sampler;
 mod sink;
 mod unwind;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -85,7 +92,7 @@ pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{Delivery, HttpSink, MemorySink, Sink, SinkError, Spool};
-pub use unwind::{CfaRule, RbpRule, TableRow, UnwindError, UnwindTable};
+pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
 
 /// Default sampling frequency: a prime, so sampling does not fall into
 /// step with work that runs at round rates (timers at 10 ms, 100 Hz ticks).
@@ -106,6 +113,9 @@ pub struct AgentConfig {
     pub interval: Duration,
     /// The host name sent with every batch and sample.
     pub host: String,
+    /// Walk user stacks with `.eh_frame` unwind tables where a process's
+    /// files have them; when off, frame pointers only.
+    pub unwind_tables: bool,
 }
 
 impl Default for AgentConfig {
@@ -114,6 +124,7 @@ impl Default for AgentConfig {
             frequency_hz: DEFAULT_FREQUENCY_HZ,
             interval: DEFAULT_INTERVAL,
             host: host_name(),
+            unwind_tables: true,
         }
     }
 }
@@ -177,54 +188,94 @@ pub struct Agent {
     last_drain: SystemTime,
     // Held for its Drop, which stops and joins the thread.
     _watcher: Option<Watcher>,
+    unwind_loaded: Option<Arc<Mutex<HashSet<u32>>>>,
 }
 
 /// How often the new-process feed is read: a process must live about this
 /// long for the agent to read its maps before it exits.
 const WATCH_EVERY: Duration = Duration::from_millis(10);
 
-/// The thread that reads new processes' maps while they are alive.
+/// The threads that read new processes' maps while they are alive, and
+/// load their unwind tables into the program. Apart, so that building a big
+/// library's table (seconds, the first time) never delays reading the maps
+/// of a process that lives for milliseconds.
 #[derive(Debug)]
 struct Watcher {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
+
+/// Processes whose mappings the unwinder thread should load.
+type Learned = Vec<(u32, Vec<(procfs::Mapping, Arc<fileid::FileInfo>)>)>;
 
 impl Watcher {
     fn start(
         mut feed: sampler::NewProcessFeed,
         state: Arc<Mutex<batcher::HostState>>,
+        unwinder: Option<unwind::Unwinder>,
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let to_unwinder = match unwinder {
+            Some(mut unwinder) => {
+                let (tx, rx) = std::sync::mpsc::channel::<Learned>();
+                threads.push(
+                    std::thread::Builder::new()
+                        .name("kiln-unwind".into())
+                        .spawn(move || {
+                            // Ends when the watcher thread drops its sender.
+                            for learned in rx {
+                                for (pid, mappings) in &learned {
+                                    unwinder.load_process(*pid, mappings);
+                                }
+                            }
+                        })?,
+                );
+                Some(tx)
+            }
+            None => None,
+        };
         let stopping = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("kiln-new-procs".into())
-            .spawn(move || {
-                let mut pids = Vec::new();
-                while !stopping.load(Ordering::Relaxed) {
-                    std::thread::sleep(WATCH_EVERY);
-                    pids.clear();
-                    feed.read(&mut pids);
-                    if pids.is_empty() {
-                        continue;
+        threads.push(
+            std::thread::Builder::new()
+                .name("kiln-new-procs".into())
+                .spawn(move || {
+                    let mut pids = Vec::new();
+                    while !stopping.load(Ordering::Relaxed) {
+                        std::thread::sleep(WATCH_EVERY);
+                        pids.clear();
+                        feed.read(&mut pids);
+                        if pids.is_empty() {
+                            continue;
+                        }
+                        // /proc is read before taking the lock, which the
+                        // batcher holds while it builds a batch.
+                        let read: Vec<_> = pids
+                            .iter()
+                            .filter_map(|a| Some((a.pid, procfs::read_process_now(a.pid)?)))
+                            .collect();
+                        let learned: Learned = {
+                            let mut state = batcher::lock(&state);
+                            read.into_iter()
+                                .map(|(pid, p)| (pid, state.learn(pid, p)))
+                                .collect()
+                        };
+                        if let Some(tx) = &to_unwinder {
+                            let _ = tx.send(learned);
+                        }
                     }
-                    let mut state = batcher::lock(&state);
-                    for a in &pids {
-                        state.learn(a.pid, a.exec);
-                    }
-                }
-            })?;
-        Ok(Watcher {
-            stop,
-            thread: Some(thread),
-        })
+                })?,
+        );
+        Ok(Watcher { stop, threads })
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        // The watcher thread first (it owns the unwinder's channel), then
+        // the unwinder, which may finish the table it is building.
+        for t in self.threads.drain(..).rev() {
             let _ = t.join();
         }
     }
@@ -247,8 +298,10 @@ impl Agent {
         };
         let period_ns = 1_000_000_000 / config.frequency_hz;
         let batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
+        let unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
+        let unwind_loaded = unwinder.as_ref().map(unwind::Unwinder::loaded);
         let watcher = match sampler.take_new_processes() {
-            Some(feed) => match Watcher::start(feed, batcher.state()) {
+            Some(feed) => match Watcher::start(feed, batcher.state(), unwinder) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     warn!(error = %e, "no new-process thread: short-lived processes will be unnamed");
@@ -263,6 +316,7 @@ impl Agent {
             batcher,
             last_drain: SystemTime::now(),
             _watcher: watcher,
+            unwind_loaded,
         })
     }
 
@@ -274,6 +328,17 @@ impl Agent {
     /// Number of CPUs sampled.
     pub fn cpus(&self) -> usize {
         self.sampler.cpus()
+    }
+
+    /// Whether the program walks `pid`'s user stacks with `.eh_frame`
+    /// tables yet (they are loaded in the background once the process is
+    /// first seen or calls execve).
+    pub fn unwind_tables_loaded(&self, pid: u32) -> bool {
+        self.unwind_loaded.as_ref().is_some_and(|set| {
+            set.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(&pid)
+        })
     }
 
     /// Time the kernel spent in the eBPF program, and its number of runs

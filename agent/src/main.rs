@@ -39,6 +39,9 @@ struct Args {
     /// The host name to report (default: the kernel's).
     #[arg(long, env = "KILN_HOST")]
     host: Option<String>,
+    /// Walk user stacks by frame pointers only, not with .eh_frame tables.
+    #[arg(long, env = "KILN_NO_EH_FRAME")]
+    no_eh_frame: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -73,6 +76,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         frequency_hz: args.frequency,
         interval: args.interval,
         host: args.host.unwrap_or_else(kiln_agent::host_name),
+        unwind_tables: !args.no_eh_frame,
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;

@@ -171,9 +171,13 @@ impl ProcessTable {
             .retain(|_, p| drain - p.last_seen < FORGET_AFTER_DRAINS);
     }
 
-    /// Forgets `pid`, so it is read again on next use.
-    pub fn forget(&mut self, pid: u32) {
-        self.processes.remove(&pid);
+    /// Puts a process read with [`read_process_now`] in the table,
+    /// replacing what was known of its pid.
+    pub fn insert(&mut self, pid: u32, mut process: Process) -> &Process {
+        process.last_seen = self.drain;
+        process.maps_read = self.drain;
+        self.processes.insert(pid, process);
+        &self.processes[&pid]
     }
 
     /// Number of processes known.
@@ -224,6 +228,12 @@ impl ProcessTable {
         }
         self.processes.get(&pid)?.mapping(addr)
     }
+}
+
+/// Reads what the agent needs of process `pid` from `/proc`; `None` when
+/// it has exited.
+pub fn read_process_now(pid: u32) -> Option<Process> {
+    read_process(pid, 0)
 }
 
 fn read_process(pid: u32, drain: u64) -> Option<Process> {

@@ -13,6 +13,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
 use crate::abi::{self, Control, NewProcess, SampleKey, SampleValue, Stack, Stat};
+use crate::unwind::Unwinder;
 
 /// The compiled program, or an empty slice when build.rs could not build it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler.bpf.o"));
@@ -24,6 +25,13 @@ const NOT_BUILT: &str = env!("KILN_BPF_NOT_BUILT");
 const PROGRAM: &str = "kiln_sample";
 /// The program that announces every execve.
 const EXEC_PROGRAM: &str = "kiln_exec";
+
+/// Rows of `unwind_rows` (16 bytes each, 4 MiB): libc takes 28k; files
+/// that do not fit are walked by frame pointers.
+const UNWIND_ROWS: u32 = 256 * 1024;
+/// Processes with unwind tables at once (2 KiB each, 4 MiB); an LRU map, so
+/// the least recently loaded fall back to frame pointers.
+const UNWIND_PROCESSES: u32 = 2048;
 
 /// Highest sampling frequency accepted: above it the sampler's own cost
 /// stops being negligible, and 1 kHz already resolves 1 ms of CPU.
@@ -159,6 +167,7 @@ pub struct Sampler {
     control: Array<MapData, Control>,
     stats: PerCpuArray<MapData, u64>,
     new_processes: Option<NewProcessFeed>,
+    unwinder: Option<Unwinder>,
     generation: u32,
     /// Stacks read in this drain and the one before, for counts that refer
     /// to a stack already deleted from the map (see `drain`).
@@ -181,7 +190,7 @@ impl Sampler {
     ///
     /// # Minimum kernel version
     ///
-    /// 5.8 (CAP_BPF/CAP_PERFMON, bounded loops, `bpf_get_stack`).
+    /// 5.17 (`bpf_loop` in the `.eh_frame` walker; CAP_BPF/CAP_PERFMON from 5.8).
     pub fn start(config: SamplerConfig) -> Result<Self, SamplerError> {
         if !NOT_BUILT.is_empty() || OBJECT.is_empty() {
             return Err(SamplerError::NotBuilt(NOT_BUILT));
@@ -207,6 +216,8 @@ impl Sampler {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("counts", counts_entries)
             .map_max_entries("stacks", stacks_entries)
+            .map_max_entries("unwind_rows", UNWIND_ROWS)
+            .map_max_entries("proc_mappings", UNWIND_PROCESSES)
             .load(OBJECT)
             .map_err(|e| SamplerError::classify(e, |e| SamplerError::Load(Box::new(e))))?;
 
@@ -220,6 +231,10 @@ impl Sampler {
             .map_err(SamplerError::map("stats"))?;
         let new_processes = RingBuf::try_from(take_map(&mut ebpf, "new_processes")?)
             .map_err(SamplerError::map("new_processes"))?;
+        let unwind_rows = Array::try_from(take_map(&mut ebpf, "unwind_rows")?)
+            .map_err(SamplerError::map("unwind_rows"))?;
+        let proc_mappings = BpfHashMap::try_from(take_map(&mut ebpf, "proc_mappings")?)
+            .map_err(SamplerError::map("proc_mappings"))?;
         control
             .set(
                 0,
@@ -279,6 +294,7 @@ impl Sampler {
             control,
             stats,
             new_processes: Some(NewProcessFeed(new_processes)),
+            unwinder: Some(Unwinder::new(unwind_rows, proc_mappings)),
             generation: 0,
             stack_cache: [HashMap::new(), HashMap::new()],
             last_stats: [0; abi::STAT_NR as usize],
@@ -290,6 +306,11 @@ impl Sampler {
     /// once taken.
     pub fn take_new_processes(&mut self) -> Option<NewProcessFeed> {
         self.new_processes.take()
+    }
+
+    /// The owner of the program's unwind-table maps; `None` once taken.
+    pub fn take_unwinder(&mut self) -> Option<Unwinder> {
+        self.unwinder.take()
     }
 
     /// Number of CPUs sampled.

@@ -9,8 +9,9 @@
 //! x86-64, so it needs no column. Rows are sorted by address; a row holds
 //! until the next one, and [`CfaRule::None`] marks addresses no FDE covers.
 //!
-//! Not loaded into BPF yet: the walker, the maps and the process tracker
-//! that pushes these tables are the next step.
+//! [`Unwinder`] pushes the tables of each process's files into the eBPF
+//! program's maps (`unwind_rows`, `proc_mappings`), where `unwind_step()` in
+//! `profiler.bpf.c` walks them.
 
 use gimli::{
     BaseAddresses, CfaRule as GimliCfa, CieOrFde, EhFrame, LittleEndian, RegisterRule,
@@ -18,7 +19,22 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
-use crate::abi::{self, UnwindRow};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+use kiln_model::FileId;
+use tracing::{debug, warn};
+
+use crate::abi::{self, BpfMapping, MAX_MAPPINGS, ProcMappings, UnwindRow};
+use crate::fileid::{FileInfo, file_paths};
+use crate::procfs::Mapping;
+
+/// Largest `.eh_frame` the agent builds a table for: past it (LLVM's
+/// shared library has several MiB) the table alone would crowd out every
+/// other file's in `unwind_rows`, and building it takes seconds; such files
+/// are walked by frame pointers.
+pub const MAX_EH_FRAME_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Why no table could be built.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +48,18 @@ pub enum UnwindError {
     /// `.eh_frame` is malformed.
     #[error("parsing .eh_frame")]
     Dwarf(#[from] gimli::Error),
+    /// `.eh_frame` is larger than the agent builds tables for.
+    #[error(".eh_frame is {0} bytes, over the {MAX_EH_FRAME_BYTES}-byte limit")]
+    TooBig(u64),
+    /// The file could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// How to find the CFA at an address.
@@ -53,6 +81,9 @@ pub enum CfaRule {
     /// A rule the BPF walker will not evaluate (another DWARF expression,
     /// or a CFA in another register): it falls back to frame pointers.
     Unsupported,
+    /// The return address is undefined: the outermost frame (`_start`, a
+    /// new thread's entry), where the walk ends.
+    End,
 }
 
 /// Where the caller's rbp is.
@@ -94,6 +125,7 @@ impl TableRow {
             CfaRule::Rbp(o) => (abi::CFA_RBP, o),
             CfaRule::Plt { threshold } => (abi::CFA_PLT, i32::from(threshold)),
             CfaRule::Unsupported => (abi::CFA_UNSUPPORTED, 0),
+            CfaRule::End => (abi::CFA_END, 0),
         };
         let (rbp_type, rbp_offset) = match self.rbp {
             RbpRule::Same => (abi::RBP_SAME, 0),
@@ -135,6 +167,32 @@ impl UnwindTable {
         Self::from_eh_frame(&eh_frame, &bases)
     }
 
+    /// Builds the table of the x86-64 ELF file at `path`, reading only its
+    /// headers and `.eh_frame`.
+    pub fn from_path(path: &std::path::Path) -> Result<UnwindTable, UnwindError> {
+        let file = std::fs::File::open(path).map_err(|e| UnwindError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let cache = object::ReadCache::new(file);
+        let elf = object::File::parse(&cache)?;
+        let section = elf
+            .section_by_name(".eh_frame")
+            .ok_or(UnwindError::NoEhFrame)?;
+        if section.size() > MAX_EH_FRAME_BYTES {
+            return Err(UnwindError::TooBig(section.size()));
+        }
+        let bytes = section.data()?;
+        let mut bases = BaseAddresses::default().set_eh_frame(section.address());
+        if let Some(text) = elf.section_by_name(".text") {
+            bases = bases.set_text(text.address());
+        }
+        if let Some(got) = elf.section_by_name(".got") {
+            bases = bases.set_got(got.address());
+        }
+        Self::from_eh_frame(&EhFrame::new(bytes, LittleEndian), &bases)
+    }
+
     fn from_eh_frame(
         eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
         bases: &BaseAddresses,
@@ -152,9 +210,14 @@ impl UnwindTable {
             let fde = partial.parse(EhFrame::cie_from_offset)?;
             let mut table = fde.rows(eh_frame, bases, &mut ctx)?;
             while let Some(row) = table.next_row()? {
+                let end = matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined));
                 rows.push(TableRow {
                     pc: row.start_address(),
-                    cfa: cfa_rule(row.cfa(), eh_frame),
+                    cfa: if end {
+                        CfaRule::End
+                    } else {
+                        cfa_rule(row.cfa(), eh_frame)
+                    },
                     rbp: rbp_rule(row.register(X86_64::RBP)),
                 });
             }
@@ -242,6 +305,140 @@ fn rbp_rule(rule: Option<RegisterRule<usize>>) -> RbpRule {
             i16::try_from(o).map_or(RbpRule::Unsupported, RbpRule::AtCfa)
         }
         Some(_) => RbpRule::Unsupported,
+    }
+}
+
+/// Owns the eBPF program's unwind maps: appends each file's table once to
+/// `unwind_rows`, and writes each process's mappings to `proc_mappings`.
+pub struct Unwinder {
+    rows: Array<MapData, UnwindRow>,
+    procs: BpfHashMap<MapData, u32, ProcMappings>,
+    /// Next free slot of `rows`.
+    next: u32,
+    /// Where each file's table is in `rows`; `None` when it has none
+    /// (no `.eh_frame`, unreadable, or no room left).
+    tables: HashMap<FileId, Option<(u32, u32)>>,
+    warned_full: bool,
+    /// Pids whose tables are in the program (bounded: cleared past 64k).
+    loaded: Arc<Mutex<HashSet<u32>>>,
+}
+
+impl std::fmt::Debug for Unwinder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unwinder")
+            .field("rows_used", &self.next)
+            .field("files", &self.tables.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Unwinder {
+    pub(crate) fn new(
+        rows: Array<MapData, UnwindRow>,
+        procs: BpfHashMap<MapData, u32, ProcMappings>,
+    ) -> Self {
+        Unwinder {
+            rows,
+            procs,
+            next: 0,
+            tables: HashMap::new(),
+            warned_full: false,
+            loaded: Arc::default(),
+        }
+    }
+
+    /// The set of pids whose tables are loaded, as it changes.
+    pub fn loaded(&self) -> Arc<Mutex<HashSet<u32>>> {
+        self.loaded.clone()
+    }
+
+    /// Gives the program the unwind tables of `process`'s files, so its
+    /// next samples are walked with them.
+    pub fn load_process(&mut self, pid: u32, mappings: &[(Mapping, Arc<FileInfo>)]) {
+        let mut entry = ProcMappings {
+            len: 0,
+            reserved: 0,
+            mappings: [BpfMapping::default(); MAX_MAPPINGS],
+        };
+        let mut n = 0;
+        for (m, file) in mappings {
+            if n == MAX_MAPPINGS {
+                debug!(pid, "more executable mappings than the program takes");
+                break;
+            }
+            let Some((rows_start, rows_len)) = self.table(pid, m, file.file_id) else {
+                continue;
+            };
+            entry.mappings[n] = BpfMapping {
+                start: m.start,
+                end: m.end,
+                bias: m.start.wrapping_sub(file.vaddr(m, m.start)),
+                rows_start,
+                rows_len,
+            };
+            n += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        entry.len = n as u32;
+        if let Err(e) = self.procs.insert(pid, entry, 0) {
+            debug!(pid, error = %e, "writing proc_mappings failed");
+            return;
+        }
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        if loaded.len() >= 64 * 1024 {
+            loaded.clear();
+        }
+        loaded.insert(pid);
+    }
+
+    /// The (start, len) of the file's table in `rows`, building and
+    /// pushing it on first use.
+    fn table(&mut self, pid: u32, mapping: &Mapping, file_id: FileId) -> Option<(u32, u32)> {
+        if let Some(known) = self.tables.get(&file_id) {
+            return *known;
+        }
+        let [via, rooted] = file_paths(pid, mapping);
+        let built = UnwindTable::from_path(&via).or_else(|_| UnwindTable::from_path(&rooted));
+        let slot = match built {
+            Err(e) => {
+                debug!(file = %mapping.path, error = %e, "no unwind table");
+                None
+            }
+            Ok(table) => self.push(&table, &mapping.path),
+        };
+        self.tables.insert(file_id, slot);
+        slot
+    }
+
+    fn push(&mut self, table: &UnwindTable, path: &str) -> Option<(u32, u32)> {
+        let len = u32::try_from(table.rows.len()).ok()?;
+        if len == 0 {
+            return None;
+        }
+        let start = self.next;
+        if u64::from(start) + u64::from(len) > u64::from(self.rows.len()) {
+            if !self.warned_full {
+                warn!(
+                    file = path,
+                    rows = len,
+                    capacity = self.rows.len(),
+                    "unwind table map full: further files are walked by frame pointers"
+                );
+                self.warned_full = true;
+            }
+            return None;
+        }
+        for (i, row) in table.rows.iter().enumerate() {
+            if let Err(e) = self.rows.set(start + i as u32, row.to_abi(), 0) {
+                warn!(file = path, error = %e, "writing unwind_rows failed");
+                return None;
+            }
+        }
+        self.next += len;
+        debug!(file = path, rows = len, "unwind table loaded");
+        Some((start, len))
     }
 }
 

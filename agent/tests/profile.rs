@@ -40,11 +40,12 @@ fn require_root() {
     );
 }
 
-fn start_agent() -> Agent {
+fn start_agent(unwind_tables: bool) -> Agent {
     let config = AgentConfig {
         frequency_hz: FREQUENCY_HZ,
         interval: Duration::from_secs(1),
         host: "kiln-agent-test".into(),
+        unwind_tables,
     };
     match Agent::start(config) {
         Ok(agent) => agent,
@@ -212,20 +213,48 @@ fn profile(agent: &mut Agent, sink: &mut MemorySink, first: usize, pids: &[&str]
     }
 }
 
+// Frame pointers only: the kernel's walk (bpf_get_stack).
 #[test]
-fn frame_pointer_workload_shares_and_kernel_frames() {
+fn frame_pointer_build_shares_and_kernel_frames() {
+    shares_and_kernel_frames("-fno-omit-frame-pointer", false);
+}
+
+// The .eh_frame walker: the same checks on a build without frame pointers,
+// where a frame-pointer walk breaks off after the leaf.
+#[test]
+fn eh_frame_build_shares_and_kernel_frames() {
+    shares_and_kernel_frames("-fomit-frame-pointer", true);
+}
+
+fn shares_and_kernel_frames(frame_pointer_flag: &str, unwind_tables: bool) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile_workload(dir.path(), &["-O2", "-fno-omit-frame-pointer"]);
+    let exe = compile_workload(dir.path(), &["-O2", frame_pointer_flag]);
     let symbols = Symbols::of(&exe);
 
-    let mut agent = start_agent();
+    let mut agent = start_agent(unwind_tables);
     let mut sink = MemorySink::default();
-    // Leave out what was sampled while loading (its dictionary still counts).
-    agent.tick(&mut sink).unwrap();
-    let first = sink.batches.len();
     let cpu = spawn(&exe, "cpu");
     let sys = spawn(&exe, "syscall");
+    // Leave out the first second, while the agent was loading, and with
+    // unwind tables, the time until the workloads' are in (the dictionary
+    // of those batches still counts).
+    let loading = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+        agent.tick(&mut sink).unwrap();
+        let ready = [&cpu, &sys]
+            .iter()
+            .all(|w| agent.unwind_tables_loaded(w.0.id()));
+        if !unwind_tables || ready {
+            break;
+        }
+        assert!(
+            loading.elapsed() < Duration::from_secs(30),
+            "the workloads' unwind tables were not loaded within 30 s"
+        );
+    }
+    let first = sink.batches.len();
     let (cpu_pid, sys_pid) = (cpu.0.id().to_string(), sys.0.id().to_string());
     let elapsed = profile(&mut agent, &mut sink, first, &[&cpu_pid, &sys_pid]);
     drop((cpu, sys));
@@ -287,6 +316,23 @@ fn frame_pointer_workload_shares_and_kernel_frames() {
     assert!(
         reach_main >= 95.0,
         "only {reach_main:.1}% of stacks reach main"
+    );
+    // Beneath main, libc's __libc_start_call_main: a native frame of
+    // another file, just rootward of main.
+    let libc_beneath: u64 = cpu_samples
+        .iter()
+        .filter(|s| {
+            let main = s.1.iter().position(|f| symbols.name(f) == Some("main"));
+            matches!(main, Some(i) if i > 0 && matches!(&s.1[i - 1],
+                Frame::Address { file_id, .. } if *file_id != symbols.file_id))
+        })
+        .map(|s| s.2)
+        .sum();
+    let libc_share = 100.0 * libc_beneath as f64 / n as f64;
+    eprintln!("stacks with libc beneath main: {libc_share:.1}%");
+    assert!(
+        libc_share >= 90.0,
+        "only {libc_share:.1}% of stacks have libc beneath main"
     );
     // Each path in order: main above path_a above work_sixty.
     let ordered = cpu_samples.iter().any(|s| {
@@ -356,7 +402,7 @@ fn short_lived_processes_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_workload(dir.path(), &["-O2", "-fno-omit-frame-pointer"]);
     let symbols = Symbols::of(&exe);
-    let mut agent = start_agent();
+    let mut agent = start_agent(true);
     let mut sink = MemorySink::default();
     agent.tick(&mut sink).unwrap();
     let first = sink.batches.len();

@@ -21,8 +21,16 @@
  * the same id in every interval and on every CPU. Kernel and user stacks
  * share the map (the hash is seeded with the kind).
  *
- * No kernel struct is read, so nothing here needs CO-RE: the UAPI headers
- * (linux-libc-dev) and libbpf's bpf_helpers.h are all it includes.
+ * User stacks of processes whose unwind tables user space has loaded are
+ * walked with them (record_unwound_stack(), unwind_step()); others by the
+ * kernel's frame-pointer walk (bpf_get_stack with BPF_F_USER_STACK).
+ *
+ * No kernel struct is read field by field (the user registers of a task in
+ * the kernel are copied whole from bpf_task_pt_regs()), so nothing here
+ * needs CO-RE: the UAPI headers (linux-libc-dev) and libbpf's
+ * bpf_helpers.h are all it includes.
+ *
+ * Minimum kernel: 5.17 (bpf_loop; bpf_task_pt_regs is 5.15).
  */
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
@@ -64,6 +72,23 @@ struct {
 	__type(key, __u32);
 	__type(value, struct kiln_control);
 } control SEC(".maps");
+
+/* .eh_frame unwind tables of all files, appended by user space. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct kiln_unwind_row);
+} unwind_rows SEC(".maps");
+
+/* Per process (tgid): its mappings that have unwind tables. LRU, so the
+ * entries of exited processes age out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct kiln_proc_mappings);
+} proc_mappings SEC(".maps");
 
 /* Processes announced recently; LRU, so a process evicted by newer ones is
  * announced again, which user space's cache makes cheap. */
@@ -108,6 +133,31 @@ static __always_inline __u64 mix64(__u64 h)
 	return h;
 }
 
+/* Stores the stack in `buf` under its hash; returns the hash. */
+static __always_inline __u64 store_stack(struct kiln_stack *buf, __u64 seed)
+{
+	__u32 len = buf->len;
+	__u64 h = mix64(seed);
+
+	for (__u32 i = 0; i < KILN_MAX_STACK_DEPTH; i++) {
+		if (i >= len)
+			break;
+		h = mix64(h ^ buf->addrs[i]) + i;
+	}
+	/* 0 means "no stack" in a kiln_sample_key. */
+	if (h == 0)
+		h = 1;
+
+	if (!bpf_map_lookup_elem(&stacks, &h)) {
+		long err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
+
+		/* -EEXIST: another CPU stored the same stack just now. */
+		if (err && err != -17)
+			stat_inc(KILN_STAT_STACKS_FULL);
+	}
+	return h;
+}
+
 /*
  * Walks one stack (kernel, or user when flags has BPF_F_USER_STACK) into
  * the per-CPU scratch buffer, stores it in `stacks` under its hash unless
@@ -133,24 +183,7 @@ static __always_inline __u64 record_stack(struct bpf_perf_event_data *ctx, __u64
 	buf->len = len;
 	buf->flags = len >= KILN_MAX_STACK_DEPTH ? KILN_STACK_TRUNCATED : 0;
 
-	__u64 h = mix64(user ? 0x75736572ULL /* "user" */ : 0x6b65726eULL /* "kern" */);
-	for (__u32 i = 0; i < KILN_MAX_STACK_DEPTH; i++) {
-		if (i >= len)
-			break;
-		h = mix64(h ^ buf->addrs[i]) + i;
-	}
-	/* 0 means "no stack" in a kiln_sample_key. */
-	if (h == 0)
-		h = 1;
-
-	if (!bpf_map_lookup_elem(&stacks, &h)) {
-		long err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
-
-		/* -EEXIST: another CPU stored the same stack just now. */
-		if (err && err != -17)
-			stat_inc(KILN_STAT_STACKS_FULL);
-	}
-	return h;
+	return store_stack(buf, user ? 0x75736572ULL /* "user" */ : 0x6b65726eULL /* "kern" */);
 }
 
 static __always_inline void announce(__u32 tgid, __u32 why)
@@ -196,6 +229,199 @@ int kiln_exec(struct bpf_raw_tracepoint_args *ctx)
 	bpf_map_update_elem(&known_processes, &tgid, &one, BPF_ANY);
 	announce(tgid, KILN_PROCESS_EXEC);
 	return 0;
+}
+
+/* The state of one .eh_frame walk, shared with the bpf_loop() callback. */
+struct unwind_state {
+	struct kiln_stack *buf;
+	struct kiln_proc_mappings *procs;
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u32 n;
+	__u32 done;
+};
+
+/*
+ * The index in procs->mappings of the mapping of `pc`, or -1. A global
+ * function, so the verifier checks it once with unknown arguments instead
+ * of following every path of the search at every call.
+ */
+__attribute__((noinline)) int find_mapping(struct kiln_proc_mappings *procs, __u64 pc)
+{
+	if (!procs)
+		return -1;
+	__u32 lo = 0, hi = procs->len;
+
+	if (hi > KILN_MAX_MAPPINGS)
+		return -1;
+	/* First mapping whose start is > pc; 7 halvings cover 64. */
+	for (int i = 0; i < 7; i++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = (lo + hi) / 2;
+
+		/* Keep the bound check clang would prove away; the verifier
+		 * does not follow clang's reasoning. */
+		asm volatile("" : "+r"(mid));
+		if (mid >= KILN_MAX_MAPPINGS)
+			return -1;
+		if (procs->mappings[mid].start <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	__u32 idx = lo - 1;
+
+	asm volatile("" : "+r"(idx));
+
+	/* lo == 0 wraps to a large idx: no mapping starts at or below pc. */
+	if (idx >= KILN_MAX_MAPPINGS)
+		return -1;
+	if (pc >= procs->mappings[idx].end)
+		return -1;
+	return idx;
+}
+
+/* The index in `unwind_rows` of the row of the table [start, start + len)
+ * that covers vaddr, or -1. Global for the same reason. */
+__attribute__((noinline)) int find_row(__u32 start, __u32 len, __u64 vaddr)
+{
+	__u32 lo = start, hi = start + len;
+
+	/* First row whose pc is > vaddr; 24 halvings cover 16M rows. */
+	for (int i = 0; i < 24; i++) {
+		if (lo >= hi)
+			break;
+		__u32 mid = lo + (hi - lo) / 2;
+		struct kiln_unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!row)
+			return -1;
+		if (row->pc <= vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == start || lo - 1 > 0x7fffffff)
+		return -1;
+	return lo - 1;
+}
+
+/*
+ * One frame of the walk: from (pc, sp, bp) of a frame, find its caller's.
+ * Where the table has a rule it is followed; elsewhere (no table, no FDE,
+ * or a rule the table marks unsupported) the frame-pointer chain is, as
+ * the kernel's own walk would.
+ */
+static long unwind_step(__u64 index, void *data)
+{
+	struct unwind_state *st = data;
+	struct kiln_stack *buf = st->buf;
+	__u32 n = st->n;
+
+	if (!buf || !st->procs || n >= KILN_MAX_STACK_DEPTH)
+		return 1;
+	buf->addrs[n] = st->pc;
+	st->n = n + 1;
+
+	/* Past the leaf, pc is a return address: look up the call. */
+	__u64 lookup = n == 0 ? st->pc : st->pc - 1;
+	__u64 cfa = 0, ra = 0, bp = st->bp;
+	struct kiln_unwind_row *row = NULL;
+	int mi = find_mapping(st->procs, lookup);
+
+	/* clang knows find_mapping()'s range and would drop this check, which
+	 * the verifier (seeing a global function's result as unknown) needs. */
+	asm volatile("" : "+r"(mi));
+	if (mi >= 0 && mi < KILN_MAX_MAPPINGS) {
+		struct kiln_mapping *m = &st->procs->mappings[mi];
+		int ri = find_row(m->rows_start, m->rows_len, lookup - m->bias);
+
+		if (ri >= 0)
+			row = bpf_map_lookup_elem(&unwind_rows, &ri);
+	}
+	__u8 cfa_type = row ? row->cfa_type : KILN_CFA_NONE;
+
+	switch (cfa_type) {
+	case KILN_CFA_END:
+		goto stop;
+	case KILN_CFA_RSP:
+		cfa = st->sp + (__s64)row->cfa_offset;
+		break;
+	case KILN_CFA_RBP:
+		cfa = st->bp + (__s64)row->cfa_offset;
+		break;
+	case KILN_CFA_PLT:
+		cfa = st->sp + 8 + ((st->pc & 15) >= (__u64)row->cfa_offset ? 8 : 0);
+		break;
+	default:
+		/* Frame pointers: the caller's rbp at [rbp], return address
+		 * above it. */
+		if (st->bp == 0)
+			goto stop;
+		cfa = st->bp + 16;
+		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)st->bp))
+			goto stop;
+		break;
+	}
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
+		goto stop;
+	if (row && cfa_type != KILN_CFA_NONE && cfa_type != KILN_CFA_UNSUPPORTED) {
+		if (row->rbp_type == KILN_RBP_AT_CFA) {
+			if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row->rbp_offset)))
+				bp = 0;
+		} else if (row->rbp_type == KILN_RBP_UNSUPPORTED) {
+			bp = 0;
+		}
+	}
+	/* The stack grows down: a caller's frame is above its callee's. */
+	if (ra == 0 || cfa <= st->sp)
+		goto stop;
+	st->pc = ra;
+	st->sp = cfa;
+	st->bp = bp;
+	return 0;
+stop:
+	st->done = 1;
+	return 1;
+}
+
+/*
+ * Walks the user stack of a process that has unwind tables, from its user
+ * registers: the interrupted ones when the sample hit user code, else the
+ * ones saved at kernel entry.
+ */
+static __always_inline __u64 record_unwound_stack(struct bpf_perf_event_data *ctx,
+						  struct kiln_proc_mappings *procs)
+{
+	__u32 zero = 0;
+	struct kiln_stack *buf = bpf_map_lookup_elem(&scratch, &zero);
+	struct unwind_state st = { .buf = buf, .procs = procs };
+
+	if (!buf)
+		return 0;
+	if ((ctx->regs.cs & 3) == 3) {
+		st.pc = ctx->regs.rip;
+		st.sp = ctx->regs.rsp;
+		st.bp = ctx->regs.rbp;
+	} else {
+		struct pt_regs regs;
+		struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+		if (bpf_probe_read_kernel(&regs, sizeof(regs), user))
+			return 0;
+		st.pc = regs.rip;
+		st.sp = regs.rsp;
+		st.bp = regs.rbp;
+	}
+	if (st.pc == 0)
+		return 0;
+	bpf_loop(KILN_MAX_STACK_DEPTH, unwind_step, &st, 0);
+	if (st.n == 0)
+		return 0;
+	buf->len = st.n;
+	buf->flags = (st.n >= KILN_MAX_STACK_DEPTH && !st.done) ? KILN_STACK_TRUNCATED : 0;
+	return store_stack(buf, 0x75736572ULL /* "user" */);
 }
 
 static __always_inline void count(struct kiln_sample_key *key)
@@ -253,7 +479,11 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 
 	announce_sampled(key.tgid);
 	key.kernel_stack_id = record_stack(ctx, 0);
-	key.user_stack_id = record_stack(ctx, BPF_F_USER_STACK);
+	/* With unwind tables for the process, walk them; else let the kernel
+	 * follow frame pointers. */
+	struct kiln_proc_mappings *procs = bpf_map_lookup_elem(&proc_mappings, &key.tgid);
+	key.user_stack_id = procs ? record_unwound_stack(ctx, procs)
+				  : record_stack(ctx, BPF_F_USER_STACK);
 	count(&key);
 	return 0;
 }

@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 3
+#define KILN_ABI_VERSION 4
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -145,10 +145,11 @@ struct kiln_control {
 _Static_assert(sizeof(struct kiln_control) == 8, "kiln_control layout");
 
 /*
- * .eh_frame unwinding (built in user space by agent/src/unwind.rs; not read
- * by any program yet). One row of a file's unwind table: from `pc` up to
- * the next row's pc, these rules hold. The return address is always at
- * CFA - 8 on x86-64, so it has no column.
+ * .eh_frame unwinding. User space (agent/src/unwind.rs) builds one table
+ * per file and appends it to the `unwind_rows` array; `proc_mappings` says,
+ * per process, which runtime ranges use which table. One row of a table:
+ * from `pc` up to the next row's pc, these rules hold. The return address
+ * is always at CFA - 8 on x86-64, so it has no column.
  */
 enum kiln_cfa_type {
 	/* No FDE covers the address: fall back to frame pointers. */
@@ -161,6 +162,9 @@ enum kiln_cfa_type {
 	KILN_CFA_PLT = 3,
 	/* A rule the walker does not evaluate: fall back to frame pointers. */
 	KILN_CFA_UNSUPPORTED = 4,
+	/* The return address is undefined: the outermost frame (_start,
+	 * clone's child): the walk ends here. */
+	KILN_CFA_END = 5,
 };
 
 enum kiln_rbp_type {
@@ -185,5 +189,35 @@ struct kiln_unwind_row {
 	__u8 rbp_type;
 };
 _Static_assert(sizeof(struct kiln_unwind_row) == 16, "kiln_unwind_row layout");
+
+/* Executable mappings with an unwind table that one process may have. */
+#define KILN_MAX_MAPPINGS 64
+
+/* One executable mapping of a process that has an unwind table. */
+struct kiln_mapping {
+	/* First runtime address. */
+	__u64 start;
+	/* One past the last runtime address. */
+	__u64 end;
+	/* runtime address - bias = the file-relative virtual address that
+	 * the table's rows use. */
+	__u64 bias;
+	/* The table: rows [rows_start, rows_start + rows_len) of
+	 * `unwind_rows`. */
+	__u32 rows_start;
+	__u32 rows_len;
+};
+_Static_assert(sizeof(struct kiln_mapping) == 32, "kiln_mapping layout");
+
+/* Value of `proc_mappings`, keyed by tgid. */
+struct kiln_proc_mappings {
+	/* Valid entries of `mappings`, sorted by start. */
+	__u32 len;
+	/* Always zero: explicit padding. */
+	__u32 reserved;
+	struct kiln_mapping mappings[KILN_MAX_MAPPINGS];
+};
+_Static_assert(sizeof(struct kiln_proc_mappings) == 8 + 32 * KILN_MAX_MAPPINGS,
+	       "kiln_proc_mappings layout");
 
 #endif /* KILN_TYPES_H */
