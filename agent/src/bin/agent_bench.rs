@@ -17,7 +17,7 @@
 //!   whole dictionary.
 //!
 //! ```text
-//! sudo target/release/agent_bench [--seconds 60] [--frequencies 19,99]
+//! sudo target/release/agent_bench [--seconds 60] [--frequencies 19,99] [--no-eh-frame]
 //! ```
 
 use std::collections::HashSet;
@@ -181,7 +181,7 @@ struct Row {
     burner_steady_bytes_per_core_minute: f64,
 }
 
-fn run(workload: &Path, frequency: u64, seconds: u64) -> anyhow::Result<Row> {
+fn run(workload: &Path, frequency: u64, seconds: u64, unwind_tables: bool) -> anyhow::Result<Row> {
     let cpus = std::thread::available_parallelism()?.get();
     let burners = Burners(
         (0..cpus)
@@ -196,6 +196,7 @@ fn run(workload: &Path, frequency: u64, seconds: u64) -> anyhow::Result<Row> {
 
     let mut agent = Agent::start(AgentConfig {
         frequency_hz: frequency,
+        unwind_tables,
         ..AgentConfig::default()
     })?;
     let mut sink = CountingSink {
@@ -245,6 +246,7 @@ fn run(workload: &Path, frequency: u64, seconds: u64) -> anyhow::Result<Row> {
 fn main() -> anyhow::Result<()> {
     let mut seconds = 60;
     let mut frequencies = vec![19, 99];
+    let mut unwind_tables = true;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -257,7 +259,10 @@ fn main() -> anyhow::Result<()> {
                     .map(str::parse)
                     .collect::<Result<_, _>>()?
             }
-            other => bail!("unknown argument {other:?} (--seconds N, --frequencies A,B)"),
+            "--no-eh-frame" => unwind_tables = false,
+            other => {
+                bail!("unknown argument {other:?} (--seconds N, --frequencies A,B, --no-eh-frame)")
+            }
         }
     }
     let workload = compile_workload()?;
@@ -270,7 +275,7 @@ fn main() -> anyhow::Result<()> {
     );
     println!("|---|---|---|---|---|---|---|---|");
     for frequency in frequencies {
-        let r = run(&workload, frequency, seconds)?;
+        let r = run(&workload, frequency, seconds, unwind_tables)?;
         println!(
             "| {} | {:.3}% | {:.0} | {:.0} | {} | {:.1} MiB | {:.0}, {:.0} | {:.0}, {:.0} |",
             r.frequency,
