@@ -478,7 +478,10 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 	}
 
 	announce_sampled(key.tgid);
-	key.kernel_stack_id = record_stack(ctx, 0);
+	/* A sample that interrupted user code has no kernel stack: skip the
+	 * helper call. */
+	if ((ctx->regs.cs & 3) != 3)
+		key.kernel_stack_id = record_stack(ctx, 0);
 	/* With unwind tables for the process, walk them; else let the kernel
 	 * follow frame pointers. */
 	struct kiln_proc_mappings *procs = bpf_map_lookup_elem(&proc_mappings, &key.tgid);
