@@ -188,9 +188,13 @@ impl<'d> Reader<'_, 'd> {
         while let Some((header, row)) = rows.next_row()? {
             let addr = row.address();
             if row.end_sequence() {
-                let keep = sequence
-                    .first()
-                    .is_some_and(|first| in_text(self.text, first.addr, addr.max(first.addr + 1)));
+                let keep = sequence.first().is_some_and(|first| {
+                    in_text(
+                        self.text,
+                        first.addr,
+                        addr.max(first.addr.saturating_add(1)),
+                    )
+                });
                 sequence.push(LineRow {
                     addr,
                     file: NONE,

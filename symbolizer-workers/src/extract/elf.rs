@@ -104,7 +104,8 @@ pub fn function_symbols(
                     continue;
                 }
                 let Ok(name) = sym.name() else { continue };
-                if name.is_empty() || !in_text(text, sym.address(), sym.address() + 1) {
+                if name.is_empty() || !in_text(text, sym.address(), sym.address().saturating_add(1))
+                {
                     continue;
                 }
                 candidates.push(Candidate {
@@ -147,8 +148,10 @@ pub fn function_symbols(
             text.partition_point(|&(s, _)| s <= best.start)
                 .wrapping_sub(1),
         );
+        // A size past the end of the section is damage: clip it.
         let mut end = match (size, section_end) {
             (0, Some(&(_, e))) => e,
+            (_, Some(&(_, e))) => best.start.saturating_add(size).min(e),
             _ => best.start.saturating_add(size),
         };
         if let Some(next) = candidates.get(j) {
