@@ -252,15 +252,20 @@ impl Watcher {
                         // batcher holds while it builds a batch.
                         let read: Vec<_> = pids
                             .iter()
-                            .filter_map(|a| Some((a.pid, procfs::read_process_now(a.pid)?)))
+                            .filter_map(|a| Some((*a, procfs::read_process_now(a.pid)?)))
                             .collect();
                         let learned: Learned = {
                             let mut state = batcher::lock(&state);
                             read.into_iter()
-                                .map(|(pid, p)| (pid, state.learn(pid, p)))
+                                .map(|(a, p)| (a, state.learn(a.pid, p)))
+                                // Tables only for processes that get
+                                // sampled: the program announces their
+                                // first sample after an execve too.
+                                .filter(|(a, _)| !a.exec)
+                                .map(|(a, mappings)| (a.pid, mappings))
                                 .collect()
                         };
-                        if let Some(tx) = &to_unwinder {
+                        if let (Some(tx), false) = (&to_unwinder, learned.is_empty()) {
                             let _ = tx.send(learned);
                         }
                     }

@@ -49,7 +49,7 @@ pub enum UnwindError {
     #[error("parsing .eh_frame")]
     Dwarf(#[from] gimli::Error),
     /// `.eh_frame` is larger than the agent builds tables for.
-    #[error(".eh_frame is {0} bytes, over the {MAX_EH_FRAME_BYTES}-byte limit")]
+    #[error(".eh_frame is {0} bytes, more than the agent builds a table for")]
     TooBig(u64),
     /// The file could not be read.
     #[error("reading {path}")]
@@ -169,7 +169,9 @@ impl UnwindTable {
 
     /// Builds the table of the x86-64 ELF file at `path`, reading only its
     /// headers and `.eh_frame`.
-    pub fn from_path(path: &std::path::Path) -> Result<UnwindTable, UnwindError> {
+    /// Files whose `.eh_frame` is over `max_bytes` (or
+    /// [`MAX_EH_FRAME_BYTES`]) are refused before any parsing.
+    pub fn from_path(path: &std::path::Path, max_bytes: u64) -> Result<UnwindTable, UnwindError> {
         let file = std::fs::File::open(path).map_err(|e| UnwindError::Read {
             path: path.to_path_buf(),
             source: e,
@@ -179,7 +181,7 @@ impl UnwindTable {
         let section = elf
             .section_by_name(".eh_frame")
             .ok_or(UnwindError::NoEhFrame)?;
-        if section.size() > MAX_EH_FRAME_BYTES {
+        if section.size() > MAX_EH_FRAME_BYTES.min(max_bytes) {
             return Err(UnwindError::TooBig(section.size()));
         }
         let bytes = section.data()?;
@@ -400,7 +402,13 @@ impl Unwinder {
             return *known;
         }
         let [via, rooted] = file_paths(pid, mapping);
-        let built = UnwindTable::from_path(&via).or_else(|_| UnwindTable::from_path(&rooted));
+        // Rows take at least 2 bytes of .eh_frame (an advance and a rule),
+        // usually about 10: a file with more than 16 bytes per free row
+        // cannot fit, so its table is not even built.
+        let free = u64::from(self.rows.len().saturating_sub(self.next));
+        let max_bytes = free.saturating_mul(16);
+        let built = UnwindTable::from_path(&via, max_bytes)
+            .or_else(|_| UnwindTable::from_path(&rooted, max_bytes));
         let slot = match built {
             Err(e) => {
                 debug!(file = %mapping.path, error = %e, "no unwind table");

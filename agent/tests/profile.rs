@@ -394,7 +394,7 @@ fn shares_and_kernel_frames(frame_pointer_flag: &str, unwind_tables: bool) {
 }
 
 // Guards the new-process path (the exec tracepoint and the thread that
-// reads maps as processes appear): processes that live 50 ms, far less
+// reads maps as processes appear): processes that live 100 ms, far less
 // than an interval, still get their frames placed in their executable.
 #[test]
 fn short_lived_processes_are_named() {
@@ -407,13 +407,13 @@ fn short_lived_processes_are_named() {
     agent.tick(&mut sink).unwrap();
     let first = sink.batches.len();
 
-    const RUNS: usize = 60;
+    const RUNS: usize = 40;
     let runner = {
         let exe = exe.clone();
         std::thread::spawn(move || {
             (0..RUNS)
                 .map(|_| {
-                    let mut child = Command::new(&exe).args(["0.05", "cpu"]).spawn().unwrap();
+                    let mut child = Command::new(&exe).args(["0.1", "cpu"]).spawn().unwrap();
                     let pid = child.id().to_string();
                     assert!(child.wait().unwrap().success());
                     pid
@@ -441,7 +441,7 @@ fn short_lived_processes_are_named() {
         .map(|s| s.2)
         .sum();
     eprintln!(
-        "{RUNS} processes of 50 ms: {n} samples, {:.1}% with stacks placed in the executable",
+        "{RUNS} processes of 100 ms: {n} samples, {:.1}% with stacks placed in the executable",
         100.0 * named as f64 / n.max(1) as f64
     );
     // The rest: the dynamic loader's start-up and exit_group's teardown,

@@ -219,14 +219,16 @@ static __always_inline void announce_sampled(__u32 tgid)
 SEC("raw_tracepoint/sched_process_exec")
 int kiln_exec(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u32 zero = 0, one = 1;
+	__u32 zero = 0;
 	struct kiln_control *ctl = bpf_map_lookup_elem(&control, &zero);
 
 	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
 		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	/* Announced now, so its first sample need not announce it again. */
-	bpf_map_update_elem(&known_processes, &tgid, &one, BPF_ANY);
+	/* Its first sample is announced again: user space reads the maps of
+	 * every new program, but builds unwind tables only for programs that
+	 * are sampled, which most short-lived ones never are at 19 Hz. */
+	bpf_map_delete_elem(&known_processes, &tgid);
 	announce(tgid, KILN_PROCESS_EXEC);
 	return 0;
 }
