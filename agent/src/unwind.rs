@@ -30,11 +30,12 @@ use crate::abi::{self, BpfMapping, MAX_MAPPINGS, ProcMappings, UnwindRow};
 use crate::fileid::{FileInfo, file_paths};
 use crate::procfs::Mapping;
 
-/// Largest `.eh_frame` the agent builds a table for: past it (LLVM's
-/// shared library has several MiB) the table alone would crowd out every
-/// other file's in `unwind_rows`, and building it takes seconds; such files
-/// are walked by frame pointers.
-pub const MAX_EH_FRAME_BYTES: u64 = 4 * 1024 * 1024;
+/// Largest `.eh_frame` the agent builds a table for. A row takes 5 to 7
+/// bytes of `.eh_frame` (libc: 150 KiB, 28k rows), so 1 MiB is ~170k rows,
+/// most of the `unwind_rows` map; past it (LLVM's library has 5 MiB) one
+/// file would crowd out all others, and building its table costs seconds
+/// and tens of MiB. Such files are walked by frame pointers.
+pub const MAX_EH_FRAME_BYTES: u64 = 1024 * 1024;
 
 /// Why no table could be built.
 #[derive(Debug, thiserror::Error)]
@@ -199,10 +200,9 @@ impl UnwindTable {
         eh_frame: &EhFrame<gimli::EndianSlice<'_, LittleEndian>>,
         bases: &BaseAddresses,
     ) -> Result<UnwindTable, UnwindError> {
-        let mut rows = Vec::new();
-        // (pc, is the end of an FDE): an FDE's end marker must lose to a row
-        // of the FDE that starts at the same address.
-        let mut ends = Vec::new();
+        // Rows with whether they are an FDE's end marker, which must lose
+        // to a row of an FDE that starts at the same address.
+        let mut rows: Vec<(TableRow, bool)> = Vec::new();
         let mut ctx = UnwindContext::new();
         let mut entries = eh_frame.entries(bases);
         while let Some(entry) = entries.next()? {
@@ -213,31 +213,29 @@ impl UnwindTable {
             let mut table = fde.rows(eh_frame, bases, &mut ctx)?;
             while let Some(row) = table.next_row()? {
                 let end = matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined));
-                rows.push(TableRow {
-                    pc: row.start_address(),
-                    cfa: if end {
-                        CfaRule::End
-                    } else {
-                        cfa_rule(row.cfa(), eh_frame)
-                    },
-                    rbp: rbp_rule(row.register(X86_64::RBP)),
-                });
+                let cfa = if end {
+                    CfaRule::End
+                } else {
+                    cfa_rule(row.cfa(), eh_frame)
+                };
+                let rbp = rbp_rule(row.register(X86_64::RBP));
+                let pc = row.start_address();
+                rows.push((TableRow { pc, cfa, rbp }, false));
             }
-            ends.push(fde.end_address());
+            let end = TableRow {
+                pc: fde.end_address(),
+                cfa: CfaRule::None,
+                rbp: RbpRule::Same,
+            };
+            rows.push((end, true));
         }
-        let starts: std::collections::HashSet<u64> = rows.iter().map(|r| r.pc).collect();
-        rows.extend(
-            ends.into_iter()
-                .filter(|pc| !starts.contains(pc))
-                .map(|pc| TableRow {
-                    pc,
-                    cfa: CfaRule::None,
-                    rbp: RbpRule::Same,
-                }),
-        );
-        rows.sort_by_key(|r| r.pc);
-        // A row that repeats the one before adds nothing.
+        // By address, real rows before end markers; then one row per
+        // address (the first), and no row that repeats the one before.
+        rows.sort_by_key(|(r, is_end)| (r.pc, *is_end));
+        rows.dedup_by_key(|(r, _)| r.pc);
+        let mut rows: Vec<TableRow> = rows.into_iter().map(|(r, _)| r).collect();
         rows.dedup_by(|next, prev| next.cfa == prev.cfa && next.rbp == prev.rbp);
+        rows.shrink_to_fit();
         Ok(UnwindTable { rows })
     }
 
@@ -402,11 +400,10 @@ impl Unwinder {
             return *known;
         }
         let [via, rooted] = file_paths(pid, mapping);
-        // Rows take at least 2 bytes of .eh_frame (an advance and a rule),
-        // usually about 10: a file with more than 16 bytes per free row
-        // cannot fit, so its table is not even built.
+        // Rows take 5 to 7 bytes of .eh_frame: a file with more than 8
+        // bytes per free row will not fit, so its table is not even built.
         let free = u64::from(self.rows.len().saturating_sub(self.next));
-        let max_bytes = free.saturating_mul(16);
+        let max_bytes = free.saturating_mul(8);
         let built = UnwindTable::from_path(&via, max_bytes)
             .or_else(|_| UnwindTable::from_path(&rooted, max_bytes));
         let slot = match built {
