@@ -286,7 +286,7 @@ proptest! {
         addr in 0u64..0x3000,
     ) {
         let mut data = ksym::encode(&table());
-        let keep = 16 + 8 * 9;
+        let keep = 16 + 8 * 10;
         data.truncate(keep);
         data.extend(tail);
         if let Ok(k) = Ksym::open(&data) {

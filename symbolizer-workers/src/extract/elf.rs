@@ -97,14 +97,20 @@ pub fn function_symbols(
                     continue;
                 }
                 // Not `is_definition()`: that leaves out GNU ifuncs
-                // (`memchr`), which name code like any function.
-                if sym.kind() != SymbolKind::Text
-                    || !matches!(sym.section(), SymbolSection::Section(_))
-                {
+                // (`memchr`), which name code like any function. Untyped
+                // symbols in code are assembly labels (zstd's
+                // `HUF_decompress…_asm_loop`), named by llvm-symbolizer too.
+                let code_kind = matches!(sym.kind(), SymbolKind::Text | SymbolKind::Unknown);
+                if !code_kind || !matches!(sym.section(), SymbolSection::Section(_)) {
                     continue;
                 }
                 let Ok(name) = sym.name() else { continue };
-                if name.is_empty() || !in_text(text, sym.address(), sym.address().saturating_add(1))
+                // `$x`-style mapping symbols and `.L` local labels name no
+                // function.
+                let label = name.starts_with('$') || name.starts_with(".L");
+                if name.is_empty()
+                    || label
+                    || !in_text(text, sym.address(), sym.address().saturating_add(1))
                 {
                     continue;
                 }

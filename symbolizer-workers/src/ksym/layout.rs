@@ -14,10 +14,17 @@ pub const FILES: usize = 5;
 pub const MARKS: usize = 6;
 pub const BLOB: usize = 7;
 pub const LINES: usize = 8;
-pub const SECTIONS: usize = 9;
+pub const PAGES: usize = 9;
+pub const SECTIONS: usize = 10;
 
 /// Record size of each section, in bytes.
-pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1];
+pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1, 4];
+
+/// The page index has at most this many entries per range: where the code
+/// is spread thinly over the address space, pages grow instead.
+pub const PAGES_PER_RANGE: u64 = 4;
+/// Smallest page: 4 KiB.
+pub const MIN_PAGE_SHIFT: u32 = 12;
 
 pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
 

@@ -33,7 +33,14 @@
 //! lines    bytes                     per range, line_rows rows of
 //!                                    varint(addr_delta << 1 | file_changed)
 //!                                    zigzag varint(line_delta) [varint(file + 1)]
+//! pages    4 B                       page shift u32, then per page of
+//!                                    2^shift bytes from the first range's page:
+//!                                    the first range ending after the page start
 //! ```
+//!
+//! The page index narrows the binary search over `starts` to the few
+//! ranges of one page (a lookup's first cache misses are otherwise spent
+//! there); pages are 4 KiB or larger, at most 4 per range.
 //!
 //! Line rows start from (range start, line 0, no file); a row holds until
 //! the next one.

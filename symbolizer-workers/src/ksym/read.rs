@@ -5,7 +5,7 @@ use super::varint;
 use crate::table::{NONE, join_path};
 
 const SECTION_NAMES: [&str; SECTIONS] = [
-    "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines",
+    "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines", "pages",
 ];
 
 /// Why bytes are not a ksym file [`Ksym::open`] can read.
@@ -77,6 +77,7 @@ pub struct Ksym<'a> {
     marks: &'a [u8],
     blob: &'a [u8],
     lines: &'a [u8],
+    pages: &'a [u8],
 }
 
 #[inline]
@@ -153,6 +154,7 @@ impl<'a> Ksym<'a> {
             marks: sections[MARKS],
             blob,
             lines: sections[LINES],
+            pages: sections[PAGES],
         };
         k.validate()?;
         Ok(k)
@@ -227,6 +229,33 @@ impl<'a> Ksym<'a> {
                 )?;
             }
             self.check_marks(r, len, n_files)?;
+        }
+        self.check_pages(n)
+    }
+
+    /// Checks the page index: a shift, then nondecreasing range indexes.
+    fn check_pages(&self, n: usize) -> Result<(), KsymError> {
+        let bad = Err(KsymError::BadIndex {
+            what: "page",
+            index: 0,
+        });
+        if self.pages.is_empty() {
+            return if n == 0 { Ok(()) } else { bad };
+        }
+        let shift = u32_at(self.pages, 0);
+        if !(MIN_PAGE_SHIFT..64).contains(&shift) || self.pages.len() < 8 {
+            return bad;
+        }
+        let mut prev = 0;
+        for at in (4..self.pages.len()).step_by(4) {
+            let r = u32_at(self.pages, at) as usize;
+            if r < prev || r > n {
+                return Err(KsymError::BadIndex {
+                    what: "page",
+                    index: at / 4 - 1,
+                });
+            }
+            prev = r;
         }
         Ok(())
     }
@@ -348,6 +377,7 @@ impl<'a> Ksym<'a> {
             self.marks.len(),
             self.blob.len(),
             self.lines.len(),
+            self.pages.len(),
         ];
         std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
     }
@@ -376,8 +406,11 @@ impl<'a> Ksym<'a> {
     /// covers `addr`. Does not allocate once `out` has room for the chain.
     pub fn lookup(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> bool {
         out.clear();
-        // The last range starting at or before `addr`.
-        let (mut lo, mut hi) = (0, self.len());
+        // The last range starting at or before `addr`, searched for among
+        // the ranges of its page.
+        let Some((mut lo, mut hi)) = self.page(addr) else {
+            return false;
+        };
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if u64_at(self.starts, 8 * mid) <= addr {
@@ -408,6 +441,28 @@ impl<'a> Ksym<'a> {
         }
         out.push(self.frame(u32_at(self.ranges, rec + 4), file, line));
         true
+    }
+
+    /// The ranges `[lo, hi)` that can hold `addr`, from the page index.
+    #[inline]
+    fn page(&self, addr: u64) -> Option<(usize, usize)> {
+        let n = self.len();
+        let shift = u32_at(self.pages, 0);
+        let base = u64_at(self.starts, 0)
+            .checked_shr(shift)?
+            .checked_shl(shift)?;
+        let page = usize::try_from(addr.checked_sub(base)? >> shift).ok()?;
+        let pages = self.pages.len() / 4 - 1;
+        if page >= pages {
+            return None;
+        }
+        let lo = u32_at(self.pages, 4 + 4 * page) as usize;
+        let hi = if page + 1 < pages {
+            u32_at(self.pages, 8 + 4 * page) as usize + 1
+        } else {
+            n
+        };
+        Some((lo, hi.min(n)))
     }
 
     /// (file, line) of the last line row at or before `offset` in the
