@@ -29,6 +29,12 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
                 .display()
         );
     }
+    if extracted.dwarf_bytes == 0 {
+        eprintln!(
+            "kiln: note: {} has no DWARF and no debug file was found: function names only, no files or lines",
+            args.elf.display()
+        );
+    }
     let bytes = ksym::encode(&extracted.table);
     let symbols =
         Ksym::open(&bytes).context("the ksym encoding of these symbols does not read back")?;

@@ -94,6 +94,17 @@ fn inline_chains_and_lines_come_out_of_a_real_program() {
     );
 }
 
+/// Guards "same input, same bytes": nothing in extraction or encoding may
+/// depend on hash map order or addresses in memory.
+#[test]
+fn the_same_file_gives_the_same_ksym_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = build(dir.path());
+    let once = ksym::encode(&extract(&elf, &options()).unwrap().table);
+    let twice = ksym::encode(&extract(&elf, &options()).unwrap().table);
+    assert_eq!(once, twice);
+}
+
 #[test]
 fn damaged_files_give_errors_or_tables_never_panics() {
     let dir = tempfile::tempdir().unwrap();
