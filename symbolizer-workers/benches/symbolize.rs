@@ -95,6 +95,19 @@ fn report(path: &Path, n: usize) {
         .map(|(name, len)| format!("{name} {:.0}K", *len as f64 / 1024.0))
         .collect();
     println!("   {} ranges; sections: {}", k.len(), sections.join(", "));
+    let t = &extracted.table;
+    let names: usize = t.functions.iter().map(|f| f.name.len()).sum();
+    let mangled: usize = t
+        .functions
+        .iter()
+        .filter_map(|f| f.mangled.as_ref())
+        .map(String::len)
+        .sum();
+    println!(
+        "   function names (before interning): demangled {:.1} MiB, mangled {:.1} MiB",
+        mib(names),
+        mib(mangled)
+    );
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let uniform: Vec<u64> = (0..n)
         .map(|_| {

@@ -46,9 +46,10 @@
 //! the next one.
 //!
 //! [`Ksym::open`] checks every fixed-size record (offsets, indexes, sort
-//! order, UTF-8); the variable-length line rows are checked as they are
-//! decoded (a corrupt row ends the walk) and in full by
-//! [`Ksym::verify`], which an upload path should call.
+//! order) and, up to 4 MiB, the UTF-8 of the strings; the variable-length
+//! line rows (and the strings of larger files) are checked as lookups read
+//! them (a corrupt row ends the walk, a corrupt string reads as unknown)
+//! and in full by [`Ksym::verify`], which an upload path should call.
 
 mod layout;
 mod read;

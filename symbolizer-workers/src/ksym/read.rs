@@ -76,9 +76,16 @@ pub struct Ksym<'a> {
     files: &'a [u8],
     marks: &'a [u8],
     blob: &'a [u8],
+    /// The blob as text, when [`open`](Self::open) checked it whole (small
+    /// blobs, where that costs little): strings are then sliced without
+    /// being checked again.
+    blob_text: Option<&'a str>,
     lines: &'a [u8],
     pages: &'a [u8],
 }
+
+/// Blobs up to this size are checked as UTF-8 whole at open.
+const CHECK_BLOB_AT_OPEN: usize = 4 << 20;
 
 #[inline]
 fn u32_at(s: &[u8], at: usize) -> u32 {
@@ -144,6 +151,13 @@ impl<'a> Ksym<'a> {
             *section = data.get(offset..end).ok_or(out)?;
         }
         let blob = sections[BLOB];
+        // Checking the whole blob costs about 0.1 ms per MiB; beyond a few
+        // MiB, lookups check their own strings instead, keeping open fast.
+        let blob_text = if blob.len() <= CHECK_BLOB_AT_OPEN {
+            std::str::from_utf8(blob).ok()
+        } else {
+            None
+        };
         let k = Ksym {
             starts: sections[STARTS],
             ranges: sections[RANGES],
@@ -153,6 +167,7 @@ impl<'a> Ksym<'a> {
             files: sections[FILES],
             marks: sections[MARKS],
             blob,
+            blob_text,
             lines: sections[LINES],
             pages: sections[PAGES],
         };
@@ -261,9 +276,8 @@ impl<'a> Ksym<'a> {
     }
 
     /// Checks the string at `at` in `records` lies within the blob. (Its
-    /// UTF-8 is checked by lookups, string by string, and by
-    /// [`verify`](Self::verify): checking the whole blob here would make
-    /// opening a large file slow.)
+    /// UTF-8 is checked with the whole blob when that is small, else by
+    /// lookups, string by string, and by [`verify`](Self::verify).)
     fn check_string(
         &self,
         what: &'static str,
@@ -545,10 +559,11 @@ impl<'a> Ksym<'a> {
             return None;
         }
         let off = off as usize;
-        let bytes = self
-            .blob
-            .get(off..off.checked_add(u32_at(records, at + 4) as usize)?)?;
-        std::str::from_utf8(bytes).ok()
+        let end = off.checked_add(u32_at(records, at + 4) as usize)?;
+        match self.blob_text {
+            Some(text) => text.get(off..end),
+            None => std::str::from_utf8(self.blob.get(off..end)?).ok(),
+        }
     }
 
     #[inline]
