@@ -413,6 +413,12 @@ impl Unwinder {
             }
             Ok(table) => self.push(&table, &mapping.path),
         };
+        // Files that got no table are only remembered to save rebuilding
+        // them; on a host that keeps producing new binaries, forget them
+        // rather than grow without bound.
+        if self.tables.len() >= 64 * 1024 {
+            self.tables.retain(|_, slot| slot.is_some());
+        }
         self.tables.insert(file_id, slot);
         slot
     }
