@@ -16,10 +16,19 @@ say "rust components (rustfmt, clippy) and the wasm32 target"
 rustup component add rustfmt clippy >/dev/null
 rustup target add wasm32-unknown-unknown >/dev/null
 
-# Debian packages: a C toolchain for -sys crates (zstd).
+# Debian packages:
+# - a C toolchain for -sys crates (zstd) and the test workloads (C, C++);
+# - clang and libbpf-dev for the agent's eBPF program (agent/build.rs);
+# - llvm for llvm-symbolizer, the peer the symbolizer's tests agree with;
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
+command -v g++ >/dev/null || need_apt+=(g++)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+command -v clang >/dev/null || need_apt+=(clang)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
+command -v llvm-symbolizer >/dev/null || need_apt+=(llvm)
+# glibc's debug file, for the symbolizer's agreement test on glibc.
+dpkg -s libc6-dbg >/dev/null 2>&1 || need_apt+=(libc6-dbg)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

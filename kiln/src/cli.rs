@@ -94,6 +94,16 @@ pub struct UpArgs {
     /// Default: the user's data directory, e.g. ~/.local/share/kiln.
     #[arg(long, env = "KILN_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// Do not profile this machine. By default `kiln up` also runs the eBPF
+    /// agent (needs root, or CAP_BPF and CAP_PERFMON; without them it logs
+    /// why and the server runs on).
+    #[arg(long, env = "KILN_NO_AGENT")]
+    pub no_agent: bool,
+
+    /// Sampling frequency of the local agent, in Hz per CPU.
+    #[arg(long, env = "KILN_AGENT_FREQUENCY", default_value_t = kiln_agent::DEFAULT_FREQUENCY_HZ)]
+    pub agent_frequency: u64,
 }
 
 #[derive(Debug, Args)]

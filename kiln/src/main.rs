@@ -3,6 +3,7 @@
 
 mod cli;
 mod client;
+mod local_agent;
 mod symbols;
 mod up;
 
@@ -35,7 +36,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "info,actix_server=warn,fjall=warn,lsm_tree=warn",
+        0 => "info,actix_server=warn,fjall=warn,lsm_tree=warn,aya=warn,kiln::http=warn",
         1 => "debug,actix_server=info,fjall=info,lsm_tree=info",
         _ => "trace",
     };

@@ -6,11 +6,16 @@ use anyhow::Context;
 use kiln_actors::{EmbeddedOptions, start_embedded};
 
 use crate::cli::UpArgs;
+use crate::local_agent;
 
 pub fn run(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = match args.data_dir {
         Some(dir) => dir,
         None => default_data_dir()?,
+    };
+    let agent_config = match args.no_agent {
+        true => None,
+        false => Some(local_agent::config(args.agent_frequency)?),
     };
     let options = EmbeddedOptions::new(data_dir.clone(), args.listen);
     actix_rt::System::new().block_on(async move {
@@ -23,7 +28,16 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             "  import: kiln import --server http://{} FILE",
             running.local_addr
         );
-        running.server.await.context("serving HTTP")
+        let agent = agent_config
+            .and_then(|config| local_agent::start(config, running.local_addr, &data_dir));
+        if agent.is_some() {
+            println!("  agent:  profiling this machine (--no-agent to turn off)");
+        }
+        let served = running.server.await.context("serving HTTP");
+        if let Some(agent) = agent {
+            agent.stop();
+        }
+        served
     })
 }
 

@@ -18,7 +18,9 @@ impl Server {
     /// Starts `kiln up` on a free port with data in `data_dir`.
     pub fn start(data_dir: &Path) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args(["up", "--listen", "127.0.0.1:0", "--data-dir"])
+            // The local agent would add this machine's samples to the
+            // exact counts the tests check.
+            .args(["up", "--no-agent", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("KILN_LOG", "warn")
             .stdout(Stdio::piped())

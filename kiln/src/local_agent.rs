@@ -1,0 +1,78 @@
+//! The eBPF agent `kiln up` runs beside the server, so that a newcomer sees
+//! their own machine's flamegraph within seconds.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use kiln_agent::{Agent, AgentConfig, HttpSink, Spool};
+use tracing::{info, warn};
+
+/// Spool cap for the local agent: the backend is in the same process, so
+/// the spool only bridges its start and stop.
+const SPOOL_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// A running local agent.
+#[derive(Debug)]
+pub struct LocalAgent {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+/// Checks the agent's configuration before anything starts, so that a bad
+/// flag fails `kiln up` at once.
+pub fn config(frequency_hz: u64) -> anyhow::Result<AgentConfig> {
+    let config = AgentConfig {
+        frequency_hz,
+        ..AgentConfig::default()
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// Starts the agent, sending to the server at `addr`. When the agent
+/// cannot start (no root, no BPF), says why and returns `None`: the server
+/// is useful without it.
+pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<LocalAgent> {
+    let frequency_hz = config.frequency_hz;
+    let agent = match Agent::start(config) {
+        Ok(agent) => agent,
+        Err(e) => {
+            warn!(error = %e, "not profiling this machine: the local agent could not start (run as root, or pass --no-agent)");
+            return None;
+        }
+    };
+    let spool = match Spool::open(data_dir.join("agent-spool"), SPOOL_MAX_BYTES) {
+        Ok(spool) => Some(spool),
+        Err(e) => {
+            warn!(error = %e, "local agent runs without a spool");
+            None
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        let mut agent = agent;
+        let mut sink = HttpSink::new(&format!("http://{addr}"), spool);
+        std::thread::Builder::new()
+            .name("kiln-agent".into())
+            .spawn(move || {
+                if let Err(e) = agent.run(&mut sink, &stop) {
+                    warn!(error = %e, "the local agent stopped");
+                }
+            })
+            .ok()?
+    };
+    info!(frequency_hz, "profiling this machine");
+    Some(LocalAgent { stop, thread })
+}
+
+impl LocalAgent {
+    /// Stops the agent after it sends what it sampled since its last batch.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
