@@ -99,7 +99,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let objects = Arc::new(LocalObjectStore::open(&dir.join("objects"))?);
 
     let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await?;
-    let query = QueryCoordinator::start(store, options.aggregators);
+    let query = QueryCoordinator::start(store, objects.clone(), options.aggregators);
     let state = AppState {
         bus,
         progress,

@@ -38,7 +38,7 @@ async fn setup() -> Setup {
     let progress = ingest::start(bus.clone(), store.clone(), objects.clone())
         .await
         .unwrap();
-    let query = QueryCoordinator::start(store, 3);
+    let query = QueryCoordinator::start(store, objects.clone(), 3);
     Setup {
         bus,
         objects,

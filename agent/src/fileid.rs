@@ -136,15 +136,10 @@ fn facts_of<'a, H: FileHeader<Endian = object::Endianness>>(
 }
 
 fn head_tail_id(file: &mut File, len: u64) -> io::Result<FileId> {
-    const CHUNK: u64 = 4096;
-    let mut head = vec![0; CHUNK.min(len) as usize];
-    file.seek(SeekFrom::Start(0))?;
-    file.read_exact(&mut head)?;
-    let tail_len = CHUNK.min(len);
-    let mut tail = vec![0; tail_len as usize];
-    file.seek(SeekFrom::Start(len - tail_len))?;
-    file.read_exact(&mut tail)?;
-    Ok(FileId::from_head_tail(&head, &tail, len))
+    FileId::of_file(None, len, |offset, buf| {
+        file.seek(SeekFrom::Start(offset))?;
+        file.read_exact(buf)
+    })
 }
 
 /// File infos by (device, inode), so each file is read once however many

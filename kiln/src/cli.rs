@@ -32,7 +32,7 @@ pub enum Command {
     Import(ImportArgs),
     /// Print a flamegraph (collapsed stacks or JSON) from a running Kiln.
     Flamegraph(FlamegraphArgs),
-    /// Work with symbols: check what an ELF file's symbols say.
+    /// Work with symbols: upload them, check what an ELF file's symbols say.
     #[command(subcommand)]
     Symbols(SymbolsCommand),
 }
@@ -47,6 +47,25 @@ pub enum SymbolsCommand {
     /// in hex with or without 0x. The separate debug file is used when one
     /// is found by build id or .gnu_debuglink.
     Resolve(ResolveArgs),
+    /// Upload the symbols of ELF files (executables, libraries, or their
+    /// separate debug files) to a running Kiln, so that profiles of them
+    /// show function names, files and lines — also profiles already
+    /// stored. Files whose symbols the server has are skipped.
+    Upload(UploadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UploadArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+
+    /// Upload even when the server already has symbols for a file.
+    #[arg(long)]
+    pub force: bool,
+
+    /// The ELF files.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,5 @@
 //! Subcommands that talk to a running Kiln over HTTP: `import` and
-//! `flamegraph`.
+//! `flamegraph`, and the HTTP helpers `kiln symbols upload` shares.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -13,7 +13,7 @@ use crate::cli::{FlamegraphArgs, ImportArgs, ImportFormat, OutputFormat};
 
 /// An HTTP agent that hands 4xx/5xx answers back as responses, so that the
 /// server's error message can be shown.
-fn agent() -> Agent {
+pub(crate) fn agent() -> Agent {
     Agent::config_builder()
         .http_status_as_error(false)
         .build()
@@ -21,7 +21,7 @@ fn agent() -> Agent {
 }
 
 /// Builds `base + path?query`, percent-encoding the values.
-fn url(server: &str, path: &str, query: &[(&str, &str)]) -> String {
+pub(crate) fn url(server: &str, path: &str, query: &[(&str, &str)]) -> String {
     let mut url = format!("{}{path}", server.trim_end_matches('/'));
     for (i, (name, value)) in query.iter().enumerate() {
         url.push(if i == 0 { '?' } else { '&' });
@@ -46,7 +46,7 @@ fn encode(text: &str) -> String {
 
 /// The error message of a failed response: the server's `{"error": …}`
 /// when it sent one.
-fn failure(status: u16, body: &str) -> anyhow::Error {
+pub(crate) fn failure(status: u16, body: &str) -> anyhow::Error {
     let message = serde_json_error(body).unwrap_or_else(|| body.trim().to_owned());
     anyhow::anyhow!("server answered {status}: {message}")
 }

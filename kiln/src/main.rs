@@ -31,6 +31,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Import(args) => client::import(args),
         Command::Flamegraph(args) => client::flamegraph(args),
         Command::Symbols(cli::SymbolsCommand::Resolve(args)) => symbols::resolve(args),
+        Command::Symbols(cli::SymbolsCommand::Upload(args)) => symbols::upload(args),
     }
 }
 

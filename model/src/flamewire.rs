@@ -332,8 +332,9 @@ impl ArchivedFlamewire {
         }
     }
 
-    /// Writes the graph as nested JSON (`{"name","kind","module","value",
-    /// "self","children"}` per node, the d3-flamegraph shape), iteratively
+    /// Writes the graph as nested JSON (`{"name","kind","module","file",
+    /// "line","value","self","children"}` per node, the d3-flamegraph
+    /// shape; module, file and line only when known), iteratively
     /// so that deep stacks cannot overflow the call stack.
     pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
         let mut open = 0usize;
@@ -360,6 +361,13 @@ impl ArchivedFlamewire {
             if frame.module != 0 {
                 out.write_all(b",\"module\":")?;
                 write_json_str(out, self.string(frame.module.to_native()))?;
+            }
+            if frame.file != 0 {
+                out.write_all(b",\"file\":")?;
+                write_json_str(out, self.string(frame.file.to_native()))?;
+            }
+            if frame.line != 0 {
+                write!(out, ",\"line\":{}", frame.line.to_native())?;
             }
             write!(
                 out,

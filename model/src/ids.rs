@@ -166,7 +166,33 @@ impl ContentHasher {
     }
 }
 
+/// Bytes hashed from each end of a file that has no build id.
+pub const HEAD_TAIL_BYTES: u64 = 4096;
+
 impl FileId {
+    /// The FileId of a file of `len` bytes: from its GNU build id when it
+    /// has one, else from its first and last [`HEAD_TAIL_BYTES`], read
+    /// through `read_at(offset, buf)`.
+    ///
+    /// This is the one rule the agent (which reads headers only), the CLI
+    /// and the symbol upload endpoint share: an id computed two ways would
+    /// make uploaded symbols never match sampled frames.
+    pub fn of_file<E>(
+        build_id: Option<&[u8]>,
+        len: u64,
+        mut read_at: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+    ) -> Result<FileId, E> {
+        if let Some(id) = build_id {
+            return Ok(FileId::from_build_id(id));
+        }
+        let n = HEAD_TAIL_BYTES.min(len);
+        let mut head = vec![0; n as usize];
+        read_at(0, &mut head)?;
+        let mut tail = vec![0; n as usize];
+        read_at(len - n, &mut tail)?;
+        Ok(FileId::from_head_tail(&head, &tail, len))
+    }
+
     /// A FileId for an ELF without a build id, from its first and last 4 KiB
     /// and its length (the OpenTelemetry profiler's scheme).
     pub fn from_head_tail(head: &[u8], tail: &[u8], len: u64) -> Self {

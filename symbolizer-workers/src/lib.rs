@@ -24,11 +24,13 @@
 //! ```
 
 mod extract;
+mod fileid;
 pub mod ksym;
 mod table;
 
 pub use extract::{
     DebugDirs, ExtractError, ExtractOptions, Extracted, demangle, extract, extract_bytes,
 };
+pub use fileid::file_id;
 pub use ksym::{Frame, Ksym, KsymError};
 pub use table::{Function, Inline, LineRow, NONE, Range, SourceFile, SymbolTable, join_path};

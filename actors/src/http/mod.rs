@@ -8,6 +8,8 @@
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores |
 //! | GET | `/api/v1/labels?from&to` | label names and values |
+//! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 |
+//! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored |
 //! | GET | `/healthz` | liveness |
 //!
 //! Query parameters other than the reserved ones are label filters
@@ -19,6 +21,7 @@ mod index;
 mod ingest;
 mod params;
 mod query;
+mod symbols;
 
 use std::sync::Arc;
 
@@ -46,7 +49,7 @@ pub struct AppState {
     pub progress: IngestProgress,
     /// The query cluster.
     pub query: Addr<QueryCoordinator>,
-    /// For batches kept aside.
+    /// Symbol files, and batches kept aside.
     pub objects: Arc<dyn ObjectStore>,
     /// The tenant and project of every request, until tenancy lands (then
     /// it comes from the caller's credential).
@@ -65,7 +68,9 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/flamegraph", web::get().to(query::flamegraph))
                     .route("/top", web::get().to(query::top))
                     .route("/timeline", web::get().to(query::timeline))
-                    .route("/labels", web::get().to(query::labels)),
+                    .route("/labels", web::get().to(query::labels))
+                    .route("/symbols/{file_id}", web::head().to(symbols::exists))
+                    .route("/symbols/{file_id}", web::put().to(symbols::upload)),
             )
             .route("/healthz", web::get().to(|| async { "ok" }))
             .route("/", web::get().to(index::page));

@@ -8,15 +8,16 @@ mod aggregator;
 mod cache;
 mod rendezvous;
 mod resolve;
+mod symbolize;
 mod views;
 
 use std::sync::Arc;
 
 use actix::{Actor, Addr, Arbiter, Context, Handler, Message, ResponseFuture};
 use futures_util::future::join_all;
-use kiln_model::NANOS_PER_HOUR;
 use kiln_model::flamewire::Flamewire;
-use kiln_storage::{ProfileStore, Scope, StoreError};
+use kiln_model::{FileId, NANOS_PER_HOUR};
+use kiln_storage::{ObjectStore, ProfileStore, Scope, StoreError};
 
 use aggregator::{Aggregator, Partial, Scan, Want};
 use resolve::Resolver;
@@ -98,6 +99,18 @@ pub struct TimelineQuery {
 #[rtype(result = "Result<LabelValues, QueryError>")]
 pub struct LabelsQuery(pub QueryRange);
 
+/// Symbols for a file were stored: frames of that file are symbolized
+/// again from the next query on, instead of after the "no symbols" memory
+/// of the resolver runs out.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SymbolsStored {
+    /// Whose symbols.
+    pub tenant: String,
+    /// The file.
+    pub file_id: FileId,
+}
+
 /// Splits queries over the aggregators and merges their answers.
 #[derive(Debug)]
 pub struct QueryCoordinator {
@@ -115,7 +128,11 @@ struct Cluster {
 impl QueryCoordinator {
     /// Starts `aggregators` aggregators, each on an arbiter (thread) of its
     /// own, and a coordinator over them in the current arbiter.
-    pub fn start(store: Arc<dyn ProfileStore>, aggregators: usize) -> Addr<QueryCoordinator> {
+    pub fn start(
+        store: Arc<dyn ProfileStore>,
+        objects: Arc<dyn ObjectStore>,
+        aggregators: usize,
+    ) -> Addr<QueryCoordinator> {
         let mut addrs = Vec::new();
         for _ in 0..aggregators.max(1) {
             let store = store.clone();
@@ -129,7 +146,7 @@ impl QueryCoordinator {
             cluster: Arc::new(Cluster {
                 aggregators: addrs,
                 names,
-                resolver: Resolver::new(store),
+                resolver: Resolver::new(store, objects),
             }),
         }
         .start()
@@ -165,6 +182,16 @@ fn partition_key(part: &QueryRange) -> Vec<u8> {
     key.push(0);
     key.extend_from_slice(&part.from_ns.div_euclid(NANOS_PER_HOUR).to_be_bytes());
     key
+}
+
+impl Handler<SymbolsStored> for QueryCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, msg: SymbolsStored, _: &mut Context<Self>) {
+        self.cluster
+            .resolver
+            .symbols_stored(&msg.tenant, msg.file_id);
+    }
 }
 
 impl Handler<FlamegraphQuery> for QueryCoordinator {

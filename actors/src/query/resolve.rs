@@ -4,9 +4,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use kiln_model::{FileId, Frame, FrameId, FrameKind, StackId};
-use kiln_storage::{ProfileStore, StoreError};
+use kiln_storage::{ObjectStore, ProfileStore, StoreError};
 
 use super::cache::BoundedCache;
+use super::symbolize::{Symbol, Symbolizer};
 
 /// A frame as shown: kind, name and where it lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -36,33 +37,70 @@ impl FrameLabel {
 }
 
 /// Entries kept per cache; stacks and frames are content-addressed, so a
-/// cached entry never goes stale.
+/// cached entry never goes stale — except the label of an address frame
+/// without symbols, which is why those are cached as [`Entry::Address`]
+/// and symbolized again on each query (cheaply: the symbolizer remembers
+/// files without symbols for a few seconds).
 const CACHE_SIZE: usize = 1 << 20;
 /// Ids asked of the store in one call.
 const CHUNK: usize = 4096;
 
+/// The labels of one frame, root first: an address frame becomes its
+/// inline chain, outermost function first.
+pub(crate) type Labels = Arc<[Arc<FrameLabel>]>;
+
+/// A cached frame.
+#[derive(Debug, Clone)]
+enum Entry {
+    /// Final labels: a named frame, or an address with symbols.
+    Labels(Labels),
+    /// An address frame whose file had no symbols when last looked at.
+    Address(Address),
+}
+
+/// An address frame, with the name of its executable.
+#[derive(Debug, Clone)]
+struct Address {
+    kind: FrameKind,
+    file_id: FileId,
+    addr: u64,
+    module: Option<String>,
+}
+
 /// Cached stacks and frames, keyed by tenant and id.
 type StackCache = BoundedCache<(String, StackId), Arc<[FrameId]>>;
-type FrameCache = BoundedCache<(String, FrameId), Arc<FrameLabel>>;
+type FrameCache = BoundedCache<(String, FrameId), Entry>;
 
 /// Resolves stacks to frame labels, with caches shared by all queries.
 #[derive(Debug)]
 pub(crate) struct Resolver {
     store: Arc<dyn ProfileStore>,
+    symbolizer: Symbolizer,
     stacks: Mutex<StackCache>,
     frames: Mutex<FrameCache>,
 }
 
-/// Resolved stacks: each stack id's frames (root first).
+/// Resolved stacks: each stack id's frame labels (root first; an address
+/// frame with symbols contributes one label per inline level).
 pub(crate) type Resolved = HashMap<StackId, Vec<Arc<FrameLabel>>>;
 
 impl Resolver {
-    pub(crate) fn new(store: Arc<dyn ProfileStore>) -> Self {
+    pub(crate) fn new(store: Arc<dyn ProfileStore>, objects: Arc<dyn ObjectStore>) -> Self {
         Self {
             store,
+            symbolizer: Symbolizer::new(objects),
             stacks: Mutex::new(BoundedCache::new(CACHE_SIZE)),
             frames: Mutex::new(BoundedCache::new(CACHE_SIZE)),
         }
+    }
+
+    /// Symbols for `file` were stored (perhaps better ones than before:
+    /// the debug file after the stripped binary). Its loaded symbols and
+    /// the labels made from them are dropped; the frame cache is cleared
+    /// whole, since it is not indexed by file and uploads are rare.
+    pub(crate) fn symbols_stored(&self, tenant: &str, file: FileId) {
+        self.symbolizer.forget(tenant, file);
+        self.frames.lock().expect("frame cache lock").clear();
     }
 
     /// Resolves `ids`. A stack or frame the store does not have (an agent
@@ -84,7 +122,10 @@ impl Resolver {
             .into_iter()
             .map(|(id, frames)| {
                 let resolved = match frames {
-                    Some(frames) => frames.iter().map(|f| labels[f].clone()).collect(),
+                    Some(frames) => frames
+                        .iter()
+                        .flat_map(|f| labels[f].iter().cloned())
+                        .collect(),
                     None => vec![Arc::new(FrameLabel::synthetic(format!(
                         "[unknown stack {id}]"
                     )))],
@@ -136,16 +177,18 @@ impl Resolver {
         &self,
         tenant: &str,
         ids: HashSet<FrameId>,
-    ) -> Result<HashMap<FrameId, Arc<FrameLabel>>, StoreError> {
+    ) -> Result<HashMap<FrameId, Labels>, StoreError> {
         let mut found = HashMap::with_capacity(ids.len());
+        let mut addresses = Vec::new();
         let mut missing = Vec::new();
         {
             let cache = self.frames.lock().expect("frame cache lock");
             for id in ids {
                 match cache.get(&(tenant.to_owned(), id)) {
-                    Some(label) => {
-                        found.insert(id, label.clone());
+                    Some(Entry::Labels(labels)) => {
+                        found.insert(id, labels.clone());
                     }
+                    Some(Entry::Address(a)) => addresses.push((id, a.clone())),
                     None => missing.push(id),
                 }
             }
@@ -155,18 +198,71 @@ impl Resolver {
             let modules = self.module_names(tenant, frames.iter().flatten()).await?;
             let mut cache = self.frames.lock().expect("frame cache lock");
             for (&id, frame) in chunk.iter().zip(frames) {
-                let label = match frame {
+                match frame {
+                    Some(Frame::Address {
+                        kind,
+                        file_id,
+                        addr,
+                    }) => addresses.push((
+                        id,
+                        Address {
+                            kind,
+                            file_id,
+                            addr,
+                            module: modules.get(&file_id).cloned(),
+                        },
+                    )),
                     Some(frame) => {
-                        let label = Arc::new(label_of(frame, &modules));
-                        cache.insert((tenant.to_owned(), id), label.clone());
-                        label
+                        let labels: Labels = Arc::new([Arc::new(named_label(frame))]) as _;
+                        cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
+                        found.insert(id, labels);
                     }
-                    None => Arc::new(FrameLabel::synthetic(format!("[unknown frame {id}]"))),
-                };
-                found.insert(id, label);
+                    None => {
+                        let label = FrameLabel::synthetic(format!("[unknown frame {id}]"));
+                        found.insert(id, Arc::new([Arc::new(label)]) as _);
+                    }
+                }
             }
         }
+        found.extend(self.symbolize(tenant, addresses).await?);
         Ok(found)
+    }
+
+    /// Labels for address frames: grouped by file, one batched lookup per
+    /// file. Frames whose file has symbols are cached for good; the others
+    /// keep their address entry, to be tried again by a later query.
+    async fn symbolize(
+        &self,
+        tenant: &str,
+        addresses: Vec<(FrameId, Address)>,
+    ) -> Result<Vec<(FrameId, Labels)>, StoreError> {
+        let mut by_file: HashMap<FileId, Vec<(FrameId, Address)>> = HashMap::new();
+        for (id, a) in addresses {
+            by_file.entry(a.file_id).or_default().push((id, a));
+        }
+        let mut out = Vec::new();
+        for (file, frames) in by_file {
+            let addrs: Vec<u64> = frames.iter().map(|(_, a)| a.addr).collect();
+            let chains = self.symbolizer.lookup(tenant, file, &addrs).await?;
+            let mut cache = self.frames.lock().expect("frame cache lock");
+            match chains {
+                Some(chains) => {
+                    for ((id, a), chain) in frames.into_iter().zip(chains) {
+                        let labels = symbolized_labels(&a, chain);
+                        cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
+                        out.push((id, labels));
+                    }
+                }
+                None => {
+                    for (id, a) in frames {
+                        let label = Arc::new(address_label(&a));
+                        cache.insert((tenant.to_owned(), id), Entry::Address(a));
+                        out.push((id, Arc::new([label]) as _));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Names of the executables that address frames point into.
@@ -195,7 +291,7 @@ impl Resolver {
     }
 }
 
-fn label_of(frame: Frame, modules: &HashMap<FileId, String>) -> FrameLabel {
+fn named_label(frame: Frame) -> FrameLabel {
     match frame {
         Frame::Named {
             kind,
@@ -214,19 +310,46 @@ fn label_of(frame: Frame, modules: &HashMap<FileId, String>) -> FrameLabel {
             kind,
             file_id,
             addr,
-        } => {
-            let module = modules.get(&file_id).cloned();
-            let name = match &module {
-                Some(m) => format!("{m}+{addr:#x}"),
-                None => format!("{file_id}+{addr:#x}"),
-            };
-            FrameLabel {
-                kind,
-                name,
-                module,
-                file: None,
-                line: 0,
-            }
-        }
+        } => address_label(&Address {
+            kind,
+            file_id,
+            addr,
+            module: None,
+        }),
     }
+}
+
+/// `module+0xaddr` (or the file id when the executable is unknown).
+fn address_label(a: &Address) -> FrameLabel {
+    let name = match &a.module {
+        Some(m) => format!("{m}+{:#x}", a.addr),
+        None => format!("{}+{:#x}", a.file_id, a.addr),
+    };
+    FrameLabel {
+        kind: a.kind,
+        name,
+        module: a.module.clone(),
+        file: None,
+        line: 0,
+    }
+}
+
+/// One label per inline level (outermost first); the address label when
+/// the symbols do not cover the address.
+fn symbolized_labels(a: &Address, chain: Vec<Symbol>) -> Labels {
+    if chain.is_empty() {
+        return Arc::new([Arc::new(address_label(a))]);
+    }
+    chain
+        .into_iter()
+        .map(|s| {
+            Arc::new(FrameLabel {
+                kind: a.kind,
+                name: s.function.unwrap_or_else(|| address_label(a).name),
+                module: a.module.clone(),
+                file: s.file,
+                line: s.line,
+            })
+        })
+        .collect()
 }
