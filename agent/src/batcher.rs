@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
-use crate::fileid::{FileCache, FileInfo};
+use crate::fileid::{FileCache, FileInfo, file_paths};
 use crate::kallsyms::Kallsyms;
 use crate::procfs::{Mapping, Process, ProcessTable};
 use crate::sampler::{Drained, RawSample, RawStack};
@@ -37,6 +37,9 @@ pub struct Batcher {
     state: Arc<Mutex<HostState>>,
     kallsyms: Option<Kallsyms>,
     sent: RecentlySent,
+    /// The files the last batch's frames point into, with where each can
+    /// be read: for symbol upload.
+    files: Vec<(kiln_model::FileId, Vec<std::path::PathBuf>)>,
 }
 
 impl Batcher {
@@ -49,7 +52,15 @@ impl Batcher {
             state: Arc::default(),
             kallsyms,
             sent: RecentlySent::new(RESEND_AFTER, MAX_REMEMBERED),
+            files: Vec::new(),
         }
+    }
+
+    /// The files the last built batch's frames point into, each with the
+    /// paths it can be read from (its `map_files` link, then its path under
+    /// the process's root).
+    pub fn files(&self) -> &[(kiln_model::FileId, Vec<std::path::PathBuf>)] {
+        &self.files
     }
 
     /// Builds the batch of one interval; its samples are stamped
@@ -110,7 +121,9 @@ impl Batcher {
             frames.push(Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME));
             builder.add(timestamp_ns, &frames, &host_only, drained.lost);
         }
-        for file in executables.into_values() {
+        self.files.clear();
+        for (file, paths) in executables.into_values() {
+            self.files.push((file.file_id, paths));
             builder.add_executable(file);
         }
         let mut batch = builder.finish();
@@ -242,7 +255,10 @@ fn user_frames(
     state: &mut HostState,
     pid: u32,
     stack: &RawStack,
-    executables: &mut HashMap<kiln_model::FileId, kiln_model::Executable>,
+    executables: &mut HashMap<
+        kiln_model::FileId,
+        (kiln_model::Executable, Vec<std::path::PathBuf>),
+    >,
 ) -> Vec<Frame> {
     if state.processes.get(pid).is_none() {
         // Exited before this drain could read its maps: its addresses
@@ -261,7 +277,7 @@ fn user_frames(
                 Some(file) => {
                     executables
                         .entry(file.file_id)
-                        .or_insert_with(|| file.executable());
+                        .or_insert_with(|| (file.executable(), file_paths(pid, &m).to_vec()));
                     Frame::Address {
                         kind: FrameKind::Native,
                         file_id: file.file_id,

@@ -69,7 +69,10 @@
 //! - A reused pid may use its predecessor's `proc_mappings` entry until
 //!   the new process is announced (milliseconds); a pid's entry is never
 //!   deleted on exit, the LRU ages it out.
-//! - Interpreters (Python, JVM, …) and symbol upload.
+//! - Interpreters (Python, JVM, …).
+//! - Symbol upload ([`Agent::upload_symbols_to`]) sends whole files; a
+//!   file whose DWARF is in a separate debug file on this host is sent
+//!   without it (the backend gets the names of its symbol table only).
 
 mod abi;
 mod batcher;
@@ -79,6 +82,7 @@ mod procfs;
 mod sampler;
 mod sink;
 mod unwind;
+mod upload;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +102,7 @@ pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{Delivery, HttpSink, MemorySink, Sink, SinkError, Spool};
 pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
+pub use upload::SymbolUploader;
 
 /// Default sampling frequency: a prime, so sampling does not fall into
 /// step with work that runs at round rates (timers at 10 ms, 100 Hz ticks).
@@ -194,6 +199,7 @@ pub struct Agent {
     // Held for its Drop, which stops and joins the thread.
     _watcher: Option<Watcher>,
     unwind_loaded: Option<Arc<Mutex<HashSet<u32>>>>,
+    uploader: Option<SymbolUploader>,
 }
 
 /// How often the new-process feed is read: a process must live about this
@@ -327,7 +333,16 @@ impl Agent {
             last_drain: SystemTime::now(),
             _watcher: watcher,
             unwind_loaded,
+            uploader: None,
         })
+    }
+
+    /// Uploads the symbols of the files it samples to the backend at
+    /// `server`, each once per run, from a background thread (see
+    /// [`SymbolUploader`]). Off until called.
+    pub fn upload_symbols_to(&mut self, server: &str) -> std::io::Result<()> {
+        self.uploader = Some(SymbolUploader::start(server)?);
+        Ok(())
     }
 
     /// The configuration it runs with.
@@ -368,7 +383,13 @@ impl Agent {
         let start = nanos(self.last_drain);
         let end = nanos(now);
         self.last_drain = now;
-        Ok(self.batcher.build(&drained, start + (end - start) / 2, end))
+        let batch = self.batcher.build(&drained, start + (end - start) / 2, end);
+        if let Some(uploader) = &mut self.uploader {
+            for (file_id, paths) in self.batcher.files() {
+                uploader.offer(*file_id, paths);
+            }
+        }
+        Ok(batch)
     }
 
     /// Tells the agent the backend has `batch`, so its dictionary entries

@@ -42,6 +42,10 @@ struct Args {
     /// Walk user stacks by frame pointers only, not with .eh_frame tables.
     #[arg(long, env = "KILN_NO_EH_FRAME")]
     no_eh_frame: bool,
+    /// Do not send the backend the executables and libraries sampled (it
+    /// extracts their symbols, so their frames get names).
+    #[arg(long, env = "KILN_NO_SYMBOL_UPLOAD")]
+    no_symbol_upload: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -100,6 +104,11 @@ fn try_main(args: Args) -> anyhow::Result<()> {
     }
 
     let mut agent = Agent::start(config).context("starting the sampler")?;
+    if !args.no_symbol_upload {
+        agent
+            .upload_symbols_to(url)
+            .context("starting the symbol upload thread")?;
+    }
     tracing::info!(
         server = url,
         frequency_hz = agent.config().frequency_hz,

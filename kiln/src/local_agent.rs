@@ -37,7 +37,7 @@ pub fn config(frequency_hz: u64) -> anyhow::Result<AgentConfig> {
 /// is useful without it.
 pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<LocalAgent> {
     let frequency_hz = config.frequency_hz;
-    let agent = match Agent::start(config) {
+    let mut agent = match Agent::start(config) {
         Ok(agent) => agent,
         Err(e) => {
             warn!(error = %e, "not profiling this machine: the local agent could not start (run as root, or pass --no-agent)");
@@ -51,11 +51,17 @@ pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<L
             None
         }
     };
+    let server = format!("http://{addr}");
+    // The files it samples get symbols on this server without a step of
+    // the user's own.
+    if let Err(e) = agent.upload_symbols_to(&server) {
+        warn!(error = %e, "the local agent will not upload symbols");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let stop = stop.clone();
         let mut agent = agent;
-        let mut sink = HttpSink::new(&format!("http://{addr}"), spool);
+        let mut sink = HttpSink::new(&server, spool);
         std::thread::Builder::new()
             .name("kiln-agent".into())
             .spawn(move || {

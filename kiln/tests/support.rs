@@ -17,10 +17,17 @@ pub struct Server {
 impl Server {
     /// Starts `kiln up` on a free port with data in `data_dir`.
     pub fn start(data_dir: &Path) -> Server {
+        // The local agent would add this machine's samples to the exact
+        // counts the tests check.
+        Server::start_with(data_dir, &["--no-agent"])
+    }
+
+    /// Starts `kiln up` with `extra` flags.
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            // The local agent would add this machine's samples to the
-            // exact counts the tests check.
-            .args(["up", "--no-agent", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["up", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .arg("--data-dir")
             .arg(data_dir)
             .env("KILN_LOG", "warn")
             .stdout(Stdio::piped())
