@@ -41,9 +41,14 @@
 //!   through a ring buffer on every execve and on its first sample (again
 //!   after an execve). A thread reads its maps at once, so that processes
 //!   living milliseconds are still placed; for processes that were sampled,
-//!   another thread builds, with gimli, a compact table per file (`unwind.rs`: CFA on rsp/rbp, the PLT rule, where rbp was saved,
-//!   the outermost frame), appends it once to the `unwind_rows` map and
-//!   writes the process's mappings to `proc_mappings`. `unwind_step()` in
+//!   another thread builds, with gimli, a compact table per file
+//!   (`unwind.rs`: CFA on rsp/rbp, the PLT rule, where rbp was saved, the
+//!   outermost frame), places it once in a free range of the
+//!   `unwind_rows` map and writes the process's mappings to
+//!   `proc_mappings` (`unwinder.rs`). Tables are counted by the live
+//!   processes mapping them; when one does not fit, exited processes are
+//!   reaped and unused tables evicted, least recently used first
+//!   (`row_space.rs` keeps the free ranges). `unwind_step()` in
 //!   `profiler.bpf.c` then walks frames with `bpf_loop`, binary-searching
 //!   both; where a mapping has no table it follows frame pointers. This is
 //!   what makes code built without frame pointers (most distributions'
@@ -57,18 +62,16 @@
 //!
 //! # Not built yet
 //!
-//! - Whole tables are built for every file of every sampled process, in
-//!   arrival order, and never evicted; files with more than
-//!   [`MAX_EH_FRAME_BYTES`] of `.eh_frame` (LLVM) and files past the map's
-//!   256k rows fall back to frame pointers. On a host that keeps building
-//!   new binaries this costs the agent about 0.1% of the machine more than
+//! - Whole tables are built for every file of every sampled process;
+//!   files with more than [`MAX_EH_FRAME_BYTES`] of `.eh_frame` (LLVM)
+//!   fall back to frame pointers. On a host that keeps building new
+//!   binaries this costs the agent about 0.1% of the machine more than
 //!   frame pointers alone (`agent_bench`). Next: tables in page-sized
-//!   chunks loaded on demand (the OpenTelemetry profiler's approach),
-//!   eviction of files no longer mapped, and a table cache on disk by
-//!   FileId.
+//!   chunks loaded on demand (the OpenTelemetry profiler's approach), and
+//!   a table cache on disk by FileId.
 //! - A reused pid may use its predecessor's `proc_mappings` entry until
-//!   the new process is announced (milliseconds); a pid's entry is never
-//!   deleted on exit, the LRU ages it out.
+//!   the new process is announced or the exited one is reaped (at most
+//!   10 s while processes come and go).
 //! - Interpreters (Python, JVM, …).
 //! - Symbol upload ([`Agent::upload_symbols_to`]) sends whole files; a
 //!   file whose DWARF is in a separate debug file on this host is sent
@@ -79,12 +82,13 @@ mod batcher;
 mod fileid;
 mod kallsyms;
 mod procfs;
+mod row_space;
 mod sampler;
 mod sink;
 mod unwind;
+mod unwinder;
 mod upload;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -102,6 +106,7 @@ pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{Delivery, HttpSink, MemorySink, Sink, SinkError, Spool};
 pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
+pub use unwinder::UnwindStats;
 pub use upload::SymbolUploader;
 
 /// Default sampling frequency: a prime, so sampling does not fall into
@@ -113,6 +118,11 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest interval accepted.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(600);
+/// Default size of the unwind-table map: 4 MiB, room for libc nine times.
+pub const DEFAULT_UNWIND_TABLE_ROWS: u32 = 256 * 1024;
+/// Sizes of the unwind-table map accepted: from a few small programs to
+/// 64 MiB of locked kernel memory (the BPF binary search covers 16M rows).
+pub const UNWIND_TABLE_ROWS: std::ops::RangeInclusive<u32> = 1024..=4 * 1024 * 1024;
 
 /// How the agent profiles.
 #[derive(Debug, Clone)]
@@ -126,6 +136,11 @@ pub struct AgentConfig {
     /// Walk user stacks with `.eh_frame` unwind tables where a process's
     /// files have them; when off, frame pointers only.
     pub unwind_tables: bool,
+    /// Rows of the program's unwind-table map (16 bytes each, locked
+    /// kernel memory): the tables of the files that running processes map
+    /// must fit in it (libc takes 28k rows); those of exited ones are
+    /// evicted as needed.
+    pub unwind_table_rows: u32,
 }
 
 impl Default for AgentConfig {
@@ -135,6 +150,7 @@ impl Default for AgentConfig {
             interval: DEFAULT_INTERVAL,
             host: host_name(),
             unwind_tables: true,
+            unwind_table_rows: DEFAULT_UNWIND_TABLE_ROWS,
         }
     }
 }
@@ -154,6 +170,14 @@ impl AgentConfig {
                 humantime::format_duration(MIN_INTERVAL),
                 humantime::format_duration(MAX_INTERVAL),
                 humantime::format_duration(self.interval)
+            )));
+        }
+        if !UNWIND_TABLE_ROWS.contains(&self.unwind_table_rows) {
+            return Err(AgentError::Config(format!(
+                "unwind table rows must be {}..={}, got {}",
+                UNWIND_TABLE_ROWS.start(),
+                UNWIND_TABLE_ROWS.end(),
+                self.unwind_table_rows
             )));
         }
         if self.host.is_empty() {
@@ -198,7 +222,7 @@ pub struct Agent {
     last_drain: SystemTime,
     // Held for its Drop, which stops and joins the thread.
     _watcher: Option<Watcher>,
-    unwind_loaded: Option<Arc<Mutex<HashSet<u32>>>>,
+    unwind_shared: Option<Arc<Mutex<unwinder::Shared>>>,
     uploader: Option<SymbolUploader>,
 }
 
@@ -223,7 +247,7 @@ impl Watcher {
     fn start(
         mut feed: sampler::NewProcessFeed,
         state: Arc<Mutex<batcher::HostState>>,
-        unwinder: Option<unwind::Unwinder>,
+        unwinder: Option<unwinder::Unwinder>,
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -234,10 +258,19 @@ impl Watcher {
                     std::thread::Builder::new()
                         .name("kiln-unwind".into())
                         .spawn(move || {
-                            // Ends when the watcher thread drops its sender.
-                            for learned in rx {
-                                for (pid, mappings) in &learned {
-                                    unwinder.load_process(*pid, mappings);
+                            use std::sync::mpsc::RecvTimeoutError;
+                            loop {
+                                match rx.recv_timeout(crate::unwinder::REAP_EVERY) {
+                                    Ok(learned) => {
+                                        for (pid, mappings) in &learned {
+                                            unwinder.load_process(*pid, mappings);
+                                        }
+                                    }
+                                    // Quiet: a good time to let exited
+                                    // processes go.
+                                    Err(RecvTimeoutError::Timeout) => unwinder.reap_exited(),
+                                    // The watcher thread dropped its sender.
+                                    Err(RecvTimeoutError::Disconnected) => break,
                                 }
                             }
                         })?,
@@ -304,6 +337,7 @@ impl Agent {
         let mut sampler = sampler::Sampler::start(sampler::SamplerConfig {
             frequency_hz: config.frequency_hz,
             interval: config.interval,
+            unwind_rows: config.unwind_table_rows,
         })?;
         let kallsyms = match Kallsyms::load() {
             Ok(k) => Some(k),
@@ -315,7 +349,7 @@ impl Agent {
         let period_ns = 1_000_000_000 / config.frequency_hz;
         let batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
         let unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
-        let unwind_loaded = unwinder.as_ref().map(unwind::Unwinder::loaded);
+        let unwind_shared = unwinder.as_ref().map(unwinder::Unwinder::shared);
         let watcher = match sampler.take_new_processes() {
             Some(feed) => match Watcher::start(feed, batcher.state(), unwinder) {
                 Ok(w) => Some(w),
@@ -332,7 +366,7 @@ impl Agent {
             batcher,
             last_drain: SystemTime::now(),
             _watcher: watcher,
-            unwind_loaded,
+            unwind_shared,
             uploader: None,
         })
     }
@@ -356,13 +390,27 @@ impl Agent {
     }
 
     /// Whether the program walks `pid`'s user stacks with `.eh_frame`
-    /// tables yet (they are loaded in the background once the process is
-    /// first seen or calls execve).
+    /// tables yet, with a table for each of its files that has one (they
+    /// are loaded in the background once the process is first sampled).
     pub fn unwind_tables_loaded(&self, pid: u32) -> bool {
-        self.unwind_loaded.as_ref().is_some_and(|set| {
-            set.lock()
+        self.unwind_shared.as_ref().is_some_and(|shared| {
+            shared
+                .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .loaded
                 .contains(&pid)
+        })
+    }
+
+    /// What the `.eh_frame` unwinder holds now; `None` when unwind tables
+    /// are off.
+    pub fn unwind_stats(&self) -> Option<UnwindStats> {
+        self.unwind_shared.as_ref().map(|shared| {
+            shared
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .stats
+                .clone()
         })
     }
 
@@ -488,5 +536,10 @@ mod tests {
             ..base.clone()
         });
         assert!(e.contains("interval must be 100ms..=10m, got 1ms"), "{e}");
+        let e = bad(AgentConfig {
+            unwind_table_rows: 10,
+            ..base.clone()
+        });
+        assert!(e.contains("unwind table rows must be 1024..="), "{e}");
     }
 }

@@ -42,6 +42,11 @@ struct Args {
     /// Walk user stacks by frame pointers only, not with .eh_frame tables.
     #[arg(long, env = "KILN_NO_EH_FRAME")]
     no_eh_frame: bool,
+    /// Rows of the kernel map holding unwind tables (16 bytes each): the
+    /// tables of the files running processes map must fit (libc takes
+    /// 28k); those of exited processes are evicted as needed.
+    #[arg(long, env = "KILN_UNWIND_TABLE_ROWS", default_value_t = kiln_agent::DEFAULT_UNWIND_TABLE_ROWS)]
+    unwind_table_rows: u32,
     /// Do not send the backend the executables and libraries sampled (it
     /// extracts their symbols, so their frames get names).
     #[arg(long, env = "KILN_NO_SYMBOL_UPLOAD")]
@@ -81,6 +86,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         interval: args.interval,
         host: args.host.unwrap_or_else(kiln_agent::host_name),
         unwind_tables: !args.no_eh_frame,
+        unwind_table_rows: args.unwind_table_rows,
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;

@@ -266,8 +266,9 @@ fn read_process(pid: u32, drain: u64) -> Option<Process> {
     })
 }
 
-/// Field 22 of `/proc/<pid>/stat`.
-fn start_time(pid: u32) -> Result<u64, ProcError> {
+/// Field 22 of `/proc/<pid>/stat`: the process's start time in clock
+/// ticks since boot.
+pub(crate) fn start_time(pid: u32) -> Result<u64, ProcError> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
     let text = fs::read_to_string(&path).map_err(|source| ProcError::Read {
         path: path.clone(),

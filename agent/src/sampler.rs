@@ -13,7 +13,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
 use crate::abi::{self, Control, NewProcess, SampleKey, SampleValue, Stack, Stat};
-use crate::unwind::Unwinder;
+use crate::unwinder::Unwinder;
 
 /// The compiled program, or an empty slice when build.rs could not build it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler.bpf.o"));
@@ -26,9 +26,6 @@ const PROGRAM: &str = "kiln_sample";
 /// The program that announces every execve.
 const EXEC_PROGRAM: &str = "kiln_exec";
 
-/// Rows of `unwind_rows` (16 bytes each, 4 MiB): libc takes 28k; files
-/// that do not fit are walked by frame pointers.
-const UNWIND_ROWS: u32 = 256 * 1024;
 /// Processes with unwind tables at once (2 KiB each, 4 MiB); an LRU map, so
 /// the least recently loaded fall back to frame pointers.
 const UNWIND_PROCESSES: u32 = 2048;
@@ -44,6 +41,8 @@ pub struct SamplerConfig {
     pub frequency_hz: u64,
     /// How often [`Sampler::drain`] will be called: sizes the maps.
     pub interval: Duration,
+    /// Rows of `unwind_rows` (16 bytes each).
+    pub unwind_rows: u32,
 }
 
 /// Why the sampler could not start or be drained.
@@ -216,7 +215,7 @@ impl Sampler {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("counts", counts_entries)
             .map_max_entries("stacks", stacks_entries)
-            .map_max_entries("unwind_rows", UNWIND_ROWS)
+            .map_max_entries("unwind_rows", config.unwind_rows)
             .map_max_entries("proc_mappings", UNWIND_PROCESSES)
             .load(OBJECT)
             .map_err(|e| SamplerError::classify(e, |e| SamplerError::Load(Box::new(e))))?;

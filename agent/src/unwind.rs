@@ -9,9 +9,9 @@
 //! x86-64, so it needs no column. Rows are sorted by address; a row holds
 //! until the next one, and [`CfaRule::None`] marks addresses no FDE covers.
 //!
-//! [`Unwinder`] pushes the tables of each process's files into the eBPF
-//! program's maps (`unwind_rows`, `proc_mappings`), where `unwind_step()` in
-//! `profiler.bpf.c` walks them.
+//! [`Unwinder`](crate::unwinder::Unwinder) pushes the tables of each
+//! process's files into the eBPF program's maps (`unwind_rows`,
+//! `proc_mappings`), where `unwind_step()` in `profiler.bpf.c` walks them.
 
 use gimli::{
     BaseAddresses, CfaRule as GimliCfa, CieOrFde, EhFrame, LittleEndian, RegisterRule,
@@ -19,16 +19,7 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
-
-use aya::maps::{Array, HashMap as BpfHashMap, MapData};
-use kiln_model::FileId;
-use tracing::{debug, warn};
-
-use crate::abi::{self, BpfMapping, MAX_MAPPINGS, ProcMappings, UnwindRow};
-use crate::fileid::{FileInfo, file_paths};
-use crate::procfs::Mapping;
+use crate::abi::{self, UnwindRow};
 
 /// Largest `.eh_frame` the agent builds a table for. A row takes 5 to 7
 /// bytes of `.eh_frame` (libc: 150 KiB, 28k rows), so 1 MiB is ~170k rows,
@@ -305,151 +296,6 @@ fn rbp_rule(rule: Option<RegisterRule<usize>>) -> RbpRule {
             i16::try_from(o).map_or(RbpRule::Unsupported, RbpRule::AtCfa)
         }
         Some(_) => RbpRule::Unsupported,
-    }
-}
-
-/// Owns the eBPF program's unwind maps: appends each file's table once to
-/// `unwind_rows`, and writes each process's mappings to `proc_mappings`.
-pub struct Unwinder {
-    rows: Array<MapData, UnwindRow>,
-    procs: BpfHashMap<MapData, u32, ProcMappings>,
-    /// Next free slot of `rows`.
-    next: u32,
-    /// Where each file's table is in `rows`; `None` when it has none
-    /// (no `.eh_frame`, unreadable, or no room left).
-    tables: HashMap<FileId, Option<(u32, u32)>>,
-    warned_full: bool,
-    /// Pids whose tables are in the program (bounded: cleared past 64k).
-    loaded: Arc<Mutex<HashSet<u32>>>,
-}
-
-impl std::fmt::Debug for Unwinder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Unwinder")
-            .field("rows_used", &self.next)
-            .field("files", &self.tables.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Unwinder {
-    pub(crate) fn new(
-        rows: Array<MapData, UnwindRow>,
-        procs: BpfHashMap<MapData, u32, ProcMappings>,
-    ) -> Self {
-        Unwinder {
-            rows,
-            procs,
-            next: 0,
-            tables: HashMap::new(),
-            warned_full: false,
-            loaded: Arc::default(),
-        }
-    }
-
-    /// The set of pids whose tables are loaded, as it changes.
-    pub fn loaded(&self) -> Arc<Mutex<HashSet<u32>>> {
-        self.loaded.clone()
-    }
-
-    /// Gives the program the unwind tables of `process`'s files, so its
-    /// next samples are walked with them.
-    pub fn load_process(&mut self, pid: u32, mappings: &[(Mapping, Arc<FileInfo>)]) {
-        let mut entry = ProcMappings {
-            len: 0,
-            reserved: 0,
-            mappings: [BpfMapping::default(); MAX_MAPPINGS],
-        };
-        let mut n = 0;
-        for (m, file) in mappings {
-            if n == MAX_MAPPINGS {
-                debug!(pid, "more executable mappings than the program takes");
-                break;
-            }
-            let Some((rows_start, rows_len)) = self.table(pid, m, file.file_id) else {
-                continue;
-            };
-            entry.mappings[n] = BpfMapping {
-                start: m.start,
-                end: m.end,
-                bias: m.start.wrapping_sub(file.vaddr(m, m.start)),
-                rows_start,
-                rows_len,
-            };
-            n += 1;
-        }
-        if n == 0 {
-            return;
-        }
-        entry.len = n as u32;
-        if let Err(e) = self.procs.insert(pid, entry, 0) {
-            debug!(pid, error = %e, "writing proc_mappings failed");
-            return;
-        }
-        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
-        if loaded.len() >= 64 * 1024 {
-            loaded.clear();
-        }
-        loaded.insert(pid);
-    }
-
-    /// The (start, len) of the file's table in `rows`, building and
-    /// pushing it on first use.
-    fn table(&mut self, pid: u32, mapping: &Mapping, file_id: FileId) -> Option<(u32, u32)> {
-        if let Some(known) = self.tables.get(&file_id) {
-            return *known;
-        }
-        let [via, rooted] = file_paths(pid, mapping);
-        // Rows take 5 to 7 bytes of .eh_frame: a file with more than 8
-        // bytes per free row will not fit, so its table is not even built.
-        let free = u64::from(self.rows.len().saturating_sub(self.next));
-        let max_bytes = free.saturating_mul(8);
-        let built = UnwindTable::from_path(&via, max_bytes)
-            .or_else(|_| UnwindTable::from_path(&rooted, max_bytes));
-        let slot = match built {
-            Err(e) => {
-                debug!(file = %mapping.path, error = %e, "no unwind table");
-                None
-            }
-            Ok(table) => self.push(&table, &mapping.path),
-        };
-        // Files that got no table are only remembered to save rebuilding
-        // them; on a host that keeps producing new binaries, forget them
-        // rather than grow without bound.
-        if self.tables.len() >= 64 * 1024 {
-            self.tables.retain(|_, slot| slot.is_some());
-        }
-        self.tables.insert(file_id, slot);
-        slot
-    }
-
-    fn push(&mut self, table: &UnwindTable, path: &str) -> Option<(u32, u32)> {
-        let len = u32::try_from(table.rows.len()).ok()?;
-        if len == 0 {
-            return None;
-        }
-        let start = self.next;
-        if u64::from(start) + u64::from(len) > u64::from(self.rows.len()) {
-            if !self.warned_full {
-                warn!(
-                    file = path,
-                    rows = len,
-                    capacity = self.rows.len(),
-                    "unwind table map full: further files are walked by frame pointers"
-                );
-                self.warned_full = true;
-            }
-            return None;
-        }
-        for (i, row) in table.rows.iter().enumerate() {
-            if let Err(e) = self.rows.set(start + i as u32, row.to_abi(), 0) {
-                warn!(file = path, error = %e, "writing unwind_rows failed");
-                return None;
-            }
-        }
-        self.next += len;
-        debug!(file = path, rows = len, "unwind table loaded");
-        Some((start, len))
     }
 }
 

@@ -7,14 +7,16 @@
 //! with its eBPF program (clang and libbpf-dev at build time). CI runs as
 //! root; elsewhere the test fails with a message saying what is missing.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+mod support;
+
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_agent::{Agent, AgentConfig, AgentError, FileInfo, MemorySink, SamplerError};
-use kiln_model::{Batch, FileId, Frame, FrameKind, label_names};
-use object::{Object, ObjectSymbol, SymbolKind};
+use kiln_agent::{Agent, AgentConfig, MemorySink};
+use kiln_model::{Frame, FrameKind};
+
+use support::{Symbols, Workload, compile_workload, require_root, resolve};
 
 /// High enough that a 5 s profile holds thousands of the workload's
 /// samples, so a share is known to about a point (at the default 19 Hz the
@@ -30,66 +32,14 @@ const MIN_WORKLOAD_SAMPLES: u64 = 1500;
 const PROFILE_AT_MOST: Duration = Duration::from_secs(30);
 const TOLERANCE_POINTS: f64 = 5.0;
 
-fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this test loads an eBPF program and must run as root (or with CAP_BPF and \
-         CAP_PERFMON); CI runs it as root. Run `sudo -E cargo test -p kiln-agent`."
-    );
-}
-
 fn start_agent(unwind_tables: bool) -> Agent {
-    let config = AgentConfig {
+    support::start_agent(AgentConfig {
         frequency_hz: FREQUENCY_HZ,
         interval: Duration::from_secs(1),
         host: "kiln-agent-test".into(),
         unwind_tables,
-    };
-    match Agent::start(config) {
-        Ok(agent) => agent,
-        Err(AgentError::Sampler(e @ SamplerError::PermissionDenied(_))) => {
-            panic!("the kernel refused the eBPF sampler: {e}")
-        }
-        Err(AgentError::Sampler(e @ SamplerError::NotBuilt(_))) => panic!(
-            "{e}. Install Debian's clang and libbpf-dev (apt-get install clang libbpf-dev) \
-             and rebuild."
-        ),
-        Err(e) => panic!("starting the agent failed: {e:?}"),
-    }
-}
-
-/// Compiles the workload with `flags` into `dir`.
-///
-/// With clang (`KILN_TEST_CC` to change it), which the agent's build needs
-/// anyway: GCC 12 leaves leaf functions frameless even with
-/// `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer`, so a frame-pointer
-/// walk from a leaf skips its caller (path_a here). The .eh_frame unwinder
-/// will not care.
-fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c");
-    let out = dir.join("shares");
-    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
-    let status = Command::new(&cc)
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&source)
-        .status()
-        .unwrap_or_else(|e| panic!("running the C compiler `{cc}` failed ({e}): install clang"));
-    assert!(status.success(), "compiling {} failed", source.display());
-    out
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Workload(Child);
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+        ..AgentConfig::default()
+    })
 }
 
 fn spawn(exe: &Path, mode: &str) -> Workload {
@@ -103,87 +53,6 @@ fn spawn(exe: &Path, mode: &str) -> Workload {
             .spawn()
             .expect("start the workload"),
     )
-}
-
-/// Every sample of the batches from index `first` on with its stack
-/// resolved, as (pid label, frames root first, count). Dictionary entries
-/// come from the batch itself or an earlier one, as the backend sees them.
-fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Frame>, u64)> {
-    let mut frames = HashMap::new();
-    let mut stacks = HashMap::new();
-    let mut labels = HashMap::new();
-    let mut out = Vec::new();
-    for (i, batch) in batches.iter().enumerate() {
-        for e in &batch.frames {
-            frames.insert(e.id, e.frame.clone());
-        }
-        for e in &batch.stacks {
-            stacks.insert(e.id, e.frames.clone());
-        }
-        for e in &batch.label_sets {
-            labels.insert(e.id, e.labels.clone());
-        }
-        if i < first {
-            continue;
-        }
-        for s in &batch.samples {
-            let stack = stacks
-                .get(&s.stack)
-                .unwrap_or_else(|| panic!("stack {} was never sent", s.stack));
-            let resolved = stack
-                .iter()
-                .map(|id| {
-                    frames
-                        .get(id)
-                        .unwrap_or_else(|| panic!("frame {id} was never sent"))
-                        .clone()
-                })
-                .collect();
-            let pid = labels
-                .get(&s.labels)
-                .unwrap_or_else(|| panic!("label set {} was never sent", s.labels))
-                .get(label_names::PID)
-                .map(str::to_string);
-            out.push((pid, resolved, s.count));
-        }
-    }
-    out
-}
-
-/// The workload's function symbols, to name its frames (the test's own
-/// stand-in for the symbolizer).
-struct Symbols {
-    file_id: FileId,
-    functions: Vec<(u64, u64, String)>,
-}
-
-impl Symbols {
-    fn of(exe: &Path) -> Symbols {
-        let data = std::fs::read(exe).unwrap();
-        let file = object::File::parse(&*data).unwrap();
-        let mut functions: Vec<_> = file
-            .symbols()
-            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
-            .map(|s| (s.address(), s.size(), s.name().unwrap_or("").to_string()))
-            .collect();
-        functions.sort();
-        Symbols {
-            file_id: FileInfo::read(exe, "shares").unwrap().file_id,
-            functions,
-        }
-    }
-
-    fn name(&self, frame: &Frame) -> Option<&str> {
-        let Frame::Address { file_id, addr, .. } = frame else {
-            return None;
-        };
-        if *file_id != self.file_id {
-            return None;
-        }
-        let i = self.functions.partition_point(|f| f.0 <= *addr);
-        let (start, size, name) = self.functions.get(i.checked_sub(1)?)?;
-        (*addr < start + size).then_some(name.as_str())
-    }
 }
 
 /// Ticks once a second for at least [`PROFILE_FOR`], until every pid in

@@ -1,0 +1,316 @@
+//! The agent on a host where processes come and go by the thousand, and
+//! new binaries keep appearing (a CI runner, a build farm): the unwind
+//! tables of exited processes make room for new ones, and what the agent
+//! holds returns to what the live processes need.
+//!
+//! Root tests on the real kernel, like `profile.rs`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kiln_agent::{AgentConfig, MemorySink, UnwindTable};
+
+use support::{Symbols, Workload, require_root, resolve};
+
+const FREQUENCY_HZ: u64 = 499;
+
+/// Functions in the padding object linked into every binary: each adds a
+/// few rows to the binary's unwind table, so that a handful of binaries
+/// fill a small table map.
+const PAD_FUNCTIONS: usize = 8000;
+
+fn cc() -> String {
+    std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into())
+}
+
+fn run(command: &mut Command) {
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("running {command:?} failed ({e}): install clang"));
+    assert!(status.success(), "{command:?} failed");
+}
+
+/// Builds of the workload without frame pointers, each with its own GNU
+/// build id (so its own FileId and its own unwind table) and
+/// [`PAD_FUNCTIONS`] extra functions: objects compiled once, linked per
+/// binary.
+struct DistinctBinaries {
+    dir: PathBuf,
+    linked: usize,
+}
+
+impl DistinctBinaries {
+    fn compile(dir: &Path) -> DistinctBinaries {
+        let workload = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c");
+        let pad = dir.join("pad.c");
+        let mut source =
+            String::from("__attribute__((noinline)) int pad_sink(int x) { return x; }\n");
+        for i in 0..PAD_FUNCTIONS {
+            source.push_str(&format!(
+                "int pad_{i}(int x) {{ int y = pad_sink(x + {i}); return pad_sink(y) * {}; }}\n",
+                i + 1
+            ));
+        }
+        std::fs::write(&pad, source).unwrap();
+        for (source, object) in [(workload.as_path(), "shares.o"), (pad.as_path(), "pad.o")] {
+            run(Command::new(cc())
+                .args(["-O2", "-fomit-frame-pointer", "-c"])
+                .arg(source)
+                .arg("-o")
+                .arg(dir.join(object)));
+        }
+        DistinctBinaries {
+            dir: dir.to_owned(),
+            linked: 0,
+        }
+    }
+
+    fn next(&mut self) -> PathBuf {
+        self.linked += 1;
+        let out = self.dir.join(format!("shares-{}", self.linked));
+        run(Command::new(cc())
+            .arg(self.dir.join("shares.o"))
+            .arg(self.dir.join("pad.o"))
+            // The FileId is the build id's first 16 bytes: the counter
+            // goes first.
+            .arg(format!(
+                "-Wl,--build-id=0x{:08x}{:032x}",
+                self.linked, 0x6b696c6e_u128
+            ))
+            .arg("-o")
+            .arg(&out));
+        out
+    }
+}
+
+/// Rows of the unwind table of the file mapped at `path_suffix` in this
+/// process (libc, the dynamic loader), as the agent would build it.
+fn rows_of_mapped(path_suffix: &str) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let path = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains(path_suffix))
+        .unwrap_or_else(|| panic!("this test process maps no {path_suffix}"));
+    rows_of(Path::new(path))
+}
+
+fn rows_of(path: &Path) -> usize {
+    UnwindTable::from_path(path, u64::MAX)
+        .unwrap_or_else(|e| panic!("unwind table of {}: {e}", path.display()))
+        .rows()
+        .len()
+}
+
+// Guards eviction: the table map holds what the host runs now, libc, the
+// loader and about three of the workload's binaries, and distinct binaries
+// run one after the other until several tables were evicted. Without
+// eviction the later ones would find the map full and fall back to frame
+// pointers, which these builds do not keep, so their stacks would break
+// off before `main`.
+#[test]
+fn tables_of_exited_binaries_make_room_for_new_ones() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let mut binaries = DistinctBinaries::compile(dir.path());
+    let first_binary = binaries.next();
+    let per_binary = rows_of(&first_binary);
+
+    // What the rest of the host needs (in CI, the other tests; here,
+    // builds), measured by a first agent.
+    let others = {
+        let mut agent = support::start_agent(AgentConfig {
+            frequency_hz: FREQUENCY_HZ,
+            interval: Duration::from_secs(1),
+            ..AgentConfig::default()
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        agent.tick(&mut MemorySink::default()).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        agent.unwind_stats().unwrap().rows_used as usize
+    };
+    // Room for the rest of the host to grow while the test runs (a
+    // compiler starting takes tens of thousands of rows).
+    const GROWTH: usize = 96 * 1024;
+    let capacity =
+        others + GROWTH + rows_of_mapped("libc.so") + rows_of_mapped("ld-linux") + 3 * per_binary;
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: FREQUENCY_HZ,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        unwind_table_rows: u32::try_from(capacity).unwrap(),
+        ..AgentConfig::default()
+    });
+    let mut sink = MemorySink::default();
+
+    // Enough binaries to overflow the room left for them by three tables
+    // (whatever the rest of the host evicts meanwhile).
+    const EVICTIONS: u64 = 3;
+    let at_least = (capacity - others) / per_binary + 3;
+    const AT_MOST: usize = 40;
+    // (pid, symbols, index of the first batch after its tables loaded)
+    let mut runs = Vec::new();
+    let mut attempts = 0;
+    let mut exe = first_binary;
+    loop {
+        attempts += 1;
+        let child = Workload(Command::new(&exe).args(["30", "cpu"]).spawn().unwrap());
+        let pid = child.0.id();
+        // Its first samples come before its tables are loaded (the program
+        // announces a process at its first sample): count from then on.
+        // When the rest of the host's running processes fill the map, the
+        // binary gets no table (and the test another try).
+        let waited = Instant::now();
+        while !agent.unwind_tables_loaded(pid) && waited.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if agent.unwind_tables_loaded(pid) {
+            agent.tick(&mut sink).unwrap();
+            let first = sink.batches.len();
+            std::thread::sleep(Duration::from_secs(1));
+            agent.tick(&mut sink).unwrap();
+            runs.push((pid.to_string(), Symbols::of(&exe), first));
+        }
+        drop(child);
+        let evicted = agent.unwind_stats().unwrap().evicted;
+        if (evicted >= EVICTIONS && runs.len() >= at_least) || attempts == AT_MOST {
+            break;
+        }
+        exe = binaries.next();
+    }
+    let stats = agent.unwind_stats().unwrap();
+    eprintln!(
+        "{} of {attempts} binaries of {per_binary} rows placed in {capacity} rows ({others} \
+         for the rest of the host at the start): {stats:?}",
+        runs.len()
+    );
+    assert!(
+        runs.len() >= at_least,
+        "only {} of {attempts} binaries found room for their tables: {stats:?}",
+        runs.len()
+    );
+    assert!(
+        stats.evicted >= EVICTIONS,
+        "{} binaries ran and only {} tables were evicted: {stats:?}",
+        runs.len(),
+        stats.evicted
+    );
+
+    for (i, (pid, symbols, first)) in runs.iter().enumerate() {
+        let samples = resolve(&sink.batches, *first);
+        let ours: Vec<_> = samples
+            .iter()
+            .filter(|s| s.0.as_deref() == Some(pid.as_str()))
+            .collect();
+        let n: u64 = ours.iter().map(|s| s.2).sum();
+        let reaching_main: u64 = ours
+            .iter()
+            .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some("main")))
+            .map(|s| s.2)
+            .sum();
+        eprintln!("binary {i}: {reaching_main} of {n} samples reach main");
+        if std::env::var_os("KILN_TEST_DEBUG").is_some() {
+            for s in ours.iter().take(3) {
+                eprintln!(
+                    "  {:?}",
+                    s.1.iter().map(|f| (symbols.name(f), f)).collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+    for (i, (pid, symbols, first)) in runs.iter().enumerate() {
+        let samples = resolve(&sink.batches, *first);
+        let ours: Vec<_> = samples
+            .iter()
+            .filter(|s| s.0.as_deref() == Some(pid.as_str()))
+            .collect();
+        let n: u64 = ours.iter().map(|s| s.2).sum();
+        let reaching_main: u64 = ours
+            .iter()
+            .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some("main")))
+            .map(|s| s.2)
+            .sum();
+        assert!(n >= 20, "binary {i} got only {n} samples in a second");
+        assert!(
+            reaching_main as f64 >= 0.9 * n as f64,
+            "binary {i}: only {reaching_main} of {n} samples reach main: its table did \
+             not find room"
+        );
+    }
+    assert!(stats.rows_used <= stats.rows_capacity);
+}
+
+// Guards the process bookkeeping: a thousand processes that live a few
+// milliseconds each, two at a time (those sampled before they exit are
+// loaded). Each is announced, loaded and, once
+// it has exited, reaped; what the unwinder holds afterwards is what the
+// processes alive need, not the history of the host.
+#[test]
+fn thousands_of_short_processes_are_reaped() {
+    require_root();
+    const PROCESSES: usize = 1000;
+    const REAPED_AT_LEAST: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = support::compile_workload(dir.path(), &["-O2", "-fomit-frame-pointer"]);
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: FREQUENCY_HZ,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        ..AgentConfig::default()
+    });
+    let mut sink = MemorySink::default();
+    agent.tick(&mut sink).unwrap();
+    let before = agent.unwind_stats().unwrap();
+
+    let spawners: Vec<_> = (0..2)
+        .map(|_| {
+            let exe = exe.clone();
+            std::thread::spawn(move || {
+                for _ in 0..PROCESSES / 2 {
+                    let status = Command::new(&exe).args(["0.01", "cpu"]).status().unwrap();
+                    assert!(status.success());
+                }
+            })
+        })
+        .collect();
+    let mut peak = 0;
+    while spawners.iter().any(|s| !s.is_finished()) {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+        peak = peak.max(agent.unwind_stats().unwrap().processes);
+    }
+    for s in spawners {
+        s.join().unwrap();
+    }
+
+    // The unwinder reaps when it is idle for a while.
+    let deadline = Instant::now() + 4 * Duration::from_secs(5);
+    let after = loop {
+        agent.tick(&mut sink).unwrap();
+        let stats = agent.unwind_stats().unwrap();
+        if stats.processes <= before.processes + 50 || Instant::now() > deadline {
+            break stats;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    eprintln!(
+        "{PROCESSES} processes: before {before:?}, peak {peak} processes loaded, after {after:?}"
+    );
+    assert!(
+        after.reaped >= REAPED_AT_LEAST,
+        "only {} exited processes were reaped of {PROCESSES}",
+        after.reaped
+    );
+    assert!(
+        after.processes <= before.processes + 50,
+        "{} processes still held after the churn (before: {})",
+        after.processes,
+        before.processes
+    );
+    // Dead processes' tables are unused, not lost: the workload's binary
+    // is still placed, ready for the next process that maps it.
+    assert!(after.files >= 1);
+}

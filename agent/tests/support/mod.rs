@@ -1,0 +1,152 @@
+//! What the agent's root tests share: starting the agent, compiling the
+//! C workload, resolving the batches it sends, naming the workload's
+//! frames.
+
+#![allow(dead_code)] // Each test binary uses its own part.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use kiln_agent::{Agent, AgentConfig, AgentError, FileInfo, SamplerError};
+use kiln_model::{Batch, FileId, Frame, label_names};
+use object::{Object, ObjectSymbol, SymbolKind};
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test loads an eBPF program and must run as root (or with CAP_BPF and \
+         CAP_PERFMON); CI runs it as root. Run `sudo -E cargo test -p kiln-agent`."
+    );
+}
+
+/// Starts the agent with `config`, or fails the test saying what is
+/// missing.
+pub fn start_agent(config: AgentConfig) -> Agent {
+    match Agent::start(config) {
+        Ok(agent) => agent,
+        Err(AgentError::Sampler(e @ SamplerError::PermissionDenied(_))) => {
+            panic!("the kernel refused the eBPF sampler: {e}")
+        }
+        Err(AgentError::Sampler(e @ SamplerError::NotBuilt(_))) => panic!(
+            "{e}. Install Debian's clang and libbpf-dev (apt-get install clang libbpf-dev) \
+             and rebuild."
+        ),
+        Err(e) => panic!("starting the agent failed: {e:?}"),
+    }
+}
+
+/// Compiles the workload with `flags` into `dir`.
+///
+/// With clang (`KILN_TEST_CC` to change it), which the agent's build needs
+/// anyway: GCC 12 leaves leaf functions frameless even with
+/// `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer`, so a frame-pointer
+/// walk from a leaf skips its caller (path_a here). The .eh_frame unwinder
+/// will not care.
+pub fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c");
+    let out = dir.join("shares");
+    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
+    let status = Command::new(&cc)
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&source)
+        .status()
+        .unwrap_or_else(|e| panic!("running the C compiler `{cc}` failed ({e}): install clang"));
+    assert!(status.success(), "compiling {} failed", source.display());
+    out
+}
+
+/// Kills the child when the test ends, however it ends.
+pub struct Workload(pub Child);
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Every sample of the batches from index `first` on with its stack
+/// resolved, as (pid label, frames root first, count). Dictionary entries
+/// come from the batch itself or an earlier one, as the backend sees them.
+pub fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Frame>, u64)> {
+    let mut frames = HashMap::new();
+    let mut stacks = HashMap::new();
+    let mut labels = HashMap::new();
+    let mut out = Vec::new();
+    for (i, batch) in batches.iter().enumerate() {
+        for e in &batch.frames {
+            frames.insert(e.id, e.frame.clone());
+        }
+        for e in &batch.stacks {
+            stacks.insert(e.id, e.frames.clone());
+        }
+        for e in &batch.label_sets {
+            labels.insert(e.id, e.labels.clone());
+        }
+        if i < first {
+            continue;
+        }
+        for s in &batch.samples {
+            let stack = stacks
+                .get(&s.stack)
+                .unwrap_or_else(|| panic!("stack {} was never sent", s.stack));
+            let resolved = stack
+                .iter()
+                .map(|id| {
+                    frames
+                        .get(id)
+                        .unwrap_or_else(|| panic!("frame {id} was never sent"))
+                        .clone()
+                })
+                .collect();
+            let pid = labels
+                .get(&s.labels)
+                .unwrap_or_else(|| panic!("label set {} was never sent", s.labels))
+                .get(label_names::PID)
+                .map(str::to_string);
+            out.push((pid, resolved, s.count));
+        }
+    }
+    out
+}
+
+/// The workload's function symbols, to name its frames (the test's own
+/// stand-in for the symbolizer).
+pub struct Symbols {
+    pub file_id: FileId,
+    functions: Vec<(u64, u64, String)>,
+}
+
+impl Symbols {
+    pub fn of(exe: &Path) -> Symbols {
+        let data = std::fs::read(exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let mut functions: Vec<_> = file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .map(|s| (s.address(), s.size(), s.name().unwrap_or("").to_string()))
+            .collect();
+        functions.sort();
+        Symbols {
+            file_id: FileInfo::read(exe, "shares").unwrap().file_id,
+            functions,
+        }
+    }
+
+    pub fn name(&self, frame: &Frame) -> Option<&str> {
+        let Frame::Address { file_id, addr, .. } = frame else {
+            return None;
+        };
+        if *file_id != self.file_id {
+            return None;
+        }
+        let i = self.functions.partition_point(|f| f.0 <= *addr);
+        let (start, size, name) = self.functions.get(i.checked_sub(1)?)?;
+        (*addr < start + size).then_some(name.as_str())
+    }
+}
