@@ -81,9 +81,9 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
-    /// A database URL does not parse. The URL is shown with its password
-    /// hidden.
-    #[error("invalid database url {url:?}")]
+    /// A database or object store URL does not parse or names an option
+    /// this build does not know. The URL is shown with any password hidden.
+    #[error("invalid store url {url:?}")]
     InvalidUrl {
         /// The URL as given, password replaced by `***`.
         url: String,
@@ -132,6 +132,22 @@ pub enum StoreError {
         reason: String,
     },
 
+    /// A request to an S3 bucket failed: the server was unreachable, refused
+    /// the credentials, or answered with an error status.
+    #[error("s3 could not {op} {key:?} in bucket {bucket:?}")]
+    ObjectRequest {
+        /// What the store was doing: `put`, `get`, `list`, ….
+        op: &'static str,
+        /// The bucket.
+        bucket: String,
+        /// The object's key, or the prefix of a list.
+        key: String,
+        /// The client's error, with the server's status and message when
+        /// it answered.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
     /// The blocking task that ran the operation panicked or was cancelled
     /// (the runtime is shutting down).
     #[error("storage task did not finish")]
@@ -155,6 +171,18 @@ impl StoreError {
     ) -> Self {
         StoreError::Backend {
             backend: "postgres",
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// Wraps an error of the ScyllaDB driver.
+    pub(crate) fn scylla(
+        op: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError::Backend {
+            backend: "scylla",
             op,
             source: Box::new(source),
         }

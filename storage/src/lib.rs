@@ -5,17 +5,19 @@
 //! - [`ProfileStore`]: samples and the frame, stack, label-set and
 //!   executable dictionaries, keyed by tenant (and project) first.
 //!   [`EmbeddedProfileStore`] keeps them in an LSM tree (fjall) in one
-//!   directory, [`PostgresProfileStore`] in a PostgreSQL database; the
-//!   ScyllaDB store will keep the same keys.
+//!   directory, [`PostgresProfileStore`] in a PostgreSQL database,
+//!   [`ScyllaProfileStore`] in a ScyllaDB keyspace, all with the same keys.
 //! - [`MetadataStore`]: tenants, projects, API keys (stored hashed) and the
 //!   symbol status of executables. [`PostgresMetadataStore`] keeps them in
 //!   PostgreSQL; an embedded one is still to come.
 //! - [`ObjectStore`]: whole blobs under validated [`ObjectKey`]s, such as
 //!   symbol files. [`LocalObjectStore`] keeps them as files under a
-//!   directory; the S3 store in a bucket.
+//!   directory, [`S3ObjectStore`] in an S3 bucket (AWS, MinIO, Garage).
 //! - `conformance` (feature `conformance`): the checks every backend runs.
 //!   The PostgreSQL stores run them when `KILN_TEST_POSTGRES` holds a URL
-//!   (`scripts/pg-test-server.sh start DIR` prints one).
+//!   (`scripts/pg-test-server.sh start DIR` prints one), the S3 store when
+//!   `KILN_TEST_S3` does (`scripts/s3-test-server.sh start DIR`), the
+//!   ScyllaDB store when `KILN_TEST_SCYLLA` names a node.
 //!
 //! Callers hold `Arc<dyn ProfileStore>` and `Arc<dyn ObjectStore>`, so the
 //! URL on the command line picks the backend at run time.
@@ -60,7 +62,9 @@ mod object;
 mod object_key;
 mod postgres;
 mod profile;
+mod s3;
 mod scope;
+mod scylla;
 mod values;
 
 pub use api_key::ApiKey;
@@ -72,4 +76,6 @@ pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
 pub use postgres::{PostgresMetadataStore, PostgresProfileStore};
 pub use profile::{ProfileStore, StoredSample};
+pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};
+pub use scylla::{ScyllaProfileStore, ScyllaUrl};

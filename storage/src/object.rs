@@ -9,7 +9,7 @@ use crate::object_key::ObjectKey;
 /// `tenants/<t>/<file_id>.ksym`) and other whole objects.
 ///
 /// Implementations: [`LocalObjectStore`](crate::LocalObjectStore) (files
-/// under a directory); S3/MinIO later. All of them pass
+/// under a directory), [`S3ObjectStore`](crate::S3ObjectStore) (a bucket). All of them pass
 /// `conformance::object_store` (feature
 /// `conformance`). Callers hold an `Arc<dyn ObjectStore>`.
 #[async_trait]

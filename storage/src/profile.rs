@@ -53,8 +53,8 @@ pub(crate) fn hour_of(timestamp_ns: i64) -> i64 {
 /// `executables` tables of DESIGN.md's storage schema.
 ///
 /// Implementations: [`EmbeddedProfileStore`](crate::EmbeddedProfileStore)
-/// (an LSM in one directory), [`PostgresProfileStore`](crate::PostgresProfileStore);
-/// ScyllaDB later. All of them pass `conformance::profile_store`
+/// (an LSM in one directory), [`PostgresProfileStore`](crate::PostgresProfileStore),
+/// [`ScyllaProfileStore`](crate::ScyllaProfileStore). All of them pass `conformance::profile_store`
 /// (feature `conformance`). Callers hold an `Arc<dyn ProfileStore>`.
 ///
 /// Dictionary tables are keyed by tenant and id. Frame, stack and label-set

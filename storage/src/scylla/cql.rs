@@ -1,0 +1,302 @@
+//! Every CQL statement of the ScyllaDB store, in one place for review, with
+//! the schema's reasoning beside it.
+//!
+//! # Tables
+//!
+//! DESIGN.md's storage schema, with the keys of the embedded and PostgreSQL
+//! stores: tenant (and project) lead every partition key, so no statement
+//! can read a row without naming its tenant.
+//!
+//! - **`samples`**, partition `(tenant, project, hour, shard)`, clustering
+//!   `(ts, stack_id, labelset_id)`. One partition holds one hour of one
+//!   project's samples, split over `sample_shards` partitions by stack id
+//!   (see `layout::shard_of`). A sample row is about 80 bytes on disk
+//!   (ts, two uuids, two bigints, per-row overhead), so a partition of
+//!   10 MB, ScyllaDB's comfortable size, is about 125 000 rows: with the
+//!   default 16 shards, two million distinct (timestamp, stack, label set)
+//!   rows per project and hour, some 500 hosts at 19 Hz sending a few
+//!   hundred distinct stacks per 10-second batch. Bigger projects need more
+//!   shards (`?sample_shards=N` at the first migrate); the count is fixed
+//!   per keyspace (in `kiln_schema`) so that every writer puts a given row
+//!   in the same partition and a replay overwrites rather than adds.
+//!   Deriving the shard from the stack id (not at random) keeps a stack's
+//!   rows of an hour together, which a per-stack query will want.
+//! - **TWCS and a default TTL on `samples`**: rows arrive roughly in time
+//!   order and are never updated after their batch, so time-window
+//!   compaction keeps each day's rows in their own SSTables and drops whole
+//!   SSTables when their TTL runs out, instead of rewriting live data to
+//!   purge dead rows. One-day windows give 30 windows at the default 30-day
+//!   TTL (TWCS wants a few dozen at most). `gc_grace_seconds` is 3 hours,
+//!   not 10 days: nothing deletes samples (they expire), so there are no
+//!   tombstones whose late repair could resurrect data, and a short grace
+//!   lets expired SSTables go soon after the TTL.
+//! - **`sample_hours`**, partition `(tenant, project)`, clustering `hour`:
+//!   which hours hold samples. A scan reads it (one small partition, 8 760
+//!   rows a year) to learn the hours to visit, so an open-ended range
+//!   (`i64::MIN..i64::MAX`) costs what the data costs, not one request per
+//!   possible hour. Every sample write writes its hours first, with the
+//!   same TTL, so an hour's row outlives the samples written with it.
+//! - **Dictionaries** (`frames`, `stacks`, `labelsets`, `executables`):
+//!   partition `(tenant, id)`, one row each, value a `blob` in the shared
+//!   encoding of `crate::values` (as in the PostgreSQL store: read whole,
+//!   by id, never by field; a blob takes any bytes). One row per partition
+//!   spreads them evenly over the ring; ids are content hashes, so rows
+//!   never change (executables aside, which a rewrite replaces). No TTL:
+//!   a stack written once is referenced by samples for as long as its
+//!   samples live, and the writer does not know when that ends.
+//! - **Ids are `uuid`** (128-bit, `Uuid::from_u128`), **unsigned 64-bit
+//!   values `bigint`** holding the same 64 bits, as in the PostgreSQL store.
+//! - **`kiln_schema`**: the schema version and the keyspace's sample shard
+//!   count, one row.
+//!
+//! # Statements
+//!
+//! All prepared once per session (the driver routes a prepared statement
+//! to a replica of its partition: token-aware, its default load
+//! balancing), with bind markers only: no value is ever formatted into
+//! CQL. The only formatted statement is `CREATE KEYSPACE`, whose name
+//! [`super::url`] restricts to `[a-z][a-z0-9_]{0,47}` and whose numbers are
+//! integers.
+//!
+//! - Sample writes are **unlogged batches of one partition's rows**
+//!   (`layout::sample_batches`): one request, applied as one mutation on
+//!   each replica. Batches spanning partitions would make the coordinator
+//!   fan out and hold the whole batch, so they are never used; dictionary
+//!   rows (a partition each) go as single statements, many in flight.
+//! - Reads of dictionaries are one single-partition `SELECT` per id, many
+//!   in flight, rather than `IN (…)` over partition keys, which makes one
+//!   coordinator wait for the slowest of many replicas.
+//! - Writes and reads use `LOCAL_QUORUM`: a row a worker has written is
+//!   seen by every query node. Client-side monotonic timestamps make a
+//!   later write of the same key win even within one millisecond.
+//!
+//! # Migrations
+//!
+//! `CREATE … IF NOT EXISTS` throughout; the driver waits for schema
+//! agreement after each. The `kiln_schema` row is written only when
+//! missing, by a read and then a plain insert: not a lightweight
+//! transaction, which keyspaces on tablets (ScyllaDB's default for new
+//! keyspaces) do not support in every release. So `kiln store migrate`
+//! runs once, before the workers start; two first migrations racing with
+//! different shard counts would leave the later one's count. A keyspace
+//! at a newer version than [`SCHEMA_VERSION`] is refused.
+
+/// The schema version this build writes and reads.
+pub(super) const SCHEMA_VERSION: i32 = 1;
+
+/// Creates the keyspace `keyspace` (validated by `url`) with
+/// `replication_factor` replicas in every datacenter.
+pub(super) fn create_keyspace(keyspace: &str, replication_factor: u16) -> String {
+    format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
+         {{'class': 'NetworkTopologyStrategy', 'replication_factor': {replication_factor}}}"
+    )
+}
+
+/// Creates the tables in the session's keyspace; `sample_ttl_secs` is the
+/// default TTL of `samples` and `sample_hours`.
+pub(super) fn create_tables(sample_ttl_secs: u32) -> Vec<String> {
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS samples (
+    tenant      text,
+    project     text,
+    hour        bigint,   -- ts.div_euclid(1 h), floor division
+    shard       smallint, -- layout::shard_of(stack_id)
+    ts          bigint,   -- ns since the Unix epoch
+    stack_id    uuid,
+    labelset_id uuid,
+    sample_count bigint,  -- u64 bits (`count` is a CQL function name)
+    period_ns   bigint,   -- u64 bits
+    PRIMARY KEY ((tenant, project, hour, shard), ts, stack_id, labelset_id)
+) WITH compaction = {{'class': 'TimeWindowCompactionStrategy',
+                      'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}}
+  AND default_time_to_live = {sample_ttl_secs}
+  AND gc_grace_seconds = 10800"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS sample_hours (
+    tenant  text,
+    project text,
+    hour    bigint,
+    PRIMARY KEY ((tenant, project), hour)
+) WITH default_time_to_live = {sample_ttl_secs}
+  AND gc_grace_seconds = 10800"
+        ),
+        dictionary_table("frames", "frame_id"),
+        dictionary_table("stacks", "stack_id"),
+        dictionary_table("labelsets", "labelset_id"),
+        dictionary_table("executables", "file_id"),
+        "CREATE TABLE IF NOT EXISTS kiln_schema (
+    name          text PRIMARY KEY, -- always 'kiln'
+    version       int,
+    sample_shards smallint
+)"
+        .to_owned(),
+    ]
+}
+
+fn dictionary_table(table: &str, id: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (
+    tenant text,
+    {id}   uuid,
+    value  blob,              -- crate::values encoding
+    PRIMARY KEY ((tenant, {id}))
+)"
+    )
+}
+
+/// Records version `?` and shard count `?`; written when no row exists.
+pub(super) const INIT_SCHEMA_ROW: &str =
+    "INSERT INTO kiln_schema (name, version, sample_shards) VALUES ('kiln', ?, ?)";
+
+/// `(version, sample_shards)`; no row before the first migration.
+pub(super) const READ_SCHEMA_ROW: &str =
+    "SELECT version, sample_shards FROM kiln_schema WHERE name = 'kiln'";
+
+/// One sample row; the key columns first, as in the table.
+pub(super) const INSERT_SAMPLE: &str = "INSERT INTO samples \
+    (tenant, project, hour, shard, ts, stack_id, labelset_id, sample_count, period_ns) \
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Marks hour `?` of a scope as holding samples.
+pub(super) const INSERT_SAMPLE_HOUR: &str =
+    "INSERT INTO sample_hours (tenant, project, hour) VALUES (?, ?, ?)";
+
+/// The hours of a scope in `[?, ?]` (inclusive) that hold samples.
+pub(super) const SELECT_SAMPLE_HOURS: &str =
+    "SELECT hour FROM sample_hours WHERE tenant = ? AND project = ? AND hour >= ? AND hour <= ?";
+
+/// `(ts, stack_id, labelset_id, sample_count, period_ns)` of one partition with
+/// `? <= ts < ?`.
+pub(super) const SCAN_SAMPLES: &str = "SELECT ts, stack_id, labelset_id, sample_count, period_ns \
+    FROM samples WHERE tenant = ? AND project = ? AND hour = ? AND shard = ? \
+    AND ts >= ? AND ts < ?";
+
+/// The dictionary tables, each with its upsert and its read by id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dict {
+    Frames,
+    Stacks,
+    LabelSets,
+    Executables,
+}
+
+impl Dict {
+    pub(super) const ALL: [Dict; 4] = [
+        Dict::Frames,
+        Dict::Stacks,
+        Dict::LabelSets,
+        Dict::Executables,
+    ];
+
+    /// Writes `(tenant, id, value)`, replacing a row with the same key.
+    pub(super) fn upsert(self) -> &'static str {
+        match self {
+            Dict::Frames => "INSERT INTO frames (tenant, frame_id, value) VALUES (?, ?, ?)",
+            Dict::Stacks => "INSERT INTO stacks (tenant, stack_id, value) VALUES (?, ?, ?)",
+            Dict::LabelSets => {
+                "INSERT INTO labelsets (tenant, labelset_id, value) VALUES (?, ?, ?)"
+            }
+            Dict::Executables => {
+                "INSERT INTO executables (tenant, file_id, value) VALUES (?, ?, ?)"
+            }
+        }
+    }
+
+    /// The value of `(tenant, id)`; no row when there is none.
+    pub(super) fn select(self) -> &'static str {
+        match self {
+            Dict::Frames => "SELECT value FROM frames WHERE tenant = ? AND frame_id = ?",
+            Dict::Stacks => "SELECT value FROM stacks WHERE tenant = ? AND stack_id = ?",
+            Dict::LabelSets => "SELECT value FROM labelsets WHERE tenant = ? AND labelset_id = ?",
+            Dict::Executables => "SELECT value FROM executables WHERE tenant = ? AND file_id = ?",
+        }
+    }
+
+    /// What one row is called in errors.
+    pub(super) fn row(self) -> &'static str {
+        match self {
+            Dict::Frames => "frame",
+            Dict::Stacks => "stack",
+            Dict::LabelSets => "label set",
+            Dict::Executables => "executable",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every statement that touches a profile table names the tenant in its
+    /// key: the rule that no read or write is unscoped.
+    #[test]
+    fn every_row_statement_is_scoped_by_tenant() {
+        let mut statements = vec![
+            INSERT_SAMPLE,
+            INSERT_SAMPLE_HOUR,
+            SELECT_SAMPLE_HOURS,
+            SCAN_SAMPLES,
+        ];
+        for dict in Dict::ALL {
+            statements.push(dict.upsert());
+            statements.push(dict.select());
+        }
+        for statement in statements {
+            assert!(statement.contains("tenant"), "{statement}");
+            if statement.starts_with("SELECT") {
+                assert!(statement.contains("WHERE tenant = ?"), "{statement}");
+            }
+        }
+    }
+
+    /// Bind markers match the columns written, so a statement cannot
+    /// prepare with a column left unbound.
+    #[test]
+    fn inserts_bind_every_column() {
+        let mut inserts = vec![INSERT_SAMPLE, INSERT_SAMPLE_HOUR];
+        inserts.extend(Dict::ALL.map(Dict::upsert));
+        for insert in inserts {
+            let (columns, values) = insert.split_once("VALUES").unwrap();
+            let columns = columns.matches(',').count() + 1;
+            assert_eq!(values.matches('?').count(), columns, "{insert}");
+        }
+    }
+
+    /// The scan reads one partition: every partition key column is bound,
+    /// so ScyllaDB never needs ALLOW FILTERING or a full scan.
+    #[test]
+    fn scans_name_whole_partitions() {
+        for column in ["tenant = ?", "project = ?", "hour = ?", "shard = ?"] {
+            assert!(SCAN_SAMPLES.contains(column), "{column}");
+        }
+        for statement in [SCAN_SAMPLES, SELECT_SAMPLE_HOURS] {
+            assert!(!statement.contains("ALLOW FILTERING"));
+        }
+    }
+
+    #[test]
+    fn ddl_carries_the_design_choices() {
+        let tables = create_tables(86_400);
+        let samples = &tables[0];
+        assert!(
+            samples.contains(
+                "PRIMARY KEY ((tenant, project, hour, shard), ts, stack_id, labelset_id)"
+            )
+        );
+        assert!(samples.contains("TimeWindowCompactionStrategy"));
+        assert!(samples.contains("default_time_to_live = 86400"));
+        assert!(tables[1].contains("default_time_to_live = 86400"));
+        assert_eq!(tables.len(), 7);
+        for table in &tables {
+            assert!(table.starts_with("CREATE TABLE IF NOT EXISTS"), "{table}");
+        }
+        assert_eq!(
+            create_keyspace("kiln", 3),
+            "CREATE KEYSPACE IF NOT EXISTS kiln WITH replication = \
+             {'class': 'NetworkTopologyStrategy', 'replication_factor': 3}"
+        );
+    }
+}

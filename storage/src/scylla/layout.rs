@@ -1,0 +1,153 @@
+//! Where sample rows go: the shard of a stack, the partitions of a write,
+//! and the batches each partition's rows are sent in. Pure functions, so
+//! that the partitioning is tested without a server.
+
+use std::collections::BTreeMap;
+
+use kiln_model::StackId;
+
+use crate::profile::{StoredSample, hour_of};
+
+/// Rows per unlogged batch. A sample row is under 100 bytes on the wire,
+/// so 200 rows stay well below ScyllaDB's batch size warning (128 KiB)
+/// while making one request carry many rows.
+pub(super) const BATCH_ROWS: usize = 200;
+
+/// The partition of a sample row within its scope: `(hour, shard)`.
+pub(super) type Partition = (i64, i16);
+
+/// The shard of `stack` among `shards` (> 0): stack ids are content
+/// hashes, uniform in every bit, so folding the two halves and taking the
+/// remainder spreads stacks evenly, and a stack's rows of one hour stay in
+/// one partition.
+pub(super) fn shard_of(stack: StackId, shards: i16) -> i16 {
+    debug_assert!(shards > 0);
+    let folded = (stack.0 as u64) ^ ((stack.0 >> 64) as u64);
+    // The remainder is below `shards`, an i16, so it fits.
+    (folded % shards.max(1) as u64) as i16
+}
+
+/// One partition's rows, at most [`BATCH_ROWS`], in key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct SampleBatch {
+    pub(super) partition: Partition,
+    pub(super) rows: Vec<StoredSample>,
+}
+
+/// Groups `samples` by partition and cuts each group into batches. Rows
+/// with the same key (timestamp, stack, labels) are written once, the last
+/// given winning, as in the other stores.
+pub(super) fn sample_batches(samples: &[StoredSample], shards: i16) -> Vec<SampleBatch> {
+    let mut partitions: BTreeMap<Partition, BTreeMap<(i64, u128, u128), StoredSample>> =
+        BTreeMap::new();
+    for sample in samples {
+        let partition = (hour_of(sample.timestamp_ns), shard_of(sample.stack, shards));
+        partitions.entry(partition).or_default().insert(
+            (sample.timestamp_ns, sample.stack.0, sample.labels.0),
+            *sample,
+        );
+    }
+    let mut batches = Vec::new();
+    for (partition, rows) in partitions {
+        let rows: Vec<StoredSample> = rows.into_values().collect();
+        batches.extend(rows.chunks(BATCH_ROWS).map(|chunk| SampleBatch {
+            partition,
+            rows: chunk.to_vec(),
+        }));
+    }
+    batches
+}
+
+/// The distinct hours of a write, in order.
+pub(super) fn hours_of(batches: &[SampleBatch]) -> Vec<i64> {
+    let mut hours: Vec<i64> = batches.iter().map(|b| b.partition.0).collect();
+    hours.dedup();
+    hours
+}
+
+/// A `u64` as the `bigint` with the same bits, and back: CQL has no
+/// unsigned type.
+pub(super) fn to_bigint(value: u64) -> i64 {
+    value as i64
+}
+
+pub(super) fn from_bigint(value: i64) -> u64 {
+    value as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_model::{LabelSetId, NANOS_PER_HOUR};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn sample(timestamp_ns: i64, stack: u128, count: u64) -> StoredSample {
+        StoredSample {
+            timestamp_ns,
+            stack: StackId(stack),
+            labels: LabelSetId(1),
+            count,
+            period_ns: 10_101_010,
+        }
+    }
+
+    #[test]
+    fn shards_are_in_range_and_spread() {
+        let mut seen = [0u32; 16];
+        for i in 0..16_000u128 {
+            // Ids as content hashes look: mixed bits.
+            let id = i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+            seen[shard_of(StackId(id), 16) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+        assert_eq!(shard_of(StackId(u128::MAX), 1), 0);
+        assert_eq!(shard_of(StackId(u128::MAX), 4_096), 0);
+        assert_eq!(shard_of(StackId(5), 4_096), 5);
+    }
+
+    #[test]
+    fn batches_hold_one_partition_each_and_are_bounded() {
+        let h = NANOS_PER_HOUR;
+        let samples: Vec<_> = (0..1_000)
+            .map(|i| sample((i % 3) * h + i, i as u128 * 0x1_0000_0001, 1))
+            .collect();
+        let batches = sample_batches(&samples, 4);
+        let mut total = 0;
+        for batch in &batches {
+            assert!(!batch.rows.is_empty() && batch.rows.len() <= BATCH_ROWS);
+            for row in &batch.rows {
+                assert_eq!(hour_of(row.timestamp_ns), batch.partition.0);
+                assert_eq!(shard_of(row.stack, 4), batch.partition.1);
+            }
+            total += batch.rows.len();
+        }
+        assert_eq!(total, samples.len());
+        assert_eq!(hours_of(&batches), [0, 1, 2]);
+    }
+
+    #[test]
+    fn repeated_keys_are_written_once_last_winning() {
+        let batches = sample_batches(&[sample(7, 1, 1), sample(7, 1, 2), sample(8, 1, 3)], 16);
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].rows, [sample(7, 1, 2), sample(8, 1, 3)]);
+        assert!(sample_batches(&[], 16).is_empty());
+    }
+
+    #[test]
+    fn negative_timestamps_fall_in_earlier_hours() {
+        let batches = sample_batches(&[sample(-1, 1, 1), sample(i64::MIN, 1, 1)], 1);
+        assert_eq!(
+            batches.iter().map(|b| b.partition.0).collect::<Vec<_>>(),
+            [i64::MIN.div_euclid(NANOS_PER_HOUR), -1]
+        );
+    }
+
+    proptest! {
+        /// Every u64, the extremes included, survives the bigint column.
+        #[test]
+        fn bigint_round_trips(value: u64) {
+            prop_assert_eq!(from_bigint(to_bigint(value)), value);
+        }
+    }
+}

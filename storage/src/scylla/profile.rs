@@ -1,0 +1,341 @@
+//! [`ProfileStore`] on ScyllaDB: dictionary rows as single-partition
+//! statements and samples as single-partition unlogged batches, many in
+//! flight at once, through the statements of [`cql`](super::cql).
+
+use std::collections::{BTreeSet, HashMap};
+
+use ::scylla::statement::batch::{Batch, BatchType};
+use async_trait::async_trait;
+use futures_util::{StreamExt, TryStreamExt, stream};
+use kiln_model::{
+    Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
+    StackEntry, StackId,
+};
+use uuid::Uuid;
+
+use super::ScyllaProfileStore;
+use super::cql::Dict;
+use super::layout::{self, SampleBatch};
+use crate::error::{DecodeError, StoreError};
+use crate::profile::{ProfileStore, StoredSample, hour_of};
+use crate::scope::Scope;
+use crate::values;
+
+/// Requests in flight at once per call. Enough to keep a few nodes' shards
+/// busy from one writer; the driver's per-connection limit is far higher.
+const IN_FLIGHT: usize = 64;
+
+/// A scan's row: `(ts, stack_id, labelset_id, sample_count, period_ns)`.
+type SampleRow = (i64, Uuid, Uuid, i64, i64);
+
+impl ScyllaProfileStore {
+    /// Upserts dictionary rows `(id, encoded value)` of `tenant`.
+    async fn put_dict(
+        &self,
+        dict: Dict,
+        tenant: &str,
+        rows: Vec<(u128, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let statement = self.inner.statements.upsert(dict);
+        let session = &self.inner.session;
+        let requests: Vec<_> = rows
+            .into_iter()
+            .map(|(id, value)| async move {
+                session
+                    .execute_unpaged(statement, (tenant, Uuid::from_u128(id), value))
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::scylla("write dictionary rows", e))
+            })
+            .collect();
+        run_all(requests).await.map(drop)
+    }
+
+    /// Reads dictionary rows of `tenant` in the order of `ids`, decoding
+    /// each with `decode(id, bytes)`.
+    async fn get_dict<T: Clone>(
+        &self,
+        dict: Dict,
+        tenant: &str,
+        ids: &[u128],
+        decode: fn(u128, &[u8]) -> Result<T, DecodeError>,
+    ) -> Result<Vec<Option<T>>, StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let op = "read dictionary rows";
+        let statement = self.inner.statements.select(dict);
+        let session = &self.inner.session;
+        let unique: BTreeSet<u128> = ids.iter().copied().collect();
+        let requests: Vec<_> = unique
+            .into_iter()
+            .map(|id| async move {
+                let result = session
+                    .execute_unpaged(statement, (tenant, Uuid::from_u128(id)))
+                    .await
+                    .map_err(|e| StoreError::scylla(op, e))?
+                    .into_rows_result()
+                    .map_err(|e| StoreError::scylla(op, e))?;
+                let Some((bytes,)) = result
+                    .maybe_first_row::<(Vec<u8>,)>()
+                    .map_err(|e| StoreError::scylla(op, e))?
+                else {
+                    return Ok(None);
+                };
+                let value = decode(id, &bytes).map_err(|reason| StoreError::Corrupt {
+                    what: dict.row(),
+                    key: format!("{tenant}/{id:032x}"),
+                    reason,
+                })?;
+                Ok::<_, StoreError>(Some((id, value)))
+            })
+            .collect();
+        let found: HashMap<u128, T> = run_all(requests).await?.into_iter().flatten().collect();
+        Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
+    }
+
+    /// Writes one partition's rows as one unlogged batch.
+    async fn put_sample_batch(&self, scope: &Scope, batch: &SampleBatch) -> Result<(), StoreError> {
+        let statement = &self.inner.statements.insert_sample;
+        let (hour, shard) = batch.partition;
+        let mut cql_batch = Batch::new(BatchType::Unlogged);
+        let mut values = Vec::with_capacity(batch.rows.len());
+        for row in &batch.rows {
+            cql_batch.append_statement(statement.clone());
+            values.push((
+                scope.tenant(),
+                scope.project(),
+                hour,
+                shard,
+                row.timestamp_ns,
+                Uuid::from_u128(row.stack.0),
+                Uuid::from_u128(row.labels.0),
+                layout::to_bigint(row.count),
+                layout::to_bigint(row.period_ns),
+            ));
+        }
+        self.inner
+            .session
+            .batch(&cql_batch, values)
+            .await
+            .map_err(|e| StoreError::scylla("write samples", e))?;
+        Ok(())
+    }
+
+    /// The hours in `[first, last]` that hold samples of `scope`.
+    async fn sample_hours(
+        &self,
+        scope: &Scope,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let op = "read the hours that hold samples";
+        self.inner
+            .session
+            .execute_iter(
+                self.inner.statements.select_sample_hours.clone(),
+                (scope.tenant(), scope.project(), first, last),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<(i64,)>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .map_ok(|(hour,)| hour)
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))
+    }
+
+    /// The rows of one partition with `from_ns <= ts < to_ns`.
+    async fn scan_partition(
+        &self,
+        scope: &Scope,
+        (hour, shard): layout::Partition,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredSample>, StoreError> {
+        let op = "scan samples";
+        self.inner
+            .session
+            .execute_iter(
+                self.inner.statements.scan_samples.clone(),
+                (scope.tenant(), scope.project(), hour, shard, from_ns, to_ns),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<SampleRow>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .map_ok(|(ts, stack, labels, count, period_ns)| StoredSample {
+                timestamp_ns: ts,
+                stack: StackId(stack.as_u128()),
+                labels: LabelSetId(labels.as_u128()),
+                count: layout::from_bigint(count),
+                period_ns: layout::from_bigint(period_ns),
+            })
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))
+    }
+}
+
+/// Runs `requests`, at most [`IN_FLIGHT`] at a time, stopping at the
+/// first error; the results in no particular order.
+async fn run_all<T>(
+    requests: Vec<impl Future<Output = Result<T, StoreError>>>,
+) -> Result<Vec<T>, StoreError> {
+    stream::iter(requests)
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect()
+        .await
+}
+
+#[async_trait]
+impl ProfileStore for ScyllaProfileStore {
+    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError> {
+        let rows = frames
+            .iter()
+            .map(|e| (e.id.0, values::encode_frame(&e.frame)))
+            .collect();
+        self.put_dict(Dict::Frames, tenant, rows).await
+    }
+
+    async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError> {
+        let rows = stacks
+            .iter()
+            .map(|e| (e.id.0, values::encode_stack(&e.frames)))
+            .collect();
+        self.put_dict(Dict::Stacks, tenant, rows).await
+    }
+
+    async fn put_label_sets(&self, tenant: &str, sets: &[LabelSetEntry]) -> Result<(), StoreError> {
+        let rows = sets
+            .iter()
+            .map(|e| (e.id.0, values::encode_label_set(&e.labels)))
+            .collect();
+        self.put_dict(Dict::LabelSets, tenant, rows).await
+    }
+
+    async fn put_executables(
+        &self,
+        tenant: &str,
+        executables: &[Executable],
+    ) -> Result<(), StoreError> {
+        // A file id given twice in one call: the last one wins, as the
+        // writes would otherwise race.
+        let rows: HashMap<u128, Vec<u8>> = executables
+            .iter()
+            .map(|e| (e.file_id.0, values::encode_executable(e)))
+            .collect();
+        self.put_dict(Dict::Executables, tenant, rows.into_iter().collect())
+            .await
+    }
+
+    async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError> {
+        let batches = layout::sample_batches(samples, self.inner.sample_shards);
+        if batches.is_empty() {
+            return Ok(());
+        }
+        // Hours first: a scan finds an hour whose samples exist (an hour
+        // row without samples, left by a failed write, costs one empty
+        // read).
+        let session = &self.inner.session;
+        let insert_hour = &self.inner.statements.insert_sample_hour;
+        let hours: Vec<_> = layout::hours_of(&batches)
+            .into_iter()
+            .map(|hour| async move {
+                session
+                    .execute_unpaged(insert_hour, (scope.tenant(), scope.project(), hour))
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::scylla("write sample hours", e))
+            })
+            .collect();
+        run_all(hours).await?;
+        let writes: Vec<_> = batches
+            .iter()
+            .map(|batch| self.put_sample_batch(scope, batch))
+            .collect();
+        run_all(writes).await.map(drop)
+    }
+
+    async fn get_frames(
+        &self,
+        tenant: &str,
+        ids: &[FrameId],
+    ) -> Result<Vec<Option<Frame>>, StoreError> {
+        let ids: Vec<u128> = ids.iter().map(|id| id.0).collect();
+        self.get_dict(Dict::Frames, tenant, &ids, |_, bytes| {
+            values::decode_frame(bytes)
+        })
+        .await
+    }
+
+    async fn get_stacks(
+        &self,
+        tenant: &str,
+        ids: &[StackId],
+    ) -> Result<Vec<Option<Vec<FrameId>>>, StoreError> {
+        let ids: Vec<u128> = ids.iter().map(|id| id.0).collect();
+        self.get_dict(Dict::Stacks, tenant, &ids, |_, bytes| {
+            values::decode_stack(bytes)
+        })
+        .await
+    }
+
+    async fn get_label_sets(
+        &self,
+        tenant: &str,
+        ids: &[LabelSetId],
+    ) -> Result<Vec<Option<LabelSet>>, StoreError> {
+        let ids: Vec<u128> = ids.iter().map(|id| id.0).collect();
+        self.get_dict(Dict::LabelSets, tenant, &ids, |_, bytes| {
+            values::decode_label_set(bytes)
+        })
+        .await
+    }
+
+    async fn get_executables(
+        &self,
+        tenant: &str,
+        ids: &[FileId],
+    ) -> Result<Vec<Option<Executable>>, StoreError> {
+        let ids: Vec<u128> = ids.iter().map(|id| id.0).collect();
+        self.get_dict(Dict::Executables, tenant, &ids, |id, bytes| {
+            values::decode_executable(FileId(id), bytes)
+        })
+        .await
+    }
+
+    async fn scan_samples(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredSample>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        // `to_ns` is exclusive; `to_ns - 1` cannot overflow as `to_ns > from_ns`.
+        let hours = self
+            .sample_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .await?;
+        let mut scans = Vec::with_capacity(hours.len() * self.inner.sample_shards as usize);
+        for hour in hours {
+            for shard in 0..self.inner.sample_shards {
+                scans.push(self.scan_partition(scope, (hour, shard), from_ns, to_ns));
+            }
+        }
+        let parts = run_all(scans).await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// Does nothing more: every write returned once `LOCAL_QUORUM`
+    /// replicas acknowledged it. A replica acknowledges once the write is
+    /// in its commit log; with ScyllaDB's default periodic commit-log sync
+    /// the durability of an acknowledged write is its replication (a
+    /// quorum of replicas losing power within the sync period loses it),
+    /// which a client cannot strengthen. Run with `commitlog_sync: batch`
+    /// where that matters.
+    async fn sync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
