@@ -4,8 +4,9 @@
 //! Memory is bounded by the table limits in [`Limits`]: entries that do not
 //! fit are counted ([`Counters::kernels_over_limit`], …) rather than kept.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::join::Joined;
 use crate::pcsampling::PcSample;
@@ -78,9 +79,9 @@ struct PcKey {
 #[derive(Debug)]
 pub struct Aggregator {
     limits: Limits,
-    kernels: HashMap<KernelKey, KernelSum>,
-    pc: HashMap<PcKey, u64>,
-    function_names: HashMap<String, Arc<str>>,
+    kernels: FxHashMap<KernelKey, KernelSum>,
+    pc: FxHashMap<PcKey, u64>,
+    function_names: FxHashMap<String, Arc<str>>,
     stall_reasons: Vec<StallReasonName>,
     stall_reasons_sent: bool,
     cubins: Vec<Cubin>,
@@ -95,9 +96,9 @@ impl Aggregator {
     pub fn new(limits: Limits) -> Self {
         Self {
             limits,
-            kernels: HashMap::new(),
-            pc: HashMap::new(),
-            function_names: HashMap::new(),
+            kernels: FxHashMap::default(),
+            pc: FxHashMap::default(),
+            function_names: FxHashMap::default(),
             stall_reasons: Vec::new(),
             stall_reasons_sent: false,
             cubins: Vec::new(),

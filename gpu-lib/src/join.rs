@@ -11,7 +11,9 @@
 //! A graph launch has one correlation id for all of its kernels, so its
 //! entry stays until it is evicted rather than going at the first match.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use crate::activity::KernelRecord;
 
@@ -187,7 +189,7 @@ impl Joiner {
 /// bounded too.
 #[derive(Debug)]
 struct Table<T> {
-    map: HashMap<u32, (u64, T)>,
+    map: FxHashMap<u32, (u64, T)>,
     order: VecDeque<(u64, u32)>,
     next_seq: u64,
 }
@@ -195,7 +197,7 @@ struct Table<T> {
 impl<T> Default for Table<T> {
     fn default() -> Self {
         Self {
-            map: HashMap::new(),
+            map: FxHashMap::default(),
             order: VecDeque::new(),
             next_seq: 0,
         }
