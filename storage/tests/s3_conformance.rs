@@ -106,6 +106,9 @@ async fn errors_name_the_bucket_the_key_and_the_reason() {
         "{cause}"
     );
     assert!(store.check().await.is_err());
+    // A missing bucket is an error, not an absent object.
+    let err = store.get(&key).await.unwrap_err();
+    assert!(format!("{err:?}").contains("NoSuchBucket"), "{err:?}");
 
     let wrong_secret = kiln_storage::S3Config::from_url_and_env(&url, |name| match name {
         "AWS_SECRET_ACCESS_KEY" => Some("0".repeat(64)),

@@ -133,10 +133,13 @@ impl ObjectStore for S3ObjectStore {
             .get_object(key)
             .await
             .map_err(|e| self.error(op, key, e))?;
-        match response.status_code() {
-            404 => Ok(None),
+        let status = response.status_code();
+        let body = response.into_bytes();
+        match status {
+            // A 404 means "no such key", unless the bucket itself is
+            // missing: that is a misconfiguration, not an absent object.
+            404 if !names_missing_bucket(&body) => Ok(None),
             status => {
-                let body = response.into_bytes();
                 ensure_success(status, body.clone()).map_err(|e| self.error(op, key, e))?;
                 Ok(Some(body))
             }
@@ -219,6 +222,12 @@ impl fmt::Debug for S3ObjectStore {
     }
 }
 
+/// Whether an S3 error body is `NoSuchBucket`.
+fn names_missing_bucket(body: &[u8]) -> bool {
+    const CODE: &[u8] = b"<Code>NoSuchBucket</Code>";
+    body.windows(CODE.len()).any(|w| w == CODE)
+}
+
 /// `Ok` for a 2xx status; else the client's error for an HTTP failure,
 /// with the server's response body (its XML error names the cause, such as
 /// `NoSuchBucket` or `AccessDenied`).
@@ -298,6 +307,16 @@ mod tests {
             "{cause}"
         );
         assert!(ensure_success(204, Bytes::new()).is_ok());
+    }
+
+    #[test]
+    fn a_missing_bucket_is_told_from_a_missing_key() {
+        let body = b"<?xml version=\"1.0\"?><Error><Code>NoSuchBucket</Code></Error>";
+        assert!(names_missing_bucket(body));
+        assert!(!names_missing_bucket(
+            b"<Error><Code>NoSuchKey</Code></Error>"
+        ));
+        assert!(!names_missing_bucket(b""));
     }
 
     /// A server that cannot be reached fails the request with an error
