@@ -29,6 +29,8 @@ command -v clang >/dev/null || need_apt+=(clang)
 command -v llvm-symbolizer >/dev/null || need_apt+=(llvm)
 # glibc's debug file, for the symbolizer's agreement test on glibc.
 dpkg -s libc6-dbg >/dev/null 2>&1 || need_apt+=(libc6-dbg)
+# A debuginfod server for the symbolizer's debuginfod fallback test.
+command -v debuginfod >/dev/null || need_apt+=(debuginfod)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -24,12 +24,18 @@ impl Server {
 
     /// Starts `kiln up` with `extra` flags.
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+        Server::start_with_env(data_dir, extra, &[])
+    }
+
+    /// Starts `kiln up` with `extra` flags and environment variables.
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(["up", "--listen", "127.0.0.1:0"])
             .args(extra)
             .arg("--data-dir")
             .arg(data_dir)
             .env("KILN_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -23,9 +23,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod debuginfod;
 mod extract;
 mod fileid;
 pub mod ksym;
+mod service;
+mod stored;
 mod table;
 
 pub use extract::{
@@ -33,4 +36,8 @@ pub use extract::{
 };
 pub use fileid::file_id;
 pub use ksym::{Frame, Ksym, KsymError};
+pub use service::{
+    FileAddrs, Resolve, Resolved, ResolvedFrame, Symbolizer, SymbolizerConfig, SymbolsStored,
+};
+pub use stored::{StoredError, StoredSymbols, build_stored, decode_stored};
 pub use table::{Function, Inline, LineRow, NONE, Range, SourceFile, SymbolTable, join_path};

@@ -10,6 +10,8 @@
 //! | GET | `/api/v1/labels?from&to` | label names and values |
 //! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 |
 //! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored |
+//! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols, else 404 |
+//! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) |
 //! | GET | `/healthz` | liveness |
 //!
 //! Query parameters other than the reserved ones are label filters
@@ -69,6 +71,14 @@ pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
                     .route("/top", web::get().to(query::top))
                     .route("/timeline", web::get().to(query::timeline))
                     .route("/labels", web::get().to(query::labels))
+                    .route(
+                        "/symbols/global/{file_id}",
+                        web::head().to(symbols::exists_global),
+                    )
+                    .route(
+                        "/symbols/global/{file_id}",
+                        web::put().to(symbols::upload_global),
+                    )
                     .route("/symbols/{file_id}", web::head().to(symbols::exists))
                     .route("/symbols/{file_id}", web::put().to(symbols::upload)),
             )

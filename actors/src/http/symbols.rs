@@ -1,24 +1,28 @@
-//! Symbol upload: `HEAD` and `PUT /api/v1/symbols/{file_id}`.
+//! Symbol upload: `HEAD` and `PUT /api/v1/symbols/{file_id}` (the
+//! caller's tenant), and `HEAD` and `PUT /api/v1/symbols/global/{file_id}`
+//! (the global store of public distro libraries, which `kiln symbols
+//! crawl` fills).
 //!
 //! The body of a `PUT` is an ELF file (or its separate debug file, which
 //! carries the same build id). The server extracts its symbols itself and
-//! stores them as zstd-compressed ksym under the caller's tenant, so that
-//! what is stored is always well-formed, whatever the client sent.
+//! stores them as zstd-compressed ksym, so that what is stored is always
+//! well-formed, whatever the client sent.
+//!
+//! Global writes change what every tenant sees: once tenancy has
+//! credentials, they must need an admin one. The embedded server has a
+//! single tenant and no keys, so today anyone who can upload can.
 
 use std::path::Path;
 
 use actix_web::{HttpResponse, web};
 use kiln_model::FileId;
 use kiln_storage::ObjectKey;
-use kiln_symbolizer_workers::{ExtractOptions, Ksym, extract_bytes, file_id, ksym};
+use kiln_symbolizer_workers::{StoredError, build_stored, file_id};
 use serde::Serialize;
 
 use super::AppState;
 use super::error::ApiError;
 use crate::query::SymbolsStored;
-
-/// zstd level of stored ksym files: written once, read often.
-const ZSTD_LEVEL: i32 = 9;
 
 /// What a `PUT` stored.
 #[derive(Debug, Serialize)]
@@ -52,10 +56,28 @@ pub(crate) async fn exists(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path)?;
-    for key in [tenant_key(&state, id)?, ObjectKey::global_symbols(id)] {
+    any_exists(
+        &state,
+        &[tenant_key(&state, id)?, ObjectKey::global_symbols(id)],
+    )
+    .await
+}
+
+/// `HEAD /api/v1/symbols/global/{file_id}`: 200 when the global store has
+/// symbols for the file, else 404.
+pub(crate) async fn exists_global(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_id(&path)?;
+    any_exists(&state, &[ObjectKey::global_symbols(id)]).await
+}
+
+async fn any_exists(state: &AppState, keys: &[ObjectKey]) -> Result<HttpResponse, ApiError> {
+    for key in keys {
         let found = state
             .objects
-            .exists(&key)
+            .exists(key)
             .await
             .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
         if found {
@@ -66,8 +88,8 @@ pub(crate) async fn exists(
 }
 
 /// `PUT /api/v1/symbols/{file_id}` with the ELF as the body: extracts,
-/// checks and stores its symbols. Idempotent: the same file gives the same
-/// bytes.
+/// checks and stores its symbols for the caller's tenant. Idempotent: the
+/// same file gives the same bytes.
 pub(crate) async fn upload(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -75,6 +97,30 @@ pub(crate) async fn upload(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path)?;
     let key = tenant_key(&state, id)?;
+    let tenant = Some(state.scope.tenant().to_owned());
+    store(&state, id, key, tenant, body).await
+}
+
+/// `PUT /api/v1/symbols/global/{file_id}`: as [`upload`], into the global
+/// store that every tenant's queries fall back to.
+pub(crate) async fn upload_global(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_id(&path)?;
+    store(&state, id, ObjectKey::global_symbols(id), None, body).await
+}
+
+/// Builds the symbols of `body` (which must be file `id`), stores them
+/// under `key` and tells the query side, for `tenant` (`None`: all).
+async fn store(
+    state: &AppState,
+    id: FileId,
+    key: ObjectKey,
+    tenant: Option<String>,
+    body: web::Bytes,
+) -> Result<HttpResponse, ApiError> {
     // Extraction and compression are CPU-bound: off the event loop.
     let built = web::block(move || build(id, &body))
         .await
@@ -90,45 +136,26 @@ pub(crate) async fn upload(
         .put(&key, built.compressed.into())
         .await
         .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
-    tracing::info!(file_id = %id, ranges = stored.ranges, bytes = stored.bytes, "symbols stored");
+    tracing::info!(file_id = %id, key = key.as_str(), ranges = stored.ranges, bytes = stored.bytes, "symbols stored");
     // Queries show the new names from now on.
     state.query.do_send(SymbolsStored {
-        tenant: state.scope.tenant().to_owned(),
+        tenant,
         file_id: id,
     });
     Ok(HttpResponse::Ok().json(stored))
 }
 
-struct Built {
-    compressed: Vec<u8>,
-    ranges: usize,
-    dwarf: bool,
-}
-
-fn build(id: FileId, data: &[u8]) -> Result<Built, ApiError> {
+fn build(id: FileId, data: &[u8]) -> Result<kiln_symbolizer_workers::StoredSymbols, ApiError> {
     let actual = file_id(data);
     if actual != id {
         return Err(ApiError::bad_request(format!(
             "the body's file id is {actual}, not {id}: upload the file the id was computed from (or its debug file, same build id)"
         )));
     }
-    // The server never looks for debug files of its own: what a tenant
-    // uploads is all that goes into its symbols.
-    let options = ExtractOptions {
-        no_debug_file: true,
-        ..ExtractOptions::default()
-    };
-    let extracted = extract_bytes(Path::new("upload"), data, &options)
-        .map_err(|e| ApiError::bad_request(format!("not usable as symbols: {e}")))?;
-    let bytes = ksym::encode(&extracted.table);
-    let ranges = Ksym::open(&bytes)
-        .and_then(|k| k.verify().map(|()| k.len()))
-        .map_err(|e| ApiError::Internal(format!("the ksym written does not verify: {e}")))?;
-    let compressed = zstd::encode_all(&bytes[..], ZSTD_LEVEL)
-        .map_err(|e| ApiError::Internal(format!("compressing symbols: {e}")))?;
-    Ok(Built {
-        compressed,
-        ranges,
-        dwarf: extracted.dwarf_bytes > 0,
+    // The server never looks for debug files of its own: what is uploaded
+    // is all that goes into the symbols.
+    build_stored(Path::new("upload"), data).map_err(|e| match e {
+        StoredError::Extract(e) => ApiError::bad_request(format!("not usable as symbols: {e}")),
+        e => ApiError::Internal(format!("building symbols: {e}")),
     })
 }

@@ -30,10 +30,6 @@ impl<K: Eq + Hash, V> BoundedCache<K, V> {
         self.map.insert(key, value);
     }
 
-    pub(crate) fn remove(&mut self, key: &K) {
-        self.map.remove(key);
-    }
-
     pub(crate) fn clear(&mut self) {
         self.map.clear();
     }

@@ -8,7 +8,6 @@ mod aggregator;
 mod cache;
 mod rendezvous;
 mod resolve;
-mod symbolize;
 mod views;
 
 use std::sync::Arc;
@@ -18,6 +17,7 @@ use futures_util::future::join_all;
 use kiln_model::flamewire::Flamewire;
 use kiln_model::{FileId, NANOS_PER_HOUR};
 use kiln_storage::{ObjectStore, ProfileStore, Scope, StoreError};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use aggregator::{Aggregator, Partial, Scan, Want};
 use resolve::Resolver;
@@ -105,8 +105,8 @@ pub struct LabelsQuery(pub QueryRange);
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct SymbolsStored {
-    /// Whose symbols.
-    pub tenant: String,
+    /// Whose symbols; `None` for the global store (every tenant's).
+    pub tenant: Option<String>,
     /// The file.
     pub file_id: FileId,
 }
@@ -127,10 +127,23 @@ struct Cluster {
 
 impl QueryCoordinator {
     /// Starts `aggregators` aggregators, each on an arbiter (thread) of its
-    /// own, and a coordinator over them in the current arbiter.
+    /// own, and a coordinator over them in the current arbiter; symbols
+    /// come from `objects`, with the debuginfod servers of the
+    /// `DEBUGINFOD_URLS` environment variable as a fallback
+    /// ([`SymbolizerConfig::from_env`]).
     pub fn start(
         store: Arc<dyn ProfileStore>,
         objects: Arc<dyn ObjectStore>,
+        aggregators: usize,
+    ) -> Addr<QueryCoordinator> {
+        let symbolizer = Symbolizer::spawn(objects, SymbolizerConfig::from_env());
+        Self::start_with_symbolizer(store, symbolizer, aggregators)
+    }
+
+    /// Like [`start`](Self::start), with frames symbolized by `symbolizer`.
+    pub fn start_with_symbolizer(
+        store: Arc<dyn ProfileStore>,
+        symbolizer: Addr<Symbolizer>,
         aggregators: usize,
     ) -> Addr<QueryCoordinator> {
         let mut addrs = Vec::new();
@@ -146,7 +159,7 @@ impl QueryCoordinator {
             cluster: Arc::new(Cluster {
                 aggregators: addrs,
                 names,
-                resolver: Resolver::new(store, objects),
+                resolver: Resolver::new(store, symbolizer),
             }),
         }
         .start()
@@ -190,7 +203,7 @@ impl Handler<SymbolsStored> for QueryCoordinator {
     fn handle(&mut self, msg: SymbolsStored, _: &mut Context<Self>) {
         self.cluster
             .resolver
-            .symbols_stored(&msg.tenant, msg.file_id);
+            .symbols_stored(msg.tenant.as_deref(), msg.file_id);
     }
 }
 

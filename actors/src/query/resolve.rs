@@ -3,11 +3,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use kiln_model::{FileId, Frame, FrameId, FrameKind, StackId};
-use kiln_storage::{ObjectStore, ProfileStore, StoreError};
+use actix::Addr;
+use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, StackId};
+use kiln_storage::{ProfileStore, StoreError};
+use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer, SymbolsStored};
 
+use super::QueryError;
 use super::cache::BoundedCache;
-use super::symbolize::{Symbol, Symbolizer};
 
 /// A frame as shown: kind, name and where it lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -58,13 +60,16 @@ enum Entry {
     Address(Address),
 }
 
-/// An address frame, with the name of its executable.
+/// An address frame, with the name and build id of its executable.
 #[derive(Debug, Clone)]
 struct Address {
     kind: FrameKind,
     file_id: FileId,
     addr: u64,
     module: Option<String>,
+    /// In hex, as the agent reported it: lets the symbolizer ask
+    /// debuginfod for the file's symbols.
+    build_id: Option<String>,
 }
 
 /// Cached stacks and frames, keyed by tenant and id.
@@ -75,7 +80,7 @@ type FrameCache = BoundedCache<(String, FrameId), Entry>;
 #[derive(Debug)]
 pub(crate) struct Resolver {
     store: Arc<dyn ProfileStore>,
-    symbolizer: Symbolizer,
+    symbolizer: Addr<Symbolizer>,
     stacks: Mutex<StackCache>,
     frames: Mutex<FrameCache>,
 }
@@ -85,10 +90,10 @@ pub(crate) struct Resolver {
 pub(crate) type Resolved = HashMap<StackId, Vec<Arc<FrameLabel>>>;
 
 impl Resolver {
-    pub(crate) fn new(store: Arc<dyn ProfileStore>, objects: Arc<dyn ObjectStore>) -> Self {
+    pub(crate) fn new(store: Arc<dyn ProfileStore>, symbolizer: Addr<Symbolizer>) -> Self {
         Self {
             store,
-            symbolizer: Symbolizer::new(objects),
+            symbolizer,
             stacks: Mutex::new(BoundedCache::new(CACHE_SIZE)),
             frames: Mutex::new(BoundedCache::new(CACHE_SIZE)),
         }
@@ -98,8 +103,13 @@ impl Resolver {
     /// the debug file after the stripped binary). Its loaded symbols and
     /// the labels made from them are dropped; the frame cache is cleared
     /// whole, since it is not indexed by file and uploads are rare.
-    pub(crate) fn symbols_stored(&self, tenant: &str, file: FileId) {
-        self.symbolizer.forget(tenant, file);
+    /// `tenant` is `None` for the global store.
+    pub(crate) fn symbols_stored(&self, tenant: Option<&str>, file: FileId) {
+        // Handled before any lookup sent after it: one mailbox.
+        self.symbolizer.do_send(SymbolsStored {
+            tenant: tenant.map(str::to_owned),
+            file,
+        });
         self.frames.lock().expect("frame cache lock").clear();
     }
 
@@ -110,7 +120,7 @@ impl Resolver {
         &self,
         tenant: &str,
         ids: impl IntoIterator<Item = StackId>,
-    ) -> Result<Resolved, StoreError> {
+    ) -> Result<Resolved, QueryError> {
         let stacks = self.stacks_of(tenant, ids).await?;
         let frame_ids: HashSet<FrameId> = stacks
             .values()
@@ -177,7 +187,7 @@ impl Resolver {
         &self,
         tenant: &str,
         ids: HashSet<FrameId>,
-    ) -> Result<HashMap<FrameId, Labels>, StoreError> {
+    ) -> Result<HashMap<FrameId, Labels>, QueryError> {
         let mut found = HashMap::with_capacity(ids.len());
         let mut addresses = Vec::new();
         let mut missing = Vec::new();
@@ -195,7 +205,7 @@ impl Resolver {
         }
         for chunk in missing.chunks(CHUNK) {
             let frames = self.store.get_frames(tenant, chunk).await?;
-            let modules = self.module_names(tenant, frames.iter().flatten()).await?;
+            let executables = self.executables(tenant, frames.iter().flatten()).await?;
             let mut cache = self.frames.lock().expect("frame cache lock");
             for (&id, frame) in chunk.iter().zip(frames) {
                 match frame {
@@ -203,15 +213,19 @@ impl Resolver {
                         kind,
                         file_id,
                         addr,
-                    }) => addresses.push((
-                        id,
-                        Address {
-                            kind,
-                            file_id,
-                            addr,
-                            module: modules.get(&file_id).cloned(),
-                        },
-                    )),
+                    }) => {
+                        let executable = executables.get(&file_id);
+                        addresses.push((
+                            id,
+                            Address {
+                                kind,
+                                file_id,
+                                addr,
+                                module: executable.map(|e| e.name.clone()),
+                                build_id: executable.and_then(|e| e.build_id.clone()),
+                            },
+                        ))
+                    }
                     Some(frame) => {
                         let labels: Labels = Arc::new([Arc::new(named_label(frame))]) as _;
                         cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
@@ -228,23 +242,41 @@ impl Resolver {
         Ok(found)
     }
 
-    /// Labels for address frames: grouped by file, one batched lookup per
-    /// file. Frames whose file has symbols are cached for good; the others
-    /// keep their address entry, to be tried again by a later query.
+    /// Labels for address frames: grouped by file, all files in one
+    /// batched lookup. Frames whose file has symbols are cached for good;
+    /// the others keep their address entry, to be tried again by a later
+    /// query.
     async fn symbolize(
         &self,
         tenant: &str,
         addresses: Vec<(FrameId, Address)>,
-    ) -> Result<Vec<(FrameId, Labels)>, StoreError> {
+    ) -> Result<Vec<(FrameId, Labels)>, QueryError> {
         let mut by_file: HashMap<FileId, Vec<(FrameId, Address)>> = HashMap::new();
         for (id, a) in addresses {
             by_file.entry(a.file_id).or_default().push((id, a));
         }
+        if by_file.is_empty() {
+            return Ok(Vec::new());
+        }
+        let by_file: Vec<_> = by_file.into_values().collect();
+        let files = by_file
+            .iter()
+            .map(|frames| FileAddrs {
+                file: frames[0].1.file_id,
+                build_id: frames[0].1.build_id.clone(),
+                addrs: frames.iter().map(|(_, a)| a.addr).collect(),
+            })
+            .collect();
+        let resolved = self
+            .symbolizer
+            .send(Resolve {
+                tenant: tenant.to_owned(),
+                files,
+            })
+            .await??;
         let mut out = Vec::new();
-        for (file, frames) in by_file {
-            let addrs: Vec<u64> = frames.iter().map(|(_, a)| a.addr).collect();
-            let chains = self.symbolizer.lookup(tenant, file, &addrs).await?;
-            let mut cache = self.frames.lock().expect("frame cache lock");
+        let mut cache = self.frames.lock().expect("frame cache lock");
+        for (frames, chains) in by_file.into_iter().zip(resolved) {
             match chains {
                 Some(chains) => {
                     for ((id, a), chain) in frames.into_iter().zip(chains) {
@@ -265,12 +297,12 @@ impl Resolver {
         Ok(out)
     }
 
-    /// Names of the executables that address frames point into.
-    async fn module_names(
+    /// The executables that address frames point into, by file id.
+    async fn executables(
         &self,
         tenant: &str,
         frames: impl Iterator<Item = &Frame>,
-    ) -> Result<HashMap<FileId, String>, StoreError> {
+    ) -> Result<HashMap<FileId, Executable>, StoreError> {
         let files: Vec<FileId> = frames
             .filter_map(|f| match f {
                 Frame::Address { file_id, .. } => Some(*file_id),
@@ -286,7 +318,7 @@ impl Resolver {
         Ok(files
             .into_iter()
             .zip(executables)
-            .filter_map(|(id, e)| e.map(|e| (id, e.name)))
+            .filter_map(|(id, e)| e.map(|e| (id, e)))
             .collect())
     }
 }
@@ -315,6 +347,7 @@ fn named_label(frame: Frame) -> FrameLabel {
             file_id,
             addr,
             module: None,
+            build_id: None,
         }),
     }
 }
@@ -336,7 +369,7 @@ fn address_label(a: &Address) -> FrameLabel {
 
 /// One label per inline level (outermost first); the address label when
 /// the symbols do not cover the address.
-fn symbolized_labels(a: &Address, chain: Vec<Symbol>) -> Labels {
+fn symbolized_labels(a: &Address, chain: Vec<ResolvedFrame>) -> Labels {
     if chain.is_empty() {
         return Arc::new([Arc::new(address_label(a))]);
     }

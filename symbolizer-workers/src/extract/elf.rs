@@ -1,6 +1,8 @@
 //! What the ELF itself says: executable sections and function symbols.
 
-use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind, SymbolSection};
+use object::{
+    Object, ObjectSection, ObjectSymbol, SectionFlags, SectionKind, SymbolKind, SymbolSection,
+};
 
 use super::demangle;
 use super::intern::Interner;
@@ -23,14 +25,25 @@ pub struct Symbol {
 ///
 /// DWARF of code the linker discarded keeps "tombstone" addresses (0, or
 /// -1/-2 in DWARF 5); anything outside these ranges is such code.
+///
+/// In a separate debug file the code sections are `SHT_NOBITS` (their
+/// bytes stayed in the stripped file) but keep their addresses and the
+/// executable flag: they count, so that a debug file alone (from a distro
+/// package or debuginfod) yields its symbols.
 pub fn text_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = file
         .sections()
-        .filter(|s| s.kind() == SectionKind::Text && s.size() > 0)
+        .filter(|s| (s.kind() == SectionKind::Text || is_exec_alloc(s.flags())) && s.size() > 0)
         .map(|s| (s.address(), s.address().saturating_add(s.size())))
         .collect();
     ranges.sort_unstable();
     ranges
+}
+
+/// Whether ELF section flags say "allocated, executable".
+fn is_exec_alloc(flags: SectionFlags) -> bool {
+    let want = object::elf::SHF_ALLOC.0 | object::elf::SHF_EXECINSTR.0;
+    matches!(flags, SectionFlags::Elf { sh_flags, .. } if sh_flags.0 & want == want)
 }
 
 /// Whether `[start, end)` lies within one of `text` (sorted ranges).

@@ -1,0 +1,294 @@
+//! Loading symbol files: the tenant's own, else the global one, else —
+//! when debuginfod servers are configured and the file's build id is
+//! known — fetched from debuginfod into the global store.
+//!
+//! Loaded files are kept decompressed in a cache bounded by bytes; files
+//! without symbols are remembered for [`SymbolizerConfig::missing_ttl`]
+//! so a query does not go to the object store for each of them, and an
+//! upload shows within that time (at once when [`Loader::forget`] is
+//! told).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use kiln_model::FileId;
+use kiln_storage::{ObjectKey, ObjectStore, StoreError};
+use tokio::sync::{Semaphore, oneshot};
+
+use super::SymbolizerConfig;
+use super::expiring::ExpiringSet;
+use crate::debuginfod::Debuginfod;
+use crate::stored::{build_stored, decode_stored};
+
+/// Files a "missing" set remembers before it is trimmed.
+const MISSING_CAPACITY: usize = 1 << 16;
+
+type Key = (String, FileId);
+
+/// Weighs cached files by their bytes, so the bound is on memory.
+#[derive(Debug, Clone, Copy)]
+struct ByBytes;
+
+impl quick_cache::Weighter<Key, Arc<[u8]>> for ByBytes {
+    fn weight(&self, _: &Key, bytes: &Arc<[u8]>) -> u64 {
+        bytes.len().max(1) as u64
+    }
+}
+
+/// Loads and caches verified, decompressed ksym bytes.
+#[derive(Debug)]
+pub(crate) struct Loader {
+    objects: Arc<dyn ObjectStore>,
+    loaded: quick_cache::sync::Cache<Key, Arc<[u8]>, ByBytes>,
+    /// (tenant, file) found without symbols, and when.
+    missing: Mutex<ExpiringSet<Key>>,
+    remote: Option<Remote>,
+}
+
+/// The debuginfod fallback and its bookkeeping.
+#[derive(Debug)]
+struct Remote {
+    client: Debuginfod,
+    /// Build ids no server had (or none could be asked for), by file.
+    not_found: Mutex<ExpiringSet<FileId>>,
+    /// Files being fetched now: a second query does not fetch again.
+    in_flight: Mutex<HashSet<FileId>>,
+    /// Fetches running at once.
+    permits: Semaphore,
+    config: SymbolizerConfig,
+}
+
+impl Loader {
+    pub(crate) fn new(objects: Arc<dyn ObjectStore>, config: SymbolizerConfig) -> Self {
+        let loaded =
+            quick_cache::sync::Cache::with_weighter(64, config.cache_bytes.max(1), ByBytes);
+        let remote = config.debuginfod.clone().map(|client| Remote {
+            client,
+            not_found: Mutex::new(ExpiringSet::new(
+                config.debuginfod_missing_ttl,
+                MISSING_CAPACITY,
+            )),
+            in_flight: Mutex::new(HashSet::new()),
+            permits: Semaphore::new(config.debuginfod_concurrency.max(1)),
+            config: config.clone(),
+        });
+        Self {
+            objects,
+            loaded,
+            missing: Mutex::new(ExpiringSet::new(config.missing_ttl, MISSING_CAPACITY)),
+            remote,
+        }
+    }
+
+    /// Forgets what is known of `file`'s symbols for `tenant` (for every
+    /// tenant when `None`): new ones were stored.
+    pub(crate) fn forget(&self, tenant: Option<&str>, file: FileId) {
+        let concerned = |k: &Key| k.1 == file && tenant.is_none_or(|t| k.0 == t);
+        self.loaded.retain(|k, _| !concerned(k));
+        self.missing
+            .lock()
+            .expect("missing lock")
+            .retain(|k| !concerned(k));
+    }
+
+    /// The symbols of `file` for `tenant`; `build_id` (hex), when known,
+    /// lets debuginfod be asked for files that have none.
+    pub(crate) async fn load(
+        self: &Arc<Self>,
+        tenant: &str,
+        file: FileId,
+        build_id: Option<&str>,
+    ) -> Result<Option<Arc<[u8]>>, StoreError> {
+        let key = (tenant.to_owned(), file);
+        if let Some(bytes) = self.loaded.get(&key) {
+            return Ok(Some(bytes));
+        }
+        if self.missing.lock().expect("missing lock").contains(&key) {
+            return Ok(None);
+        }
+        let mut found = self.fetch(tenant, file).await?;
+        if found.is_none()
+            && let Some(build_id) = build_id
+            && self.ask_debuginfod(file, build_id).await
+        {
+            found = self.fetch(tenant, file).await?;
+        }
+        match &found {
+            Some(bytes) => self.loaded.insert(key, bytes.clone()),
+            None => self.missing.lock().expect("missing lock").insert(key),
+        }
+        Ok(found)
+    }
+
+    /// The tenant's symbols, else the global ones, decompressed and
+    /// verified. A stored file that does not verify is logged and treated
+    /// as missing: a query must not fail because of one bad upload.
+    async fn fetch(&self, tenant: &str, file: FileId) -> Result<Option<Arc<[u8]>>, StoreError> {
+        for key in [
+            ObjectKey::tenant_symbols(tenant, file)?,
+            ObjectKey::global_symbols(file),
+        ] {
+            let Some(compressed) = self.objects.get(&key).await? else {
+                continue;
+            };
+            // Decompressing and verifying a large file is CPU work: off
+            // the actor's thread.
+            match tokio::task::spawn_blocking(move || decode_stored(&compressed)).await {
+                Ok(Ok(bytes)) => return Ok(Some(bytes.into())),
+                Ok(Err(e)) => {
+                    tracing::warn!(key = key.as_str(), error = %e, "unusable symbol file");
+                }
+                Err(e) => tracing::warn!(key = key.as_str(), error = %e, "symbol decoder failed"),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Starts fetching `file` from debuginfod, unless that is pointless or
+    /// already under way, and waits for it at most the configured budget;
+    /// `true` when its symbols were stored within that time. A fetch that
+    /// takes longer goes on, and later queries find what it stored.
+    async fn ask_debuginfod(self: &Arc<Self>, file: FileId, build_id: &str) -> bool {
+        let Some(remote) = &self.remote else {
+            return false;
+        };
+        // The build id must be the one the file id was made from: ids come
+        // from agents, which are not trusted to name the file truthfully.
+        let Some(build_id) = parse_hex(build_id) else {
+            return false;
+        };
+        if FileId::from_build_id(&build_id) != file {
+            return false;
+        }
+        if remote
+            .not_found
+            .lock()
+            .expect("not-found lock")
+            .contains(&file)
+            || !remote
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .insert(file)
+        {
+            return false;
+        }
+        let (done, stored) = oneshot::channel();
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let result = this.fetch_remote(file, build_id).await;
+            let remote = this.remote.as_ref().expect("remote configured");
+            remote
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .remove(&file);
+            let ok = match result {
+                Ok(true) => {
+                    // Every tenant that looked for this file may look again.
+                    this.missing
+                        .lock()
+                        .expect("missing lock")
+                        .retain(|k| k.1 != file);
+                    true
+                }
+                Ok(false) => {
+                    remote
+                        .not_found
+                        .lock()
+                        .expect("not-found lock")
+                        .insert(file);
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!(file_id = %file, error = %e, "debuginfod fetch failed");
+                    remote
+                        .not_found
+                        .lock()
+                        .expect("not-found lock")
+                        .insert(file);
+                    false
+                }
+            };
+            let _ = done.send(ok);
+        });
+        matches!(
+            tokio::time::timeout(remote.config.debuginfod_wait, stored).await,
+            Ok(Ok(true))
+        )
+    }
+
+    /// Fetches, extracts and stores globally the symbols of `build_id`;
+    /// `false` when no server has it.
+    async fn fetch_remote(&self, file: FileId, build_id: Vec<u8>) -> Result<bool, FetchError> {
+        let remote = self.remote.as_ref().expect("remote configured");
+        let _permit = remote
+            .permits
+            .acquire()
+            .await
+            .expect("semaphore never closed");
+        let client = remote.client.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let Some(fetched) = client.fetch(&build_id)? else {
+                return Ok(None);
+            };
+            let stored = build_stored(Path::new(&fetched.url), &fetched.data)?;
+            Ok::<_, FetchError>(Some((fetched.url, stored)))
+        })
+        .await
+        .map_err(|e| FetchError::Worker(e.to_string()))??;
+        let Some((url, stored)) = built else {
+            return Ok(false);
+        };
+        self.objects
+            .put(&ObjectKey::global_symbols(file), stored.compressed.into())
+            .await?;
+        tracing::info!(
+            file_id = %file,
+            url,
+            ranges = stored.ranges,
+            dwarf = stored.dwarf,
+            "symbols fetched from debuginfod"
+        );
+        Ok(true)
+    }
+}
+
+/// Why a debuginfod fetch stored nothing.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error(transparent)]
+    Debuginfod(#[from] crate::debuginfod::DebuginfodError),
+    #[error("the fetched file is not usable as symbols")]
+    Symbols(#[from] crate::stored::StoredError),
+    #[error("cannot store the fetched symbols")]
+    Store(#[from] StoreError),
+    #[error("fetch worker failed: {0}")]
+    Worker(String),
+}
+
+/// Bytes of a hex string (either case); `None` when it is not hex.
+fn parse_hex(text: &str) -> Option<Vec<u8>> {
+    if text.is_empty() || !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_parses_both_cases_and_refuses_junk() {
+        assert_eq!(parse_hex("aBff00"), Some(vec![0xab, 0xff, 0]));
+        assert_eq!(parse_hex("abc"), None);
+        assert_eq!(parse_hex(""), None);
+        assert_eq!(parse_hex("zz"), None);
+        assert_eq!(parse_hex("é1"), None);
+    }
+}
