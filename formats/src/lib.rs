@@ -30,6 +30,7 @@
 mod builder;
 mod collapsed;
 mod error;
+pub mod export;
 mod format;
 mod module;
 mod options;

@@ -1,5 +1,30 @@
-//! Kiln's web UI: a Leptos client-side app compiled to WebAssembly that
-//! draws `Flamewire` flamegraphs on canvas.
+//! Kiln's web UI: a Leptos client-side app, compiled to WebAssembly, that
+//! explores flamegraphs fetched as `Flamewire` and read in place.
 //!
-//! Not built yet: this crate is a placeholder in the workspace. Until it
-//! lands, `kiln up` serves a small HTML page listing the HTTP API.
+//! The pure parts (layout, search, rewrites, sandwich, diff, URL state,
+//! colours) are plain Rust, tested on the host; the browser parts (canvas,
+//! fetch, components) build on the host too so that the workspace's
+//! clippy covers them, and run only in the browser.
+
+pub mod api;
+pub mod app;
+pub mod canvas;
+pub mod diff;
+pub mod figures;
+pub mod flame_view;
+pub mod graph;
+pub mod layout;
+pub mod load;
+pub mod palette;
+pub mod panels;
+pub mod sandwich;
+pub mod search;
+pub mod state;
+pub mod transform;
+
+/// Entry point of the WebAssembly module: mounts the page.
+#[cfg(target_arch = "wasm32")]
+#[wasm_bindgen::prelude::wasm_bindgen(start)]
+pub fn start() {
+    leptos::mount::mount_to_body(app::App);
+}

@@ -1,0 +1,96 @@
+//! Calls to Kiln's HTTP API from the browser, and the shapes it answers.
+
+use std::collections::BTreeMap;
+
+use js_sys::Uint8Array;
+use serde::Deserialize;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::Response;
+
+/// One row of `GET /api/v1/top`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct TopRow {
+    /// Function name.
+    pub name: String,
+    /// Binary or module.
+    pub module: Option<String>,
+    /// Kind of code (`native`, `kernel`, …).
+    pub kind: String,
+    /// Samples in the function itself.
+    pub self_samples: u64,
+    /// Samples in the function and below.
+    pub total_samples: u64,
+    /// Self, in cores.
+    pub self_cores: f64,
+    /// Total, in cores.
+    pub total_cores: f64,
+}
+
+/// `GET /api/v1/timeline`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Timeline {
+    /// Start of the range, ns since the epoch.
+    pub from_ns: i64,
+    /// End of the range.
+    pub to_ns: i64,
+    /// Width of a point.
+    pub step_ns: i64,
+    /// Points, one per step.
+    pub points: Vec<TimelinePoint>,
+}
+
+/// One step of a [`Timeline`].
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct TimelinePoint {
+    /// Start of the step.
+    pub t_ns: i64,
+    /// Average cores busy.
+    pub cores: f64,
+}
+
+/// `GET /api/v1/labels`: name → value → samples.
+pub type Labels = BTreeMap<String, BTreeMap<String, u64>>;
+
+/// GETs `url` and returns the body, or an error naming the status and the
+/// server's message.
+pub async fn get_bytes(url: &str) -> Result<Vec<u8>, String> {
+    let response = get(url).await?;
+    let buffer = JsFuture::from(response.array_buffer().map_err(js_text)?)
+        .await
+        .map_err(js_text)?;
+    Ok(Uint8Array::new(&buffer).to_vec())
+}
+
+async fn get(url: &str) -> Result<Response, String> {
+    let window = web_sys::window().ok_or("no window")?;
+    let response: Response = JsFuture::from(window.fetch_with_str(url))
+        .await
+        .map_err(|e| format!("cannot reach Kiln ({}): is `kiln up` running?", js_text(e)))?
+        .unchecked_into();
+    if !response.ok() {
+        let message = body_text(&response).await.unwrap_or_default();
+        return Err(format!(
+            "{url} answered {} {}: {message}",
+            response.status(),
+            response.status_text()
+        ));
+    }
+    Ok(response)
+}
+
+async fn body_text(response: &Response) -> Result<String, String> {
+    let text = JsFuture::from(response.text().map_err(js_text)?)
+        .await
+        .map_err(js_text)?;
+    Ok(text.as_string().unwrap_or_default())
+}
+
+/// The message of a JavaScript error value.
+pub fn js_text(value: wasm_bindgen::JsValue) -> String {
+    value
+        .dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| value.as_string())
+        .unwrap_or_else(|| format!("{value:?}"))
+}

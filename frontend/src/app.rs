@@ -1,0 +1,626 @@
+//! The page: toolbar, timeline, flamegraph, side panels; all settings in
+//! the URL, all data from the API.
+
+use std::sync::Arc;
+
+use leptos::ev;
+use leptos::html;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use regex::Regex;
+use wasm_bindgen::JsCast;
+
+use crate::api::{self, Labels, Timeline, TopRow};
+use crate::canvas::Paint;
+use crate::diff::Diff;
+use crate::figures;
+use crate::flame_view::{CanvasHandle, Flame};
+use crate::graph::Graph;
+use crate::load::Load;
+use crate::panels::{LabelFilters, TimelineChart, TopTable};
+use crate::sandwich::sandwich;
+use crate::search::{Search, matched_share};
+use crate::state::{ColorBy, ViewState};
+use crate::transform::Rewrites;
+
+/// A sandwich ready to draw.
+#[derive(Debug, Clone)]
+struct SandwichGraphs {
+    name: String,
+    callers: Arc<Graph>,
+    callees: Arc<Graph>,
+    total: u64,
+    self_count: u64,
+}
+
+/// Fetches `url` whenever `query` changes and keeps the latest answer
+/// (answers to superseded queries are dropped).
+fn fetch_into<T, Q>(
+    query: Memo<Option<Q>>,
+    target: RwSignal<Load<T>>,
+    url: impl Fn(&Q) -> String + Send + Sync + 'static,
+    parse: impl Fn(Vec<u8>) -> Result<T, String> + Copy + 'static,
+) where
+    T: Send + Sync + 'static,
+    Q: Clone + PartialEq + Send + Sync + 'static,
+{
+    Effect::new(move |_| {
+        let Some(q) = query.get() else {
+            return;
+        };
+        target.set(Load::Loading);
+        let url = url(&q);
+        spawn_local(async move {
+            let result = api::get_bytes(&url).await.and_then(parse);
+            if query.get_untracked().as_ref() == Some(&q) {
+                target.set(match result {
+                    Ok(value) => Load::Ready(value),
+                    Err(message) => Load::Failed(message),
+                });
+            }
+        });
+    });
+}
+
+fn parse_graph(bytes: Vec<u8>) -> Result<Arc<Graph>, String> {
+    Graph::from_bytes(&bytes)
+        .map(Arc::new)
+        .map_err(|e| format!("the server sent a flamegraph this page cannot read: {e}"))
+}
+
+fn parse_json<T: for<'de> serde::Deserialize<'de>>(bytes: Vec<u8>) -> Result<T, String> {
+    serde_json::from_slice(&bytes).map_err(|e| format!("unexpected answer from the API: {e}"))
+}
+
+/// Compiles a hide/merge pattern; an empty one is off.
+fn pattern(text: &str, what: &str) -> Result<Option<Regex>, String> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    Regex::new(text)
+        .map(Some)
+        .map_err(|e| format!("{what}: {text:?} is not a regular expression: {e}"))
+}
+
+/// The page.
+#[component]
+pub fn App() -> impl IntoView {
+    let state = RwSignal::new(ViewState::from_query(&current_query()));
+    Effect::new(move |_| replace_query(&state.with(ViewState::to_query)));
+    Effect::new(move |_| {
+        let light = state.with(|s| s.light);
+        if let Some(root) = document().document_element() {
+            let _ = root.set_attribute("data-theme", if light { "light" } else { "dark" });
+        }
+    });
+
+    // Data.
+    let api_query = Memo::new(move |_| Some(state.with(ViewState::api_query)));
+    let base_query = Memo::new(move |_| state.with(|s| s.diffing().then(|| s.base_api_query())));
+    let range_query = Memo::new(move |_| {
+        Some(state.with(|s| {
+            ViewState {
+                labels: Default::default(),
+                ..s.clone()
+            }
+            .api_query()
+        }))
+    });
+    let raw = RwSignal::new(Load::<Arc<Graph>>::Loading);
+    let base_raw = RwSignal::new(Load::<Arc<Graph>>::Loading);
+    let top = RwSignal::new(Load::<Vec<TopRow>>::Loading);
+    let timeline = RwSignal::new(Load::<Timeline>::Loading);
+    let labels = RwSignal::new(Load::<Labels>::Loading);
+    let flamewire = |q: &String| format!("/api/v1/flamegraph?format=flamewire&{q}");
+    fetch_into(api_query, raw, flamewire, parse_graph);
+    fetch_into(base_query, base_raw, flamewire, parse_graph);
+    fetch_into(
+        api_query,
+        top,
+        |q| format!("/api/v1/top?limit=200&{q}"),
+        parse_json,
+    );
+    fetch_into(
+        api_query,
+        timeline,
+        |q| format!("/api/v1/timeline?{q}"),
+        parse_json,
+    );
+    fetch_into(
+        range_query,
+        labels,
+        |q| format!("/api/v1/labels?{q}"),
+        parse_json,
+    );
+
+    // Rewrites, search, diff, sandwich.
+    let rewrite_settings =
+        Memo::new(move |_| state.with(|s| (s.collapse_recursion, s.hide.clone(), s.merge.clone())));
+    let rewrite_error = RwSignal::new(None::<String>);
+    let shown = RwSignal::new(None::<Arc<Graph>>);
+    let base_shown = RwSignal::new(None::<Arc<Graph>>);
+    Effect::new(move |_| {
+        let (collapse_recursion, hide, merge) = rewrite_settings.get();
+        let rewrites = pattern(&hide, "hide").and_then(|hide| {
+            Ok(Rewrites {
+                hide,
+                merge: pattern(&merge, "merge")?,
+                collapse_recursion,
+            })
+        });
+        let rewrites = match rewrites {
+            Ok(r) => {
+                rewrite_error.set(None);
+                r
+            }
+            Err(message) => {
+                rewrite_error.set(Some(message));
+                Rewrites::default()
+            }
+        };
+        let apply = |g: &Arc<Graph>| {
+            if rewrites.is_empty() {
+                g.clone()
+            } else {
+                Arc::new(rewrites.apply(g))
+            }
+        };
+        shown.set(raw.with(|r| r.ready().map(apply)));
+        base_shown.set(base_raw.with(|r| r.ready().map(apply)));
+    });
+    let search_text = Memo::new(move |_| state.with(|s| s.search.clone()));
+    let matched = RwSignal::new(None::<f64>);
+    let paint = RwSignal::new(Arc::new(Paint::default()));
+    Effect::new(move |_| {
+        let graph = shown.get();
+        let search = Search::new(&search_text.get());
+        let (color, light, diffing) = state.with(|s| (s.color, s.light, s.diffing()));
+        let matches = graph
+            .as_ref()
+            .zip(search.as_ref())
+            .map(|(g, s)| s.frame_mask(g));
+        matched.set(
+            graph
+                .as_ref()
+                .zip(matches.as_ref())
+                .map(|(g, m)| matched_share(g, m)),
+        );
+        let diff = match (diffing, &graph, base_shown.get()) {
+            (true, Some(now), Some(base)) => Some(Diff::new(now, &base)),
+            _ => None,
+        };
+        paint.set(Arc::new(Paint {
+            color,
+            matches,
+            diff,
+            light,
+        }));
+    });
+    let sandwich_name = Memo::new(move |_| state.with(|s| s.sandwich.clone()));
+    let sandwich_graphs = RwSignal::new(None::<SandwichGraphs>);
+    Effect::new(move |_| {
+        let name = sandwich_name.get();
+        let found = shown.with(|g| {
+            g.as_ref()
+                .filter(|_| !name.is_empty())
+                .and_then(|g| sandwich(g, &name))
+        });
+        sandwich_graphs.set(found.map(|s| SandwichGraphs {
+            name,
+            callers: Arc::new(s.callers),
+            callees: Arc::new(s.callees),
+            total: s.total,
+            self_count: s.self_count,
+        }));
+    });
+
+    // Keyboard shortcuts.
+    let reset = RwSignal::new(0u32);
+    let search_ref = NodeRef::<html::Input>::new();
+    let keys = window_event_listener(ev::keydown, move |e| {
+        let typing = e
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
+            .is_some_and(|t| matches!(t.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
+        if e.key() == "Escape" {
+            state.update(|s| {
+                s.search.clear();
+                s.focus.clear();
+                s.sandwich.clear();
+            });
+            reset.update(|n| *n += 1);
+            if let Some(input) = search_ref.get_untracked() {
+                let _ = input.blur();
+            }
+            return;
+        }
+        if typing || e.ctrl_key() || e.meta_key() || e.alt_key() {
+            return;
+        }
+        match e.key().as_str() {
+            "/" => {
+                e.prevent_default();
+                if let Some(input) = search_ref.get_untracked() {
+                    let _ = input.focus();
+                }
+            }
+            "r" => {
+                state.update(|s| s.focus.clear());
+                reset.update(|n| *n += 1);
+            }
+            "f" => state.update(|s| s.icicle = !s.icicle),
+            "t" => state.update(|s| s.light = !s.light),
+            "c" => state.update(|s| {
+                s.color = match s.color {
+                    ColorBy::Kind => ColorBy::Binary,
+                    ColorBy::Binary => ColorBy::Kind,
+                }
+            }),
+            _ => {}
+        }
+    });
+    on_cleanup(move || keys.remove());
+
+    let main_canvas: CanvasHandle = StoredValue::new_local(None);
+    let callers_canvas: CanvasHandle = StoredValue::new_local(None);
+    let callees_canvas: CanvasHandle = StoredValue::new_local(None);
+
+    let set = move |f: fn(&mut ViewState, String)| {
+        move |e: ev::Event| {
+            let value = event_target_value(&e);
+            state.update(|s| f(s, value));
+        }
+    };
+    let on_focus = Callback::new(move |path: Vec<String>| state.update(|s| s.focus = path));
+    let on_pick = Callback::new(move |name: String| {
+        state.update(|s| {
+            s.search = format!("^{}$", regex::escape(&name));
+            s.sandwich = name;
+        })
+    });
+    let on_brush = Callback::new(move |(from, to): (f64, f64)| {
+        state.update(|s| {
+            s.from = format!("{from:.3}");
+            s.to = format!("{to:.3}");
+            s.focus.clear();
+        })
+    });
+    let on_label = Callback::new(move |(name, value): (String, String)| {
+        state.update(|s| {
+            if value.is_empty() {
+                s.labels.remove(&name);
+            } else {
+                s.labels.insert(name, value);
+            }
+        })
+    });
+    let toggle_diff = move |_| {
+        state.update(|s| {
+            if s.diffing() {
+                s.base_from.clear();
+                s.base_to.clear();
+            } else {
+                let (from, to) = previous_range(&s.from, &s.to);
+                s.base_from = from;
+                s.base_to = to;
+            }
+        })
+    };
+    let export_png = move |_| {
+        if let Some(url) = main_canvas.with_value(|c| c.as_ref().and_then(|c| c.to_png_url())) {
+            download(&url, "kiln-flamegraph.png");
+        }
+    };
+    let export_svg = move |_| {
+        let svg = main_canvas.with_value(|c| c.as_ref().map(|c| c.to_svg()));
+        if let Some(url) = svg.and_then(|svg| blob_url(&svg, "image/svg+xml")) {
+            // The object URL lives as long as the page: revoking it right
+            // after the click can cancel the download.
+            download(&url, "kiln-flamegraph.svg");
+        }
+    };
+    let export_href = move |format: &'static str| {
+        move || {
+            format!(
+                "/api/v1/flamegraph?format={format}&{}",
+                api_query.get().unwrap_or_default()
+            )
+        }
+    };
+
+    let summary = move || {
+        let Some(g) = shown.get() else {
+            return String::new();
+        };
+        let mut text = format!(
+            "{} samples · {} cores average · {} nodes · {} KiB flamewire",
+            g.root_total(),
+            figures::cores(g.cores(g.root_total())),
+            g.node_count(),
+            g.byte_len() / 1024
+        );
+        if let Some(share) = matched.get() {
+            text.push_str(&format!(" · search matches {:.2}%", share * 100.0));
+        }
+        text
+    };
+    let focus_text = move || state.with(|s| s.focus.join(" › "));
+    let value_of = move |f: fn(&ViewState) -> String| move || state.with(f);
+
+    view! {
+        <header class="toolbar">
+            <div class="brand">"kiln"</div>
+            <label class="field">
+                <span>"range"</span>
+                <select
+                    class="range-select"
+                    on:change=set(|s, v| {
+                        s.from = v;
+                        s.to.clear();
+                        s.focus.clear();
+                    })
+                >
+                    {["now-15m", "now-1h", "now-6h", "now-24h", "now-7d"]
+                        .into_iter()
+                        .map(|v| {
+                            let selected = move || state.with(|s| s.from == v || (s.from.is_empty() && v == "now-1h"));
+                            view! { <option value=v selected=selected>{v.trim_start_matches("now-")}</option> }
+                        })
+                        .collect_view()}
+                    <option value="" selected=move || state.with(|s| s.from.parse::<f64>().is_ok())>"custom"</option>
+                </select>
+            </label>
+            <label class="field grow">
+                <span>"search"</span>
+                <input
+                    class="search"
+                    node_ref=search_ref
+                    placeholder="regex or text  ( / )"
+                    prop:value=value_of(|s| s.search.clone())
+                    on:input=set(|s, v| s.search = v)
+                />
+            </label>
+            <label class="field">
+                <span>"colour"</span>
+                <select class="color-select" on:change=set(|s, v| s.color = if v == "binary" { ColorBy::Binary } else { ColorBy::Kind })>
+                    <option value="kind" selected=move || state.with(|s| s.color == ColorBy::Kind)>"by kind"</option>
+                    <option value="binary" selected=move || state.with(|s| s.color == ColorBy::Binary)>"by binary"</option>
+                </select>
+            </label>
+            <button class="flip" title="flame / icicle (f)" on:click=move |_| state.update(|s| s.icicle = !s.icicle)>
+                {move || if state.with(|s| s.icicle) { "icicle" } else { "flame" }}
+            </button>
+            <button class="reset" title="reset zoom (r)" on:click=move |_| { state.update(|s| s.focus.clear()); reset.update(|n| *n += 1); }>"reset"</button>
+            <button class="diff-toggle" class:active=move || state.with(ViewState::diffing) on:click=toggle_diff>"diff"</button>
+            <button class="theme" title="theme (t)" on:click=move |_| state.update(|s| s.light = !s.light)>
+                {move || if state.with(|s| s.light) { "dark" } else { "light" }}
+            </button>
+        </header>
+        <section class="subbar">
+            <LabelFilters
+                labels=labels.into()
+                chosen=Signal::derive(move || state.with(|s| s.labels.clone()))
+                on_change=on_label
+            />
+            <label class="check">
+                <input type="checkbox" class="collapse" prop:checked=move || state.with(|s| s.collapse_recursion)
+                    on:change=move |_| state.update(|s| s.collapse_recursion = !s.collapse_recursion) />
+                "collapse recursion"
+            </label>
+            <label class="field">
+                <span>"hide"</span>
+                <input class="hide" placeholder="regex" prop:value=value_of(|s| s.hide.clone()) on:change=set(|s, v| s.hide = v) />
+            </label>
+            <label class="field">
+                <span>"merge"</span>
+                <input class="merge" placeholder="regex" prop:value=value_of(|s| s.merge.clone()) on:change=set(|s, v| s.merge = v) />
+            </label>
+            {move || state.with(ViewState::diffing).then(|| view! {
+                <label class="field">
+                    <span>"baseline"</span>
+                    <input class="base-from" prop:value=value_of(|s| s.base_from.clone()) on:change=set(|s, v| s.base_from = v) />
+                    <input class="base-to" prop:value=value_of(|s| s.base_to.clone()) on:change=set(|s, v| s.base_to = v) />
+                </label>
+            })}
+            <span class="exports">
+                "export "
+                <button class="export-png" on:click=export_png>"png"</button>
+                <button class="export-svg" on:click=export_svg>"svg"</button>
+                <a class="export-collapsed" href=export_href("collapsed") download="kiln.folded">"collapsed"</a>
+                <a class="export-pprof" href=export_href("pprof") download="kiln.pb.gz">"pprof"</a>
+                <a class="export-speedscope" href=export_href("speedscope") download="kiln.speedscope.json">"speedscope"</a>
+            </span>
+        </section>
+        <TimelineChart data=timeline.into() on_brush=on_brush />
+        <main class="workspace">
+            <section class="flame-column">
+                <div class="status">
+                    <span class="summary">{summary}</span>
+                    {move || rewrite_error.get().map(|m| view! { <span class="error">{m}</span> })}
+                    {move || state.with(ViewState::diffing).then(|| view! {
+                        <span class="diff-legend">
+                            <span class="grew">"grew"</span>
+                            " / "
+                            <span class="shrank">"shrank"</span>
+                            {move || state.with(|s| format!(" vs {} → {}", s.base_from, if s.base_to.is_empty() { "now" } else { &s.base_to }))}
+                        </span>
+                    })}
+                    {move || (!focus_text().is_empty()).then(|| view! { <span class="focus-path">"focus: " {focus_text}</span> })}
+                </div>
+                <div class="flame-area">
+                    <Flame
+                        graph=shown.into()
+                        paint=paint.into()
+                        icicle=Signal::derive(move || state.with(|s| s.icicle))
+                        focus=Signal::derive(move || state.with(|s| s.focus.clone()))
+                        on_focus=on_focus
+                        reset=reset.into()
+                        handle=main_canvas
+                        stats_key="__kiln_stats"
+                    />
+                    {move || overlay(raw.get(), base_raw.get(), state.with(ViewState::diffing), shown.get())}
+                </div>
+                {move || sandwich_graphs.get().map(|s| {
+                    let callers = s.callers.clone();
+                    let callees = s.callees.clone();
+                    view! {
+                        <section class="sandwich">
+                            <div class="sandwich-head">
+                                <h2>"sandwich: " <span class="sandwich-name">{s.name.clone()}</span></h2>
+                                <span class="muted sandwich-figures">
+                                    {format!("total {} samples · self {} samples", s.total, s.self_count)}
+                                </span>
+                                <button class="close-sandwich" on:click=move |_| state.update(|st| st.sandwich.clear())>"close"</button>
+                            </div>
+                            <h3>"callers"</h3>
+                            <div class="flame-area small">
+                                <Flame
+                                    graph=Signal::derive(move || Some(callers.clone()))
+                                    paint=paint.into()
+                                    icicle=Signal::derive(|| false)
+                                    focus=Signal::derive(Vec::new)
+                                    on_focus=Callback::new(|_| {})
+                                    reset=reset.into()
+                                    handle=callers_canvas
+                                    stats_key="__kiln_callers_stats"
+                                />
+                            </div>
+                            <h3>"callees"</h3>
+                            <div class="flame-area small">
+                                <Flame
+                                    graph=Signal::derive(move || Some(callees.clone()))
+                                    paint=paint.into()
+                                    icicle=Signal::derive(|| true)
+                                    focus=Signal::derive(Vec::new)
+                                    on_focus=Callback::new(|_| {})
+                                    reset=reset.into()
+                                    handle=callees_canvas
+                                    stats_key="__kiln_callees_stats"
+                                />
+                            </div>
+                        </section>
+                    }
+                })}
+            </section>
+            <aside class="side">
+                <TopTable rows=top.into() on_pick=on_pick />
+            </aside>
+        </main>
+        <footer class="keys">
+            "keys: " <kbd>"/"</kbd> " search · " <kbd>"Esc"</kbd> " clear · " <kbd>"r"</kbd> " reset zoom · "
+            <kbd>"f"</kbd> " flame/icicle · " <kbd>"c"</kbd> " colours · " <kbd>"t"</kbd> " theme · drag to pan, wheel to zoom, click to focus"
+        </footer>
+    }
+}
+
+/// What covers the flamegraph while there is nothing to show: loading,
+/// an error, or an empty range.
+fn overlay(
+    raw: Load<Arc<Graph>>,
+    base: Load<Arc<Graph>>,
+    diffing: bool,
+    shown: Option<Arc<Graph>>,
+) -> Option<AnyView> {
+    if let Load::Failed(message) = &raw {
+        return Some(
+            view! {
+                <div class="overlay error-state">
+                    <h2>"Could not load the flamegraph"</h2>
+                    <p>{message.clone()}</p>
+                    <p>"Check that " <code>"kiln up"</code> " is running, then reload the page."</p>
+                </div>
+            }
+            .into_any(),
+        );
+    }
+    if let (true, Load::Failed(message)) = (diffing, &base) {
+        return Some(
+            view! {
+                <div class="overlay error-state">
+                    <h2>"Could not load the baseline"</h2>
+                    <p>{message.clone()}</p>
+                </div>
+            }
+            .into_any(),
+        );
+    }
+    if matches!(raw, Load::Loading) {
+        return Some(
+            view! { <div class="overlay loading">"Loading the flamegraph…"</div> }.into_any(),
+        );
+    }
+    let empty = shown.is_some_and(|g| g.root_total() == 0);
+    empty.then(|| {
+        view! {
+            <div class="overlay empty-state">
+                <h2>"No samples in this range"</h2>
+                <p>"Run " <code>"kiln import profile.folded"</code>
+                   " (collapsed stacks, perf script or pprof), or start the agent: "
+                   <code>"kiln up"</code> " profiles this machine when run as root."</p>
+                <p>"Or pick a wider range above."</p>
+            </div>
+        }
+        .into_any()
+    })
+}
+
+/// The range of the same length just before `from..to` (for the diff's
+/// default baseline): `now-1h..now` gives `now-2h..now-1h`; unix seconds
+/// shift by the span.
+fn previous_range(from: &str, to: &str) -> (String, String) {
+    if let (Ok(a), Ok(b)) = (from.parse::<f64>(), to.parse::<f64>()) {
+        let span = b - a;
+        return (format!("{:.3}", a - span), format!("{a:.3}"));
+    }
+    let from = if from.is_empty() { "now-1h" } else { from };
+    match (from.strip_prefix("now-"), to.is_empty() || to == "now") {
+        (Some(ago), true) => {
+            // `now-1h` → `now-2h`: double the amount, keep the unit.
+            let digits: String = ago.chars().take_while(char::is_ascii_digit).collect();
+            let unit = &ago[digits.len()..];
+            match digits.parse::<u64>() {
+                Ok(n) => (format!("now-{}{unit}", 2 * n), from.to_owned()),
+                Err(_) => (from.to_owned(), "now".to_owned()),
+            }
+        }
+        _ => (from.to_owned(), to.to_owned()),
+    }
+}
+
+fn current_query() -> String {
+    window().location().search().unwrap_or_default()
+}
+
+fn replace_query(query: &str) {
+    let url = if query.is_empty() {
+        window()
+            .location()
+            .pathname()
+            .unwrap_or_else(|_| "/".into())
+    } else {
+        format!("?{query}")
+    };
+    if let Ok(history) = window().history() {
+        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
+    }
+}
+
+fn download(url: &str, file_name: &str) {
+    let Ok(element) = document().create_element("a") else {
+        return;
+    };
+    let Ok(anchor) = element.dyn_into::<web_sys::HtmlAnchorElement>() else {
+        return;
+    };
+    anchor.set_href(url);
+    anchor.set_download(file_name);
+    anchor.click();
+}
+
+fn blob_url(text: &str, mime: &str) -> Option<String> {
+    let parts = js_sys::Array::of1(&text.into());
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).ok()?;
+    web_sys::Url::create_object_url_with_blob(&blob).ok()
+}

@@ -1,0 +1,251 @@
+//! The panels around the flamegraph: top functions, CPU over time with a
+//! brush, label filters.
+
+use std::collections::BTreeMap;
+
+use leptos::html;
+use leptos::prelude::*;
+
+use crate::api::{Labels, Timeline, TopRow};
+use crate::figures;
+use crate::load::Load;
+
+/// Columns the top table sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SortBy {
+    Name,
+    SelfCores,
+    TotalCores,
+}
+
+/// Top functions by self or total time; a click on a row calls `on_pick`.
+#[component]
+pub fn TopTable(rows: Signal<Load<Vec<TopRow>>>, on_pick: Callback<String>) -> impl IntoView {
+    let sort = RwSignal::new((SortBy::SelfCores, true));
+    let sorted = move || {
+        let mut rows = rows.get().ready().cloned().unwrap_or_default();
+        let (by, descending) = sort.get();
+        rows.sort_by(|a, b| {
+            let order = match by {
+                SortBy::Name => a.name.cmp(&b.name),
+                SortBy::SelfCores => a.self_samples.cmp(&b.self_samples),
+                SortBy::TotalCores => a.total_samples.cmp(&b.total_samples),
+            };
+            if descending { order.reverse() } else { order }
+        });
+        rows
+    };
+    let header = move |by: SortBy, label: &'static str| {
+        let click = move |_| {
+            sort.update(|(current, descending)| {
+                if *current == by {
+                    *descending = !*descending;
+                } else {
+                    *current = by;
+                    *descending = by != SortBy::Name;
+                }
+            })
+        };
+        let arrow = move || match sort.get() {
+            (current, true) if current == by => " ▾",
+            (current, false) if current == by => " ▴",
+            _ => "",
+        };
+        view! {
+            <th class="sortable" data-sort=label on:click=click>
+                {label}
+                {arrow}
+            </th>
+        }
+    };
+    view! {
+        <div class="panel top-panel">
+            <h2>"Top functions"</h2>
+            {move || match rows.get() {
+                Load::Failed(message) => {
+                    view! { <p class="error">{message}</p> }.into_any()
+                }
+                _ => {
+                    view! {
+                        <table class="top-table">
+                            <thead>
+                                <tr>
+                                    {header(SortBy::Name, "function")}
+                                    {header(SortBy::SelfCores, "self")}
+                                    {header(SortBy::TotalCores, "total")}
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {move || {
+                                    sorted()
+                                        .into_iter()
+                                        .map(|row| {
+                                            let name = row.name.clone();
+                                            let title = format!(
+                                                "{} · {} · {} self samples, {} total",
+                                                row.kind,
+                                                row.module.as_deref().unwrap_or("unknown binary"),
+                                                row.self_samples,
+                                                row.total_samples,
+                                            );
+                                            view! {
+                                                <tr
+                                                    class="top-row"
+                                                    title=title
+                                                    on:click=move |_| on_pick.run(name.clone())
+                                                >
+                                                    <td class="fn-name">{row.name.clone()}</td>
+                                                    <td class="num">{figures::cores(row.self_cores)}</td>
+                                                    <td class="num">{figures::cores(row.total_cores)}</td>
+                                                </tr>
+                                            }
+                                        })
+                                        .collect_view()
+                                }}
+                            </tbody>
+                        </table>
+                    }
+                        .into_any()
+                }
+            }}
+        </div>
+    }
+}
+
+/// CPU over time in cores; dragging across it calls `on_brush` with the
+/// picked range in unix seconds.
+#[component]
+pub fn TimelineChart(
+    data: Signal<Load<Timeline>>,
+    on_brush: Callback<(f64, f64)>,
+) -> impl IntoView {
+    let box_ref = NodeRef::<html::Div>::new();
+    let brush = RwSignal::new(None::<(f64, f64)>);
+    let fraction = move |e: &web_sys::MouseEvent| {
+        box_ref.get_untracked().map_or(0.0, |b| {
+            let r = b.get_bounding_client_rect();
+            ((e.client_x() as f64 - r.left()) / r.width().max(1.0)).clamp(0.0, 1.0)
+        })
+    };
+    let on_down = move |e: web_sys::MouseEvent| {
+        let at = fraction(&e);
+        brush.set(Some((at, at)));
+    };
+    let on_move = move |e: web_sys::MouseEvent| {
+        if let Some((start, _)) = brush.get_untracked() {
+            brush.set(Some((start, fraction(&e))));
+        }
+    };
+    let on_up = move |_| {
+        let Some((a, b)) = brush.get_untracked() else {
+            return;
+        };
+        brush.set(None);
+        let Some(timeline) = data.get_untracked().ready().cloned() else {
+            return;
+        };
+        let (lo, hi) = (a.min(b), a.max(b));
+        if hi - lo < 0.005 {
+            return;
+        }
+        let span = (timeline.to_ns - timeline.from_ns) as f64;
+        let at = |f: f64| (timeline.from_ns as f64 + f * span) / 1e9;
+        on_brush.run((at(lo), at(hi)));
+    };
+    let shape = move || {
+        let Some(t) = data.get().ready().cloned() else {
+            return (String::new(), 0.0);
+        };
+        let max = t.points.iter().map(|p| p.cores).fold(0.0f64, f64::max);
+        let span = (t.to_ns - t.from_ns).max(1) as f64;
+        let top = if max > 0.0 { max * 1.1 } else { 1.0 };
+        let mut d = String::from("M0,100");
+        for p in &t.points {
+            let x0 = (p.t_ns - t.from_ns) as f64 / span * 1000.0;
+            let x1 = ((p.t_ns + t.step_ns - t.from_ns) as f64 / span * 1000.0).min(1000.0);
+            let y = 100.0 - p.cores / top * 100.0;
+            d.push_str(&format!(" L{x0:.2},{y:.2} L{x1:.2},{y:.2}"));
+        }
+        d.push_str(" L1000,100 Z");
+        (d, max)
+    };
+    view! {
+        <div class="panel timeline-panel">
+            <div class="timeline-head">
+                <h2>"CPU over time"</h2>
+                <span class="muted">
+                    {move || format!("peak {} cores · drag to pick a range", figures::cores(shape().1))}
+                </span>
+            </div>
+            <div
+                class="timeline-box"
+                node_ref=box_ref
+                on:mousedown=on_down
+                on:mousemove=on_move
+                on:mouseup=on_up
+            >
+                <svg class="timeline" viewBox="0 0 1000 100" preserveAspectRatio="none">
+                    <path class="timeline-area" d=move || shape().0></path>
+                </svg>
+                {move || {
+                    brush
+                        .get()
+                        .map(|(a, b)| {
+                            view! {
+                                <div
+                                    class="brush"
+                                    style:left=format!("{}%", a.min(b) * 100.0)
+                                    style:width=format!("{}%", (a - b).abs() * 100.0)
+                                ></div>
+                            }
+                        })
+                }}
+            </div>
+        </div>
+    }
+}
+
+/// A picker per label name (host, process, thread, container, …).
+#[component]
+pub fn LabelFilters(
+    labels: Signal<Load<Labels>>,
+    chosen: Signal<BTreeMap<String, String>>,
+    on_change: Callback<(String, String)>,
+) -> impl IntoView {
+    move || {
+        let labels = labels.get().ready().cloned().unwrap_or_default();
+        let chosen = chosen.get();
+        labels
+            .into_iter()
+            .map(|(name, values)| {
+                let current = chosen.get(&name).cloned().unwrap_or_default();
+                let label_name = name.clone();
+                let options = values
+                    .into_iter()
+                    .map(|(value, samples)| {
+                        let selected = value == current;
+                        view! {
+                            <option value=value.clone() selected=selected>
+                                {format!("{value} ({samples})")}
+                            </option>
+                        }
+                    })
+                    .collect_view();
+                view! {
+                    <label class="filter">
+                        <span>{name.clone()}</span>
+                        <select
+                            data-label=name.clone()
+                            on:change=move |e| on_change.run((label_name.clone(), event_target_value(&e)))
+                        >
+                            <option value="" selected=current.is_empty()>
+                                "any"
+                            </option>
+                            {options}
+                        </select>
+                    </label>
+                }
+            })
+            .collect_view()
+    }
+}
