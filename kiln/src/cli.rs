@@ -52,6 +52,27 @@ pub enum SymbolsCommand {
     /// show function names, files and lines — also profiles already
     /// stored. Files whose symbols the server has are skipped.
     Upload(UploadArgs),
+    /// Fill the global symbol store (shared by all tenants) from Debian
+    /// debug packages: the build-id debug files in `.deb` files, in
+    /// directories of them, or in packages fetched by name with
+    /// `apt-get download` (`libc6-dbg`, `libssl3-dbgsym=3.0.15-1`). Files
+    /// whose symbols the store has are skipped.
+    Crawl(CrawlArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CrawlArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+
+    /// Upload even when the global store already has a file's symbols.
+    #[arg(long)]
+    pub force: bool,
+
+    /// `.deb` files, directories holding `.deb` files, or package names
+    /// (`NAME` or `NAME=VERSION`) to fetch with `apt-get download`.
+    #[arg(required = true)]
+    pub sources: Vec<String>,
 }
 
 #[derive(Debug, Args)]

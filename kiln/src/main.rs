@@ -32,6 +32,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Flamegraph(args) => client::flamegraph(args),
         Command::Symbols(cli::SymbolsCommand::Resolve(args)) => symbols::resolve(args),
         Command::Symbols(cli::SymbolsCommand::Upload(args)) => symbols::upload(args),
+        Command::Symbols(cli::SymbolsCommand::Crawl(args)) => symbols::crawl(args),
     }
 }
 

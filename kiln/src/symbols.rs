@@ -1,14 +1,17 @@
 //! `kiln symbols …`: symbol files from the command line.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use kiln_symbolizer_workers::{DebugDirs, ExtractOptions, Frame, Ksym, extract, file_id, ksym};
+use kiln_symbolizer_workers::{
+    DebugDirs, DebugMember, ExtractOptions, Frame, Ksym, debug_files_in_deb, extract, file_id, ksym,
+};
 use ureq::Agent;
 
-use crate::cli::{ResolveArgs, UploadArgs};
+use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
 use crate::client::{agent, failure, url};
 
 /// `kiln symbols upload`: for each file, asks whether the server has its
@@ -83,6 +86,182 @@ fn upload_one(agent: &Agent, args: &UploadArgs, path: &Path) -> anyhow::Result<S
     ))
 }
 
+/// What a crawl did, for its summary line.
+#[derive(Debug, Default)]
+struct CrawlTally {
+    packages: usize,
+    debug_files: usize,
+    uploaded: usize,
+    present: usize,
+    failed: usize,
+}
+
+/// `kiln symbols crawl`: uploads the build-id debug files of Debian
+/// packages to the server's global store. The server extracts the symbols
+/// itself (as for any upload) and keys them by the debug file's build id:
+/// the same [`FileId`](kiln_symbolizer_workers::file_id) the agent gives
+/// the stripped library. Exits non-zero when any file or package failed.
+pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
+    let downloads = Downloads::create()?;
+    let mut debs = Vec::new();
+    for source in &args.sources {
+        debs.extend(debs_of(source, downloads.path())?);
+    }
+    let agent = crate::client::agent();
+    let mut tally = CrawlTally::default();
+    for deb in &debs {
+        let mut members = Vec::new();
+        if let Err(e) = debug_files_in_deb(deb, |m| members.push(m)) {
+            eprintln!("{e:#}");
+            tally.failed += 1;
+            continue;
+        }
+        tally.packages += 1;
+        tally.debug_files += members.len();
+        let bar = ProgressBar::new(members.len() as u64).with_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} debug files")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        let name = deb.file_name().unwrap_or_default().to_string_lossy();
+        bar.set_message(name.into_owned());
+        for member in members {
+            match crawl_one(&agent, &args, &member) {
+                Ok(true) => tally.uploaded += 1,
+                Ok(false) => tally.present += 1,
+                Err(e) => {
+                    bar.suspend(|| eprintln!("{}: {}: {e:#}", deb.display(), member.path));
+                    tally.failed += 1;
+                }
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+    }
+    println!(
+        "crawled {} packages: {} debug files, {} uploaded, {} already present, {} failed",
+        tally.packages, tally.debug_files, tally.uploaded, tally.present, tally.failed
+    );
+    if tally.failed > 0 {
+        bail!("{} debug files or packages failed", tally.failed);
+    }
+    Ok(())
+}
+
+/// Uploads one debug file to the global store; `false` when the store had
+/// its symbols already.
+fn crawl_one(agent: &Agent, args: &CrawlArgs, member: &DebugMember) -> anyhow::Result<bool> {
+    let id = file_id(&member.data);
+    let url = crate::client::url(
+        &args.server.server,
+        &format!("/api/v1/symbols/global/{id}"),
+        &[],
+    );
+    if !args.force {
+        let response = agent
+            .head(&url)
+            .call()
+            .with_context(|| format!("asking {}", args.server.server))?;
+        match response.status().as_u16() {
+            200 => return Ok(false),
+            404 => {}
+            status => return Err(failure(status, "")),
+        }
+    }
+    let mut response = agent
+        .put(&url)
+        .header("Content-Type", "application/octet-stream")
+        .send(&member.data[..])
+        .with_context(|| format!("sending to {}", args.server.server))?;
+    let status = response.status().as_u16();
+    if status != 200 {
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        return Err(failure(status, &text));
+    }
+    Ok(true)
+}
+
+/// The `.deb` files a crawl source names: the file itself, the `.deb`
+/// files of a directory (sorted), or what `apt-get download` fetches into
+/// `downloads` for a package name.
+fn debs_of(source: &str, downloads: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let path = Path::new(source);
+    if path.is_file() {
+        return Ok(vec![path.to_owned()]);
+    }
+    if path.is_dir() {
+        let mut debs: Vec<PathBuf> = std::fs::read_dir(path)
+            .with_context(|| format!("listing {source}"))?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+            .collect();
+        debs.sort();
+        if debs.is_empty() {
+            bail!("{source} holds no .deb files");
+        }
+        return Ok(debs);
+    }
+    if !is_package_spec(source) {
+        bail!("{source} is neither a .deb file, a directory nor a package name");
+    }
+    // A directory per package, so that what it fetched is easy to find.
+    let dir = downloads.join(source.replace('=', "_"));
+    std::fs::create_dir_all(&dir)?;
+    let out = Command::new("apt-get")
+        .args(["download", "--", source])
+        .current_dir(&dir)
+        .output()
+        .context("running apt-get download (is this a Debian system?)")?;
+    if !out.status.success() {
+        bail!(
+            "apt-get download {source} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    debs_of(
+        dir.to_str().context("temporary path is not UTF-8")?,
+        downloads,
+    )
+}
+
+/// Whether `text` is a Debian package name, optionally `=VERSION` (the
+/// characters Debian policy allows), so that nothing else reaches apt-get.
+fn is_package_spec(text: &str) -> bool {
+    let (name, version) = text.split_once('=').unwrap_or((text, ""));
+    let name_ok = name.len() >= 2
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c));
+    let version_ok = version
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || ".+-~:".contains(c));
+    name_ok && version_ok && !(text.contains('=') && version.is_empty())
+}
+
+/// A directory for downloaded packages, removed with everything in it
+/// when dropped.
+struct Downloads(PathBuf);
+
+impl Downloads {
+    fn create() -> anyhow::Result<Downloads> {
+        let dir = std::env::temp_dir().join(format!("kiln-crawl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("creating {} for downloads", dir.display()))?;
+        Ok(Downloads(dir))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Downloads {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// `kiln symbols resolve`: extracts the ELF's symbols, encodes them as
 /// ksym and resolves through that, so that what it prints is what Kiln
 /// would store.
@@ -155,4 +334,24 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
 
 fn json_frame(f: &Frame<'_>) -> serde_json::Value {
     serde_json::json!({ "function": f.function, "file": f.path(), "line": f.line })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_specs_are_checked_before_apt_sees_them() {
+        for ok in [
+            "libc6-dbg",
+            "libssl3-dbgsym=3.0.15-1~deb12u1",
+            "g++-12",
+            "libstdc++6-12-dbg",
+        ] {
+            assert!(is_package_spec(ok), "{ok}");
+        }
+        for bad in ["-o", "a", "Libc", "libc6 ; rm", "x=", "x=1 2", "../x", ""] {
+            assert!(!is_package_spec(bad), "{bad}");
+        }
+    }
 }

@@ -23,6 +23,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod deb;
 pub mod debuginfod;
 mod extract;
 mod fileid;
@@ -31,6 +32,7 @@ mod service;
 mod stored;
 mod table;
 
+pub use deb::{DebError, DebugMember, debug_files_in_deb};
 pub use extract::{
     DebugDirs, ExtractError, ExtractOptions, Extracted, demangle, extract, extract_bytes,
 };

@@ -1,0 +1,289 @@
+//! `kiln symbols crawl`: the global symbol store filled from Debian debug
+//! packages. A tiny package built here with `dpkg-deb` (fast, always
+//! runs), and the real `libc6-dbg` of this system's glibc: frames in the
+//! system's stripped libc.so.6 show names after the crawl.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kiln_model::{BatchBuilder, FileId, Frame, FrameKind, LabelSet};
+use object::{Object, ObjectSymbol};
+use support::Server;
+
+const PROGRAM: &str = r#"
+#include <stdio.h>
+volatile long sink;
+__attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += i; }
+__attribute__((noinline)) void beta(long n) { for (long i = 0; i < n; i++) alpha(i); }
+int main(int argc, char **argv) { (void)argv; beta(argc * 1000); printf("%ld\n", sink); return 0; }
+"#;
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run a tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .env("KILN_LOG", "warn")
+        .output()
+        .expect("run kiln")
+}
+
+/// The address of `name` in the symbol table (or the dynamic one).
+fn function_start(elf: &Path, name: &str) -> u64 {
+    let data = std::fs::read(elf).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(name))
+        .unwrap_or_else(|| panic!("{name} not in the symbol tables of {}", elf.display()))
+        .address()
+}
+
+/// Ingests one sample whose stack is `addrs` (root first) in `file`.
+fn ingest(server: &Server, file: &kiln_agent::FileInfo, addrs: &[u64], count: u64) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let frames: Vec<Frame> = addrs
+        .iter()
+        .map(|&addr| Frame::Address {
+            kind: FrameKind::Native,
+            file_id: file.file_id,
+            addr,
+        })
+        .collect();
+    let mut batch = BatchBuilder::new("test-host", now, 10_000_000);
+    batch.add(
+        now,
+        &frames,
+        &LabelSet::new().with("host", "test-host"),
+        count,
+    );
+    batch.add_executable(file.executable());
+    let (status, text) = server
+        .post("/api/v1/ingest", &batch.finish().encode())
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+}
+
+/// Polls the collapsed flamegraph until a line satisfies `want`.
+fn wait_for(server: &Server, what: &str, want: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lines = server.collapsed("");
+        if lines.iter().any(|l| want(l)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line with {what} in the flamegraph; it has {lines:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn global_has(server: &Server, id: FileId) -> bool {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}/api/v1/symbols/global/{id}", server.url);
+    agent.head(&url).call().unwrap().status() == 200
+}
+
+/// Builds the program, its stripped copy and a debug package holding its
+/// debug file under its build id; returns (stripped, .deb).
+fn build_debug_package(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("prog.c");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let full = dir.join("prog.full");
+    run(Command::new("cc")
+        .args(["-O0", "-g", "-Wl,--build-id", "-o"])
+        .arg(&full)
+        .arg(&src));
+    let stripped = dir.join("prog");
+    run(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(&full)
+        .arg(&stripped));
+    let info = kiln_agent::FileInfo::read(&stripped, "prog").unwrap();
+    let build_id = info.build_id.expect("built with --build-id");
+    let root = dir.join("pkg");
+    let debug_dir = root.join("usr/lib/debug/.build-id").join(&build_id[..2]);
+    std::fs::create_dir_all(&debug_dir).unwrap();
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        "Package: kiln-test-dbg\nVersion: 1.0\nArchitecture: all\nMaintainer: Kiln tests <tests@example.invalid>\nDescription: debug symbols of a test program\n",
+    )
+    .unwrap();
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(debug_dir.join(format!("{}.debug", &build_id[2..]))));
+    let deb = dir.join("kiln-test-dbg_1.0_all.deb");
+    run(Command::new("dpkg-deb")
+        .args(["--build", "--root-owner-group"])
+        .arg(&root)
+        .arg(&deb));
+    (stripped, deb)
+}
+
+#[test]
+fn crawled_debug_package_names_frames_of_the_stripped_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stripped, deb) = build_debug_package(dir.path());
+    let info = kiln_agent::FileInfo::read(&stripped, "prog").unwrap();
+    let server = Server::start(&dir.path().join("data"));
+
+    // Frames that arrive before the symbols, as the agent sends them.
+    let unstripped =
+        kiln_symbolizer_workers::file_id(&std::fs::read(dir.path().join("prog.full")).unwrap());
+    assert_eq!(
+        unstripped, info.file_id,
+        "the debug build and the stripped copy share an id"
+    );
+    let full = dir.path().join("prog.full");
+    let beta = function_start(&full, "beta") + 4;
+    let alpha = function_start(&full, "alpha") + 4;
+    ingest(&server, &info, &[beta, alpha], 3);
+    wait_for(&server, "addresses", |l| {
+        l == format!("prog+{beta:#x};prog+{alpha:#x} 3")
+    });
+    assert!(!global_has(&server, info.file_id));
+
+    let deb_arg = deb.to_str().unwrap();
+    let out = kiln(&["symbols", "crawl", "--server", &server.url, deb_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 debug files, 1 uploaded"), "{stdout}");
+    assert!(global_has(&server, info.file_id));
+    wait_for(&server, "names", |l| l == "beta;alpha 3");
+
+    // Idempotent: the same package again (as a directory) uploads nothing.
+    let dir_arg = dir.path().to_str().unwrap();
+    let out = kiln(&["symbols", "crawl", "--server", &server.url, dir_arg]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("0 uploaded, 1 already present"), "{stdout}");
+}
+
+#[test]
+fn crawl_refuses_what_is_not_a_package() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.deb");
+    std::fs::write(&junk, "not an ar archive").unwrap();
+    let out = kiln(&[
+        "symbols",
+        "crawl",
+        "--server",
+        "http://127.0.0.1:9",
+        junk.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("junk.deb is not a Debian package"),
+        "{stderr}"
+    );
+
+    let out = kiln(&[
+        "symbols",
+        "crawl",
+        "--server",
+        "http://127.0.0.1:9",
+        "Not A Package",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("neither a .deb file"), "{stderr}");
+}
+
+/// The system's libc.so.6, found the way the dynamic loader would.
+fn system_libc() -> Option<PathBuf> {
+    [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/aarch64-linux-gnu/libc.so.6",
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+/// `libc6-dbg` for exactly the installed glibc: from apt's cache, else
+/// fetched by `kiln symbols crawl libc6-dbg=VERSION` itself.
+fn libc6_dbg_source() -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version}", "libc6"])
+        .output()
+        .ok()?;
+    let version = String::from_utf8(out.stdout).ok()?;
+    let cached = std::fs::read_dir("/var/cache/apt/archives")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .find(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            // Epochs are spelled %3a in file names.
+            name.starts_with(&format!("libc6-dbg_{}_", version.replace(':', "%3a")))
+        });
+    Some(match cached {
+        Some(path) => path.to_string_lossy().into_owned(),
+        None => format!("libc6-dbg={version}"),
+    })
+}
+
+#[test]
+fn crawled_libc6_dbg_names_frames_in_the_system_libc() {
+    let (Some(libc), Some(source)) = (system_libc(), libc6_dbg_source()) else {
+        eprintln!("SKIP crawled_libc6_dbg_names_frames_in_the_system_libc: no glibc or dpkg here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let out = kiln(&["symbols", "crawl", "--server", &server.url, &source]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.contains("apt-get download") {
+        eprintln!(
+            "SKIP crawled_libc6_dbg_names_frames_in_the_system_libc: cannot fetch {source}: {stderr}"
+        );
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+
+    let info = kiln_agent::FileInfo::read(&libc, "libc.so.6").unwrap();
+    assert!(global_has(&server, info.file_id), "{stdout}");
+    // Inside malloc and getpid, as return addresses would be.
+    let malloc = function_start(&libc, "malloc") + 4;
+    let getpid = function_start(&libc, "getpid") + 2;
+    ingest(&server, &info, &[getpid, malloc], 2);
+    wait_for(&server, "malloc under getpid", |l| {
+        let (stack, count) = l.rsplit_once(' ').unwrap();
+        let frames: Vec<&str> = stack.split(';').collect();
+        count == "2"
+            && frames.first().is_some_and(|f| f.contains("getpid"))
+            && frames.last().is_some_and(|f| f.contains("malloc"))
+            && !stack.contains("libc.so.6+")
+    });
+}
