@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for a few seconds (default 30): the batch decoder
-# and each import parser. Installs cargo-fuzz and the nightly toolchain it
-# needs when they are missing.
+# Runs every fuzz target for a few seconds (default 30): the batch decoder,
+# each import parser and the CUPTI activity buffer parser (gpu_*). Installs
+# cargo-fuzz and the nightly toolchain it needs when they are missing.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail

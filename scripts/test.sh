@@ -38,6 +38,7 @@ else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
 fi
 
+tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU; libkiln_cuda.so is tested without one within unit+integration: a C host dlopens it, CUPTI replayed)"
 tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up)"
 if command -v cargo-nextest >/dev/null; then
   cargo nextest run --workspace --locked --no-fail-fast

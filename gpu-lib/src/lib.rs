@@ -37,6 +37,7 @@ mod log;
 pub mod pcsampling;
 pub mod perfetto;
 pub mod pipeline;
+pub mod sass;
 pub mod socket;
 pub mod timeline;
 pub mod wire;
