@@ -35,6 +35,9 @@ pub enum Command {
     /// Work with symbols: upload them, check what an ELF file's symbols say.
     #[command(subcommand)]
     Symbols(SymbolsCommand),
+    /// Export what Kiln recorded to other tools' formats.
+    #[command(subcommand)]
+    Export(ExportCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,6 +76,26 @@ pub struct CrawlArgs {
     /// (`NAME` or `NAME=VERSION`) to fetch with `apt-get download`.
     #[arg(required = true)]
     pub sources: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// Write a GPU timeline (the file libkiln_cuda.so writes when
+    /// KILN_CUDA_TIMELINE=path is set) as a Chrome/Perfetto trace JSON that
+    /// ui.perfetto.dev opens: kernels per device and stream, their launches
+    /// on the CPU threads, grid, block and correlation id.
+    Perfetto(PerfettoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PerfettoArgs {
+    /// The timeline file (JSON lines, one kernel per line).
+    #[arg(long, short)]
+    pub input: PathBuf,
+
+    /// Where to write the trace (`-` for stdout).
+    #[arg(long, short)]
+    pub output: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 
 mod cli;
 mod client;
+mod export;
 mod local_agent;
 mod symbols;
 mod up;
@@ -32,6 +33,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Flamegraph(args) => client::flamegraph(args),
         Command::Symbols(cli::SymbolsCommand::Resolve(args)) => symbols::resolve(args),
         Command::Symbols(cli::SymbolsCommand::Upload(args)) => symbols::upload(args),
+        Command::Export(cli::ExportCommand::Perfetto(args)) => export::perfetto(args),
         Command::Symbols(cli::SymbolsCommand::Crawl(args)) => symbols::crawl(args),
     }
 }
