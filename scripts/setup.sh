@@ -37,4 +37,12 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
+# tansu, the Kafka-protocol broker of the Kafka bus and distributed-mode
+# tests (scripts/kafka-test-server.sh); the dynostore feature gives it the
+# in-memory storage engine. About 8 minutes to build, so only when no
+# binary is there yet (CI caches ~/.cargo/bin).
+if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
+  say "tansu (the Kafka test broker): cargo install --locked tansu --features dynostore"
+  cargo install --locked tansu --features dynostore
+fi
 say "done"

@@ -2,7 +2,9 @@
 //! (`BusConsumer → Decoder → Deduper → Writer`), the query cluster
 //! (`QueryCoordinator` over `Aggregator`s) and the actix-web routes that
 //! front them. [`start_embedded`] wires them to the embedded bus and stores
-//! in one process, which is what `kiln up` runs.
+//! in one process, which is what `kiln up` runs; [`roles`] starts the same
+//! parts as separate processes (gateway, worker, query node) on the
+//! engines [`backends`] opens by URL (Kafka, PostgreSQL, S3).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -15,10 +17,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod backends;
 pub mod envelope;
 pub mod http;
 pub mod ingest;
 pub mod query;
+pub mod roles;
 mod server;
 
 pub use server::{

@@ -10,7 +10,7 @@ use actix_web::{App, HttpServer};
 use kiln_ingest_bus::{BusError, EmbeddedBus};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope, StoreError};
 
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, IngestState};
 use crate::ingest;
 use crate::query::QueryCoordinator;
 
@@ -101,22 +101,61 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await?;
     let query = QueryCoordinator::start(store, objects.clone(), options.aggregators);
     let state = AppState {
-        bus,
-        progress,
         query,
         objects,
-        scope: Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)?,
+        scope: default_scope()?,
     };
+    let ingest = IngestState { bus, progress };
+    serve(
+        Routes::All(state, ingest),
+        options.listen,
+        options.http_workers,
+    )
+}
+
+/// The tenant and project every request gets until tenancy lands.
+pub(crate) fn default_scope() -> Result<Scope, StoreError> {
+    Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)
+}
+
+/// Which routes a process serves.
+#[derive(Debug, Clone)]
+pub(crate) enum Routes {
+    /// Everything (`kiln up`).
+    All(AppState, IngestState),
+    /// Ingest, import and symbol uploads (`kiln gateway`).
+    Gateway(AppState, IngestState),
+    /// Queries and symbol uploads (`kiln query`).
+    Query(AppState),
+}
+
+impl Routes {
+    fn configure(self, cfg: &mut actix_web::web::ServiceConfig) {
+        match self {
+            Routes::All(state, ingest) => http::configure(state, ingest)(cfg),
+            Routes::Gateway(state, ingest) => http::configure_gateway(state, ingest)(cfg),
+            Routes::Query(state) => http::configure_query(state)(cfg),
+        }
+    }
+}
+
+/// Binds `listen` and serves `routes` on `workers` threads.
+pub(crate) fn serve(
+    routes: Routes,
+    listen: SocketAddr,
+    workers: usize,
+) -> Result<Running, ServerError> {
     let server = HttpServer::new(move || {
+        let routes = routes.clone();
         App::new()
             .wrap(Compress::default())
             .wrap(Logger::new("%r %s %b %Dms").log_target("kiln::http"))
-            .configure(http::configure(state.clone()))
+            .configure(|cfg| routes.configure(cfg))
     })
-    .workers(options.http_workers.max(1))
-    .bind(options.listen)
+    .workers(workers.max(1))
+    .bind(listen)
     .map_err(|source| ServerError::Listen {
-        addr: options.listen,
+        addr: listen,
         source,
     })?;
     let local_addr = server.addrs()[0];

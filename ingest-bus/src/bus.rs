@@ -69,6 +69,12 @@ pub trait Bus: Send + Sync + fmt::Debug + 'static {
     /// A consumer in `group`; it resumes after the group's committed
     /// offsets.
     async fn consumer(&self, group: &str) -> Result<Box<dyn Consumer>, BusError>;
+
+    /// Per partition, the offset `group` has committed up to (the next
+    /// record it will process); 0 where it has committed nothing. This is
+    /// how a process that does not consume (a gateway) learns that the
+    /// workers have written a record it published.
+    async fn committed_offsets(&self, group: &str) -> Result<Vec<u64>, BusError>;
 }
 
 /// Reads records for one consumer group.

@@ -139,6 +139,24 @@ pub enum BusError {
         members: usize,
     },
 
+    /// A Kafka client call failed, or the brokers refused a request.
+    #[error("Kafka: cannot {op}: {detail}")]
+    Kafka {
+        /// What was being done ("publish", "commit", …).
+        op: &'static str,
+        /// What librdkafka or the broker said.
+        detail: String,
+    },
+
+    /// A bus URL that names no bus Kiln has, or is malformed.
+    #[error("bad bus URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// An internal task of the bus panicked (a bug in this crate).
     #[error("an internal task of the bus panicked")]
     Panicked,
@@ -156,6 +174,17 @@ impl BusError {
             source = cause.source();
         }
         text
+    }
+}
+
+impl BusError {
+    /// Builds the `map_err` closure for a Kafka client error:
+    /// `producer.flush(t).map_err(BusError::kafka("flush"))?`.
+    pub(crate) fn kafka(op: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> BusError {
+        move |e| BusError::Kafka {
+            op,
+            detail: e.to_string(),
+        }
     }
 }
 

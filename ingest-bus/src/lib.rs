@@ -7,6 +7,11 @@
 //! - [`EmbeddedBus`]: the implementation for one process and a local disk,
 //!   the default of `kiln up`: checksummed segment files, fsync'd before a
 //!   publish returns, repaired after a crash.
+//! - [`KafkaBus`]: the implementation for distributed deployments, on a
+//!   Kafka topic (through librdkafka): the gateway publishes, separate
+//!   worker processes share the partitions as one consumer group.
+//! - [`BusUrl`]: either of them, named by URL (`file:///DIR`,
+//!   `kafka://HOST:PORT/TOPIC`).
 //! - [`partition_for`]: how a key picks its partition, the same for every
 //!   implementation.
 //!
@@ -35,7 +40,11 @@
 mod bus;
 mod embedded;
 mod error;
+mod kafka;
+mod url;
 
 pub use bus::{Bus, Consumer, Published, Record, partition_for};
 pub use embedded::{EmbeddedBus, EmbeddedBusOptions};
 pub use error::{BusError, PublishError};
+pub use kafka::{KafkaBus, KafkaOptions};
+pub use url::BusUrl;

@@ -38,6 +38,100 @@ pub enum Command {
     /// Export what Kiln recorded to other tools' formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Distributed mode: accept agent batches and imports onto the bus.
+    Gateway(GatewayArgs),
+    /// Distributed mode: write batches from the bus to the store (run as
+    /// many as the bus has partitions, at most).
+    Worker(WorkerArgs),
+    /// Distributed mode: answer queries from the store.
+    Query(QueryArgs),
+    /// Manage a shared profile store.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create or upgrade the store's schema (idempotent).
+    Migrate(MigrateArgs),
+}
+
+/// `--bus`: where gateways publish and workers consume.
+#[derive(Debug, Args)]
+pub struct BusArg {
+    /// The ingest bus: kafka://HOST:PORT[,HOST:PORT…][/TOPIC][?partitions=N]
+    /// (the topic is created when missing), or file:///DIR for the
+    /// embedded bus (one process only).
+    #[arg(long, env = "KILN_BUS", value_parser = parse_bus_url)]
+    pub bus: kiln_actors::backends::BusUrl,
+}
+
+/// `--store` and `--objects`: where profiles and symbol files live.
+#[derive(Debug, Args)]
+pub struct StoresArgs {
+    /// The profile store: postgres://USER@HOST:PORT/DB,
+    /// scylla://HOST:PORT/KEYSPACE, or file:///DIR for the embedded store
+    /// (one process only).
+    #[arg(long, env = "KILN_STORE", value_parser = parse_store_url)]
+    pub store: kiln_actors::backends::StoreUrl,
+
+    /// The object store (symbol files): s3://BUCKET?endpoint=URL (keys in
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or file:///DIR.
+    #[arg(long, env = "KILN_OBJECTS", value_parser = parse_objects_url)]
+    pub objects: kiln_actors::backends::ObjectsUrl,
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Address to serve the ingest, import and symbol endpoints on.
+    #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7071")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub bus: BusArg,
+    #[command(flatten)]
+    pub stores: StoresArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub bus: BusArg,
+    #[command(flatten)]
+    pub stores: StoresArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// Address to serve the query API on.
+    #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7072")]
+    pub listen: SocketAddr,
+    /// Aggregator actors that share each query's partition scans. Default:
+    /// one per core.
+    #[arg(long, env = "KILN_AGGREGATORS")]
+    pub aggregators: Option<usize>,
+    #[command(flatten)]
+    pub stores: StoresArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// The profile store, as for `kiln worker --store`.
+    #[arg(long, env = "KILN_STORE", value_parser = parse_store_url)]
+    pub store: kiln_actors::backends::StoreUrl,
+}
+
+fn parse_bus_url(text: &str) -> Result<kiln_actors::backends::BusUrl, String> {
+    kiln_actors::backends::parse_bus(text).map_err(|e| e.to_string())
+}
+
+fn parse_store_url(text: &str) -> Result<kiln_actors::backends::StoreUrl, String> {
+    text.parse()
+        .map_err(|e: kiln_actors::backends::BackendError| e.to_string())
+}
+
+fn parse_objects_url(text: &str) -> Result<kiln_actors::backends::ObjectsUrl, String> {
+    text.parse()
+        .map_err(|e: kiln_actors::backends::BackendError| e.to_string())
 }
 
 #[derive(Debug, Subcommand)]

@@ -10,9 +10,9 @@ use kiln_storage::ObjectKey;
 use serde::Serialize;
 use tracing::warn;
 
-use super::AppState;
 use super::error::ApiError;
 use super::params::{label_params, now_ns};
+use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
 
 /// Sampling frequency assumed for imports that do not carry one.
@@ -44,6 +44,7 @@ pub(crate) struct Accepted {
 /// be written).
 pub(crate) async fn import(
     state: web::Data<AppState>,
+    ingest: web::Data<IngestState>,
     params: web::Query<BTreeMap<String, String>>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
@@ -81,10 +82,10 @@ pub(crate) async fn import(
         .await
         .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
-    let published = state
-        .publish(&imported.batch.source, &imported.batch.encode())
+    let published = ingest
+        .publish(&state, &imported.batch.source, &imported.batch.encode())
         .await?;
-    let queryable = state
+    let queryable = ingest
         .progress
         .wait_committed(published.partition, published.offset, IMPORT_WAIT)
         .await;
@@ -100,6 +101,7 @@ pub(crate) async fn import(
 /// send. Answers once the batch is durable on the bus.
 pub(crate) async fn ingest(
     state: web::Data<AppState>,
+    ingest: web::Data<IngestState>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
     let bytes = body.clone();
@@ -119,7 +121,7 @@ pub(crate) async fn ingest(
             return Err(ApiError::bad_request(format!("batch refused: {e}")));
         }
     };
-    state.publish(&batch.source, &body).await?;
+    ingest.publish(&state, &batch.source, &body).await?;
     Ok(HttpResponse::Ok().json(Accepted {
         format: None,
         samples: batch.sample_count(),
@@ -128,15 +130,16 @@ pub(crate) async fn ingest(
     }))
 }
 
-impl AppState {
+impl IngestState {
     /// Publishes an encoded batch for the caller's scope; durable on return.
     async fn publish(
         &self,
+        state: &AppState,
         source: &str,
         batch: &[u8],
     ) -> Result<kiln_ingest_bus::Published, ApiError> {
         let header = EnvelopeHeader {
-            scope: self.scope.clone(),
+            scope: state.scope.clone(),
             received_at_ns: now_ns(),
         };
         self.bus
@@ -147,7 +150,9 @@ impl AppState {
                 ApiError::Unavailable(format!("the ingest bus cannot take batches now: {e}"))
             })
     }
+}
 
+impl AppState {
     /// Keeps a batch the gateway refused for its version.
     async fn keep_refused(&self, body: &[u8]) {
         let name = format!(

@@ -42,14 +42,10 @@ pub use query::FLAMEWIRE_CONTENT_TYPE;
 /// Largest request body accepted (imports of big captures).
 pub const MAX_BODY_BYTES: usize = 512 * 1024 * 1024;
 
-/// What the handlers share.
+/// What every handler shares: the query side and the object store.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// Where accepted batches go.
-    pub bus: Arc<dyn Bus>,
-    /// How far ingest has got, for imports to wait on.
-    pub progress: IngestProgress,
-    /// The query cluster.
+    /// The query cluster (also told when symbols are uploaded).
     pub query: Addr<QueryCoordinator>,
     /// Symbol files, and batches kept aside.
     pub objects: Arc<dyn ObjectStore>,
@@ -58,31 +54,72 @@ pub struct AppState {
     pub scope: Scope,
 }
 
-/// Registers Kiln's routes.
-pub fn configure(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+/// What the write endpoints need besides [`AppState`]: only a process that
+/// accepts batches (`kiln up`, `kiln gateway`) has it.
+#[derive(Debug, Clone)]
+pub struct IngestState {
+    /// Where accepted batches go.
+    pub bus: Arc<dyn Bus>,
+    /// How far ingest has got, for imports to wait on.
+    pub progress: IngestProgress,
+}
+
+/// Registers all of Kiln's routes: what `kiln up` serves.
+pub fn configure(state: AppState, ingest: IngestState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        cfg.app_data(web::Data::new(state))
-            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
-            .service(
-                web::scope("/api/v1")
-                    .route("/import", web::post().to(ingest::import))
-                    .route("/ingest", web::post().to(ingest::ingest))
-                    .route("/flamegraph", web::get().to(query::flamegraph))
-                    .route("/top", web::get().to(query::top))
-                    .route("/timeline", web::get().to(query::timeline))
-                    .route("/labels", web::get().to(query::labels))
-                    .route(
-                        "/symbols/global/{file_id}",
-                        web::head().to(symbols::exists_global),
-                    )
-                    .route(
-                        "/symbols/global/{file_id}",
-                        web::put().to(symbols::upload_global),
-                    )
-                    .route("/symbols/{file_id}", web::head().to(symbols::exists))
-                    .route("/symbols/{file_id}", web::put().to(symbols::upload)),
-            )
-            .route("/healthz", web::get().to(|| async { "ok" }))
-            .route("/", web::get().to(index::page));
+        shared_routes(cfg, state);
+        ingest_routes(cfg, ingest);
+        query_routes(cfg);
     }
+}
+
+/// The routes of a gateway (`kiln gateway`): ingest, import and symbol
+/// uploads, no queries.
+pub fn configure_gateway(
+    state: AppState,
+    ingest: IngestState,
+) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        shared_routes(cfg, state);
+        ingest_routes(cfg, ingest);
+    }
+}
+
+/// The routes of a query node (`kiln query`): queries, symbol uploads and
+/// the index page, no ingest.
+pub fn configure_query(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        shared_routes(cfg, state);
+        query_routes(cfg);
+    }
+}
+
+fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
+    cfg.app_data(web::Data::new(state))
+        .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+        .route(
+            "/api/v1/symbols/global/{file_id}",
+            web::head().to(symbols::exists_global),
+        )
+        .route(
+            "/api/v1/symbols/global/{file_id}",
+            web::put().to(symbols::upload_global),
+        )
+        .route("/api/v1/symbols/{file_id}", web::head().to(symbols::exists))
+        .route("/api/v1/symbols/{file_id}", web::put().to(symbols::upload))
+        .route("/healthz", web::get().to(|| async { "ok" }));
+}
+
+fn ingest_routes(cfg: &mut web::ServiceConfig, ingest: IngestState) {
+    cfg.app_data(web::Data::new(ingest))
+        .route("/api/v1/import", web::post().to(ingest::import))
+        .route("/api/v1/ingest", web::post().to(ingest::ingest));
+}
+
+fn query_routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/v1/flamegraph", web::get().to(query::flamegraph))
+        .route("/api/v1/top", web::get().to(query::top))
+        .route("/api/v1/timeline", web::get().to(query::timeline))
+        .route("/api/v1/labels", web::get().to(query::labels))
+        .route("/", web::get().to(index::page));
 }

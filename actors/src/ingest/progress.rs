@@ -1,9 +1,15 @@
 //! How far the ingest pipeline has got: the committed offset of every bus
 //! partition, so that an import can answer only once its batch is queryable.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use kiln_ingest_bus::Bus;
 use tokio::sync::watch;
+use tracing::debug;
+
+/// How often a gateway asks the bus for the workers' committed offsets.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
 /// Read side: wait for a published record to be written and committed.
 #[derive(Debug, Clone)]
@@ -38,6 +44,37 @@ impl ProgressSender {
 }
 
 impl IngestProgress {
+    /// Progress of workers in other processes, read from the committed
+    /// offsets of their consumer `group` on `bus` every 200 ms: what a
+    /// gateway, which publishes but does not consume, waits on. The polling
+    /// task runs on the current runtime until every clone of the returned
+    /// progress is dropped.
+    pub fn follow(bus: Arc<dyn Bus>, group: &'static str) -> IngestProgress {
+        let (sender, progress) = channel(bus.partition_count());
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(FOLLOW_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = sender.committed.closed() => return,
+                    _ = ticks.tick() => {}
+                }
+                match bus.committed_offsets(group).await {
+                    Ok(offsets) => {
+                        for (partition, next) in offsets.into_iter().enumerate() {
+                            // At most the partition count, a u32.
+                            sender.committed(partition as u32, next);
+                        }
+                    }
+                    // Imports then answer `queryable: false` after their
+                    // wait; nothing else depends on it.
+                    Err(e) => debug!(error = %e, "reading the workers' committed offsets failed"),
+                }
+            }
+        });
+        progress
+    }
+
     /// Waits until the record at `offset` of `partition` is committed.
     /// Returns `false` if that did not happen within `timeout` (the record
     /// is durable on the bus all the same, and will be processed).

@@ -334,6 +334,12 @@ impl Bus for EmbeddedBus {
             member,
         )))
     }
+
+    async fn committed_offsets(&self, group: &str) -> Result<Vec<u64>, BusError> {
+        Ok(self
+            .committed(group)?
+            .unwrap_or_else(|| vec![0; self.partition_count() as usize]))
+    }
 }
 
 impl fmt::Debug for EmbeddedBus {

@@ -1,0 +1,318 @@
+//! From URLs to backends: the one place that turns `--bus`, `--store` and
+//! `--objects` into the engines behind Kiln's seams.
+//!
+//! | flag | URL | engine |
+//! |---|---|---|
+//! | `--bus` | `kafka://HOST:PORT[,…][/TOPIC][?partitions=N]` | [`KafkaBus`](kiln_ingest_bus::KafkaBus) |
+//! | `--bus` | `file:///DIR` | [`EmbeddedBus`](kiln_ingest_bus::EmbeddedBus) (one process) |
+//! | `--store` | `postgres://USER@HOST:PORT/DB` | [`PostgresProfileStore`] |
+//! | `--store` | `scylla://HOST:PORT[,…]/KEYSPACE[?…]` | [`ScyllaProfileStore`] |
+//! | `--store` | `file:///DIR` | [`EmbeddedProfileStore`] (one process) |
+//! | `--objects` | `s3://BUCKET?endpoint=URL[&region=…]` | [`S3ObjectStore`] |
+//! | `--objects` | `file:///DIR` | [`LocalObjectStore`] (shared by processes on one machine) |
+//!
+//! The embedded bus and store lock their directory, so they serve one
+//! process; several processes need Kafka and PostgreSQL (or ScyllaDB).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+pub use kiln_ingest_bus::BusUrl;
+use kiln_ingest_bus::{Bus, BusError};
+use kiln_storage::{
+    EmbeddedProfileStore, LocalObjectStore, ObjectStore, PostgresProfileStore, ProfileStore,
+    S3ObjectStore, ScyllaProfileStore, StoreError,
+};
+
+/// Partitions of an embedded bus created through a `file://` URL.
+const EMBEDDED_BUS_PARTITIONS: u32 = 4;
+
+/// Why a backend could not be named or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A URL that names no backend Kiln has, or is malformed.
+    #[error("bad {flag} URL {url:?}: {reason}")]
+    BadUrl {
+        /// The flag it was given to (`--store`, `--objects`).
+        flag: &'static str,
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The bus could not be opened.
+    #[error("cannot open the ingest bus {url}: {source}")]
+    Bus {
+        /// The bus URL.
+        url: String,
+        /// Why.
+        #[source]
+        source: BusError,
+    },
+    /// A store could not be opened.
+    #[error("cannot open {what} {url}: {source}")]
+    Store {
+        /// "the profile store" or "the object store".
+        what: &'static str,
+        /// The URL, without credentials.
+        url: String,
+        /// Why.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// A profile store, named by URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreUrl {
+    /// `postgres://…`: PostgreSQL, the whole URL handed to the driver.
+    Postgres(String),
+    /// `scylla://…`: ScyllaDB (or Cassandra), the whole URL handed to
+    /// [`ScyllaProfileStore::connect`].
+    Scylla(String),
+    /// `file:///DIR`: the embedded store in a directory.
+    Embedded(PathBuf),
+}
+
+/// An object store, named by URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ObjectsUrl {
+    /// `s3://BUCKET?…`: an S3 bucket, the whole URL handed to
+    /// [`S3ObjectStore::from_url`].
+    S3(String),
+    /// `file:///DIR`: files under a local directory.
+    Local(PathBuf),
+}
+
+/// The directory of a `file:///DIR` URL.
+fn file_dir(flag: &'static str, url: &str, rest: &str) -> Result<PathBuf, BackendError> {
+    if rest.len() < 2 || !rest.starts_with('/') {
+        return Err(BackendError::BadUrl {
+            flag,
+            url: url.to_owned(),
+            reason: "a file URL needs an absolute directory: file:///DIR".into(),
+        });
+    }
+    Ok(PathBuf::from(rest))
+}
+
+impl FromStr for StoreUrl {
+    type Err = BackendError;
+
+    fn from_str(url: &str) -> Result<StoreUrl, BackendError> {
+        match url.split_once("://") {
+            Some(("postgres" | "postgresql", _)) => Ok(StoreUrl::Postgres(url.to_owned())),
+            Some(("file", rest)) => file_dir("--store", url, rest).map(StoreUrl::Embedded),
+            Some(("scylla", _)) => Ok(StoreUrl::Scylla(url.to_owned())),
+            _ => Err(BackendError::BadUrl {
+                flag: "--store",
+                url: url.to_owned(),
+                reason: "expected postgres://USER@HOST:PORT/DB, scylla://HOST:PORT/KEYSPACE or file:///DIR"
+                    .into(),
+            }),
+        }
+    }
+}
+
+impl FromStr for ObjectsUrl {
+    type Err = BackendError;
+
+    fn from_str(url: &str) -> Result<ObjectsUrl, BackendError> {
+        match url.split_once("://") {
+            Some(("s3", _)) => Ok(ObjectsUrl::S3(url.to_owned())),
+            Some(("file", rest)) => file_dir("--objects", url, rest).map(ObjectsUrl::Local),
+            _ => Err(BackendError::BadUrl {
+                flag: "--objects",
+                url: url.to_owned(),
+                reason: "expected s3://BUCKET?endpoint=URL or file:///DIR".into(),
+            }),
+        }
+    }
+}
+
+/// Parses a `--bus` URL ([`BusUrl`]), naming the flag in the error.
+pub fn parse_bus(url: &str) -> Result<BusUrl, BackendError> {
+    url.parse().map_err(|e| match e {
+        BusError::BadUrl { url, reason } => BackendError::BadUrl {
+            flag: "--bus",
+            url,
+            reason,
+        },
+        source => BackendError::Bus {
+            url: url.to_owned(),
+            source,
+        },
+    })
+}
+
+/// Opens (connects to) the bus.
+pub async fn open_bus(url: &BusUrl) -> Result<Arc<dyn Bus>, BackendError> {
+    url.open(EMBEDDED_BUS_PARTITIONS)
+        .await
+        .map_err(|source| BackendError::Bus {
+            url: url.to_string(),
+            source,
+        })
+}
+
+impl StoreUrl {
+    /// Connects to (opens) the profile store. PostgreSQL's schema must
+    /// exist ([`StoreUrl::migrate`]).
+    pub async fn open(&self) -> Result<Arc<dyn ProfileStore>, BackendError> {
+        let store: Arc<dyn ProfileStore> = match self {
+            StoreUrl::Postgres(url) => Arc::new(
+                PostgresProfileStore::connect(url)
+                    .await
+                    .map_err(|e| self.error(e))?,
+            ),
+            StoreUrl::Scylla(url) => Arc::new(
+                ScyllaProfileStore::connect(url)
+                    .await
+                    .map_err(|e| self.error(e))?,
+            ),
+            StoreUrl::Embedded(dir) => {
+                Arc::new(EmbeddedProfileStore::open(dir).map_err(|e| self.error(e))?)
+            }
+        };
+        Ok(store)
+    }
+
+    /// Creates or upgrades the store's schema (`kiln store migrate`); the
+    /// embedded store needs none.
+    pub async fn migrate(&self) -> Result<(), BackendError> {
+        match self {
+            StoreUrl::Postgres(url) => {
+                let store = PostgresProfileStore::connect(url)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                store.migrate().await.map_err(|e| self.error(e))
+            }
+            StoreUrl::Scylla(url) => ScyllaProfileStore::migrate(url)
+                .await
+                .map_err(|e| self.error(e)),
+            StoreUrl::Embedded(_) => Ok(()),
+        }
+    }
+
+    fn error(&self, source: StoreError) -> BackendError {
+        BackendError::Store {
+            what: "the profile store",
+            url: self.to_string(),
+            source,
+        }
+    }
+}
+
+impl ObjectsUrl {
+    /// Opens the object store.
+    pub fn open(&self) -> Result<Arc<dyn ObjectStore>, BackendError> {
+        let error = |source| BackendError::Store {
+            what: "the object store",
+            url: self.to_string(),
+            source,
+        };
+        Ok(match self {
+            ObjectsUrl::S3(url) => Arc::new(S3ObjectStore::from_url(url).map_err(error)?),
+            ObjectsUrl::Local(dir) => Arc::new(LocalObjectStore::open(dir).map_err(error)?),
+        })
+    }
+}
+
+/// Prints the URL without a password, for logs and errors.
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreUrl::Postgres(url) | StoreUrl::Scylla(url) => f.write_str(&without_password(url)),
+            StoreUrl::Embedded(dir) => write!(f, "file://{}", dir.display()),
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectsUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectsUrl::S3(url) => f.write_str(url),
+            ObjectsUrl::Local(dir) => write!(f, "file://{}", dir.display()),
+        }
+    }
+}
+
+/// `scheme://user:secret@host…` → `scheme://user:***@host…`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{path}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason<T: FromStr<Err = BackendError> + std::fmt::Debug>(url: &str) -> String {
+        match url.parse::<T>() {
+            Err(e) => e.to_string(),
+            Ok(v) => panic!("{url}: parsed as {v:?}"),
+        }
+    }
+
+    #[test]
+    fn store_urls() {
+        assert_eq!(
+            "postgres://kiln@db:5432/kiln".parse::<StoreUrl>().unwrap(),
+            StoreUrl::Postgres("postgres://kiln@db:5432/kiln".into())
+        );
+        assert_eq!(
+            "file:///var/kiln".parse::<StoreUrl>().unwrap(),
+            StoreUrl::Embedded("/var/kiln".into())
+        );
+        assert_eq!(
+            "scylla://10.0.0.1:9042/kiln".parse::<StoreUrl>().unwrap(),
+            StoreUrl::Scylla("scylla://10.0.0.1:9042/kiln".into())
+        );
+        assert!(reason::<StoreUrl>("mysql://h/db").contains("expected postgres://"));
+        assert!(reason::<StoreUrl>("file://x").contains("absolute directory"));
+        assert!(reason::<StoreUrl>("/var/kiln").contains("bad --store URL"));
+    }
+
+    #[test]
+    fn objects_urls() {
+        assert_eq!(
+            "s3://b?endpoint=http://h:1".parse::<ObjectsUrl>().unwrap(),
+            ObjectsUrl::S3("s3://b?endpoint=http://h:1".into())
+        );
+        assert_eq!(
+            "file:///o".parse::<ObjectsUrl>().unwrap(),
+            ObjectsUrl::Local("/o".into())
+        );
+        assert!(reason::<ObjectsUrl>("gs://b").contains("expected s3://"));
+    }
+
+    #[test]
+    fn bus_urls_name_the_flag() {
+        let e = parse_bus("nats://h:1").unwrap_err().to_string();
+        assert!(e.starts_with("bad --bus URL \"nats://h:1\""), "{e}");
+        assert!(parse_bus("kafka://h:9092").is_ok());
+    }
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        let url: StoreUrl = "postgres://kiln:s3cret@db:5432/kiln".parse().unwrap();
+        assert_eq!(url.to_string(), "postgres://kiln:***@db:5432/kiln");
+        assert_eq!(
+            without_password("postgres://kiln@db/k"),
+            "postgres://kiln@db/k"
+        );
+    }
+}

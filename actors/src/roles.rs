@@ -1,0 +1,95 @@
+//! Kiln's processes in a distributed deployment: gateways take batches
+//! onto the bus, workers move them from the bus to the store, query nodes
+//! answer from the store. Each runs on its own machines and scales on its
+//! own; `kiln up` ([`start_embedded`](crate::start_embedded)) runs all
+//! three in one process instead.
+//!
+//! Every function here must run inside an actix system.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use kiln_ingest_bus::{Bus, BusError};
+use kiln_storage::{ObjectStore, ProfileStore};
+
+use crate::http::{AppState, IngestState};
+use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
+use crate::query::QueryCoordinator;
+use crate::server::{Routes, Running, ServerError, default_scope, serve};
+
+/// Where and how a role serves HTTP.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpOptions {
+    /// Address to serve on (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// HTTP worker threads.
+    pub workers: usize,
+}
+
+impl HttpOptions {
+    /// One HTTP worker per core, serving on `listen`.
+    pub fn new(listen: SocketAddr) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        HttpOptions {
+            listen,
+            workers: cores,
+        }
+    }
+}
+
+/// Starts a gateway: the ingest and import endpoints publish to `bus`, and
+/// imports wait for the workers by following their consumer group's
+/// committed offsets on the bus. When the bus cannot take a batch, the
+/// endpoints answer 503 with `Retry-After`, and agents spool and retry.
+///
+/// Symbol uploads are served here too (agents upload where they send);
+/// they are stored in `objects`. The `store` backs the small query
+/// coordinator that such uploads notify.
+pub async fn start_gateway(
+    bus: Arc<dyn Bus>,
+    store: Arc<dyn ProfileStore>,
+    objects: Arc<dyn ObjectStore>,
+    http: HttpOptions,
+) -> Result<Running, ServerError> {
+    let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
+    let state = AppState {
+        query: QueryCoordinator::start(store, objects.clone(), 1),
+        objects,
+        scope: default_scope()?,
+    };
+    serve(
+        Routes::Gateway(state, IngestState { bus, progress }),
+        http.listen,
+        http.workers,
+    )
+}
+
+/// Starts a worker: the ingest pipeline, consuming `bus` as a member of
+/// [`CONSUMER_GROUP`] (the bus shares the partitions among the workers)
+/// and writing to `store`. It commits offsets only after the store has
+/// synced, so a worker killed at any point loses nothing: its partitions
+/// go to the others, which write the uncommitted batches again
+/// (idempotently).
+pub async fn start_worker(
+    bus: Arc<dyn Bus>,
+    store: Arc<dyn ProfileStore>,
+    objects: Arc<dyn ObjectStore>,
+) -> Result<IngestProgress, BusError> {
+    ingest::start(bus, store, objects).await
+}
+
+/// Starts a query node: the query API over `store`, its scans spread over
+/// `aggregators` actors by rendezvous hashing.
+pub async fn start_query(
+    store: Arc<dyn ProfileStore>,
+    objects: Arc<dyn ObjectStore>,
+    aggregators: usize,
+    http: HttpOptions,
+) -> Result<Running, ServerError> {
+    let state = AppState {
+        query: QueryCoordinator::start(store, objects.clone(), aggregators),
+        objects,
+        scope: default_scope()?,
+    };
+    serve(Routes::Query(state), http.listen, http.workers)
+}

@@ -1,0 +1,120 @@
+//! `KafkaConsumer`: a member of a Kafka consumer group.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt as _;
+use rdkafka::Message as _;
+use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::options::KafkaOptions;
+use crate::bus::{Consumer, Record};
+use crate::error::BusError;
+
+/// One member of a consumer group on the bus topic. The broker assigns it
+/// partitions, and moves them when members join or leave (or die: after
+/// the session timeout).
+pub(super) struct KafkaConsumer {
+    /// Shared with the blocking commits.
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    group: String,
+    /// Records received but not yet returned: what makes `poll` cancel
+    /// safe. A record is moved here as soon as it is received and leaves
+    /// only in the `Vec` a poll returns.
+    pending: Vec<Record>,
+}
+
+impl KafkaConsumer {
+    /// Joins `group` and subscribes to the bus topic.
+    pub(super) fn join(options: &KafkaOptions, group: &str) -> Result<KafkaConsumer, BusError> {
+        let consumer: StreamConsumer = options
+            .consumer_config(group)
+            .create()
+            .map_err(BusError::kafka("create a consumer"))?;
+        consumer
+            .subscribe(&[&options.topic])
+            .map_err(BusError::kafka("subscribe to the topic"))?;
+        Ok(KafkaConsumer {
+            consumer: Arc::new(consumer),
+            topic: options.topic.clone(),
+            group: group.to_owned(),
+            pending: Vec::new(),
+        })
+    }
+}
+
+fn record_of(message: &BorrowedMessage<'_>) -> Record {
+    Record {
+        // librdkafka hands out partitions and offsets of assigned,
+        // existing partitions only: both are non-negative.
+        partition: message.partition() as u32,
+        offset: message.offset() as u64,
+        key: message.key().unwrap_or_default().to_vec(),
+        payload: message.payload().unwrap_or_default().to_vec(),
+    }
+}
+
+#[async_trait]
+impl Consumer for KafkaConsumer {
+    /// Waits up to `timeout` for one record, then takes whatever else
+    /// librdkafka has already fetched, up to `max`, without waiting.
+    async fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Record>, BusError> {
+        let max = max.max(1);
+        if self.pending.is_empty() {
+            // `recv` is cancel safe: a message is taken off librdkafka's
+            // queue only by the poll that returns it.
+            match tokio::time::timeout(timeout, self.consumer.recv()).await {
+                Err(_elapsed) => return Ok(Vec::new()),
+                Ok(Err(e)) => return Err(BusError::kafka("poll")(e)),
+                Ok(Ok(message)) => self.pending.push(record_of(&message)),
+            }
+        }
+        while self.pending.len() < max {
+            match self.consumer.recv().now_or_never() {
+                Some(Ok(message)) => self.pending.push(record_of(&message)),
+                Some(Err(e)) => {
+                    // Hand back what was received; the error recurs on the
+                    // next poll if it is lasting.
+                    tracing::debug!(error = %e, "Kafka poll stopped early");
+                    break;
+                }
+                None => break,
+            }
+        }
+        let take = self.pending.len().min(max);
+        Ok(self.pending.drain(..take).collect())
+    }
+
+    /// Commits synchronously (on tokio's blocking pool): `Ok` means the
+    /// group coordinator stored the offset.
+    async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError> {
+        let mut offsets = TopicPartitionList::new();
+        offsets
+            .add_partition_offset(
+                &self.topic,
+                partition as i32,
+                Offset::Offset(next_offset as i64),
+            )
+            .map_err(BusError::kafka("commit"))?;
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+            .await
+            .map_err(|_| BusError::Panicked)?
+            .map_err(BusError::kafka("commit"))
+    }
+}
+
+impl fmt::Debug for KafkaConsumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaConsumer")
+            .field("topic", &self.topic)
+            .field("group", &self.group)
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}

@@ -1,0 +1,242 @@
+//! The Kafka bus against a real broker: run when `KILN_TEST_KAFKA` names
+//! one (`kafka://127.0.0.1:PORT`, as `scripts/kafka-test-server.sh start`
+//! prints), skipped with a message otherwise. Each test uses a topic of
+//! its own, which the bus creates.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::{payload, payload_number};
+use kiln_ingest_bus::{
+    Bus, BusError, BusUrl, Consumer, KafkaBus, KafkaOptions, Record, partition_for,
+};
+
+/// The broker URL, or `None` (after saying why) when the tests skip.
+fn broker() -> Option<String> {
+    match std::env::var("KILN_TEST_KAFKA") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "skipped: KILN_TEST_KAFKA is not set (export KILN_TEST_KAFKA=\"$(scripts/kafka-test-server.sh start /tmp/kiln-kafka)\")"
+            );
+            None
+        }
+    }
+}
+
+/// A bus on a fresh topic of `partitions` partitions, named after the test.
+/// Tests name their consumer groups after the topic too ([`group`]): tests
+/// run in parallel on one broker, and members of one group on different
+/// topics would rebalance each other.
+async fn fresh_bus(url: &str, test: &str, partitions: u32) -> KafkaBus {
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let url = format!(
+        "{url}/t-{test}-{}-{unique}?partitions={partitions}",
+        std::process::id()
+    );
+    let BusUrl::Kafka(options) = url.parse().unwrap() else {
+        panic!("{url} is not a Kafka URL")
+    };
+    KafkaBus::connect(options.session_timeout(Duration::from_secs(6)))
+        .await
+        .unwrap()
+}
+
+/// A consumer group of this test's own.
+fn group(bus: &KafkaBus, name: &str) -> String {
+    format!("{}-{name}", bus.options().topic)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("tenant\0host-{}", i % 13).into_bytes()
+}
+
+async fn publish_numbered(bus: &dyn Bus, range: std::ops::Range<u64>) {
+    for i in range {
+        let at = bus.publish(&key(i), payload(i)).await.unwrap();
+        assert_eq!(at.partition, partition_for(&key(i), bus.partition_count()));
+    }
+}
+
+/// Polls until `n` records arrived (a new group member may wait a few
+/// seconds for its partitions); fails after 60 s without a record.
+async fn poll_n(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut idle = Duration::ZERO;
+    while out.len() < n {
+        let batch = consumer
+            .poll(n - out.len(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        if batch.is_empty() {
+            idle += Duration::from_secs(1);
+            assert!(
+                idle < Duration::from_secs(60),
+                "stuck after {} of {n} records",
+                out.len()
+            );
+        }
+        out.extend(batch);
+    }
+    out
+}
+
+fn numbers(records: &[Record]) -> Vec<u64> {
+    records
+        .iter()
+        .map(|r| payload_number(&r.payload).expect("intact payload"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_come_back_whole_in_key_order_on_their_partition() {
+    let Some(url) = broker() else { return };
+    let bus = fresh_bus(&url, "order", 4).await;
+    assert_eq!(bus.partition_count(), 4);
+    publish_numbered(&bus, 0..200).await;
+
+    let mut consumer = bus.consumer(&group(&bus, "g")).await.unwrap();
+    let records = poll_n(&mut *consumer, 200).await;
+    let mut by_key: BTreeMap<Vec<u8>, Vec<u64>> = BTreeMap::new();
+    for (record, n) in records.iter().zip(numbers(&records)) {
+        assert_eq!(record.key, key(n));
+        assert_eq!(record.partition, partition_for(&record.key, 4));
+        by_key.entry(record.key.clone()).or_default().push(n);
+    }
+    for (k, ns) in &by_key {
+        assert!(
+            ns.is_sorted(),
+            "{:?} out of order: {ns:?}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    let all: BTreeSet<u64> = numbers(&records).into_iter().collect();
+    assert_eq!(all, (0..200).collect());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_resumes_after_the_commits() {
+    let Some(url) = broker() else { return };
+    let bus = fresh_bus(&url, "resume", 2).await;
+    publish_numbered(&bus, 0..60).await;
+
+    let mut first = bus.consumer(&group(&bus, "g")).await.unwrap();
+    let records = poll_n(&mut *first, 60).await;
+    // Commit only the first half of each partition.
+    let mut ends: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for r in &records {
+        ends.entry(r.partition).or_default().push(r.offset);
+    }
+    let mut expected_again = BTreeSet::new();
+    for (&partition, offsets) in &ends {
+        let half = offsets[offsets.len() / 2];
+        first.commit(partition, half).await.unwrap();
+        for r in records
+            .iter()
+            .filter(|r| r.partition == partition && r.offset >= half)
+        {
+            expected_again.insert(payload_number(&r.payload).unwrap());
+        }
+    }
+    let committed = bus.committed_offsets(&group(&bus, "g")).await.unwrap();
+    for (&partition, offsets) in &ends {
+        assert_eq!(committed[partition as usize], offsets[offsets.len() / 2]);
+    }
+    drop(first);
+
+    let mut second = bus.consumer(&group(&bus, "g")).await.unwrap();
+    let again = poll_n(&mut *second, expected_again.len()).await;
+    assert_eq!(
+        numbers(&again).into_iter().collect::<BTreeSet<_>>(),
+        expected_again
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_of_a_group_share_the_partitions() {
+    let Some(url) = broker() else { return };
+    let bus = fresh_bus(&url, "share", 4).await;
+    let mut a = bus.consumer(&group(&bus, "g")).await.unwrap();
+    let mut b = bus.consumer(&group(&bus, "g")).await.unwrap();
+    publish_numbered(&bus, 0..400).await;
+
+    // Both members poll (and so take part in the group) until every record
+    // was seen; redeliveries during a rebalance are allowed, losses not.
+    let mut seen: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+    let mut all = BTreeSet::new();
+    let mut idle = 0;
+    while all.len() < 400 {
+        let ra = a.poll(100, Duration::from_millis(500)).await.unwrap();
+        let rb = b.poll(100, Duration::from_millis(500)).await.unwrap();
+        idle = if ra.is_empty() && rb.is_empty() {
+            idle + 1
+        } else {
+            0
+        };
+        assert!(idle < 120, "stuck after {} of 400 records", all.len());
+        seen.entry("a")
+            .or_default()
+            .extend(ra.iter().map(|r| r.partition));
+        seen.entry("b")
+            .or_default()
+            .extend(rb.iter().map(|r| r.partition));
+        all.extend(numbers(&ra));
+        all.extend(numbers(&rb));
+    }
+    assert_eq!(all, (0..400).collect());
+    assert!(
+        seen.values().all(|p| !p.is_empty()),
+        "one member got every partition: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_read_independently() {
+    let Some(url) = broker() else { return };
+    let bus = fresh_bus(&url, "groups", 2).await;
+    publish_numbered(&bus, 0..20).await;
+    for name in ["g1", "g2"] {
+        let mut consumer = bus.consumer(&group(&bus, name)).await.unwrap();
+        let records = poll_n(&mut *consumer, 20).await;
+        assert_eq!(
+            numbers(&records).into_iter().collect::<BTreeSet<_>>(),
+            (0..20).collect()
+        );
+    }
+    assert_eq!(
+        bus.committed_offsets(&group(&bus, "none")).await.unwrap(),
+        vec![0, 0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_records_are_refused_and_handed_back() {
+    let Some(url) = broker() else { return };
+    let bus = fresh_bus(&url, "oversized", 1).await;
+    let limit = bus.options().max_record_bytes;
+    let err = bus.publish(b"k", vec![0; limit]).await.unwrap_err();
+    assert!(
+        matches!(err.source, BusError::RecordTooLarge { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.into_payload().len(), limit);
+}
+
+/// Runs without a broker: nothing listens on the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_broker_is_named_in_the_error() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let options = KafkaOptions::new(format!("127.0.0.1:{port}"));
+    let err = KafkaBus::connect(options).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, BusError::Kafka { .. }), "{err:?}");
+    assert!(text.contains("metadata"), "{text}");
+}

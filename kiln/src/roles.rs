@@ -1,0 +1,84 @@
+//! `kiln gateway`, `kiln worker`, `kiln query` and `kiln store migrate`:
+//! the processes of a distributed deployment, on backends named by URL.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use kiln_actors::backends;
+use kiln_actors::roles::{self, HttpOptions};
+use kiln_ingest_bus::Bus;
+use kiln_storage::{ObjectStore, ProfileStore};
+
+use crate::cli::{GatewayArgs, MigrateArgs, QueryArgs, StoresArgs, WorkerArgs};
+
+pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
+    actix_rt::System::new().block_on(async move {
+        let bus = open_bus(&args.bus.bus).await?;
+        let (store, objects) = open_stores(&args.stores).await?;
+        let running = roles::start_gateway(bus, store, objects, HttpOptions::new(args.listen))
+            .await
+            .context("starting the gateway")?;
+        println!("Kiln gateway is up: http://{}/", running.local_addr);
+        println!("  bus:     {}", args.bus.bus);
+        running.server.await.context("serving HTTP")
+    })
+}
+
+pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    actix_rt::System::new().block_on(async move {
+        let bus = open_bus(&args.bus.bus).await?;
+        let (store, objects) = open_stores(&args.stores).await?;
+        roles::start_worker(bus, store, objects)
+            .await
+            .context("joining the workers' consumer group")?;
+        println!("Kiln worker is up");
+        println!("  bus:     {}", args.bus.bus);
+        println!("  store:   {}", args.stores.store);
+        // Nothing needs flushing on the way out: what was not committed is
+        // read again by the worker that takes over the partitions.
+        wait_for_stop().await
+    })
+}
+
+pub fn query(args: QueryArgs) -> anyhow::Result<()> {
+    actix_rt::System::new().block_on(async move {
+        let (store, objects) = open_stores(&args.stores).await?;
+        let mut http = HttpOptions::new(args.listen);
+        let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
+        http.workers = http.workers.max(1);
+        let running = roles::start_query(store, objects, aggregators, http)
+            .await
+            .context("starting the query node")?;
+        println!("Kiln query node is up: http://{}/", running.local_addr);
+        println!("  store:   {}", args.stores.store);
+        running.server.await.context("serving HTTP")
+    })
+}
+
+pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+    actix_rt::System::new().block_on(async move {
+        args.store.migrate().await?;
+        println!("{}: schema is up to date", args.store);
+        Ok(())
+    })
+}
+
+async fn open_bus(url: &backends::BusUrl) -> anyhow::Result<Arc<dyn Bus>> {
+    Ok(backends::open_bus(url).await?)
+}
+
+async fn open_stores(
+    args: &StoresArgs,
+) -> anyhow::Result<(Arc<dyn ProfileStore>, Arc<dyn ObjectStore>)> {
+    Ok((args.store.open().await?, args.objects.open()?))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn wait_for_stop() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("listening for SIGINT"),
+        _ = term.recv() => Ok(()),
+    }
+}

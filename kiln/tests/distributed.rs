@@ -1,0 +1,432 @@
+//! Distributed mode end to end: tansu (Kafka), PostgreSQL, one gateway, two
+//! workers and one query node, each a separate `kiln` process.
+//!
+//! Runs when `KILN_TEST_KAFKA` and `KILN_TEST_POSTGRES` name a broker and a
+//! server (scripts/kafka-test-server.sh and scripts/pg-test-server.sh print
+//! them); skipped with a message otherwise. Each run gets a topic and a
+//! database of its own.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+use support::aggregate;
+
+/// Hosts of the synthetic fleet, and the batches each sends.
+const HOSTS: usize = 12;
+const INTERVALS: usize = 10;
+/// How long the test waits for the cluster to catch up before failing
+/// (a hang guard, not a performance check).
+const CATCH_UP: Duration = Duration::from_secs(180);
+
+/// The broker and PostgreSQL URLs, or `None` (after saying why).
+fn servers() -> Option<(String, String)> {
+    let kafka = std::env::var("KILN_TEST_KAFKA")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let postgres = std::env::var("KILN_TEST_POSTGRES")
+        .ok()
+        .filter(|v| !v.is_empty());
+    match (kafka, postgres) {
+        (Some(k), Some(p)) => Some((k, p)),
+        (k, p) => {
+            eprintln!(
+                "skipped: the distributed tests need KILN_TEST_KAFKA{} and KILN_TEST_POSTGRES{} \
+                 (scripts/kafka-test-server.sh start DIR, scripts/pg-test-server.sh start DIR)",
+                if k.is_some() { " (set)" } else { " (unset)" },
+                if p.is_some() { " (set)" } else { " (unset)" },
+            );
+            None
+        }
+    }
+}
+
+fn unique() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}_{nanos}", std::process::id())
+}
+
+/// A fresh database on the test server; returns its URL.
+fn fresh_database(server_url: &str) -> String {
+    let name = format!("kiln_dist_{}", unique());
+    let status = Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", server_url, "-c"])
+        .arg(format!("CREATE DATABASE {name}"))
+        .status()
+        .expect("run psql (Debian's postgresql-client)");
+    assert!(status.success(), "psql could not create database {name}");
+    let (base, _) = server_url.rsplit_once('/').expect("a URL with a database");
+    format!("{base}/{name}")
+}
+
+/// A `kiln` role process.
+struct Role {
+    name: &'static str,
+    child: Child,
+    /// The HTTP base URL, for roles that serve.
+    url: Option<String>,
+}
+
+impl Role {
+    /// Runs `kiln ARGS` and waits for its "is up" line.
+    fn start(name: &'static str, args: &[&str]) -> Role {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .env("KILN_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start kiln {name}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("kiln {name} exited before it was up"))
+                .expect("read kiln's output");
+            if line.contains(" is up") {
+                break line
+                    .split_once(": ")
+                    .map(|(_, url)| url.trim_end_matches('/').to_owned());
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Role { name, child, url }
+    }
+
+    fn url(&self) -> &str {
+        self.url.as_deref().expect("a role that serves HTTP")
+    }
+
+    /// SIGKILL: no chance to commit, flush or leave the group.
+    fn kill9(&mut self) {
+        self.child.kill().expect("kill");
+        let _ = self.child.wait();
+        eprintln!("killed kiln {} with SIGKILL", self.name);
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The cluster: its processes and the URLs they were given.
+struct Cluster {
+    gateway: Role,
+    workers: Vec<Role>,
+    query: Role,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(kafka: &str, postgres: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let store = fresh_database(postgres);
+        let bus = format!("{kafka}/dist-{}?partitions=4", unique());
+        let objects = format!("file://{}", dir.path().join("objects").display());
+        let migrated = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["store", "migrate", "--store", &store])
+            .status()
+            .unwrap();
+        assert!(migrated.success(), "kiln store migrate failed");
+        let backends = ["--bus", &bus, "--store", &store, "--objects", &objects];
+        let gateway = Role::start(
+            "gateway",
+            &[&["gateway", "--listen", "127.0.0.1:0"][..], &backends].concat(),
+        );
+        let workers = (0..2)
+            .map(|_| Role::start("worker", &[&["worker"][..], &backends].concat()))
+            .collect();
+        let query = Role::start(
+            "query",
+            &[
+                "query",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                &store,
+                "--objects",
+                &objects,
+            ],
+        );
+        Cluster {
+            gateway,
+            workers,
+            query,
+            _dir: dir,
+        }
+    }
+}
+
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+fn get(base: &str, path: &str) -> (u16, String) {
+    let mut response = http().get(format!("{base}{path}")).call().expect("GET");
+    let mut body = String::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_string(&mut body)
+        .unwrap();
+    (response.status().as_u16(), body)
+}
+
+fn post(base: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut response = http()
+        .post(format!("{base}{path}"))
+        .send(body)
+        .expect("POST");
+    let mut text = String::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_string(&mut text)
+        .unwrap();
+    (response.status().as_u16(), text)
+}
+
+/// `stack count` lines of the last day matching `filter`, summed by stack.
+fn collapsed(query: &str, filter: &str) -> Vec<String> {
+    let (status, body) = get(
+        query,
+        &format!("/api/v1/flamegraph?from=now-1d&format=collapsed{filter}"),
+    );
+    assert_eq!(status, 200, "{body}");
+    aggregate(body.lines().filter(|l| !l.is_empty()).map(str::to_owned))
+}
+
+/// The synthetic fleet: every host sends `INTERVALS` batches of distinct
+/// timestamps; each batch draws stacks from a small population, so
+/// batches share dictionary entries (what the workers' dedup caches
+/// skip). Returns the batches and the expected per-stack totals.
+fn fleet(run: &str) -> (Vec<Vec<u8>>, Vec<String>) {
+    let functions = [
+        "main", "serve", "parse", "encode", "hash", "write", "poll", "alloc",
+    ];
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+        - 30 * 60 * 1_000_000_000;
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    let mut batches = Vec::new();
+    for interval in 0..INTERVALS {
+        for host in 0..HOSTS {
+            let ts = start + (interval as i64) * 5_000_000_000;
+            let host_name = format!("host-{host:02}");
+            let labels = LabelSet::new()
+                .with(label_names::HOST, host_name.clone())
+                .with("run", run);
+            let mut b = BatchBuilder::new(host_name, ts, 10_000_000);
+            for k in 0..40usize {
+                // A deterministic walk: stack shape from host, interval, k.
+                let seed = host * 7 + interval * 3 + k;
+                let depth = 2 + seed % 4;
+                let names: Vec<&str> = (0..depth)
+                    .map(|d| functions[(seed / (d + 1) + d) % functions.len()])
+                    .collect();
+                let frames: Vec<Frame> = names
+                    .iter()
+                    .map(|n| Frame::named(FrameKind::Native, *n))
+                    .collect();
+                let count = 1 + (seed % 5) as u64;
+                // Distinct timestamps within the batch keep samples apart.
+                b.add(ts + k as i64 * 1000, &frames, &labels, count);
+                *expected.entry(names.join(";")).or_default() += count;
+            }
+            batches.push(b.finish().encode());
+        }
+    }
+    let expected = expected
+        .into_iter()
+        .map(|(s, n)| format!("{s} {n}"))
+        .collect();
+    (batches, expected)
+}
+
+/// Streams a fleet through the gateway, SIGKILLs a worker halfway, and
+/// finds every stack's total exactly: nothing lost with the dead worker's
+/// uncommitted batches, nothing counted twice when the other rewrites
+/// them. Then the import checks of embedded mode, against this cluster.
+#[test]
+fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
+    let Some((kafka, postgres)) = servers() else {
+        return;
+    };
+    let mut cluster = Cluster::start(&kafka, &postgres);
+    let run = unique();
+    let (batches, expected) = fleet(&run);
+    let gateway = cluster.gateway.url().to_owned();
+    let query = cluster.query.url().to_owned();
+
+    for (i, batch) in batches.iter().enumerate() {
+        if i == batches.len() / 2 {
+            cluster.workers[0].kill9();
+        }
+        let (status, body) = post(&gateway, "/api/v1/ingest", batch);
+        assert_eq!(status, 200, "batch {i}: {body}");
+    }
+
+    let filter = format!("&run={run}");
+    let started = Instant::now();
+    loop {
+        let got = collapsed(&query, &filter);
+        if got == expected {
+            break;
+        }
+        let total = |lines: &[String]| -> u64 {
+            lines
+                .iter()
+                .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+                .sum()
+        };
+        assert!(
+            total(&got) <= total(&expected),
+            "more samples than were sent: {} > {}",
+            total(&got),
+            total(&expected)
+        );
+        assert!(
+            started.elapsed() < CATCH_UP,
+            "the surviving worker did not catch up: {} of {} samples",
+            total(&got),
+            total(&expected)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    import_checks(&gateway, &query);
+}
+
+/// The embedded mode's import-and-read-back checks, through the gateway
+/// and the query node. Each check labels its samples, so they do not see
+/// the fleet's or each other's.
+fn import_checks(gateway: &str, query: &str) {
+    let check = unique();
+    // Collapsed stacks read back exactly, queryable once the import answers.
+    let input = "main;parse;read_line 7\nmain;compute 12\nmain 1\nmain;compute 3\nsys_read_[k] 2\n";
+    let (status, body) = post(
+        gateway,
+        &format!("/api/v1/import?format=collapsed&check={check}"),
+        input.as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(summary["samples"], 25);
+    assert_eq!(summary["queryable"], true, "{summary}");
+    assert_eq!(
+        collapsed(query, &format!("&check={check}")),
+        aggregate(input.lines().map(str::to_owned))
+    );
+
+    // Label filters select samples.
+    for (process, body) in [("web", "a;b 5\n"), ("db", "a;c 2\n")] {
+        let (status, text) = post(
+            gateway,
+            &format!("/api/v1/import?format=collapsed&check={check}-l&process={process}"),
+            body.as_bytes(),
+        );
+        assert_eq!(status, 200, "{text}");
+    }
+    assert_eq!(
+        collapsed(query, &format!("&check={check}-l&process=web")),
+        ["a;b 5"]
+    );
+    assert_eq!(
+        collapsed(query, &format!("&check={check}-l")),
+        ["a;b 5", "a;c 2"]
+    );
+
+    // Malformed input is refused by name and changes nothing.
+    let (status, text) = post(
+        gateway,
+        &format!("/api/v1/import?format=collapsed&check={check}"),
+        b"a;b 3\na;b three\n",
+    );
+    assert_eq!(status, 400, "{text}");
+    let (status, text) = post(gateway, "/api/v1/import", b"a 1\n");
+    assert_eq!(status, 400);
+    assert!(text.contains("format"), "{text}");
+    assert_eq!(
+        collapsed(query, &format!("&check={check}")),
+        aggregate(input.lines().map(str::to_owned))
+    );
+
+    // Top functions on the query node.
+    let (status, body) = get(
+        query,
+        &format!("/api/v1/top?from=now-1h&limit=1&check={check}"),
+    );
+    assert_eq!(status, 200, "{body}");
+    let rows: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(rows[0]["name"], "compute");
+    assert_eq!(rows[0]["self_samples"], 15);
+
+    // Each role serves its own part of the API.
+    assert_eq!(get(gateway, "/api/v1/flamegraph?from=now-1h").0, 404);
+    assert_eq!(
+        post(query, "/api/v1/import?format=collapsed", b"a 1\n").0,
+        404
+    );
+}
+
+/// Bad URLs fail at once, naming the flag and what is wrong; needs no
+/// servers.
+#[test]
+fn roles_refuse_bad_urls_by_name() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "worker",
+                "--bus",
+                "amqp://h:1",
+                "--store",
+                "file:///s",
+                "--objects",
+                "file:///o",
+            ],
+            "bad --bus URL \"amqp://h:1\"",
+        ),
+        (
+            &["query", "--store", "mysql://h/db", "--objects", "file:///o"],
+            "bad --store URL",
+        ),
+        (
+            &[
+                "gateway",
+                "--bus",
+                "kafka://h:1",
+                "--store",
+                "file:///s",
+                "--objects",
+                "gs://b",
+            ],
+            "bad --objects URL",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}

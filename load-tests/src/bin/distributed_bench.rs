@@ -1,0 +1,425 @@
+//! Distributed ingest: throughput of the synthetic fleet's batches through
+//! the gateway (HTTP) → bus → workers → store, and the latency from a
+//! batch's publish to its samples answering a query.
+//!
+//! Three clusters, each in this process (one actix system per role, on
+//! threads of its own), measured in the same run:
+//!
+//! - baseline: the embedded bus and store, gateway and one worker sharing
+//!   them, as `kiln up` runs;
+//! - Kafka (tansu) and PostgreSQL with one worker;
+//! - the same with two workers (one consumer group).
+//!
+//! Throughput is timed from the first POST until the workers' committed
+//! offsets cover every batch; latency is one probe batch at a time on the
+//! idle cluster, from its POST until the query API returns its samples.
+//!
+//! `KILN_TEST_KAFKA=… KILN_TEST_POSTGRES=… cargo run --release -p kiln-load-tests --bin distributed_bench`
+//! (scripts/kafka-test-server.sh and scripts/pg-test-server.sh print the
+//! URLs).
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use kiln_actors::ingest::CONSUMER_GROUP;
+use kiln_actors::roles::{self, HttpOptions};
+use kiln_ingest_bus::{Bus, BusUrl, EmbeddedBus};
+use kiln_load_tests::report::Report;
+use kiln_load_tests::synth::{Fleet, StackPopulation};
+use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet};
+use kiln_storage::{
+    EmbeddedProfileStore, LocalObjectStore, ObjectStore, PostgresProfileStore, ProfileStore,
+};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+#[derive(Debug, Parser)]
+#[command(about = "Gateway → Kafka → workers throughput and publish-to-queryable latency")]
+struct Args {
+    /// The broker, kafka://HOST:PORT (a fresh topic is created per run).
+    #[arg(long, env = "KILN_TEST_KAFKA")]
+    kafka: String,
+    /// A PostgreSQL server, postgres://USER@HOST:PORT/DB (a fresh database
+    /// is created per cluster, with psql).
+    #[arg(long, env = "KILN_TEST_POSTGRES")]
+    postgres: String,
+    /// Hosts in the simulated fleet.
+    #[arg(long, default_value_t = 50)]
+    hosts: usize,
+    /// 5-second intervals each host sends.
+    #[arg(long, default_value_t = 8)]
+    intervals: usize,
+    /// Samples per host per interval (8 cores × 19 Hz × 5 s = 760).
+    #[arg(long, default_value_t = 760)]
+    samples: usize,
+    /// Distinct stacks in the population.
+    #[arg(long, default_value_t = 5_000)]
+    stacks: usize,
+    /// Concurrent HTTP clients posting batches.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Latency probes per cluster.
+    #[arg(long, default_value_t = 40)]
+    probes: usize,
+    /// Bus partitions.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let population = StackPopulation::new(args.stacks, 1.1, 1);
+    let fleet = Fleet {
+        hosts: args.hosts,
+        processes: 8,
+        samples_per_interval: args.samples,
+        period_ns: 1_000_000_000 / 19,
+    };
+    let mut rng = StdRng::seed_from_u64(2);
+    // An hour ago, so that the probes' "now-5m" queries do not scan them.
+    let start_ns = kiln_actors::http::now_ns() - 3_600_000_000_000;
+    let batches: Vec<Batch> = (0..args.intervals)
+        .flat_map(|i| (0..args.hosts).map(move |h| (h, i)))
+        .map(|(h, i)| fleet.batch(&population, h, i, start_ns, &mut rng))
+        .collect();
+    let samples: u64 = batches.iter().map(Batch::sample_count).sum();
+    let encoded: Arc<Vec<Vec<u8>>> = Arc::new(batches.iter().map(Batch::encode).collect());
+    println!(
+        "distributed_bench: {} batches, {samples} samples, {} stacks, {} clients, {} partitions",
+        encoded.len(),
+        args.stacks,
+        args.clients,
+        args.partitions
+    );
+
+    let mut report = Report::default();
+    report.add("samples", samples as f64, "samples");
+    let mut throughputs = Vec::new();
+    for kind in [Kind::Embedded, Kind::Kafka(1), Kind::Kafka(2)] {
+        let name = kind.name();
+        println!("{name}:");
+        let cluster = Cluster::start(kind, &args)?;
+        let elapsed = cluster.ingest(&encoded, args.clients)?;
+        let rate = samples as f64 / elapsed.as_secs_f64();
+        report.add(format!("{name}: ingest samples/s"), rate, "samples/s");
+        throughputs.push((name.clone(), rate));
+        let mut latencies = cluster.probe(args.probes)?;
+        latencies.sort();
+        report.time(
+            format!("{name}: publish→queryable p50"),
+            percentile(&latencies, 50),
+        );
+        report.time(
+            format!("{name}: publish→queryable p99"),
+            percentile(&latencies, 99),
+        );
+        cluster.stop();
+    }
+    let baseline = throughputs[0].1;
+    for (name, rate) in &throughputs[1..] {
+        report.add(
+            format!("{name} / embedded throughput"),
+            rate / baseline,
+            "x",
+        );
+    }
+    report.add(
+        "2 workers / 1 worker throughput",
+        throughputs[2].1 / throughputs[1].1,
+        "x",
+    );
+    report.finish("distributed");
+    Ok(())
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    let i = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Embedded,
+    Kafka(usize),
+}
+
+impl Kind {
+    fn name(self) -> String {
+        match self {
+            Kind::Embedded => "embedded".into(),
+            Kind::Kafka(1) => "kafka, 1 worker".into(),
+            Kind::Kafka(n) => format!("kafka, {n} workers"),
+        }
+    }
+}
+
+/// A gateway, workers and a query node, each on an actix system of its own.
+struct Cluster {
+    gateway: String,
+    query: String,
+    /// A handle on the bus, to read the workers' committed offsets.
+    bus: Arc<dyn Bus>,
+    runtime: tokio::runtime::Runtime,
+    systems: Vec<actix_rt::System>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(kind: Kind, args: &Args) -> anyhow::Result<Cluster> {
+        let dir = tempfile::tempdir()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let objects: Arc<dyn ObjectStore> =
+            Arc::new(LocalObjectStore::open(&dir.path().join("objects"))?);
+        let (bus, store, workers): (Arc<dyn Bus>, Arc<dyn ProfileStore>, usize) = match kind {
+            Kind::Embedded => (
+                Arc::new(EmbeddedBus::open(&dir.path().join("bus"), args.partitions)?),
+                Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles"))?),
+                1,
+            ),
+            Kind::Kafka(workers) => {
+                let topic = format!("bench-{}", unique());
+                let url: BusUrl =
+                    format!("{}/{topic}?partitions={}", args.kafka, args.partitions).parse()?;
+                let bus = runtime.block_on(url.open(args.partitions))?;
+                let db = fresh_database(&args.postgres)?;
+                let store = runtime.block_on(async {
+                    let store = PostgresProfileStore::connect(&db).await?;
+                    store.migrate().await?;
+                    anyhow::Ok(store)
+                })?;
+                (bus, Arc::new(store), workers)
+            }
+        };
+        let mut systems = Vec::new();
+        let listen: SocketAddr = "127.0.0.1:0".parse()?;
+        let http = HttpOptions { listen, workers: 2 };
+        let (gateway_system, gateway) = spawn_system("gateway", {
+            let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
+            move || async move {
+                let running = roles::start_gateway(bus, store, objects, http).await?;
+                Ok((Some(running.local_addr), Some(running.server)))
+            }
+        })?;
+        systems.push(gateway_system);
+        for _ in 0..workers {
+            let (system, _) = spawn_system("worker", {
+                let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
+                move || async move {
+                    roles::start_worker(bus, store, objects).await?;
+                    Ok((None, None))
+                }
+            })?;
+            systems.push(system);
+        }
+        let (query_system, query) = spawn_system("query", {
+            let (store, objects) = (store.clone(), objects.clone());
+            move || async move {
+                let running = roles::start_query(store, objects, 2, http).await?;
+                Ok((Some(running.local_addr), Some(running.server)))
+            }
+        })?;
+        systems.push(query_system);
+        let cluster = Cluster {
+            gateway: format!("http://{}", gateway.context("gateway address")?),
+            query: format!("http://{}", query.context("query address")?),
+            bus,
+            runtime,
+            systems,
+            _dir: dir,
+        };
+        // Wait until the workers hold their partitions: one batch through.
+        let warmup = probe_batch("warmup");
+        cluster.post(&warmup)?;
+        cluster.wait_committed(1, Duration::from_secs(120))?;
+        Ok(cluster)
+    }
+
+    fn post(&self, batch: &[u8]) -> anyhow::Result<()> {
+        let mut response = http()
+            .post(format!("{}/api/v1/ingest", self.gateway))
+            .send(batch)?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let mut text = String::new();
+            response.body_mut().as_reader().read_to_string(&mut text)?;
+            bail!("gateway answered {status}: {text}");
+        }
+        Ok(())
+    }
+
+    /// Waits until the workers have committed `records` records in all.
+    fn wait_committed(&self, records: u64, timeout: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            let offsets = self
+                .runtime
+                .block_on(self.bus.committed_offsets(CONSUMER_GROUP))?;
+            if offsets.iter().sum::<u64>() >= records {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                bail!("workers committed {offsets:?}, not {records} records, in {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Posts every batch from `clients` threads; returns the time until the
+    /// workers committed the last.
+    fn ingest(&self, batches: &Arc<Vec<Vec<u8>>>, clients: usize) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let next = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..clients.max(1))
+            .map(|_| {
+                let (batches, next, gateway) =
+                    (batches.clone(), next.clone(), self.gateway.clone());
+                std::thread::spawn(move || -> anyhow::Result<()> {
+                    let agent = http();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(batch) = batches.get(i) else {
+                            return Ok(());
+                        };
+                        let response = agent
+                            .post(format!("{gateway}/api/v1/ingest"))
+                            .send(&batch[..])?;
+                        anyhow::ensure!(
+                            response.status() == 200,
+                            "gateway answered {}",
+                            response.status()
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+        }
+        // The warmup batch was the first record.
+        self.wait_committed(batches.len() as u64 + 1, Duration::from_secs(1200))?;
+        Ok(started.elapsed())
+    }
+
+    /// Publish-to-queryable latency of `n` probe batches, one at a time.
+    fn probe(&self, n: usize) -> anyhow::Result<Vec<Duration>> {
+        let mut latencies = Vec::with_capacity(n);
+        for i in 0..n {
+            let tag = format!("probe-{i}");
+            let batch = probe_batch(&tag);
+            let started = Instant::now();
+            self.post(&batch)?;
+            let url = format!(
+                "{}/api/v1/flamegraph?from=now-5m&format=collapsed&probe={tag}",
+                self.query
+            );
+            loop {
+                let mut response = http().get(&url).call()?;
+                let mut body = String::new();
+                response.body_mut().as_reader().read_to_string(&mut body)?;
+                if !body.trim().is_empty() {
+                    break;
+                }
+                anyhow::ensure!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "{tag} never arrived"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            latencies.push(started.elapsed());
+        }
+        Ok(latencies)
+    }
+
+    fn stop(self) {
+        for system in &self.systems {
+            system.stop();
+        }
+    }
+}
+
+/// Runs `start` in a new actix system on a thread of its own; returns the
+/// system and the address it serves on, if any.
+fn spawn_system<F, Fut>(
+    name: &str,
+    start: F,
+) -> anyhow::Result<(actix_rt::System, Option<SocketAddr>)>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<
+            Output = anyhow::Result<(Option<SocketAddr>, Option<actix_web::dev::Server>)>,
+        >,
+{
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("bench-{name}"))
+        .spawn(move || {
+            let system = actix_rt::System::new();
+            let handle = actix_rt::System::current();
+            let started = system.block_on(start());
+            match started {
+                Ok((addr, server)) => {
+                    let _ = tx.send(Ok((handle, addr)));
+                    if let Some(server) = server {
+                        actix_rt::spawn(async move {
+                            let _ = server.await;
+                        });
+                    }
+                    let _ = system.run();
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })?;
+    rx.recv().context("the role's thread died")?
+}
+
+/// One small batch whose samples carry the label `probe=TAG`, stamped now.
+fn probe_batch(tag: &str) -> Vec<u8> {
+    let now = kiln_actors::http::now_ns();
+    let mut b = BatchBuilder::new(format!("prober-{tag}"), now, 10_000_000);
+    let frames = [
+        Frame::named(FrameKind::Native, "main"),
+        Frame::named(FrameKind::Native, "probe"),
+    ];
+    b.add(now, &frames, &LabelSet::new().with("probe", tag), 1);
+    b.finish().encode()
+}
+
+fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+fn unique() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{nanos}", std::process::id())
+}
+
+/// A fresh database on the server at `server_url`; returns its URL.
+fn fresh_database(server_url: &str) -> anyhow::Result<String> {
+    let name = format!("kiln_bench_{}", unique().replace('-', "_"));
+    let status = std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", server_url, "-c"])
+        .arg(format!("CREATE DATABASE {name}"))
+        .status()
+        .context("running psql")?;
+    anyhow::ensure!(status.success(), "psql could not create database {name}");
+    let (base, _) = server_url
+        .rsplit_once('/')
+        .context("a PostgreSQL URL ends in /DATABASE")?;
+    Ok(format!("{base}/{name}"))
+}
