@@ -80,6 +80,7 @@
 mod abi;
 mod batcher;
 mod fileid;
+pub mod gpu;
 mod kallsyms;
 mod procfs;
 mod row_space;
@@ -224,6 +225,7 @@ pub struct Agent {
     _watcher: Option<Watcher>,
     unwind_shared: Option<Arc<Mutex<unwinder::Shared>>>,
     uploader: Option<SymbolUploader>,
+    gpu: Option<gpu::GpuReceiver>,
 }
 
 /// How often the new-process feed is read: a process must live about this
@@ -368,7 +370,16 @@ impl Agent {
             _watcher: watcher,
             unwind_shared,
             uploader: None,
+            gpu: None,
         })
+    }
+
+    /// Listens at `socket` for CUDA processes running `libkiln_cuda.so`;
+    /// from then on every tick also sends their GPU profiles (see
+    /// [`gpu`]). Off until called.
+    pub fn receive_gpu_from(&mut self, socket: &std::path::Path) -> std::io::Result<()> {
+        self.gpu = Some(gpu::GpuReceiver::start(socket, self.config.host.clone())?);
+        Ok(())
     }
 
     /// Uploads the symbols of the files it samples to the backend at
@@ -452,6 +463,13 @@ impl Agent {
         let delivery = sink.send(&batch)?;
         if delivery == Delivery::Delivered {
             self.delivered(&batch);
+        }
+        if let Some(gpu) = &mut self.gpu {
+            // GPU batches carry their whole dictionary: no delivery
+            // bookkeeping.
+            for gpu_batch in gpu.batches(nanos(SystemTime::now())) {
+                sink.send(&gpu_batch)?;
+            }
         }
         Ok(TickReport {
             samples: batch.sample_count(),

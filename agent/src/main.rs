@@ -51,6 +51,15 @@ struct Args {
     /// extracts their symbols, so their frames get names).
     #[arg(long, env = "KILN_NO_SYMBOL_UPLOAD")]
     no_symbol_upload: bool,
+
+    /// Where CUDA processes running libkiln_cuda.so send their GPU
+    /// profiles (the library's KILN_GPU_SOCKET).
+    #[arg(long, env = "KILN_GPU_SOCKET", default_value = kiln_cuda::socket::DEFAULT_SOCKET_PATH)]
+    gpu_socket: std::path::PathBuf,
+
+    /// Do not receive GPU profiles.
+    #[arg(long, env = "KILN_NO_GPU")]
+    no_gpu: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -114,6 +123,11 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         agent
             .upload_symbols_to(url)
             .context("starting the symbol upload thread")?;
+    }
+    if !args.no_gpu
+        && let Err(e) = agent.receive_gpu_from(&args.gpu_socket)
+    {
+        tracing::warn!(socket = %args.gpu_socket.display(), error = %e, "GPU profiles not received");
     }
     tracing::info!(
         server = url,

@@ -78,16 +78,16 @@ impl StallReasonTable {
 
 /// Names SASS instructions: (cubin CRC, function, PC offset) → text, e.g.
 /// from [`crate::pcsampling`]'s cubins run through `nvdisasm`.
-pub type InstructionNamer = Box<dyn Fn(u64, &str, u64) -> Option<String>>;
+pub type InstructionNamer<'a> = Box<dyn Fn(u64, &str, u64) -> Option<String> + 'a>;
 
 /// How to name instructions; by default by PC offset alone.
 #[derive(Default)]
-pub struct FoldOptions {
+pub struct FoldOptions<'a> {
     /// Disassembly, when the agent has it.
-    pub instruction_name: Option<InstructionNamer>,
+    pub instruction_name: Option<InstructionNamer<'a>>,
 }
 
-impl std::fmt::Debug for FoldOptions {
+impl std::fmt::Debug for FoldOptions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FoldOptions")
             .field("instruction_name", &self.instruction_name.is_some())
@@ -101,7 +101,7 @@ impl std::fmt::Debug for FoldOptions {
 pub fn fold_snapshot(
     snapshot: &Snapshot,
     stalls: &StallReasonTable,
-    options: &FoldOptions,
+    options: &FoldOptions<'_>,
     mut launch_stack: impl FnMut(u32, u32) -> Option<Vec<Frame>>,
 ) -> Vec<FoldedStack> {
     let mut out = Vec::new();
@@ -172,7 +172,7 @@ fn kernel_frame(name: &str) -> Frame {
 /// `+0x90 LDG.E R2, desc[UR4][R2.64]` with a disassembly, `+0x90` without;
 /// the module names the cubin by CRC so equal offsets in different
 /// builds stay apart.
-fn instruction_frame(pc: &PcSampleAggregate, options: &FoldOptions) -> Frame {
+fn instruction_frame(pc: &PcSampleAggregate, options: &FoldOptions<'_>) -> Frame {
     let offset = format!("+{:#x}", pc.pc_offset);
     let function = match options
         .instruction_name

@@ -46,7 +46,9 @@ use std::panic::catch_unwind;
 use std::sync::{Arc, Once};
 
 pub use cupti::{Cupti, CuptiError, RealCupti};
-pub use fold::{FoldOptions, FoldedStack, StallReasonTable, WeightUnit, fold_snapshot};
+pub use fold::{
+    FoldOptions, FoldedStack, InstructionNamer, StallReasonTable, WeightUnit, fold_snapshot,
+};
 pub use socket::{SnapshotListener, SnapshotSender, SnapshotStream};
 pub use wire::{Snapshot, WireError};
 
