@@ -163,7 +163,7 @@ fn validate_keyspace(keyspace: &str) -> Result<(), String> {
 
 /// Percent-decodes a user or password (`%40` for '@' and so on).
 fn decode(text: &str) -> Result<String, String> {
-    url::form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
+    ::url::form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
         .next()
         .map(|(_, v)| v.into_owned())
         .ok_or_else(|| format!("cannot decode {text:?}"))
