@@ -45,4 +45,12 @@ if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
   say "tansu (the Kafka test broker): cargo install --locked tansu --features dynostore"
   cargo install --locked tansu --features dynostore
 fi
+# kafka-python (and zstandard, for our zstd batches): the independent client
+# of the Kafka bus's interop test (ingest-bus/tests/kafka.rs).
+if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
+  say "python3-kafka and python3-zstandard (the Kafka interop test's client)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-kafka python3-zstandard ||
+    python3 -m pip install --quiet kafka-python zstandard
+fi
 say "done"

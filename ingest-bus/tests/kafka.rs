@@ -240,3 +240,118 @@ async fn an_unreachable_broker_is_named_in_the_error() {
     assert!(matches!(err, BusError::Kafka { .. }), "{err:?}");
     assert!(text.contains("metadata"), "{text}");
 }
+
+/// The Python side of the interop check: consumes `count` records of a
+/// topic and prints them, then produces the given (partition, key,
+/// payload) records; hex everywhere.
+const KAFKA_PYTHON: &str = r#"
+import json, sys
+from kafka import KafkaConsumer, KafkaProducer
+brokers, topic, group, count, produce = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), json.loads(sys.argv[5])
+consumer = KafkaConsumer(topic, bootstrap_servers=brokers, group_id=group,
+                         auto_offset_reset="earliest", enable_auto_commit=False,
+                         consumer_timeout_ms=60000)
+seen = []
+for m in consumer:
+    seen.append({"partition": m.partition, "offset": m.offset, "key": m.key.hex(), "payload": m.value.hex()})
+    if len(seen) == count:
+        break
+consumer.close()
+producer = KafkaProducer(bootstrap_servers=brokers, acks="all")
+for p, k, v in produce:
+    producer.send(topic, key=bytes.fromhex(k), value=bytes.fromhex(v), partition=p).get(timeout=30)
+producer.flush()
+print(json.dumps(seen))
+"#;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An independent client, kafka-python, reads what our producer wrote
+/// (zstd batches included) and writes what our consumer reads. Runs when
+/// `python3` can import `kafka` and `zstandard` (the kafka tier of
+/// scripts/test.sh installs them), skips with a message otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_reads_our_records_and_we_read_its() {
+    let Some(url) = broker() else { return };
+    let has_client = std::process::Command::new("python3")
+        .args(["-c", "import kafka, zstandard"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_client {
+        eprintln!(
+            "skipped: python3 cannot import kafka-python and zstandard (pip install kafka-python zstandard)"
+        );
+        return;
+    }
+    let bus = fresh_bus(&url, "interop", 3).await;
+    let mut ours = Vec::new();
+    for i in 0..30 {
+        let at = bus.publish(&key(i), payload(i)).await.unwrap();
+        ours.push((at.partition, at.offset, hex(&key(i)), hex(&payload(i))));
+    }
+    let theirs: Vec<(u32, String, String)> = (100..110)
+        .map(|i| (partition_for(&key(i), 3), hex(&key(i)), hex(&payload(i))))
+        .collect();
+    let produce = format!(
+        "[{}]",
+        theirs
+            .iter()
+            .map(|(p, k, v)| format!("[{p},\"{k}\",\"{v}\"]"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let out = tokio::process::Command::new("python3")
+        .args([
+            "-c",
+            KAFKA_PYTHON,
+            &bus.options().brokers,
+            &bus.options().topic,
+        ])
+        .arg(group(&bus, "python"))
+        .arg(ours.len().to_string())
+        .arg(&produce)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kafka-python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = String::from_utf8(out.stdout).unwrap();
+    let seen: Vec<serde_json::Value> = serde_json::from_str(&seen).unwrap();
+    let mut read: Vec<(u32, u64, String, String)> = seen
+        .iter()
+        .map(|r| {
+            (
+                r["partition"].as_u64().unwrap() as u32,
+                r["offset"].as_u64().unwrap(),
+                r["key"].as_str().unwrap().to_owned(),
+                r["payload"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    read.sort();
+    ours.sort();
+    assert_eq!(
+        read, ours,
+        "kafka-python read other records than we published"
+    );
+
+    let mut consumer = bus.consumer(&group(&bus, "rust")).await.unwrap();
+    let records = poll_n(&mut *consumer, ours.len() + theirs.len()).await;
+    let mut from_python: Vec<(u32, String, String)> = records
+        .iter()
+        .filter(|r| payload_number(&r.payload).is_some_and(|n| n >= 100))
+        .map(|r| (r.partition, hex(&r.key), hex(&r.payload)))
+        .collect();
+    from_python.sort();
+    let mut theirs = theirs;
+    theirs.sort();
+    assert_eq!(
+        from_python, theirs,
+        "we read other records than kafka-python produced"
+    );
+}

@@ -10,6 +10,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -429,4 +430,98 @@ fn roles_refuse_bad_urls_by_name() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
+}
+
+/// A broker of this test's own (scripts/kafka-test-server.sh), to stop.
+struct PrivateBroker {
+    dir: tempfile::TempDir,
+}
+
+impl PrivateBroker {
+    fn script() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka-test-server.sh")
+    }
+
+    fn start() -> (PrivateBroker, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(Self::script())
+            .arg("start")
+            .arg(dir.path())
+            .output()
+            .expect("run scripts/kafka-test-server.sh");
+        assert!(
+            out.status.success(),
+            "kafka-test-server.sh start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        (PrivateBroker { dir }, url)
+    }
+
+    fn stop(&self) {
+        let status = Command::new(Self::script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kafka-test-server.sh stop failed");
+    }
+}
+
+impl Drop for PrivateBroker {
+    fn drop(&mut self) {
+        let _ = Command::new(Self::script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+/// With the broker gone, the gateway answers 503 with Retry-After (what
+/// agents spool and retry on: agent/src/sink.rs) once the publish times
+/// out, rather than holding the agent or dropping its batch.
+#[test]
+fn the_gateway_answers_503_while_kafka_is_down() {
+    let Some(_) = servers() else { return };
+    let (broker, kafka) = PrivateBroker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", dir.path().join("store").display());
+    let objects = format!("file://{}", dir.path().join("objects").display());
+    let bus = format!("{kafka}/down-{}?partitions=1", unique());
+    let gateway = Role::start(
+        "gateway",
+        &[
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--bus",
+            &bus,
+            "--store",
+            &store,
+            "--objects",
+            &objects,
+        ],
+    );
+    let (batch, _) = fleet("down");
+    let (status, body) = post(gateway.url(), "/api/v1/ingest", &batch[0]);
+    assert_eq!(status, 200, "{body}");
+
+    broker.stop();
+    let mut response = http()
+        .post(format!("{}/api/v1/ingest", gateway.url()))
+        .send(&batch[1][..])
+        .expect("POST");
+    assert_eq!(response.status().as_u16(), 503);
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(retry_after.as_deref(), Some("5"));
+    let mut body = String::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_string(&mut body)
+        .unwrap();
+    assert!(body.contains("Kafka: cannot publish"), "{body}");
 }

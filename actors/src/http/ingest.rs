@@ -146,8 +146,13 @@ impl IngestState {
             .publish(&header.bus_key(source), header.wrap(batch))
             .await
             .map_err(|e| {
-                warn!(error = %e, "publishing to the ingest bus failed");
-                ApiError::Unavailable(format!("the ingest bus cannot take batches now: {e}"))
+                // The cause (a timeout, a broker's refusal), not just "could
+                // not publish", goes to the log and to the caller.
+                warn!(error = %e.source, bytes = e.payload.len(), "publishing to the ingest bus failed");
+                ApiError::Unavailable(format!(
+                    "the ingest bus cannot take batches now: {}",
+                    e.source
+                ))
             })
     }
 }
