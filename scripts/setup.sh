@@ -53,4 +53,24 @@ if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-kafka python3-zstandard ||
     python3 -m pip install --quiet kafka-python zstandard
 fi
+# The web UI's build (scripts/build-ui.sh): wasm-bindgen-cli at exactly the
+# wasm-bindgen version of Cargo.lock (the CLI refuses modules of another
+# version). `--locked` first; without it when the registry no longer has a
+# version the CLI's own lock file pins.
+wasm_bindgen="$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"
+if [ -n "$wasm_bindgen" ] && [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wasm_bindgen" ]; then
+  say "wasm-bindgen-cli $wasm_bindgen (the version in Cargo.lock)"
+  cargo install --locked wasm-bindgen-cli --version "$wasm_bindgen" ||
+    cargo install wasm-bindgen-cli --version "$wasm_bindgen"
+fi
+# The browser tests: Debian's chromium, driven by Node's playwright-core.
+need_browser=()
+command -v chromium >/dev/null || need_browser+=(chromium)
+command -v npm >/dev/null || need_browser+=(nodejs npm)
+if [ ${#need_browser[@]} -gt 0 ]; then
+  say "apt packages for the browser tests: ${need_browser[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_browser[@]}"
+fi
 say "done"

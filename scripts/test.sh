@@ -75,6 +75,12 @@ fi
 
 tier "distributed: s3" "SKIP (the S3 object store is not built yet: issue 7)"
 tier "distributed: scylla" "SKIP (the ScyllaDB store is not built yet: issue 7)"
-tier "browser" "SKIP (the web UI is not built yet: issue 5)"
+# The web UI in headless Chromium: build it, then frontend/e2e's tests
+# (Node's playwright-core driving Debian's chromium against a real kiln up;
+# screenshots in test-output/browser/).
+tier "browser" "RUN (scripts/build-ui.sh, then frontend/e2e in headless $(chromium --version 2>/dev/null | head -1))"
+scripts/build-ui.sh
+cargo build --locked -p kiln
+(cd frontend/e2e && npm ci --no-audit --no-fund && npm test)
 echo
 echo "== all tiers that ran passed"

@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/build-ui.sh
 cargo build --release -p kiln
 exec target/release/kiln up "$@"

@@ -171,27 +171,31 @@ pub fn App() -> impl IntoView {
     let search_text = Memo::new(move |_| state.with(|s| s.search.clone()));
     let matched = RwSignal::new(None::<f64>);
     let paint = RwSignal::new(Arc::new(Paint::default()));
+    // The sandwich's graphs have their own nodes: no diff there.
+    let side_paint = RwSignal::new(Arc::new(Paint::default()));
     Effect::new(move |_| {
         let graph = shown.get();
         let search = Search::new(&search_text.get());
         let (color, light, diffing) = state.with(|s| (s.color, s.light, s.diffing()));
-        let matches = graph
-            .as_ref()
-            .zip(search.as_ref())
-            .map(|(g, s)| s.frame_mask(g));
         matched.set(
             graph
                 .as_ref()
-                .zip(matches.as_ref())
-                .map(|(g, m)| matched_share(g, m)),
+                .zip(search.as_ref())
+                .map(|(g, s)| matched_share(g, &s.frame_mask(g))),
         );
         let diff = match (diffing, &graph, base_shown.get()) {
             (true, Some(now), Some(base)) => Some(Diff::new(now, &base)),
             _ => None,
         };
+        side_paint.set(Arc::new(Paint {
+            color,
+            search: search.clone(),
+            diff: None,
+            light,
+        }));
         paint.set(Arc::new(Paint {
             color,
-            matches,
+            search,
             diff,
             light,
         }));
@@ -476,7 +480,7 @@ pub fn App() -> impl IntoView {
                             <div class="flame-area small">
                                 <Flame
                                     graph=Signal::derive(move || Some(callers.clone()))
-                                    paint=paint.into()
+                                    paint=side_paint.into()
                                     icicle=Signal::derive(|| false)
                                     focus=Signal::derive(Vec::new)
                                     on_focus=Callback::new(|_| {})
@@ -489,7 +493,7 @@ pub fn App() -> impl IntoView {
                             <div class="flame-area small">
                                 <Flame
                                     graph=Signal::derive(move || Some(callees.clone()))
-                                    paint=paint.into()
+                                    paint=side_paint.into()
                                     icicle=Signal::derive(|| true)
                                     focus=Signal::derive(Vec::new)
                                     on_focus=Callback::new(|_| {})

@@ -14,6 +14,7 @@ use crate::figures;
 use crate::graph::Graph;
 use crate::layout::{LayoutStats, Placed, Viewport, hit, layout, node_left};
 use crate::palette::{self, Rgb};
+use crate::search::Search;
 use crate::state::ColorBy;
 
 /// How nodes are coloured.
@@ -21,8 +22,8 @@ use crate::state::ColorBy;
 pub struct Paint {
     /// By kind or by binary.
     pub color: ColorBy,
-    /// Search matches by frame index; non-matching frames are dimmed.
-    pub matches: Option<Vec<bool>>,
+    /// The search: matching frames are highlighted, the others dimmed.
+    pub search: Option<Search>,
     /// The diff against a baseline: red for growth, blue for shrink.
     pub diff: Option<Diff>,
     /// Light theme.
@@ -55,6 +56,8 @@ pub struct FlameCanvas {
     view: Viewport,
     placed: Vec<Placed>,
     paint: Arc<Paint>,
+    /// Whether each frame of the graph matches the paint's search.
+    matches: Option<Vec<bool>>,
     /// Colour of each frame under the current paint, by frame index.
     colors: Vec<Option<String>>,
     frames_drawn: u64,
@@ -85,6 +88,7 @@ impl FlameCanvas {
             view: Viewport::whole(1, 1.0, 1.0, false),
             placed: Vec::new(),
             paint: Arc::default(),
+            matches: None,
             colors: Vec::new(),
             frames_drawn: 0,
             stats,
@@ -115,14 +119,24 @@ impl FlameCanvas {
         self.max_depth = graph.as_deref().map_or(0, max_depth);
         self.graph = graph;
         self.parents = None;
-        self.colors.clear();
         self.reset_zoom();
+        self.repaint();
     }
 
     /// Sets the colouring.
     pub fn set_paint(&mut self, paint: Arc<Paint>) {
         self.paint = paint;
+        self.repaint();
+    }
+
+    /// Drops colours and matches computed for the previous graph or paint.
+    fn repaint(&mut self) {
         self.colors.clear();
+        self.matches = self
+            .graph
+            .as_ref()
+            .zip(self.paint.search.as_ref())
+            .map(|(graph, search)| search.frame_mask(graph));
     }
 
     /// Sets the orientation.
@@ -302,8 +316,9 @@ impl FlameCanvas {
                 }
                 None => {
                     let frame = graph.frame(i) as usize;
-                    let color = self.colors[frame]
-                        .get_or_insert_with(|| node_color(&self.paint, graph, i, frame).css());
+                    let color = self.colors[frame].get_or_insert_with(|| {
+                        node_color(&self.paint, self.matches.as_deref(), graph, i, frame).css()
+                    });
                     ctx.set_fill_style_str(color);
                 }
             }
@@ -361,7 +376,13 @@ impl FlameCanvas {
             let pw = (p.x + p.w).min(w) - x;
             let color = match &self.paint.diff {
                 Some(diff) => palette::diff(diff.delta_points(graph, i)),
-                None => node_color(&self.paint, graph, i, graph.frame(i) as usize),
+                None => node_color(
+                    &self.paint,
+                    self.matches.as_deref(),
+                    graph,
+                    i,
+                    graph.frame(i) as usize,
+                ),
             };
             let name = escape_xml(graph.name(i));
             svg.push_str(&format!(
@@ -404,12 +425,18 @@ fn max_depth(graph: &Graph) -> u32 {
         .unwrap_or(0)
 }
 
-fn node_color(paint: &Paint, graph: &Graph, i: usize, frame: usize) -> Rgb {
+fn node_color(
+    paint: &Paint,
+    matches: Option<&[bool]>,
+    graph: &Graph,
+    i: usize,
+    frame: usize,
+) -> Rgb {
     let base = match paint.color {
         ColorBy::Kind => palette::by_kind(graph.kind(i), graph.name(i)),
         ColorBy::Binary => palette::by_binary(graph.module(i), graph.name(i)),
     };
-    match &paint.matches {
+    match matches {
         Some(matches) if matches[frame] => palette::MATCH,
         Some(_) => base.mix(
             if paint.light {

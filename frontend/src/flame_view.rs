@@ -3,10 +3,9 @@
 
 use std::sync::Arc;
 
-use leptos::ev;
 use leptos::html;
 use leptos::prelude::*;
-use wasm_bindgen::JsValue;
+use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen::prelude::Closure;
 
 use crate::canvas::{FlameCanvas, Hover, Paint};
@@ -91,9 +90,33 @@ pub fn Flame(
         hover.set(None);
     });
 
-    let redraw = move || handle.update_value(|f| f.iter_mut().for_each(FlameCanvas::draw));
-    let resize = window_event_listener(ev::resize, move |_| redraw());
-    on_cleanup(move || resize.remove());
+    // Redraw whenever the canvas's box changes size (window resize, the
+    // sandwich opening below): the canvas is always exactly its box.
+    let box_ref = NodeRef::<html::Div>::new();
+    let observer = StoredValue::new_local(None::<ResizeWatch>);
+    Effect::new(move |_| {
+        let Some(element) = box_ref.get() else {
+            return;
+        };
+        let redraw = Closure::<dyn Fn()>::new(move || {
+            let _ = handle.try_update_value(|f| f.iter_mut().for_each(FlameCanvas::draw));
+        });
+        let Ok(watch) = web_sys::ResizeObserver::new(redraw.as_ref().unchecked_ref()) else {
+            return;
+        };
+        watch.observe(&element);
+        observer.set_value(Some(ResizeWatch {
+            observer: watch,
+            _callback: redraw,
+        }));
+    });
+    on_cleanup(move || {
+        observer.try_update_value(|watch| {
+            if let Some(watch) = watch.take() {
+                watch.observer.disconnect();
+            }
+        });
+    });
 
     let position = move |e: &web_sys::MouseEvent| {
         let rect = canvas_ref
@@ -175,7 +198,7 @@ pub fn Flame(
     };
 
     view! {
-        <div class="flame-box">
+        <div class="flame-box" node_ref=box_ref>
             <canvas
                 node_ref=canvas_ref
                 class="flame-canvas"
@@ -204,6 +227,12 @@ pub fn Flame(
             }}
         </div>
     }
+}
+
+/// A `ResizeObserver` and the callback it calls, kept alive together.
+struct ResizeWatch {
+    observer: web_sys::ResizeObserver,
+    _callback: Closure<dyn Fn()>,
 }
 
 /// Small extension: update a stored value and return something from it.

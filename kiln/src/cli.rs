@@ -261,6 +261,11 @@ pub struct UpArgs {
     /// Sampling frequency of the local agent, in Hz per CPU.
     #[arg(long, env = "KILN_AGENT_FREQUENCY", default_value_t = kiln_agent::DEFAULT_FREQUENCY_HZ)]
     pub agent_frequency: u64,
+
+    /// Directory of the built web UI (scripts/build-ui.sh writes it).
+    /// Default: frontend/dist of the checkout Kiln was built from.
+    #[arg(long, env = "KILN_UI_DIR")]
+    pub ui_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

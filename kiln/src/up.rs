@@ -17,6 +17,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         true => None,
         false => Some(local_agent::config(args.agent_frequency)?),
     };
+    if let Some(dir) = args.ui_dir {
+        kiln_actors::http::set_ui_dir(dir);
+    }
     let options = EmbeddedOptions::new(data_dir.clone(), args.listen);
     actix_rt::System::new().block_on(async move {
         let running = start_embedded(options)
@@ -24,6 +27,13 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             .with_context(|| format!("starting Kiln with data in {}", data_dir.display()))?;
         println!("Kiln is up: http://{}/", running.local_addr);
         println!("  data:   {}", data_dir.display());
+        let ui_dir = kiln_actors::http::ui_dir();
+        if !ui_dir.join("index.html").is_file() {
+            println!(
+                "  ui:     not built in {} (run scripts/build-ui.sh)",
+                ui_dir.display()
+            );
+        }
         println!(
             "  import: kiln import --server http://{} FILE",
             running.local_addr

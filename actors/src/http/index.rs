@@ -1,4 +1,5 @@
-//! The page at `/` until the web UI lands: what is here and how to use it.
+//! The page at `/`: the web UI when it is built, else a page saying how to
+//! build it and how to use the API.
 
 use actix_web::HttpResponse;
 
@@ -7,7 +8,9 @@ const PAGE: &str = r#"<!doctype html>
 <style>body{font:15px/1.5 system-ui,sans-serif;max-width:52rem;margin:3rem auto;padding:0 1rem}
 code,pre{background:#f3f1ee;padding:.1rem .3rem;border-radius:3px}pre{padding:.8rem}</style></head>
 <body><h1>Kiln</h1>
-<p>Kiln is running. The flamegraph UI is not built yet; the HTTP API is.</p>
+<p>Kiln is running, but its web UI is not built. Build it with
+<code>scripts/build-ui.sh</code> (or start Kiln with <code>scripts/up.sh</code>,
+which does), then reload this page. Meanwhile the HTTP API works:</p>
 <h2>Import a profile</h2>
 <pre>kiln import profile.folded            # collapsed stacks
 kiln import --format perf-script out.perf
@@ -23,7 +26,12 @@ Times are RFC 3339, unix seconds, <code>now</code> or <code>now-15m</code>.</p>
 </body></html>"#;
 
 pub(crate) async fn page() -> HttpResponse {
+    let body = match super::assets::index_html() {
+        Some(ui) => ui,
+        None => PAGE.as_bytes().to_vec(),
+    };
     HttpResponse::Ok()
         .content_type("text/html; charset=utf-8")
-        .body(PAGE)
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-cache"))
+        .body(body)
 }

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file |
 //! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) |
-//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire` | flamegraph |
+//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope` | flamegraph |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores |
 //! | GET | `/api/v1/labels?from&to` | label names and values |
@@ -13,11 +13,13 @@
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols, else 404 |
 //! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) |
 //! | GET | `/healthz` | liveness |
+//! | GET | `/`, `/{file}` | the web UI (see [`set_ui_dir`]) |
 //!
 //! Query parameters other than the reserved ones are label filters
 //! (`process=nginx`). Times are RFC 3339, unix seconds, `now` or
 //! `now-<duration>`.
 
+mod assets;
 mod error;
 mod index;
 mod ingest;
@@ -35,6 +37,7 @@ use kiln_storage::{ObjectStore, Scope};
 use crate::ingest::IngestProgress;
 use crate::query::QueryCoordinator;
 
+pub use assets::{set_ui_dir, ui_dir};
 pub use error::ApiError;
 pub use params::{now_ns, parse_time};
 pub use query::FLAMEWIRE_CONTENT_TYPE;
@@ -121,5 +124,6 @@ fn query_routes(cfg: &mut web::ServiceConfig) {
         .route("/api/v1/top", web::get().to(query::top))
         .route("/api/v1/timeline", web::get().to(query::timeline))
         .route("/api/v1/labels", web::get().to(query::labels))
-        .route("/", web::get().to(index::page));
+        .route("/", web::get().to(index::page))
+        .route("/{file}", web::get().to(assets::file));
 }

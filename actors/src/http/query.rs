@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use actix_web::{HttpResponse, web};
+use kiln_formats::export;
 
 use super::AppState;
 use super::error::ApiError;
@@ -12,6 +13,9 @@ use crate::query::{FlamegraphQuery, LabelsQuery, TimelineQuery, TopQuery};
 /// Content type of a Flamewire body.
 pub const FLAMEWIRE_CONTENT_TYPE: &str = "application/vnd.kiln.flamewire";
 
+/// The `format`s of `/api/v1/flamegraph`.
+const FLAMEGRAPH_FORMATS: &[&str] = &["collapsed", "json", "flamewire", "pprof", "speedscope"];
+
 /// Points a timeline may have.
 const MAX_TIMELINE_POINTS: i64 = 10_000;
 /// Points a timeline has when `step` is not given.
@@ -19,15 +23,16 @@ const DEFAULT_TIMELINE_POINTS: i64 = 240;
 
 type Params = web::Query<BTreeMap<String, String>>;
 
-/// `GET /api/v1/flamegraph?from=T&to=T&format=collapsed|json|flamewire[&LABEL=VALUE…]`
+/// `GET /api/v1/flamegraph?from=T&to=T&format=collapsed|json|flamewire|pprof|speedscope[&LABEL=VALUE…]`
 pub(crate) async fn flamegraph(
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
     let format = params.get("format").map_or("json", String::as_str);
-    if !["collapsed", "json", "flamewire"].contains(&format) {
+    if !FLAMEGRAPH_FORMATS.contains(&format) {
         return Err(ApiError::bad_request(format!(
-            "format: {format:?} is not one of collapsed, json, flamewire"
+            "format: {format:?} is not one of {}",
+            FLAMEGRAPH_FORMATS.join(", ")
         )));
     }
     let range = query_range(state.scope.clone(), &params)?;
@@ -50,6 +55,15 @@ pub(crate) async fn flamegraph(
         "json" => {
             graph
                 .write_json(&mut body)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            "application/json"
+        }
+        "pprof" => {
+            body = export::to_pprof(graph).map_err(|e| ApiError::Internal(e.to_string()))?;
+            "application/vnd.google.protobuf+gzip"
+        }
+        "speedscope" => {
+            body = export::to_speedscope(graph, "kiln")
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             "application/json"
         }

@@ -1,0 +1,294 @@
+// End-to-end tests of Kiln's web UI in headless Chromium: a real `kiln up`,
+// a known imported profile, and the page driven as a user would.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { importCollapsed, launchBrowser, screenshot, startKiln } from '../support.mjs';
+
+// 100 samples; node names are unique so the tests can find each frame.
+const BEFORE = [
+  'main;parse;lex 30',
+  'main;parse;alloc 10',
+  'main;render;draw 40',
+  'main;render 5',
+  'main;idle 15',
+].join('\n');
+
+// Imported later, for the diff: draw grows from 40 % to 80 %, lex shrinks
+// from 30 % to 5 %.
+const AFTER = [
+  'main;parse;lex 5',
+  'main;parse;alloc 5',
+  'main;render;draw 80',
+  'main;render 5',
+  'main;idle 5',
+].join('\n');
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let kiln;
+let browser;
+let page;
+// Unix seconds: before the first import, between the imports, after both.
+let t0;
+let tMid;
+// Uncaught errors of the page (a Rust panic shows up here).
+const pageErrors = [];
+
+/** The main flamegraph's render statistics. */
+const stats = () => page.evaluate(() => {
+  const s = window.__kiln_stats;
+  return s && { ...s, find: undefined };
+});
+
+/** Box of the first drawn node named `name`, in page coordinates. */
+async function boxOf(name, key = '__kiln_stats') {
+  const box = await page.evaluate(([n, k]) => window[k]?.find(n), [name, key]);
+  if (!box) return null;
+  const canvas = page.locator(key === '__kiln_stats' ? '.flame-canvas' : '.sandwich .flame-canvas').first();
+  const origin = await canvas.boundingBox();
+  return { x: origin.x + box.x, y: origin.y + box.y, w: box.w, h: box.h };
+}
+
+/** Waits until the main graph has `total` samples drawn. */
+async function waitForGraph(total) {
+  await page.waitForFunction((t) => window.__kiln_stats?.root_total === t && window.__kiln_stats.frames > 0, total);
+}
+
+/** The canvas pixel (RGB) at the centre of node `name`. */
+async function pixelOf(name) {
+  const box = await page.evaluate((n) => window.__kiln_stats.find(n), name);
+  return page.evaluate(({ x, y }) => {
+    const canvas = document.querySelector('.flame-canvas');
+    const dpr = window.devicePixelRatio;
+    const d = canvas.getContext('2d').getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data;
+    return [d[0], d[1], d[2]];
+  }, { x: box.x + 2, y: box.y + box.h / 2 });
+}
+
+before(async () => {
+  kiln = await startKiln();
+  t0 = Date.now() / 1000 - 1;
+  await importCollapsed(kiln.url, BEFORE, { process: 'app' });
+  await sleep(1500);
+  tMid = Date.now() / 1000;
+  await sleep(1500);
+  browser = await launchBrowser();
+  page = await browser.context.newPage();
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+});
+
+after(async () => {
+  await browser?.close();
+  await kiln?.stop();
+  assert.deepEqual(pageErrors, [], 'the page threw no errors');
+});
+
+describe('the flamegraph', () => {
+  test('draws every frame of the imported profile on a canvas sized to the screen', async () => {
+    await page.goto(`${kiln.url}/`);
+    await waitForGraph(100);
+    const s = await stats();
+    // all, main, parse, lex, alloc, render, draw, idle.
+    assert.equal(s.node_count, 8);
+    assert.equal(s.nodes_drawn, 8);
+    assert.equal(s.nodes_skipped, 0);
+    const css = await page.locator('.flame-canvas').boundingBox();
+    assert.equal(s.canvas_width, Math.round(css.width * s.device_pixel_ratio));
+    assert.equal(s.canvas_height, Math.round(css.height * s.device_pixel_ratio));
+    for (const name of ['main', 'parse', 'lex', 'alloc', 'render', 'draw', 'idle']) {
+      assert.ok(await boxOf(name), `${name} is drawn`);
+    }
+    // Widths follow the counts: draw (40) is 4/3 of lex (30).
+    const lex = await boxOf('lex');
+    const draw = await boxOf('draw');
+    assert.ok(Math.abs(draw.w / lex.w - 40 / 30) < 0.02, `draw ${draw.w} px, lex ${lex.w} px`);
+    await screenshot(page, 'flamegraph');
+  });
+
+  test('hovering a frame shows its self and total share', async () => {
+    const lex = await boxOf('lex');
+    await page.mouse.move(lex.x + lex.w / 2, lex.y + lex.h / 2);
+    const tooltip = page.locator('.tooltip');
+    await tooltip.waitFor();
+    assert.equal(await tooltip.locator('.tooltip-name').textContent(), 'lex');
+    const figures = await tooltip.locator('.tooltip-figures').textContent();
+    assert.match(figures, /self [\d.e-]+ cores \(30\.00%\) · total [\d.e-]+ cores \(30\.00%\)/);
+    const parse = await boxOf('parse');
+    await page.mouse.move(parse.x + parse.w / 2, parse.y + parse.h / 2);
+    await page.waitForFunction(() => document.querySelector('.tooltip-name')?.textContent === 'parse');
+    assert.match(await tooltip.locator('.tooltip-figures').textContent(), /\(0\.00%\) · total [\d.e-]+ cores \(40\.00%\)/);
+    await screenshot(page, 'tooltip');
+  });
+
+  test('a click focuses a frame, the URL keeps it, and r resets the zoom', async () => {
+    const parse = await boxOf('parse');
+    await page.mouse.click(parse.x + parse.w / 2, parse.y + parse.h / 2);
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 === 40);
+    assert.match(page.url(), /focus=main%3Bparse/);
+    const s = await stats();
+    assert.equal(await boxOf('render'), null, 'render is off the zoomed view');
+    assert.ok(s.nodes_skipped >= 3, `render and idle subtrees skipped (${s.nodes_skipped})`);
+    const zoomed = await boxOf('lex');
+    const canvas = await page.locator('.flame-canvas').boundingBox();
+    assert.ok(Math.abs(zoomed.w - canvas.width * 0.75) < 2, 'lex spans 30/40 of the width');
+    await screenshot(page, 'focused');
+    // Reloading the link shows the same focus.
+    await page.reload();
+    await waitForGraph(100);
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 === 40);
+    await page.keyboard.press('r');
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 === 100);
+    assert.doesNotMatch(page.url(), /focus=/);
+  });
+
+  test('the wheel zooms and a drag pans', async () => {
+    const canvas = await page.locator('.flame-canvas').boundingBox();
+    await page.mouse.move(canvas.x + canvas.width / 2, canvas.y + canvas.height - 5);
+    await page.mouse.wheel(0, -400);
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 < 60);
+    const zoomed = await stats();
+    await page.mouse.down();
+    await page.mouse.move(canvas.x + canvas.width / 2 + 200, canvas.y + canvas.height - 5, { steps: 5 });
+    await page.mouse.up();
+    const panned = await stats();
+    assert.ok(panned.x0 < zoomed.x0, `dragging right shows what is left (${zoomed.x0} → ${panned.x0})`);
+    assert.ok(Math.abs((panned.x1 - panned.x0) - (zoomed.x1 - zoomed.x0)) < 1e-6);
+    await page.keyboard.press('r');
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 === 100);
+  });
+
+  test('f flips to an icicle graph and back', async () => {
+    const flame = await boxOf('main');
+    await page.keyboard.press('f');
+    await page.waitForFunction(() => new URL(location).searchParams.get('icicle') === '1');
+    const icicle = await boxOf('main');
+    assert.ok(icicle.y < flame.y, 'the root rows move to the top');
+    await page.keyboard.press('f');
+  });
+});
+
+describe('views', () => {
+  test('search highlights matches and reports their share', async () => {
+    await page.keyboard.press('/');
+    await page.keyboard.type('lex|alloc');
+    await page.waitForFunction(() => document.querySelector('.summary')?.textContent.includes('search matches 40.00%'));
+    assert.match(page.url(), /search=lex%7Calloc/);
+    const [r, g, b] = await pixelOf('lex');
+    assert.ok(r > 200 && g < 90 && b > 170, `lex is highlighted (${r},${g},${b})`);
+    await screenshot(page, 'search');
+    await page.keyboard.press('Escape');
+    await page.waitForFunction(() => !document.querySelector('.summary').textContent.includes('search'));
+  });
+
+  test('the top table sorts and opens the sandwich of a function', async () => {
+    const names = () => page.locator('.top-row .fn-name').allTextContents();
+    await page.waitForFunction(() => document.querySelectorAll('.top-row').length === 7);
+    // By self time, most first: draw 40, lex 30, idle 15, alloc 10, render 5.
+    assert.deepEqual((await names()).slice(0, 5), ['draw', 'lex', 'idle', 'alloc', 'render']);
+    await page.click('th[data-sort=function]');
+    assert.deepEqual((await names()).slice(0, 3), ['alloc', 'draw', 'idle']);
+    await page.click('th[data-sort=total]');
+    assert.equal((await names())[0], 'main');
+    await page.locator('.top-row', { hasText: 'parse' }).click();
+    await page.locator('.sandwich').waitFor();
+    assert.equal(await page.locator('.sandwich-name').textContent(), 'parse');
+    assert.equal(await page.locator('.sandwich-figures').textContent(), 'total 40 samples · self 0 samples');
+    await page.waitForFunction(() => window.__kiln_callees_stats?.root_total === 40 && window.__kiln_callers_stats?.root_total === 40);
+    const callees = await page.evaluate(() => ({ ...window.__kiln_callees_stats }));
+    const callers = await page.evaluate(() => ({ ...window.__kiln_callers_stats }));
+    assert.equal(callees.nodes_drawn, 4, 'all, parse, lex, alloc');
+    assert.equal(callers.nodes_drawn, 3, 'all, parse, main');
+    assert.ok(await page.evaluate(() => window.__kiln_callees_stats.find('lex')));
+    assert.ok(await page.evaluate(() => window.__kiln_callers_stats.find('main')));
+    assert.match(page.url(), /fn=parse/);
+    await screenshot(page, 'sandwich');
+    await page.click('.close-sandwich');
+    await page.keyboard.press('Escape');
+  });
+
+  test('brushing the timeline sets the time range', async () => {
+    const box = await page.locator('.timeline-box').boundingBox();
+    // The samples are a few seconds old: the left 90 % of the last hour
+    // holds none of them.
+    await page.mouse.move(box.x + 2, box.y + box.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(box.x + box.width * 0.9, box.y + box.height / 2, { steps: 4 });
+    await page.mouse.up();
+    await page.locator('.empty-state').waitFor();
+    assert.match(await page.locator('.empty-state').textContent(), /No samples in this range.*kiln import/);
+    const from = Number(new URL(page.url()).searchParams.get('from'));
+    assert.ok(Math.abs(from - (Date.now() / 1000 - 3600)) < 120, `from is about an hour ago (${from})`);
+    await screenshot(page, 'empty-range');
+    // The right end of the chart holds them all.
+    await page.goto(`${kiln.url}/?from=now-10m`);
+    await waitForGraph(100);
+    const wide = await page.locator('.timeline-box').boundingBox();
+    await page.mouse.move(wide.x + wide.width * 0.5, wide.y + wide.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(wide.x + wide.width - 1, wide.y + wide.height / 2, { steps: 4 });
+    await page.mouse.up();
+    await page.waitForFunction(() => /^\d+\.\d+$/.test(new URL(location).searchParams.get('from') ?? ''));
+    await waitForGraph(100);
+  });
+
+  test('label filters narrow the query', async () => {
+    await page.goto(`${kiln.url}/`);
+    await waitForGraph(100);
+    await page.selectOption('select[data-label=process]', 'app');
+    await page.waitForFunction(() => new URL(location).searchParams.get('label.process') === 'app');
+    await waitForGraph(100);
+    await page.goto(`${kiln.url}/?label.process=nothing`);
+    await page.locator('.empty-state').waitFor();
+  });
+
+  test('diff of two ranges colours growth red and shrink blue', async () => {
+    await importCollapsed(kiln.url, AFTER, { process: 'app' });
+    const now = Date.now() / 1000 + 60;
+    await page.goto(`${kiln.url}/?from=${tMid}&to=${now}&base_from=${t0}&base_to=${tMid}`);
+    await waitForGraph(100);
+    await page.locator('.diff-legend').waitFor();
+    await page.waitForFunction(() => document.querySelector('.diff-toggle').classList.contains('active'));
+    const [dr, , db] = await pixelOf('draw');
+    assert.ok(dr > db + 60, `draw grew: red (${dr} vs ${db})`);
+    const [lr, , lb] = await pixelOf('lex');
+    assert.ok(lb > lr + 60, `lex shrank: blue (${lr} vs ${lb})`);
+    const draw = await boxOf('draw');
+    await page.mouse.move(draw.x + draw.w / 2, draw.y + draw.h / 2);
+    await page.waitForFunction(() => document.querySelector('.tooltip-figures')?.textContent.includes('baseline 40.00% → +40.00 points'));
+    await screenshot(page, 'diff');
+    // The toolbar's diff button turns it off, and on again with the range
+    // before the current one as the baseline.
+    await page.click('.diff-toggle');
+    await page.waitForFunction(() => !new URL(location).searchParams.get('base_from'));
+    await page.click('.diff-toggle');
+    await page.waitForFunction(() => new URL(location).searchParams.get('base_from'));
+  });
+});
+
+describe('export and looks', () => {
+  test('PNG and SVG download, and the API serves pprof and speedscope', async () => {
+    await page.goto(`${kiln.url}/?from=now-10m`);
+    await waitForGraph(200);
+    const [png] = await Promise.all([page.waitForEvent('download'), page.click('.export-png')]);
+    assert.equal(png.suggestedFilename(), 'kiln-flamegraph.png');
+    const [svg] = await Promise.all([page.waitForEvent('download'), page.click('.export-svg')]);
+    assert.equal(svg.suggestedFilename(), 'kiln-flamegraph.svg');
+    for (const format of ['collapsed', 'pprof', 'speedscope']) {
+      const href = await page.locator(`.export-${format}`).getAttribute('href');
+      const response = await fetch(`${kiln.url}${href}`);
+      assert.equal(response.status, 200, format);
+      assert.ok((await response.arrayBuffer()).byteLength > 0, format);
+    }
+  });
+
+  test('the light theme and an API error state', async () => {
+    await page.keyboard.press('t');
+    await page.waitForFunction(() => document.documentElement.dataset.theme === 'light');
+    await waitForGraph(200);
+    await screenshot(page, 'light-theme');
+    await page.goto(`${kiln.url}/?from=yesterday-ish`);
+    await page.locator('.error-state').waitFor();
+    assert.match(await page.locator('.error-state').textContent(), /Could not load the flamegraph.*from.*not a time/);
+    await screenshot(page, 'error-state');
+  });
+});
