@@ -88,3 +88,50 @@ impl IngestProgress {
         matches!(tokio::time::timeout(timeout, done).await, Ok(Ok(_)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kiln_ingest_bus::EmbeddedBus;
+
+    use super::*;
+
+    /// A gateway's view follows commits made by a consumer it does not
+    /// own, and only those.
+    #[actix_rt::test]
+    async fn follow_sees_another_consumers_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let bus: Arc<dyn Bus> = Arc::new(EmbeddedBus::open(dir.path(), 2).unwrap());
+        let progress = IngestProgress::follow(bus.clone(), "workers");
+        let first = bus.publish(b"host-a", b"one".to_vec()).await.unwrap();
+        let second = bus.publish(b"host-a", b"two".to_vec()).await.unwrap();
+        let mut worker = bus.consumer("workers").await.unwrap();
+        worker
+            .commit(first.partition, first.offset + 1)
+            .await
+            .unwrap();
+
+        let wait = Duration::from_secs(10);
+        assert!(
+            progress
+                .wait_committed(first.partition, first.offset, wait)
+                .await
+        );
+        let short = Duration::from_millis(600);
+        assert!(
+            !progress
+                .wait_committed(second.partition, second.offset, short)
+                .await
+        );
+        worker
+            .commit(second.partition, second.offset + 1)
+            .await
+            .unwrap();
+        assert!(
+            progress
+                .wait_committed(second.partition, second.offset, wait)
+                .await
+        );
+    }
+}
