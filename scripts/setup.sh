@@ -31,6 +31,8 @@ command -v llvm-symbolizer >/dev/null || need_apt+=(llvm)
 dpkg -s libc6-dbg >/dev/null 2>&1 || need_apt+=(libc6-dbg)
 # A debuginfod server for the symbolizer's debuginfod fallback test.
 command -v debuginfod >/dev/null || need_apt+=(debuginfod)
+# Go (Debian 12: 1.19), to build the Go program the .gopclntab test reads.
+command -v go >/dev/null || need_apt+=(golang-go)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

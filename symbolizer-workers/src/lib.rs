@@ -24,10 +24,12 @@
 //! ```
 
 mod deb;
+#[cfg(feature = "service")]
 pub mod debuginfod;
 mod extract;
 mod fileid;
 pub mod ksym;
+#[cfg(feature = "service")]
 mod service;
 mod stored;
 mod table;
@@ -38,6 +40,7 @@ pub use extract::{
 };
 pub use fileid::file_id;
 pub use ksym::{Frame, Ksym, KsymError};
+#[cfg(feature = "service")]
 pub use service::{
     FileAddrs, Resolve, Resolved, ResolvedFrame, Symbolizer, SymbolizerConfig, SymbolsStored,
 };

@@ -295,3 +295,26 @@ proptest! {
         }
     }
 }
+
+/// Guards the fix of a fuzz find (`ksym_open`): a damaged page index that
+/// starts the range search past the address made `lookup` subtract with
+/// overflow. Each input under fixtures/fuzz must open or fail cleanly and
+/// answer lookups without panicking.
+#[test]
+fn fuzz_finds_stay_fixed() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        let mut frames = Vec::new();
+        if let Ok(ksym) = Ksym::open(&data) {
+            let _ = ksym.verify();
+            for addr in [0, 1, 0x1000, u64::MAX] {
+                ksym.lookup(addr, &mut frames);
+            }
+            let words = data.chunks_exact(8).take(32);
+            for word in words {
+                ksym.lookup(u64::from_le_bytes(word.try_into().unwrap()), &mut frames);
+            }
+        }
+    }
+}

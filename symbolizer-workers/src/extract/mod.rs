@@ -5,6 +5,7 @@ mod debugfile;
 mod demangle;
 mod dwarf;
 mod elf;
+mod gopclntab;
 mod intern;
 mod merge;
 
@@ -14,6 +15,7 @@ pub use debugfile::DebugDirs;
 pub use demangle::demangle;
 
 use intern::Interner;
+use object::Object;
 
 use crate::table::SymbolTable;
 
@@ -126,13 +128,19 @@ pub fn extract_bytes(
         &mut functions,
         &mut files,
     );
-    let secondary = elf::function_symbols(
+    let mut secondary = elf::function_symbols(
         &symbol_files,
         elf::Tables::Secondary,
         &text,
         &mut functions,
         &mut files,
     );
+    // A Go binary without a symbol table (`-ldflags=-s`, or stripped)
+    // still names its functions in .gopclntab. With a symbol table, that
+    // names the same functions already.
+    if secondary.is_empty() && elf.symbols().next().is_none() {
+        secondary = gopclntab::function_symbols(&elf, &text, &mut functions);
+    }
 
     // DWARF from the debug file when it has some, else from the ELF.
     let sections = match &debug_elf {

@@ -410,7 +410,10 @@ impl<'a> Ksym<'a> {
     pub fn range(&self, i: usize) -> Option<(u64, u64)> {
         (i < self.len()).then(|| {
             let start = u64_at(self.starts, 8 * i);
-            (start, start + u64::from(u32_at(self.ranges, 32 * i)))
+            (
+                start,
+                start.saturating_add(u64::from(u32_at(self.ranges, 32 * i))),
+            )
         })
     }
 
@@ -438,7 +441,11 @@ impl<'a> Ksym<'a> {
         };
         let start = u64_at(self.starts, 8 * r);
         let rec = 32 * r;
-        let offset = addr - start;
+        // A page index that open() could not fully check (a damaged file)
+        // may start the search past `addr`: then nothing covers it.
+        let Some(offset) = addr.checked_sub(start) else {
+            return false;
+        };
         if offset >= u64::from(u32_at(self.ranges, rec)) {
             return false;
         }

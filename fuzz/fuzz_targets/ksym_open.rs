@@ -1,0 +1,30 @@
+//! `Ksym::open`, `verify` and lookups on arbitrary bytes: an error or an
+//! answer, never a panic, a hang or an out-of-bounds read. Seeds in
+//! `fuzz/seeds/ksym_open` are real ksym files, so mutations reach past the
+//! header checks.
+
+#![no_main]
+
+use kiln_symbolizer_workers::Ksym;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(ksym) = Ksym::open(data) else {
+        return;
+    };
+    // Lookups must not depend on verify having passed: the query path only
+    // serves verified files, but `kiln symbols resolve` does not verify.
+    let _ = ksym.verify();
+    let mut frames = Vec::new();
+    let probes = [0, 1, 0x1000, 0x1130, u64::MAX / 2, u64::MAX - 1, u64::MAX];
+    let from_data = data
+        .chunks_exact(8)
+        .take(32)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    for addr in probes.into_iter().chain(from_data) {
+        ksym.lookup(addr, &mut frames);
+        for frame in &frames {
+            let _ = frame.path();
+        }
+    }
+});
