@@ -282,7 +282,14 @@ pub fn start(cupti: Arc<dyn Cupti>, config: Config) -> Result<(), StartError> {
     spawn("kiln-cuda-agg", move || aggregate(rt, rx, timeline))?;
     rt.cupti
         .enable_kernel_activity(buffer_requested, buffer_completed)?;
-    rt.cupti.subscribe(on_callback)?;
+    if let Err(e) = rt.cupti.subscribe(on_callback) {
+        // Another tool may hold CUPTI's one subscriber slot; kernels are
+        // still recorded, without their launching threads.
+        log(
+            Level::Warn,
+            format_args!("{e}: kernels are reported without their launching threads"),
+        );
+    }
     spawn("kiln-cuda-tick", move || tick(rt))?;
     if let Some(pc) = rt.config.pc_sampling {
         spawn("kiln-cuda-pcs", move || pc_sampling_cycle(rt, pc.duty))?;
@@ -314,8 +321,7 @@ pub fn shutdown() {
     if rt.stopping.swap(true, Ordering::AcqRel) {
         return;
     }
-    if let Some(pc) = rt.config.pc_sampling {
-        let _ = pc;
+    if rt.config.pc_sampling.is_some() {
         collect_pc_samples(rt, false);
     }
     if let Err(e) = rt.cupti.flush_all(true) {
@@ -411,6 +417,9 @@ impl Runtime {
                     );
                     return;
                 }
+                // Copied (and its CRC computed) on the loading thread:
+                // the image is only valid during this callback. Module
+                // loads are rare next to launches.
                 // SAFETY: CUPTI's pointer and size of the module's image.
                 let image = unsafe {
                     std::slice::from_raw_parts(module.cubin.cast::<u8>(), module.cubin_size)
