@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 
 use kiln_model::FileId;
 use kiln_storage::{ObjectKey, ObjectStore, StoreError};
+use std::time::Duration;
 use tokio::sync::{Semaphore, oneshot};
+use tokio::time::Instant;
 
 use super::SymbolizerConfig;
 use super::expiring::ExpiringSet;
@@ -92,13 +94,26 @@ impl Loader {
             .retain(|k| !concerned(k));
     }
 
+    /// When a lookup starting now stops waiting for debuginfod: one budget
+    /// for all the files of a lookup, so that many new files cannot add up
+    /// to a long wait.
+    pub(crate) fn debuginfod_deadline(&self) -> Instant {
+        let wait = self
+            .remote
+            .as_ref()
+            .map_or(Duration::ZERO, |r| r.config.debuginfod_wait);
+        Instant::now() + wait
+    }
+
     /// The symbols of `file` for `tenant`; `build_id` (hex), when known,
-    /// lets debuginfod be asked for files that have none.
+    /// lets debuginfod be asked for files that have none, waiting for it
+    /// until `deadline` at most.
     pub(crate) async fn load(
         self: &Arc<Self>,
         tenant: &str,
         file: FileId,
         build_id: Option<&str>,
+        deadline: Instant,
     ) -> Result<Option<Arc<[u8]>>, StoreError> {
         let key = (tenant.to_owned(), file);
         if let Some(bytes) = self.loaded.get(&key) {
@@ -110,7 +125,7 @@ impl Loader {
         let mut found = self.fetch(tenant, file).await?;
         if found.is_none()
             && let Some(build_id) = build_id
-            && self.ask_debuginfod(file, build_id).await
+            && self.ask_debuginfod(file, build_id, deadline).await
         {
             found = self.fetch(tenant, file).await?;
         }
@@ -146,10 +161,15 @@ impl Loader {
     }
 
     /// Starts fetching `file` from debuginfod, unless that is pointless or
-    /// already under way, and waits for it at most the configured budget;
+    /// already under way, and waits for it until `deadline` at most;
     /// `true` when its symbols were stored within that time. A fetch that
     /// takes longer goes on, and later queries find what it stored.
-    async fn ask_debuginfod(self: &Arc<Self>, file: FileId, build_id: &str) -> bool {
+    async fn ask_debuginfod(
+        self: &Arc<Self>,
+        file: FileId,
+        build_id: &str,
+        deadline: Instant,
+    ) -> bool {
         let Some(remote) = &self.remote else {
             return false;
         };
@@ -214,7 +234,7 @@ impl Loader {
             let _ = done.send(ok);
         });
         matches!(
-            tokio::time::timeout(remote.config.debuginfod_wait, stored).await,
+            tokio::time::timeout_at(deadline, stored).await,
             Ok(Ok(true))
         )
     }

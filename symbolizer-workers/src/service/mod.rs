@@ -49,8 +49,9 @@ pub struct SymbolizerConfig {
     pub missing_ttl: Duration,
     /// Where to fetch symbols of files that have none; `None`: nowhere.
     pub debuginfod: Option<Debuginfod>,
-    /// How long a lookup waits for a debuginfod fetch it started before
-    /// answering without (the fetch goes on in the background).
+    /// How long a lookup waits for the debuginfod fetches it started (all
+    /// of them together) before answering without (they go on in the
+    /// background).
     pub debuginfod_wait: Duration,
     /// How long a build id no server had is not asked for again.
     pub debuginfod_missing_ttl: Duration,
@@ -175,9 +176,10 @@ impl Handler<Resolve> for Symbolizer {
         let loader = Arc::clone(&self.loader);
         Box::pin(async move {
             let mut resolved = Vec::with_capacity(msg.files.len());
+            let deadline = loader.debuginfod_deadline();
             for file in &msg.files {
                 let bytes = loader
-                    .load(&msg.tenant, file.file, file.build_id.as_deref())
+                    .load(&msg.tenant, file.file, file.build_id.as_deref(), deadline)
                     .await?;
                 // Verified when loaded, so opening cannot fail.
                 let ksym = bytes.as_deref().and_then(|b| Ksym::open(b).ok());
