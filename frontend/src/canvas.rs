@@ -37,12 +37,34 @@ pub struct Hover {
     pub x: f64,
     /// Canvas position of the pointer.
     pub y: f64,
+    /// Canvas size, so that the tooltip can open towards the roomier side.
+    pub width: f64,
+    /// Canvas height.
+    pub height: f64,
     /// Function name.
     pub name: String,
     /// Binary, kind, source: the second line of the tooltip.
     pub detail: String,
     /// Self and total, in cores and % of all samples.
     pub figures: String,
+}
+
+impl Hover {
+    /// CSS placing the tooltip beside the pointer, on the side with room.
+    pub fn placement(&self) -> String {
+        const OFFSET: f64 = 14.0;
+        let horizontal = if self.x < self.width * 0.6 {
+            format!("left:{}px", self.x + OFFSET)
+        } else {
+            format!("right:{}px", self.width - self.x + OFFSET)
+        };
+        let vertical = if self.y < self.height * 0.6 {
+            format!("top:{}px", self.y + OFFSET)
+        } else {
+            format!("bottom:{}px", self.height - self.y + OFFSET)
+        };
+        format!("{horizontal};{vertical}")
+    }
 }
 
 /// A canvas showing one graph, with its view and what it last drew.
@@ -255,6 +277,8 @@ impl FlameCanvas {
         Some(Hover {
             x,
             y,
+            width: self.view.width,
+            height: self.view.height,
             name: graph.name(i).to_owned(),
             detail,
             figures,

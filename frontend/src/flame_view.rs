@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use leptos::html;
 use leptos::prelude::*;
-use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen::prelude::Closure;
+use wasm_bindgen::{JsCast, JsValue};
 
 use crate::canvas::{FlameCanvas, Hover, Paint};
 use crate::graph::Graph;
@@ -212,12 +212,9 @@ pub fn Flame(
                 hover
                     .get()
                     .map(|h| {
+                        let placement = h.placement();
                         view! {
-                            <div
-                                class="tooltip"
-                                style:left=format!("{}px", h.x + 14.0)
-                                style:top=format!("{}px", h.y + 14.0)
-                            >
+                            <div class="tooltip" style=placement>
                                 <div class="tooltip-name">{h.name}</div>
                                 <div class="tooltip-detail">{h.detail}</div>
                                 <div class="tooltip-figures">{h.figures}</div>

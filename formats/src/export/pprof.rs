@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn pprof_export_imports_back_to_the_same_stacks() {
         let wire = graph(STACKS);
-        let bytes = to_pprof(&kiln_model::flamewire::access(&wire.to_bytes()).unwrap()).unwrap();
+        let bytes = to_pprof(kiln_model::flamewire::access(&wire.to_bytes()).unwrap()).unwrap();
         assert_eq!(Format::detect(&bytes), Format::Pprof);
         let imported = import(Format::Pprof, &bytes, &ImportOptions::new(0)).unwrap();
         let batch = imported.batch;

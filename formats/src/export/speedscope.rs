@@ -137,7 +137,7 @@ mod tests {
     fn speedscope_export_reads_back_to_the_same_stacks() {
         let wire = graph(STACKS);
         let json = to_speedscope(
-            &kiln_model::flamewire::access(&wire.to_bytes()).unwrap(),
+            kiln_model::flamewire::access(&wire.to_bytes()).unwrap(),
             "test",
         )
         .unwrap();
