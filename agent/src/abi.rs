@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -184,4 +184,36 @@ const fn parse_u32(s: &str) -> u32 {
         i += 1;
     }
     n
+}
+
+/// `struct kiln_gpu_launch`.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct GpuLaunch {
+    pub tgid: u32,
+    pub tid: u32,
+    pub correlation_id: u32,
+    pub len: u32,
+    pub addrs: [u64; MAX_STACK_DEPTH],
+}
+
+const _: () = assert!(size_of::<GpuLaunch>() == 16 + 8 * MAX_STACK_DEPTH);
+
+impl GpuLaunch {
+    /// The record at the start of a `gpu_launches` ring buffer item, if
+    /// the item is long enough to hold one.
+    pub fn read(bytes: &[u8]) -> Option<GpuLaunch> {
+        if bytes.len() < size_of::<GpuLaunch>() {
+            return None;
+        }
+        // SAFETY: the length was checked, GpuLaunch is plain old data
+        // (every bit pattern is valid), and read_unaligned has no
+        // alignment requirement.
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<GpuLaunch>()) })
+    }
+
+    /// The valid addresses, leaf first.
+    pub fn addrs(&self) -> &[u64] {
+        &self.addrs[..(self.len as usize).min(MAX_STACK_DEPTH)]
+    }
 }

@@ -103,6 +103,9 @@ pub use batcher::{
 };
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
 pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
+/// Where CUDA processes running libkiln_cuda.so send GPU profiles unless
+/// `KILN_GPU_SOCKET` says otherwise (the library's default too).
+pub use kiln_cuda::socket::DEFAULT_SOCKET_PATH as DEFAULT_GPU_SOCKET;
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{Delivery, HttpSink, MemorySink, Sink, SinkError, Spool};
@@ -226,6 +229,8 @@ pub struct Agent {
     unwind_shared: Option<Arc<Mutex<unwinder::Shared>>>,
     uploader: Option<SymbolUploader>,
     gpu: Option<gpu::GpuReceiver>,
+    /// GPU libraries seen mapped, not yet probed.
+    gpu_libraries: GpuLibraries,
 }
 
 /// How often the new-process feed is read: a process must live about this
@@ -245,11 +250,20 @@ struct Watcher {
 /// Processes whose mappings the unwinder thread should load.
 type Learned = Vec<(u32, Vec<(procfs::Mapping, Arc<fileid::FileInfo>)>)>;
 
+/// File name of the CUDA injection library (gpu-lib), whose launch marker
+/// the GPU launch uprobe attaches to.
+const GPU_LIBRARY: &str = "libkiln_cuda.so";
+
+/// Paths (under `/proc/<pid>/root`) of GPU libraries seen mapped, for the
+/// agent to attach its uprobe to.
+type GpuLibraries = Arc<Mutex<Vec<std::path::PathBuf>>>;
+
 impl Watcher {
     fn start(
         mut feed: sampler::NewProcessFeed,
         state: Arc<Mutex<batcher::HostState>>,
         unwinder: Option<unwinder::Unwinder>,
+        gpu_libraries: GpuLibraries,
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -300,6 +314,16 @@ impl Watcher {
                             .iter()
                             .filter_map(|a| Some((*a, procfs::read_process_now(a.pid)?)))
                             .collect();
+                        for (a, process) in &read {
+                            let gpu = process.mappings.iter().filter(|m| m.name() == GPU_LIBRARY);
+                            for m in gpu {
+                                let [_, rooted] = fileid::file_paths(a.pid, m);
+                                gpu_libraries
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                    .push(rooted);
+                            }
+                        }
                         let learned: Learned = {
                             let mut state = batcher::lock(&state);
                             read.into_iter()
@@ -352,14 +376,17 @@ impl Agent {
         let batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
         let unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
         let unwind_shared = unwinder.as_ref().map(unwinder::Unwinder::shared);
+        let gpu_libraries = GpuLibraries::default();
         let watcher = match sampler.take_new_processes() {
-            Some(feed) => match Watcher::start(feed, batcher.state(), unwinder) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    warn!(error = %e, "no new-process thread: short-lived processes will be unnamed");
-                    None
+            Some(feed) => {
+                match Watcher::start(feed, batcher.state(), unwinder, gpu_libraries.clone()) {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        warn!(error = %e, "no new-process thread: short-lived processes will be unnamed");
+                        None
+                    }
                 }
-            },
+            }
             None => None,
         };
         Ok(Agent {
@@ -371,6 +398,7 @@ impl Agent {
             unwind_shared,
             uploader: None,
             gpu: None,
+            gpu_libraries,
         })
     }
 
@@ -380,6 +408,44 @@ impl Agent {
     pub fn receive_gpu_from(&mut self, socket: &std::path::Path) -> std::io::Result<()> {
         self.gpu = Some(gpu::GpuReceiver::start(socket, self.config.host.clone())?);
         Ok(())
+    }
+
+    /// Attaches the launch uprobe to GPU libraries newly seen, and files
+    /// the launching stacks it reported for the GPU receiver to put the
+    /// launches' kernels under.
+    fn record_gpu_launches(&mut self) {
+        let Some(gpu) = &mut self.gpu else {
+            return;
+        };
+        let libraries = std::mem::take(
+            &mut *self
+                .gpu_libraries
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for library in libraries {
+            if let Err(e) = self.sampler.attach_gpu_probe(&library) {
+                warn!(library = %library.display(), error = %e, "attaching the GPU launch probe failed");
+            }
+        }
+        let mut launches = Vec::new();
+        self.sampler.read_gpu_launches(&mut launches);
+        for launch in &launches {
+            let frames = self.batcher.user_stack_frames(launch.tgid, launch.addrs());
+            gpu.launch_stacks_mut()
+                .insert(launch.tgid, launch.correlation_id, frames);
+        }
+    }
+
+    /// The CPU stack (root first) a CUDA kernel launch was made from, as
+    /// the launch uprobe reported it; `None` when unknown or GPU profiling
+    /// is off.
+    pub fn gpu_launch_stack(
+        &self,
+        pid: u32,
+        correlation_id: u32,
+    ) -> Option<Vec<kiln_model::Frame>> {
+        self.gpu.as_ref()?.launch_stack(pid, correlation_id)
     }
 
     /// Uploads the symbols of the files it samples to the backend at
@@ -464,6 +530,7 @@ impl Agent {
         if delivery == Delivery::Delivered {
             self.delivered(&batch);
         }
+        self.record_gpu_launches();
         if let Some(gpu) = &mut self.gpu {
             // GPU batches carry their whole dictionary: no delivery
             // bookkeeping.

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, ProgramError, RawTracePoint};
+use aya::programs::uprobe::UProbeScope;
+use aya::programs::{PerfEvent, ProgramError, RawTracePoint, UProbe};
 use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
-use crate::abi::{self, Control, NewProcess, SampleKey, SampleValue, Stack, Stat};
+use crate::abi::{self, Control, GpuLaunch, NewProcess, SampleKey, SampleValue, Stack, Stat};
 use crate::unwinder::Unwinder;
 
 /// The compiled program, or an empty slice when build.rs could not build it.
@@ -25,6 +26,10 @@ const NOT_BUILT: &str = env!("KILN_BPF_NOT_BUILT");
 const PROGRAM: &str = "kiln_sample";
 /// The program that announces every execve.
 const EXEC_PROGRAM: &str = "kiln_exec";
+/// The uprobe on libkiln_cuda.so's launch marker.
+const GPU_LAUNCH_PROGRAM: &str = "kiln_gpu_launch";
+/// The function of libkiln_cuda.so (gpu-lib) called at every kernel launch.
+pub const GPU_LAUNCH_MARKER: &str = "kiln_cuda_launch_marker";
 
 /// Processes with unwind tables at once (2 KiB each, 4 MiB); an LRU map, so
 /// the least recently loaded fall back to frame pointers.
@@ -167,6 +172,11 @@ pub struct Sampler {
     stats: PerCpuArray<MapData, u64>,
     new_processes: Option<NewProcessFeed>,
     unwinder: Option<Unwinder>,
+    /// Launches reported by the uprobe; `None` when it did not load.
+    gpu_launches: Option<RingBuf<MapData>>,
+    /// (device, inode) of each library the uprobe is attached to: a uprobe
+    /// is per file, however many paths lead to it.
+    gpu_attached: std::collections::HashSet<(u64, u64)>,
     generation: u32,
     /// Stacks read in this drain and the one before, for counts that refer
     /// to a stack already deleted from the map (see `drain`).
@@ -279,6 +289,13 @@ impl Sampler {
             .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
         exec.attach("sched_process_exec")
             .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+        let gpu_launches = match load_gpu_probe(&mut ebpf) {
+            Ok(ring) => Some(ring),
+            Err(e) => {
+                warn!(error = %e, "no GPU launch probe: GPU kernels will not show their CPU stacks");
+                None
+            }
+        };
         info!(
             cpus = cpus.len(),
             frequency_hz = config.frequency_hz,
@@ -294,11 +311,54 @@ impl Sampler {
             stats,
             new_processes: Some(NewProcessFeed(new_processes)),
             unwinder: Some(Unwinder::new(unwind_rows, proc_mappings)),
+            gpu_launches,
+            gpu_attached: Default::default(),
             generation: 0,
             stack_cache: [HashMap::new(), HashMap::new()],
             last_stats: [0; abi::STAT_NR as usize],
             cpus: cpus.len(),
         })
+    }
+
+    /// Attaches the GPU launch uprobe to the libkiln_cuda.so at `library`
+    /// (once per file). Returns whether it attached now.
+    pub fn attach_gpu_probe(&mut self, library: &std::path::Path) -> Result<bool, SamplerError> {
+        use std::os::unix::fs::MetadataExt;
+
+        if self.gpu_launches.is_none() {
+            return Ok(false);
+        }
+        let meta = std::fs::metadata(library)
+            .map_err(|e| SamplerError::Config(format!("GPU library {}: {e}", library.display())))?;
+        if !self.gpu_attached.insert((meta.dev(), meta.ino())) {
+            return Ok(false);
+        }
+        let program: &mut UProbe = self
+            .ebpf
+            .program_mut(GPU_LAUNCH_PROGRAM)
+            .ok_or(SamplerError::NotBuilt(
+                "the object has no kiln_gpu_launch program",
+            ))?
+            .try_into()
+            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        if let Err(e) = program.attach(GPU_LAUNCH_MARKER, library, UProbeScope::AllProcesses) {
+            self.gpu_attached.remove(&(meta.dev(), meta.ino()));
+            return Err(SamplerError::Program(Box::new(e)));
+        }
+        info!(library = %library.display(), "GPU launch probe attached");
+        Ok(true)
+    }
+
+    /// Appends the launches the uprobe reported since the last call.
+    pub fn read_gpu_launches(&mut self, out: &mut Vec<GpuLaunch>) {
+        let Some(ring) = &mut self.gpu_launches else {
+            return;
+        };
+        while let Some(item) = ring.next() {
+            if let Some(launch) = GpuLaunch::read(&item) {
+                out.push(launch);
+            }
+        }
     }
 
     /// The feed of processes the program sees for the first time; `None`
@@ -525,6 +585,24 @@ impl NewProcessFeed {
             });
         }
     }
+}
+
+/// Loads (without attaching) the GPU launch uprobe and takes its ring
+/// buffer; it is attached per library as processes map one.
+fn load_gpu_probe(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, SamplerError> {
+    let ring = RingBuf::try_from(take_map(ebpf, "gpu_launches")?)
+        .map_err(SamplerError::map("gpu_launches"))?;
+    let program: &mut UProbe = ebpf
+        .program_mut(GPU_LAUNCH_PROGRAM)
+        .ok_or(SamplerError::NotBuilt(
+            "the object has no kiln_gpu_launch program",
+        ))?
+        .try_into()
+        .map_err(|e| SamplerError::Program(Box::new(e)))?;
+    program
+        .load()
+        .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+    Ok(ring)
 }
 
 /// Whether a map operation failed only because the key is absent: aya

@@ -57,6 +57,15 @@ pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<L
     if let Err(e) = agent.upload_symbols_to(&server) {
         warn!(error = %e, "the local agent will not upload symbols");
     }
+    // CUDA processes started with CUDA_INJECTION64_PATH=libkiln_cuda.so
+    // send their GPU profiles here (the library's default socket).
+    let gpu_socket = std::env::var_os("KILN_GPU_SOCKET").map_or_else(
+        || kiln_agent::DEFAULT_GPU_SOCKET.into(),
+        std::path::PathBuf::from,
+    );
+    if let Err(e) = agent.receive_gpu_from(&gpu_socket) {
+        warn!(socket = %gpu_socket.display(), error = %e, "the local agent will not receive GPU profiles");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let stop = stop.clone();

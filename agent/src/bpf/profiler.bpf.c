@@ -492,3 +492,84 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 	count(&key);
 	return 0;
 }
+
+/* Launches of CUDA kernels with their CPU stacks; see kiln_gpu_launch(). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} gpu_launches SEC(".maps");
+
+/* An empty mapping list: unwind_step() on it follows frame pointers, for
+ * launches from processes that have no tables (yet). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kiln_proc_mappings);
+} no_mappings SEC(".maps");
+
+/*
+ * Attached by user space to kiln_cuda_launch_marker() in each
+ * libkiln_cuda.so it finds mapped: the injection library calls it at every
+ * kernel launch with (correlation id, thread id). The launching thread's
+ * user stack is walked as a sample's would be, with unwind tables where
+ * the process has them, and sent with the ids; user space keys it by
+ * (process, correlation id) for the GPU snapshot's kernels to find.
+ */
+SEC("uprobe")
+int kiln_gpu_launch(struct pt_regs *ctx)
+{
+	__u32 zero = 0;
+	struct kiln_control *ctl = bpf_map_lookup_elem(&control, &zero);
+
+	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
+		return 0;
+
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	struct kiln_stack *buf = bpf_map_lookup_elem(&scratch, &zero);
+	struct kiln_proc_mappings *procs = bpf_map_lookup_elem(&proc_mappings, &tgid);
+
+	/* Without tables for the process, the walk follows frame pointers. */
+	if (!procs)
+		procs = bpf_map_lookup_elem(&no_mappings, &zero);
+	if (!buf || !procs)
+		return 0;
+	/*
+	 * At the marker's first instruction its frame is not set up: the
+	 * return address is at [rsp] and rbp is still its caller's. So the
+	 * walk starts from the caller, which a frame-pointer walk from here
+	 * would skip.
+	 */
+	__u64 ra = 0;
+
+	buf->addrs[0] = ctx->rip;
+	buf->len = 1;
+	if (!bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->rsp) && ra) {
+		struct unwind_state st = {
+			.buf = buf,
+			.procs = procs,
+			.pc = ra,
+			.sp = ctx->rsp + 8,
+			.bp = ctx->rbp,
+			.n = 1,
+		};
+		bpf_loop(KILN_MAX_STACK_DEPTH, unwind_step, &st, 0);
+		buf->len = st.n;
+	}
+
+	struct kiln_gpu_launch *event = bpf_ringbuf_reserve(&gpu_launches, sizeof(*event), 0);
+
+	if (!event)
+		return 0;
+	event->tgid = tgid;
+	event->tid = (__u32)pid_tgid;
+	event->correlation_id = (__u32)ctx->rdi;
+	event->len = buf->len > KILN_MAX_STACK_DEPTH ? KILN_MAX_STACK_DEPTH : buf->len;
+	if (bpf_probe_read_kernel(event->addrs, sizeof(event->addrs), buf->addrs)) {
+		bpf_ringbuf_discard(event, 0);
+		return 0;
+	}
+	bpf_ringbuf_submit(event, 0);
+	return 0;
+}

@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 4
+#define KILN_ABI_VERSION 5
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -133,6 +133,26 @@ struct kiln_new_process {
 	__u32 event;
 };
 _Static_assert(sizeof(struct kiln_new_process) == 8, "kiln_new_process layout");
+
+/*
+ * A record of the `gpu_launches` ring buffer: a CUDA kernel launch seen by
+ * the uprobe on libkiln_cuda.so's kiln_cuda_launch_marker(correlation_id,
+ * tid), with the launching thread's user stack, so that the GPU frames of
+ * the launch hang under the CPU code that made it.
+ */
+struct kiln_gpu_launch {
+	/* Process id (tgid) and thread id of the launching thread. */
+	__u32 tgid;
+	__u32 tid;
+	/* CUPTI's correlation id of the launch (the marker's first argument). */
+	__u32 correlation_id;
+	/* Number of valid entries in addrs. */
+	__u32 len;
+	/* User stack, leaf (the marker) first. */
+	__u64 addrs[KILN_MAX_STACK_DEPTH];
+};
+_Static_assert(sizeof(struct kiln_gpu_launch) == 16 + 8 * KILN_MAX_STACK_DEPTH,
+	       "kiln_gpu_launch layout");
 
 /* The single entry of the `control` array: written by user space only. */
 struct kiln_control {

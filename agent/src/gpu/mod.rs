@@ -10,10 +10,11 @@
 //! time) and PC samples (label `gpu_weight=samples`), since the two units
 //! do not add up.
 //!
-//! The launching CPU stacks come from [`LaunchStacks`]: filled by the
-//! uprobe on `kiln_cuda_launch_marker(correlation_id, tid)` (not attached
-//! yet, see the crate's GPU notes); until then GPU frames are rooted at
-//! the kernel, under the process and thread labels.
+//! The launching CPU stacks come from [`LaunchStacks`], filled by the
+//! uprobe (`kiln_gpu_launch` in `profiler.bpf.c`) that the agent attaches
+//! to `kiln_cuda_launch_marker(correlation_id, tid)` in every
+//! `libkiln_cuda.so` it sees mapped; kernels whose launch it did not see
+//! are rooted at the kernel, under the process and thread labels.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -95,6 +96,11 @@ impl GpuReceiver {
             launch_stacks: LaunchStacks::default(),
             host: host.into(),
         })
+    }
+
+    /// The launch stack recorded for (pid, correlation id), root first.
+    pub fn launch_stack(&self, pid: u32, correlation_id: u32) -> Option<Vec<Frame>> {
+        self.launch_stacks.get(pid, correlation_id)
     }
 
     /// Where the launch uprobe's stacks go.

@@ -1,0 +1,155 @@
+//! The GPU launch uprobe on the real kernel, without a GPU: a program
+//! calls `kiln_cuda_launch_marker(correlation_id, tid)` in a library named
+//! `libkiln_cuda.so` (the symbol and ABI of gpu-lib's marker, built here
+//! from C), as the injection library does at every kernel launch; the agent
+//! must attach to it on its own and record each launch's CPU stack, so the
+//! launch's kernels can hang under the code that launched them.
+//!
+//! Root test, like `profile.rs`.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kiln_agent::{AgentConfig, MemorySink};
+
+use support::{Symbols, Workload, require_root};
+
+const LIBRARY: &str = r#"
+#include <stdint.h>
+/* gpu-lib's marker: a no-op that the agent's uprobe attaches to. */
+__attribute__((noinline)) void kiln_cuda_launch_marker(uint32_t correlation_id, uint32_t tid)
+{
+	(void)correlation_id;
+	(void)tid;
+	__asm__ volatile("");
+}
+"#;
+
+/// Launches "kernels" for `seconds`, each through main -> launch_path ->
+/// the marker, with correlation ids 1, 2, 3, …; spins between launches so
+/// that the sampler sees the process (which is how the agent learns its
+/// mappings, and so finds the library).
+const PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+void kiln_cuda_launch_marker(uint32_t correlation_id, uint32_t tid);
+
+static volatile uint64_t sink;
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) void launch_path(uint32_t correlation_id)
+{
+	kiln_cuda_launch_marker(correlation_id, (uint32_t)gettid());
+	__asm__ volatile("");
+}
+
+int main(int argc, char **argv)
+{
+	double end = now() + atof(argv[1]);
+	uint32_t correlation_id = 0;
+	while (now() < end) {
+		for (uint64_t i = 0; i < 2000000; i++)
+			sink = sink * 6364136223846793005ULL + i;
+		launch_path(++correlation_id);
+	}
+	return 0;
+}
+"#;
+
+fn compile(dir: &Path) -> std::path::PathBuf {
+    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
+    std::fs::write(dir.join("marker.c"), LIBRARY).unwrap();
+    std::fs::write(dir.join("host.c"), PROGRAM).unwrap();
+    let library = Command::new(&cc)
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(dir.join("libkiln_cuda.so"))
+        .arg(dir.join("marker.c"))
+        .status()
+        .expect("run the C compiler (clang)");
+    assert!(library.success(), "compiling libkiln_cuda.so failed");
+    let host = dir.join("host");
+    let program = Command::new(&cc)
+        .args(["-O2", "-fno-omit-frame-pointer", "-o"])
+        .arg(&host)
+        .arg(dir.join("host.c"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lkiln_cuda")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .status()
+        .expect("run the C compiler (clang)");
+    assert!(program.success(), "compiling the host program failed");
+    host
+}
+
+// Guards the launch path end to end: library found in the process's maps,
+// uprobe attached by symbol, stack walked in BPF, frames placed in the
+// program's file, filed by (pid, correlation id).
+#[test]
+fn launches_are_recorded_with_their_cpu_stacks() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let host = compile(dir.path());
+    let symbols = Symbols::of(&host);
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: 499,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        ..AgentConfig::default()
+    });
+    agent
+        .receive_gpu_from(&dir.path().join("gpu.sock"))
+        .expect("listen for GPU snapshots");
+    let mut sink = MemorySink::default();
+
+    let child = Workload(Command::new(&host).arg("20").spawn().unwrap());
+    let pid = child.0.id();
+    // The agent attaches at a tick after it has learned the process; ids
+    // climb by one per launch, so the launches after that are recorded.
+    let started = Instant::now();
+    let recorded = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+        let found: Vec<(u32, Vec<kiln_model::Frame>)> = (1..=100_000)
+            .filter_map(|id| Some((id, agent.gpu_launch_stack(pid, id)?)))
+            .collect();
+        if found.len() >= 5 || started.elapsed() > Duration::from_secs(15) {
+            break found;
+        }
+    };
+    drop(child);
+    assert!(
+        recorded.len() >= 5,
+        "only {} launches of pid {pid} were recorded in 15 s: the GPU launch probe did not \
+         attach or report (see the agent's log)",
+        recorded.len()
+    );
+    for (id, stack) in &recorded {
+        let names: Vec<_> = stack.iter().filter_map(|f| symbols.name(f)).collect();
+        // Root first: ... main, launch_path, then the marker in the library.
+        let main = names.iter().position(|n| *n == "main");
+        let path = names.iter().position(|n| *n == "launch_path");
+        assert!(
+            matches!((main, path), (Some(m), Some(p)) if m < p),
+            "launch {id}: the stack does not run main -> launch_path: {names:?} in {stack:?}"
+        );
+    }
+    // Consecutive ids: each launch was seen once, under its own id.
+    let ids: Vec<u32> = recorded.iter().map(|(id, _)| *id).collect();
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "launch ids recorded with gaps: {ids:?}"
+    );
+}
