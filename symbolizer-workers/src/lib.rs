@@ -1,10 +1,18 @@
 //! Symbolization for Kiln: extraction of ELF and DWARF symbols, the `ksym`
-//! symbol file format, and (later) the symbolizer worker actors.
+//! symbol file format, where symbols come from, and the symbolizer worker.
 //!
-//! [`extract`] reads an ELF file — its symbol tables, and the DWARF line
-//! tables and inline trees of the file or of its separate debug file — into
-//! a [`SymbolTable`]; [`ksym::encode`] writes that as a compact `ksym`
-//! file, and [`Ksym`] answers lookups from the bytes in place.
+//! [`extract`] reads an ELF file — its symbol tables, the DWARF line
+//! tables and inline trees of the file or of its separate debug file, and
+//! a Go binary's `.gopclntab` — into a [`SymbolTable`]; [`ksym::encode`]
+//! writes that as a compact `ksym` file, and [`Ksym`] answers lookups from
+//! the bytes in place. [`build_stored`] and [`decode_stored`] are the
+//! object store's form of it (zstd-compressed, verified when read).
+//!
+//! Symbols arrive by upload, from Debian debug packages
+//! ([`debug_files_in_deb`], for `kiln symbols crawl`) and from debuginfod
+//! servers ([`debuginfod`]). The [`Symbolizer`] actor (feature `service`,
+//! on by default) loads and caches stored symbol files and answers batched
+//! [`Resolve`] lookups, fetching from debuginfod what is missing.
 //!
 //! # Examples
 //!
