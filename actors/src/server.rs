@@ -9,6 +9,7 @@ use actix_web::middleware::{Compress, Logger};
 use actix_web::{App, HttpServer};
 use kiln_ingest_bus::{BusError, EmbeddedBus};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope, StoreError};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::http::{self, AppState, IngestState};
 use crate::ingest;
@@ -32,6 +33,8 @@ pub struct EmbeddedOptions {
     pub aggregators: usize,
     /// HTTP worker threads.
     pub http_workers: usize,
+    /// How frames are symbolized (cache size, debuginfod servers).
+    pub symbolizer: SymbolizerConfig,
 }
 
 impl EmbeddedOptions {
@@ -44,6 +47,7 @@ impl EmbeddedOptions {
             bus_partitions: 4,
             aggregators: cores,
             http_workers: cores,
+            symbolizer: SymbolizerConfig::from_env(),
         }
     }
 }
@@ -99,7 +103,8 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let objects = Arc::new(LocalObjectStore::open(&dir.join("objects"))?);
 
     let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await?;
-    let query = QueryCoordinator::start(store, objects.clone(), options.aggregators);
+    let symbolizer = Symbolizer::spawn(objects.clone(), options.symbolizer.clone());
+    let query = QueryCoordinator::start_with_symbolizer(store, symbolizer, options.aggregators);
     let state = AppState {
         query,
         objects,

@@ -266,6 +266,13 @@ pub struct UpArgs {
     /// Default: frontend/dist of the checkout Kiln was built from.
     #[arg(long, env = "KILN_UI_DIR")]
     pub ui_dir: Option<PathBuf>,
+
+    /// debuginfod servers to fetch the symbols of files that have none
+    /// from, space separated (elfutils' DEBUGINFOD_URLS syntax), e.g.
+    /// "https://debuginfod.debian.net". Fetched symbols go to the global
+    /// store.
+    #[arg(long, env = "DEBUGINFOD_URLS")]
+    pub debuginfod_urls: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use kiln_actors::{EmbeddedOptions, start_embedded};
+use kiln_symbolizer_workers::SymbolizerConfig;
+use kiln_symbolizer_workers::debuginfod::Debuginfod;
 
 use crate::cli::UpArgs;
 use crate::local_agent;
@@ -20,7 +22,10 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     if let Some(dir) = args.ui_dir {
         kiln_actors::http::set_ui_dir(dir);
     }
-    let options = EmbeddedOptions::new(data_dir.clone(), args.listen);
+    let mut options = EmbeddedOptions::new(data_dir.clone(), args.listen);
+    if let Some(urls) = &args.debuginfod_urls {
+        options.symbolizer = SymbolizerConfig::with_debuginfod(Debuginfod::parse_urls(urls));
+    }
     actix_rt::System::new().block_on(async move {
         let running = start_embedded(options)
             .await
