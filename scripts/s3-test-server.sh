@@ -99,7 +99,9 @@ EOF
 }
 
 start_server() {
-    g server >>"$DIR/garage.log" 2>&1 &
+    # Not through `g`: a function in the background runs in a subshell,
+    # and $! would be the subshell's pid, not the server's.
+    "$GARAGE" -c "$DIR/garage.toml" server >>"$DIR/garage.log" 2>&1 &
     echo $! >"$DIR/garage.pid"
     local i
     for ((i = 0; i < 100; i++)); do
@@ -113,23 +115,27 @@ start_server() {
 }
 
 # Lays out the cluster and creates the bucket and key; run once per DIR.
+# The commands' output goes to DIR/init.log.
 initialize() {
-    local node_id key_id secret
-    g status >&2
-    node_id=$(g node id -q 2>/dev/null | cut -d@ -f1)
-    [[ -n $node_id ]] || die "could not read the node id (garage node id)"
-    g layout assign -z dc1 -c 1G "$node_id" >&2
-    g layout apply --version 1 >&2
-    g bucket create "$BUCKET" >&2
-    g key create "$KEY_NAME" >&2
+    local log=$DIR/init.log node_id key_id secret info
+    step() {
+        g "$@" >>"$log" 2>&1 || die "'garage $*' failed; see $log"
+    }
+    step status
+    node_id=$(g node id -q 2>>"$log" | cut -d@ -f1)
+    [[ -n $node_id ]] || die "could not read the node id (garage node id); see $log"
+    step layout assign -z dc1 -c 1G "$node_id"
+    step layout apply --version 1
+    step bucket create "$BUCKET"
+    step key create "$KEY_NAME"
     # Read back rather than parse `key create`, whose output may hide the
     # secret in some versions.
-    local info
-    info=$(g key info --show-secret "$KEY_NAME")
+    info=$(g key info --show-secret "$KEY_NAME" 2>>"$log") ||
+        die "'garage key info' failed; see $log"
     key_id=$(grep -oE 'GK[0-9a-f]+' <<<"$info" | head -n 1)
     secret=$(awk -F': *' 'tolower($1) ~ /secret key/ { print $2; exit }' <<<"$info" | tr -d ' ')
     [[ -n $key_id && -n $secret ]] || die "could not read the key from 'garage key info': $info"
-    g bucket allow --read --write --owner "$BUCKET" --key "$KEY_NAME" >&2
+    step bucket allow --read --write --owner "$BUCKET" --key "$KEY_NAME"
     {
         echo "export KILN_TEST_S3='s3://$BUCKET?endpoint=http://127.0.0.1:$(cat "$DIR/s3_port")&region=$REGION'"
         echo "export AWS_ACCESS_KEY_ID='$key_id'"
@@ -147,7 +153,7 @@ cmd_start() {
     fi
     if [[ ! -f $DIR/env ]]; then
         # A directory left half-initialized by an earlier failure: start over.
-        rm -rf "$DIR/meta" "$DIR/data" "$DIR/garage.toml"
+        rm -rf "$DIR/meta" "$DIR/data" "$DIR/garage.toml" "$DIR/init.log"
         write_config
         start_server
         initialize

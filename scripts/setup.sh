@@ -55,6 +55,14 @@ if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-kafka python3-zstandard ||
     python3 -m pip install --quiet kafka-python zstandard
 fi
+# Garage, the S3 server of the S3 object store's tests
+# (scripts/s3-test-server.sh). Its build takes 7 minutes on two idle cores
+# (40 on busy ones), so only
+# when no binary is there yet (CI caches ~/.cargo/bin).
+if ! command -v garage >/dev/null && [ ! -x "$HOME/.cargo/bin/garage" ]; then
+  say "garage (the S3 test server): cargo install --locked garage"
+  cargo install --locked garage
+fi
 # The web UI's build (scripts/build-ui.sh): wasm-bindgen-cli at exactly the
 # wasm-bindgen version of Cargo.lock (the CLI refuses modules of another
 # version). `--locked` first; without it when the registry no longer has a

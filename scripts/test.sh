@@ -32,6 +32,18 @@ else
   exit 1
 fi
 
+# A throwaway S3 server (Garage) for the S3 object store's tests (storage's
+# s3_conformance reads KILN_TEST_S3 and the AWS_* keys; without them they skip).
+s3_dir="${TMPDIR:-/tmp}/kiln-test-s3"
+if s3_env="$(scripts/s3-test-server.sh start "$s3_dir")"; then
+  eval "$s3_env"
+  trap 'scripts/pg-test-server.sh stop "$pg_dir" >/dev/null 2>&1 || true; scripts/s3-test-server.sh stop "$s3_dir" >/dev/null 2>&1 || true' EXIT
+  tier "distributed: s3" "RUN (Garage at $KILN_TEST_S3: ObjectStore conformance, multipart, within unit+integration)"
+else
+  echo "test.sh: could not start the S3 server (scripts/s3-test-server.sh); see the messages above" >&2
+  exit 1
+fi
+
 # A throwaway Kafka-protocol broker (tansu, in memory) for the Kafka bus
 # tests and the distributed-mode test (separate gateway, worker and query
 # processes on Kafka and PostgreSQL); they read KILN_TEST_KAFKA and skip
@@ -73,8 +85,11 @@ else
   scripts/fuzz.sh "$fuzz_seconds"
 fi
 
-tier "distributed: s3" "SKIP (the S3 object store is not built yet: issue 7)"
-tier "distributed: scylla" "SKIP (the ScyllaDB store is not built yet: issue 7)"
+if [ -n "${KILN_TEST_SCYLLA:-}" ]; then
+  tier "distributed: scylla" "RUN (ScyllaDB at $KILN_TEST_SCYLLA: ProfileStore conformance, within unit+integration)"
+else
+  tier "distributed: scylla" "SKIP (no ScyllaDB server can be installed on this machine; set KILN_TEST_SCYLLA to run)"
+fi
 # The web UI in headless Chromium: build it, then frontend/e2e's tests
 # (Node's playwright-core driving Debian's chromium against a real kiln up;
 # screenshots in test-output/browser/).

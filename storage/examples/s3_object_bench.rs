@@ -12,6 +12,22 @@
 //! symbol file is), against each store; prints MiB/s and objects/s, and
 //! S3 / local ratios. Every run writes under a fresh prefix and deletes
 //! what it wrote.
+//!
+//! Measured on the 2-core development machine (load about 3), Garage 2.5
+//! from `scripts/s3-test-server.sh` (sqlite metadata, one node, same
+//! machine), defaults, three runs:
+//!
+//! ```text
+//!             small put        small get         large put (64 MiB)   large get
+//! local       307–310 MiB/s    1.8–2.2 GiB/s     268–1672 MiB/s       1.1–1.4 GiB/s
+//! s3          48–52 MiB/s      145–157 MiB/s     145–148 MiB/s        352–386 MiB/s
+//! ratio       0.16–0.17x       0.07–0.09x        0.09–0.55x           0.26–0.34x
+//! ```
+//!
+//! (800 small objects/s into S3 against 4 900 into the directory; the
+//! local large put swings with the fsync of 64 MiB, the S3 one does not.)
+//! Symbol uploads happen once per executable, so even the slowest figure,
+//! a 100 MB symbol file in under a second, is far from the ingest path.
 
 use std::time::{Duration, Instant};
 
