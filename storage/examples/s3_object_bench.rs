@@ -19,7 +19,7 @@
 //!
 //! ```text
 //!             small put        small get         large put (64 MiB)   large get
-//! local       307–310 MiB/s    1.8–2.2 GiB/s     268–1672 MiB/s       1.1–1.4 GiB/s
+//! local       307–310 MiB/s    1795–2182 MiB/s   268–1672 MiB/s       1139–1358 MiB/s
 //! s3          48–52 MiB/s      145–157 MiB/s     145–148 MiB/s        352–386 MiB/s
 //! ratio       0.16–0.17x       0.07–0.09x        0.09–0.55x           0.26–0.34x
 //! ```
