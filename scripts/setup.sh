@@ -50,10 +50,12 @@ fi
 # kafka-python (and zstandard, for our zstd batches): the independent client
 # of the Kafka bus's interop test (ingest-bus/tests/kafka.rs).
 if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
-  say "python3-kafka and python3-zstandard (the Kafka interop test's client)"
+  # pip first: it installs for the python3 on PATH (which may not be
+  # Debian's, whose packages the apt fallback installs).
+  say "kafka-python and zstandard (the Kafka interop test's client)"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-kafka python3-zstandard ||
-    python3 -m pip install --quiet kafka-python zstandard
+  python3 -m pip install --quiet kafka-python zstandard ||
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-kafka python3-zstandard
 fi
 # Garage, the S3 server of the S3 object store's tests
 # (scripts/s3-test-server.sh). Its build takes 7 minutes on two idle cores
