@@ -12,6 +12,9 @@
 //!   member's partitions to the others once its session times out.
 //!   Offsets are committed only when the caller says so
 //!   ([`Consumer::commit`]), after its write: nothing is auto-committed.
+//!   Groups are scoped by topic: group `g` of topic `t` is `t.g` on the
+//!   broker, so that deployments (or tests) sharing a broker on different
+//!   topics never join one group, whose rebalances would stall them all.
 
 mod consumer;
 mod options;
@@ -95,6 +98,11 @@ impl KafkaBus {
             .map_err(BusError::kafka("flush the producer"))
     }
 
+    /// The broker's name for `group` of this bus's topic.
+    fn broker_group(&self, group: &str) -> String {
+        format!("{}.{group}", self.inner.options.topic)
+    }
+
     fn offset_reader(&self, group: &str) -> Result<Arc<BaseConsumer>, BusError> {
         let mut readers = self
             .inner
@@ -108,7 +116,7 @@ impl KafkaBus {
         // only asks the group coordinator for the committed offsets.
         let reader: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.inner.options.brokers)
-            .set("group.id", group)
+            .set("group.id", self.broker_group(group))
             .set("enable.auto.commit", "false")
             .create()
             .map_err(BusError::kafka("create an offsets reader"))?;
@@ -171,7 +179,10 @@ impl Bus for KafkaBus {
                 name: group.to_owned(),
             });
         }
-        Ok(Box::new(KafkaConsumer::join(&self.inner.options, group)?))
+        Ok(Box::new(KafkaConsumer::join(
+            &self.inner.options,
+            &self.broker_group(group),
+        )?))
     }
 
     /// Asks the group coordinator for the group's committed offsets; a

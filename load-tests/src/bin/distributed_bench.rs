@@ -172,7 +172,11 @@ struct Cluster {
 impl Cluster {
     fn start(kind: Kind, args: &Args) -> anyhow::Result<Cluster> {
         let dir = tempfile::tempdir()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        // Multi-threaded, so that tasks the clients spawn here (the
+        // PostgreSQL connection, librdkafka's callbacks) keep running
+        // between this thread's own calls.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build()?;
         let objects: Arc<dyn ObjectStore> =
@@ -363,15 +367,19 @@ where
         .spawn(move || {
             let system = actix_rt::System::new();
             let handle = actix_rt::System::current();
-            let started = system.block_on(start());
+            // The server future must be spawned inside the system.
+            let started = system.block_on(async move {
+                let (addr, server) = start().await?;
+                if let Some(server) = server {
+                    actix_rt::spawn(async move {
+                        let _ = server.await;
+                    });
+                }
+                anyhow::Ok(addr)
+            });
             match started {
-                Ok((addr, server)) => {
+                Ok(addr) => {
                     let _ = tx.send(Ok((handle, addr)));
-                    if let Some(server) = server {
-                        actix_rt::spawn(async move {
-                            let _ = server.await;
-                        });
-                    }
                     let _ = system.run();
                 }
                 Err(e) => {
