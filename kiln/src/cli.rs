@@ -157,21 +157,6 @@ pub enum SymbolsCommand {
     Crawl(CrawlArgs),
 }
 
-#[derive(Debug, Args)]
-pub struct CrawlArgs {
-    #[command(flatten)]
-    pub server: ServerArg,
-
-    /// Upload even when the global store already has a file's symbols.
-    #[arg(long)]
-    pub force: bool,
-
-    /// `.deb` files, directories holding `.deb` files, or package names
-    /// (`NAME` or `NAME=VERSION`) to fetch with `apt-get download`.
-    #[arg(required = true)]
-    pub sources: Vec<String>,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
     /// Write a GPU timeline (the file libkiln_cuda.so writes when
@@ -190,6 +175,21 @@ pub struct PerfettoArgs {
     /// Where to write the trace (`-` for stdout).
     #[arg(long, short)]
     pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct CrawlArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+
+    /// Upload even when the global store already has a file's symbols.
+    #[arg(long)]
+    pub force: bool,
+
+    /// `.deb` files, directories holding `.deb` files, or package names
+    /// (`NAME` or `NAME=VERSION`) to fetch with `apt-get download`.
+    #[arg(required = true)]
+    pub sources: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -34,12 +34,12 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Flamegraph(args) => client::flamegraph(args),
         Command::Symbols(cli::SymbolsCommand::Resolve(args)) => symbols::resolve(args),
         Command::Symbols(cli::SymbolsCommand::Upload(args)) => symbols::upload(args),
+        Command::Symbols(cli::SymbolsCommand::Crawl(args)) => symbols::crawl(args),
+        Command::Export(cli::ExportCommand::Perfetto(args)) => export::perfetto(args),
         Command::Gateway(args) => roles::gateway(args),
         Command::Worker(args) => roles::worker(args),
         Command::Query(args) => roles::query(args),
         Command::Store(cli::StoreCommand::Migrate(args)) => roles::migrate(args),
-        Command::Export(cli::ExportCommand::Perfetto(args)) => export::perfetto(args),
-        Command::Symbols(cli::SymbolsCommand::Crawl(args)) => symbols::crawl(args),
     }
 }
 
