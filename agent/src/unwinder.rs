@@ -23,7 +23,7 @@ use crate::abi::{BpfMapping, MAX_MAPPINGS, ProcMappings, UnwindRow};
 use crate::fileid::{FileInfo, file_paths};
 use crate::procfs::{self, Mapping};
 use crate::row_space::RowSpace;
-use crate::unwind::UnwindTable;
+use crate::unwind::{UnwindError, UnwindTable};
 
 /// Exited processes are looked for this often (and whenever a table does
 /// not fit): their `proc_mappings` entries go, and their tables become
@@ -260,6 +260,14 @@ impl Unwinder {
             Ok(table) if !table.rows().is_empty() => table,
             Ok(_) => {
                 self.remember_no_table(file);
+                return Placement::NoTable;
+            }
+            // The process exited before its files could be opened: the
+            // next process mapping the file will try again. (Remembering
+            // it would leave a library such as libc without a table for
+            // good when the first process seen mapping it was short-lived.)
+            Err(e @ UnwindError::Read { .. }) => {
+                debug!(file = %mapping.path, error = %e, "unwind table not built: file unreadable");
                 return Placement::NoTable;
             }
             Err(e) => {
