@@ -255,16 +255,8 @@ impl Sampler {
             )
             .map_err(SamplerError::map("control"))?;
 
-        let program: &mut PerfEvent = ebpf
-            .program_mut(PROGRAM)
-            .ok_or(SamplerError::NotBuilt(
-                "the object has no kiln_sample program",
-            ))?
-            .try_into()
-            .map_err(|e| SamplerError::Program(Box::new(e)))?;
-        program
-            .load()
-            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+        let program: &mut PerfEvent = typed_program(&mut ebpf, PROGRAM)?;
+        program.load().map_err(program_error)?;
         // CPU-clock counts nanoseconds, so a period in ns is exact: unlike
         // frequency mode, the kernel never has to adjust it on the fly.
         let period_ns = 1_000_000_000 / config.frequency_hz;
@@ -276,19 +268,11 @@ impl Sampler {
                     SamplePolicy::Period(period_ns),
                     false,
                 )
-                .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+                .map_err(program_error)?;
         }
-        let exec: &mut RawTracePoint = ebpf
-            .program_mut(EXEC_PROGRAM)
-            .ok_or(SamplerError::NotBuilt(
-                "the object has no kiln_exec program",
-            ))?
-            .try_into()
-            .map_err(|e| SamplerError::Program(Box::new(e)))?;
-        exec.load()
-            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
-        exec.attach("sched_process_exec")
-            .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
+        let exec: &mut RawTracePoint = typed_program(&mut ebpf, EXEC_PROGRAM)?;
+        exec.load().map_err(program_error)?;
+        exec.attach("sched_process_exec").map_err(program_error)?;
         let gpu_launches = match load_gpu_probe(&mut ebpf) {
             Ok(ring) => Some(ring),
             Err(e) => {
@@ -333,14 +317,7 @@ impl Sampler {
         if !self.gpu_attached.insert((meta.dev(), meta.ino())) {
             return Ok(false);
         }
-        let program: &mut UProbe = self
-            .ebpf
-            .program_mut(GPU_LAUNCH_PROGRAM)
-            .ok_or(SamplerError::NotBuilt(
-                "the object has no kiln_gpu_launch program",
-            ))?
-            .try_into()
-            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        let program: &mut UProbe = typed_program(&mut self.ebpf, GPU_LAUNCH_PROGRAM)?;
         if let Err(e) = program.attach(GPU_LAUNCH_MARKER, library, UProbeScope::AllProcesses) {
             self.gpu_attached.remove(&(meta.dev(), meta.ino()));
             return Err(SamplerError::Program(Box::new(e)));
@@ -592,17 +569,28 @@ impl NewProcessFeed {
 fn load_gpu_probe(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, SamplerError> {
     let ring = RingBuf::try_from(take_map(ebpf, "gpu_launches")?)
         .map_err(SamplerError::map("gpu_launches"))?;
-    let program: &mut UProbe = ebpf
-        .program_mut(GPU_LAUNCH_PROGRAM)
+    let program: &mut UProbe = typed_program(ebpf, GPU_LAUNCH_PROGRAM)?;
+    program.load().map_err(program_error)?;
+    Ok(ring)
+}
+
+/// The program `name` of the object, as its type.
+fn typed_program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, SamplerError>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
         .ok_or(SamplerError::NotBuilt(
-            "the object has no kiln_gpu_launch program",
+            "the eBPF object lacks one of its programs",
         ))?
         .try_into()
-        .map_err(|e| SamplerError::Program(Box::new(e)))?;
-    program
-        .load()
-        .map_err(|e| SamplerError::classify(e, |e| SamplerError::Program(Box::new(e))))?;
-    Ok(ring)
+        .map_err(|e| SamplerError::Program(Box::new(e)))
+}
+
+/// A failed load or attach, as `PermissionDenied` when privilege is what
+/// is missing.
+fn program_error(e: ProgramError) -> SamplerError {
+    SamplerError::classify(e, |e| SamplerError::Program(Box::new(e)))
 }
 
 /// Whether a map operation failed only because the key is absent: aya

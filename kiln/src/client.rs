@@ -58,9 +58,21 @@ fn serde_json_error(body: &str) -> Option<String> {
 
 pub fn import(args: ImportArgs) -> anyhow::Result<()> {
     let agent = agent();
+    each_file(&args.files, "import", |path| {
+        import_one(&agent, &args, path)
+    })
+}
+
+/// Runs `one` on every file, printing a line per file (its summary, or
+/// its error on stderr); fails, after all of them, when any failed.
+pub fn each_file(
+    files: &[std::path::PathBuf],
+    verb: &str,
+    mut one: impl FnMut(&Path) -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
     let mut failed = 0;
-    for path in &args.files {
-        match import_one(&agent, &args, path) {
+    for path in files {
+        match one(path) {
             Ok(summary) => println!("{}: {summary}", path.display()),
             Err(e) => {
                 eprintln!("{}: {e:#}", path.display());
@@ -69,7 +81,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
         }
     }
     if failed > 0 {
-        bail!("{failed} of {} files failed to import", args.files.len());
+        bail!("{failed} of {} files failed to {verb}", files.len());
     }
     Ok(())
 }

@@ -12,27 +12,16 @@ use kiln_symbolizer_workers::{
 use ureq::Agent;
 
 use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
-use crate::client::{agent, failure, url};
+use crate::client::{agent, each_file, failure, url};
 
 /// `kiln symbols upload`: for each file, asks whether the server has its
 /// symbols (`HEAD`) and sends the file when not (`PUT`); the server
 /// extracts the symbols itself. Exits non-zero when any file failed.
 pub fn upload(args: UploadArgs) -> anyhow::Result<()> {
     let agent = agent();
-    let mut failed = 0;
-    for path in &args.files {
-        match upload_one(&agent, &args, path) {
-            Ok(summary) => println!("{}: {summary}", path.display()),
-            Err(e) => {
-                eprintln!("{}: {e:#}", path.display());
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        bail!("{failed} of {} files failed to upload", args.files.len());
-    }
-    Ok(())
+    each_file(&args.files, "upload", |path| {
+        upload_one(&agent, &args, path)
+    })
 }
 
 fn upload_one(agent: &Agent, args: &UploadArgs, path: &Path) -> anyhow::Result<String> {
