@@ -150,3 +150,17 @@ fn damaged_files_give_errors_or_tables_never_panics() {
     }
     println!("{accepted} of {ROUNDS} damaged copies still extracted");
 }
+
+/// Guards the fixes of the `elf_extract` fuzz target's finds: each input
+/// under fixtures/fuzz-elf (e.g. a DW_AT_high_pc offset that overflows
+/// when added to DW_AT_low_pc, which gimli's own `die_ranges` adds
+/// unchecked) extracts or fails cleanly, and what it yields encodes,
+/// opens and answers lookups.
+#[test]
+fn fuzz_finds_stay_fixed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz-elf");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        survive(&path, &std::fs::read(&path).unwrap());
+    }
+}

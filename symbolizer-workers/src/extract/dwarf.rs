@@ -306,17 +306,43 @@ impl<'d> Reader<'_, 'd> {
     }
 
     /// The DIE's address ranges that lie in executable sections.
+    ///
+    /// Not `Dwarf::die_ranges`: gimli 0.34 computes `low_pc + high_pc` (the
+    /// offset form) unchecked, which panics in builds with overflow checks
+    /// on a hostile file (found by the `elf_extract` fuzz target). A range
+    /// whose end overflows is dropped here instead.
     fn ranges(
         &self,
         unit: &Unit<'d>,
         die: &DebuggingInformationEntry<R<'d>>,
     ) -> gimli::Result<Vec<(u64, u64)>> {
         let mut out = Vec::new();
-        let mut iter = self.dwarf.die_ranges(unit, die)?;
-        while let Some(r) = iter.next()? {
-            if r.begin < r.end && in_text(self.text, r.begin, r.end) {
-                out.push((r.begin, r.end));
+        let mut keep = |begin: u64, end: u64| {
+            if begin < end && in_text(self.text, begin, end) {
+                out.push((begin, end));
             }
+        };
+        if let Some(value) = die.attr_value(gimli::DW_AT_ranges)
+            && let Some(mut list) = self.dwarf.attr_ranges(unit, value)?
+        {
+            while let Some(r) = list.next()? {
+                keep(r.begin, r.end);
+            }
+            return Ok(out);
+        }
+        let Some(low_pc) = die.attr_value(gimli::DW_AT_low_pc) else {
+            return Ok(out);
+        };
+        let Some(begin) = self.dwarf.attr_address(unit, low_pc)? else {
+            return Ok(out);
+        };
+        let end = match die.attr_value(gimli::DW_AT_high_pc) {
+            Some(AttributeValue::Udata(size)) => begin.checked_add(size),
+            Some(value) => self.dwarf.attr_address(unit, value)?,
+            None => None,
+        };
+        if let Some(end) = end {
+            keep(begin, end);
         }
         Ok(out)
     }
