@@ -24,40 +24,13 @@ readonly FIRST_PORT=19092
 readonly TOPIC=kiln-ingest
 readonly PARTITIONS=8
 
-die() {
-    echo "kafka-test-server: $*" >&2
-    exit 1
-}
+readonly SERVER_NAME=kafka-test-server
+# shellcheck source=lib/test-server.sh
+source "$(dirname "$0")/lib/test-server.sh"
 
 usage() {
     echo "usage: $0 start|stop|url DIR" >&2
     exit 2
-}
-
-find_tansu() {
-    if command -v tansu >/dev/null; then
-        command -v tansu
-    elif [[ -x $HOME/.cargo/bin/tansu ]]; then
-        echo "$HOME/.cargo/bin/tansu"
-    else
-        return 1
-    fi
-}
-
-port_in_use() {
-    # Bash's /dev/tcp connects: success means something listens there.
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-free_port() {
-    local port
-    for ((port = FIRST_PORT; port < FIRST_PORT + 200; port++)); do
-        if ! port_in_use "$port"; then
-            echo "$port"
-            return 0
-        fi
-    done
-    die "no free port in $FIRST_PORT..$((FIRST_PORT + 199)) on 127.0.0.1"
 }
 
 is_running() {
@@ -67,7 +40,7 @@ is_running() {
 
 cmd_start() {
     local tansu
-    tansu=$(find_tansu) ||
+    tansu=$(find_installed tansu) ||
         die "tansu is not installed: cargo install --locked tansu --features dynostore (scripts/setup.sh does it)"
     mkdir -p "$DIR" || die "could not create $DIR"
     DIR=$(cd "$DIR" && pwd)
@@ -80,7 +53,7 @@ cmd_start() {
     # few times, each with a port found free just before.
     local port attempt pid waited
     for attempt in 1 2 3; do
-        port=$(free_port)
+        port=$(free_port "$FIRST_PORT")
         local listener="tcp://127.0.0.1:$port"
         # setsid: the broker outlives this script and the shell that ran it.
         setsid "$tansu" broker \

@@ -24,10 +24,9 @@ readonly SUPERUSER=kiln
 readonly DATABASE=kiln_test
 readonly FIRST_PORT=15432
 
-die() {
-    echo "pg-test-server: $*" >&2
-    exit 1
-}
+readonly SERVER_NAME=pg-test-server
+# shellcheck source=lib/test-server.sh
+source "$(dirname "$0")/lib/test-server.sh"
 
 usage() {
     echo "usage: $0 start|stop|url DIR" >&2
@@ -78,22 +77,6 @@ ensure_owner_user() {
     fi
 }
 
-port_in_use() {
-    # Bash's /dev/tcp connects: success means something listens there.
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-free_port() {
-    local port
-    for ((port = FIRST_PORT; port < FIRST_PORT + 200; port++)); do
-        if ! port_in_use "$port"; then
-            echo "$port"
-            return 0
-        fi
-    done
-    die "no free port in $FIRST_PORT..$((FIRST_PORT + 199)) on 127.0.0.1"
-}
-
 url_of() {
     echo "postgres://$SUPERUSER@127.0.0.1:$1/$DATABASE"
 }
@@ -136,7 +119,7 @@ cmd_start() {
     # try a few times, each with a port found free just before.
     local port attempt
     for attempt in 1 2 3; do
-        port=$(free_port)
+        port=$(free_port "$FIRST_PORT")
         # listen_addresses: loopback only. unix_socket_directories='': no
         # socket file, so DIR's path length and /var/run do not matter.
         if as_owner "$BINDIR/pg_ctl" start -D "$DIR/data" -l "$DIR/postgres.log" -w -t 60 \

@@ -28,41 +28,13 @@ readonly KEY_NAME=kiln-test-key
 readonly REGION=garage
 readonly FIRST_PORT=13900
 
-die() {
-    echo "s3-test-server: $*" >&2
-    exit 1
-}
+readonly SERVER_NAME=s3-test-server
+# shellcheck source=lib/test-server.sh
+source "$(dirname "$0")/lib/test-server.sh"
 
 usage() {
     echo "usage: $0 start|stop|env DIR" >&2
     exit 2
-}
-
-find_garage() {
-    if command -v garage >/dev/null; then
-        command -v garage
-    elif [[ -x $HOME/.cargo/bin/garage ]]; then
-        echo "$HOME/.cargo/bin/garage"
-    else
-        die "garage is not installed: run scripts/setup.sh (cargo install --locked garage)"
-    fi
-}
-
-port_in_use() {
-    # Bash's /dev/tcp connects: success means something listens there.
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-# A free port at or above $1.
-free_port() {
-    local port
-    for ((port = $1; port < $1 + 200; port++)); do
-        if ! port_in_use "$port"; then
-            echo "$port"
-            return 0
-        fi
-    done
-    die "no free port in $1..$(($1 + 199)) on 127.0.0.1"
 }
 
 g() {
@@ -144,7 +116,8 @@ initialize() {
 }
 
 cmd_start() {
-    GARAGE=$(find_garage)
+    GARAGE=$(find_installed garage) ||
+        die "garage is not installed: run scripts/setup.sh (cargo install --locked garage)"
     mkdir -p "$DIR" || die "could not create $DIR"
     DIR=$(cd "$DIR" && pwd)
     if is_running && [[ -f $DIR/env ]]; then
