@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{ObjectStore, ProfileStore};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::http::{AppState, IngestState};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
-use crate::query::QueryCoordinator;
+use crate::query::{PeerOptions, QueryCoordinator};
 use crate::server::{Routes, Running, ServerError, default_scope, serve};
 
 /// Where and how a role serves HTTP.
@@ -79,17 +80,34 @@ pub async fn start_worker(
 }
 
 /// Starts a query node: the query API over `store`, its scans spread over
-/// `aggregators` actors by rendezvous hashing.
+/// `aggregators` actors by rendezvous hashing. With `peers`, the node is
+/// one of a set of query nodes that spread each query's partition scans
+/// over each other (again by rendezvous hashing, so a partition's caches
+/// stay warm on one node), serve each other's scans, and tell each other
+/// of symbol uploads.
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     aggregators: usize,
+    peers: Option<PeerOptions>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::from_env());
+    let (query, cluster) = match peers {
+        None => (
+            QueryCoordinator::start_with_symbolizer(store, symbolizer, aggregators),
+            None,
+        ),
+        Some(peers) => {
+            let secret = peers.secret.clone();
+            let query = QueryCoordinator::start_with_peers(store, symbolizer, aggregators, peers)?;
+            (query, Some(secret))
+        }
+    };
     let state = AppState {
-        query: QueryCoordinator::start(store, objects.clone(), aggregators),
+        query,
         objects,
         scope: default_scope()?,
     };
-    serve(Routes::Query(state), http.listen, http.workers)
+    serve(Routes::Query(state, cluster), http.listen, http.workers)
 }

@@ -5,11 +5,12 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kiln_actors::backends;
+use kiln_actors::query::{ClusterSecret, PeerOptions};
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::Bus;
 use kiln_storage::{ObjectStore, ProfileStore};
 
-use crate::cli::{GatewayArgs, MigrateArgs, QueryArgs, StoresArgs, WorkerArgs};
+use crate::cli::{GatewayArgs, MigrateArgs, PeersArgs, QueryArgs, StoresArgs, WorkerArgs};
 
 pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(async move {
@@ -46,13 +47,34 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
         let mut http = HttpOptions::new(args.listen);
         let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
         http.workers = http.workers.max(1);
-        let running = roles::start_query(store, objects, aggregators, http)
+        let peers = peer_options(args.peers)?;
+        let running = roles::start_query(store, objects, aggregators, peers.clone(), http)
             .await
             .context("starting the query node")?;
         println!("Kiln query node is up: http://{}/", running.local_addr);
         println!("  store:   {}", args.stores.store);
+        if let Some(peers) = peers {
+            println!(
+                "  peers:   {} (this node: {})",
+                peers.peers.join(","),
+                peers.advertise
+            );
+        }
         running.server.await.context("serving HTTP")
     })
+}
+
+fn peer_options(args: PeersArgs) -> anyhow::Result<Option<PeerOptions>> {
+    let (Some(advertise), Some(secret)) = (args.advertise, args.cluster_secret) else {
+        // clap makes --peers require both.
+        return Ok(None);
+    };
+    Ok(Some(PeerOptions {
+        advertise,
+        peers: args.peers,
+        secret: ClusterSecret::new(secret).context("--cluster-secret")?,
+        timeout: args.peer_timeout,
+    }))
 }
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
