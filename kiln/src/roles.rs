@@ -42,12 +42,12 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
 }
 
 pub fn query(args: QueryArgs) -> anyhow::Result<()> {
+    let peers = peer_options(args.peers)?;
     actix_rt::System::new().block_on(async move {
         let (store, objects) = open_stores(&args.stores).await?;
         let mut http = HttpOptions::new(args.listen);
         let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
         http.workers = http.workers.max(1);
-        let peers = peer_options(args.peers)?;
         let running = roles::start_query(store, objects, aggregators, peers.clone(), http)
             .await
             .context("starting the query node")?;
@@ -69,12 +69,14 @@ fn peer_options(args: PeersArgs) -> anyhow::Result<Option<PeerOptions>> {
         // clap makes --peers require both.
         return Ok(None);
     };
-    Ok(Some(PeerOptions {
+    let options = PeerOptions {
         advertise,
         peers: args.peers,
         secret: ClusterSecret::new(secret).context("--cluster-secret")?,
         timeout: args.peer_timeout,
-    }))
+    };
+    options.validate().context("--peers or --advertise")?;
+    Ok(Some(options))
 }
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {

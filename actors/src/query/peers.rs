@@ -90,6 +90,16 @@ pub struct PeerOptions {
     pub timeout: Duration,
 }
 
+impl PeerOptions {
+    /// Checks the URLs, so that a typo is reported before anything starts.
+    pub fn validate(&self) -> Result<(), PeerConfigError> {
+        for url in std::iter::once(&self.advertise).chain(&self.peers) {
+            normalize(url)?;
+        }
+        Ok(())
+    }
+}
+
 /// Why a peer set could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerConfigError {
