@@ -15,7 +15,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+use kiln_agent::{Delivery, KafkaSink, Sink, Spool};
+use kiln_ingest_bus::BusUrl;
+use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 use support::aggregate;
 
 /// Hosts of the synthetic fleet, and the batches each sends.
@@ -367,6 +369,76 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
     assert!(scan_counts(&query)["fallback"].as_u64() > Some(0));
 
     import_checks(&gateway, &query);
+}
+
+/// An in-cluster agent's Kafka sink: batches spooled while Kafka was
+/// unreachable and batches sent once it is back are all published as a
+/// gateway would publish them, consumed by a worker, and queryable with
+/// exact totals.
+#[test]
+fn an_agents_kafka_sink_feeds_the_workers() {
+    let Some((kafka, postgres)) = servers() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = fresh_database(&postgres);
+    let migrated = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["store", "migrate", "--store", &store])
+        .status()
+        .unwrap();
+    assert!(migrated.success(), "kiln store migrate failed");
+    let topic = format!("agent-{}", unique());
+    let bus = format!("{kafka}/{topic}?partitions=2");
+    let objects = format!("file://{}", dir.path().join("objects").display());
+    let backends = ["--bus", &bus, "--store", &store, "--objects", &objects];
+    let _worker = Role::start("worker", &[&["worker"][..], &backends].concat());
+    let query = Role::start(
+        "query",
+        &[
+            "query",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--objects",
+            &objects,
+        ],
+    );
+
+    let run = unique();
+    let (encoded, expected) = fleet(&run);
+    let batches: Vec<Batch> = encoded.iter().map(|b| Batch::decode(b).unwrap()).collect();
+    let sink = |url: &str| {
+        let BusUrl::Kafka(options) = url.parse().unwrap() else {
+            panic!("{url} is not a Kafka URL")
+        };
+        let spool = Spool::open(dir.path().join("spool"), 1 << 26).unwrap();
+        KafkaSink::kafka(options, "default", "default", "kafka-agent", Some(spool)).unwrap()
+    };
+    {
+        // Port 9 (discard) on loopback: nothing listens there.
+        let mut down = sink(&format!("kafka://127.0.0.1:9/{topic}"));
+        for batch in &batches[..2] {
+            assert_eq!(down.send(batch).unwrap(), Delivery::Spooled);
+        }
+    }
+    // The agent again, with Kafka reachable: the spool goes first.
+    let mut up = sink(&format!("{kafka}/{topic}"));
+    for batch in &batches[2..] {
+        assert_eq!(up.send(batch).unwrap(), Delivery::Delivered);
+    }
+    assert!(up.spool().unwrap().files().unwrap().is_empty());
+
+    let filter = format!("&run={run}");
+    let started = Instant::now();
+    while collapsed(query.url(), &filter) != expected {
+        assert!(
+            started.elapsed() < CATCH_UP,
+            "the worker did not write the agent's batches: {:?}",
+            collapsed(query.url(), &filter)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The embedded mode's import-and-read-back checks, through the gateway
