@@ -15,7 +15,7 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::http::{AppState, IngestState};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
-use crate::query::{PeerOptions, QueryCoordinator};
+use crate::query::{PeerOptions, QueryCoordinator, QueryNodes};
 use crate::server::{Routes, Running, ServerError, default_scope, serve};
 
 /// Where and how a role serves HTTP.
@@ -44,17 +44,23 @@ impl HttpOptions {
 /// endpoints answer 503 with `Retry-After`, and agents spool and retry.
 ///
 /// Symbol uploads are served here too (agents upload where they send);
-/// they are stored in `objects`. The `store` backs the small query
-/// coordinator that such uploads notify.
+/// they are stored in `objects`, and `query_nodes`, when given, are told
+/// of them, so their queries show the new names at once. The `store`
+/// backs the small query coordinator that such uploads notify.
 pub async fn start_gateway(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    query_nodes: Option<QueryNodes>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
     let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
+    let query = match query_nodes {
+        None => QueryCoordinator::start(store, objects.clone(), 1),
+        Some(nodes) => QueryCoordinator::start_notifying(store, objects.clone(), 1, nodes)?,
+    };
     let state = AppState {
-        query: QueryCoordinator::start(store, objects.clone(), 1),
+        query,
         objects,
         scope: default_scope()?,
     };

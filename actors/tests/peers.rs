@@ -11,7 +11,9 @@ use std::time::Duration;
 use actix_web::dev::ServerHandle;
 use kiln_actors::envelope::EnvelopeHeader;
 use kiln_actors::ingest::{self, IngestProgress};
-use kiln_actors::query::{CLUSTER_SECRET_HEADER, ClusterSecret, PeerOptions, ScanCounts};
+use kiln_actors::query::{
+    CLUSTER_SECRET_HEADER, ClusterSecret, PeerOptions, QueryNodes, ScanCounts,
+};
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
@@ -351,4 +353,56 @@ async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
         .unwrap();
     assert_eq!(upload.status(), 200, "{}", upload.text().await.unwrap());
     assert_eq!(collapsed(&nodes[1], "").await, ["alpha 3"]);
+}
+
+// Guards the notice from a gateway, where agents upload their symbols:
+// the query nodes it names show the names at once.
+#[actix_rt::test]
+async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
+    let data = Data::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (elf, alpha) = build_program(dir.path());
+    let bytes = std::fs::read(&elf).unwrap();
+    let file_id = kiln_symbolizer_workers::file_id(&bytes);
+    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
+    let frame = Frame::Address {
+        kind: FrameKind::Native,
+        file_id,
+        addr: alpha + 1,
+    };
+    b.add((T0_S + 1) * 1_000_000_000, &[frame], &LabelSet::new(), 3);
+    data.write(&b.finish().encode()).await;
+    let nodes = start_peers(&data, 2).await;
+    let gateway = roles::start_gateway(
+        data.bus.clone(),
+        data.store.clone(),
+        data.objects.clone(),
+        Some(QueryNodes {
+            urls: nodes.iter().map(|n| n.url.clone()).collect(),
+            secret: ClusterSecret::new(SECRET).unwrap(),
+        }),
+        HttpOptions {
+            listen: free_addr(),
+            workers: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let gateway_url = format!("http://{}", gateway.local_addr);
+    actix_rt::spawn(gateway.server);
+
+    for node in &nodes {
+        assert_eq!(collapsed(node, "").await.len(), 1);
+        assert!(!collapsed(node, "").await[0].starts_with("alpha"));
+    }
+    let upload = client()
+        .put(format!("{gateway_url}/api/v1/symbols/{file_id}"))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 200, "{}", upload.text().await.unwrap());
+    for node in &nodes {
+        assert_eq!(collapsed(node, "").await, ["alpha 3"], "{}", node.url);
+    }
 }

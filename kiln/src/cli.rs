@@ -90,6 +90,24 @@ pub struct GatewayArgs {
     pub bus: BusArg,
     #[command(flatten)]
     pub stores: StoresArgs,
+    /// Query nodes to tell of symbol uploads here (agents upload where
+    /// they send), as http://HOST:PORT, comma separated: their queries
+    /// then show the new names at once. Needs --cluster-secret.
+    #[arg(
+        long,
+        env = "KILN_QUERY_NODES",
+        value_delimiter = ',',
+        requires = "cluster_secret"
+    )]
+    pub query_nodes: Vec<String>,
+    /// The query nodes' cluster secret (as given to `kiln query`).
+    #[arg(
+        long,
+        env = "KILN_CLUSTER_SECRET",
+        hide_env_values = true,
+        requires = "query_nodes"
+    )]
+    pub cluster_secret: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kiln_actors::backends;
-use kiln_actors::query::{ClusterSecret, PeerOptions};
+use kiln_actors::query::{ClusterSecret, PeerOptions, QueryNodes};
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::Bus;
 use kiln_storage::{ObjectStore, ProfileStore};
@@ -13,10 +13,19 @@ use kiln_storage::{ObjectStore, ProfileStore};
 use crate::cli::{GatewayArgs, MigrateArgs, PeersArgs, QueryArgs, StoresArgs, WorkerArgs};
 
 pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
+    let query_nodes = match args.cluster_secret {
+        // clap makes --query-nodes and --cluster-secret require each other.
+        None => None,
+        Some(secret) => Some(QueryNodes {
+            urls: args.query_nodes,
+            secret: ClusterSecret::new(secret).context("--cluster-secret")?,
+        }),
+    };
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
         let (store, objects) = open_stores(&args.stores).await?;
-        let running = roles::start_gateway(bus, store, objects, HttpOptions::new(args.listen))
+        let http = HttpOptions::new(args.listen);
+        let running = roles::start_gateway(bus, store, objects, query_nodes, http)
             .await
             .context("starting the gateway")?;
         println!("Kiln gateway is up: http://{}/", running.local_addr);

@@ -520,7 +520,21 @@ fn roles_refuse_bad_urls_by_name() {
     let query = ["query", "--store", "file:///s", "--objects", "file:///o"];
     let secret = ["--cluster-secret", CLUSTER_SECRET];
     let peers = ["--peers", "http://a:1,http://b:1"];
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &[
+                "gateway",
+                "--bus",
+                "kafka://h:1",
+                "--store",
+                "file:///s",
+                "--objects",
+                "file:///o",
+                "--query-nodes",
+                "http://a:1",
+            ],
+            "--cluster-secret",
+        ),
         (&[&query[..], &peers].concat(), "--advertise"),
         (
             &[&query[..], &peers, &["--advertise", "https://a:1"], &secret].concat(),

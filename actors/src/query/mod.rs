@@ -28,14 +28,14 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use aggregator::Aggregator;
 pub(crate) use aggregator::{Partial, Scan, Want};
-use peers::{Owner, Peers, SymbolsNotice};
+use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
 use resolve::Resolver;
 
 pub use aggregator::Tally;
 pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
 pub use peers::{
     CLUSTER_SECRET_HEADER, ClusterSecret, DEFAULT_PEER_TIMEOUT, PEER_RETRY_AFTER, PeerConfigError,
-    PeerOptions, SCAN_CONTENT_TYPE,
+    PeerOptions, QueryNodes, SCAN_CONTENT_TYPE,
 };
 pub use rendezvous::pick as rendezvous_pick;
 pub use resolve::FrameLabel;
@@ -171,6 +171,9 @@ struct Cluster {
     resolver: Resolver,
     /// The other query nodes, when scans are shared.
     peers: Option<Peers>,
+    /// Who hears of symbol uploads here: the peers, or a gateway's query
+    /// nodes.
+    notifier: Option<SymbolNotifier>,
     counts: Counters,
 }
 
@@ -207,7 +210,7 @@ impl QueryCoordinator {
         symbolizer: Addr<Symbolizer>,
         aggregators: usize,
     ) -> Addr<QueryCoordinator> {
-        Self::start_node(store, symbolizer, aggregators, None)
+        Self::start_node(store, symbolizer, aggregators, None, None)
     }
 
     /// Like [`start_with_symbolizer`](Self::start_with_symbolizer), as one
@@ -221,11 +224,32 @@ impl QueryCoordinator {
     ) -> Result<Addr<QueryCoordinator>, PeerConfigError> {
         let peers = Peers::new(peers)?;
         tracing::info!(nodes = ?peers.nodes(), "query node sharing scans with its peers");
+        let notifier = peers.notifier();
         Ok(Self::start_node(
             store,
             symbolizer,
             aggregators,
             Some(peers),
+            Some(notifier),
+        ))
+    }
+
+    /// A coordinator that tells `nodes` of symbol uploads, for a gateway:
+    /// like [`start`](Self::start) otherwise.
+    pub fn start_notifying(
+        store: Arc<dyn ProfileStore>,
+        objects: Arc<dyn ObjectStore>,
+        aggregators: usize,
+        nodes: QueryNodes,
+    ) -> Result<Addr<QueryCoordinator>, PeerConfigError> {
+        let notifier = SymbolNotifier::new(nodes)?;
+        let symbolizer = Symbolizer::spawn(objects, SymbolizerConfig::from_env());
+        Ok(Self::start_node(
+            store,
+            symbolizer,
+            aggregators,
+            None,
+            Some(notifier),
         ))
     }
 
@@ -234,6 +258,7 @@ impl QueryCoordinator {
         symbolizer: Addr<Symbolizer>,
         aggregators: usize,
         peers: Option<Peers>,
+        notifier: Option<SymbolNotifier>,
     ) -> Addr<QueryCoordinator> {
         let mut addrs = Vec::new();
         for _ in 0..aggregators.max(1) {
@@ -250,6 +275,7 @@ impl QueryCoordinator {
                 names,
                 resolver: Resolver::new(store, symbolizer),
                 peers,
+                notifier,
                 counts: Counters::default(),
             }),
         }
@@ -290,9 +316,8 @@ impl Cluster {
                     tracing::warn!(
                         peer = peers.url(node),
                         error = %e,
-                        "a peer failed a partition scan; scanning here instead \
-                         (and here only, for its next {:?})",
-                        PEER_RETRY_AFTER
+                        "a peer failed a partition scan; scanning here instead, and \
+                         not asking that peer again for {PEER_RETRY_AFTER:?}"
                     );
                     bump(&self.counts.fallback);
                 }
@@ -319,8 +344,9 @@ fn partition_key(part: &QueryRange) -> Vec<u8> {
     key
 }
 
-/// Resolves once the peers (if any) have heard of the upload too, so that
-/// an upload answered is an upload every reachable node shows.
+/// Resolves once the peers or query nodes (if any) have heard of the
+/// upload too, so that an upload answered is an upload every reachable
+/// node shows.
 impl Handler<SymbolsStored> for QueryCoordinator {
     type Result = ResponseFuture<()>;
 
@@ -328,9 +354,9 @@ impl Handler<SymbolsStored> for QueryCoordinator {
         self.cluster
             .resolver
             .symbols_stored(msg.tenant.as_deref(), msg.file_id);
-        match &self.cluster.peers {
+        match &self.cluster.notifier {
             None => Box::pin(async {}),
-            Some(peers) => Box::pin(peers.notify_symbols_stored(&SymbolsNotice {
+            Some(notifier) => Box::pin(notifier.notify(&SymbolsNotice {
                 tenant: msg.tenant,
                 file_id: msg.file_id,
             })),

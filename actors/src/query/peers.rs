@@ -10,6 +10,12 @@
 //! shared — so a query never fails because a peer died, and a peer that
 //! failed is not asked again for [`PEER_RETRY_AFTER`].
 //!
+//! Symbol uploads to one node are told to the others
+//! (`POST /internal/v1/symbols-stored`), and a gateway can tell the query
+//! nodes of uploads it takes ([`QueryNodes`]), so that a node that just
+//! found no symbols for a file does not keep showing addresses for the
+//! seconds it remembers that.
+//!
 //! The internal endpoints trust the scope a scan names: the calling node
 //! took it from its caller's credential. So they are open only to callers
 //! that present the cluster's shared secret ([`CLUSTER_SECRET_HEADER`]);
@@ -250,23 +256,68 @@ impl Peers {
         Ok(wire::decode_partial(&body)?)
     }
 
-    /// Tells every other node that symbols of a file were stored, so that
-    /// they symbolize its frames again from their next query on; resolves
-    /// once each has answered or failed. A node that misses the notice (it
-    /// is logged) forgets its "no symbols" memory of the file a few
-    /// seconds later anyway.
-    pub(crate) fn notify_symbols_stored(
-        &self,
-        notice: &SymbolsNotice,
-    ) -> impl Future<Output = ()> + 'static {
+    /// What tells the other nodes of symbol uploads here.
+    pub(crate) fn notifier(&self) -> SymbolNotifier {
+        SymbolNotifier {
+            targets: (self.nodes.iter().enumerate())
+                .filter(|&(node, _)| node != self.me)
+                .map(|(_, url)| url.clone())
+                .collect(),
+            secret: self.secret.clone(),
+            client: self.client.clone(),
+        }
+    }
+}
+
+/// The query nodes a gateway tells of symbol uploads (`kiln gateway
+/// --query-nodes`): agents upload where they send their batches.
+#[derive(Debug, Clone)]
+pub struct QueryNodes {
+    /// Every query node's URL (`http://host:port`).
+    pub urls: Vec<String>,
+    /// What they accept on their internal endpoints.
+    pub secret: ClusterSecret,
+}
+
+/// Tells query nodes that symbols of a file were stored, so that they
+/// symbolize its frames again from their next query on.
+#[derive(Debug, Clone)]
+pub(crate) struct SymbolNotifier {
+    targets: Vec<String>,
+    secret: ClusterSecret,
+    client: reqwest::Client,
+}
+
+impl SymbolNotifier {
+    /// A notifier for `nodes`, once their URLs are `http://host:port`.
+    pub(crate) fn new(nodes: QueryNodes) -> Result<SymbolNotifier, PeerConfigError> {
+        let targets = nodes
+            .urls
+            .iter()
+            .map(|url| normalize(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = reqwest::Client::builder()
+            .timeout(DEFAULT_PEER_TIMEOUT)
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .map_err(PeerConfigError::Client)?;
+        Ok(SymbolNotifier {
+            targets,
+            secret: nodes.secret,
+            client,
+        })
+    }
+
+    /// Sends the notice to every target; resolves once each has answered
+    /// or failed. A node that misses it (it is logged) forgets its "no
+    /// symbols" memory of the file a few seconds later anyway.
+    pub(crate) fn notify(&self, notice: &SymbolsNotice) -> impl Future<Output = ()> + 'static {
         let body = serde_json::to_vec(notice).expect("a notice serializes");
         let file_id = notice.file_id;
         let sends = self
-            .nodes
+            .targets
             .iter()
-            .enumerate()
-            .filter(|&(node, _)| node != self.me)
-            .map(|(_, url)| {
+            .map(|url| {
                 let request = self
                     .client
                     .post(format!("{url}/internal/v1/symbols-stored"))
@@ -278,10 +329,10 @@ impl Peers {
                     match request.send().await.map(|r| r.status()) {
                         Ok(status) if status.is_success() => {}
                         Ok(status) => {
-                            tracing::warn!(peer = url, %file_id, %status, "a peer refused a symbols notice")
+                            tracing::warn!(node = url, %file_id, %status, "a query node refused a symbols notice")
                         }
                         Err(e) => {
-                            tracing::warn!(peer = url, %file_id, error = %e, "a peer missed a symbols notice")
+                            tracing::warn!(node = url, %file_id, error = %e, "a query node missed a symbols notice")
                         }
                     }
                 }
