@@ -1,17 +1,11 @@
-//! The bus envelope: what the gateway publishes for each accepted batch.
-//!
-//! The tenant and project come from the caller's credential at the gateway,
-//! never from the batch body, so they travel beside the batch:
-//!
-//! ```text
-//! "KLNE" | version u8 (1) | tenant len u8 | tenant | project len u8 | project
-//!        | received_at_ns i64 LE | batch bytes (kiln_model::Batch::encode)
-//! ```
+//! The bus envelope with a validated [`Scope`]: what the gateway publishes
+//! for each accepted batch. The byte format is [`kiln_model::Envelope`]'s
+//! (an in-cluster agent's Kafka sink writes it too); see there.
 
+use kiln_model::Envelope;
 use kiln_storage::Scope;
 
-const MAGIC: &[u8; 4] = b"KLNE";
-const VERSION: u8 = 1;
+pub use kiln_model::EnvelopeError;
 
 /// Who a batch belongs to and when it arrived: the envelope's header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,74 +16,35 @@ pub struct EnvelopeHeader {
     pub received_at_ns: i64,
 }
 
-/// Why bus bytes are not an envelope.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvelopeError {
-    /// Wrong magic or a version this build does not read.
-    #[error("bus record is not a kiln envelope of version {VERSION}")]
-    NotAnEnvelope,
-    /// The record ends inside the header.
-    #[error("bus record is truncated inside its envelope header")]
-    Truncated,
-    /// The tenant or project in the header is not valid.
-    #[error("bus record names an invalid scope: {0}")]
-    Scope(#[from] kiln_storage::StoreError),
-}
-
 impl EnvelopeHeader {
     /// The bus key: tenant and host, so that one host's batches stay in one
     /// partition (and one worker's dictionary cache).
     pub fn bus_key(&self, source: &str) -> Vec<u8> {
-        let tenant = self.scope.tenant();
-        let mut key = Vec::with_capacity(tenant.len() + source.len() + 1);
-        key.extend_from_slice(tenant.as_bytes());
-        key.push(0);
-        key.extend_from_slice(source.as_bytes());
-        key
+        kiln_model::bus_key(self.scope.tenant(), source)
     }
 
     /// The envelope's bytes around `batch` (an encoded [`kiln_model::Batch`]).
     pub fn wrap(&self, batch: &[u8]) -> Vec<u8> {
-        let tenant = self.scope.tenant().as_bytes();
-        let project = self.scope.project().as_bytes();
-        let mut out = Vec::with_capacity(16 + tenant.len() + project.len() + batch.len());
-        out.extend_from_slice(MAGIC);
-        out.push(VERSION);
-        // Scope names are at most 63 bytes (Scope validates them).
-        out.push(tenant.len() as u8);
-        out.extend_from_slice(tenant);
-        out.push(project.len() as u8);
-        out.extend_from_slice(project);
-        out.extend_from_slice(&self.received_at_ns.to_le_bytes());
-        out.extend_from_slice(batch);
-        out
+        Envelope::new(
+            self.scope.tenant(),
+            self.scope.project(),
+            self.received_at_ns,
+            batch,
+        )
+        .expect("a Scope's names pass the envelope's check: it is the same rule")
+        .encode()
     }
 
     /// Splits envelope bytes into the header and the batch bytes.
     pub fn parse(bytes: &[u8]) -> Result<(EnvelopeHeader, &[u8]), EnvelopeError> {
-        let rest = bytes
-            .strip_prefix(MAGIC.as_slice())
-            .and_then(|r| r.strip_prefix(&[VERSION]))
-            .ok_or(EnvelopeError::NotAnEnvelope)?;
-        let (tenant, rest) = take_str(rest)?;
-        let (project, rest) = take_str(rest)?;
-        let (ts, batch) = rest.split_at_checked(8).ok_or(EnvelopeError::Truncated)?;
-        let received_at_ns = i64::from_le_bytes(ts.try_into().expect("8 bytes"));
+        let envelope = Envelope::parse(bytes)?;
         let header = EnvelopeHeader {
-            scope: Scope::new(tenant, project)?,
-            received_at_ns,
+            scope: Scope::new(envelope.tenant(), envelope.project())
+                .expect("checked names make a Scope: it is the same rule"),
+            received_at_ns: envelope.received_at_ns(),
         };
-        Ok((header, batch))
+        Ok((header, envelope.batch()))
     }
-}
-
-fn take_str(bytes: &[u8]) -> Result<(&str, &[u8]), EnvelopeError> {
-    let (&len, rest) = bytes.split_first().ok_or(EnvelopeError::Truncated)?;
-    let (s, rest) = rest
-        .split_at_checked(len as usize)
-        .ok_or(EnvelopeError::Truncated)?;
-    let s = std::str::from_utf8(s).map_err(|_| EnvelopeError::NotAnEnvelope)?;
-    Ok((s, rest))
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{ObjectStore, ProfileStore};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::http::{AppState, IngestState};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
-use crate::query::QueryCoordinator;
+use crate::query::{PeerOptions, QueryCoordinator, QueryNodes};
 use crate::server::{Routes, Running, ServerError, default_scope, serve};
 
 /// Where and how a role serves HTTP.
@@ -43,17 +44,23 @@ impl HttpOptions {
 /// endpoints answer 503 with `Retry-After`, and agents spool and retry.
 ///
 /// Symbol uploads are served here too (agents upload where they send);
-/// they are stored in `objects`. The `store` backs the small query
-/// coordinator that such uploads notify.
+/// they are stored in `objects`, and `query_nodes`, when given, are told
+/// of them, so their queries show the new names at once. The `store`
+/// backs the small query coordinator that such uploads notify.
 pub async fn start_gateway(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    query_nodes: Option<QueryNodes>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
     let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
+    let query = match query_nodes {
+        None => QueryCoordinator::start(store, objects.clone(), 1),
+        Some(nodes) => QueryCoordinator::start_notifying(store, objects.clone(), 1, nodes)?,
+    };
     let state = AppState {
-        query: QueryCoordinator::start(store, objects.clone(), 1),
+        query,
         objects,
         scope: default_scope()?,
     };
@@ -79,17 +86,34 @@ pub async fn start_worker(
 }
 
 /// Starts a query node: the query API over `store`, its scans spread over
-/// `aggregators` actors by rendezvous hashing.
+/// `aggregators` actors by rendezvous hashing. With `peers`, the node is
+/// one of a set of query nodes that spread each query's partition scans
+/// over each other (again by rendezvous hashing, so a partition's caches
+/// stay warm on one node), serve each other's scans, and tell each other
+/// of symbol uploads.
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     aggregators: usize,
+    peers: Option<PeerOptions>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::from_env());
+    let (query, cluster) = match peers {
+        None => (
+            QueryCoordinator::start_with_symbolizer(store, symbolizer, aggregators),
+            None,
+        ),
+        Some(peers) => {
+            let secret = peers.secret.clone();
+            let query = QueryCoordinator::start_with_peers(store, symbolizer, aggregators, peers)?;
+            (query, Some(secret))
+        }
+    };
     let state = AppState {
-        query: QueryCoordinator::start(store, objects.clone(), aggregators),
+        query,
         objects,
         scope: default_scope()?,
     };
-    serve(Routes::Query(state), http.listen, http.workers)
+    serve(Routes::Query(state, cluster), http.listen, http.workers)
 }

@@ -13,7 +13,7 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::http::{self, AppState, IngestState};
 use crate::ingest;
-use crate::query::QueryCoordinator;
+use crate::query::{ClusterSecret, QueryCoordinator};
 
 /// Tenant used until tenancy lands.
 pub const DEFAULT_TENANT: &str = "default";
@@ -70,6 +70,9 @@ pub enum ServerError {
     /// A store could not be opened.
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
+    /// The query node's peer set is invalid.
+    #[error("cannot join the query peers: {0}")]
+    Peers(#[from] crate::query::PeerConfigError),
     /// The HTTP listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -130,8 +133,9 @@ pub(crate) enum Routes {
     All(AppState, IngestState),
     /// Ingest, import and symbol uploads (`kiln gateway`).
     Gateway(AppState, IngestState),
-    /// Queries and symbol uploads (`kiln query`).
-    Query(AppState),
+    /// Queries and symbol uploads (`kiln query`), and the internal
+    /// endpoints of its peers when it has a cluster secret.
+    Query(AppState, Option<ClusterSecret>),
 }
 
 impl Routes {
@@ -139,7 +143,7 @@ impl Routes {
         match self {
             Routes::All(state, ingest) => http::configure(state, ingest)(cfg),
             Routes::Gateway(state, ingest) => http::configure_gateway(state, ingest)(cfg),
-            Routes::Query(state) => http::configure_query(state)(cfg),
+            Routes::Query(state, cluster) => http::configure_query(state, cluster)(cfg),
         }
     }
 }

@@ -5,7 +5,9 @@
 //! counts, turns addresses into file-relative frames (`/proc/<pid>/maps`,
 //! ELF load segments, GNU build ids) and kernel symbols (`/proc/kallsyms`),
 //! and hands a [`kiln_model::Batch`] to a [`Sink`] — by default the backend's
-//! `POST /api/v1/ingest`, with a disk spool while the backend is away.
+//! `POST /api/v1/ingest` ([`HttpSink`]), or, for trusted agents inside the
+//! cluster, the ingest bus's Kafka topic ([`KafkaSink`]); both spool to
+//! disk while the backend is away.
 //!
 //! Frames are root first. A native frame's address is a file-relative
 //! virtual address; for every frame but the leaf it is the return address
@@ -81,6 +83,7 @@ mod abi;
 mod batcher;
 mod fileid;
 pub mod gpu;
+mod kafka_sink;
 mod kallsyms;
 mod procfs;
 mod row_space;
@@ -102,13 +105,17 @@ pub use batcher::{
     TRUNCATED_FRAME,
 };
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
+pub use kafka_sink::{KAFKA_PUBLISH_TIMEOUT, KafkaSink, KafkaSinkError, KafkaTransport};
 pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 /// Where CUDA processes running libkiln_cuda.so send GPU profiles unless
 /// `KILN_GPU_SOCKET` says otherwise (the library's default too).
 pub use kiln_cuda::socket::DEFAULT_SOCKET_PATH as DEFAULT_GPU_SOCKET;
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
-pub use sink::{Delivery, HttpSink, MemorySink, Sink, SinkError, Spool};
+pub use sink::{
+    Attempt, Delivery, HttpSink, HttpTransport, MemorySink, Sink, SinkError, Spool, SpoolingSink,
+    Transport,
+};
 pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
 pub use unwinder::UnwindStats;
 pub use upload::SymbolUploader;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kiln_agent::{Agent, AgentConfig, HttpSink, Spool};
+use kiln_agent::{Agent, AgentConfig, HttpSink, KafkaSink, Sink, Spool};
+use kiln_ingest_bus::BusUrl;
 use tracing_subscriber::EnvFilter;
 
 /// Kiln's eBPF profiling agent: samples every process on this host and
@@ -16,9 +17,23 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "kiln-agent", version)]
 struct Args {
-    /// The Kiln backend (`kiln up` listens on 7070 by default).
+    /// Where batches go: a Kiln backend, http(s)://HOST:PORT (`kiln up`
+    /// listens on 7070 by default; or a gateway), or the ingest bus's
+    /// Kafka topic, kafka://HOST:PORT[,HOST:PORT…][/TOPIC], for trusted
+    /// agents inside the cluster (no credential is checked there: the
+    /// batches go to --tenant and --project).
     #[arg(long, env = "KILN_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
+    /// With a kafka:// server: the tenant the batches belong to.
+    #[arg(long, env = "KILN_TENANT", default_value = "default")]
+    tenant: String,
+    /// With a kafka:// server: the tenant's project.
+    #[arg(long, env = "KILN_PROJECT", default_value = "default")]
+    project: String,
+    /// With a kafka:// server: the Kiln HTTP endpoint (a gateway) that
+    /// symbols are uploaded to; without it, no symbols are uploaded.
+    #[arg(long, env = "KILN_SYMBOLS_SERVER")]
+    symbols_server: Option<String>,
     /// Samples per second on each CPU (1..=1000).
     #[arg(long, env = "KILN_FREQUENCY", default_value_t = kiln_agent::DEFAULT_FREQUENCY_HZ)]
     frequency: u64,
@@ -87,8 +102,9 @@ fn main() -> ExitCode {
 
 fn try_main(args: Args) -> anyhow::Result<()> {
     let url = args.server.trim();
-    if !(url.starts_with("http://") || url.starts_with("https://")) {
-        bail!("--server must be an http:// or https:// URL, got {url:?}");
+    let kafka = url.starts_with("kafka://");
+    if !(kafka || url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("--server must be an http://, https:// or kafka:// URL, got {url:?}");
     }
     let config = AgentConfig {
         frequency_hz: args.frequency,
@@ -108,7 +124,22 @@ fn try_main(args: Args) -> anyhow::Result<()> {
             })?,
         )
     };
-    let mut sink = HttpSink::new(url, spool);
+    let mut sink: Box<dyn Sink> = if kafka {
+        let BusUrl::Kafka(options) = url.parse().context("--server")? else {
+            bail!("--server {url:?} is not a kafka:// URL");
+        };
+        Box::new(
+            KafkaSink::kafka(options, &args.tenant, &args.project, &config.host, spool)
+                .context("--tenant or --project")?,
+        )
+    } else {
+        Box::new(HttpSink::new(url, spool))
+    };
+    let symbols_server = if kafka {
+        args.symbols_server.as_deref()
+    } else {
+        Some(url)
+    };
 
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores to an atomic, which is
@@ -119,10 +150,12 @@ fn try_main(args: Args) -> anyhow::Result<()> {
     }
 
     let mut agent = Agent::start(config).context("starting the sampler")?;
-    if !args.no_symbol_upload {
-        agent
-            .upload_symbols_to(url)
-            .context("starting the symbol upload thread")?;
+    match symbols_server {
+        Some(server) if !args.no_symbol_upload => agent
+            .upload_symbols_to(server)
+            .context("starting the symbol upload thread")?,
+        Some(_) => {}
+        None => tracing::info!("no --symbols-server: symbols are not uploaded"),
     }
     if !args.no_gpu
         && let Err(e) = agent.receive_gpu_from(&args.gpu_socket)
@@ -136,6 +169,6 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         cpus = agent.cpus(),
         "kiln-agent profiling this host"
     );
-    agent.run(&mut sink, &STOP)?;
+    agent.run(sink.as_mut(), &STOP)?;
     Ok(())
 }

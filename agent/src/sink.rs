@@ -1,6 +1,8 @@
-//! Where batches go: the [`Sink`] trait, the HTTP sink that posts to the
-//! backend's `POST /api/v1/ingest`, and the bounded disk [`Spool`] that
-//! keeps batches while the backend is away and replays them in order.
+//! Where batches go: the [`Sink`] trait; [`SpoolingSink`], which hands
+//! batches to a [`Transport`] and keeps them in the bounded disk [`Spool`]
+//! while the backend is away, replaying them in order; and the HTTP
+//! transport that posts to the backend's `POST /api/v1/ingest`
+//! ([`HttpSink`]). The Kafka transport is in `kafka_sink`.
 
 use std::fs;
 use std::io::{self, Write};
@@ -32,13 +34,12 @@ pub enum SinkError {
         /// The encoded batch.
         batch: Vec<u8>,
     },
-    /// The backend refused the batch (HTTP 4xx): retrying cannot help.
-    #[error("the backend refused the batch (HTTP {status}): {message}")]
+    /// The backend refused the batch (HTTP 4xx, or a record too large
+    /// for Kafka): retrying cannot help.
+    #[error("the backend refused the batch: {reason}")]
     Rejected {
-        /// HTTP status.
-        status: u16,
-        /// The backend's message.
-        message: String,
+        /// Why, as the backend said it (`HTTP 400: …`).
+        reason: String,
         /// The encoded batch.
         batch: Vec<u8>,
     },
@@ -76,11 +77,29 @@ impl Sink for MemorySink {
     }
 }
 
-/// Posts batches to a Kiln backend, spooling them while it is away.
+/// The outcome of one attempt to hand an encoded batch to the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// The backend has it.
+    Delivered,
+    /// Worth retrying later (connection failure, timeout, HTTP 5xx or 429,
+    /// Kafka unreachable); says why.
+    Retry(String),
+    /// Never worth retrying; says why.
+    Refused(String),
+}
+
+/// How a [`SpoolingSink`] reaches its backend.
+pub trait Transport {
+    /// Tries once to deliver an encoded batch.
+    fn try_send(&mut self, batch: &[u8]) -> Attempt;
+}
+
+/// Hands batches to a [`Transport`], spooling them while the backend is
+/// away and replaying them, oldest first, once it is back.
 #[derive(Debug)]
-pub struct HttpSink {
-    agent: ureq::Agent,
-    url: String,
+pub struct SpoolingSink<T> {
+    transport: T,
     spool: Option<Spool>,
 }
 
@@ -88,58 +107,15 @@ pub struct HttpSink {
 /// not stall sampling for minutes; the rest follows on the next sends.
 const REPLAY_PER_SEND: usize = 32;
 
-/// The outcome of one POST.
-enum Post {
-    Ok,
-    /// Worth retrying later: connection failure, timeout, 5xx, 429.
-    Retry(String),
-    /// Never worth retrying.
-    Refused(u16, String),
-}
-
-impl HttpSink {
-    /// A sink posting to `<server>/api/v1/ingest`, with an optional spool.
-    pub fn new(server: &str, spool: Option<Spool>) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_connect(Some(Duration::from_secs(3)))
-            .timeout_global(Some(Duration::from_secs(30)))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        HttpSink {
-            agent,
-            url: format!("{}/api/v1/ingest", server.trim_end_matches('/')),
-            spool,
-        }
+impl<T: Transport> SpoolingSink<T> {
+    /// A sink over `transport`, with an optional spool.
+    pub fn with_transport(transport: T, spool: Option<Spool>) -> Self {
+        SpoolingSink { transport, spool }
     }
 
-    fn post(&self, bytes: &[u8]) -> Post {
-        let response = self
-            .agent
-            .post(&self.url)
-            .header("content-type", "application/octet-stream")
-            .send(bytes);
-        match response {
-            Err(e) => Post::Retry(e.to_string()),
-            Ok(mut r) => {
-                let status = r.status().as_u16();
-                if (200..300).contains(&status) {
-                    return Post::Ok;
-                }
-                let message = r
-                    .body_mut()
-                    .read_to_string()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(500)
-                    .collect();
-                if status >= 500 || status == 429 || status == 408 {
-                    Post::Retry(format!("HTTP {status}: {message}"))
-                } else {
-                    Post::Refused(status, message)
-                }
-            }
-        }
+    /// The spool, if there is one.
+    pub fn spool(&self) -> Option<&Spool> {
+        self.spool.as_ref()
     }
 
     /// Posts spooled batches, oldest first, until one fails. Returns
@@ -168,19 +144,19 @@ impl HttpSink {
                     continue;
                 }
             };
-            match self.post(&bytes) {
-                Post::Ok => {
+            match self.transport.try_send(&bytes) {
+                Attempt::Delivered => {
                     sent += 1;
                     if let Err(e) = fs::remove_file(path) {
                         warn!(error = %e, file = %path.display(), "removing a replayed spool file failed");
                     }
                 }
-                Post::Retry(why) => {
+                Attempt::Retry(why) => {
                     debug!(reason = %why, "backend still away; spool kept");
                     return false;
                 }
-                Post::Refused(status, message) => {
-                    warn!(status, %message, file = %path.display(), "the backend refused a spooled batch; set aside");
+                Attempt::Refused(reason) => {
+                    warn!(%reason, file = %path.display(), "the backend refused a spooled batch; set aside");
                     spool.set_aside(path);
                 }
             }
@@ -192,19 +168,18 @@ impl HttpSink {
     }
 }
 
-impl Sink for HttpSink {
+impl<T: Transport> Sink for SpoolingSink<T> {
     fn send(&mut self, batch: &Batch) -> Result<Delivery, SinkError> {
         let bytes = batch.encode();
         // Older batches first: a spooled batch may carry dictionary entries
         // that later ones only refer to.
         let reason = if self.replay() {
-            match self.post(&bytes) {
-                Post::Ok => return Ok(Delivery::Delivered),
-                Post::Retry(why) => why,
-                Post::Refused(status, message) => {
+            match self.transport.try_send(&bytes) {
+                Attempt::Delivered => return Ok(Delivery::Delivered),
+                Attempt::Retry(why) => why,
+                Attempt::Refused(reason) => {
                     return Err(SinkError::Rejected {
-                        status,
-                        message,
+                        reason,
                         batch: bytes,
                     });
                 }
@@ -227,6 +202,71 @@ impl Sink for HttpSink {
                     batch: bytes,
                 }),
             },
+        }
+    }
+}
+
+/// Posts batches to a Kiln backend (`kiln up` or a gateway), spooling them
+/// while it is away.
+pub type HttpSink = SpoolingSink<HttpTransport>;
+
+impl HttpSink {
+    /// A sink posting to `<server>/api/v1/ingest`, with an optional spool.
+    pub fn new(server: &str, spool: Option<Spool>) -> Self {
+        SpoolingSink::with_transport(HttpTransport::new(server), spool)
+    }
+}
+
+/// `POST /api/v1/ingest` with the encoded batch as the body.
+#[derive(Debug)]
+pub struct HttpTransport {
+    agent: ureq::Agent,
+    url: String,
+}
+
+impl HttpTransport {
+    /// A transport posting to `<server>/api/v1/ingest`.
+    pub fn new(server: &str) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(3)))
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        HttpTransport {
+            agent,
+            url: format!("{}/api/v1/ingest", server.trim_end_matches('/')),
+        }
+    }
+}
+
+impl Transport for HttpTransport {
+    fn try_send(&mut self, batch: &[u8]) -> Attempt {
+        let response = self
+            .agent
+            .post(&self.url)
+            .header("content-type", "application/octet-stream")
+            .send(batch);
+        match response {
+            Err(e) => Attempt::Retry(e.to_string()),
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                if (200..300).contains(&status) {
+                    return Attempt::Delivered;
+                }
+                let message: String = r
+                    .body_mut()
+                    .read_to_string()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(500)
+                    .collect();
+                if status >= 500 || status == 429 || status == 408 {
+                    Attempt::Retry(format!("HTTP {status}: {message}"))
+                } else {
+                    Attempt::Refused(format!("HTTP {status}: {message}"))
+                }
+            }
         }
     }
 }
@@ -438,10 +478,10 @@ mod tests {
         let mut sink = HttpSink::new(&url, None);
         match sink.send(&batch(7)) {
             Err(SinkError::Rejected {
-                status: 400,
+                reason,
                 batch: bytes,
-                ..
             }) => {
+                assert!(reason.starts_with("HTTP 400"), "{reason}");
                 assert_eq!(Batch::decode(&bytes).unwrap(), batch(7))
             }
             other => panic!("expected Rejected, got {other:?}"),

@@ -90,6 +90,24 @@ pub struct GatewayArgs {
     pub bus: BusArg,
     #[command(flatten)]
     pub stores: StoresArgs,
+    /// Query nodes to tell of symbol uploads here (agents upload where
+    /// they send), as http://HOST:PORT, comma separated: their queries
+    /// then show the new names at once. Needs --cluster-secret.
+    #[arg(
+        long,
+        env = "KILN_QUERY_NODES",
+        value_delimiter = ',',
+        requires = "cluster_secret"
+    )]
+    pub query_nodes: Vec<String>,
+    /// The query nodes' cluster secret (as given to `kiln query`).
+    #[arg(
+        long,
+        env = "KILN_CLUSTER_SECRET",
+        hide_env_values = true,
+        requires = "query_nodes"
+    )]
+    pub cluster_secret: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -111,6 +129,45 @@ pub struct QueryArgs {
     pub aggregators: Option<usize>,
     #[command(flatten)]
     pub stores: StoresArgs,
+    #[command(flatten)]
+    pub peers: PeersArgs,
+}
+
+/// `--peers` and what goes with it: query nodes that share scans.
+#[derive(Debug, Args)]
+pub struct PeersArgs {
+    /// Every query node of the cluster, as http://HOST:PORT, comma
+    /// separated (give every node the same list). Each query's partition
+    /// scans are spread over them by rendezvous hashing; a node that fails
+    /// has its scans done by the asking node. Needs --advertise and
+    /// --cluster-secret.
+    #[arg(
+        long,
+        env = "KILN_PEERS",
+        value_delimiter = ',',
+        requires_all = ["advertise", "cluster_secret"]
+    )]
+    pub peers: Vec<String>,
+
+    /// This node's URL as its peers reach it (http://HOST:PORT).
+    #[arg(long, env = "KILN_ADVERTISE", requires = "peers")]
+    pub advertise: Option<String>,
+
+    /// The secret query nodes present to each other's internal endpoints
+    /// (the same on every node; 16 characters or more). Prefer the
+    /// environment variable: arguments show in `ps`.
+    #[arg(
+        long,
+        env = "KILN_CLUSTER_SECRET",
+        hide_env_values = true,
+        requires = "peers"
+    )]
+    pub cluster_secret: Option<String>,
+
+    /// How long a peer has to answer a scan before this node does it
+    /// itself (`10s`, `500ms`).
+    #[arg(long, env = "KILN_PEER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub peer_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]

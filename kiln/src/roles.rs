@@ -5,17 +5,27 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kiln_actors::backends;
+use kiln_actors::query::{ClusterSecret, PeerOptions, QueryNodes};
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::Bus;
 use kiln_storage::{ObjectStore, ProfileStore};
 
-use crate::cli::{GatewayArgs, MigrateArgs, QueryArgs, StoresArgs, WorkerArgs};
+use crate::cli::{GatewayArgs, MigrateArgs, PeersArgs, QueryArgs, StoresArgs, WorkerArgs};
 
 pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
+    let query_nodes = match args.cluster_secret {
+        // clap makes --query-nodes and --cluster-secret require each other.
+        None => None,
+        Some(secret) => Some(QueryNodes {
+            urls: args.query_nodes,
+            secret: ClusterSecret::new(secret).context("--cluster-secret")?,
+        }),
+    };
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
         let (store, objects) = open_stores(&args.stores).await?;
-        let running = roles::start_gateway(bus, store, objects, HttpOptions::new(args.listen))
+        let http = HttpOptions::new(args.listen);
+        let running = roles::start_gateway(bus, store, objects, query_nodes, http)
             .await
             .context("starting the gateway")?;
         println!("Kiln gateway is up: http://{}/", running.local_addr);
@@ -41,18 +51,41 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
 }
 
 pub fn query(args: QueryArgs) -> anyhow::Result<()> {
+    let peers = peer_options(args.peers)?;
     actix_rt::System::new().block_on(async move {
         let (store, objects) = open_stores(&args.stores).await?;
         let mut http = HttpOptions::new(args.listen);
         let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
         http.workers = http.workers.max(1);
-        let running = roles::start_query(store, objects, aggregators, http)
+        let running = roles::start_query(store, objects, aggregators, peers.clone(), http)
             .await
             .context("starting the query node")?;
         println!("Kiln query node is up: http://{}/", running.local_addr);
         println!("  store:   {}", args.stores.store);
+        if let Some(peers) = peers {
+            println!(
+                "  peers:   {} (this node: {})",
+                peers.peers.join(","),
+                peers.advertise
+            );
+        }
         running.server.await.context("serving HTTP")
     })
+}
+
+fn peer_options(args: PeersArgs) -> anyhow::Result<Option<PeerOptions>> {
+    let (Some(advertise), Some(secret)) = (args.advertise, args.cluster_secret) else {
+        // clap makes --peers require both.
+        return Ok(None);
+    };
+    let options = PeerOptions {
+        advertise,
+        peers: args.peers,
+        secret: ClusterSecret::new(secret).context("--cluster-secret")?,
+        timeout: args.peer_timeout,
+    };
+    options.validate().context("--peers or --advertise")?;
+    Ok(Some(options))
 }
 
 pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {

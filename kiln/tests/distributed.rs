@@ -1,5 +1,6 @@
 //! Distributed mode end to end: tansu (Kafka), PostgreSQL, one gateway, two
-//! workers and one query node, each a separate `kiln` process.
+//! workers and two query nodes that share scans (`--peers`), each a
+//! separate `kiln` process.
 //!
 //! Runs when `KILN_TEST_KAFKA` and `KILN_TEST_POSTGRES` name a broker and a
 //! server (scripts/kafka-test-server.sh and scripts/pg-test-server.sh print
@@ -14,7 +15,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+use kiln_agent::{Delivery, KafkaSink, Sink, Spool};
+use kiln_ingest_bus::BusUrl;
+use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 use support::aggregate;
 
 /// Hosts of the synthetic fleet, and the batches each sends.
@@ -125,8 +128,21 @@ impl Drop for Role {
 struct Cluster {
     gateway: Role,
     workers: Vec<Role>,
-    query: Role,
+    /// Query nodes that are each other's peers.
+    queries: Vec<Role>,
     _dir: tempfile::TempDir,
+}
+
+/// The query nodes' shared secret.
+const CLUSTER_SECRET: &str = "distributed-test-cluster-secret";
+
+/// A loopback address that was free a moment ago (the query nodes must
+/// know each other's URLs before they start).
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 impl Cluster {
@@ -148,22 +164,37 @@ impl Cluster {
         let workers = (0..2)
             .map(|_| Role::start("worker", &[&["worker"][..], &backends].concat()))
             .collect();
-        let query = Role::start(
-            "query",
-            &[
-                "query",
-                "--listen",
-                "127.0.0.1:0",
-                "--store",
-                &store,
-                "--objects",
-                &objects,
-            ],
-        );
+        let addrs = [free_addr(), free_addr()];
+        let urls = addrs.map(|a| format!("http://{a}"));
+        let peers = urls.join(",");
+        let queries = addrs
+            .iter()
+            .zip(&urls)
+            .map(|(addr, url)| {
+                Role::start(
+                    "query",
+                    &[
+                        "query",
+                        "--listen",
+                        &addr.to_string(),
+                        "--store",
+                        &store,
+                        "--objects",
+                        &objects,
+                        "--peers",
+                        &peers,
+                        "--advertise",
+                        url,
+                        "--cluster-secret",
+                        CLUSTER_SECRET,
+                    ],
+                )
+            })
+            .collect();
         Cluster {
             gateway,
             workers,
-            query,
+            queries,
             _dir: dir,
         }
     }
@@ -261,10 +292,23 @@ fn fleet(run: &str) -> (Vec<Vec<u8>>, Vec<String>) {
     (batches, expected)
 }
 
+/// A query node's scan counters (`GET /internal/v1/scan-counts`).
+fn scan_counts(query: &str) -> serde_json::Value {
+    let mut response = http()
+        .get(format!("{query}/internal/v1/scan-counts"))
+        .header("x-kiln-cluster-secret", CLUSTER_SECRET)
+        .call()
+        .expect("GET scan-counts");
+    assert_eq!(response.status(), 200);
+    serde_json::from_reader(response.body_mut().as_reader()).unwrap()
+}
+
 /// Streams a fleet through the gateway, SIGKILLs a worker halfway, and
 /// finds every stack's total exactly: nothing lost with the dead worker's
 /// uncommitted batches, nothing counted twice when the other rewrites
-/// them. Then the import checks of embedded mode, against this cluster.
+/// them. Both query nodes give the same totals, each having sent scans to
+/// the other; with one of them SIGKILLed, the other still does. Then the
+/// import checks of embedded mode, against this cluster.
 #[test]
 fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
     let Some((kafka, postgres)) = servers() else {
@@ -274,7 +318,8 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
     let run = unique();
     let (batches, expected) = fleet(&run);
     let gateway = cluster.gateway.url().to_owned();
-    let query = cluster.query.url().to_owned();
+    let query = cluster.queries[0].url().to_owned();
+    let peer = cluster.queries[1].url().to_owned();
 
     for (i, batch) in batches.iter().enumerate() {
         if i == batches.len() / 2 {
@@ -312,7 +357,88 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    assert_eq!(collapsed(&peer, &filter), expected, "the second query node");
+    for node in [&query, &peer] {
+        let counts = scan_counts(node);
+        assert!(counts["remote"].as_u64() > Some(0), "{node}: {counts}");
+        assert!(counts["served"].as_u64() > Some(0), "{node}: {counts}");
+        assert_eq!(counts["fallback"], 0, "{node}: {counts}");
+    }
+    cluster.queries[1].kill9();
+    assert_eq!(collapsed(&query, &filter), expected, "with its peer dead");
+    assert!(scan_counts(&query)["fallback"].as_u64() > Some(0));
+
     import_checks(&gateway, &query);
+}
+
+/// An in-cluster agent's Kafka sink: batches spooled while Kafka was
+/// unreachable and batches sent once it is back are all published as a
+/// gateway would publish them, consumed by a worker, and queryable with
+/// exact totals.
+#[test]
+fn an_agents_kafka_sink_feeds_the_workers() {
+    let Some((kafka, postgres)) = servers() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = fresh_database(&postgres);
+    let migrated = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["store", "migrate", "--store", &store])
+        .status()
+        .unwrap();
+    assert!(migrated.success(), "kiln store migrate failed");
+    let topic = format!("agent-{}", unique());
+    let bus = format!("{kafka}/{topic}?partitions=2");
+    let objects = format!("file://{}", dir.path().join("objects").display());
+    let backends = ["--bus", &bus, "--store", &store, "--objects", &objects];
+    let _worker = Role::start("worker", &[&["worker"][..], &backends].concat());
+    let query = Role::start(
+        "query",
+        &[
+            "query",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--objects",
+            &objects,
+        ],
+    );
+
+    let run = unique();
+    let (encoded, expected) = fleet(&run);
+    let batches: Vec<Batch> = encoded.iter().map(|b| Batch::decode(b).unwrap()).collect();
+    let sink = |url: &str| {
+        let BusUrl::Kafka(options) = url.parse().unwrap() else {
+            panic!("{url} is not a Kafka URL")
+        };
+        let spool = Spool::open(dir.path().join("spool"), 1 << 26).unwrap();
+        KafkaSink::kafka(options, "default", "default", "kafka-agent", Some(spool)).unwrap()
+    };
+    {
+        // Port 9 (discard) on loopback: nothing listens there.
+        let mut down = sink(&format!("kafka://127.0.0.1:9/{topic}"));
+        for batch in &batches[..2] {
+            assert_eq!(down.send(batch).unwrap(), Delivery::Spooled);
+        }
+    }
+    // The agent again, with Kafka reachable: the spool goes first.
+    let mut up = sink(&format!("{kafka}/{topic}"));
+    for batch in &batches[2..] {
+        assert_eq!(up.send(batch).unwrap(), Delivery::Delivered);
+    }
+    assert!(up.spool().unwrap().files().unwrap().is_empty());
+
+    let filter = format!("&run={run}");
+    let started = Instant::now();
+    while collapsed(query.url(), &filter) != expected {
+        assert!(
+            started.elapsed() < CATCH_UP,
+            "the worker did not write the agent's batches: {:?}",
+            collapsed(query.url(), &filter)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// The embedded mode's import-and-read-back checks, through the gateway
@@ -391,7 +517,38 @@ fn import_checks(gateway: &str, query: &str) {
 /// servers.
 #[test]
 fn roles_refuse_bad_urls_by_name() {
-    let cases: [(&[&str], &str); 3] = [
+    let query = ["query", "--store", "file:///s", "--objects", "file:///o"];
+    let secret = ["--cluster-secret", CLUSTER_SECRET];
+    let peers = ["--peers", "http://a:1,http://b:1"];
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &[
+                "gateway",
+                "--bus",
+                "kafka://h:1",
+                "--store",
+                "file:///s",
+                "--objects",
+                "file:///o",
+                "--query-nodes",
+                "http://a:1",
+            ],
+            "--cluster-secret",
+        ),
+        (&[&query[..], &peers].concat(), "--advertise"),
+        (
+            &[&query[..], &peers, &["--advertise", "https://a:1"], &secret].concat(),
+            "peer URL \"https://a:1\" is not http://HOST:PORT",
+        ),
+        (
+            &[
+                &query[..],
+                &peers,
+                &["--advertise", "http://a:1", "--cluster-secret", "x"],
+            ]
+            .concat(),
+            "at least 16 characters",
+        ),
         (
             &[
                 "worker",

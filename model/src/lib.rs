@@ -8,6 +8,9 @@
 //! - [`Batch`]: what agents and imports send, in a versioned rkyv + zstd
 //!   envelope ([`Batch::encode`], [`Batch::decode`]).
 //! - [`flamewire`]: the flamegraph wire format the UI reads zero-copy.
+//! - [`Envelope`]: a batch as it travels on the ingest bus, with its
+//!   tenant and project, and the rule their names follow
+//!   ([`check_scope_name`]).
 //!
 //! This crate has no heavy dependencies and builds for `wasm32` with
 //! `default-features = false` (which leaves out the zstd codec).
@@ -24,6 +27,7 @@
 //! ```
 
 mod batch;
+mod envelope;
 pub mod flamewire;
 mod frame;
 mod ids;
@@ -35,6 +39,10 @@ mod test_strategies;
 pub use batch::{
     BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, Batch, BatchBuilder, BatchError, Executable,
     FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, StackEntry, batch_version,
+};
+pub use envelope::{
+    ENVELOPE_MAGIC, ENVELOPE_VERSION, Envelope, EnvelopeError, MAX_SCOPE_NAME_LEN, ScopeNameError,
+    bus_key, check_scope_name,
 };
 pub use frame::{Frame, FrameKind, Symbol};
 pub use ids::{FileId, FrameId, LabelSetId, ParseIdError, StackId};

@@ -7,7 +7,7 @@ use crate::error::StoreError;
 
 /// Longest tenant or project name, in bytes. Short enough that a name fits a
 /// one-byte length prefix in the embedded store's keys.
-pub const MAX_NAME_LEN: usize = 63;
+pub const MAX_NAME_LEN: usize = kiln_model::MAX_SCOPE_NAME_LEN;
 
 /// A tenant and a project: every sample key starts with them.
 ///
@@ -65,37 +65,15 @@ impl fmt::Display for Scope {
     }
 }
 
-/// Checks `name` against `[a-z0-9][a-z0-9_-]{0,62}`; `what` names it in the
-/// error.
+/// Checks `name` against `[a-z0-9][a-z0-9_-]{0,62}` (the rule lives in
+/// kiln-model, beside the bus envelope that carries names too); `what`
+/// names it in the error.
 fn validate_name(what: &'static str, name: &str) -> Result<(), StoreError> {
-    let invalid = |reason: String| StoreError::InvalidName {
-        what,
-        name: name.to_owned(),
-        reason,
-    };
-    let Some(first) = name.chars().next() else {
-        return Err(invalid("it is empty".into()));
-    };
-    if name.len() > MAX_NAME_LEN {
-        return Err(invalid(format!(
-            "it is {} bytes long, the limit is {MAX_NAME_LEN}",
-            name.len()
-        )));
-    }
-    if !(first.is_ascii_lowercase() || first.is_ascii_digit()) {
-        return Err(invalid(format!(
-            "it starts with {first:?}; a name starts with a lower-case letter or a digit"
-        )));
-    }
-    if let Some(bad) = name
-        .chars()
-        .find(|&c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-'))
-    {
-        return Err(invalid(format!(
-            "it contains {bad:?}; allowed are a-z, 0-9, '_' and '-'"
-        )));
-    }
-    Ok(())
+    kiln_model::check_scope_name(what, name).map_err(|e| StoreError::InvalidName {
+        what: e.what,
+        name: e.name,
+        reason: e.reason,
+    })
 }
 
 #[cfg(test)]

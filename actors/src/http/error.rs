@@ -12,6 +12,9 @@ pub enum ApiError {
     /// The request is malformed; the message says how.
     #[error("{0}")]
     BadRequest(String),
+    /// The caller may not use this endpoint; the message says why.
+    #[error("{0}")]
+    Forbidden(String),
     /// The ingest bus cannot take the batch now; the client should retry.
     #[error("{0}")]
     Unavailable(String),
@@ -39,6 +42,7 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -13,6 +13,9 @@
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols, else 404 |
 //! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) |
 //! | GET | `/healthz` | liveness |
+//! | POST | `/internal/v1/scan` | query nodes only (cluster secret): a peer's partition scan |
+//! | POST | `/internal/v1/symbols-stored` | query nodes only (cluster secret): a peer stored symbols |
+//! | GET | `/internal/v1/scan-counts` | query nodes only (cluster secret): scans run, sent, served |
 //! | GET | `/`, `/{file}` | the web UI (see [`set_ui_dir`]) |
 //!
 //! Query parameters other than the reserved ones are label filters
@@ -23,6 +26,7 @@ mod assets;
 mod error;
 mod index;
 mod ingest;
+mod internal;
 mod params;
 mod query;
 mod symbols;
@@ -35,7 +39,7 @@ use kiln_ingest_bus::Bus;
 use kiln_storage::{ObjectStore, Scope};
 
 use crate::ingest::IngestProgress;
-use crate::query::QueryCoordinator;
+use crate::query::{ClusterSecret, QueryCoordinator};
 
 pub use assets::{set_ui_dir, ui_dir};
 pub use error::ApiError;
@@ -89,12 +93,32 @@ pub fn configure_gateway(
 }
 
 /// The routes of a query node (`kiln query`): queries, symbol uploads and
-/// the index page, no ingest.
-pub fn configure_query(state: AppState) -> impl FnOnce(&mut web::ServiceConfig) {
+/// the index page, no ingest; with a cluster secret, also the internal
+/// endpoints its peers call.
+pub fn configure_query(
+    state: AppState,
+    cluster: Option<ClusterSecret>,
+) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         shared_routes(cfg, state);
+        if let Some(secret) = cluster {
+            internal_routes(cfg, secret);
+        }
         query_routes(cfg);
     }
+}
+
+fn internal_routes(cfg: &mut web::ServiceConfig, secret: ClusterSecret) {
+    cfg.app_data(web::Data::new(secret))
+        .route("/internal/v1/scan", web::post().to(internal::scan))
+        .route(
+            "/internal/v1/symbols-stored",
+            web::post().to(internal::symbols_stored),
+        )
+        .route(
+            "/internal/v1/scan-counts",
+            web::get().to(internal::scan_counts),
+        );
 }
 
 fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {

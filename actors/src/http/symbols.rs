@@ -137,11 +137,18 @@ async fn store(
         .await
         .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
     tracing::info!(file_id = %id, key = key.as_str(), ranges = stored.ranges, bytes = stored.bytes, "symbols stored");
-    // Queries show the new names from now on.
-    state.query.do_send(SymbolsStored {
-        tenant,
-        file_id: id,
-    });
+    // Queries show the new names from now on, on every query node that
+    // heard of it before this answer.
+    if let Err(e) = state
+        .query
+        .send(SymbolsStored {
+            tenant,
+            file_id: id,
+        })
+        .await
+    {
+        tracing::warn!(file_id = %id, error = %e, "queries were not told of new symbols");
+    }
     Ok(HttpResponse::Ok().json(stored))
 }
 

@@ -3,14 +3,21 @@
 //! `Aggregator` by rendezvous hashing, merges the partial counts, resolves
 //! stacks to frames and builds the answer (flamegraph, top functions, CPU
 //! over time, label values).
+//!
+//! With peers ([`PeerOptions`], `kiln query --peers`), rendezvous hashing
+//! first picks the query node that owns a partition, and scans owned by
+//! other nodes go to them over HTTP (module `peers`).
 
 mod aggregator;
 mod cache;
+mod peers;
 mod rendezvous;
 mod resolve;
 mod views;
+mod wire;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use actix::{Actor, Addr, Arbiter, Context, Handler, Message, ResponseFuture};
 use futures_util::future::join_all;
@@ -19,13 +26,21 @@ use kiln_model::{FileId, NANOS_PER_HOUR};
 use kiln_storage::{ObjectStore, ProfileStore, Scope, StoreError};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
-use aggregator::{Aggregator, Partial, Scan, Want};
+use aggregator::Aggregator;
+pub(crate) use aggregator::{Partial, Scan, Want};
+use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
 use resolve::Resolver;
 
 pub use aggregator::Tally;
+pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
+pub use peers::{
+    CLUSTER_SECRET_HEADER, ClusterSecret, DEFAULT_PEER_TIMEOUT, PEER_RETRY_AFTER, PeerConfigError,
+    PeerOptions, QueryNodes, SCAN_CONTENT_TYPE,
+};
 pub use rendezvous::pick as rendezvous_pick;
 pub use resolve::FrameLabel;
 pub use views::{LabelValues, Timeline, TimelinePoint, TopFunction};
+pub(crate) use wire::{decode_scan, encode_partial};
 
 /// What to aggregate: a project's samples in `[from_ns, to_ns)` whose labels
 /// match every filter.
@@ -111,6 +126,37 @@ pub struct SymbolsStored {
     pub file_id: FileId,
 }
 
+/// A scan a peer node sent: run on this node's aggregators, never passed
+/// on (peers that disagree on the peer set cannot bounce it around).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<Partial, QueryError>")]
+pub(crate) struct ServeScan(pub Scan);
+
+/// A peer's notice that symbols for a file were stored: as
+/// [`SymbolsStored`], not passed on.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct PeerSymbolsStored(pub PeerSymbolsNotice);
+
+/// How many partition scans this node ran, sent, and served since it
+/// started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanCounts {
+    /// Scans of this node's queries that it owned and ran itself.
+    pub local: u64,
+    /// Scans of this node's queries that their owner peer answered.
+    pub remote: u64,
+    /// Scans whose owner peer failed or was down, run here instead.
+    pub fallback: u64,
+    /// Scans run here for peers' queries.
+    pub served: u64,
+}
+
+/// Asks for the [`ScanCounts`].
+#[derive(Debug, Message)]
+#[rtype(result = "ScanCounts")]
+pub struct ScanCountsQuery;
+
 /// Splits queries over the aggregators and merges their answers.
 #[derive(Debug)]
 pub struct QueryCoordinator {
@@ -123,6 +169,24 @@ struct Cluster {
     /// Node names for rendezvous hashing, one per aggregator.
     names: Vec<String>,
     resolver: Resolver,
+    /// The other query nodes, when scans are shared.
+    peers: Option<Peers>,
+    /// Who hears of symbol uploads here: the peers, or a gateway's query
+    /// nodes.
+    notifier: Option<SymbolNotifier>,
+    counts: Counters,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    local: AtomicU64,
+    remote: AtomicU64,
+    fallback: AtomicU64,
+    served: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 impl QueryCoordinator {
@@ -146,6 +210,56 @@ impl QueryCoordinator {
         symbolizer: Addr<Symbolizer>,
         aggregators: usize,
     ) -> Addr<QueryCoordinator> {
+        Self::start_node(store, symbolizer, aggregators, None, None)
+    }
+
+    /// Like [`start_with_symbolizer`](Self::start_with_symbolizer), as one
+    /// node of a peer set: partition scans are spread over the nodes by
+    /// rendezvous hashing, and symbol uploads are told to the others.
+    pub fn start_with_peers(
+        store: Arc<dyn ProfileStore>,
+        symbolizer: Addr<Symbolizer>,
+        aggregators: usize,
+        peers: PeerOptions,
+    ) -> Result<Addr<QueryCoordinator>, PeerConfigError> {
+        let peers = Peers::new(peers)?;
+        tracing::info!(nodes = ?peers.nodes(), "query node sharing scans with its peers");
+        let notifier = peers.notifier();
+        Ok(Self::start_node(
+            store,
+            symbolizer,
+            aggregators,
+            Some(peers),
+            Some(notifier),
+        ))
+    }
+
+    /// A coordinator that tells `nodes` of symbol uploads, for a gateway:
+    /// like [`start`](Self::start) otherwise.
+    pub fn start_notifying(
+        store: Arc<dyn ProfileStore>,
+        objects: Arc<dyn ObjectStore>,
+        aggregators: usize,
+        nodes: QueryNodes,
+    ) -> Result<Addr<QueryCoordinator>, PeerConfigError> {
+        let notifier = SymbolNotifier::new(nodes)?;
+        let symbolizer = Symbolizer::spawn(objects, SymbolizerConfig::from_env());
+        Ok(Self::start_node(
+            store,
+            symbolizer,
+            aggregators,
+            None,
+            Some(notifier),
+        ))
+    }
+
+    fn start_node(
+        store: Arc<dyn ProfileStore>,
+        symbolizer: Addr<Symbolizer>,
+        aggregators: usize,
+        peers: Option<Peers>,
+        notifier: Option<SymbolNotifier>,
+    ) -> Addr<QueryCoordinator> {
         let mut addrs = Vec::new();
         for _ in 0..aggregators.max(1) {
             let store = store.clone();
@@ -160,6 +274,9 @@ impl QueryCoordinator {
                 aggregators: addrs,
                 names,
                 resolver: Resolver::new(store, symbolizer),
+                peers,
+                notifier,
+                counts: Counters::default(),
             }),
         }
         .start()
@@ -173,16 +290,46 @@ impl Actor for QueryCoordinator {
 impl Cluster {
     /// Scans every partition of `range` and merges the results.
     async fn gather(&self, range: &QueryRange, want: Want) -> Result<Partial, QueryError> {
-        let scans = range.partitions().map(|part| {
-            let key = partition_key(&part);
-            let node = rendezvous::pick(&key, &self.names).expect("at least one aggregator");
-            self.aggregators[node].send(Scan { range: part, want })
-        });
+        let scans = range
+            .partitions()
+            .map(|part| self.scan(Scan { range: part, want }));
         let mut merged = Partial::default();
         for result in join_all(scans).await {
-            merged.merge(result??);
+            merged.merge(result?);
         }
         Ok(merged)
+    }
+
+    /// Runs one partition's scan on the node that owns it: here, or on a
+    /// peer, falling back to here when the peer fails.
+    async fn scan(&self, scan: Scan) -> Result<Partial, QueryError> {
+        let key = partition_key(&scan.range);
+        match self.peers.as_ref().map(|peers| (peers, peers.owner(&key))) {
+            None | Some((_, Owner::Here)) => bump(&self.counts.local),
+            Some((_, Owner::PeerDown(_))) => bump(&self.counts.fallback),
+            Some((peers, Owner::Peer(node))) => match peers.scan(node, &scan).await {
+                Ok(partial) => {
+                    bump(&self.counts.remote);
+                    return Ok(partial);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        peer = peers.url(node),
+                        error = %e,
+                        "a peer failed a partition scan; scanning here instead, and \
+                         not asking that peer again for {PEER_RETRY_AFTER:?}"
+                    );
+                    bump(&self.counts.fallback);
+                }
+            },
+        }
+        self.scan_here(&key, scan).await
+    }
+
+    /// Runs a scan on the aggregator of this node that owns its partition.
+    async fn scan_here(&self, key: &[u8], scan: Scan) -> Result<Partial, QueryError> {
+        let node = rendezvous::pick(key, &self.names).expect("at least one aggregator");
+        Ok(self.aggregators[node].send(scan).await??)
     }
 }
 
@@ -197,13 +344,60 @@ fn partition_key(part: &QueryRange) -> Vec<u8> {
     key
 }
 
+/// Resolves once the peers or query nodes (if any) have heard of the
+/// upload too, so that an upload answered is an upload every reachable
+/// node shows.
 impl Handler<SymbolsStored> for QueryCoordinator {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, msg: SymbolsStored, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: SymbolsStored, _: &mut Context<Self>) -> Self::Result {
         self.cluster
             .resolver
             .symbols_stored(msg.tenant.as_deref(), msg.file_id);
+        match &self.cluster.notifier {
+            None => Box::pin(async {}),
+            Some(notifier) => Box::pin(notifier.notify(&SymbolsNotice {
+                tenant: msg.tenant,
+                file_id: msg.file_id,
+            })),
+        }
+    }
+}
+
+impl Handler<PeerSymbolsStored> for QueryCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, PeerSymbolsStored(notice): PeerSymbolsStored, _: &mut Context<Self>) {
+        self.cluster
+            .resolver
+            .symbols_stored(notice.tenant.as_deref(), notice.file_id);
+    }
+}
+
+impl Handler<ServeScan> for QueryCoordinator {
+    type Result = ResponseFuture<Result<Partial, QueryError>>;
+
+    fn handle(&mut self, ServeScan(scan): ServeScan, _: &mut Context<Self>) -> Self::Result {
+        let cluster = self.cluster.clone();
+        Box::pin(async move {
+            bump(&cluster.counts.served);
+            cluster.scan_here(&partition_key(&scan.range), scan).await
+        })
+    }
+}
+
+impl Handler<ScanCountsQuery> for QueryCoordinator {
+    type Result = actix::MessageResult<ScanCountsQuery>;
+
+    fn handle(&mut self, _: ScanCountsQuery, _: &mut Context<Self>) -> Self::Result {
+        let counts = &self.cluster.counts;
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        actix::MessageResult(ScanCounts {
+            local: read(&counts.local),
+            remote: read(&counts.remote),
+            fallback: read(&counts.fallback),
+            served: read(&counts.served),
+        })
     }
 }
 

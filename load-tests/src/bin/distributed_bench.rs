@@ -207,7 +207,7 @@ impl Cluster {
         let (gateway_system, gateway) = spawn_system("gateway", {
             let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
             move || async move {
-                let running = roles::start_gateway(bus, store, objects, http).await?;
+                let running = roles::start_gateway(bus, store, objects, None, http).await?;
                 Ok((Some(running.local_addr), Some(running.server)))
             }
         })?;
@@ -225,7 +225,7 @@ impl Cluster {
         let (query_system, query) = spawn_system("query", {
             let (store, objects) = (store.clone(), objects.clone());
             move || async move {
-                let running = roles::start_query(store, objects, 2, http).await?;
+                let running = roles::start_query(store, objects, 2, None, http).await?;
                 Ok((Some(running.local_addr), Some(running.server)))
             }
         })?;

@@ -1,0 +1,408 @@
+//! Query nodes that share scans (`kiln query --peers`): three query nodes
+//! in this process, each serving HTTP on a loopback port, over one shared
+//! embedded store, plus a node without peers as the reference.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::ingest::{self, IngestProgress};
+use kiln_actors::query::{
+    CLUSTER_SECRET_HEADER, ClusterSecret, PeerOptions, QueryNodes, ScanCounts,
+};
+use kiln_actors::roles::{self, HttpOptions};
+use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
+use kiln_ingest_bus::{Bus, EmbeddedBus};
+use kiln_model::{BatchBuilder, Executable, Frame, FrameKind, LabelSet};
+use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
+
+const SECRET: &str = "peers-test-secret-0123456789";
+/// The first hour of the data, in unix seconds (hour-aligned: 500 000 h).
+const T0_S: i64 = 1_800_000_000;
+/// Hours of data: one storage partition, so one scan, each.
+const HOURS: i64 = 24;
+
+/// The shared store, fed through the real ingest pipeline.
+struct Data {
+    bus: Arc<EmbeddedBus>,
+    store: Arc<EmbeddedProfileStore>,
+    objects: Arc<LocalObjectStore>,
+    progress: IngestProgress,
+    _dir: tempfile::TempDir,
+}
+
+impl Data {
+    async fn new() -> Data {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
+        let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
+        let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
+        let progress = ingest::start(bus.clone(), store.clone(), objects.clone())
+            .await
+            .unwrap();
+        Data {
+            bus,
+            store,
+            objects,
+            progress,
+            _dir: dir,
+        }
+    }
+
+    /// Writes a batch for the scope the HTTP API serves, and waits until
+    /// it is queryable.
+    async fn write(&self, bytes: &[u8]) {
+        let header = EnvelopeHeader {
+            scope: Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT).unwrap(),
+            received_at_ns: T0_S * 1_000_000_000,
+        };
+        let p = self
+            .bus
+            .publish(&header.bus_key("host"), header.wrap(bytes))
+            .await
+            .unwrap();
+        assert!(
+            self.progress
+                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
+                .await
+        );
+    }
+
+    /// One sample stack per hour, over [`HOURS`] hours, on two hosts;
+    /// returns the collapsed lines the whole range must show.
+    async fn write_hours(&self) -> Vec<String> {
+        let mut expected = BTreeMap::<String, u64>::new();
+        let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
+        for hour in 0..HOURS {
+            let leaf = format!("work{}", hour % 5);
+            let host = if hour % 2 == 0 { "a" } else { "b" };
+            let frames = [
+                Frame::named(FrameKind::Native, "main"),
+                Frame::named(FrameKind::Native, leaf.as_str()),
+            ];
+            let count = hour as u64 + 1;
+            let ts = (T0_S + hour * 3600 + 59) * 1_000_000_000;
+            b.add(ts, &frames, &LabelSet::new().with("host", host), count);
+            *expected.entry(format!("main;{leaf}")).or_default() += count;
+        }
+        self.write(&b.finish().encode()).await;
+        expected
+            .into_iter()
+            .map(|(stack, n)| format!("{stack} {n}"))
+            .collect()
+    }
+}
+
+/// A started query node.
+struct Node {
+    url: String,
+    handle: ServerHandle,
+}
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+async fn start_node(data: &Data, listen: SocketAddr, peers: Option<PeerOptions>) -> Node {
+    let running = roles::start_query(
+        data.store.clone(),
+        data.objects.clone(),
+        2,
+        peers,
+        HttpOptions { listen, workers: 1 },
+    )
+    .await
+    .unwrap();
+    let handle = running.server.handle();
+    actix_rt::spawn(running.server);
+    Node {
+        url: format!("http://{}", running.local_addr),
+        handle,
+    }
+}
+
+/// `n` query nodes that are each other's peers.
+async fn start_peers(data: &Data, n: usize) -> Vec<Node> {
+    let addrs: Vec<SocketAddr> = (0..n).map(|_| free_addr()).collect();
+    let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
+    let mut nodes = Vec::new();
+    for (addr, url) in addrs.iter().zip(&urls) {
+        let options = PeerOptions {
+            advertise: url.clone(),
+            peers: urls.clone(),
+            secret: ClusterSecret::new(SECRET).unwrap(),
+            timeout: Duration::from_secs(5),
+        };
+        nodes.push(start_node(data, *addr, Some(options)).await);
+    }
+    nodes
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn get(url: &str) -> (u16, String) {
+    let response = client().get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+fn range() -> String {
+    format!("from={T0_S}&to={}", T0_S + HOURS * 3600)
+}
+
+async fn collapsed(node: &Node, filter: &str) -> Vec<String> {
+    let (status, body) = get(&format!(
+        "{}/api/v1/flamegraph?format=collapsed&{}{filter}",
+        node.url,
+        range()
+    ))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body.lines().map(str::to_owned).collect()
+}
+
+async fn scan_counts(node: &Node) -> ScanCounts {
+    let response = client()
+        .get(format!("{}/internal/v1/scan-counts", node.url))
+        .header(CLUSTER_SECRET_HEADER, SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+// Guards the point of peers: every node answers the same exact totals,
+// and each query's scans were spread over all three nodes rather than run
+// where the query arrived.
+#[actix_rt::test]
+async fn scans_are_spread_over_peers_and_every_node_answers_the_same() {
+    let data = Data::new().await;
+    let expected = data.write_hours().await;
+    let nodes = start_peers(&data, 3).await;
+    let reference = start_node(&data, free_addr(), None).await;
+
+    for node in &nodes {
+        assert_eq!(collapsed(node, "").await, expected, "node {}", node.url);
+    }
+    // Per-time-bucket and per-label-set partials cross the wire too.
+    for path in ["timeline", "labels"] {
+        let url = |n: &Node| format!("{}/api/v1/{path}?{}&step=1h", n.url, range());
+        let want = get(&url(&reference)).await;
+        assert_eq!(want.0, 200, "{}", want.1);
+        for node in &nodes {
+            assert_eq!(get(&url(node)).await, want, "{path} on {}", node.url);
+        }
+    }
+    assert_eq!(
+        collapsed(&nodes[1], "&host=a").await,
+        collapsed(&reference, "&host=a").await
+    );
+
+    // Each node was asked a flamegraph, a timeline and a labels query,
+    // node 1 also the filtered flamegraph: one scan per hour each. Every
+    // scan ran exactly once, on its owner.
+    let counts: Vec<ScanCounts> =
+        futures_util::future::join_all(nodes.iter().map(scan_counts)).await;
+    let asked: u64 = counts.iter().map(|c| c.local + c.remote).sum();
+    let served: u64 = counts.iter().map(|c| c.served).sum();
+    let remote: u64 = counts.iter().map(|c| c.remote).sum();
+    assert_eq!(asked, (3 * 3 + 1) * HOURS as u64, "{counts:?}");
+    assert_eq!(served, remote, "{counts:?}");
+    for (node, c) in nodes.iter().zip(&counts) {
+        assert_eq!(c.fallback, 0, "{}: {c:?}", node.url);
+        assert!(c.local > 0, "{} ran none of its own scans: {c:?}", node.url);
+        assert!(c.remote > 0, "{} sent no scans to peers: {c:?}", node.url);
+        assert!(c.served > 0, "{} served no peer's scans: {c:?}", node.url);
+    }
+}
+
+// Guards that a query never fails because a peer died: the dead peer's
+// scans run on the asking node, and the totals stay exact.
+#[actix_rt::test]
+async fn a_dead_peers_scans_run_on_the_asking_node() {
+    let data = Data::new().await;
+    let expected = data.write_hours().await;
+    let nodes = start_peers(&data, 3).await;
+    nodes[2].handle.stop(false).await;
+
+    assert_eq!(collapsed(&nodes[0], "").await, expected);
+    let first = scan_counts(&nodes[0]).await;
+    assert!(first.fallback > 0, "{first:?}");
+    assert_eq!(first.local + first.remote + first.fallback, HOURS as u64);
+    // Asked again, the dead peer is not tried until its retry time.
+    assert_eq!(collapsed(&nodes[0], "").await, expected);
+    let second = scan_counts(&nodes[0]).await;
+    assert_eq!(second.fallback, 2 * first.fallback, "{second:?}");
+}
+
+// Guards tenant isolation: the internal endpoints trust the scope a scan
+// names, so a caller without the cluster secret must be refused, and a
+// node without peers must not serve them at all.
+#[actix_rt::test]
+async fn internal_endpoints_need_the_cluster_secret() {
+    let data = Data::new().await;
+    let nodes = start_peers(&data, 2).await;
+    let alone = start_node(&data, free_addr(), None).await;
+    let scan = |node: &Node, secret: Option<&str>| {
+        let mut request = client()
+            .post(format!("{}/internal/v1/scan", node.url))
+            .body(b"KLNQ\x01\x01garbage".to_vec());
+        if let Some(secret) = secret {
+            request = request.header(CLUSTER_SECRET_HEADER, secret);
+        }
+        request.send()
+    };
+    assert_eq!(scan(&nodes[0], None).await.unwrap().status(), 403);
+    let wrong = scan(&nodes[0], Some("peers-test-secret-0123456780"))
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 403);
+    assert!(wrong.text().await.unwrap().contains("wrong"));
+    let garbage = scan(&nodes[0], Some(SECRET)).await.unwrap();
+    assert_eq!(garbage.status(), 400);
+    assert!(garbage.text().await.unwrap().contains("scan refused"));
+    assert_eq!(scan(&alone, Some(SECRET)).await.unwrap().status(), 404);
+    let counts = client()
+        .get(format!("{}/internal/v1/scan-counts", nodes[1].url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(counts.status(), 403);
+}
+
+/// Builds a small C program with `-g` in `dir`; returns its path and the
+/// address of its function `alpha`.
+fn build_program(dir: &Path) -> (std::path::PathBuf, u64) {
+    let src = dir.join("prog.c");
+    std::fs::write(
+        &src,
+        "volatile long sink;\n\
+         __attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += i; }\n\
+         int main(int argc, char **argv) { (void)argv; alpha(argc); return 0; }\n",
+    )
+    .unwrap();
+    let elf = dir.join("prog");
+    let out = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&elf)
+        .arg(&src)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nm = std::process::Command::new("nm")
+        .arg(&elf)
+        .output()
+        .expect("run nm");
+    let addr = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            let addr = fields.next()?;
+            (fields.nth(1)? == "alpha").then(|| u64::from_str_radix(addr, 16).unwrap())
+        })
+        .expect("alpha in nm's output");
+    (elf, addr)
+}
+
+// Guards the symbol-upload notice: a node that just found no symbols for
+// a file (and would remember that for 5 s) shows its names as soon as
+// they are uploaded to another node.
+#[actix_rt::test]
+async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
+    let data = Data::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (elf, alpha) = build_program(dir.path());
+    let bytes = std::fs::read(&elf).unwrap();
+    let file_id = kiln_symbolizer_workers::file_id(&bytes);
+    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
+    let frame = Frame::Address {
+        kind: FrameKind::Native,
+        file_id,
+        addr: alpha + 1,
+    };
+    b.add((T0_S + 1) * 1_000_000_000, &[frame], &LabelSet::new(), 3);
+    b.add_executable(Executable {
+        file_id,
+        name: "prog".into(),
+        build_id: None,
+    });
+    data.write(&b.finish().encode()).await;
+    let nodes = start_peers(&data, 2).await;
+
+    let before = collapsed(&nodes[1], "").await;
+    assert_eq!(before, [format!("prog+{:#x} 3", alpha + 1)]);
+    let upload = client()
+        .put(format!("{}/api/v1/symbols/{file_id}", nodes[0].url))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 200, "{}", upload.text().await.unwrap());
+    assert_eq!(collapsed(&nodes[1], "").await, ["alpha 3"]);
+}
+
+// Guards the notice from a gateway, where agents upload their symbols:
+// the query nodes it names show the names at once.
+#[actix_rt::test]
+async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
+    let data = Data::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (elf, alpha) = build_program(dir.path());
+    let bytes = std::fs::read(&elf).unwrap();
+    let file_id = kiln_symbolizer_workers::file_id(&bytes);
+    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
+    let frame = Frame::Address {
+        kind: FrameKind::Native,
+        file_id,
+        addr: alpha + 1,
+    };
+    b.add((T0_S + 1) * 1_000_000_000, &[frame], &LabelSet::new(), 3);
+    data.write(&b.finish().encode()).await;
+    let nodes = start_peers(&data, 2).await;
+    let gateway = roles::start_gateway(
+        data.bus.clone(),
+        data.store.clone(),
+        data.objects.clone(),
+        Some(QueryNodes {
+            urls: nodes.iter().map(|n| n.url.clone()).collect(),
+            secret: ClusterSecret::new(SECRET).unwrap(),
+        }),
+        HttpOptions {
+            listen: free_addr(),
+            workers: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let gateway_url = format!("http://{}", gateway.local_addr);
+    actix_rt::spawn(gateway.server);
+
+    for node in &nodes {
+        assert_eq!(collapsed(node, "").await.len(), 1);
+        assert!(!collapsed(node, "").await[0].starts_with("alpha"));
+    }
+    let upload = client()
+        .put(format!("{gateway_url}/api/v1/symbols/{file_id}"))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 200, "{}", upload.text().await.unwrap());
+    for node in &nodes {
+        assert_eq!(collapsed(node, "").await, ["alpha 3"], "{}", node.url);
+    }
+}
