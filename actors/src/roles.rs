@@ -11,19 +11,23 @@ use std::sync::Arc;
 
 use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{ObjectStore, ProfileStore};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
-use crate::http::{AppState, IngestState};
+use crate::http::{AdminToken, AppState, IngestState};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
 use crate::query::QueryCoordinator;
 use crate::server::{Routes, Running, ServerError, default_scope, serve};
 
 /// Where and how a role serves HTTP.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Address to serve on (port 0 picks a free one).
     pub listen: SocketAddr,
     /// HTTP worker threads.
     pub workers: usize,
+    /// What writes to the global symbol store must present; `None`: they
+    /// are refused (give every node of a deployment the same token).
+    pub admin_token: Option<AdminToken>,
 }
 
 impl HttpOptions {
@@ -33,6 +37,7 @@ impl HttpOptions {
         HttpOptions {
             listen,
             workers: cores,
+            admin_token: None,
         }
     }
 }
@@ -56,6 +61,7 @@ pub async fn start_gateway(
         query: QueryCoordinator::start(store, objects.clone(), 1),
         objects,
         scope: default_scope()?,
+        admin: http.admin_token,
     };
     serve(
         Routes::Gateway(state, IngestState { bus, progress }),
@@ -69,27 +75,34 @@ pub async fn start_gateway(
 /// and writing to `store`. It commits offsets only after the store has
 /// synced, so a worker killed at any point loses nothing: its partitions
 /// go to the others, which write the uncommitted batches again
-/// (idempotently).
+/// (idempotently). Frames are symbolized on the way where `objects` has
+/// their symbols (`symbolizer` says how).
 pub async fn start_worker(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    symbolizer: SymbolizerConfig,
 ) -> Result<IngestProgress, BusError> {
-    ingest::start(bus, store, objects).await
+    let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
+    ingest::start(bus, store, objects, symbolizer).await
 }
 
 /// Starts a query node: the query API over `store`, its scans spread over
-/// `aggregators` actors by rendezvous hashing.
+/// `aggregators` actors by rendezvous hashing, frames symbolized from
+/// `objects` as `symbolizer` says.
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     aggregators: usize,
+    symbolizer: SymbolizerConfig,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
+    let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
     let state = AppState {
-        query: QueryCoordinator::start(store, objects.clone(), aggregators),
+        query: QueryCoordinator::start_with_symbolizer(store, symbolizer, aggregators),
         objects,
         scope: default_scope()?,
+        admin: http.admin_token,
     };
     serve(Routes::Query(state), http.listen, http.workers)
 }

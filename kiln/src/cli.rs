@@ -81,6 +81,52 @@ pub struct StoresArgs {
     pub objects: kiln_actors::backends::ObjectsUrl,
 }
 
+/// `--debuginfod-urls`: where the symbols of files that have none are
+/// fetched from (`kiln up`, `kiln worker`, `kiln query`).
+#[derive(Debug, Args)]
+pub struct DebuginfodArg {
+    /// debuginfod servers to fetch the symbols of files that have none
+    /// from, space separated (elfutils' DEBUGINFOD_URLS syntax), e.g.
+    /// "https://debuginfod.debian.net". Fetched symbols go to the global
+    /// store.
+    #[arg(long, env = "DEBUGINFOD_URLS")]
+    pub debuginfod_urls: Option<String>,
+}
+
+impl DebuginfodArg {
+    /// The symbolizer's configuration: the defaults, with these servers.
+    pub fn symbolizer_config(&self) -> kiln_symbolizer_workers::SymbolizerConfig {
+        let urls = self.debuginfod_urls.as_deref().unwrap_or_default();
+        kiln_symbolizer_workers::SymbolizerConfig::with_debuginfod(
+            kiln_symbolizer_workers::debuginfod::Debuginfod::parse_urls(urls),
+        )
+    }
+}
+
+/// `--admin-token` of the processes that serve symbol uploads.
+#[derive(Debug, Args)]
+pub struct AdminTokenArg {
+    /// The token that writes to the global symbol store (`kiln symbols
+    /// crawl`) must present, as "Authorization: Bearer TOKEN"; at least 16
+    /// characters. Without one, `kiln up` uses the token in DATA_DIR/
+    /// admin-token (made on first start) and `kiln gateway` and `kiln
+    /// query` refuse global writes.
+    #[arg(long, env = "KILN_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+impl AdminTokenArg {
+    /// The token given, checked.
+    pub fn token(&self) -> anyhow::Result<Option<kiln_actors::http::AdminToken>> {
+        use anyhow::Context;
+        self.admin_token
+            .as_deref()
+            .map(kiln_actors::http::AdminToken::new)
+            .transpose()
+            .context("--admin-token")
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct GatewayArgs {
     /// Address to serve the ingest, import and symbol endpoints on.
@@ -90,6 +136,8 @@ pub struct GatewayArgs {
     pub bus: BusArg,
     #[command(flatten)]
     pub stores: StoresArgs,
+    #[command(flatten)]
+    pub admin: AdminTokenArg,
 }
 
 #[derive(Debug, Args)]
@@ -98,6 +146,8 @@ pub struct WorkerArgs {
     pub bus: BusArg,
     #[command(flatten)]
     pub stores: StoresArgs,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
 }
 
 #[derive(Debug, Args)]
@@ -111,6 +161,10 @@ pub struct QueryArgs {
     pub aggregators: Option<usize>,
     #[command(flatten)]
     pub stores: StoresArgs,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
+    #[command(flatten)]
+    pub admin: AdminTokenArg,
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +235,12 @@ pub struct PerfettoArgs {
 pub struct CrawlArgs {
     #[command(flatten)]
     pub server: ServerArg,
+
+    /// The server's admin token (global writes need it). Default: the one
+    /// `kiln up` keeps in DATA_DIR/admin-token (KILN_DATA_DIR, or the
+    /// user's data directory), when this machine has it.
+    #[arg(long, env = "KILN_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
 
     /// Upload even when the global store already has a file's symbols.
     #[arg(long)]
@@ -267,12 +327,11 @@ pub struct UpArgs {
     #[arg(long, env = "KILN_UI_DIR")]
     pub ui_dir: Option<PathBuf>,
 
-    /// debuginfod servers to fetch the symbols of files that have none
-    /// from, space separated (elfutils' DEBUGINFOD_URLS syntax), e.g.
-    /// "https://debuginfod.debian.net". Fetched symbols go to the global
-    /// store.
-    #[arg(long, env = "DEBUGINFOD_URLS")]
-    pub debuginfod_urls: Option<String>,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
+
+    #[command(flatten)]
+    pub admin: AdminTokenArg,
 }
 
 #[derive(Debug, Args)]

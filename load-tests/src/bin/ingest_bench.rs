@@ -1,13 +1,21 @@
 //! Embedded ingest throughput: a Zipf-distributed synthetic fleet's batches
-//! through the bus and the pipeline (`Decoder → Deduper → Writer`), against
-//! the baseline of writing every batch's rows, dictionary entries included,
-//! straight into the same kind of store: what a writer without the
-//! Deduper's caches would do. Each batch carries its whole dictionary (an
-//! agent would send only new entries), so the Deduper has work to do.
+//! through the bus and the pipeline (`Decoder → Deduper → Symbolizer →
+//! Writer`), against the baseline of writing every batch's rows,
+//! dictionary entries included, straight into the same kind of store: what
+//! a writer without the Deduper's caches would do. Each batch carries its
+//! whole dictionary (an agent would send only new entries), so the Deduper
+//! has work to do.
+//!
+//! Then the same fleet with native frames — addresses in a real ELF file
+//! (`--symbols-elf`, by default this benchmark's own binary) — through the
+//! pipeline twice: without symbols for the file, and with its symbols in
+//! the object store, so every new frame is symbolized before it is
+//! written. Their ratio is the cost of ingest-side symbolization.
 //!
 //! `cargo run --release -p kiln-load-tests --bin ingest_bench`
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,8 +24,12 @@ use kiln_actors::envelope::EnvelopeHeader;
 use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
-use kiln_model::Batch;
-use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ProfileStore, Scope, StoredSample};
+use kiln_model::{Batch, FileId, Frame, FrameKind};
+use kiln_storage::{
+    EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
+    StoredFrame, StoredSample,
+};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig, build_stored, file_id};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -42,6 +54,16 @@ struct Args {
     /// Processes per host.
     #[arg(long, default_value_t = 8)]
     processes: usize,
+    /// The ELF whose addresses the native-frame runs use (its symbols are
+    /// built once, as an upload would). Default: this binary.
+    #[arg(long)]
+    symbols_elf: Option<PathBuf>,
+}
+
+/// Symbols of one file, as the object store keeps them.
+struct FileSymbols {
+    id: FileId,
+    compressed: Vec<u8>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +101,13 @@ fn main() -> anyhow::Result<()> {
         "B",
     );
 
+    let elf = match &args.symbols_elf {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?,
+    };
+    let (native, symbols) = native_batches(&batches, &elf)?;
+    let native_encoded: Vec<Vec<u8>> = native.iter().map(Batch::encode).collect();
+
     let runtime = actix_rt::System::new();
     runtime.block_on(async {
         let baseline = baseline(&batches).await?;
@@ -89,7 +118,7 @@ fn main() -> anyhow::Result<()> {
             "samples/s",
         );
 
-        let (publish, drain) = pipeline(&encoded).await?;
+        let (publish, drain) = pipeline(&encoded, None).await?;
         report.time("pipeline: publish to bus (fsync each)", publish);
         report.add(
             "publish batches/s",
@@ -112,6 +141,26 @@ fn main() -> anyhow::Result<()> {
             baseline.as_secs_f64() / drain.as_secs_f64(),
             "x",
         );
+
+        let (_, without) = pipeline(&native_encoded, None).await?;
+        report.time("native frames, no symbols: bus -> store", without);
+        report.add(
+            "native, no symbols: samples/s",
+            samples as f64 / without.as_secs_f64(),
+            "samples/s",
+        );
+        let (_, with) = pipeline(&native_encoded, Some(&symbols)).await?;
+        report.time("native frames, symbolized: bus -> store", with);
+        report.add(
+            "native, symbolized: samples/s",
+            samples as f64 / with.as_secs_f64(),
+            "samples/s",
+        );
+        report.add(
+            "symbolized / unsymbolized throughput",
+            without.as_secs_f64() / with.as_secs_f64(),
+            "x",
+        );
         anyhow::Ok(())
     })?;
     report.finish("ingest");
@@ -127,7 +176,8 @@ async fn baseline(batches: &[Batch]) -> anyhow::Result<Duration> {
     let started = Instant::now();
     for chunk in batches.chunks(256) {
         for b in chunk {
-            store.put_frames("bench", &b.frames).await?;
+            let frames: Vec<StoredFrame> = b.frames.iter().cloned().map(Into::into).collect();
+            store.put_frames("bench", &frames).await?;
             store.put_stacks("bench", &b.stacks).await?;
             store.put_label_sets("bench", &b.label_sets).await?;
             let rows = StoredSample::of_batch(b);
@@ -138,13 +188,73 @@ async fn baseline(batches: &[Batch]) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// The fleet's batches with every frame an address in `elf` (one function
+/// of it per distinct frame name), and the file's symbols.
+fn native_batches(batches: &[Batch], elf: &Path) -> anyhow::Result<(Vec<Batch>, FileSymbols)> {
+    let data = std::fs::read(elf)?;
+    let id = file_id(&data);
+    let options = kiln_symbolizer_workers::ExtractOptions {
+        no_debug_file: true,
+        ..Default::default()
+    };
+    let table = kiln_symbolizer_workers::extract_bytes(elf, &data, &options)?.table;
+    let starts: Vec<u64> = table.ranges.iter().map(|r| r.start).collect();
+    anyhow::ensure!(!starts.is_empty(), "{} has no symbols", elf.display());
+    let compressed = build_stored(elf, &data)?.compressed;
+    // Each distinct name gets its own function, in the middle of its first
+    // instruction bytes, as return addresses minus one are.
+    let mut addresses: HashMap<Frame, Frame> = HashMap::new();
+    let mut native_frame = |frame: &Frame| -> Frame {
+        let next = addresses.len();
+        addresses
+            .entry(frame.clone())
+            .or_insert_with(|| Frame::Address {
+                kind: FrameKind::Native,
+                file_id: id,
+                addr: starts[next * 7919 % starts.len()] + 1,
+            })
+            .clone()
+    };
+    let native = batches
+        .iter()
+        .map(|b| {
+            let mut builder = kiln_model::BatchBuilder::new("bench", 0, b.period_ns);
+            let stacks: HashMap<_, _> = b.stacks.iter().map(|s| (s.id, &s.frames)).collect();
+            let frames: HashMap<_, _> = b.frames.iter().map(|f| (f.id, &f.frame)).collect();
+            let labels: HashMap<_, _> = b.label_sets.iter().map(|l| (l.id, &l.labels)).collect();
+            for sample in &b.samples {
+                let stack: Vec<Frame> = stacks[&sample.stack]
+                    .iter()
+                    .map(|f| native_frame(frames[f]))
+                    .collect();
+                builder.add(
+                    sample.timestamp_ns,
+                    &stack,
+                    labels[&sample.labels],
+                    sample.count,
+                );
+            }
+            builder.finish()
+        })
+        .collect();
+    Ok((native, FileSymbols { id, compressed }))
+}
+
 /// Publishes every batch to an embedded bus, then starts the pipeline and
-/// waits until everything is committed.
-async fn pipeline(encoded: &[Vec<u8>]) -> anyhow::Result<(Duration, Duration)> {
+/// waits until everything is committed; with `symbols` in the object store
+/// first when given.
+async fn pipeline(
+    encoded: &[Vec<u8>],
+    symbols: Option<&FileSymbols>,
+) -> anyhow::Result<(Duration, Duration)> {
     let dir = tempfile::tempdir()?;
     let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 4)?);
     let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles"))?);
     let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects"))?);
+    if let Some(symbols) = symbols {
+        let key = ObjectKey::tenant_symbols("bench", symbols.id)?;
+        objects.put(&key, symbols.compressed.clone().into()).await?;
+    }
     let header = EnvelopeHeader {
         scope: Scope::new("bench", "bench")?,
         received_at_ns: 0,
@@ -162,7 +272,8 @@ async fn pipeline(encoded: &[Vec<u8>]) -> anyhow::Result<(Duration, Duration)> {
     let publish = started.elapsed();
 
     let started = Instant::now();
-    let progress = kiln_actors::ingest::start(bus, store, objects).await?;
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+    let progress = kiln_actors::ingest::start(bus, store, objects, symbolizer).await?;
     for (partition, offset) in last {
         let done = progress
             .wait_committed(partition, offset, Duration::from_secs(600))

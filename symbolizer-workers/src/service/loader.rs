@@ -96,12 +96,13 @@ impl Loader {
 
     /// When a lookup starting now stops waiting for debuginfod: one budget
     /// for all the files of a lookup, so that many new files cannot add up
-    /// to a long wait.
-    pub(crate) fn debuginfod_deadline(&self) -> Instant {
-        let wait = self
-            .remote
-            .as_ref()
-            .map_or(Duration::ZERO, |r| r.config.debuginfod_wait);
+    /// to a long wait. `wait` overrides the configured one.
+    pub(crate) fn debuginfod_deadline(&self, wait: Option<Duration>) -> Instant {
+        let wait = match (&self.remote, wait) {
+            (None, _) => Duration::ZERO,
+            (Some(_), Some(wait)) => wait,
+            (Some(remote), None) => remote.config.debuginfod_wait,
+        };
         Instant::now() + wait
     }
 
