@@ -435,6 +435,42 @@ mod tests {
         assert!(parse_hex("").is_err());
     }
 
+    /// Guards "kiln query takes --debuginfod-urls as kiln up does" and the
+    /// admin token on the roles that serve symbol uploads.
+    #[test]
+    fn query_and_up_share_the_symbol_flags() {
+        let urls = "http://a.example http://b.example";
+        let query = Cli::try_parse_from([
+            "kiln",
+            "query",
+            "--store",
+            "file:///tmp/kiln-store",
+            "--objects",
+            "file:///tmp/kiln-objects",
+            "--debuginfod-urls",
+            urls,
+            "--admin-token",
+            "0123456789abcdef",
+        ])
+        .unwrap();
+        let Command::Query(query) = query.command else {
+            panic!("not a query command");
+        };
+        assert_eq!(query.debuginfod.debuginfod_urls.as_deref(), Some(urls));
+        assert!(query.debuginfod.symbolizer_config().debuginfod.is_some());
+        assert!(query.admin.token().unwrap().is_some());
+
+        let up = Cli::try_parse_from(["kiln", "up", "--debuginfod-urls", urls]).unwrap();
+        let Command::Up(up) = up.command else {
+            panic!("not an up command");
+        };
+        assert_eq!(up.debuginfod.debuginfod_urls.as_deref(), Some(urls));
+        let short = AdminTokenArg {
+            admin_token: Some("short".into()),
+        };
+        assert!(short.token().is_err());
+    }
+
     #[test]
     fn labels_need_a_name() {
         assert!(parse_label("=x").is_err());

@@ -13,12 +13,12 @@
 //! of time, are written unsymbolized: the query path symbolizes those when
 //! it reads them, as it does frames that arrived before their symbols.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use actix::Addr;
 use futures_util::future::join_all;
-use kiln_model::{Batch, FileId, Frame, Symbol};
+use kiln_model::{Batch, FileId, Frame, FrameId, Symbol};
 use kiln_storage::StoredFrame;
 use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer};
 use tracing::{debug, warn};
@@ -31,8 +31,9 @@ use super::decoder::Decoded;
 const LOOKUP_WAIT: Duration = Duration::from_secs(1);
 
 /// A decoded batch ready for the writer: its frame dictionary as rows,
-/// symbolized where symbols were at hand (the batch's own `frames` are
-/// moved out into them).
+/// symbolized where symbols were at hand, without the frames an earlier
+/// batch of the same poll carries (the batch's own `frames` are moved out
+/// into them).
 #[derive(Debug)]
 pub(crate) struct Symbolized {
     /// The batch, without its frames.
@@ -52,6 +53,7 @@ struct FileFrames {
     /// executable (lets the symbolizer start a debuginfod fetch).
     build_id: Option<String>,
     addrs: Vec<u64>,
+    /// Where the frame of each address is.
     slots: Vec<Slot>,
 }
 
@@ -61,11 +63,16 @@ pub(crate) async fn symbolize(
     symbolizer: &Addr<Symbolizer>,
     batches: Vec<Decoded>,
 ) -> Vec<Symbolized> {
+    // Batches of one poll (hosts running the same binaries) often carry
+    // the same frames: each is written, and looked up, once.
+    let mut seen: HashSet<(String, FrameId)> = HashSet::new();
     let mut out: Vec<Symbolized> = batches
         .into_iter()
         .map(|mut decoded| {
+            let tenant = decoded.header.scope.tenant().to_owned();
             let frames = std::mem::take(&mut decoded.batch.frames)
                 .into_iter()
+                .filter(|f| seen.insert((tenant.clone(), f.id)))
                 .map(StoredFrame::from)
                 .collect();
             Symbolized { decoded, frames }
@@ -93,16 +100,17 @@ fn address_frames(batches: &[Symbolized]) -> HashMap<String, Vec<FileFrames>> {
         let tenant = batch.decoded.header.scope.tenant();
         let files = by_tenant.entry(tenant).or_default();
         for (f, row) in batch.frames.iter().enumerate() {
-            if let Frame::Address { file_id, addr, .. } = row.frame {
-                let file = files.entry(file_id).or_insert_with(|| FileFrames {
-                    file: file_id,
-                    build_id: None,
-                    addrs: Vec::new(),
-                    slots: Vec::new(),
-                });
-                file.addrs.push(addr);
-                file.slots.push((b, f));
-            }
+            let Frame::Address { file_id, addr, .. } = row.frame else {
+                continue;
+            };
+            let file = files.entry(file_id).or_insert_with(|| FileFrames {
+                file: file_id,
+                build_id: None,
+                addrs: Vec::new(),
+                slots: Vec::new(),
+            });
+            file.addrs.push(addr);
+            file.slots.push((b, f));
         }
     }
     for batch in batches {

@@ -1,4 +1,10 @@
 //! Turning stack ids into frames a person can read.
+//!
+//! Address frames the ingest pipeline stored with their symbols are
+//! labelled from those (when they have source lines: `is_final`); the
+//! others are symbolized here, in one batched lookup per query, so that
+//! frames that arrived before their symbols show names once the symbols
+//! are uploaded.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -9,12 +9,14 @@
 //! Then the same fleet with native frames — addresses in a real ELF file
 //! (`--symbols-elf`, by default this benchmark's own binary) — through the
 //! pipeline twice: without symbols for the file, and with its symbols in
-//! the object store, so every new frame is symbolized before it is
-//! written. Their ratio is the cost of ingest-side symbolization.
+//! the object store (loaded into the symbolizer before the run, as a
+//! long-running worker has them; the load is timed apart), so every new
+//! frame is symbolized before it is written. Their ratio is the cost of
+//! ingest-side symbolization.
 //!
 //! `cargo run --release -p kiln-load-tests --bin ingest_bench`
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +31,9 @@ use kiln_storage::{
     EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
     StoredFrame, StoredSample,
 };
-use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig, build_stored, file_id};
+use kiln_symbolizer_workers::{
+    FileAddrs, Resolve, Symbolizer, SymbolizerConfig, build_stored, file_id,
+};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -58,6 +62,14 @@ struct Args {
     /// built once, as an upload would). Default: this binary.
     #[arg(long)]
     symbols_elf: Option<PathBuf>,
+    /// Runs of each native-frame pipeline (their medians are compared).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+fn median(runs: &mut [Duration]) -> Duration {
+    runs.sort_unstable();
+    runs[runs.len() / 2]
 }
 
 /// Symbols of one file, as the object store keeps them.
@@ -118,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             "samples/s",
         );
 
-        let (publish, drain) = pipeline(&encoded, None).await?;
+        let Run { publish, drain, .. } = pipeline(&encoded, None).await?;
         report.time("pipeline: publish to bus (fsync each)", publish);
         report.add(
             "publish batches/s",
@@ -142,15 +154,36 @@ fn main() -> anyhow::Result<()> {
             "x",
         );
 
-        let (_, without) = pipeline(&native_encoded, None).await?;
-        report.time("native frames, no symbols: bus -> store", without);
+        // The two alternate, `rounds` times each, and the medians are
+        // compared: on a shared machine one run of each says little.
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..args.rounds.max(1) {
+            without.push(pipeline(&native_encoded, None).await?.drain);
+            let symbolized = pipeline(&native_encoded, Some(&symbols)).await?;
+            with.push(symbolized.drain);
+            if with.len() == 1 {
+                if let Some(warm_up) = symbolized.warm_up {
+                    report.time("loading the symbol file (once, before)", warm_up);
+                }
+                // The figure means something only if the frames were
+                // symbolized.
+                let (stored, symbolized) = symbolized.frames_with_symbols(&native).await?;
+                report.add("native frames stored", stored as f64, "frames");
+                report.add(
+                    "of them stored symbolized",
+                    symbolized as f64 / stored as f64 * 100.0,
+                    "%",
+                );
+            }
+        }
+        let (without, with) = (median(&mut without), median(&mut with));
+        report.time("native frames, no symbols: bus -> store (median)", without);
         report.add(
             "native, no symbols: samples/s",
             samples as f64 / without.as_secs_f64(),
             "samples/s",
         );
-        let (_, with) = pipeline(&native_encoded, Some(&symbols)).await?;
-        report.time("native frames, symbolized: bus -> store", with);
+        report.time("native frames, symbolized: bus -> store (median)", with);
         report.add(
             "native, symbolized: samples/s",
             samples as f64 / with.as_secs_f64(),
@@ -240,13 +273,38 @@ fn native_batches(batches: &[Batch], elf: &Path) -> anyhow::Result<(Vec<Batch>, 
     Ok((native, FileSymbols { id, compressed }))
 }
 
+/// One pipeline run: how long publishing and draining took, and the store
+/// it wrote.
+struct Run {
+    publish: Duration,
+    /// Loading the symbols into the symbolizer, before the drain.
+    warm_up: Option<Duration>,
+    drain: Duration,
+    store: Arc<EmbeddedProfileStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    /// Of the distinct frames of `batches`: how many the store holds, and
+    /// how many of those with symbols.
+    async fn frames_with_symbols(&self, batches: &[Batch]) -> anyhow::Result<(usize, usize)> {
+        let ids: BTreeSet<_> = batches
+            .iter()
+            .flat_map(|b| &b.frames)
+            .map(|f| f.id)
+            .collect();
+        let ids: Vec<_> = ids.into_iter().collect();
+        let rows = self.store.get_frames("bench", &ids).await?;
+        let stored: Vec<StoredFrame> = rows.into_iter().flatten().collect();
+        let with_symbols = stored.iter().filter(|f| !f.symbols.is_empty()).count();
+        Ok((stored.len(), with_symbols))
+    }
+}
+
 /// Publishes every batch to an embedded bus, then starts the pipeline and
 /// waits until everything is committed; with `symbols` in the object store
 /// first when given.
-async fn pipeline(
-    encoded: &[Vec<u8>],
-    symbols: Option<&FileSymbols>,
-) -> anyhow::Result<(Duration, Duration)> {
+async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
     let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 4)?);
     let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles"))?);
@@ -271,14 +329,40 @@ async fn pipeline(
     }
     let publish = started.elapsed();
 
-    let started = Instant::now();
     let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
-    let progress = kiln_actors::ingest::start(bus, store, objects, symbolizer).await?;
+    // A long-running worker has its files' symbols loaded: load them
+    // first, and time that apart.
+    let warm_up = match symbols {
+        Some(symbols) => {
+            let started = Instant::now();
+            let request = Resolve {
+                tenant: "bench".into(),
+                files: vec![FileAddrs {
+                    file: symbols.id,
+                    build_id: None,
+                    addrs: vec![0],
+                }],
+                debuginfod_wait: None,
+            };
+            let resolved = symbolizer.send(request).await??;
+            anyhow::ensure!(resolved[0].is_some(), "the stored symbols do not load");
+            Some(started.elapsed())
+        }
+        None => None,
+    };
+    let started = Instant::now();
+    let progress = kiln_actors::ingest::start(bus, store.clone(), objects, symbolizer).await?;
     for (partition, offset) in last {
         let done = progress
             .wait_committed(partition, offset, Duration::from_secs(600))
             .await;
         anyhow::ensure!(done, "pipeline did not finish partition {partition}");
     }
-    Ok((publish, started.elapsed()))
+    Ok(Run {
+        publish,
+        warm_up,
+        drain: started.elapsed(),
+        store,
+        _dir: dir,
+    })
 }
