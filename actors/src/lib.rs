@@ -1,5 +1,5 @@
 //! Kiln's actors and HTTP API: the ingest pipeline
-//! (`BusConsumer → Decoder → Deduper → Writer`), the query cluster
+//! (`BusConsumer → Decoder → Deduper → Symbolizer → Writer`), the query cluster
 //! (`QueryCoordinator` over `Aggregator`s) and the actix-web routes that
 //! front them. [`start_embedded`] wires them to the embedded bus and stores
 //! in one process, which is what `kiln up` runs; [`roles`] starts the same
@@ -26,5 +26,6 @@ pub mod roles;
 mod server;
 
 pub use server::{
-    DEFAULT_PROJECT, DEFAULT_TENANT, EmbeddedOptions, Running, ServerError, start_embedded,
+    ADMIN_TOKEN_FILE, DEFAULT_PROJECT, DEFAULT_TENANT, EmbeddedOptions, Running, ServerError,
+    start_embedded,
 };

@@ -13,18 +13,21 @@ use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{ObjectStore, ProfileStore};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
-use crate::http::{AppState, IngestState};
+use crate::http::{AdminToken, AppState, IngestState};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes};
 use crate::server::{Routes, Running, ServerError, default_scope, serve};
 
 /// Where and how a role serves HTTP.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Address to serve on (port 0 picks a free one).
     pub listen: SocketAddr,
     /// HTTP worker threads.
     pub workers: usize,
+    /// What writes to the global symbol store must present; `None`: they
+    /// are refused (give every node of a deployment the same token).
+    pub admin_token: Option<AdminToken>,
 }
 
 impl HttpOptions {
@@ -34,6 +37,7 @@ impl HttpOptions {
         HttpOptions {
             listen,
             workers: cores,
+            admin_token: None,
         }
     }
 }
@@ -63,6 +67,7 @@ pub async fn start_gateway(
         query,
         objects,
         scope: default_scope()?,
+        admin: http.admin_token,
     };
     serve(
         Routes::Gateway(state, IngestState { bus, progress }),
@@ -76,29 +81,33 @@ pub async fn start_gateway(
 /// and writing to `store`. It commits offsets only after the store has
 /// synced, so a worker killed at any point loses nothing: its partitions
 /// go to the others, which write the uncommitted batches again
-/// (idempotently).
+/// (idempotently). Frames are symbolized on the way where `objects` has
+/// their symbols (`symbolizer` says how).
 pub async fn start_worker(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    symbolizer: SymbolizerConfig,
 ) -> Result<IngestProgress, BusError> {
-    ingest::start(bus, store, objects).await
+    let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
+    ingest::start(bus, store, objects, symbolizer).await
 }
 
 /// Starts a query node: the query API over `store`, its scans spread over
-/// `aggregators` actors by rendezvous hashing. With `peers`, the node is
-/// one of a set of query nodes that spread each query's partition scans
-/// over each other (again by rendezvous hashing, so a partition's caches
-/// stay warm on one node), serve each other's scans, and tell each other
-/// of symbol uploads.
+/// `aggregators` actors by rendezvous hashing, frames symbolized from
+/// `objects` as `symbolizer` says. With `peers`, the node is one of a set
+/// of query nodes that spread each query's partition scans over each other
+/// (again by rendezvous hashing, so a partition's caches stay warm on one
+/// node), serve each other's scans, and tell each other of symbol uploads.
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     aggregators: usize,
+    symbolizer: SymbolizerConfig,
     peers: Option<PeerOptions>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
-    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::from_env());
+    let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
     let (query, cluster) = match peers {
         None => (
             QueryCoordinator::start_with_symbolizer(store, symbolizer, aggregators),
@@ -114,6 +123,7 @@ pub async fn start_query(
         query,
         objects,
         scope: default_scope()?,
+        admin: http.admin_token,
     };
     serve(Routes::Query(state, cluster), http.listen, http.workers)
 }

@@ -11,7 +11,7 @@ use kiln_ingest_bus::{BusError, EmbeddedBus};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope, StoreError};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
-use crate::http::{self, AppState, IngestState};
+use crate::http::{self, AdminToken, AdminTokenError, AppState, IngestState};
 use crate::ingest;
 use crate::query::{ClusterSecret, QueryCoordinator};
 
@@ -19,6 +19,9 @@ use crate::query::{ClusterSecret, QueryCoordinator};
 pub const DEFAULT_TENANT: &str = "default";
 /// Project used until tenancy lands.
 pub const DEFAULT_PROJECT: &str = "default";
+/// The file in the data directory that keeps the admin token `kiln up`
+/// made, when it was given none.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 
 /// How to run the embedded server.
 #[derive(Debug, Clone)]
@@ -35,6 +38,10 @@ pub struct EmbeddedOptions {
     pub http_workers: usize,
     /// How frames are symbolized (cache size, debuginfod servers).
     pub symbolizer: SymbolizerConfig,
+    /// What writes to the global symbol store must present; `None`: the
+    /// one kept in [`ADMIN_TOKEN_FILE`] under the data directory (made on
+    /// first start).
+    pub admin_token: Option<AdminToken>,
 }
 
 impl EmbeddedOptions {
@@ -48,6 +55,7 @@ impl EmbeddedOptions {
             aggregators: cores,
             http_workers: cores,
             symbolizer: SymbolizerConfig::from_env(),
+            admin_token: None,
         }
     }
 }
@@ -73,6 +81,9 @@ pub enum ServerError {
     /// The query node's peer set is invalid.
     #[error("cannot join the query peers: {0}")]
     Peers(#[from] crate::query::PeerConfigError),
+    /// The admin token could not be read or made.
+    #[error(transparent)]
+    AdminToken(#[from] AdminTokenError),
     /// The HTTP listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -105,13 +116,27 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let store = Arc::new(EmbeddedProfileStore::open(&dir.join("profiles"))?);
     let objects = Arc::new(LocalObjectStore::open(&dir.join("objects"))?);
 
-    let progress = ingest::start(bus.clone(), store.clone(), objects.clone()).await?;
+    let admin = match options.admin_token {
+        Some(token) => token,
+        None => AdminToken::load_or_create(&dir.join(ADMIN_TOKEN_FILE))?,
+    };
+
+    // One symbolizer for ingest and queries: an upload tells it at once,
+    // so frames ingested right after it are written symbolized.
     let symbolizer = Symbolizer::spawn(objects.clone(), options.symbolizer.clone());
+    let progress = ingest::start(
+        bus.clone(),
+        store.clone(),
+        objects.clone(),
+        symbolizer.clone(),
+    )
+    .await?;
     let query = QueryCoordinator::start_with_symbolizer(store, symbolizer, options.aggregators);
     let state = AppState {
         query,
         objects,
         scope: default_scope()?,
+        admin: Some(admin),
     };
     let ingest = IngestState { bus, progress };
     serve(

@@ -19,6 +19,7 @@ use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::{BatchBuilder, Executable, Frame, FrameKind, LabelSet};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 const SECRET: &str = "peers-test-secret-0123456789";
 /// The first hour of the data, in unix seconds (hour-aligned: 500 000 h).
@@ -41,7 +42,8 @@ impl Data {
         let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
         let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
         let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-        let progress = ingest::start(bus.clone(), store.clone(), objects.clone())
+        let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+        let progress = ingest::start(bus.clone(), store.clone(), objects.clone(), symbolizer)
             .await
             .unwrap();
         Data {
@@ -115,8 +117,12 @@ async fn start_node(data: &Data, listen: SocketAddr, peers: Option<PeerOptions>)
         data.store.clone(),
         data.objects.clone(),
         2,
+        SymbolizerConfig::default(),
         peers,
-        HttpOptions { listen, workers: 1 },
+        HttpOptions {
+            workers: 1,
+            ..HttpOptions::new(listen)
+        },
     )
     .await
     .unwrap();
@@ -382,8 +388,8 @@ async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
             secret: ClusterSecret::new(SECRET).unwrap(),
         }),
         HttpOptions {
-            listen: free_addr(),
             workers: 1,
+            ..HttpOptions::new(free_addr())
         },
     )
     .await

@@ -11,6 +11,7 @@ use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::flamewire::access;
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ObjectStore, Scope};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 const T0: i64 = 1_800_000_000_000_000_000;
 
@@ -35,10 +36,16 @@ async fn setup() -> Setup {
     let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
     let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
     let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-    let progress = ingest::start(bus.clone(), store.clone(), objects.clone())
-        .await
-        .unwrap();
-    let query = QueryCoordinator::start(store, objects.clone(), 3);
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+    let progress = ingest::start(
+        bus.clone(),
+        store.clone(),
+        objects.clone(),
+        symbolizer.clone(),
+    )
+    .await
+    .unwrap();
+    let query = QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, 3);
     Setup {
         bus,
         objects,

@@ -81,6 +81,52 @@ pub struct StoresArgs {
     pub objects: kiln_actors::backends::ObjectsUrl,
 }
 
+/// `--debuginfod-urls`: where the symbols of files that have none are
+/// fetched from (`kiln up`, `kiln worker`, `kiln query`).
+#[derive(Debug, Args)]
+pub struct DebuginfodArg {
+    /// debuginfod servers to fetch the symbols of files that have none
+    /// from, space separated (elfutils' DEBUGINFOD_URLS syntax), e.g.
+    /// "https://debuginfod.debian.net". Fetched symbols go to the global
+    /// store.
+    #[arg(long, env = "DEBUGINFOD_URLS")]
+    pub debuginfod_urls: Option<String>,
+}
+
+impl DebuginfodArg {
+    /// The symbolizer's configuration: the defaults, with these servers.
+    pub fn symbolizer_config(&self) -> kiln_symbolizer_workers::SymbolizerConfig {
+        let urls = self.debuginfod_urls.as_deref().unwrap_or_default();
+        kiln_symbolizer_workers::SymbolizerConfig::with_debuginfod(
+            kiln_symbolizer_workers::debuginfod::Debuginfod::parse_urls(urls),
+        )
+    }
+}
+
+/// `--admin-token` of the processes that serve symbol uploads.
+#[derive(Debug, Args)]
+pub struct AdminTokenArg {
+    /// The token that writes to the global symbol store (`kiln symbols
+    /// crawl`) must present, as "Authorization: Bearer TOKEN"; at least 16
+    /// characters. Without one, `kiln up` uses the token in DATA_DIR/
+    /// admin-token (made on first start) and `kiln gateway` and `kiln
+    /// query` refuse global writes.
+    #[arg(long, env = "KILN_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+impl AdminTokenArg {
+    /// The token given, checked.
+    pub fn token(&self) -> anyhow::Result<Option<kiln_actors::http::AdminToken>> {
+        use anyhow::Context;
+        self.admin_token
+            .as_deref()
+            .map(kiln_actors::http::AdminToken::new)
+            .transpose()
+            .context("--admin-token")
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct GatewayArgs {
     /// Address to serve the ingest, import and symbol endpoints on.
@@ -108,6 +154,8 @@ pub struct GatewayArgs {
         requires = "query_nodes"
     )]
     pub cluster_secret: Option<String>,
+    #[command(flatten)]
+    pub admin: AdminTokenArg,
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +164,8 @@ pub struct WorkerArgs {
     pub bus: BusArg,
     #[command(flatten)]
     pub stores: StoresArgs,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
 }
 
 #[derive(Debug, Args)]
@@ -131,6 +181,10 @@ pub struct QueryArgs {
     pub stores: StoresArgs,
     #[command(flatten)]
     pub peers: PeersArgs,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
+    #[command(flatten)]
+    pub admin: AdminTokenArg,
 }
 
 /// `--peers` and what goes with it: query nodes that share scans.
@@ -239,6 +293,12 @@ pub struct CrawlArgs {
     #[command(flatten)]
     pub server: ServerArg,
 
+    /// The server's admin token (global writes need it). Default: the one
+    /// `kiln up` keeps in DATA_DIR/admin-token (KILN_DATA_DIR, or the
+    /// user's data directory), when this machine has it.
+    #[arg(long, env = "KILN_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
     /// Upload even when the global store already has a file's symbols.
     #[arg(long)]
     pub force: bool,
@@ -324,12 +384,11 @@ pub struct UpArgs {
     #[arg(long, env = "KILN_UI_DIR")]
     pub ui_dir: Option<PathBuf>,
 
-    /// debuginfod servers to fetch the symbols of files that have none
-    /// from, space separated (elfutils' DEBUGINFOD_URLS syntax), e.g.
-    /// "https://debuginfod.debian.net". Fetched symbols go to the global
-    /// store.
-    #[arg(long, env = "DEBUGINFOD_URLS")]
-    pub debuginfod_urls: Option<String>,
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
+
+    #[command(flatten)]
+    pub admin: AdminTokenArg,
 }
 
 #[derive(Debug, Args)]
@@ -431,6 +490,42 @@ mod tests {
         assert_eq!(parse_hex("1F").unwrap(), 0x1f);
         assert!(parse_hex("0xzz").is_err());
         assert!(parse_hex("").is_err());
+    }
+
+    /// Guards "kiln query takes --debuginfod-urls as kiln up does" and the
+    /// admin token on the roles that serve symbol uploads.
+    #[test]
+    fn query_and_up_share_the_symbol_flags() {
+        let urls = "http://a.example http://b.example";
+        let query = Cli::try_parse_from([
+            "kiln",
+            "query",
+            "--store",
+            "file:///tmp/kiln-store",
+            "--objects",
+            "file:///tmp/kiln-objects",
+            "--debuginfod-urls",
+            urls,
+            "--admin-token",
+            "0123456789abcdef",
+        ])
+        .unwrap();
+        let Command::Query(query) = query.command else {
+            panic!("not a query command");
+        };
+        assert_eq!(query.debuginfod.debuginfod_urls.as_deref(), Some(urls));
+        assert!(query.debuginfod.symbolizer_config().debuginfod.is_some());
+        assert!(query.admin.token().unwrap().is_some());
+
+        let up = Cli::try_parse_from(["kiln", "up", "--debuginfod-urls", urls]).unwrap();
+        let Command::Up(up) = up.command else {
+            panic!("not an up command");
+        };
+        assert_eq!(up.debuginfod.debuginfod_urls.as_deref(), Some(urls));
+        let short = AdminTokenArg {
+            admin_token: Some("short".into()),
+        };
+        assert!(short.token().is_err());
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
         let (store, objects) = open_stores(&args.stores).await?;
-        let http = HttpOptions::new(args.listen);
+        let mut http = HttpOptions::new(args.listen);
+        http.admin_token = args.admin.token()?;
         let running = roles::start_gateway(bus, store, objects, query_nodes, http)
             .await
             .context("starting the gateway")?;
@@ -38,7 +39,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
         let (store, objects) = open_stores(&args.stores).await?;
-        roles::start_worker(bus, store, objects)
+        roles::start_worker(bus, store, objects, args.debuginfod.symbolizer_config())
             .await
             .context("joining the workers' consumer group")?;
         println!("Kiln worker is up");
@@ -57,7 +58,9 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
         let mut http = HttpOptions::new(args.listen);
         let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
         http.workers = http.workers.max(1);
-        let running = roles::start_query(store, objects, aggregators, peers.clone(), http)
+        http.admin_token = args.admin.token()?;
+        let symbolizer = args.debuginfod.symbolizer_config();
+        let running = roles::start_query(store, objects, aggregators, symbolizer, peers.clone(), http)
             .await
             .context("starting the query node")?;
         println!("Kiln query node is up: http://{}/", running.local_addr);

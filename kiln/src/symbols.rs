@@ -91,6 +91,7 @@ struct CrawlTally {
 /// the same [`FileId`](kiln_symbolizer_workers::file_id) the agent gives
 /// the stripped library. Exits non-zero when any file or package failed.
 pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
+    let token = admin_token(&args)?;
     let downloads = Downloads::create()?;
     let mut debs = Vec::new();
     for source in &args.sources {
@@ -115,9 +116,14 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
         let name = deb.file_name().unwrap_or_default().to_string_lossy();
         bar.set_message(name.into_owned());
         for member in members {
-            match crawl_one(&agent, &args, &member) {
+            match crawl_one(&agent, &args, token.as_deref(), &member) {
                 Ok(true) => tally.uploaded += 1,
                 Ok(false) => tally.present += 1,
+                // Every other file would be refused the same way.
+                Err(e) if e.is::<Refused>() => {
+                    bar.finish_and_clear();
+                    return Err(e);
+                }
                 Err(e) => {
                     bar.suspend(|| eprintln!("{}: {}: {e:#}", deb.display(), member.path));
                     tally.failed += 1;
@@ -137,9 +143,41 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The server refused the admin token (or its absence): the message is
+/// the server's, which says what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Refused(String);
+
+/// The admin token to send: `--admin-token` (or `KILN_ADMIN_TOKEN`), else
+/// the one a local `kiln up` keeps in its data directory, if there is one.
+fn admin_token(args: &CrawlArgs) -> anyhow::Result<Option<String>> {
+    if let Some(token) = &args.admin_token {
+        return Ok(Some(token.clone()));
+    }
+    let dir = match std::env::var_os("KILN_DATA_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => match crate::up::default_data_dir() {
+            Ok(dir) => dir,
+            Err(_) => return Ok(None),
+        },
+    };
+    let path = dir.join(kiln_actors::ADMIN_TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text.trim().to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading the admin token in {}", path.display())),
+    }
+}
+
 /// Uploads one debug file to the global store; `false` when the store had
 /// its symbols already.
-fn crawl_one(agent: &Agent, args: &CrawlArgs, member: &DebugMember) -> anyhow::Result<bool> {
+fn crawl_one(
+    agent: &Agent,
+    args: &CrawlArgs,
+    token: Option<&str>,
+    member: &DebugMember,
+) -> anyhow::Result<bool> {
     let id = file_id(&member.data);
     let url = crate::client::url(
         &args.server.server,
@@ -157,14 +195,21 @@ fn crawl_one(agent: &Agent, args: &CrawlArgs, member: &DebugMember) -> anyhow::R
             status => return Err(failure(status, "")),
         }
     }
-    let mut response = agent
+    let mut request = agent
         .put(&url)
-        .header("Content-Type", "application/octet-stream")
+        .header("Content-Type", "application/octet-stream");
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let mut response = request
         .send(&member.data[..])
         .with_context(|| format!("sending to {}", args.server.server))?;
     let status = response.status().as_u16();
     if status != 200 {
         let text = response.body_mut().read_to_string().unwrap_or_default();
+        if status == 401 || status == 403 {
+            return Err(Refused(failure(status, &text).to_string()).into());
+        }
         return Err(failure(status, &text));
     }
     Ok(true)

@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use kiln_actors::{EmbeddedOptions, start_embedded};
-use kiln_symbolizer_workers::SymbolizerConfig;
-use kiln_symbolizer_workers::debuginfod::Debuginfod;
+use kiln_actors::{ADMIN_TOKEN_FILE, EmbeddedOptions, start_embedded};
 
 use crate::cli::UpArgs;
 use crate::local_agent;
@@ -23,9 +21,12 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
         kiln_actors::http::set_ui_dir(dir);
     }
     let mut options = EmbeddedOptions::new(data_dir.clone(), args.listen);
-    if let Some(urls) = &args.debuginfod_urls {
-        options.symbolizer = SymbolizerConfig::with_debuginfod(Debuginfod::parse_urls(urls));
-    }
+    options.symbolizer = args.debuginfod.symbolizer_config();
+    options.admin_token = args.admin.token()?;
+    let token_note = match options.admin_token {
+        Some(_) => "from --admin-token".to_owned(),
+        None => format!("in {}", data_dir.join(ADMIN_TOKEN_FILE).display()),
+    };
     actix_rt::System::new().block_on(async move {
         let running = start_embedded(options)
             .await
@@ -43,6 +44,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             "  import: kiln import --server http://{} FILE",
             running.local_addr
         );
+        println!("  admin:  token {token_note} (global symbol writes: kiln symbols crawl)");
         let agent = agent_config
             .and_then(|config| local_agent::start(config, running.local_addr, &data_dir));
         if agent.is_some() {
@@ -56,7 +58,8 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     })
 }
 
-fn default_data_dir() -> anyhow::Result<PathBuf> {
+/// Where `kiln up` keeps its data when not told.
+pub(crate) fn default_data_dir() -> anyhow::Result<PathBuf> {
     let base = dirs::data_dir()
         .context("no data directory for this user (set --data-dir or KILN_DATA_DIR)")?;
     Ok(base.join("kiln"))

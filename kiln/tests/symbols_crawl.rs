@@ -1,7 +1,9 @@
 //! `kiln symbols crawl`: the global symbol store filled from Debian debug
 //! packages. A tiny package built here with `dpkg-deb` (fast, always
 //! runs), and the real `libc6-dbg` of this system's glibc: frames in the
-//! system's stripped libc.so.6 show names after the crawl.
+//! system's stripped libc.so.6 show names after the crawl. Global writes
+//! need the admin token: the crawl finds the one `kiln up` keeps in its
+//! data directory, or is given one.
 
 mod support;
 
@@ -35,6 +37,19 @@ fn kiln(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(args)
         .env("KILN_LOG", "warn")
+        .env_remove("KILN_ADMIN_TOKEN")
+        .output()
+        .expect("run kiln")
+}
+
+/// `kiln symbols crawl` of `source` into `server`, on the same machine:
+/// it finds the admin token in the server's data directory.
+fn crawl(server: &Server, source: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["symbols", "crawl", "--server", &server.url, source])
+        .env("KILN_LOG", "warn")
+        .env_remove("KILN_ADMIN_TOKEN")
+        .env("KILN_DATA_DIR", &server.data_dir)
         .output()
         .expect("run kiln")
 }
@@ -165,7 +180,7 @@ fn crawled_debug_package_names_frames_of_the_stripped_program() {
     assert!(!global_has(&server, info.file_id));
 
     let deb_arg = deb.to_str().unwrap();
-    let out = kiln(&["symbols", "crawl", "--server", &server.url, deb_arg]);
+    let out = crawl(&server, deb_arg);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -178,7 +193,7 @@ fn crawled_debug_package_names_frames_of_the_stripped_program() {
 
     // Idempotent: the same package again (as a directory) uploads nothing.
     let dir_arg = dir.path().to_str().unwrap();
-    let out = kiln(&["symbols", "crawl", "--server", &server.url, dir_arg]);
+    let out = crawl(&server, dir_arg);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -186,6 +201,89 @@ fn crawled_debug_package_names_frames_of_the_stripped_program() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("0 uploaded, 1 already present"), "{stdout}");
+}
+
+/// A `PUT` to the global store with `authorization` (if any): status and
+/// body.
+fn put_global(
+    server: &Server,
+    id: FileId,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let url = format!("{}/api/v1/symbols/global/{id}", server.url);
+    let mut request = agent.put(&url);
+    if let Some(value) = authorization {
+        request = request.header("Authorization", value);
+    }
+    let mut response = request.send(body).unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+/// Guards issue 4's admin credential on global writes: no token is a 401,
+/// a wrong one a 403, each saying what is wrong; the right one stores;
+/// and a crawl with a wrong token stops at the first refusal, saying why.
+#[test]
+fn global_writes_need_the_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stripped, deb) = build_debug_package(dir.path());
+    let token = "test-admin-token-0123456789";
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--no-agent", "--admin-token", token],
+    );
+    let full = std::fs::read(dir.path().join("prog.full")).unwrap();
+    let id = kiln_agent::FileInfo::read(&stripped, "prog")
+        .unwrap()
+        .file_id;
+
+    let (status, text) = put_global(&server, id, None, &full);
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("needs the admin token"), "{text}");
+    let (status, text) = put_global(&server, id, Some("Basic dXNlcjpwYXNz"), &full);
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("not a bearer token"), "{text}");
+    let (status, text) = put_global(&server, id, Some("Bearer not-the-admin-token"), &full);
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("admin token is wrong"), "{text}");
+    assert!(!global_has(&server, id), "nothing stored by refused writes");
+
+    let out = kiln(&[
+        "symbols",
+        "crawl",
+        "--admin-token",
+        "not-the-admin-token",
+        "--server",
+        &server.url,
+        deb.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("403") && stderr.contains("wrong"),
+        "{stderr}"
+    );
+
+    let bearer = format!("Bearer {token}");
+    let (status, text) = put_global(&server, id, Some(&bearer), &full);
+    assert_eq!(status, 200, "{text}");
+    assert!(global_has(&server, id));
+    // Tenant uploads need no admin token.
+    let tenant_url = format!("{}/api/v1/symbols/{id}", server.url);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let status = agent.put(&tenant_url).send(&full[..]).unwrap().status();
+    assert_eq!(status.as_u16(), 200);
 }
 
 #[test]
@@ -261,7 +359,7 @@ fn crawled_libc6_dbg_names_frames_in_the_system_libc() {
     };
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"));
-    let out = kiln(&["symbols", "crawl", "--server", &server.url, &source]);
+    let out = crawl(&server, &source);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains("apt-get download") {

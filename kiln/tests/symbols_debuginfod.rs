@@ -182,7 +182,8 @@ fn stripped_program_gets_names_from_debuginfod() {
         .unwrap();
     assert_eq!(status, 200, "{text}");
 
-    // Queries trigger the fetch; the names show once it has been stored.
+    // Ingest starts the fetch (without waiting for it) and so do queries;
+    // the names show once it has been stored.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let lines = server.collapsed("");

@@ -27,7 +27,9 @@
 //!
 //! use bytes::Bytes;
 //! use kiln_model::{Frame, FrameEntry, FrameKind};
-//! use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore};
+//! use kiln_storage::{
+//!     EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, StoredFrame,
+//! };
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), kiln_storage::StoreError> {
@@ -38,11 +40,11 @@
 //!     Arc::new(LocalObjectStore::open(&dir.path().join("objects"))?);
 //!
 //! let frame = Frame::named(FrameKind::Kernel, "do_syscall_64");
-//! let entry = FrameEntry { id: frame.id(), frame: frame.clone() };
-//! profiles.put_frames("acme", &[entry.clone()]).await?;
-//! assert_eq!(profiles.get_frames("acme", &[entry.id]).await?, vec![Some(frame)]);
+//! let row = StoredFrame::from(FrameEntry { id: frame.id(), frame });
+//! profiles.put_frames("acme", &[row.clone()]).await?;
+//! assert_eq!(profiles.get_frames("acme", &[row.id]).await?, vec![Some(row.clone())]);
 //! // Tenants never see each other's rows.
-//! assert_eq!(profiles.get_frames("other", &[entry.id]).await?, vec![None]);
+//! assert_eq!(profiles.get_frames("other", &[row.id]).await?, vec![None]);
 //!
 //! let key = ObjectKey::new("global/readme.txt")?;
 //! objects.put(&key, Bytes::from_static(b"hello")).await?;
@@ -75,7 +77,7 @@ pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey, SymbolSt
 pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
 pub use postgres::{PostgresMetadataStore, PostgresProfileStore};
-pub use profile::{ProfileStore, StoredSample};
+pub use profile::{ProfileStore, StoredFrame, StoredSample};
 pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};
 pub use scylla::{ScyllaProfileStore, ScyllaUrl};

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use kiln_model::{
     Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
-    StackEntry, StackId,
+    StackEntry, StackId, Symbol,
 };
 
 use crate::error::StoreError;
@@ -42,6 +42,38 @@ impl StoredSample {
     }
 }
 
+/// One row of the frames table (DESIGN.md: `kind, file_id, addr | symbol
+/// list`): a frame, and for an address frame symbolized on its way in,
+/// its inline chain.
+///
+/// The symbols are what the frame's file had when it was written; frames
+/// that arrived before their symbols are written without, and the query
+/// path symbolizes them when it reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFrame {
+    /// The frame's id (`frame.id()`).
+    pub id: FrameId,
+    /// The frame.
+    pub frame: Frame,
+    /// For a [`Frame::Address`]: its inline chain, **outermost function
+    /// first**, one [`Symbol`] per level (an empty function name where the
+    /// symbols name none); empty when it was written unsymbolized (or its
+    /// symbols do not cover it). Always empty for a [`Frame::Named`],
+    /// which names itself: stores do not keep symbols for those.
+    pub symbols: Vec<Symbol>,
+}
+
+/// The row of a frame written without symbols.
+impl From<FrameEntry> for StoredFrame {
+    fn from(entry: FrameEntry) -> Self {
+        StoredFrame {
+            id: entry.id,
+            frame: entry.frame,
+            symbols: Vec::new(),
+        }
+    }
+}
+
 /// The hour (the partition of DESIGN.md's `samples` table) a timestamp
 /// belongs to: `div_euclid` rounds toward minus infinity, so -1 ns is in
 /// hour -1. Every store derives it here, so their keys agree.
@@ -67,8 +99,9 @@ pub(crate) fn hour_of(timestamp_ns: i64) -> i64 {
 /// [`StoreError::InvalidName`] (see [`Scope`]).
 #[async_trait]
 pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Writes frames under their ids.
-    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError>;
+    /// Writes frames (and the symbols of those symbolized) under their
+    /// ids; writing a frame again replaces its symbols too.
+    async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError>;
 
     /// Writes stacks (lists of frame ids, root first) under their ids.
     async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError>;
@@ -93,13 +126,13 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
     /// value, not by position), so callers aggregate first.
     async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError>;
 
-    /// Reads frames: one entry per id, in the order of `ids`, `None` where
-    /// the tenant has no such frame.
+    /// Reads frames, with their symbols: one entry per id, in the order
+    /// of `ids`, `None` where the tenant has no such frame.
     async fn get_frames(
         &self,
         tenant: &str,
         ids: &[FrameId],
-    ) -> Result<Vec<Option<Frame>>, StoreError>;
+    ) -> Result<Vec<Option<StoredFrame>>, StoreError>;
 
     /// Reads stacks, as [`get_frames`](Self::get_frames) does frames.
     async fn get_stacks(

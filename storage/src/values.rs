@@ -16,6 +16,9 @@
 //! stack         n:varint  n × frame_id:16 BE
 //! frame         0  kind:u8  file_id:16 BE  addr:varint                     (Frame::Address)
 //!               1  kind:u8  function:str  module:opt  file:opt  line:varint (Frame::Named)
+//!               2  kind:u8  file_id:16 BE  addr:varint  n:varint            (Frame::Address
+//!                  n × (function:str  file:opt  line:varint)                 with its symbols,
+//!                                                                            outermost first)
 //! labelset      n:varint  n × (name:str  value:str)
 //! executable    name:str  build_id:opt      (the file id is the key)
 //!
@@ -24,16 +27,19 @@
 //! opt    = 0 | 1 str
 //! ```
 
-use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, LabelSet};
+use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, LabelSet, Symbol};
 
 use crate::error::DecodeError;
-use crate::profile::StoredSample;
+use crate::profile::{StoredFrame, StoredSample};
 
 /// The version byte every value starts with.
 const VERSION: u8 = 1;
 
 const FRAME_ADDRESS: u8 = 0;
 const FRAME_NAMED: u8 = 1;
+/// An address frame with its symbols: a tag of its own, so rows written
+/// before symbols were stored read as they always did.
+const FRAME_SYMBOLIZED: u8 = 2;
 
 /// A sample row's value: count and period. The rest of the row is its key.
 pub(crate) fn encode_sample(sample: &StoredSample) -> Vec<u8> {
@@ -71,7 +77,9 @@ pub(crate) fn decode_stack(bytes: &[u8]) -> Result<Vec<FrameId>, DecodeError> {
     Ok(frames)
 }
 
-pub(crate) fn encode_frame(frame: &Frame) -> Vec<u8> {
+/// A frames-table value: the frame, and the symbols of an address frame
+/// (a named frame's are not kept: it names itself).
+pub(crate) fn encode_frame(frame: &Frame, symbols: &[Symbol]) -> Vec<u8> {
     let mut w = Writer::new(32);
     match frame {
         Frame::Address {
@@ -79,10 +87,22 @@ pub(crate) fn encode_frame(frame: &Frame) -> Vec<u8> {
             file_id,
             addr,
         } => {
-            w.u8(FRAME_ADDRESS)
+            let tag = match symbols {
+                [] => FRAME_ADDRESS,
+                _ => FRAME_SYMBOLIZED,
+            };
+            w.u8(tag)
                 .u8(*kind as u8)
                 .bytes(&file_id.to_be_bytes())
                 .varint(*addr);
+            if !symbols.is_empty() {
+                w.varint(symbols.len() as u64);
+                for s in symbols {
+                    w.str(&s.function)
+                        .opt_str(s.file.as_deref())
+                        .varint(u64::from(s.line));
+                }
+            }
         }
         Frame::Named {
             kind,
@@ -102,7 +122,8 @@ pub(crate) fn encode_frame(frame: &Frame) -> Vec<u8> {
     w.0
 }
 
-pub(crate) fn decode_frame(bytes: &[u8]) -> Result<Frame, DecodeError> {
+/// A frame and its symbols (empty when it was stored without).
+pub(crate) fn decode_frame(bytes: &[u8]) -> Result<(Frame, Vec<Symbol>), DecodeError> {
     let mut r = Reader::new(bytes)?;
     let tag = r.u8("frame tag")?;
     let kind_number = r.u8("frame kind")?;
@@ -110,24 +131,34 @@ pub(crate) fn decode_frame(bytes: &[u8]) -> Result<Frame, DecodeError> {
         field: "frame kind",
         value: kind_number.into(),
     })?;
+    let mut symbols = Vec::new();
     let frame = match tag {
-        FRAME_ADDRESS => Frame::Address {
-            kind,
-            file_id: FileId::from_be_bytes(r.array("file id")?),
-            addr: r.varint("address")?,
-        },
+        FRAME_ADDRESS | FRAME_SYMBOLIZED => {
+            let frame = Frame::Address {
+                kind,
+                file_id: FileId::from_be_bytes(r.array("file id")?),
+                addr: r.varint("address")?,
+            };
+            if tag == FRAME_SYMBOLIZED {
+                // A symbol takes at least 3 bytes (empty name, no file, line).
+                let n = r.count("symbol count", 3)?;
+                symbols.reserve(n);
+                for _ in 0..n {
+                    symbols.push(Symbol {
+                        function: r.str("symbol function")?,
+                        file: r.opt_str("symbol file")?,
+                        line: r.line("symbol line")?,
+                    });
+                }
+            }
+            frame
+        }
         FRAME_NAMED => Frame::Named {
             kind,
             function: r.str("function")?,
             module: r.opt_str("module")?,
             file: r.opt_str("file")?,
-            line: {
-                let line = r.varint("line")?;
-                u32::try_from(line).map_err(|_| DecodeError::OutOfRange {
-                    field: "line",
-                    value: line,
-                })?
-            },
+            line: r.line("line")?,
         },
         other => {
             return Err(DecodeError::OutOfRange {
@@ -137,7 +168,18 @@ pub(crate) fn decode_frame(bytes: &[u8]) -> Result<Frame, DecodeError> {
         }
     };
     r.finish()?;
-    Ok(frame)
+    Ok((frame, symbols))
+}
+
+/// A frames-table value of a row.
+pub(crate) fn encode_stored_frame(row: &StoredFrame) -> Vec<u8> {
+    encode_frame(&row.frame, &row.symbols)
+}
+
+/// The row of frame `id` from its value.
+pub(crate) fn decode_stored_frame(id: FrameId, bytes: &[u8]) -> Result<StoredFrame, DecodeError> {
+    let (frame, symbols) = decode_frame(bytes)?;
+    Ok(StoredFrame { id, frame, symbols })
 }
 
 pub(crate) fn encode_label_set(labels: &LabelSet) -> Vec<u8> {
@@ -293,6 +335,12 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
+    /// A source line: a varint that fits a `u32`.
+    fn line(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        let line = self.varint(field)?;
+        u32::try_from(line).map_err(|_| DecodeError::OutOfRange { field, value: line })
+    }
+
     fn str(&mut self, field: &'static str) -> Result<String, DecodeError> {
         let len = self.varint(field)?;
         let len =
@@ -328,16 +376,33 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn frame_strategy() -> impl Strategy<Value = Frame> {
+    fn symbol_strategy() -> impl Strategy<Value = Symbol> {
+        (".*", proptest::option::of(".*"), any::<u32>()).prop_map(|(function, file, line)| Symbol {
+            function,
+            file,
+            line,
+        })
+    }
+
+    /// A frame, with symbols for some address frames (named frames keep
+    /// none).
+    fn frame_strategy() -> impl Strategy<Value = (Frame, Vec<Symbol>)> {
         let kind = (0..FrameKind::ALL.len()).prop_map(|i| FrameKind::ALL[i]);
         prop_oneof![
-            (kind.clone(), any::<u128>(), any::<u64>()).prop_map(|(kind, f, addr)| {
-                Frame::Address {
-                    kind,
-                    file_id: FileId(f),
-                    addr,
-                }
-            }),
+            (
+                kind.clone(),
+                any::<u128>(),
+                any::<u64>(),
+                proptest::collection::vec(symbol_strategy(), 0..4)
+            )
+                .prop_map(|(kind, f, addr, symbols)| {
+                    let frame = Frame::Address {
+                        kind,
+                        file_id: FileId(f),
+                        addr,
+                    };
+                    (frame, symbols)
+                }),
             (
                 kind,
                 ".*",
@@ -345,12 +410,15 @@ mod tests {
                 proptest::option::of(".*"),
                 any::<u32>()
             )
-                .prop_map(|(kind, function, module, file, line)| Frame::Named {
-                    kind,
-                    function,
-                    module,
-                    file,
-                    line,
+                .prop_map(|(kind, function, module, file, line)| {
+                    let frame = Frame::Named {
+                        kind,
+                        function,
+                        module,
+                        file,
+                        line,
+                    };
+                    (frame, Vec::new())
                 }),
         ]
     }
@@ -372,21 +440,49 @@ mod tests {
             (1, encode_stack(&[FrameId(1), FrameId(u128::MAX)])),
             (
                 2,
-                encode_frame(&Frame::Address {
-                    kind: FrameKind::Native,
-                    file_id: FileId(7),
-                    addr: 0x40_1000,
-                }),
+                encode_frame(
+                    &Frame::Address {
+                        kind: FrameKind::Native,
+                        file_id: FileId(7),
+                        addr: 0x40_1000,
+                    },
+                    &[],
+                ),
             ),
             (
                 2,
-                encode_frame(&Frame::Named {
-                    kind: FrameKind::Python,
-                    function: "handle".into(),
-                    module: Some("app".into()),
-                    file: None,
-                    line: 42,
-                }),
+                encode_frame(
+                    &Frame::Address {
+                        kind: FrameKind::Native,
+                        file_id: FileId(7),
+                        addr: 0x40_1000,
+                    },
+                    &[
+                        Symbol {
+                            function: "work".into(),
+                            file: Some("/src/work.c".into()),
+                            line: 12,
+                        },
+                        Symbol {
+                            function: "mix".into(),
+                            file: None,
+                            line: 0,
+                        },
+                    ],
+                ),
+            ),
+            (
+                2,
+                encode_frame(
+                    &Frame::Named {
+                        kind: FrameKind::Python,
+                        function: "handle".into(),
+                        module: Some("app".into()),
+                        file: None,
+                        line: 42,
+                    },
+                    &[],
+                ),
             ),
             (
                 3,
@@ -416,8 +512,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn frames_round_trip(frame in frame_strategy()) {
-            prop_assert_eq!(decode_frame(&encode_frame(&frame)).unwrap(), frame);
+        fn frames_round_trip((frame, symbols) in frame_strategy()) {
+            let encoded = encode_frame(&frame, &symbols);
+            prop_assert_eq!(decode_frame(&encoded).unwrap(), (frame, symbols));
         }
 
         #[test]
@@ -472,6 +569,22 @@ mod tests {
             let padded = [encoded.as_slice(), &[0]].concat();
             assert!(!decode_all(&padded)[i], "{encoded:?} padded");
         }
+    }
+
+    /// Guards the compatibility of rows written before symbols were
+    /// stored: an address frame without symbols keeps its old bytes.
+    #[test]
+    fn unsymbolized_address_frames_keep_their_old_encoding() {
+        let frame = Frame::Address {
+            kind: FrameKind::Native,
+            file_id: FileId(0x0102),
+            addr: 0x81,
+        };
+        let mut old = vec![VERSION, FRAME_ADDRESS, 0];
+        old.extend_from_slice(&0x0102u128.to_be_bytes());
+        old.extend_from_slice(&[0x81, 0x01]);
+        assert_eq!(encode_frame(&frame, &[]), old);
+        assert_eq!(decode_frame(&old).unwrap(), (frame, Vec::new()));
     }
 
     #[test]

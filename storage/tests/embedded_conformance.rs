@@ -5,7 +5,7 @@ use bytes::Bytes;
 use kiln_model::{Frame, FrameEntry, FrameKind, LabelSetId, StackId};
 use kiln_storage::{
     EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
-    StoredSample, conformance,
+    StoredFrame, StoredSample, conformance,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -41,10 +41,10 @@ async fn embedded_profile_store_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let scope = Scope::new("acme", "web").unwrap();
     let frame = Frame::named(FrameKind::Native, "main");
-    let entry = FrameEntry {
+    let entry = StoredFrame::from(FrameEntry {
         id: frame.id(),
-        frame: frame.clone(),
-    };
+        frame,
+    });
     let samples: Vec<StoredSample> = (0..1000)
         .map(|i| StoredSample {
             timestamp_ns: -500 + i,
@@ -66,7 +66,7 @@ async fn embedded_profile_store_survives_reopen() {
     let store = EmbeddedProfileStore::open(dir.path()).unwrap();
     assert_eq!(
         store.get_frames("acme", &[entry.id]).await.unwrap(),
-        vec![Some(frame)]
+        vec![Some(entry)]
     );
     assert_eq!(
         store

@@ -12,7 +12,11 @@ pub enum ApiError {
     /// The request is malformed; the message says how.
     #[error("{0}")]
     BadRequest(String),
-    /// The caller may not use this endpoint; the message says why.
+    /// The request needs a credential it did not carry; the message says
+    /// which and how to send it.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The credential is wrong, or the server allows no one this request.
     #[error("{0}")]
     Forbidden(String),
     /// The ingest bus cannot take the batch now; the client should retry.
@@ -42,6 +46,7 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -50,8 +55,14 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
-        if matches!(self, ApiError::Unavailable(_)) {
-            response.insert_header(("Retry-After", "5"));
+        match self {
+            ApiError::Unavailable(_) => {
+                response.insert_header(("Retry-After", "5"));
+            }
+            ApiError::Unauthorized(_) => {
+                response.insert_header(("WWW-Authenticate", "Bearer"));
+            }
+            _ => {}
         }
         response.json(serde_json::json!({ "error": self.to_string() }))
     }

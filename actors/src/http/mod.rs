@@ -11,7 +11,7 @@
 //! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 |
 //! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored |
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols, else 404 |
-//! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) |
+//! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl); needs the [`AdminToken`] |
 //! | GET | `/healthz` | liveness |
 //! | POST | `/internal/v1/scan` | query nodes only (cluster secret): a peer's partition scan |
 //! | POST | `/internal/v1/symbols-stored` | query nodes only (cluster secret): a peer stored symbols |
@@ -22,6 +22,7 @@
 //! (`process=nginx`). Times are RFC 3339, unix seconds, `now` or
 //! `now-<duration>`.
 
+mod admin;
 mod assets;
 mod error;
 mod index;
@@ -41,6 +42,7 @@ use kiln_storage::{ObjectStore, Scope};
 use crate::ingest::IngestProgress;
 use crate::query::{ClusterSecret, QueryCoordinator};
 
+pub use admin::{AdminToken, AdminTokenError};
 pub use assets::{set_ui_dir, ui_dir};
 pub use error::ApiError;
 pub use params::{now_ns, parse_time};
@@ -59,6 +61,9 @@ pub struct AppState {
     /// The tenant and project of every request, until tenancy lands (then
     /// it comes from the caller's credential).
     pub scope: Scope,
+    /// What writes to the global symbol store must present; `None`: they
+    /// are refused.
+    pub admin: Option<AdminToken>,
 }
 
 /// What the write endpoints need besides [`AppState`]: only a process that

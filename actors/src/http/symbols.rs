@@ -8,20 +8,20 @@
 //! stores them as zstd-compressed ksym, so that what is stored is always
 //! well-formed, whatever the client sent.
 //!
-//! Global writes change what every tenant sees: once tenancy has
-//! credentials, they must need an admin one. The embedded server has a
-//! single tenant and no keys, so today anyone who can upload can.
+//! Global writes change what every tenant sees, so they need the admin
+//! token ([`super::admin`]): 401 without it, 403 with a wrong one or on a
+//! server that has none. Tenant uploads go under the caller's tenant only.
 
 use std::path::Path;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_model::FileId;
 use kiln_storage::ObjectKey;
 use kiln_symbolizer_workers::{StoredError, build_stored, file_id};
 use serde::Serialize;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, admin};
 use crate::query::SymbolsStored;
 
 /// What a `PUT` stored.
@@ -102,12 +102,18 @@ pub(crate) async fn upload(
 }
 
 /// `PUT /api/v1/symbols/global/{file_id}`: as [`upload`], into the global
-/// store that every tenant's queries fall back to.
+/// store that every tenant's queries fall back to; needs the admin token.
 pub(crate) async fn upload_global(
     state: web::Data<AppState>,
+    request: HttpRequest,
     path: web::Path<String>,
     body: web::Bytes,
 ) -> Result<HttpResponse, ApiError> {
+    admin::require(
+        state.admin.as_ref(),
+        &request,
+        "writing to the global symbol store",
+    )?;
     let id = parse_id(&path)?;
     store(&state, id, ObjectKey::global_symbols(id), None, body).await
 }

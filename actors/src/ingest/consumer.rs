@@ -1,5 +1,5 @@
 //! `BusConsumer`: polls the bus and drives each poll through
-//! decode → dedup → write, then commits the offsets.
+//! decode → dedup → symbolize → write, then commits the offsets.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,11 +8,13 @@ use std::time::Duration;
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use kiln_ingest_bus::Consumer;
 use kiln_storage::{ObjectKey, ObjectStore};
+use kiln_symbolizer_workers::Symbolizer;
 use tracing::{debug, error, warn};
 
-use super::decoder::{Decode, Decoded, Decoder, Rejected};
+use super::decoder::{Decode, Decoder, Rejected};
 use super::deduper::{Deduper, Filter, Remember};
 use super::progress::ProgressSender;
+use super::symbolize::{Symbolized, symbolize};
 use super::writer::{Write, Writer};
 
 /// Most records taken in one poll (and written with one sync).
@@ -27,6 +29,7 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 pub(crate) struct Stages {
     pub decoder: Addr<Decoder>,
     pub deduper: Addr<Deduper>,
+    pub symbolizer: Addr<Symbolizer>,
     pub writer: Addr<Writer>,
     pub objects: Arc<dyn ObjectStore>,
 }
@@ -102,7 +105,8 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
             }
         }
         let remember: Vec<Remember> = filtered.iter().map(Remember::of).collect();
-        if !write(&stages.writer, filtered).await {
+        let symbolized = symbolize(&stages.symbolizer, filtered).await;
+        if !write(&stages.writer, symbolized).await {
             return;
         }
         for (partition, next) in next_offsets {
@@ -116,7 +120,7 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
 }
 
 /// Writes until the store takes the batches; `false` if the writer is gone.
-async fn write(writer: &Addr<Writer>, batches: Vec<Decoded>) -> bool {
+async fn write(writer: &Addr<Writer>, batches: Vec<Symbolized>) -> bool {
     let batches = Arc::new(batches);
     loop {
         match writer.send(Write(batches.clone())).await {

@@ -1,8 +1,10 @@
-//! The ingest pipeline: `BusConsumer → Decoder → Deduper → Writer`.
+//! The ingest pipeline: `BusConsumer → Decoder → Deduper → Symbolizer →
+//! Writer`.
 //!
 //! Each poll of the bus is decoded, stripped of dictionary entries already
-//! written, written to the profile store and synced; only then are the
-//! offsets committed. A crash anywhere before the commit means the records
+//! written, its new address frames symbolized where their symbols are at
+//! hand (`symbolize`), written to the profile store and synced; only then
+//! are the offsets committed. A crash anywhere before the commit means the records
 //! are read again, and since every id is a content hash and every sample key
 //! is deterministic, writing them again changes nothing.
 
@@ -10,13 +12,15 @@ mod consumer;
 mod decoder;
 mod deduper;
 mod progress;
+mod symbolize;
 mod writer;
 
 use std::sync::Arc;
 
-use actix::{Actor, Arbiter};
+use actix::{Actor, Addr, Arbiter};
 use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{ObjectStore, ProfileStore};
+use kiln_symbolizer_workers::Symbolizer;
 
 pub use progress::IngestProgress;
 
@@ -24,11 +28,14 @@ pub use progress::IngestProgress;
 pub const CONSUMER_GROUP: &str = "kiln-ingest";
 
 /// Starts the pipeline on its own arbiter (thread), consuming `bus` as a
-/// member of [`CONSUMER_GROUP`].
+/// member of [`CONSUMER_GROUP`]; frames are symbolized by `symbolizer`
+/// before they are written (give it the query side's, where there is one,
+/// so that it hears of uploads at once).
 pub async fn start(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    symbolizer: Addr<Symbolizer>,
 ) -> Result<IngestProgress, BusError> {
     let consumer = bus.consumer(CONSUMER_GROUP).await?;
     let (sender, progress) = progress::channel(bus.partition_count());
@@ -37,6 +44,7 @@ pub async fn start(
         let stages = consumer::Stages {
             decoder: decoder::Decoder.start(),
             deduper: deduper::Deduper::default().start(),
+            symbolizer,
             writer: writer::Writer::new(store).start(),
             objects,
         };

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use kiln_storage::{ProfileStore, StoreError, StoredSample};
 
-use super::decoder::Decoded;
+use super::symbolize::Symbolized;
 
 /// Writes batches; answers once they are durable.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<(), StoreError>")]
-pub(crate) struct Write(pub Arc<Vec<Decoded>>);
+pub(crate) struct Write(pub Arc<Vec<Symbolized>>);
 
 /// Writes to the profile store.
 #[derive(Debug)]
@@ -34,8 +34,8 @@ impl Handler<Write> for Writer {
     fn handle(&mut self, Write(batches): Write, _: &mut Context<Self>) -> Self::Result {
         let store = self.store.clone();
         Box::pin(async move {
-            for decoded in batches.iter() {
-                write_one(&*store, decoded).await?;
+            for batch in batches.iter() {
+                write_one(&*store, batch).await?;
             }
             // One sync for the whole poll: the bus offsets are committed
             // only after this returns.
@@ -44,13 +44,13 @@ impl Handler<Write> for Writer {
     }
 }
 
-async fn write_one(store: &dyn ProfileStore, decoded: &Decoded) -> Result<(), StoreError> {
-    let scope = &decoded.header.scope;
+async fn write_one(store: &dyn ProfileStore, batch: &Symbolized) -> Result<(), StoreError> {
+    let scope = &batch.decoded.header.scope;
     let tenant = scope.tenant();
-    let b = &decoded.batch;
+    let b = &batch.decoded.batch;
     // Dictionary first, samples last: a reader that sees a sample can
     // resolve its stack.
-    store.put_frames(tenant, &b.frames).await?;
+    store.put_frames(tenant, &batch.frames).await?;
     store.put_stacks(tenant, &b.stacks).await?;
     store.put_label_sets(tenant, &b.label_sets).await?;
     store.put_executables(tenant, &b.executables).await?;

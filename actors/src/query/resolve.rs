@@ -1,11 +1,17 @@
 //! Turning stack ids into frames a person can read.
+//!
+//! Address frames the ingest pipeline stored with their symbols are
+//! labelled from those (when they have source lines: `is_final`); the
+//! others are symbolized here, in one batched lookup per query, so that
+//! frames that arrived before their symbols show names once the symbols
+//! are uploaded.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use actix::Addr;
-use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, StackId};
-use kiln_storage::{ProfileStore, StoreError};
+use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, StackId, Symbol};
+use kiln_storage::{ProfileStore, StoreError, StoredFrame};
 use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer, SymbolsStored};
 
 use super::QueryError;
@@ -204,38 +210,41 @@ impl Resolver {
             }
         }
         for chunk in missing.chunks(CHUNK) {
-            let frames = self.store.get_frames(tenant, chunk).await?;
-            let executables = self.executables(tenant, frames.iter().flatten()).await?;
+            let rows = self.store.get_frames(tenant, chunk).await?;
+            let executables = self
+                .executables(tenant, rows.iter().flatten().map(|r| &r.frame))
+                .await?;
             let mut cache = self.frames.lock().expect("frame cache lock");
-            for (&id, frame) in chunk.iter().zip(frames) {
-                match frame {
-                    Some(Frame::Address {
+            for (&id, row) in chunk.iter().zip(rows) {
+                let Some(StoredFrame { frame, symbols, .. }) = row else {
+                    let label = FrameLabel::synthetic(format!("[unknown frame {id}]"));
+                    found.insert(id, Arc::new([Arc::new(label)]) as _);
+                    continue;
+                };
+                let labels: Labels = match frame {
+                    Frame::Address {
                         kind,
                         file_id,
                         addr,
-                    }) => {
+                    } => {
                         let executable = executables.get(&file_id);
-                        addresses.push((
-                            id,
-                            Address {
-                                kind,
-                                file_id,
-                                addr,
-                                module: executable.map(|e| e.name.clone()),
-                                build_id: executable.and_then(|e| e.build_id.clone()),
-                            },
-                        ))
+                        let address = Address {
+                            kind,
+                            file_id,
+                            addr,
+                            module: executable.map(|e| e.name.clone()),
+                            build_id: executable.and_then(|e| e.build_id.clone()),
+                        };
+                        if !is_final(&symbols) {
+                            addresses.push((id, address));
+                            continue;
+                        }
+                        stored_labels(&address, symbols)
                     }
-                    Some(frame) => {
-                        let labels: Labels = Arc::new([Arc::new(named_label(frame))]) as _;
-                        cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
-                        found.insert(id, labels);
-                    }
-                    None => {
-                        let label = FrameLabel::synthetic(format!("[unknown frame {id}]"));
-                        found.insert(id, Arc::new([Arc::new(label)]) as _);
-                    }
-                }
+                    frame => Arc::new([Arc::new(named_label(frame))]) as _,
+                };
+                cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
+                found.insert(id, labels);
             }
         }
         found.extend(self.symbolize(tenant, addresses).await?);
@@ -272,6 +281,7 @@ impl Resolver {
             .send(Resolve {
                 tenant: tenant.to_owned(),
                 files,
+                debuginfod_wait: None,
             })
             .await??;
         let mut out = Vec::new();
@@ -365,6 +375,28 @@ fn address_label(a: &Address) -> FrameLabel {
         file: None,
         line: 0,
     }
+}
+
+/// Whether the symbols a frame was stored with are as good as symbols get,
+/// so the query uses them without a lookup: they have source lines.
+/// Names-only symbols (a stripped binary's, uploaded by the agent) are
+/// looked up again, because the debug file may have been uploaded since.
+fn is_final(symbols: &[Symbol]) -> bool {
+    symbols.iter().any(|s| s.line != 0)
+}
+
+/// The labels of an address frame stored with its symbols (outermost
+/// first), as [`symbolized_labels`] makes them from a lookup.
+fn stored_labels(a: &Address, symbols: Vec<Symbol>) -> Labels {
+    let chain = symbols
+        .into_iter()
+        .map(|s| ResolvedFrame {
+            function: Some(s.function).filter(|f| !f.is_empty()),
+            file: s.file,
+            line: s.line,
+        })
+        .collect();
+    symbolized_labels(a, chain)
 }
 
 /// One label per inline level (outermost first); the address label when

@@ -35,6 +35,7 @@ use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_storage::{
     EmbeddedProfileStore, LocalObjectStore, ObjectStore, PostgresProfileStore, ProfileStore,
 };
+use kiln_symbolizer_workers::SymbolizerConfig;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -203,9 +204,13 @@ impl Cluster {
         };
         let mut systems = Vec::new();
         let listen: SocketAddr = "127.0.0.1:0".parse()?;
-        let http = HttpOptions { listen, workers: 2 };
+        let http = HttpOptions {
+            workers: 2,
+            ..HttpOptions::new(listen)
+        };
         let (gateway_system, gateway) = spawn_system("gateway", {
             let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
+            let http = http.clone();
             move || async move {
                 let running = roles::start_gateway(bus, store, objects, None, http).await?;
                 Ok((Some(running.local_addr), Some(running.server)))
@@ -216,7 +221,7 @@ impl Cluster {
             let (system, _) = spawn_system("worker", {
                 let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
                 move || async move {
-                    roles::start_worker(bus, store, objects).await?;
+                    roles::start_worker(bus, store, objects, SymbolizerConfig::default()).await?;
                     Ok((None, None))
                 }
             })?;
@@ -225,7 +230,8 @@ impl Cluster {
         let (query_system, query) = spawn_system("query", {
             let (store, objects) = (store.clone(), objects.clone());
             move || async move {
-                let running = roles::start_query(store, objects, 2, None, http).await?;
+                let symbolizer = SymbolizerConfig::default();
+                let running = roles::start_query(store, objects, 2, symbolizer, None, http).await?;
                 Ok((Some(running.local_addr), Some(running.server)))
             }
         })?;

@@ -1,13 +1,23 @@
 //! Embedded ingest throughput: a Zipf-distributed synthetic fleet's batches
-//! through the bus and the pipeline (`Decoder → Deduper → Writer`), against
-//! the baseline of writing every batch's rows, dictionary entries included,
-//! straight into the same kind of store: what a writer without the
-//! Deduper's caches would do. Each batch carries its whole dictionary (an
-//! agent would send only new entries), so the Deduper has work to do.
+//! through the bus and the pipeline (`Decoder → Deduper → Symbolizer →
+//! Writer`), against the baseline of writing every batch's rows,
+//! dictionary entries included, straight into the same kind of store: what
+//! a writer without the Deduper's caches would do. Each batch carries its
+//! whole dictionary (an agent would send only new entries), so the Deduper
+//! has work to do.
+//!
+//! Then the same fleet with native frames — addresses in a real ELF file
+//! (`--symbols-elf`, by default this benchmark's own binary) — through the
+//! pipeline twice: without symbols for the file, and with its symbols in
+//! the object store (loaded into the symbolizer before the run, as a
+//! long-running worker has them; the load is timed apart), so every new
+//! frame is symbolized before it is written. Their ratio is the cost of
+//! ingest-side symbolization.
 //!
 //! `cargo run --release -p kiln-load-tests --bin ingest_bench`
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,8 +26,14 @@ use kiln_actors::envelope::EnvelopeHeader;
 use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
-use kiln_model::Batch;
-use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ProfileStore, Scope, StoredSample};
+use kiln_model::{Batch, FileId, Frame, FrameKind};
+use kiln_storage::{
+    EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
+    StoredFrame, StoredSample,
+};
+use kiln_symbolizer_workers::{
+    FileAddrs, Resolve, Symbolizer, SymbolizerConfig, build_stored, file_id,
+};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -42,6 +58,24 @@ struct Args {
     /// Processes per host.
     #[arg(long, default_value_t = 8)]
     processes: usize,
+    /// The ELF whose addresses the native-frame runs use (its symbols are
+    /// built once, as an upload would). Default: this binary.
+    #[arg(long)]
+    symbols_elf: Option<PathBuf>,
+    /// Runs of each native-frame pipeline (their medians are compared).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+}
+
+fn median(runs: &mut [Duration]) -> Duration {
+    runs.sort_unstable();
+    runs[runs.len() / 2]
+}
+
+/// Symbols of one file, as the object store keeps them.
+struct FileSymbols {
+    id: FileId,
+    compressed: Vec<u8>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -79,6 +113,13 @@ fn main() -> anyhow::Result<()> {
         "B",
     );
 
+    let elf = match &args.symbols_elf {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?,
+    };
+    let (native, symbols) = native_batches(&batches, &elf)?;
+    let native_encoded: Vec<Vec<u8>> = native.iter().map(Batch::encode).collect();
+
     let runtime = actix_rt::System::new();
     runtime.block_on(async {
         let baseline = baseline(&batches).await?;
@@ -89,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             "samples/s",
         );
 
-        let (publish, drain) = pipeline(&encoded).await?;
+        let Run { publish, drain, .. } = pipeline(&encoded, None).await?;
         report.time("pipeline: publish to bus (fsync each)", publish);
         report.add(
             "publish batches/s",
@@ -112,6 +153,47 @@ fn main() -> anyhow::Result<()> {
             baseline.as_secs_f64() / drain.as_secs_f64(),
             "x",
         );
+
+        // The two alternate, `rounds` times each, and the medians are
+        // compared: on a shared machine one run of each says little.
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..args.rounds.max(1) {
+            without.push(pipeline(&native_encoded, None).await?.drain);
+            let symbolized = pipeline(&native_encoded, Some(&symbols)).await?;
+            with.push(symbolized.drain);
+            if with.len() == 1 {
+                if let Some(warm_up) = symbolized.warm_up {
+                    report.time("loading the symbol file (once, before)", warm_up);
+                }
+                // The figure means something only if the frames were
+                // symbolized.
+                let (stored, symbolized) = symbolized.frames_with_symbols(&native).await?;
+                report.add("native frames stored", stored as f64, "frames");
+                report.add(
+                    "of them stored symbolized",
+                    symbolized as f64 / stored as f64 * 100.0,
+                    "%",
+                );
+            }
+        }
+        let (without, with) = (median(&mut without), median(&mut with));
+        report.time("native frames, no symbols: bus -> store (median)", without);
+        report.add(
+            "native, no symbols: samples/s",
+            samples as f64 / without.as_secs_f64(),
+            "samples/s",
+        );
+        report.time("native frames, symbolized: bus -> store (median)", with);
+        report.add(
+            "native, symbolized: samples/s",
+            samples as f64 / with.as_secs_f64(),
+            "samples/s",
+        );
+        report.add(
+            "symbolized / unsymbolized throughput",
+            without.as_secs_f64() / with.as_secs_f64(),
+            "x",
+        );
         anyhow::Ok(())
     })?;
     report.finish("ingest");
@@ -127,7 +209,8 @@ async fn baseline(batches: &[Batch]) -> anyhow::Result<Duration> {
     let started = Instant::now();
     for chunk in batches.chunks(256) {
         for b in chunk {
-            store.put_frames("bench", &b.frames).await?;
+            let frames: Vec<StoredFrame> = b.frames.iter().cloned().map(Into::into).collect();
+            store.put_frames("bench", &frames).await?;
             store.put_stacks("bench", &b.stacks).await?;
             store.put_label_sets("bench", &b.label_sets).await?;
             let rows = StoredSample::of_batch(b);
@@ -138,13 +221,98 @@ async fn baseline(batches: &[Batch]) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// The fleet's batches with every frame an address in `elf` (one function
+/// of it per distinct frame name), and the file's symbols.
+fn native_batches(batches: &[Batch], elf: &Path) -> anyhow::Result<(Vec<Batch>, FileSymbols)> {
+    let data = std::fs::read(elf)?;
+    let id = file_id(&data);
+    let options = kiln_symbolizer_workers::ExtractOptions {
+        no_debug_file: true,
+        ..Default::default()
+    };
+    let table = kiln_symbolizer_workers::extract_bytes(elf, &data, &options)?.table;
+    let starts: Vec<u64> = table.ranges.iter().map(|r| r.start).collect();
+    anyhow::ensure!(!starts.is_empty(), "{} has no symbols", elf.display());
+    let compressed = build_stored(elf, &data)?.compressed;
+    // Each distinct name gets its own function, in the middle of its first
+    // instruction bytes, as return addresses minus one are.
+    let mut addresses: HashMap<Frame, Frame> = HashMap::new();
+    let mut native_frame = |frame: &Frame| -> Frame {
+        let next = addresses.len();
+        addresses
+            .entry(frame.clone())
+            .or_insert_with(|| Frame::Address {
+                kind: FrameKind::Native,
+                file_id: id,
+                addr: starts[next * 7919 % starts.len()] + 1,
+            })
+            .clone()
+    };
+    let native = batches
+        .iter()
+        .map(|b| {
+            let mut builder = kiln_model::BatchBuilder::new("bench", 0, b.period_ns);
+            let stacks: HashMap<_, _> = b.stacks.iter().map(|s| (s.id, &s.frames)).collect();
+            let frames: HashMap<_, _> = b.frames.iter().map(|f| (f.id, &f.frame)).collect();
+            let labels: HashMap<_, _> = b.label_sets.iter().map(|l| (l.id, &l.labels)).collect();
+            for sample in &b.samples {
+                let stack: Vec<Frame> = stacks[&sample.stack]
+                    .iter()
+                    .map(|f| native_frame(frames[f]))
+                    .collect();
+                builder.add(
+                    sample.timestamp_ns,
+                    &stack,
+                    labels[&sample.labels],
+                    sample.count,
+                );
+            }
+            builder.finish()
+        })
+        .collect();
+    Ok((native, FileSymbols { id, compressed }))
+}
+
+/// One pipeline run: how long publishing and draining took, and the store
+/// it wrote.
+struct Run {
+    publish: Duration,
+    /// Loading the symbols into the symbolizer, before the drain.
+    warm_up: Option<Duration>,
+    drain: Duration,
+    store: Arc<EmbeddedProfileStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Run {
+    /// Of the distinct frames of `batches`: how many the store holds, and
+    /// how many of those with symbols.
+    async fn frames_with_symbols(&self, batches: &[Batch]) -> anyhow::Result<(usize, usize)> {
+        let ids: BTreeSet<_> = batches
+            .iter()
+            .flat_map(|b| &b.frames)
+            .map(|f| f.id)
+            .collect();
+        let ids: Vec<_> = ids.into_iter().collect();
+        let rows = self.store.get_frames("bench", &ids).await?;
+        let stored: Vec<StoredFrame> = rows.into_iter().flatten().collect();
+        let with_symbols = stored.iter().filter(|f| !f.symbols.is_empty()).count();
+        Ok((stored.len(), with_symbols))
+    }
+}
+
 /// Publishes every batch to an embedded bus, then starts the pipeline and
-/// waits until everything is committed.
-async fn pipeline(encoded: &[Vec<u8>]) -> anyhow::Result<(Duration, Duration)> {
+/// waits until everything is committed; with `symbols` in the object store
+/// first when given.
+async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
     let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 4)?);
     let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles"))?);
     let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects"))?);
+    if let Some(symbols) = symbols {
+        let key = ObjectKey::tenant_symbols("bench", symbols.id)?;
+        objects.put(&key, symbols.compressed.clone().into()).await?;
+    }
     let header = EnvelopeHeader {
         scope: Scope::new("bench", "bench")?,
         received_at_ns: 0,
@@ -161,13 +329,40 @@ async fn pipeline(encoded: &[Vec<u8>]) -> anyhow::Result<(Duration, Duration)> {
     }
     let publish = started.elapsed();
 
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+    // A long-running worker has its files' symbols loaded: load them
+    // first, and time that apart.
+    let warm_up = match symbols {
+        Some(symbols) => {
+            let started = Instant::now();
+            let request = Resolve {
+                tenant: "bench".into(),
+                files: vec![FileAddrs {
+                    file: symbols.id,
+                    build_id: None,
+                    addrs: vec![0],
+                }],
+                debuginfod_wait: None,
+            };
+            let resolved = symbolizer.send(request).await??;
+            anyhow::ensure!(resolved[0].is_some(), "the stored symbols do not load");
+            Some(started.elapsed())
+        }
+        None => None,
+    };
     let started = Instant::now();
-    let progress = kiln_actors::ingest::start(bus, store, objects).await?;
+    let progress = kiln_actors::ingest::start(bus, store.clone(), objects, symbolizer).await?;
     for (partition, offset) in last {
         let done = progress
             .wait_committed(partition, offset, Duration::from_secs(600))
             .await;
         anyhow::ensure!(done, "pipeline did not finish partition {partition}");
     }
-    Ok((publish, started.elapsed()))
+    Ok(Run {
+        publish,
+        warm_up,
+        drain: started.elapsed(),
+        store,
+        _dir: dir,
+    })
 }

@@ -1,12 +1,12 @@
 //! The `ProfileStore` conformance suite.
 
 use kiln_model::{
-    Executable, FileId, Frame, FrameEntry, FrameId, FrameKind, LabelSet, LabelSetEntry, LabelSetId,
-    NANOS_PER_HOUR, StackEntry, StackId, stack_id,
+    Executable, FileId, Frame, FrameId, FrameKind, LabelSet, LabelSetEntry, LabelSetId,
+    NANOS_PER_HOUR, StackEntry, StackId, Symbol, stack_id,
 };
 
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
-use crate::profile::{ProfileStore, StoredSample};
+use crate::profile::{ProfileStore, StoredFrame, StoredSample};
 use crate::scope::Scope;
 
 /// Runs every `ProfileStore` check against `store`; panics naming each
@@ -14,7 +14,7 @@ use crate::scope::Scope;
 ///
 /// Covers round trips of every table, missing ids, replace-not-add of
 /// samples, exact scan bounds (across hours, negative and extreme
-/// timestamps), tenant and project isolation, empty inputs and a 50 000-row
+/// timestamps), frame symbols, tenant and project isolation, empty inputs and a 50 000-row
 /// scan.
 pub async fn profile_store(store: &dyn ProfileStore) {
     run_checks!(
@@ -22,6 +22,7 @@ pub async fn profile_store(store: &dyn ProfileStore) {
         store,
         [
             frames_round_trip,
+            frame_symbols_are_replaced_on_rewrite,
             stacks_round_trip,
             label_sets_round_trip,
             executables_round_trip_and_replace,
@@ -76,7 +77,24 @@ async fn expect_scan(
     Ok(())
 }
 
-fn frame_entries() -> Vec<FrameEntry> {
+/// An inline chain of two levels, outermost first, with odd text.
+fn symbols() -> Vec<Symbol> {
+    vec![
+        Symbol {
+            function: "std::vector<int>::push_back(int const&) ∑".into(),
+            file: Some("/usr/include/c++/12/bits/stl_vector.h".into()),
+            line: u32::MAX,
+        },
+        Symbol {
+            function: String::new(),
+            file: None,
+            line: 0,
+        },
+    ]
+}
+
+/// Frames of every shape; the first is written with its symbols.
+fn frame_entries() -> Vec<StoredFrame> {
     let frames = [
         Frame::Address {
             kind: FrameKind::Native,
@@ -106,9 +124,11 @@ fn frame_entries() -> Vec<FrameEntry> {
     ];
     frames
         .into_iter()
-        .map(|frame| FrameEntry {
+        .enumerate()
+        .map(|(i, frame)| StoredFrame {
             id: frame.id(),
             frame,
+            symbols: if i == 0 { symbols() } else { Vec::new() },
         })
         .collect()
 }
@@ -136,8 +156,34 @@ async fn frames_round_trip(store: &dyn ProfileStore, names: &Names) -> Check {
     store.put_frames(&tenant, &entries).await?;
     let ids: Vec<FrameId> = entries.iter().map(|e| e.id).collect();
     let got = store.get_frames(&tenant, &ids).await?;
-    let expected: Vec<Option<Frame>> = entries.into_iter().map(|e| Some(e.frame)).collect();
+    let expected: Vec<Option<StoredFrame>> = entries.into_iter().map(Some).collect();
     ensure_eq!(got, expected, "frames read back");
+    Ok(())
+}
+
+/// A frame written unsymbolized and again with symbols (symbols arrived
+/// in between), or the other way round: the last write holds.
+async fn frame_symbols_are_replaced_on_rewrite(store: &dyn ProfileStore, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    let symbolized = frame_entries().swap_remove(0);
+    let plain = StoredFrame {
+        symbols: Vec::new(),
+        ..symbolized.clone()
+    };
+    for (first, second) in [(&plain, &symbolized), (&symbolized, &plain)] {
+        store
+            .put_frames(&tenant, std::slice::from_ref(first))
+            .await?;
+        store
+            .put_frames(&tenant, std::slice::from_ref(second))
+            .await?;
+        ensure_eq!(
+            store.get_frames(&tenant, &[second.id]).await?,
+            vec![Some(second.clone())],
+            "frame after a rewrite with {} symbols",
+            second.symbols.len()
+        );
+    }
     Ok(())
 }
 
@@ -225,10 +271,10 @@ async fn missing_ids_give_none_in_order(store: &dyn ProfileStore, names: &Names)
         .await?;
     let expected = vec![
         None,
-        Some(a.frame.clone()),
+        Some(a.clone()),
         None,
-        Some(b.frame.clone()),
-        Some(a.frame.clone()),
+        Some(b.clone()),
+        Some(a.clone()),
     ];
     ensure_eq!(got, expected, "frames with missing and repeated ids");
 
@@ -417,9 +463,10 @@ async fn tenants_are_isolated(store: &dyn ProfileStore, names: &Names) -> Check 
         store
             .put_frames(
                 tenant,
-                &[FrameEntry {
+                &[StoredFrame {
                     id: frame_id,
                     frame: Frame::named(FrameKind::Native, tenant.as_str()),
+                    symbols: Vec::new(),
                 }],
             )
             .await?;
@@ -459,7 +506,11 @@ async fn tenants_are_isolated(store: &dyn ProfileStore, names: &Names) -> Check 
         let scope = Scope::new(tenant.as_str(), "p").map_err(Failure::from)?;
         ensure_eq!(
             store.get_frames(tenant, &[frame_id]).await?,
-            vec![Some(Frame::named(FrameKind::Native, tenant.as_str()))],
+            vec![Some(StoredFrame {
+                id: frame_id,
+                frame: Frame::named(FrameKind::Native, tenant.as_str()),
+                symbols: Vec::new(),
+            })],
             "frame of tenant {tenant}"
         );
         ensure_eq!(

@@ -12,12 +12,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use kiln_model::{
-    Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
-    StackEntry, StackId,
+    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, StackEntry, StackId,
 };
 
 use crate::error::{DecodeError, StoreError};
-use crate::profile::{ProfileStore, StoredSample};
+use crate::profile::{ProfileStore, StoredFrame, StoredSample};
 use crate::scope::Scope;
 use crate::values;
 
@@ -283,10 +282,10 @@ impl fmt::Debug for EmbeddedProfileStore {
 
 #[async_trait]
 impl ProfileStore for EmbeddedProfileStore {
-    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError> {
+    async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError> {
         let rows = frames
             .iter()
-            .map(|e| (e.id.to_be_bytes(), values::encode_frame(&e.frame)));
+            .map(|e| (e.id.to_be_bytes(), values::encode_stored_frame(e)));
         self.put_dict(Table::Frames, tenant, rows).await
     }
 
@@ -328,10 +327,10 @@ impl ProfileStore for EmbeddedProfileStore {
         &self,
         tenant: &str,
         ids: &[FrameId],
-    ) -> Result<Vec<Option<Frame>>, StoreError> {
+    ) -> Result<Vec<Option<StoredFrame>>, StoreError> {
         let ids = ids.iter().map(|id| id.to_be_bytes()).collect();
-        self.get_dict(Table::Frames, tenant, ids, |_, bytes| {
-            values::decode_frame(bytes)
+        self.get_dict(Table::Frames, tenant, ids, |id, bytes| {
+            values::decode_stored_frame(FrameId::from_be_bytes(id), bytes)
         })
         .await
     }

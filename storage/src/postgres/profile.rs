@@ -5,15 +5,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use kiln_model::{
-    Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
-    StackEntry, StackId,
+    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, StackEntry, StackId,
 };
 use uuid::Uuid;
 
 use super::schema::{self, Dict};
 use super::{Params, PostgresProfileStore};
 use crate::error::{DecodeError, StoreError};
-use crate::profile::{ProfileStore, StoredSample, hour_of};
+use crate::profile::{ProfileStore, StoredFrame, StoredSample, hour_of};
 use crate::scope::Scope;
 use crate::values;
 
@@ -98,10 +97,10 @@ impl PostgresProfileStore {
 
 #[async_trait]
 impl ProfileStore for PostgresProfileStore {
-    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError> {
+    async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError> {
         let rows = frames
             .iter()
-            .map(|e| (e.id.0, values::encode_frame(&e.frame)));
+            .map(|e| (e.id.0, values::encode_stored_frame(e)));
         self.put_dict(Dict::Frames, tenant, rows).await
     }
 
@@ -182,10 +181,10 @@ impl ProfileStore for PostgresProfileStore {
         &self,
         tenant: &str,
         ids: &[FrameId],
-    ) -> Result<Vec<Option<Frame>>, StoreError> {
+    ) -> Result<Vec<Option<StoredFrame>>, StoreError> {
         let ids: Vec<u128> = ids.iter().map(|id| id.0).collect();
-        self.get_dict(Dict::Frames, tenant, &ids, |_, bytes| {
-            values::decode_frame(bytes)
+        self.get_dict(Dict::Frames, tenant, &ids, |id, bytes| {
+            values::decode_stored_frame(FrameId(id), bytes)
         })
         .await
     }

@@ -8,8 +8,7 @@ use ::scylla::statement::batch::{Batch, BatchType};
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use kiln_model::{
-    Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
-    StackEntry, StackId,
+    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, StackEntry, StackId,
 };
 use uuid::Uuid;
 
@@ -17,7 +16,7 @@ use super::ScyllaProfileStore;
 use super::cql::Dict;
 use super::layout::{self, SampleBatch};
 use crate::error::{DecodeError, StoreError};
-use crate::profile::{ProfileStore, StoredSample, hour_of};
+use crate::profile::{ProfileStore, StoredFrame, StoredSample, hour_of};
 use crate::scope::Scope;
 use crate::values;
 
@@ -190,10 +189,10 @@ async fn run_all<T>(
 
 #[async_trait]
 impl ProfileStore for ScyllaProfileStore {
-    async fn put_frames(&self, tenant: &str, frames: &[FrameEntry]) -> Result<(), StoreError> {
+    async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError> {
         let rows = frames
             .iter()
-            .map(|e| (e.id.0, values::encode_frame(&e.frame)))
+            .map(|e| (e.id.0, values::encode_stored_frame(e)))
             .collect();
         self.put_dict(Dict::Frames, tenant, rows).await
     }
@@ -261,10 +260,10 @@ impl ProfileStore for ScyllaProfileStore {
         &self,
         tenant: &str,
         ids: &[FrameId],
-    ) -> Result<Vec<Option<Frame>>, StoreError> {
+    ) -> Result<Vec<Option<StoredFrame>>, StoreError> {
         let ids: Vec<u128> = ids.iter().map(|id| id.0).collect();
-        self.get_dict(Dict::Frames, tenant, &ids, |_, bytes| {
-            values::decode_frame(bytes)
+        self.get_dict(Dict::Frames, tenant, &ids, |id, bytes| {
+            values::decode_stored_frame(FrameId(id), bytes)
         })
         .await
     }

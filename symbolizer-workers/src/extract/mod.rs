@@ -136,7 +136,7 @@ pub fn extract_bytes(
         &mut files,
     );
     // A Go binary without a symbol table (`-ldflags=-s`, or stripped)
-    // still names its functions in .gopclntab. With a symbol table, that
+    // still names its functions in .gopclntab (and, below, its lines). With a symbol table, that
     // names the same functions already.
     if secondary.is_empty() && elf.symbols().next().is_none() {
         secondary = gopclntab::function_symbols(&elf, &text, &mut functions);
@@ -154,7 +154,12 @@ pub fn extract_bytes(
         }
         None => dwarf::Sections::load(&elf)?,
     };
-    let info = sections.read(&text, &mut functions, &mut files)?;
+    let mut info = sections.read(&text, &mut functions, &mut files)?;
+    // A Go binary without DWARF lines (`-ldflags=-w`, or stripped) still
+    // has the runtime's own file and line tables.
+    if info.sequences.is_empty() {
+        info.sequences = gopclntab::line_sequences(&elf, &text, &mut files);
+    }
     let ranges = merge::ranges(&primary, &secondary, &info);
     let dwarf_bytes = sections.total_size();
     let used_debug = debug_elf.is_some();

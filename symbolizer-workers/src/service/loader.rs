@@ -8,7 +8,7 @@
 //! upload shows within that time (at once when [`Loader::forget`] is
 //! told).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +45,11 @@ pub(crate) struct Loader {
     loaded: quick_cache::sync::Cache<Key, Arc<[u8]>, ByBytes>,
     /// (tenant, file) found without symbols, and when.
     missing: Mutex<ExpiringSet<Key>>,
+    /// One lock per (tenant, file) being loaded now: lookups of a file
+    /// another one is loading wait for it instead of reading and
+    /// decompressing it again (the ingest pipeline stops waiting after a
+    /// while and asks again with its next poll).
+    loading: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     remote: Option<Remote>,
 }
 
@@ -79,6 +84,7 @@ impl Loader {
             objects,
             loaded,
             missing: Mutex::new(ExpiringSet::new(config.missing_ttl, MISSING_CAPACITY)),
+            loading: Mutex::new(HashMap::new()),
             remote,
         }
     }
@@ -96,12 +102,13 @@ impl Loader {
 
     /// When a lookup starting now stops waiting for debuginfod: one budget
     /// for all the files of a lookup, so that many new files cannot add up
-    /// to a long wait.
-    pub(crate) fn debuginfod_deadline(&self) -> Instant {
-        let wait = self
-            .remote
-            .as_ref()
-            .map_or(Duration::ZERO, |r| r.config.debuginfod_wait);
+    /// to a long wait. `wait` overrides the configured one.
+    pub(crate) fn debuginfod_deadline(&self, wait: Option<Duration>) -> Instant {
+        let wait = match (&self.remote, wait) {
+            (None, _) => Duration::ZERO,
+            (Some(_), Some(wait)) => wait,
+            (Some(remote), None) => remote.config.debuginfod_wait,
+        };
         Instant::now() + wait
     }
 
@@ -116,12 +123,45 @@ impl Loader {
         deadline: Instant,
     ) -> Result<Option<Arc<[u8]>>, StoreError> {
         let key = (tenant.to_owned(), file);
-        if let Some(bytes) = self.loaded.get(&key) {
-            return Ok(Some(bytes));
+        if let Some(known) = self.known(&key) {
+            return Ok(known);
         }
-        if self.missing.lock().expect("missing lock").contains(&key) {
-            return Ok(None);
+        let lock = Arc::clone(
+            self.loading
+                .lock()
+                .expect("loading lock")
+                .entry(key.clone())
+                .or_default(),
+        );
+        let _loading = lock.lock().await;
+        // Whoever held the lock before may have loaded it.
+        if let Some(known) = self.known(&key) {
+            return Ok(known);
         }
+        let found = self.load_now(&key, build_id, deadline).await;
+        self.loading.lock().expect("loading lock").remove(&key);
+        found
+    }
+
+    /// What is known of `key` without reading anything: its loaded
+    /// symbols, or that it has none.
+    fn known(&self, key: &Key) -> Option<Option<Arc<[u8]>>> {
+        if let Some(bytes) = self.loaded.get(key) {
+            return Some(Some(bytes));
+        }
+        let missing = self.missing.lock().expect("missing lock").contains(key);
+        missing.then_some(None)
+    }
+
+    /// Reads `key`'s symbols from the object store (or debuginfod) and
+    /// remembers what was found.
+    async fn load_now(
+        self: &Arc<Self>,
+        key: &Key,
+        build_id: Option<&str>,
+        deadline: Instant,
+    ) -> Result<Option<Arc<[u8]>>, StoreError> {
+        let (tenant, file) = (key.0.as_str(), key.1);
         let mut found = self.fetch(tenant, file).await?;
         if found.is_none()
             && let Some(build_id) = build_id
@@ -130,8 +170,12 @@ impl Loader {
             found = self.fetch(tenant, file).await?;
         }
         match &found {
-            Some(bytes) => self.loaded.insert(key, bytes.clone()),
-            None => self.missing.lock().expect("missing lock").insert(key),
+            Some(bytes) => self.loaded.insert(key.clone(), bytes.clone()),
+            None => self
+                .missing
+                .lock()
+                .expect("missing lock")
+                .insert(key.clone()),
         }
         Ok(found)
     }

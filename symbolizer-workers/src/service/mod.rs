@@ -17,6 +17,7 @@
 //!     .send(Resolve {
 //!         tenant: "acme".into(),
 //!         files: vec![FileAddrs { file: kiln_model::FileId(7), build_id: None, addrs: vec![0x1130] }],
+//!         debuginfod_wait: None,
 //!     })
 //!     .await??;
 //! if let Some(chains) = &answer[0] {
@@ -129,6 +130,12 @@ pub struct Resolve {
     pub tenant: String,
     /// The files and their addresses.
     pub files: Vec<FileAddrs>,
+    /// How long this lookup waits for the debuginfod fetches it starts;
+    /// `None`: [`SymbolizerConfig::debuginfod_wait`]. The ingest pipeline
+    /// passes zero: it never waits for the network, the fetches go on in
+    /// the background and the symbols they store serve later frames and
+    /// queries.
+    pub debuginfod_wait: Option<Duration>,
 }
 
 /// New symbols were stored for a file: forget what is cached of it.
@@ -176,7 +183,7 @@ impl Handler<Resolve> for Symbolizer {
         let loader = Arc::clone(&self.loader);
         Box::pin(async move {
             let mut resolved = Vec::with_capacity(msg.files.len());
-            let deadline = loader.debuginfod_deadline();
+            let deadline = loader.debuginfod_deadline(msg.debuginfod_wait);
             for file in &msg.files {
                 let bytes = loader
                     .load(&msg.tenant, file.file, file.build_id.as_deref(), deadline)

@@ -1,0 +1,279 @@
+//! Symbolization in the ingest pipeline, without HTTP: real embedded bus
+//! and stores, a C program built here and its symbols stored as an upload
+//! stores them. Frames are read back from the profile store itself.
+//! Needs a C compiler (`cc`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::ingest::{self, IngestProgress};
+use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange, SymbolsStored};
+use kiln_ingest_bus::{Bus, EmbeddedBus};
+use kiln_model::flamewire::access;
+use kiln_model::{Batch, BatchBuilder, FileId, Frame, FrameKind, LabelSet, Symbol};
+use kiln_storage::{
+    EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
+    StoredFrame,
+};
+use kiln_symbolizer_workers::{
+    ExtractOptions, Ksym, Symbolizer, SymbolizerConfig, build_stored, extract, file_id, ksym,
+};
+
+const T0: i64 = 1_800_000_000_000_000_000;
+
+const PROGRAM: &str = r#"
+#include <stdio.h>
+volatile long sink;
+static inline __attribute__((always_inline)) long mix(long x) { return (x * 2654435761L) ^ (x >> 7); }
+__attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += mix(i); }
+__attribute__((noinline)) void beta(long n) { for (long i = 0; i < n; i++) alpha(i); sink ^= n; }
+int main(int argc, char **argv) { (void)argv; beta(argc * 1000); printf("%ld\n", sink); return 0; }
+"#;
+
+/// Builds the C program with `-O2 -g` into `dir`.
+fn build_program(dir: &Path) -> PathBuf {
+    let src = dir.join("prog.c");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let elf = dir.join("prog");
+    let out = Command::new("cc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&elf)
+        .arg(&src)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    elf
+}
+
+/// The addresses of `function` (an address where `mix` is inlined into
+/// `alpha` comes first, when asked for alpha) and each one's inline chain
+/// as the program's own symbols give it, outermost first.
+fn chains(elf: &Path, function: &str) -> Vec<(u64, Vec<Symbol>)> {
+    let extracted = extract(elf, &ExtractOptions::default()).unwrap();
+    let table = &extracted.table;
+    let bytes = ksym::encode(table);
+    let symbols = Ksym::open(&bytes).unwrap();
+    let range = table
+        .ranges
+        .iter()
+        .find(|r| {
+            table
+                .functions
+                .get(r.function as usize)
+                .is_some_and(|f| f.name == function)
+        })
+        .unwrap_or_else(|| panic!("{function} not in the program's symbols"));
+    let mut frames = Vec::new();
+    let mut out: Vec<(u64, Vec<Symbol>)> = (range.start..range.end)
+        .map(|addr| {
+            symbols.lookup(addr, &mut frames);
+            let chain = frames
+                .iter()
+                .rev()
+                .map(|f| Symbol {
+                    function: f.function.unwrap_or_default().to_owned(),
+                    file: f.path(),
+                    line: f.line,
+                })
+                .collect();
+            (addr, chain)
+        })
+        .collect();
+    out.sort_by_key(|(_, chain)| std::cmp::Reverse(chain.len()));
+    out
+}
+
+struct Setup {
+    bus: Arc<EmbeddedBus>,
+    store: Arc<EmbeddedProfileStore>,
+    objects: Arc<LocalObjectStore>,
+    progress: IngestProgress,
+    query: actix::Addr<QueryCoordinator>,
+    scope: Scope,
+    dir: tempfile::TempDir,
+}
+
+/// The pipeline and the query side sharing one symbolizer, as `kiln up`
+/// runs them.
+async fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
+    let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
+    let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+    let progress = ingest::start(
+        bus.clone(),
+        store.clone(),
+        objects.clone(),
+        symbolizer.clone(),
+    )
+    .await
+    .unwrap();
+    let query = QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, 2);
+    Setup {
+        bus,
+        store,
+        objects,
+        progress,
+        query,
+        scope: Scope::new("acme", "web").unwrap(),
+        dir,
+    }
+}
+
+impl Setup {
+    /// Publishes `batch` and waits until ingest has committed it.
+    async fn ingest(&self, batch: Batch) {
+        let header = EnvelopeHeader {
+            scope: self.scope.clone(),
+            received_at_ns: T0,
+        };
+        let p = self
+            .bus
+            .publish(&header.bus_key("host"), header.wrap(&batch.encode()))
+            .await
+            .unwrap();
+        assert!(
+            self.progress
+                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
+                .await
+        );
+    }
+
+    /// Stores the symbols of `elf` for the tenant and tells the query
+    /// side: what `PUT /api/v1/symbols/{id}` does.
+    async fn upload(&self, elf: &Path) -> FileId {
+        let data = std::fs::read(elf).unwrap();
+        let id = file_id(&data);
+        let stored = build_stored(elf, &data).unwrap();
+        let key = ObjectKey::tenant_symbols(self.scope.tenant(), id).unwrap();
+        self.objects
+            .put(&key, stored.compressed.into())
+            .await
+            .unwrap();
+        self.query
+            .send(SymbolsStored {
+                tenant: Some(self.scope.tenant().to_owned()),
+                file_id: id,
+            })
+            .await
+            .unwrap();
+        id
+    }
+
+    async fn stored(&self, frame: &Frame) -> StoredFrame {
+        let rows = self
+            .store
+            .get_frames(self.scope.tenant(), &[frame.id()])
+            .await
+            .unwrap();
+        rows.into_iter().next().flatten().expect("frame stored")
+    }
+
+    async fn collapsed(&self) -> String {
+        let range = QueryRange {
+            scope: self.scope.clone(),
+            from_ns: T0 - 1_000_000_000_000,
+            to_ns: T0 + 1_000_000_000_000,
+            filters: Vec::new(),
+        };
+        let wire = self
+            .query
+            .send(FlamegraphQuery(range))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        access(&wire.to_bytes())
+            .unwrap()
+            .write_collapsed(&mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+}
+
+fn batch(frames: &[Frame], ts: i64) -> Batch {
+    let mut b = BatchBuilder::new("host", ts, 10_000_000);
+    b.add(ts, frames, &LabelSet::new().with("host", "h"), 3);
+    b.finish()
+}
+
+/// Guards issue 4's "frames symbolized before they are written": a frame
+/// ingested after its file's symbols were uploaded is stored with its
+/// inline chain — at once, although ingest had just found the file without
+/// symbols — and one ingested before stays unsymbolized in the store but
+/// shows its names at query time.
+#[actix_rt::test]
+async fn frames_ingested_after_an_upload_are_stored_symbolized() {
+    let s = setup().await;
+    let elf = build_program(s.dir.path());
+    let id = file_id(&std::fs::read(&elf).unwrap());
+    let frame = |addr| Frame::Address {
+        kind: FrameKind::Native,
+        file_id: id,
+        addr,
+    };
+    let (beta, beta_chain) = chains(&elf, "beta").swap_remove(0);
+    let (alpha, alpha_chain) = chains(&elf, "alpha").swap_remove(0);
+    let names: Vec<&str> = alpha_chain.iter().map(|s| s.function.as_str()).collect();
+    assert_eq!(names, ["alpha", "mix"], "the address has mix inlined");
+
+    // Before the upload: written as it came.
+    s.ingest(batch(&[frame(beta)], T0)).await;
+    assert_eq!(s.stored(&frame(beta)).await.symbols, []);
+
+    assert_eq!(s.upload(&elf).await, id);
+    s.ingest(batch(&[frame(beta), frame(alpha)], T0 + 1)).await;
+    let row = s.stored(&frame(alpha)).await;
+    assert_eq!(row.frame, frame(alpha));
+    assert_eq!(row.symbols, alpha_chain);
+    assert!(row.symbols.iter().all(|s| s.line > 0), "{:?}", row.symbols);
+    assert!(
+        row.symbols[0]
+            .file
+            .as_deref()
+            .is_some_and(|f| f.ends_with("prog.c")),
+        "{:?}",
+        row.symbols
+    );
+    // The deduper kept beta's frame from being written again: the query
+    // path names it.
+    assert_eq!(s.stored(&frame(beta)).await.symbols, []);
+    let beta_names: Vec<&str> = beta_chain.iter().map(|s| s.function.as_str()).collect();
+    let beta_names = beta_names.join(";");
+    let collapsed = s.collapsed().await;
+    let mut lines: Vec<&str> = collapsed.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            format!("{beta_names} 3"),
+            format!("{beta_names};alpha;mix 3")
+        ]
+    );
+}
+
+/// A frame of a file nobody has symbols for is written unsymbolized, and
+/// ingest goes on.
+#[actix_rt::test]
+async fn frames_without_symbols_are_written_as_they_came() {
+    let s = setup().await;
+    let unknown = Frame::Address {
+        kind: FrameKind::Native,
+        file_id: FileId(0xdead),
+        addr: 0x1234,
+    };
+    let named = Frame::named(FrameKind::Native, "main");
+    s.ingest(batch(&[named.clone(), unknown.clone()], T0)).await;
+    assert_eq!(s.stored(&unknown).await.symbols, []);
+    assert_eq!(s.stored(&named).await.frame, named);
+    let collapsed = s.collapsed().await;
+    assert!(collapsed.starts_with("main;"), "{collapsed}");
+}
