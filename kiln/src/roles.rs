@@ -60,9 +60,10 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
         http.workers = http.workers.max(1);
         http.admin_token = args.admin.token()?;
         let symbolizer = args.debuginfod.symbolizer_config();
-        let running = roles::start_query(store, objects, aggregators, symbolizer, peers.clone(), http)
-            .await
-            .context("starting the query node")?;
+        let running =
+            roles::start_query(store, objects, aggregators, symbolizer, peers.clone(), http)
+                .await
+                .context("starting the query node")?;
         println!("Kiln query node is up: http://{}/", running.local_addr);
         println!("  store:   {}", args.stores.store);
         if let Some(peers) = peers {
