@@ -271,6 +271,37 @@ fn nodes_refer_only_to_earlier_parents() {
     ));
 }
 
+/// Guards the unchecked string slicing of lookups: a string record that
+/// cuts a character in two, in a blob that is UTF-8 as a whole, must read
+/// as unknown (and fail `verify`), never as a broken `&str`.
+#[test]
+fn strings_cut_inside_a_character_read_as_unknown() {
+    let t = SymbolTable {
+        functions: vec![Function {
+            name: "é".into(),
+            mangled: None,
+        }],
+        files: vec![],
+        ranges: vec![Range {
+            start: 0x1000,
+            end: 0x1010,
+            function: 0,
+            lines: vec![],
+            inlines: vec![],
+        }],
+    };
+    let mut bytes = ksym::encode(&t);
+    let k = Ksym::open(&bytes).unwrap();
+    assert_eq!(chain(&k, 0x1000), owned(&[("é", "", 0)]));
+    // The function's name is (offset, len) at the start of `funcs`, the
+    // section whose header entry is the fifth.
+    let funcs = u32::from_le_bytes(bytes[16 + 8 * 4..16 + 8 * 4 + 4].try_into().unwrap()) as usize;
+    bytes[funcs + 4..funcs + 8].copy_from_slice(&1u32.to_le_bytes());
+    let k = Ksym::open(&bytes).unwrap();
+    assert_eq!(chain(&k, 0x1000), owned(&[("?", "", 0)]));
+    assert_eq!(k.verify(), Err(KsymError::BadUtf8));
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), addr in any::<u64>()) {

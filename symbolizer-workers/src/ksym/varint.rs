@@ -16,6 +16,12 @@ pub fn write_i64(out: &mut Vec<u8>, v: i64) {
 /// for a varint longer than 10 bytes.
 #[inline]
 pub fn read_u64(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    // Most line rows are one-byte varints: answer those without the loop.
+    let first = *buf.get(*pos)?;
+    if first < 0x80 {
+        *pos += 1;
+        return Some(u64::from(first));
+    }
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *buf.get(*pos)?;
@@ -28,10 +34,42 @@ pub fn read_u64(buf: &[u8], pos: &mut usize) -> Option<u64> {
     None
 }
 
+/// Reads a varint from the front of `rest`, advancing it: the decoder of
+/// lookups, where a slice cursor costs less than an index into a buffer.
+/// `None` at the end or for a varint longer than 10 bytes.
+#[inline]
+pub fn next_u64(rest: &mut &[u8]) -> Option<u64> {
+    let (&first, tail) = rest.split_first()?;
+    *rest = tail;
+    // Most line rows are one-byte varints: answer those without the loop.
+    if first < 0x80 {
+        return Some(u64::from(first));
+    }
+    let mut v = u64::from(first & 0x7f);
+    for shift in (7..64).step_by(7) {
+        let (&b, tail) = rest.split_first()?;
+        *rest = tail;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+#[inline]
+pub fn next_i64(rest: &mut &[u8]) -> Option<i64> {
+    next_u64(rest).map(unzigzag)
+}
+
+#[inline]
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
 #[inline]
 pub fn read_i64(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let v = read_u64(buf, pos)?;
-    Some(((v >> 1) as i64) ^ -((v & 1) as i64))
+    read_u64(buf, pos).map(unzigzag)
 }
 
 #[cfg(test)]
