@@ -20,6 +20,7 @@
 //! `now-<duration>`.
 
 mod assets;
+mod encoding;
 mod error;
 mod index;
 mod ingest;
@@ -38,9 +39,9 @@ use crate::ingest::IngestProgress;
 use crate::query::QueryCoordinator;
 
 pub use assets::{set_ui_dir, ui_dir};
+pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
 pub use params::{now_ns, parse_time};
-pub use query::FLAMEWIRE_CONTENT_TYPE;
 
 /// Largest request body accepted (imports of big captures).
 pub const MAX_BODY_BYTES: usize = 512 * 1024 * 1024;
