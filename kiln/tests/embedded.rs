@@ -103,6 +103,38 @@ fn top_functions_and_cpu_over_time() {
     assert!((cores - 1.0 / 60.0).abs() < 1e-9, "{cores}");
 }
 
+/// Guards the Flamewire response coding: zstd when the client takes it
+/// (Chromium lists gzip first, which the middleware alone would pick), the
+/// middleware's gzip or nothing otherwise, and the same graph every way.
+#[test]
+fn flamewire_is_sent_with_zstd_when_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.import("collapsed", b"main;a 3\nmain;b 4\n");
+    let url = "/api/v1/flamegraph?from=now-1h&format=flamewire";
+    let (status, coding, raw) = server.get_encoded(url, "identity");
+    assert_eq!((status, coding), (200, None));
+    let (status, coding, sent) = server.get_encoded(url, "gzip, deflate, br, zstd");
+    assert_eq!((status, coding.as_deref()), (200, Some("zstd")));
+    assert_eq!(zstd::decode_all(&sent[..]).unwrap(), raw);
+    let (status, coding, sent) = server.get_encoded(url, "gzip");
+    assert_eq!((status, coding.as_deref()), (200, Some("gzip")));
+    let mut gunzipped = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&sent[..]), &mut gunzipped)
+        .unwrap();
+    assert_eq!(gunzipped, raw);
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(&raw);
+    let mut collapsed = Vec::new();
+    kiln_model::flamewire::read(&aligned, |g| g.write_collapsed(&mut collapsed))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(collapsed).unwrap(),
+        "main;a 3\nmain;b 4\n"
+    );
+}
+
 #[test]
 fn flamegraph_formats_agree() {
     let dir = tempfile::tempdir().unwrap();

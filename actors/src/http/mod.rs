@@ -15,6 +15,9 @@
 //! | GET | `/healthz` | liveness |
 //! | GET | `/`, `/{file}` | the web UI (see [`set_ui_dir`]) |
 //!
+//! Responses are gzip- or zstd-coded as the client accepts; Flamewire goes
+//! zstd-coded whenever the client takes zstd (`encoding`).
+//!
 //! Query parameters other than the reserved ones are label filters
 //! (`process=nginx`). Times are RFC 3339, unix seconds, `now` or
 //! `now-<duration>`.

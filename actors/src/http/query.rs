@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_formats::export;
-use kiln_model::flamewire::{FlameGraph, Tree, access};
+use kiln_model::flamewire::{FlameGraph, FlamewireError, Tree, access};
 
 use super::AppState;
 use super::encoding::flamewire_response;
@@ -23,6 +23,9 @@ const DEFAULT_TIMELINE_POINTS: i64 = 240;
 type Params = web::Query<BTreeMap<String, String>>;
 
 /// `GET /api/v1/flamegraph?from=T&to=T&format=collapsed|json|flamewire|pprof|speedscope[&LABEL=VALUE…]`
+///
+/// `format=flamewire` goes zstd-coded to clients that accept zstd
+/// ([`flamewire_response`]).
 pub(crate) async fn flamegraph(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -45,7 +48,8 @@ pub(crate) async fn flamegraph(
     if format == "flamewire" {
         return Ok(flamewire_response(&req, bytes.into_vec()).await);
     }
-    let unreadable = |e| ApiError::Internal(format!("built an unreadable flamegraph: {e}"));
+    let unreadable =
+        |e: FlamewireError| ApiError::Internal(format!("built an unreadable flamegraph: {e}"));
     let archived = access(&bytes).map_err(unreadable)?;
     let tree = Tree::of(archived).map_err(unreadable)?;
     let graph = FlameGraph::new(archived, &tree);

@@ -124,6 +124,14 @@ fn main() {
     report.add("flamewire+zstd-3", wire_zstd3 as f64, "B");
     report.add("flamewire+zstd-19", wire_zstd19 as f64, "B");
     report.add("flamewire+gzip", gzip(&bytes) as f64, "B");
+    // What the level of the served bytes trades: size against the time
+    // the server spends compressing.
+    for level in [1, 3, 6, 9, 12] {
+        let started = Instant::now();
+        let size = zstd(&bytes, level);
+        report.time(format!("zstd -{level} time"), started.elapsed());
+        report.add(format!("zstd -{level} bytes"), size as f64, "B");
+    }
     for (part, part_bytes) in parts(&wire) {
         report.add(
             format!("part {part}, +zstd-{FLAMEWIRE_ZSTD_LEVEL}"),

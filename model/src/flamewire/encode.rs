@@ -4,7 +4,11 @@
 //! frame calls, so the wire stores, per frame, the list of frames seen
 //! called from it ([`Callees`]), and per node only its position in its
 //! parent frame's list: a byte that compresses to about 3 bits, where a
-//! frame id takes about 14 (measured with `flamewire_bench`).
+//! frame id takes about 14 (measured with `flamewire_bench`). Each list is
+//! ordered by how many nodes use it, most first, so that small positions
+//! are the common ones and compress best.
+
+use std::cmp::Reverse;
 
 use rustc_hash::FxHashMap;
 
@@ -40,29 +44,53 @@ impl DepthFirst {
     /// `frame_count` frames.
     pub(crate) fn encode(&self, frame_count: usize) -> (Nodes, Callees) {
         let n = self.frame.len();
-        // Callees of each frame, in order of first call in the graph.
-        let mut lists: Vec<Vec<u32>> = vec![Vec::new(); frame_count];
-        let mut position: FxHashMap<(u32, u32), u32> = FxHashMap::default();
-        let mut callee = Vec::with_capacity(n);
+        // Every distinct (caller, callee) pair, in order of first use.
+        let mut edges: Vec<Edge> = Vec::new();
+        let mut edge_ids: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        // The edge each node was reached by; the root's is unused.
+        let mut edge_of_node = vec![0u32; n];
         // Frames of the current node's ancestors, by depth.
         let mut path: Vec<u32> = Vec::new();
         for i in 0..n {
-            let depth = self.depth[i] as usize;
             let frame = self.frame[i];
-            path.truncate(depth);
-            let index = match path.last() {
-                None => 0,
-                Some(&caller) => *position.entry((caller, frame)).or_insert_with(|| {
-                    let list = &mut lists[caller as usize];
-                    list.push(frame);
-                    list.len() as u32 - 1
-                }),
-            };
-            callee.push(u64::from(index));
+            path.truncate(self.depth[i] as usize);
+            if let Some(&caller) = path.last() {
+                let edge = *edge_ids.entry((caller, frame)).or_insert_with(|| {
+                    edges.push(Edge {
+                        caller,
+                        callee: frame,
+                        uses: 0,
+                    });
+                    edges.len() as u32 - 1
+                });
+                edges[edge as usize].uses += 1;
+                edge_of_node[i] = edge;
+            }
             path.push(frame);
         }
-        let counts: Vec<u64> = lists.iter().map(|l| l.len() as u64).collect();
-        let frames: Vec<u64> = lists.iter().flatten().map(|&f| u64::from(f)).collect();
+        // Lists by caller; within one, most used first, then first used.
+        let mut order: Vec<u32> = (0..edges.len() as u32).collect();
+        order.sort_unstable_by_key(|&e| {
+            let edge = &edges[e as usize];
+            (edge.caller, Reverse(edge.uses), e)
+        });
+        let mut counts = vec![0u64; frame_count];
+        let mut position = vec![0u64; edges.len()];
+        for &e in &order {
+            let count = &mut counts[edges[e as usize].caller as usize];
+            position[e as usize] = *count;
+            *count += 1;
+        }
+        let callee: Vec<u64> = (0..n)
+            .map(|i| match i {
+                0 => 0,
+                _ => position[edge_of_node[i] as usize],
+            })
+            .collect();
+        let callee_frames: Vec<u64> = order
+            .iter()
+            .map(|&e| u64::from(edges[e as usize].callee))
+            .collect();
         let depth: Vec<u64> = self.depth.iter().map(|&d| u64::from(d)).collect();
         (
             Nodes {
@@ -72,8 +100,17 @@ impl DepthFirst {
             },
             Callees {
                 count: Column::narrowest(&counts),
-                frame: Column::narrowest(&frames),
+                frame: Column::narrowest(&callee_frames),
             },
         )
     }
+}
+
+/// A frame calling another somewhere in the graph.
+#[derive(Debug)]
+struct Edge {
+    caller: u32,
+    callee: u32,
+    /// Nodes reached through this call.
+    uses: u32,
 }
