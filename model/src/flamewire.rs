@@ -531,7 +531,8 @@ mod tests {
         let bytes = build(&[(vec!["main", "work"], 3)]);
         let wire: Flamewire =
             rkyv::deserialize::<Flamewire, rkyv::rancor::Error>(access(&bytes).unwrap()).unwrap();
-        let cases: [(&str, fn(&mut Flamewire)); 6] = [
+        type Corruption = (&'static str, fn(&mut Flamewire));
+        let cases: [Corruption; 6] = [
             ("two roots", |w| {
                 w.nodes.depth = Column::narrowest(&[0, 0, 1])
             }),

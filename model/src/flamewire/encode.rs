@@ -51,9 +51,9 @@ impl DepthFirst {
         let mut edge_of_node = vec![0u32; n];
         // Frames of the current node's ancestors, by depth.
         let mut path: Vec<u32> = Vec::new();
-        for i in 0..n {
-            let frame = self.frame[i];
-            path.truncate(self.depth[i] as usize);
+        for ((&frame, &depth), edge_of) in self.frame.iter().zip(&self.depth).zip(&mut edge_of_node)
+        {
+            path.truncate(depth as usize);
             if let Some(&caller) = path.last() {
                 let edge = *edge_ids.entry((caller, frame)).or_insert_with(|| {
                     edges.push(Edge {
@@ -64,7 +64,7 @@ impl DepthFirst {
                     edges.len() as u32 - 1
                 });
                 edges[edge as usize].uses += 1;
-                edge_of_node[i] = edge;
+                *edge_of = edge;
             }
             path.push(frame);
         }
