@@ -1,7 +1,9 @@
 //! A fetched Flamewire, validated once and then read in place.
 
 use kiln_model::FrameKind;
-use kiln_model::flamewire::{ArchivedFlamewire, FlameGraph, Flamewire, FlamewireError, Tree, access};
+use kiln_model::flamewire::{
+    ArchivedFlamewire, FlameGraph, Flamewire, FlamewireError, Tree, access,
+};
 use rkyv::util::AlignedVec;
 
 /// A flamegraph the UI shows: the rkyv bytes, validated when built and
@@ -33,7 +35,10 @@ impl Graph {
 
     /// This graph, noting that loading it took `ms` milliseconds.
     pub fn with_load_ms(self, ms: f64) -> Self {
-        Self { load_ms: ms, ..self }
+        Self {
+            load_ms: ms,
+            ..self
+        }
     }
 
     /// Milliseconds loading took, as noted by [`with_load_ms`](Self::with_load_ms).
