@@ -103,9 +103,9 @@ fn top_functions_and_cpu_over_time() {
     assert!((cores - 1.0 / 60.0).abs() < 1e-9, "{cores}");
 }
 
-/// Guards the Flamewire response coding: zstd when the client takes it
-/// (Chromium lists gzip first, which the middleware alone would pick), the
-/// middleware's gzip or nothing otherwise, and the same graph every way.
+/// Guards the Flamewire response coding: zstd when the client takes it,
+/// whatever else it lists, the middleware's gzip or nothing otherwise, and
+/// the same graph every way.
 #[test]
 fn flamewire_is_sent_with_zstd_when_accepted() {
     let dir = tempfile::tempdir().unwrap();
