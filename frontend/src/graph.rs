@@ -48,7 +48,15 @@ impl Graph {
 
     /// A graph built in the browser (transforms, sandwich, tests).
     pub fn from_wire(wire: &Flamewire) -> Self {
-        Self::from_bytes(&wire.to_bytes()).expect("the builder writes valid flamegraphs")
+        let bytes = wire.to_bytes();
+        let tree = access(&bytes)
+            .and_then(Tree::of)
+            .expect("the builder writes valid flamegraphs");
+        Self {
+            bytes,
+            tree,
+            load_ms: 0.0,
+        }
     }
 
     /// The archived graph.
