@@ -8,7 +8,7 @@ use kiln_actors::envelope::EnvelopeHeader;
 use kiln_actors::ingest::{self, IngestProgress};
 use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange, TopQuery};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
-use kiln_model::flamewire::access;
+use kiln_model::flamewire::read;
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ObjectStore, Scope};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
@@ -95,7 +95,9 @@ impl Setup {
             .unwrap();
         let bytes = wire.to_bytes();
         let mut out = Vec::new();
-        access(&bytes).unwrap().write_collapsed(&mut out).unwrap();
+        read(&bytes, |g| g.write_collapsed(&mut out))
+            .unwrap()
+            .unwrap();
         String::from_utf8(out).unwrap()
     }
 }

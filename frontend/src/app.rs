@@ -63,8 +63,9 @@ fn fetch_into<T, Q>(
 }
 
 fn parse_graph(bytes: Vec<u8>) -> Result<Arc<Graph>, String> {
+    let started = crate::canvas::now_ms();
     Graph::from_bytes(&bytes)
-        .map(Arc::new)
+        .map(|graph| Arc::new(graph.with_load_ms(crate::canvas::now_ms() - started)))
         .map_err(|e| format!("the server sent a flamegraph this page cannot read: {e}"))
 }
 

@@ -239,7 +239,7 @@ impl FlameCanvas {
         let graph = self.graph.as_ref()?;
         let i = hit(&self.placed, &self.view, x, y)? as usize;
         let total = graph.total(i);
-        let self_count = graph.wire().nodes.self_count[i].to_native();
+        let self_count = graph.self_count(i);
         let root = graph.root_total().max(1) as f64;
         let module = graph.module(i);
         let mut detail = format!(
@@ -251,7 +251,7 @@ impl FlameCanvas {
                 module
             }
         );
-        let frame = graph.wire().node_frame(i);
+        let frame = graph.view().node_frame(i);
         if frame.file != 0 {
             detail.push_str(&format!(
                 " · {}:{}",
@@ -375,6 +375,7 @@ impl FlameCanvas {
         set("node_count", (graph.node_count() as f64).into());
         set("root_total", (graph.root_total() as f64).into());
         set("flamewire_bytes", (graph.byte_len() as f64).into());
+        set("load_ms", graph.load_ms().into());
         set("frame_ms", frame_ms.into());
         set("frames", (self.frames_drawn as f64).into());
         set("canvas_width", self.canvas.width().into());
@@ -439,14 +440,7 @@ impl FlameCanvas {
 
 /// Deepest depth of the graph (for scrolling limits).
 fn max_depth(graph: &Graph) -> u32 {
-    graph
-        .wire()
-        .nodes
-        .depth
-        .iter()
-        .map(|d| d.to_native())
-        .max()
-        .unwrap_or(0)
+    graph.wire().nodes.depth.max() as u32
 }
 
 fn node_color(

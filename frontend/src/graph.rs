@@ -1,38 +1,75 @@
 //! A fetched Flamewire, validated once and then read in place.
 
 use kiln_model::FrameKind;
-use kiln_model::flamewire::{ArchivedFlamewire, Flamewire, FlamewireError, access};
+use kiln_model::flamewire::{
+    ArchivedFlamewire, FlameGraph, Flamewire, FlamewireError, Tree, access,
+};
 use rkyv::util::AlignedVec;
 
-/// A flamegraph the UI shows: the rkyv bytes, validated when built, read
-/// zero-copy from then on (a million nodes are never deserialized).
+/// A flamegraph the UI shows: the rkyv bytes, validated when built and
+/// read zero-copy from then on (a million nodes are never deserialized),
+/// with the columns derived from them once ([`Tree`]: subtree sizes and
+/// frames).
 #[derive(Debug)]
 pub struct Graph {
     bytes: AlignedVec,
+    tree: Tree,
+    /// Milliseconds validating the bytes and deriving the tree took, when
+    /// the caller timed it (the browser bench reports it).
+    load_ms: f64,
 }
 
 impl Graph {
-    /// Validates `bytes` (a Flamewire body) and keeps them.
+    /// Validates `bytes` (a Flamewire body), derives its tree and keeps
+    /// both.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, FlamewireError> {
         let mut aligned = AlignedVec::with_capacity(bytes.len());
         aligned.extend_from_slice(bytes);
-        access(&aligned)?;
-        Ok(Self { bytes: aligned })
+        let tree = Tree::of(access(&aligned)?)?;
+        Ok(Self {
+            bytes: aligned,
+            tree,
+            load_ms: 0.0,
+        })
+    }
+
+    /// This graph, noting that loading it took `ms` milliseconds.
+    pub fn with_load_ms(self, ms: f64) -> Self {
+        Self {
+            load_ms: ms,
+            ..self
+        }
+    }
+
+    /// Milliseconds loading took, as noted by [`with_load_ms`](Self::with_load_ms).
+    pub fn load_ms(&self) -> f64 {
+        self.load_ms
     }
 
     /// A graph built in the browser (transforms, sandwich, tests).
     pub fn from_wire(wire: &Flamewire) -> Self {
+        let bytes = wire.to_bytes();
+        let tree = access(&bytes)
+            .and_then(Tree::of)
+            .expect("the builder writes valid flamegraphs");
         Self {
-            bytes: wire.to_bytes(),
+            bytes,
+            tree,
+            load_ms: 0.0,
         }
     }
 
     /// The archived graph.
     pub fn wire(&self) -> &ArchivedFlamewire {
         // SAFETY: `bytes` passed `access` (full bytecheck validation and the
-        // index consistency check) when this value was built, or were
-        // serialized by rkyv itself in `from_wire`, and are never mutated.
+        // table checks) and `Tree::of` (the node checks) when this value was
+        // built, and are never mutated.
         unsafe { rkyv::access_unchecked::<ArchivedFlamewire>(&self.bytes) }
+    }
+
+    /// The graph with its derived columns: the accessor every reader uses.
+    pub fn view(&self) -> FlameGraph<'_> {
+        FlameGraph::new(self.wire(), &self.tree)
     }
 
     /// Size of the archive in bytes.
@@ -42,59 +79,64 @@ impl Graph {
 
     /// Number of nodes, the root included.
     pub fn node_count(&self) -> usize {
-        self.wire().node_count()
+        self.view().node_count()
     }
 
     /// Samples of the whole graph.
     pub fn root_total(&self) -> u64 {
-        self.wire().nodes.total[0].to_native()
+        self.total(0)
     }
 
     /// Total of node `i`.
     pub fn total(&self, i: usize) -> u64 {
-        self.wire().nodes.total[i].to_native()
+        self.view().total(i)
+    }
+
+    /// Samples in node `i` itself.
+    pub fn self_count(&self, i: usize) -> u64 {
+        self.view().self_count(i)
     }
 
     /// Depth of node `i`.
     pub fn depth(&self, i: usize) -> u32 {
-        self.wire().nodes.depth[i].to_native()
+        self.view().depth(i)
     }
 
     /// Subtree size of node `i`.
     pub fn skip(&self, i: usize) -> usize {
-        self.wire().nodes.skip[i].to_native() as usize
+        self.view().skip(i)
     }
 
     /// Frame index of node `i`.
     pub fn frame(&self, i: usize) -> u32 {
-        self.wire().nodes.frame[i].to_native()
+        self.view().frame(i)
     }
 
     /// Function name of node `i`.
     pub fn name(&self, i: usize) -> &str {
-        self.wire().node_name(i)
+        self.view().node_name(i)
     }
 
     /// Binary or module of node `i` ("" when unknown).
     pub fn module(&self, i: usize) -> &str {
-        let wire = self.wire();
-        wire.string(wire.node_frame(i).module.to_native())
+        let view = self.view();
+        view.string(view.node_frame(i).module.to_native())
     }
 
     /// Kind of code of node `i`.
     pub fn kind(&self, i: usize) -> FrameKind {
-        FrameKind::from(&self.wire().node_frame(i).kind)
+        FrameKind::from(&self.view().node_frame(i).kind)
     }
 
     /// Converts samples to average cores over the graph's time range (0 when
     /// the graph does not say how long a sample is).
     pub fn cores(&self, samples: u64) -> f64 {
-        let meta = &self.wire().meta;
-        let span = meta.to_ns.to_native() - meta.from_ns.to_native();
+        let meta = self.view().meta();
+        let span = meta.to_ns - meta.from_ns;
         if span <= 0 {
             return 0.0;
         }
-        samples as f64 * meta.ns_per_count.to_native() as f64 / span as f64
+        samples as f64 * meta.ns_per_count as f64 / span as f64
     }
 
     /// Parent of every node (the root's is itself), for walks up the tree.
@@ -125,10 +167,10 @@ impl Graph {
 
     /// The node at `path` (names below the root), if the graph has it.
     pub fn find_path(&self, path: &[&str]) -> Option<usize> {
-        let wire = self.wire();
+        let view = self.view();
         let mut at = 0;
         for name in path {
-            at = wire.children(at).find(|&c| wire.node_name(c) == *name)?;
+            at = view.children(at).find(|&c| view.node_name(c) == *name)?;
         }
         Some(at)
     }

@@ -126,8 +126,7 @@ pub struct LayoutStats {
 /// left edge is its parent's plus the totals of its earlier siblings.
 pub fn layout(graph: &Graph, view: &Viewport, out: &mut Vec<Placed>) -> LayoutStats {
     out.clear();
-    let wire = graph.wire();
-    let nodes = &wire.nodes;
+    let graph = graph.view();
     let n = graph.node_count();
     let scale = view.scale();
     let last_row = view.first_row + view.visible_rows();
@@ -138,9 +137,9 @@ pub fn layout(graph: &Graph, view: &Viewport, out: &mut Vec<Placed>) -> LayoutSt
     let mut i = 0;
     while i < n {
         stats.visited += 1;
-        let depth = nodes.depth[i].to_native() as usize;
-        let total = nodes.total[i].to_native() as f64;
-        let skip = nodes.skip[i].to_native() as usize;
+        let depth = graph.depth(i) as usize;
+        let total = graph.total(i) as f64;
+        let skip = graph.skip(i);
         if cursor.len() <= depth + 1 {
             cursor.resize(depth + 2, 0.0);
         }
@@ -187,11 +186,11 @@ pub fn node_left(graph: &Graph, parents: &[u32], target: usize) -> f64 {
         chain.push(at);
         at = parents[at] as usize;
     }
-    let wire = graph.wire();
+    let view = graph.view();
     let mut left = 0.0;
     let mut parent = 0;
     for &node in chain.iter().rev() {
-        for sibling in wire.children(parent) {
+        for sibling in view.children(parent) {
             if sibling == node {
                 break;
             }

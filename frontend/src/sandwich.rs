@@ -37,7 +37,7 @@ pub fn sandwich(graph: &Graph, name: &str) -> Option<Sandwich> {
     for i in 1..graph.node_count() {
         let depth = graph.depth(i) as usize;
         let is_it = graph.name(i) == name;
-        let own = wire.nodes.self_count[i].to_native();
+        let own = graph.self_count(i);
         if is_it {
             self_count += own;
         }

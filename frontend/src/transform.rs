@@ -37,7 +37,7 @@ impl Rewrites {
         for i in 1..graph.node_count() {
             path.truncate(graph.depth(i) as usize - 1);
             path.push(graph.frame(i));
-            let self_count = wire.nodes.self_count[i].to_native();
+            let self_count = graph.self_count(i);
             if self_count == 0 {
                 continue;
             }
@@ -126,7 +126,7 @@ pub(crate) mod tests {
     /// The graph's stacks as sorted collapsed lines.
     pub(crate) fn collapsed(g: &Graph) -> Vec<String> {
         let mut out = Vec::new();
-        g.wire().write_collapsed(&mut out).unwrap();
+        g.view().write_collapsed(&mut out).unwrap();
         let mut lines: Vec<String> = String::from_utf8(out)
             .unwrap()
             .lines()

@@ -103,6 +103,43 @@ fn top_functions_and_cpu_over_time() {
     assert!((cores - 1.0 / 60.0).abs() < 1e-9, "{cores}");
 }
 
+/// Guards the Flamewire response coding: zstd when the client takes it,
+/// whatever else it lists, the middleware's gzip or nothing otherwise, and
+/// the same graph every way.
+#[test]
+fn flamewire_is_sent_with_zstd_when_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    server.import("collapsed", b"main;a 3\nmain;b 4\n");
+    // The graph in a Flamewire body, as collapsed stacks (the bodies differ
+    // in their time range: `now` moves between requests).
+    let collapsed = |body: &[u8]| {
+        let mut aligned = rkyv::util::AlignedVec::<16>::new();
+        aligned.extend_from_slice(body);
+        let mut out = Vec::new();
+        kiln_model::flamewire::read(&aligned, |g| g.write_collapsed(&mut out))
+            .unwrap()
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let url = "/api/v1/flamegraph?from=now-1h&format=flamewire";
+    let (status, coding, raw) = server.get_encoded(url, "identity");
+    assert_eq!((status, coding), (200, None));
+    assert_eq!(collapsed(&raw), "main;a 3\nmain;b 4\n");
+    let (status, coding, sent) = server.get_encoded(url, "gzip, deflate, br, zstd");
+    assert_eq!((status, coding.as_deref()), (200, Some("zstd")));
+    assert_eq!(
+        collapsed(&zstd::decode_all(&sent[..]).unwrap()),
+        collapsed(&raw)
+    );
+    let (status, coding, sent) = server.get_encoded(url, "gzip");
+    assert_eq!((status, coding.as_deref()), (200, Some("gzip")));
+    let mut gunzipped = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&sent[..]), &mut gunzipped)
+        .unwrap();
+    assert_eq!(collapsed(&gunzipped), collapsed(&raw));
+}
+
 #[test]
 fn flamegraph_formats_agree() {
     let dir = tempfile::tempdir().unwrap();

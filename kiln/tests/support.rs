@@ -88,6 +88,32 @@ impl Server {
         (status, body)
     }
 
+    /// GETs `path_and_query` with `Accept-Encoding: accept_encoding` and
+    /// returns the status, the `Content-Encoding` and the body as sent.
+    pub fn get_encoded(
+        &self,
+        path_and_query: &str,
+        accept_encoding: &str,
+    ) -> (u16, Option<String>, Vec<u8>) {
+        let mut response = agent()
+            .get(format!("{}{path_and_query}", self.url))
+            .header("accept-encoding", accept_encoding)
+            .call()
+            .expect("GET");
+        let status = response.status().as_u16();
+        let coding = response
+            .headers()
+            .get("content-encoding")
+            .map(|v| v.to_str().expect("ASCII header").to_owned());
+        let mut body = Vec::new();
+        response
+            .body_mut()
+            .as_reader()
+            .read_to_end(&mut body)
+            .expect("read body");
+        (status, coding, body)
+    }
+
     pub fn post(&self, path_and_query: &str, body: &[u8]) -> Result<(u16, String), ureq::Error> {
         let mut response = agent()
             .post(format!("{}{path_and_query}", self.url))

@@ -1,18 +1,26 @@
 //! `Flamewire`: the flamegraph wire format, read zero-copy (also in WASM).
 //!
-//! A flamegraph is one array of nodes in depth-first order. Each node holds
-//! its depth, its total and self counts, and `skip`, the size of its subtree
-//! (itself included): node `i`'s next sibling is at `i + skip`. A renderer
-//! walks the array once and jumps over every subtree that is narrower than a
-//! pixel or off screen. Strings and frames are interned once.
+//! A flamegraph is one array of nodes in depth-first order, children
+//! ordered by name. The wire keeps only what cannot be derived, by column
+//! ([`Nodes`]), each at the narrowest width its values need ([`Column`]):
+//! each node's depth, total, and frame as a position in its parent frame's
+//! list of callees ([`Callees`]). Strings and frames are interned once.
 //!
-//! The node array is stored by column ([`Nodes`]): one vector per field, all
-//! indexed by node. Compressed, that is 2.2× smaller than interleaved
-//! records on a 1M-node graph (`flamewire_bench`), and a renderer scanning
-//! `skip` and `total` touches only those two columns.
+//! Readers derive the rest once, in one pass at load ([`Tree::of`]): each
+//! node's frame and `skip`, the size of its subtree (node `i`'s next
+//! sibling is at `i + skip`), so that a renderer walks the array once and
+//! jumps over every subtree narrower than a pixel or off screen. A node's
+//! self count is its total less its children's. [`FlameGraph`] is the one
+//! accessor over both.
+//!
+//! On a 1M-node graph (`flamewire_bench`) this is 9.3 B a node, 3.3×
+//! fewer bytes than version 1 (which stored every column whole, at 4 or 8
+//! bytes), and 1.4 MB with zstd, 1.5× fewer than version 1 with zstd: its
+//! frame ids were most of its compressed bytes; the callee positions and
+//! lists that replace them take about half.
 //!
 //! ```
-//! use kiln_model::flamewire::{FlamewireBuilder, FlameFrame, access};
+//! use kiln_model::flamewire::{FlameFrame, FlameGraph, FlamewireBuilder, Tree, access};
 //! use kiln_model::FrameKind;
 //!
 //! let mut b = FlamewireBuilder::new();
@@ -22,19 +30,31 @@
 //! b.add_stack(&[main], 1);
 //! let bytes = b.finish(Default::default()).to_bytes();
 //!
-//! let graph = access(&bytes).unwrap();
+//! let wire = access(&bytes).unwrap();
+//! let tree = Tree::of(wire).unwrap();
+//! let graph = FlameGraph::new(wire, &tree);
 //! assert_eq!(graph.node_count(), 3); // root, main, work
 //! assert_eq!(graph.node(0).total, 4);
 //! assert_eq!(graph.node_name(1), "main");
+//! assert_eq!(graph.self_count(1), 1);
 //! ```
 
+mod column;
+mod encode;
+mod read;
+
 use std::collections::HashMap;
-use std::io::{self, Write};
+
+pub use column::{ArchivedColumn, Column};
+use encode::DepthFirst;
+pub use read::{Children, FlameGraph, Tree, access, read};
 
 use crate::frame::FrameKind;
 
-/// The format version in [`Flamewire::version`].
-pub const FLAMEWIRE_VERSION: u32 = 1;
+/// The format version in [`Flamewire::version`]. Version 2 dropped the
+/// self and skip columns, replaced frame ids by callee positions and made
+/// the column widths adapt to their values.
+pub const FLAMEWIRE_VERSION: u32 = 2;
 
 /// Name of the root node.
 pub const ROOT_NAME: &str = "all";
@@ -51,67 +71,49 @@ pub struct Flamewire {
     pub strings: Vec<String>,
     /// Interned frames; index 0 is the root.
     pub frames: Vec<WireFrame>,
+    /// The frames each frame calls somewhere in the graph.
+    pub callees: Callees,
     /// Nodes in depth-first order; node 0 is the root, children ordered by
     /// name.
     pub nodes: Nodes,
 }
 
-/// The node array, by column: node `i` is `(total[i], self_count[i],
-/// frame[i], depth[i], skip[i])`; every column has one entry per node.
+/// The node array, by column: every column has one entry per node.
 #[derive(Debug, Clone, Default, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 #[rkyv(derive(Debug))]
 pub struct Nodes {
     /// Samples in the node and everything it called.
-    pub total: Vec<u64>,
-    /// Samples in the node itself.
-    pub self_count: Vec<u64>,
-    /// Index into [`Flamewire::frames`].
-    pub frame: Vec<u32>,
-    /// Depth; the root is 0.
-    pub depth: Vec<u32>,
-    /// Nodes in the subtree, the node itself included.
-    pub skip: Vec<u32>,
+    pub total: Column,
+    /// Depth; the root is 0, every other node at most one deeper than the
+    /// node before it.
+    pub depth: Column,
+    /// The node's frame, as a position in its parent frame's callees
+    /// ([`Callees`]); 0 for the root, whose frame is frame 0.
+    pub callee: Column,
 }
 
 impl Nodes {
-    fn with_capacity(n: usize) -> Self {
-        Self {
-            total: Vec::with_capacity(n),
-            self_count: Vec::with_capacity(n),
-            frame: Vec::with_capacity(n),
-            depth: Vec::with_capacity(n),
-            skip: Vec::with_capacity(n),
-        }
-    }
-
-    fn push(&mut self, node: Node) {
-        self.total.push(node.total);
-        self.self_count.push(node.self_count);
-        self.frame.push(node.frame);
-        self.depth.push(node.depth);
-        self.skip.push(node.skip);
-    }
-
     /// Number of nodes.
     pub fn len(&self) -> usize {
-        self.frame.len()
+        self.depth.len()
     }
 
     /// Whether there are no nodes.
     pub fn is_empty(&self) -> bool {
-        self.frame.is_empty()
+        self.depth.is_empty()
     }
+}
 
-    /// Node `i`, gathered from the columns.
-    pub fn get(&self, i: usize) -> Node {
-        Node {
-            total: self.total[i],
-            self_count: self.self_count[i],
-            frame: self.frame[i],
-            depth: self.depth[i],
-            skip: self.skip[i],
-        }
-    }
+/// For each frame, the frames it calls in this graph, as one list per
+/// frame in frame order: frame `f`'s callees are the `count[f]` entries of
+/// `frame` after those of frames `0..f`.
+#[derive(Debug, Clone, Default, PartialEq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[rkyv(derive(Debug))]
+pub struct Callees {
+    /// Callees of each frame; one entry per frame.
+    pub count: Column,
+    /// The callees, as indices into [`Flamewire::frames`].
+    pub frame: Column,
 }
 
 /// Metadata of a flamegraph.
@@ -155,9 +157,8 @@ pub struct WireFrame {
     pub line: u32,
 }
 
-/// One node of the graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-#[rkyv(derive(Debug))]
+/// One node of the graph, every column gathered ([`FlameGraph::node`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Node {
     /// Samples in this node and everything it called.
     pub total: u64,
@@ -215,215 +216,12 @@ pub enum FlamewireError {
     Inconsistent(&'static str),
 }
 
-/// Validates `bytes` and returns the archived graph without copying it.
-/// `bytes` must be aligned to 8 (an `rkyv::util::AlignedVec`, or a `Vec`
-/// copied into one).
-pub fn access(bytes: &[u8]) -> Result<&ArchivedFlamewire, FlamewireError> {
-    let graph = rkyv::access::<ArchivedFlamewire, rkyv::rancor::Error>(bytes)
-        .map_err(|e| FlamewireError::Invalid(e.to_string()))?;
-    if graph.version.to_native() != FLAMEWIRE_VERSION {
-        return Err(FlamewireError::UnsupportedVersion(
-            graph.version.to_native(),
-        ));
-    }
-    graph.check_consistency()?;
-    Ok(graph)
-}
-
 impl Flamewire {
     /// The rkyv archive of this graph.
     pub fn to_bytes(&self) -> rkyv::util::AlignedVec {
         rkyv::to_bytes::<rkyv::rancor::Error>(self)
             .expect("serializing a flamegraph into memory cannot fail")
     }
-}
-
-impl ArchivedFlamewire {
-    /// Checks every index so that readers can index without checks failing.
-    fn check_consistency(&self) -> Result<(), FlamewireError> {
-        let strings = self.strings.len() as u32;
-        let frames = self.frames.len() as u32;
-        let columns = &self.nodes;
-        let nodes = columns.frame.len();
-        if strings == 0 || frames == 0 || nodes == 0 {
-            return Err(FlamewireError::Inconsistent(
-                "empty string, frame or node table",
-            ));
-        }
-        let lengths = [
-            columns.total.len(),
-            columns.self_count.len(),
-            columns.depth.len(),
-            columns.skip.len(),
-        ];
-        if lengths.iter().any(|&n| n != nodes) {
-            return Err(FlamewireError::Inconsistent(
-                "node columns differ in length",
-            ));
-        }
-        for f in self.frames.iter() {
-            if [f.name, f.module, f.file]
-                .iter()
-                .any(|s| s.to_native() >= strings)
-            {
-                return Err(FlamewireError::Inconsistent("frame names a missing string"));
-            }
-        }
-        for i in 0..nodes {
-            if columns.frame[i].to_native() >= frames {
-                return Err(FlamewireError::Inconsistent("node names a missing frame"));
-            }
-            let skip = columns.skip[i].to_native() as usize;
-            if skip == 0 || i + skip > nodes {
-                return Err(FlamewireError::Inconsistent(
-                    "node subtree runs past the end",
-                ));
-            }
-            if i > 0 && columns.depth[i].to_native() == 0 {
-                return Err(FlamewireError::Inconsistent("more than one root"));
-            }
-        }
-        if columns.skip[0].to_native() as usize != nodes {
-            return Err(FlamewireError::Inconsistent(
-                "root does not span every node",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Number of nodes.
-    pub fn node_count(&self) -> usize {
-        self.nodes.frame.len()
-    }
-
-    /// Node `i`, gathered from the columns.
-    pub fn node(&self, i: usize) -> Node {
-        let n = &self.nodes;
-        Node {
-            total: n.total[i].to_native(),
-            self_count: n.self_count[i].to_native(),
-            frame: n.frame[i].to_native(),
-            depth: n.depth[i].to_native(),
-            skip: n.skip[i].to_native(),
-        }
-    }
-
-    /// String `i`.
-    pub fn string(&self, i: u32) -> &str {
-        self.strings[i as usize].as_str()
-    }
-
-    /// The frame of node `i`.
-    pub fn node_frame(&self, i: usize) -> &ArchivedWireFrame {
-        &self.frames[self.nodes.frame[i].to_native() as usize]
-    }
-
-    /// The function name of node `i`.
-    pub fn node_name(&self, i: usize) -> &str {
-        self.string(self.node_frame(i).name.to_native())
-    }
-
-    /// Indices of node `i`'s children.
-    pub fn children(&self, i: usize) -> Children<'_> {
-        Children {
-            graph: self,
-            next: i + 1,
-            end: i + self.nodes.skip[i].to_native() as usize,
-        }
-    }
-
-    /// Writes the graph as nested JSON (`{"name","kind","module","file",
-    /// "line","value","self","children"}` per node, the d3-flamegraph
-    /// shape; module, file and line only when known), iteratively
-    /// so that deep stacks cannot overflow the call stack.
-    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
-        let mut open = 0usize;
-        let mut need_comma = false;
-        for i in 0..self.node_count() {
-            let node = self.node(i);
-            let depth = node.depth as usize;
-            while open > depth {
-                out.write_all(b"]}")?;
-                open -= 1;
-                need_comma = true;
-            }
-            if need_comma {
-                out.write_all(b",")?;
-            }
-            let frame = self.node_frame(i);
-            out.write_all(b"{\"name\":")?;
-            write_json_str(out, self.string(frame.name.to_native()))?;
-            write!(
-                out,
-                ",\"kind\":\"{}\"",
-                FrameKind::from(&frame.kind).as_str()
-            )?;
-            if frame.module != 0 {
-                out.write_all(b",\"module\":")?;
-                write_json_str(out, self.string(frame.module.to_native()))?;
-            }
-            if frame.file != 0 {
-                out.write_all(b",\"file\":")?;
-                write_json_str(out, self.string(frame.file.to_native()))?;
-            }
-            if frame.line != 0 {
-                write!(out, ",\"line\":{}", frame.line.to_native())?;
-            }
-            write!(
-                out,
-                ",\"value\":{},\"self\":{},\"children\":[",
-                node.total, node.self_count
-            )?;
-            open += 1;
-            need_comma = false;
-        }
-        while open > 0 {
-            out.write_all(b"]}")?;
-            open -= 1;
-        }
-        Ok(())
-    }
-
-    /// Writes collapsed stacks (`root;…;leaf count`), one line per distinct
-    /// path with samples of its own, without the synthetic root.
-    pub fn write_collapsed(&self, out: &mut impl Write) -> io::Result<()> {
-        let mut path: Vec<&str> = Vec::new();
-        for i in 1..self.node_count() {
-            let node = self.node(i);
-            let depth = node.depth as usize;
-            path.truncate(depth - 1);
-            path.push(self.node_name(i));
-            if node.self_count != 0 {
-                writeln!(out, "{} {}", path.join(";"), node.self_count)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Iterator over a node's children.
-#[derive(Debug)]
-pub struct Children<'a> {
-    graph: &'a ArchivedFlamewire,
-    next: usize,
-    end: usize,
-}
-
-impl Iterator for Children<'_> {
-    type Item = usize;
-
-    fn next(&mut self) -> Option<usize> {
-        if self.next >= self.end {
-            return None;
-        }
-        let i = self.next;
-        self.next += self.graph.nodes.skip[i].to_native() as usize;
-        Some(i)
-    }
-}
-
-fn write_json_str(out: &mut impl Write, s: &str) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, s).map_err(io::Error::other)
 }
 
 /// Builds a [`Flamewire`] from stacks, merging common prefixes.
@@ -441,7 +239,6 @@ pub struct FlamewireBuilder {
 struct TrieNode {
     frame: u32,
     total: u64,
-    self_count: u64,
     first_child: u32,
     next_sibling: u32,
 }
@@ -470,7 +267,6 @@ impl FlamewireBuilder {
         b.trie.push(TrieNode {
             frame: root,
             total: 0,
-            self_count: 0,
             first_child: NONE,
             next_sibling: NONE,
         });
@@ -521,7 +317,6 @@ impl FlamewireBuilder {
                     self.trie.push(TrieNode {
                         frame,
                         total: 0,
-                        self_count: 0,
                         first_child: NONE,
                         next_sibling: sibling,
                     });
@@ -531,7 +326,6 @@ impl FlamewireBuilder {
             };
             self.trie[at as usize].total += count;
         }
-        self.trie[at as usize].self_count += count;
     }
 
     /// Number of nodes so far, the root included.
@@ -551,19 +345,13 @@ impl FlamewireBuilder {
                 frame,
             )
         };
-        let mut nodes = Nodes::with_capacity(self.trie.len());
+        let mut nodes = DepthFirst::with_capacity(self.trie.len());
         // Explicit stack: deep stacks must not overflow the call stack.
         let mut todo: Vec<(u32, u32)> = vec![(0, 0)];
         let mut children = Vec::new();
         while let Some((at, depth)) = todo.pop() {
             let t = self.trie[at as usize];
-            nodes.push(Node {
-                total: t.total,
-                self_count: t.self_count,
-                frame: t.frame,
-                depth,
-                skip: 1,
-            });
+            nodes.push(t.frame, depth, t.total);
             children.clear();
             let mut c = t.first_child;
             while c != NONE {
@@ -576,42 +364,22 @@ impl FlamewireBuilder {
             // Pushed in reverse so that they pop in order.
             todo.extend(children.iter().rev().map(|&c| (c, depth + 1)));
         }
-        fill_skips(&mut nodes);
+        let (nodes, callees) = nodes.encode(self.frames.len());
         Flamewire {
             version: FLAMEWIRE_VERSION,
             meta,
             strings: self.strings,
             frames: self.frames,
+            callees,
             nodes,
         }
     }
 }
 
-/// Sets each node's `skip` from the depths: a subtree is the node and the
-/// run of deeper nodes after it.
-fn fill_skips(nodes: &mut Nodes) {
-    // Stack of indices of nodes whose subtree is still open.
-    let mut open: Vec<usize> = Vec::new();
-    for i in 0..nodes.len() {
-        let depth = nodes.depth[i];
-        while let Some(&top) = open.last() {
-            if nodes.depth[top] >= depth {
-                nodes.skip[top] = (i - top) as u32;
-                open.pop();
-            } else {
-                break;
-            }
-        }
-        open.push(i);
-    }
-    let n = nodes.len();
-    for top in open {
-        nodes.skip[top] = (n - top) as u32;
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use proptest::prelude::*;
 
     use super::*;
@@ -628,6 +396,20 @@ mod tests {
         b.finish(FlameMeta::default()).to_bytes()
     }
 
+    /// Runs `f` on the graph in `bytes`, validated and derived.
+    fn read<T>(bytes: &[u8], f: impl FnOnce(FlameGraph<'_>) -> T) -> T {
+        super::read(bytes, f).unwrap()
+    }
+
+    /// Validation of a graph that `access` accepts but whose tree is broken.
+    fn tree_error(wire: &Flamewire) -> FlamewireError {
+        let bytes = wire.to_bytes();
+        match access(&bytes) {
+            Ok(archived) => Tree::of(archived).unwrap_err(),
+            Err(e) => e,
+        }
+    }
+
     #[test]
     fn merges_common_prefixes_and_orders_children_by_name() {
         let bytes = build(&[
@@ -636,15 +418,61 @@ mod tests {
             (vec!["main"], 1),
             (vec!["other"], 4),
         ]);
-        let g = access(&bytes).unwrap();
-        let names: Vec<&str> = (0..g.node_count()).map(|i| g.node_name(i)).collect();
-        assert_eq!(names, ["all", "main", "a", "b", "other"]);
-        assert_eq!(g.node(0).total, 10);
-        assert_eq!(g.node(1).total, 6);
-        assert_eq!(g.node(1).self_count, 1);
-        assert_eq!(g.node(1).skip, 3);
-        assert_eq!(g.children(0).collect::<Vec<_>>(), [1, 4]);
-        assert_eq!(g.children(1).collect::<Vec<_>>(), [2, 3]);
+        read(&bytes, |g| {
+            let names: Vec<&str> = (0..g.node_count()).map(|i| g.node_name(i)).collect();
+            assert_eq!(names, ["all", "main", "a", "b", "other"]);
+            assert_eq!(g.node(0).total, 10);
+            assert_eq!(g.node(1).total, 6);
+            assert_eq!(g.node(1).self_count, 1);
+            assert_eq!(g.node(1).skip, 3);
+            assert_eq!(g.children(0).collect::<Vec<_>>(), [1, 4]);
+            assert_eq!(g.children(1).collect::<Vec<_>>(), [2, 3]);
+        });
+    }
+
+    /// Guards the callee encoding: a frame called from two callers, and a
+    /// caller with several callees, each decode to their own frame.
+    #[test]
+    fn frames_decode_through_their_callers_lists() {
+        let bytes = build(&[
+            (vec!["main", "x", "leaf"], 1),
+            (vec!["main", "y", "leaf"], 1),
+            (vec!["main", "y", "x"], 1),
+            (vec!["other", "leaf"], 1),
+        ]);
+        read(&bytes, |g| {
+            let names: Vec<&str> = (0..g.node_count()).map(|i| g.node_name(i)).collect();
+            assert_eq!(
+                names,
+                [
+                    "all", "main", "x", "leaf", "y", "leaf", "x", "other", "leaf"
+                ]
+            );
+            assert_eq!(g.frame(3), g.frame(5));
+            assert_eq!(g.frame(2), g.frame(6));
+        });
+    }
+
+    #[test]
+    fn columns_take_the_narrowest_width() {
+        let wire = FlamewireBuilder::new().finish(FlameMeta::default());
+        assert_eq!(wire.nodes.total.width(), 1);
+        let names: Vec<String> = (0..300).map(|i| format!("f{i}")).collect();
+        let mut b = FlamewireBuilder::new();
+        let ids: Vec<u32> = names
+            .iter()
+            .map(|n| b.intern(FlameFrame::new(FrameKind::Native, n)))
+            .collect();
+        b.add_stack(&ids, 5_000_000_000);
+        let wire = b.finish(FlameMeta::default());
+        assert_eq!(wire.nodes.total.width(), 8);
+        assert_eq!(wire.nodes.depth.width(), 2);
+        assert_eq!(wire.nodes.callee.width(), 1);
+        read(&wire.to_bytes(), |g| {
+            assert_eq!(g.depth(300), 300);
+            assert_eq!(g.self_count(300), 5_000_000_000);
+            assert_eq!(g.node_name(300), "f299");
+        });
     }
 
     #[test]
@@ -655,7 +483,7 @@ mod tests {
             (vec!["main", "b"], 5),
         ]);
         let mut out = Vec::new();
-        access(&bytes).unwrap().write_collapsed(&mut out).unwrap();
+        read(&bytes, |g| g.write_collapsed(&mut out)).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "main 1\nmain;b 7\n");
     }
 
@@ -663,7 +491,7 @@ mod tests {
     fn json_output_nests_children() {
         let bytes = build(&[(vec!["m\"x", "b"], 2)]);
         let mut out = Vec::new();
-        access(&bytes).unwrap().write_json(&mut out).unwrap();
+        read(&bytes, |g| g.write_json(&mut out)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["value"], 2);
         assert_eq!(v["children"][0]["name"], "m\"x");
@@ -676,71 +504,128 @@ mod tests {
         let names: Vec<String> = (0..100_000).map(|i| format!("f{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let bytes = build(&[(refs, 1)]);
-        let g = access(&bytes).unwrap();
-        assert_eq!(g.node_count(), 100_001);
-        let mut out = Vec::new();
-        g.write_json(&mut out).unwrap();
+        read(&bytes, |g| {
+            assert_eq!(g.node_count(), 100_001);
+            assert_eq!(g.skip(0), 100_001);
+            let mut out = Vec::new();
+            g.write_json(&mut out).unwrap();
+        });
     }
 
     #[test]
     fn corrupt_archives_are_refused() {
         assert!(access(&rkyv::util::AlignedVec::<16>::new()).is_err());
-        let mut wire = FlamewireBuilder::new().finish(FlameMeta::default());
-        wire.nodes.skip[0] = 5;
-        assert!(matches!(
-            access(&wire.to_bytes()),
-            Err(FlamewireError::Inconsistent(_))
-        ));
-        wire.nodes.skip[0] = 1;
-        wire.nodes.total.push(1);
-        assert!(matches!(
-            access(&wire.to_bytes()),
-            Err(FlamewireError::Inconsistent(_))
-        ));
-        wire.nodes.total.pop();
+        let good = FlamewireBuilder::new().finish(FlameMeta::default());
+
+        let mut wire = good.clone();
+        wire.nodes.total = Column::narrowest(&[1, 1]);
+        assert!(matches!(tree_error(&wire), FlamewireError::Inconsistent(_)));
+
+        let mut wire = good.clone();
         wire.version = 99;
         assert!(matches!(
             access(&wire.to_bytes()),
             Err(FlamewireError::UnsupportedVersion(99))
         ));
+
+        let bytes = build(&[(vec!["main", "work"], 3)]);
+        let wire: Flamewire =
+            rkyv::deserialize::<Flamewire, rkyv::rancor::Error>(access(&bytes).unwrap()).unwrap();
+        type Corruption = (&'static str, fn(&mut Flamewire));
+        let cases: [Corruption; 6] = [
+            ("two roots", |w| {
+                w.nodes.depth = Column::narrowest(&[0, 0, 1])
+            }),
+            ("a depth jump", |w| {
+                w.nodes.depth = Column::narrowest(&[0, 1, 3])
+            }),
+            ("children over the parent", |w| {
+                w.nodes.total = Column::narrowest(&[3, 4, 3])
+            }),
+            ("a callee past its list", |w| {
+                w.nodes.callee = Column::narrowest(&[0, 0, 1])
+            }),
+            ("a callee frame missing", |w| {
+                w.callees.frame = Column::narrowest(&[1, 9])
+            }),
+            ("counts that miss the list", |w| {
+                w.callees.count = Column::narrowest(&[1, 0, 0])
+            }),
+        ];
+        for (what, corrupt) in cases {
+            let mut broken = wire.clone();
+            corrupt(&mut broken);
+            assert!(
+                matches!(tree_error(&broken), FlamewireError::Inconsistent(_)),
+                "{what} was accepted"
+            );
+        }
     }
 
     fn arb_stacks() -> impl Strategy<Value = Vec<(Vec<u8>, u64)>> {
         prop::collection::vec((prop::collection::vec(0u8..6, 0..8), 1u64..100), 0..40)
     }
 
+    /// The reference tree of `stacks`: every prefix path with its total and
+    /// self count, in depth-first order with children by name (the order
+    /// the builder promises).
+    fn reference(stacks: &[(Vec<String>, u64)]) -> Vec<(Vec<String>, u64, u64)> {
+        let mut totals: BTreeMap<Vec<String>, (u64, u64)> = BTreeMap::new();
+        totals.insert(Vec::new(), (0, 0));
+        for (path, count) in stacks {
+            for len in 0..=path.len() {
+                totals.entry(path[..len].to_vec()).or_default().0 += count;
+            }
+            totals.get_mut(path).unwrap().1 += count;
+        }
+        // BTreeMap order on paths is depth-first order with children by name.
+        totals.into_iter().map(|(p, (t, s))| (p, t, s)).collect()
+    }
+
     proptest! {
-        /// The archive round-trips, and the tree holds exactly the input:
-        /// collapsing it gives back the summed stacks.
+        /// The archive round-trips, and every derived column (frame, skip,
+        /// self) and stored one (total, depth) equals the reference tree.
         #[test]
-        fn round_trip_preserves_stack_counts(stacks in arb_stacks()) {
+        fn round_trip_matches_the_reference_tree(stacks in arb_stacks()) {
             let mut b = FlamewireBuilder::new();
-            let mut expected = std::collections::BTreeMap::<String, u64>::new();
+            let mut named = Vec::new();
             for (path, count) in &stacks {
                 let names: Vec<String> = path.iter().map(|n| format!("f{n}")).collect();
                 let ids: Vec<u32> = names.iter()
                     .map(|n| b.intern(FlameFrame::new(FrameKind::Native, n)))
                     .collect();
                 b.add_stack(&ids, *count);
-                if !names.is_empty() {
-                    *expected.entry(names.join(";")).or_default() += count;
-                }
+                named.push((names, *count));
             }
             let wire = b.finish(FlameMeta { from_ns: 1, to_ns: 2, ns_per_count: 3 });
             let bytes = wire.to_bytes();
-            let g = access(&bytes).unwrap();
-            let back: Flamewire = rkyv::deserialize::<Flamewire, rkyv::rancor::Error>(g).unwrap();
+            let archived = access(&bytes).unwrap();
+            let back: Flamewire =
+                rkyv::deserialize::<Flamewire, rkyv::rancor::Error>(archived).unwrap();
             prop_assert_eq!(&back, &wire);
-            let mut out = Vec::new();
-            g.write_collapsed(&mut out).unwrap();
-            let mut got = std::collections::BTreeMap::<String, u64>::new();
-            for line in String::from_utf8(out).unwrap().lines() {
-                let (stack, n) = line.rsplit_once(' ').unwrap();
-                got.insert(stack.to_owned(), n.parse().unwrap());
+            let tree = Tree::of(archived).unwrap();
+            let g = FlameGraph::new(archived, &tree);
+            let expected = reference(&named);
+            prop_assert_eq!(g.node_count(), expected.len());
+            let self_counts = g.self_counts();
+            let mut path: Vec<String> = Vec::new();
+            for (i, (want_path, total, self_count)) in expected.iter().enumerate() {
+                let depth = g.depth(i) as usize;
+                if i > 0 {
+                    path.truncate(depth - 1);
+                    path.push(g.node_name(i).to_owned());
+                }
+                prop_assert_eq!(&path, want_path);
+                prop_assert_eq!(g.total(i), *total);
+                prop_assert_eq!(g.self_count(i), *self_count);
+                prop_assert_eq!(self_counts[i], *self_count);
+                let subtree = expected[i + 1..]
+                    .iter()
+                    .take_while(|(p, ..)| p.starts_with(want_path))
+                    .count();
+                prop_assert_eq!(g.skip(i), subtree + 1);
             }
-            prop_assert_eq!(got, expected);
-            let total: u64 = stacks.iter().map(|s| s.1).sum();
-            prop_assert_eq!(g.node(0).total, total);
+            prop_assert_eq!(g.meta(), FlameMeta { from_ns: 1, to_ns: 2, ns_per_count: 3 });
         }
 
         /// Guards the reader: arbitrary bytes give an error, never a panic.
@@ -748,7 +633,9 @@ mod tests {
         fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..1024)) {
             let mut aligned = rkyv::util::AlignedVec::<16>::new();
             aligned.extend_from_slice(&bytes);
-            let _ = access(&aligned);
+            if let Ok(wire) = access(&aligned) {
+                let _ = Tree::of(wire);
+            }
         }
     }
 }

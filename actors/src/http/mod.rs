@@ -18,12 +18,16 @@
 //! | GET | `/internal/v1/scan-counts` | query nodes only (cluster secret): scans run, sent, served |
 //! | GET | `/`, `/{file}` | the web UI (see [`set_ui_dir`]) |
 //!
+//! Responses are gzip- or zstd-coded as the client accepts; Flamewire goes
+//! zstd-coded whenever the client takes zstd (`encoding`).
+//!
 //! Query parameters other than the reserved ones are label filters
 //! (`process=nginx`). Times are RFC 3339, unix seconds, `now` or
 //! `now-<duration>`.
 
 mod admin;
 mod assets;
+mod encoding;
 mod error;
 mod index;
 mod ingest;
@@ -44,9 +48,9 @@ use crate::query::{ClusterSecret, QueryCoordinator};
 
 pub use admin::{AdminToken, AdminTokenError};
 pub use assets::{set_ui_dir, ui_dir};
+pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
 pub use params::{now_ns, parse_time};
-pub use query::FLAMEWIRE_CONTENT_TYPE;
 
 /// Largest request body accepted (imports of big captures).
 pub const MAX_BODY_BYTES: usize = 512 * 1024 * 1024;

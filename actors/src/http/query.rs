@@ -2,16 +2,15 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_formats::export;
+use kiln_model::flamewire::{FlameGraph, FlamewireError, Tree, access};
 
 use super::AppState;
+use super::encoding::flamewire_response;
 use super::error::ApiError;
 use super::params::query_range;
 use crate::query::{FlamegraphQuery, LabelsQuery, TimelineQuery, TopQuery};
-
-/// Content type of a Flamewire body.
-pub const FLAMEWIRE_CONTENT_TYPE: &str = "application/vnd.kiln.flamewire";
 
 /// The `format`s of `/api/v1/flamegraph`.
 const FLAMEGRAPH_FORMATS: &[&str] = &["collapsed", "json", "flamewire", "pprof", "speedscope"];
@@ -24,7 +23,11 @@ const DEFAULT_TIMELINE_POINTS: i64 = 240;
 type Params = web::Query<BTreeMap<String, String>>;
 
 /// `GET /api/v1/flamegraph?from=T&to=T&format=collapsed|json|flamewire|pprof|speedscope[&LABEL=VALUE…]`
+///
+/// `format=flamewire` goes zstd-coded to clients that accept zstd
+/// ([`flamewire_response`]).
 pub(crate) async fn flamegraph(
+    req: HttpRequest,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
@@ -42,8 +45,14 @@ pub(crate) async fn flamegraph(
         .await
         .map_err(crate::query::QueryError::from)??;
     let bytes = wire.to_bytes();
-    let graph = kiln_model::flamewire::access(&bytes)
-        .map_err(|e| ApiError::Internal(format!("built an unreadable flamegraph: {e}")))?;
+    if format == "flamewire" {
+        return Ok(flamewire_response(&req, bytes.into_vec()).await);
+    }
+    let unreadable =
+        |e: FlamewireError| ApiError::Internal(format!("built an unreadable flamegraph: {e}"));
+    let archived = access(&bytes).map_err(unreadable)?;
+    let tree = Tree::of(archived).map_err(unreadable)?;
+    let graph = FlameGraph::new(archived, &tree);
     let mut body = Vec::new();
     let content_type = match format {
         "collapsed" => {
@@ -67,10 +76,7 @@ pub(crate) async fn flamegraph(
                 .map_err(|e| ApiError::Internal(e.to_string()))?;
             "application/json"
         }
-        _ => {
-            body = bytes.into_vec();
-            FLAMEWIRE_CONTENT_TYPE
-        }
+        _ => unreachable!("flamewire is answered above, other formats are refused"),
     };
     Ok(HttpResponse::Ok().content_type(content_type).body(body))
 }

@@ -13,7 +13,7 @@ mod speedscope;
 pub use pprof::to_pprof;
 pub use speedscope::{SPEEDSCOPE_SCHEMA, to_speedscope};
 
-use kiln_model::flamewire::ArchivedFlamewire;
+use kiln_model::flamewire::FlameGraph;
 
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]
@@ -28,13 +28,12 @@ pub enum ExportError {
 
 /// Calls `each(path, self_count)` for every node with samples of its own,
 /// `path` being its frame indices from below the root down to it.
-fn for_each_stack(graph: &ArchivedFlamewire, mut each: impl FnMut(&[u32], u64)) {
-    let nodes = &graph.nodes;
+fn for_each_stack(graph: FlameGraph<'_>, mut each: impl FnMut(&[u32], u64)) {
+    let self_counts = graph.self_counts();
     let mut path: Vec<u32> = Vec::new();
-    for i in 1..graph.node_count() {
-        path.truncate(nodes.depth[i].to_native() as usize - 1);
-        path.push(nodes.frame[i].to_native());
-        let own = nodes.self_count[i].to_native();
+    for (i, &own) in self_counts.iter().enumerate().skip(1) {
+        path.truncate(graph.depth(i) as usize - 1);
+        path.push(graph.frame(i));
         if own > 0 {
             each(&path, own);
         }
@@ -44,7 +43,9 @@ fn for_each_stack(graph: &ArchivedFlamewire, mut each: impl FnMut(&[u32], u64)) 
 #[cfg(test)]
 pub(crate) mod tests {
     use kiln_model::FrameKind;
-    use kiln_model::flamewire::{FlameFrame, FlameMeta, Flamewire, FlamewireBuilder};
+    use kiln_model::flamewire::{
+        FlameFrame, FlameGraph, FlameMeta, Flamewire, FlamewireBuilder, read,
+    };
 
     /// A graph of `(stack, count)` with modules and files on some frames.
     pub(crate) fn graph(stacks: &[(&[&str], u64)]) -> Flamewire {
@@ -78,12 +79,15 @@ pub(crate) mod tests {
         })
     }
 
+    /// `f` of `wire`, archived, validated and read as exports read it.
+    pub(crate) fn with_graph<T>(wire: &Flamewire, f: impl FnOnce(FlameGraph<'_>) -> T) -> T {
+        read(&wire.to_bytes(), f).unwrap()
+    }
+
     /// The graph's collapsed stacks, sorted.
     pub(crate) fn collapsed(wire: &Flamewire) -> Vec<String> {
-        let bytes = wire.to_bytes();
-        let graph = kiln_model::flamewire::access(&bytes).unwrap();
         let mut out = Vec::new();
-        graph.write_collapsed(&mut out).unwrap();
+        with_graph(wire, |g| g.write_collapsed(&mut out)).unwrap();
         let mut lines: Vec<String> = String::from_utf8(out)
             .unwrap()
             .lines()

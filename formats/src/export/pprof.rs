@@ -10,14 +10,15 @@ use std::io::Write;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use kiln_model::flamewire::ArchivedFlamewire;
+use kiln_model::flamewire::FlameGraph;
 use prost::Message;
 
 use super::{ExportError, for_each_stack};
 use crate::pprof::proto::{Function, Line, Location, Mapping, Profile, Sample, ValueType};
 
 /// The graph as a gzip-compressed pprof profile.
-pub fn to_pprof(graph: &ArchivedFlamewire) -> Result<Vec<u8>, ExportError> {
+pub fn to_pprof(graph: FlameGraph<'_>) -> Result<Vec<u8>, ExportError> {
+    let meta = graph.meta();
     let mut strings = StringTable::default();
     strings.index("");
     let mut profile = Profile {
@@ -35,15 +36,15 @@ pub fn to_pprof(graph: &ArchivedFlamewire) -> Result<Vec<u8>, ExportError> {
             r#type: strings.index("cpu"),
             unit: strings.index("nanoseconds"),
         }),
-        period: graph.meta.ns_per_count.to_native() as i64,
-        time_nanos: graph.meta.from_ns.to_native(),
-        duration_nanos: graph.meta.to_ns.to_native() - graph.meta.from_ns.to_native(),
+        period: meta.ns_per_count as i64,
+        time_nanos: meta.from_ns,
+        duration_nanos: meta.to_ns - meta.from_ns,
         ..Profile::default()
     };
     // Frame index → location id (frame index itself; frame 0 is the root,
     // which no stack holds, so ids start at 1 as pprof requires).
     let mut mappings: HashMap<u32, u64> = HashMap::new();
-    for (i, frame) in graph.frames.iter().enumerate().skip(1) {
+    for (i, frame) in graph.wire().frames.iter().enumerate().skip(1) {
         let id = i as u64;
         let module = frame.module.to_native();
         let mapping_id = match module {
@@ -81,7 +82,7 @@ pub fn to_pprof(graph: &ArchivedFlamewire) -> Result<Vec<u8>, ExportError> {
             is_folded: false,
         });
     }
-    let ns_per_count = graph.meta.ns_per_count.to_native() as i64;
+    let ns_per_count = meta.ns_per_count as i64;
     for_each_stack(graph, |path, count| {
         profile.sample.push(Sample {
             location_id: path.iter().rev().map(|&f| f as u64).collect(),
@@ -121,13 +122,13 @@ mod tests {
     use kiln_model::{Frame, FrameKind};
 
     use super::*;
-    use crate::export::tests::{STACKS, collapsed, graph};
+    use crate::export::tests::{STACKS, collapsed, graph, with_graph};
     use crate::{Format, ImportOptions, import};
 
     #[test]
     fn pprof_export_imports_back_to_the_same_stacks() {
         let wire = graph(STACKS);
-        let bytes = to_pprof(kiln_model::flamewire::access(&wire.to_bytes()).unwrap()).unwrap();
+        let bytes = with_graph(&wire, |g| to_pprof(g).unwrap());
         assert_eq!(Format::detect(&bytes), Format::Pprof);
         let imported = import(Format::Pprof, &bytes, &ImportOptions::new(0)).unwrap();
         let batch = imported.batch;

@@ -1,7 +1,7 @@
 //! Export to speedscope's file format: one `sampled` profile whose samples
 //! are the graph's stacks (frame indices, root first) weighted by time.
 
-use kiln_model::flamewire::ArchivedFlamewire;
+use kiln_model::flamewire::FlameGraph;
 use serde::Serialize;
 
 use super::{ExportError, for_each_stack};
@@ -51,10 +51,11 @@ struct SampledProfile<'a> {
 
 /// The graph as a speedscope JSON file named `name`. Weights are CPU
 /// nanoseconds when the graph knows a sample's length, else counts.
-pub fn to_speedscope(graph: &ArchivedFlamewire, name: &str) -> Result<Vec<u8>, ExportError> {
+pub fn to_speedscope(graph: FlameGraph<'_>, name: &str) -> Result<Vec<u8>, ExportError> {
     // Frame 0 is the root, which no stack holds: speedscope frame `i` is
     // graph frame `i + 1`.
     let frames = graph
+        .wire()
         .frames
         .iter()
         .skip(1)
@@ -67,7 +68,7 @@ pub fn to_speedscope(graph: &ArchivedFlamewire, name: &str) -> Result<Vec<u8>, E
             }
         })
         .collect();
-    let ns_per_count = graph.meta.ns_per_count.to_native();
+    let ns_per_count = graph.meta().ns_per_count;
     let (unit, scale) = match ns_per_count {
         0 => ("none", 1),
         ns => ("nanoseconds", ns),
@@ -102,7 +103,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::export::tests::{STACKS, collapsed, graph};
+    use crate::export::tests::{STACKS, collapsed, graph, with_graph};
 
     /// Reads a speedscope file back into collapsed stacks, as speedscope's
     /// own importer does for sampled profiles (weights divided back into
@@ -136,11 +137,7 @@ mod tests {
     #[test]
     fn speedscope_export_reads_back_to_the_same_stacks() {
         let wire = graph(STACKS);
-        let json = to_speedscope(
-            kiln_model::flamewire::access(&wire.to_bytes()).unwrap(),
-            "test",
-        )
-        .unwrap();
+        let json = with_graph(&wire, |g| to_speedscope(g, "test").unwrap());
         assert_eq!(read_back(&json, 10_000_000), collapsed(&wire));
         let file: serde_json::Value = serde_json::from_slice(&json).unwrap();
         let parse = file["shared"]["frames"]

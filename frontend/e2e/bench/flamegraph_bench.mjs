@@ -6,7 +6,12 @@
 //   collapsed stacks in the same browser;
 // - render time per frame while zooming (wheel) and panning (drag): p50,
 //   p95, max;
-// - Flamewire bytes against the same graph as JSON, raw and gzip'd.
+// - Flamewire bytes against the same graph as JSON: raw and gzip'd (here),
+//   and as the browser received them (Resource Timing's encodedBodySize:
+//   the body as sent, zstd for Flamewire, gzip for JSON as Chromium
+//   negotiates them);
+// - the time the UI takes to validate the Flamewire and derive its tree
+//   (`load_ms`).
 //
 //   node bench/flamegraph_bench.mjs [--nodes 1000000] [--seed 7]
 //
@@ -152,6 +157,25 @@ async function main() {
     report.kiln_first_render_after_data_ms = kilnTimes.map((t) => t.after_data);
     const stats = await page.evaluate(() => ({ ...window.__kiln_stats, find: undefined }));
     report.first_frame = { nodes_drawn: stats.nodes_drawn, nodes_skipped: stats.nodes_skipped, nodes_visited: stats.nodes_visited, frame_ms: stats.frame_ms };
+    report.kiln_load_ms = stats.load_ms;
+
+    // Bytes as the browser received them: the graph the page shows, fetched
+    // again as Flamewire and as JSON, uncached, with the browser's own
+    // Accept-Encoding.
+    report.browser = await page.evaluate(async () => {
+      const shown = performance.getEntriesByType('resource').find((e) => e.name.includes('format=flamewire'));
+      const sizes = async (url) => {
+        const response = await fetch(url, { cache: 'no-store' });
+        await response.arrayBuffer();
+        const entry = performance.getEntriesByType('resource').filter((e) => e.name === response.url).pop();
+        return { content_encoding: response.headers.get('content-encoding'), sent_bytes: entry.encodedBodySize, bytes: entry.decodedBodySize };
+      };
+      return { flamewire: await sizes(shown.name), json: await sizes(shown.name.replace('format=flamewire', 'format=json')) };
+    });
+    const { flamewire: sentWire, json: sentJson } = report.browser;
+    report.browser_json_over_flamewire_as_sent = sentJson.bytes / sentWire.sent_bytes;
+    report.browser_json_as_sent_over_flamewire_as_sent = sentJson.sent_bytes / sentWire.sent_bytes;
+    report.browser_json_over_flamewire_raw = sentJson.bytes / sentWire.bytes;
 
     // Frames while zooming and panning: synthetic wheel and drag events on
     // the canvas; each is handled (laid out and drawn) synchronously.

@@ -1,16 +1,21 @@
 //! Flamewire build time and size for a flamegraph of about a million nodes,
 //! against the same graph as JSON (the d3-flamegraph shape the API serves
-//! for `format=json`), raw and compressed.
+//! for `format=json`), raw and compressed; what each part of the Flamewire
+//! takes once compressed; the time a reader takes to derive its columns;
+//! and the same graph in Flamewire version 1's node layout, as a baseline.
 //!
 //! `cargo run --release -p kiln-load-tests --bin flamewire_bench -- --nodes 1000000`
 
 use std::time::Instant;
 
 use clap::Parser;
+use kiln_actors::http::FLAMEWIRE_ZSTD_LEVEL;
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::CallGraph;
 use kiln_model::FrameKind;
-use kiln_model::flamewire::{FlameFrame, FlameMeta, FlamewireBuilder, access};
+use kiln_model::flamewire::{
+    Column, FlameFrame, FlameGraph, FlameMeta, Flamewire, FlamewireBuilder, Tree, access,
+};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
@@ -77,94 +82,172 @@ fn main() {
     let bytes = wire.to_bytes();
     let serialize = started.elapsed();
     let started = Instant::now();
-    let graph_view = access(&bytes).expect("valid flamewire");
+    let archived = access(&bytes).expect("valid flamewire");
     let validate = started.elapsed();
+    let started = Instant::now();
+    let tree = Tree::of(archived).expect("valid flamewire");
+    let derive = started.elapsed();
+    let graph_view = FlameGraph::new(archived, &tree);
 
     let started = Instant::now();
     let mut json = Vec::new();
     graph_view.write_json(&mut json).expect("write json");
     let json_time = started.elapsed();
 
-    let zstd = |data: &[u8]| zstd::bulk::compress(data, 3).expect("zstd").len();
-    let gzip = |data: &[u8]| {
-        use std::io::Write;
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        e.write_all(data).expect("gzip");
-        e.finish().expect("gzip").len()
-    };
-    let wire_zstd = zstd(&bytes);
-    // The same nodes interleaved as records (Flamewire's first layout), to
-    // show what storing them by column saves once compressed.
-    let interleaved: Vec<u8> = (0..wire.nodes.len())
-        .flat_map(|i| {
-            let n = wire.nodes.get(i);
-            [
-                &n.total.to_le_bytes()[..],
-                &n.self_count.to_le_bytes(),
-                &n.frame.to_le_bytes(),
-                &n.depth.to_le_bytes(),
-                &n.skip.to_le_bytes(),
-                &[0; 4],
-            ]
-            .concat()
-        })
-        .collect();
-    let columns = &wire.nodes;
-    let columnar: Vec<u8> = [
-        columns
-            .total
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect::<Vec<u8>>(),
-        columns
-            .self_count
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect(),
-        columns.frame.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        columns.depth.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        columns.skip.iter().flat_map(|v| v.to_le_bytes()).collect(),
-    ]
-    .concat();
-    let json_zstd = zstd(&json);
+    let started = Instant::now();
+    let wire_sent = zstd(&bytes, FLAMEWIRE_ZSTD_LEVEL);
+    let sent_time = started.elapsed();
+    let started = Instant::now();
+    let wire_zstd19 = zstd(&bytes, 19);
+    let zstd19_time = started.elapsed();
+    let wire_zstd3 = zstd(&bytes, 3);
+    let json_zstd3 = zstd(&json, 3);
     let json_gzip = gzip(&json);
+    let v1 = version_1_bytes(&wire, graph_view);
 
     report.add("stacks", stacks.len() as f64, "stacks");
     report.add("nodes", nodes as f64, "nodes");
     report.time("build (stack counts -> Flamewire)", build);
     report.time("serialize (rkyv)", serialize);
-    report.time("validate + access (zero-copy)", validate);
+    report.time("validate (access)", validate);
+    report.time("derive skip + frame (Tree::of)", derive);
     report.time("write JSON", json_time);
+    report.time(format!("zstd -{FLAMEWIRE_ZSTD_LEVEL} (as sent)"), sent_time);
+    report.time("zstd -19", zstd19_time);
     report.add("flamewire bytes", bytes.len() as f64, "B");
     report.add(
         "flamewire bytes per node",
         bytes.len() as f64 / nodes as f64,
         "B",
     );
-    report.add("flamewire+zstd bytes", wire_zstd as f64, "B");
-    report.add("nodes only, by column, +zstd", zstd(&columnar) as f64, "B");
+    report.add("flamewire as sent (zstd)", wire_sent as f64, "B");
+    report.add("flamewire+zstd-3", wire_zstd3 as f64, "B");
+    report.add("flamewire+zstd-19", wire_zstd19 as f64, "B");
+    report.add("flamewire+gzip", gzip(&bytes) as f64, "B");
+    // What the level of the served bytes trades: size against the time
+    // the server spends compressing.
+    for level in [1, 3, 6, 9, 12] {
+        let started = Instant::now();
+        let size = zstd(&bytes, level);
+        report.time(format!("zstd -{level} time"), started.elapsed());
+        report.add(format!("zstd -{level} bytes"), size as f64, "B");
+    }
+    for (part, part_bytes) in parts(&wire) {
+        report.add(
+            format!("part {part}, +zstd-{FLAMEWIRE_ZSTD_LEVEL}"),
+            zstd(&part_bytes, FLAMEWIRE_ZSTD_LEVEL) as f64,
+            "B",
+        );
+    }
+    report.add("version 1 layout bytes", v1.len() as f64, "B");
     report.add(
-        "nodes only, interleaved, +zstd",
-        zstd(&interleaved) as f64,
+        format!("version 1 layout +zstd-{FLAMEWIRE_ZSTD_LEVEL}"),
+        zstd(&v1, FLAMEWIRE_ZSTD_LEVEL) as f64,
         "B",
     );
     report.add("json bytes", json.len() as f64, "B");
-    report.add("json+zstd bytes", json_zstd as f64, "B");
+    report.add("json+zstd-3 bytes", json_zstd3 as f64, "B");
     report.add("json+gzip bytes", json_gzip as f64, "B");
+    let ratio = |a: usize, b: usize| a as f64 / b as f64;
     report.add(
         "ratio json / flamewire (raw)",
-        json.len() as f64 / bytes.len() as f64,
+        ratio(json.len(), bytes.len()),
         "x",
     );
     report.add(
-        "ratio json / flamewire+zstd",
-        json.len() as f64 / wire_zstd as f64,
+        "ratio json / flamewire as sent",
+        ratio(json.len(), wire_sent),
         "x",
     );
     report.add(
-        "ratio json+gzip / flamewire+zstd",
-        json_gzip as f64 / wire_zstd as f64,
+        "ratio json+gzip / flamewire as sent",
+        ratio(json_gzip, wire_sent),
+        "x",
+    );
+    report.add(
+        "ratio json+zstd-3 / flamewire+zstd-3",
+        ratio(json_zstd3, wire_zstd3),
+        "x",
+    );
+    report.add(
+        "ratio version 1 / version 2 (raw)",
+        ratio(v1.len(), bytes.len()),
         "x",
     );
     report.finish("flamewire");
+}
+
+fn zstd(data: &[u8], level: i32) -> usize {
+    zstd::bulk::compress(data, level).expect("zstd").len()
+}
+
+fn gzip(data: &[u8]) -> usize {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).expect("gzip");
+    e.finish().expect("gzip").len()
+}
+
+/// Little-endian bytes of a column, at its width.
+fn column_bytes(column: &Column) -> Vec<u8> {
+    match column {
+        Column::U8(v) => v.clone(),
+        Column::U16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Column::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Column::U64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+/// Each part of the Flamewire as bytes, to show what it costs compressed.
+fn parts(wire: &Flamewire) -> Vec<(String, Vec<u8>)> {
+    let strings: Vec<u8> = wire
+        .strings
+        .iter()
+        .flat_map(|s| s.bytes().chain([0]))
+        .collect();
+    let frames: Vec<u8> = wire
+        .frames
+        .iter()
+        .flat_map(|f| {
+            [f.kind as u32, f.name, f.module, f.file, f.line]
+                .into_iter()
+                .flat_map(u32::to_le_bytes)
+        })
+        .collect();
+    let mut out = vec![
+        ("strings".to_owned(), strings),
+        ("frames".to_owned(), frames),
+    ];
+    for (name, column) in [
+        ("nodes.total", &wire.nodes.total),
+        ("nodes.depth", &wire.nodes.depth),
+        ("nodes.callee", &wire.nodes.callee),
+        ("callees.count", &wire.callees.count),
+        ("callees.frame", &wire.callees.frame),
+    ] {
+        out.push((
+            format!("{name} (u{})", column.width() * 8),
+            column_bytes(column),
+        ));
+    }
+    out
+}
+
+/// The graph in Flamewire version 1's layout: strings and frames as now,
+/// and every node column stored whole (total and self as u64, frame, depth
+/// and skip as u32), as that version sent them.
+fn version_1_bytes(wire: &Flamewire, graph: FlameGraph<'_>) -> Vec<u8> {
+    let mut out: Vec<u8> = parts(wire)
+        .into_iter()
+        .take(2)
+        .flat_map(|(_, b)| b)
+        .collect();
+    let n = graph.node_count();
+    let self_counts = graph.self_counts();
+    out.extend((0..n).flat_map(|i| graph.total(i).to_le_bytes()));
+    out.extend(self_counts.iter().flat_map(|c| c.to_le_bytes()));
+    out.extend((0..n).flat_map(|i| graph.frame(i).to_le_bytes()));
+    out.extend((0..n).flat_map(|i| graph.depth(i).to_le_bytes()));
+    out.extend((0..n).flat_map(|i| (graph.skip(i) as u32).to_le_bytes()));
+    out
 }
