@@ -12,7 +12,7 @@ use kiln_actors::envelope::EnvelopeHeader;
 use kiln_actors::ingest::{self, IngestProgress};
 use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange, SymbolsStored};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
-use kiln_model::flamewire::access;
+use kiln_model::flamewire::read;
 use kiln_model::{Batch, BatchBuilder, FileId, Frame, FrameKind, LabelSet, Symbol};
 use kiln_storage::{
     EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
@@ -190,10 +190,10 @@ impl Setup {
             .await
             .unwrap()
             .unwrap();
+        let bytes = wire.to_bytes();
         let mut out = Vec::new();
-        access(&wire.to_bytes())
+        read(&bytes, |g| g.write_collapsed(&mut out))
             .unwrap()
-            .write_collapsed(&mut out)
             .unwrap();
         String::from_utf8(out).unwrap()
     }
