@@ -41,7 +41,13 @@ pub(crate) async fn flamegraph(
         .send(FlamegraphQuery(range))
         .await
         .map_err(crate::query::QueryError::from)??;
+    let started = std::time::Instant::now();
     let bytes = wire.to_bytes();
+    tracing::debug!(
+        bytes = bytes.len(),
+        serialize_ms = started.elapsed().as_secs_f64() * 1e3,
+        "flamegraph serialized"
+    );
     let graph = kiln_model::flamewire::access(&bytes)
         .map_err(|e| ApiError::Internal(format!("built an unreadable flamegraph: {e}")))?;
     let mut body = Vec::new();
