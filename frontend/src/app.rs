@@ -20,7 +20,7 @@ use crate::load::Load;
 use crate::panels::{LabelFilters, TimelineChart, TopTable};
 use crate::sandwich::sandwich;
 use crate::search::{Search, matched_share};
-use crate::state::{ColorBy, ViewState};
+use crate::state::{ColorBy, Span, ViewState};
 use crate::transform::Rewrites;
 
 /// A sandwich ready to draw.
@@ -170,6 +170,22 @@ pub fn App() -> impl IntoView {
         base_shown.set(base_raw.with(|r| r.ready().map(apply)));
     });
     let search_text = Memo::new(move |_| state.with(|s| s.search.clone()));
+    let diffing = Memo::new(move |_| state.with(ViewState::diffing));
+    // The diff's merged graph is built only when a graph changes, never on
+    // a repaint (search, colours, the view going to the URL).
+    let diff = RwSignal::new(None::<Arc<Diff>>);
+    Effect::new(move |_| {
+        diff.set(match (diffing.get(), shown.get(), base_shown.get()) {
+            (true, Some(now), Some(base)) => Some(Arc::new(Diff::new(&now, &base))),
+            _ => None,
+        });
+    });
+    // What the main canvas draws: the diff's merged graph while diffing.
+    let drawn = Signal::derive(move || {
+        diff.with(|d| d.as_ref().map(|d| d.graph.clone()))
+            .or_else(|| shown.get())
+    });
+    let colors = Memo::new(move |_| state.with(|s| (s.color, s.light)));
     let matched = RwSignal::new(None::<f64>);
     let paint = RwSignal::new(Arc::new(Paint::default()));
     // The sandwich's graphs have their own nodes: no diff there.
@@ -177,17 +193,14 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| {
         let graph = shown.get();
         let search = Search::new(&search_text.get());
-        let (color, light, diffing) = state.with(|s| (s.color, s.light, s.diffing()));
+        let (color, light) = colors.get();
         matched.set(
             graph
                 .as_ref()
                 .zip(search.as_ref())
                 .map(|(g, s)| matched_share(g, &s.frame_mask(g))),
         );
-        let diff = match (diffing, &graph, base_shown.get()) {
-            (true, Some(now), Some(base)) => Some(Diff::new(now, &base)),
-            _ => None,
-        };
+        let diff = diff.get();
         side_paint.set(Arc::new(Paint {
             color,
             search: search.clone(),
@@ -231,6 +244,7 @@ pub fn App() -> impl IntoView {
             state.update(|s| {
                 s.search.clear();
                 s.focus.clear();
+                s.span = None;
                 s.sandwich.clear();
             });
             reset.update(|n| *n += 1);
@@ -250,7 +264,10 @@ pub fn App() -> impl IntoView {
                 }
             }
             "r" => {
-                state.update(|s| s.focus.clear());
+                state.update(|s| {
+                    s.focus.clear();
+                    s.span = None;
+                });
                 reset.update(|n| *n += 1);
             }
             "f" => state.update(|s| s.icicle = !s.icicle),
@@ -276,7 +293,13 @@ pub fn App() -> impl IntoView {
             state.update(|s| f(s, value));
         }
     };
-    let on_focus = Callback::new(move |path: Vec<String>| state.update(|s| s.focus = path));
+    let on_focus = Callback::new(move |path: Vec<String>| {
+        state.update(|s| {
+            s.focus = path;
+            s.span = None;
+        })
+    });
+    let on_span = Callback::new(move |span: Span| state.update(|s| s.span = Some(span)));
     let on_pick = Callback::new(move |name: String| {
         state.update(|s| {
             s.search = format!("^{}$", regex::escape(&name));
@@ -288,6 +311,7 @@ pub fn App() -> impl IntoView {
             s.from = format!("{from:.3}");
             s.to = format!("{to:.3}");
             s.focus.clear();
+            s.span = None;
         })
     });
     let on_label = Callback::new(move |(name, value): (String, String)| {
@@ -350,6 +374,11 @@ pub fn App() -> impl IntoView {
         text
     };
     let focus_text = move || state.with(|s| s.focus.join(" › "));
+    // Memos, so that the canvas follows these and not every change of the
+    // state (the view going to the URL among them).
+    let icicle = Memo::new(move |_| state.with(|s| s.icicle));
+    let focus = Memo::new(move |_| state.with(|s| s.focus.clone()));
+    let span = Memo::new(move |_| state.with(|s| s.span));
     let value_of = move |f: fn(&ViewState) -> String| move || state.with(f);
 
     view! {
@@ -363,6 +392,7 @@ pub fn App() -> impl IntoView {
                         s.from = v;
                         s.to.clear();
                         s.focus.clear();
+                        s.span = None;
                     })
                 >
                     {["now-15m", "now-1h", "now-6h", "now-24h", "now-7d"]
@@ -395,7 +425,7 @@ pub fn App() -> impl IntoView {
             <button class="flip" title="flame / icicle (f)" on:click=move |_| state.update(|s| s.icicle = !s.icicle)>
                 {move || if state.with(|s| s.icicle) { "icicle" } else { "flame" }}
             </button>
-            <button class="reset" title="reset zoom (r)" on:click=move |_| { state.update(|s| s.focus.clear()); reset.update(|n| *n += 1); }>"reset"</button>
+            <button class="reset" title="reset zoom (r)" on:click=move |_| { state.update(|s| { s.focus.clear(); s.span = None; }); reset.update(|n| *n += 1); }>"reset"</button>
             <button class="diff-toggle" class:active=move || state.with(ViewState::diffing) on:click=toggle_diff>"diff"</button>
             <button class="theme" title="theme (t)" on:click=move |_| state.update(|s| s.light = !s.light)>
                 {move || if state.with(|s| s.light) { "dark" } else { "light" }}
@@ -454,14 +484,16 @@ pub fn App() -> impl IntoView {
                 </div>
                 <div class="flame-area">
                     <Flame
-                        graph=shown.into()
+                        graph=drawn
                         paint=paint.into()
-                        icicle=Signal::derive(move || state.with(|s| s.icicle))
-                        focus=Signal::derive(move || state.with(|s| s.focus.clone()))
+                        icicle=icicle.into()
+                        focus=focus.into()
                         on_focus=on_focus
                         reset=reset.into()
                         handle=main_canvas
                         stats_key="__kiln_stats"
+                        span=span.into()
+                        on_span=on_span
                     />
                     {move || overlay(raw.get(), base_raw.get(), state.with(ViewState::diffing), shown.get())}
                 </div>

@@ -15,7 +15,7 @@ use crate::graph::Graph;
 use crate::layout::{LayoutStats, Placed, Viewport, hit, layout, node_left};
 use crate::palette::{self, Rgb};
 use crate::search::Search;
-use crate::state::ColorBy;
+use crate::state::{ColorBy, Span};
 
 /// How nodes are coloured.
 #[derive(Debug, Clone, Default)]
@@ -24,8 +24,9 @@ pub struct Paint {
     pub color: ColorBy,
     /// The search: matching frames are highlighted, the others dimmed.
     pub search: Option<Search>,
-    /// The diff against a baseline: red for growth, blue for shrink.
-    pub diff: Option<Diff>,
+    /// The diff against a baseline: red for growth, blue for shrink; it
+    /// applies to its own merged graph only.
+    pub diff: Option<Arc<Diff>>,
     /// Light theme.
     pub light: bool,
 }
@@ -220,6 +221,28 @@ impl FlameCanvas {
             })
     }
 
+    /// What the canvas shows, as fractions of the graph's width (for the
+    /// URL); `None` without a graph.
+    pub fn span(&self) -> Option<Span> {
+        let total = self.graph.as_ref()?.root_total().max(1) as f64;
+        Some(Span {
+            x0: self.view.x0 / total,
+            x1: self.view.x1 / total,
+            first_row: self.view.first_row,
+        })
+    }
+
+    /// Shows `span` (as [`span`](Self::span) gave it), kept within the
+    /// graph.
+    pub fn set_span(&mut self, span: Span) {
+        let Some(graph) = &self.graph else { return };
+        let total = graph.root_total();
+        self.view.x0 = span.x0 * total.max(1) as f64;
+        self.view.x1 = span.x1 * total.max(1) as f64;
+        self.view.first_row = span.first_row;
+        self.view.pan(0.0, 0.0, total, self.max_depth);
+    }
+
     /// Pans by pointer movement in canvas pixels.
     pub fn pan(&mut self, dx: f64, dy: f64) {
         let Some(graph) = &self.graph else { return };
@@ -259,21 +282,26 @@ impl FlameCanvas {
                 frame.line.to_native()
             ));
         }
-        let mut figures = format!(
-            "self {} cores ({:.2}%) · total {} cores ({:.2}%) · {} samples",
-            figures::cores(graph.cores(self_count)),
-            self_count as f64 * 100.0 / root,
-            figures::cores(graph.cores(total)),
-            total as f64 * 100.0 / root,
-            total
-        );
-        if let Some(diff) = &self.paint.diff {
-            figures.push_str(&format!(
-                " · baseline {:.2}% → {:+.2} points",
-                diff.base_share[i] * 100.0,
-                diff.delta_points(graph, i)
-            ));
-        }
+        // The diff's merged graph weighs both ranges: its own counts mean
+        // nothing to a reader, the two ranges' samples do.
+        let figures = match self.diff_of(graph) {
+            Some(diff) => format!(
+                "now {} samples ({:.2}%) · baseline {} samples ({:.2}%) → {:+.2} points",
+                diff.now(i),
+                diff.now_share(i) * 100.0,
+                diff.base(i),
+                diff.base_share(i) * 100.0,
+                diff.delta_points(i)
+            ),
+            None => format!(
+                "self {} cores ({:.2}%) · total {} cores ({:.2}%) · {} samples",
+                figures::cores(graph.cores(self_count)),
+                self_count as f64 * 100.0 / root,
+                figures::cores(graph.cores(total)),
+                total as f64 * 100.0 / root,
+                total
+            ),
+        };
         Some(Hover {
             x,
             y,
@@ -283,6 +311,15 @@ impl FlameCanvas {
             detail,
             figures,
         })
+    }
+
+    /// The paint's diff when `graph` is its merged graph (the graph and
+    /// the paint arrive apart: for a moment one may be newer).
+    fn diff_of(&self, graph: &Arc<Graph>) -> Option<&Diff> {
+        self.paint
+            .diff
+            .as_deref()
+            .filter(|d| Arc::ptr_eq(&d.graph, graph))
     }
 
     /// Lays out and draws one frame, sizing the canvas to its box first.
@@ -319,7 +356,7 @@ impl FlameCanvas {
         self.publish(&graph, stats, now_ms() - start, dpr);
     }
 
-    fn paint_nodes(&mut self, ctx: &CanvasRenderingContext2d, graph: &Graph) {
+    fn paint_nodes(&mut self, ctx: &CanvasRenderingContext2d, graph: &Arc<Graph>) {
         if self.colors.len() != graph.wire().frames.len() {
             self.colors = vec![None; graph.wire().frames.len()];
         }
@@ -334,9 +371,9 @@ impl FlameCanvas {
             let right = (p.x + p.w).min(width);
             let w = right - x;
             let gap = if w > 3.0 { 0.5 } else { 0.0 };
-            match &self.paint.diff {
+            match self.diff_of(graph) {
                 Some(diff) => {
-                    ctx.set_fill_style_str(&palette::diff(diff.delta_points(graph, i)).css());
+                    ctx.set_fill_style_str(&palette::diff(diff.delta_points(i)).css());
                 }
                 None => {
                     let frame = graph.frame(i) as usize;
@@ -383,6 +420,7 @@ impl FlameCanvas {
         set("device_pixel_ratio", dpr.into());
         set("x0", self.view.x0.into());
         set("x1", self.view.x1.into());
+        set("first_row", self.view.first_row.into());
     }
 
     /// The drawn nodes as an SVG document (what the canvas shows, as
@@ -399,8 +437,8 @@ impl FlameCanvas {
             let i = p.node as usize;
             let x = p.x.max(0.0);
             let pw = (p.x + p.w).min(w) - x;
-            let color = match &self.paint.diff {
-                Some(diff) => palette::diff(diff.delta_points(graph, i)),
+            let color = match self.diff_of(graph) {
+                Some(diff) => palette::diff(diff.delta_points(i)),
                 None => node_color(
                     &self.paint,
                     self.matches.as_deref(),

@@ -2,6 +2,7 @@
 //! (wheel), click to focus and a hover tooltip.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use leptos::html;
 use leptos::prelude::*;
@@ -10,12 +11,17 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use crate::canvas::{FlameCanvas, Hover, Paint};
 use crate::graph::Graph;
+use crate::state::Span;
 
 /// The handle through which the page reaches a flame's canvas (exports).
 pub type CanvasHandle = StoredValue<Option<FlameCanvas>, LocalStorage>;
 
 /// Pointer travel (CSS pixels) under which a press and release is a click.
 const CLICK_SLOP: f64 = 4.0;
+
+/// Quiet time after the last wheel or drag event before the view goes to
+/// the URL: history is not rewritten on every frame of a pan.
+const SPAN_REPORT_DELAY: Duration = Duration::from_millis(250);
 
 /// A press on the canvas, followed while the button is down.
 #[derive(Debug, Clone, Copy)]
@@ -47,11 +53,36 @@ pub fn Flame(
     reset: Signal<u32>,
     handle: CanvasHandle,
     #[prop(default = "")] stats_key: &'static str,
+    /// Zoom and pan to show when a graph, focus or reset is applied (read
+    /// then, not followed: the canvas itself is what moves). Default: none.
+    #[prop(optional)]
+    span: Signal<Option<Span>>,
+    /// Called with the view a while after the user zooms or pans
+    /// ([`SPAN_REPORT_DELAY`]). Default: not called.
+    #[prop(optional)]
+    on_span: Option<Callback<Span>>,
 ) -> impl IntoView {
     let canvas_ref = NodeRef::<html::Canvas>::new();
     let hover = RwSignal::new(None::<Hover>);
     let press = StoredValue::new_local(None::<Press>);
     let applied = StoredValue::new_local(None::<Applied>);
+    let pending_report = StoredValue::new_local(None::<TimeoutHandle>);
+    // Reports the view once the user has stopped moving it.
+    let moved = move || {
+        let Some(on_span) = on_span else { return };
+        if let Some(earlier) = pending_report.get_value() {
+            earlier.clear();
+        }
+        let report = move || {
+            let shown = handle
+                .try_with_value(|f| f.as_ref().and_then(FlameCanvas::span))
+                .flatten();
+            if let Some(shown) = shown {
+                on_span.run(shown);
+            }
+        };
+        pending_report.set_value(set_timeout_with_handle(report, SPAN_REPORT_DELAY).ok());
+    };
 
     Effect::new(move |_| {
         let Some(element) = canvas_ref.get() else {
@@ -81,6 +112,9 @@ pub fn Flame(
                     flame.set_graph(graph);
                 }
                 flame.focus(&wanted.focus);
+                if let Some(span) = span.get_untracked() {
+                    flame.set_span(span);
+                }
             }
             flame.set_paint(paint);
             flame.set_icicle(icicle);
@@ -157,6 +191,7 @@ pub fn Flame(
                         }
                     });
                     hover.set(None);
+                    moved();
                 }
             }
             None => {
@@ -191,6 +226,7 @@ pub fn Flame(
                 f.draw();
             }
         });
+        moved();
     };
     let on_leave = move |_| {
         press.set_value(None);

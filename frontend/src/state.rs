@@ -13,6 +13,53 @@ pub enum ColorBy {
     Binary,
 }
 
+/// The part of the graph on screen after zooming and panning: a link
+/// with it opens on the same view.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Span {
+    /// Left edge, as a fraction (0 to 1) of the whole graph's width, so
+    /// that the link still fits when the range has gained samples since.
+    pub x0: f64,
+    /// Right edge, as a fraction of the width.
+    pub x1: f64,
+    /// Depth shown in the first row (vertical scroll); 0 shows the root.
+    pub first_row: f64,
+}
+
+impl Span {
+    /// The span in URL form: `x0,x1` and, when scrolled, `,first_row`.
+    fn to_param(self) -> String {
+        let mut text = format!("{},{}", short(self.x0), short(self.x1));
+        if self.first_row != 0.0 {
+            text.push(',');
+            text.push_str(&short(self.first_row));
+        }
+        text
+    }
+
+    /// Reads [`to_param`](Self::to_param)'s form; `None` for anything
+    /// that is not a span within the graph.
+    fn from_param(text: &str) -> Option<Self> {
+        let mut numbers = text.split(',').map(|n| n.trim().parse::<f64>().ok());
+        let x0 = numbers.next()??;
+        let x1 = numbers.next()??;
+        let first_row = numbers.next().map_or(Some(0.0), |n| n)?;
+        let sane = (0.0..1.0).contains(&x0)
+            && x1 > x0
+            && x1 <= 1.0
+            && first_row.is_finite()
+            && first_row >= 0.0;
+        (sane && numbers.next().is_none()).then_some(Self { x0, x1, first_row })
+    }
+}
+
+/// `v` with at most 12 decimals and no trailing zeros: a millionth of a
+/// million-node graph's width still round-trips, and URLs stay short.
+fn short(v: f64) -> String {
+    let text = format!("{v:.12}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 /// The view, as the URL says it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ViewState {
@@ -25,6 +72,9 @@ pub struct ViewState {
     pub labels: BTreeMap<String, String>,
     /// The focused node, by the names on its path below the root.
     pub focus: Vec<String>,
+    /// Zoom and pan on top of the focus; `None` shows the focused node (or
+    /// the whole graph) as it is.
+    pub span: Option<Span>,
     /// Search text.
     pub search: String,
     /// Icicle orientation (root at the top).
@@ -70,6 +120,7 @@ impl ViewState {
                         .map(str::to_owned)
                         .collect()
                 }
+                "view" => state.span = Span::from_param(&value),
                 "search" => state.search = value,
                 "icicle" => state.icicle = value == "1",
                 "color" => {
@@ -107,6 +158,7 @@ impl ViewState {
         text("from", &self.from);
         text("to", &self.to);
         text("focus", &self.focus.join(";"));
+        text("view", &self.span.map(Span::to_param).unwrap_or_default());
         text("search", &self.search);
         text("icicle", if self.icicle { "1" } else { "" });
         text(
@@ -172,6 +224,11 @@ mod tests {
             to: "1763712000".into(),
             labels: BTreeMap::from([("process".into(), "nginx & co".into())]),
             focus: vec!["main".into(), "parse".into()],
+            span: Some(Span {
+                x0: 0.125,
+                x1: 0.500_000_123_456,
+                first_row: 2.5,
+            }),
             search: "parse|lex".into(),
             icicle: true,
             color: ColorBy::Binary,
@@ -194,6 +251,33 @@ mod tests {
             state.base_api_query(),
             "from=now-4h&to=now-2h&process=nginx+%26+co"
         );
+    }
+
+    #[test]
+    fn spans_are_short_in_urls_and_nonsense_is_ignored() {
+        let span = Span {
+            x0: 0.25,
+            x1: 0.5,
+            first_row: 0.0,
+        };
+        assert_eq!(span.to_param(), "0.25,0.5");
+        assert_eq!(Span::from_param("0.25,0.5"), Some(span));
+        assert_eq!(Span::from_param("0,1,3").map(|s| s.first_row), Some(3.0));
+        for bad in [
+            "",
+            "0.5",
+            "0.5,0.25",
+            "0,2",
+            "-1,0.5",
+            "0,0.5,-1",
+            "0,0.5,1,2",
+            "a,b",
+            "0,NaN",
+        ] {
+            assert_eq!(Span::from_param(bad), None, "{bad:?}");
+        }
+        let state = ViewState::from_query("view=0.1,0.2,4");
+        assert_eq!(state.to_query(), "view=0.1%2C0.2%2C4");
     }
 
     #[test]

@@ -225,20 +225,36 @@ impl Flamewire {
 }
 
 /// Builds a [`Flamewire`] from stacks, merging common prefixes.
+///
+/// Built for a million nodes (the query API's largest graphs): strings and
+/// frames are interned once; stacks go into a trie whose nodes live in one
+/// vector and whose edges are found through one hash map keyed by (parent,
+/// frame) with a fast non-cryptographic hasher (the keys are our own
+/// indices, not attacker-chosen strings); [`add_stack`](Self::add_stack)
+/// only adds the count to the leaf, and totals are summed once in
+/// [`finish`](Self::finish), which also ranks the frames by name once and
+/// then orders every node's children by those ranks (integers) instead of
+/// comparing strings per node.
 #[derive(Debug)]
 pub struct FlamewireBuilder {
     strings: Vec<String>,
-    string_index: HashMap<String, u32>,
+    string_index: FastMap<String, u32>,
     frames: Vec<WireFrame>,
-    frame_index: HashMap<WireFrame, u32>,
+    frame_index: FastMap<WireFrame, u32>,
     trie: Vec<TrieNode>,
-    child_index: HashMap<(u32, u32), u32>,
+    /// `(parent << 32) | frame` → child.
+    edges: FastMap<u64, u32>,
 }
+
+/// A `HashMap` with foldhash: several times faster than SipHash on the
+/// small keys interned here.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone, Copy)]
 struct TrieNode {
     frame: u32,
-    total: u64,
+    parent: u32,
+    self_count: u64,
     first_child: u32,
     next_sibling: u32,
 }
@@ -256,17 +272,18 @@ impl FlamewireBuilder {
     pub fn new() -> Self {
         let mut b = Self {
             strings: Vec::new(),
-            string_index: HashMap::new(),
+            string_index: FastMap::default(),
             frames: Vec::new(),
-            frame_index: HashMap::new(),
+            frame_index: FastMap::default(),
             trie: Vec::new(),
-            child_index: HashMap::new(),
+            edges: FastMap::default(),
         };
         b.intern_string("");
         let root = b.intern(FlameFrame::new(FrameKind::Label, ROOT_NAME));
         b.trie.push(TrieNode {
             frame: root,
-            total: 0,
+            parent: NONE,
+            self_count: 0,
             first_child: NONE,
             next_sibling: NONE,
         });
@@ -305,27 +322,23 @@ impl FlamewireBuilder {
     /// first).
     pub fn add_stack(&mut self, frames: &[u32], count: u64) {
         let mut at = 0u32;
-        self.trie[0].total += count;
         for &frame in frames {
-            at = match self.child_index.get(&(at, frame)) {
-                Some(&child) => child,
-                None => {
-                    let child = self.trie.len() as u32;
-                    let parent = &mut self.trie[at as usize];
-                    let sibling = parent.first_child;
-                    parent.first_child = child;
-                    self.trie.push(TrieNode {
-                        frame,
-                        total: 0,
-                        first_child: NONE,
-                        next_sibling: sibling,
-                    });
-                    self.child_index.insert((at, frame), child);
-                    child
-                }
-            };
-            self.trie[at as usize].total += count;
+            let key = (u64::from(at) << 32) | u64::from(frame);
+            let next = self.trie.len() as u32;
+            at = *self.edges.entry(key).or_insert_with(|| {
+                let parent = &mut self.trie[at as usize];
+                let sibling = std::mem::replace(&mut parent.first_child, next);
+                self.trie.push(TrieNode {
+                    frame,
+                    parent: at,
+                    self_count: 0,
+                    first_child: NONE,
+                    next_sibling: sibling,
+                });
+                next
+            });
         }
+        self.trie[at as usize].self_count += count;
     }
 
     /// Number of nodes so far, the root included.
@@ -335,34 +348,31 @@ impl FlamewireBuilder {
 
     /// The finished graph.
     pub fn finish(self, meta: FlameMeta) -> Flamewire {
-        let sort_key = |frame: u32| {
-            let f = &self.frames[frame as usize];
-            (
-                self.strings[f.name as usize].as_str(),
-                f.kind as u8,
-                self.strings[f.module as usize].as_str(),
-                f.line,
-                frame,
-            )
-        };
+        // Totals: a child is always created after its parent, so one pass
+        // from the last node back sums every subtree.
+        let mut totals: Vec<u64> = self.trie.iter().map(|t| t.self_count).collect();
+        for (i, t) in self.trie.iter().enumerate().skip(1).rev() {
+            totals[t.parent as usize] += totals[i];
+        }
+        let rank = self.frame_ranks();
         let mut nodes = DepthFirst::with_capacity(self.trie.len());
         // Explicit stack: deep stacks must not overflow the call stack.
         let mut todo: Vec<(u32, u32)> = vec![(0, 0)];
         let mut children = Vec::new();
         while let Some((at, depth)) = todo.pop() {
             let t = self.trie[at as usize];
-            nodes.push(t.frame, depth, t.total);
+            nodes.push(t.frame, depth, totals[at as usize]);
             children.clear();
             let mut c = t.first_child;
             while c != NONE {
                 children.push(c);
                 c = self.trie[c as usize].next_sibling;
             }
-            children.sort_by(|a, b| {
-                sort_key(self.trie[*a as usize].frame).cmp(&sort_key(self.trie[*b as usize].frame))
+            // Descending, so that they pop in ascending order.
+            children.sort_unstable_by_key(|&c| {
+                std::cmp::Reverse(rank[self.trie[c as usize].frame as usize])
             });
-            // Pushed in reverse so that they pop in order.
-            todo.extend(children.iter().rev().map(|&c| (c, depth + 1)));
+            todo.extend(children.iter().map(|&c| (c, depth + 1)));
         }
         let (nodes, callees) = nodes.encode(self.frames.len());
         Flamewire {
@@ -373,6 +383,28 @@ impl FlamewireBuilder {
             callees,
             nodes,
         }
+    }
+
+    /// Each frame's position when frames are ordered as siblings are shown:
+    /// by name, then kind, module, line (and index, so the order is total).
+    fn frame_ranks(&self) -> Vec<u32> {
+        let key = |frame: u32| {
+            let f = &self.frames[frame as usize];
+            (
+                self.strings[f.name as usize].as_str(),
+                f.kind as u8,
+                self.strings[f.module as usize].as_str(),
+                f.line,
+                frame,
+            )
+        };
+        let mut order: Vec<u32> = (0..self.frames.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
+        let mut rank = vec![0u32; order.len()];
+        for (position, &frame) in order.iter().enumerate() {
+            rank[frame as usize] = position as u32;
+        }
+        rank
     }
 }
 

@@ -44,7 +44,13 @@ pub(crate) async fn flamegraph(
         .send(FlamegraphQuery(range))
         .await
         .map_err(crate::query::QueryError::from)??;
+    let started = std::time::Instant::now();
     let bytes = wire.to_bytes();
+    tracing::debug!(
+        bytes = bytes.len(),
+        serialize_ms = started.elapsed().as_secs_f64() * 1e3,
+        "flamegraph serialized"
+    );
     if format == "flamewire" {
         return Ok(flamewire_response(&req, bytes.into_vec()).await);
     }

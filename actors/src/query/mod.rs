@@ -18,6 +18,7 @@ mod wire;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use actix::{Actor, Addr, Arbiter, Context, Handler, Message, ResponseFuture};
 use futures_util::future::join_all;
@@ -39,7 +40,7 @@ pub use peers::{
 };
 pub use rendezvous::pick as rendezvous_pick;
 pub use resolve::FrameLabel;
-pub use views::{LabelValues, Timeline, TimelinePoint, TopFunction};
+pub use views::{LabelValues, Timeline, TimelinePoint, TopFunction, flamegraph_of};
 pub(crate) use wire::{decode_scan, encode_partial};
 
 /// What to aggregate: a project's samples in `[from_ns, to_ns)` whose labels
@@ -411,12 +412,24 @@ impl Handler<FlamegraphQuery> for QueryCoordinator {
     ) -> Self::Result {
         let cluster = self.cluster.clone();
         Box::pin(async move {
+            let started = Instant::now();
             let partial = cluster.gather(&range, Want::default()).await?;
+            let gathered = started.elapsed();
             let resolved = cluster
                 .resolver
                 .resolve(range.scope.tenant(), partial.stacks.keys().copied())
                 .await?;
-            Ok(views::flamegraph(&range, &partial, &resolved))
+            let resolved_at = started.elapsed();
+            let graph = views::flamegraph(&range, &partial, &resolved);
+            tracing::debug!(
+                stacks = partial.stacks.len(),
+                nodes = graph.nodes.len(),
+                scan_ms = gathered.as_secs_f64() * 1e3,
+                resolve_ms = (resolved_at - gathered).as_secs_f64() * 1e3,
+                build_ms = (started.elapsed() - resolved_at).as_secs_f64() * 1e3,
+                "flamegraph built"
+            );
+            Ok(graph)
         })
     }
 }

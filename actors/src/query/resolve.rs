@@ -15,7 +15,7 @@ use kiln_storage::{ProfileStore, StoreError, StoredFrame};
 use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer, SymbolsStored};
 
 use super::QueryError;
-use super::cache::BoundedCache;
+use super::cache::{BoundedCache, FastMap, FastSet};
 
 /// A frame as shown: kind, name and where it lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -91,9 +91,32 @@ pub(crate) struct Resolver {
     frames: Mutex<FrameCache>,
 }
 
-/// Resolved stacks: each stack id's frame labels (root first; an address
-/// frame with symbols contributes one label per inline level).
-pub(crate) type Resolved = HashMap<StackId, Vec<Arc<FrameLabel>>>;
+/// Resolved stacks: each stack's frame ids and each frame's labels, kept
+/// apart rather than expanded into a list of labels per stack, so that a
+/// view does its work once per distinct frame (tens of thousands) and only
+/// a lookup per frame of each stack (millions, for a million-node graph).
+#[derive(Debug, Default)]
+pub(crate) struct Resolved {
+    /// Each stack's frames, root first. A stack the store lacks has one
+    /// placeholder frame.
+    pub stacks: FastMap<StackId, Arc<[FrameId]>>,
+    /// The labels of every frame of those stacks (an address frame with
+    /// symbols has one label per inline level, outermost first).
+    pub labels: FastMap<FrameId, Labels>,
+}
+
+impl Resolved {
+    /// The frames of `stack`, root first (none for a stack that was not
+    /// resolved).
+    pub(crate) fn frames(&self, stack: &StackId) -> &[FrameId] {
+        self.stacks.get(stack).map_or(&[], |frames| frames)
+    }
+
+    /// The labels of `frame`, outermost first.
+    pub(crate) fn labels(&self, frame: &FrameId) -> &[Arc<FrameLabel>] {
+        self.labels.get(frame).map_or(&[], |labels| labels)
+    }
+}
 
 impl Resolver {
     pub(crate) fn new(store: Arc<dyn ProfileStore>, symbolizer: Addr<Symbolizer>) -> Self {
@@ -128,35 +151,43 @@ impl Resolver {
         ids: impl IntoIterator<Item = StackId>,
     ) -> Result<Resolved, QueryError> {
         let stacks = self.stacks_of(tenant, ids).await?;
-        let frame_ids: HashSet<FrameId> = stacks
+        let frame_ids: FastSet<FrameId> = stacks
             .values()
             .flatten()
             .flat_map(|f| f.iter().copied())
             .collect();
-        let labels = self.frames_of(tenant, frame_ids).await?;
-        Ok(stacks
-            .into_iter()
-            .map(|(id, frames)| {
-                let resolved = match frames {
-                    Some(frames) => frames
-                        .iter()
-                        .flat_map(|f| labels[f].iter().cloned())
-                        .collect(),
-                    None => vec![Arc::new(FrameLabel::synthetic(format!(
-                        "[unknown stack {id}]"
-                    )))],
-                };
-                (id, resolved)
-            })
-            .collect())
+        let mut resolved = Resolved {
+            stacks: FastMap::with_capacity_and_hasher(stacks.len(), Default::default()),
+            labels: self.frames_of(tenant, frame_ids).await?,
+        };
+        for (id, frames) in stacks {
+            let frames = frames.unwrap_or_else(|| {
+                // A frame of its own (content-addressed like any other),
+                // so that views need no special case.
+                let name = format!("[unknown stack {id}]");
+                let placeholder = Frame::Named {
+                    kind: FrameKind::Label,
+                    function: name.clone(),
+                    module: None,
+                    file: None,
+                    line: 0,
+                }
+                .id();
+                let label: Labels = Arc::new([Arc::new(FrameLabel::synthetic(name))]);
+                resolved.labels.insert(placeholder, label);
+                Arc::new([placeholder]) as Arc<[FrameId]>
+            });
+            resolved.stacks.insert(id, frames);
+        }
+        Ok(resolved)
     }
 
     async fn stacks_of(
         &self,
         tenant: &str,
         ids: impl IntoIterator<Item = StackId>,
-    ) -> Result<HashMap<StackId, Option<Arc<[FrameId]>>>, StoreError> {
-        let mut found = HashMap::new();
+    ) -> Result<FastMap<StackId, Option<Arc<[FrameId]>>>, StoreError> {
+        let mut found = FastMap::default();
         let mut missing = Vec::new();
         {
             let cache = self.stacks.lock().expect("stack cache lock");
@@ -192,9 +223,9 @@ impl Resolver {
     async fn frames_of(
         &self,
         tenant: &str,
-        ids: HashSet<FrameId>,
-    ) -> Result<HashMap<FrameId, Labels>, QueryError> {
-        let mut found = HashMap::with_capacity(ids.len());
+        ids: FastSet<FrameId>,
+    ) -> Result<FastMap<FrameId, Labels>, QueryError> {
+        let mut found = FastMap::with_capacity_and_hasher(ids.len(), Default::default());
         let mut addresses = Vec::new();
         let mut missing = Vec::new();
         {

@@ -1,14 +1,17 @@
 //! The answers built from merged counts and resolved stacks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::sync::Arc;
 
-use kiln_model::FrameKind;
 use kiln_model::flamewire::{FlameFrame, FlameMeta, Flamewire, FlamewireBuilder};
+use kiln_model::{FrameId, FrameKind};
 use serde::Serialize;
 
 use super::QueryRange;
 use super::aggregator::Partial;
-use super::resolve::Resolved;
+use super::cache::FastMap;
+use super::resolve::{FrameLabel, Resolved};
 
 /// Average CPU nanoseconds per sample (0 when there are none).
 fn ns_per_count(partial: &Partial) -> u64 {
@@ -19,26 +22,64 @@ fn ns_per_count(partial: &Partial) -> u64 {
 }
 
 pub(crate) fn flamegraph(range: &QueryRange, partial: &Partial, resolved: &Resolved) -> Flamewire {
+    let stacks = partial
+        .stacks
+        .iter()
+        .map(|(stack, &count)| (resolved.frames(stack), count));
+    flamegraph_of(
+        stacks,
+        |frame| resolved.labels(frame),
+        FlameMeta {
+            from_ns: range.from_ns,
+            to_ns: range.to_ns,
+            ns_per_count: ns_per_count(partial),
+        },
+    )
+}
+
+/// The flamegraph of stacks of frames (root first, with their sample
+/// counts) whose labels `labels` gives, as the query API builds it: the
+/// server passes frame ids and the resolver's labels.
+///
+/// Each distinct frame's labels are interned once, and its interned
+/// indices remembered: a million-node graph interns the strings of tens of
+/// thousands of frames, and every frame of every stack costs one lookup by
+/// key. Equal labels of distinct frames still merge (the builder interns
+/// by content).
+pub fn flamegraph_of<'a, K>(
+    stacks: impl IntoIterator<Item = (&'a [K], u64)>,
+    labels: impl Fn(&K) -> &'a [Arc<FrameLabel>],
+    meta: FlameMeta,
+) -> Flamewire
+where
+    K: Copy + Eq + Hash + 'a,
+{
     let mut builder = FlamewireBuilder::new();
+    // Each frame's interned labels: a range of `chains`.
+    let mut interned: FastMap<K, (usize, usize)> = FastMap::default();
+    let mut chains: Vec<u32> = Vec::new();
     let mut indices = Vec::new();
-    for (stack, &count) in &partial.stacks {
+    for (frames, count) in stacks {
         indices.clear();
-        for label in &resolved[stack] {
-            indices.push(builder.intern(FlameFrame {
-                kind: label.kind,
-                name: &label.name,
-                module: label.module.as_deref(),
-                file: label.file.as_deref(),
-                line: label.line,
-            }));
+        for frame in frames {
+            let (start, end) = *interned.entry(*frame).or_insert_with(|| {
+                let start = chains.len();
+                for label in labels(frame) {
+                    chains.push(builder.intern(FlameFrame {
+                        kind: label.kind,
+                        name: &label.name,
+                        module: label.module.as_deref(),
+                        file: label.file.as_deref(),
+                        line: label.line,
+                    }));
+                }
+                (start, chains.len())
+            });
+            indices.extend_from_slice(&chains[start..end]);
         }
         builder.add_stack(&indices, count);
     }
-    builder.finish(FlameMeta {
-        from_ns: range.from_ns,
-        to_ns: range.to_ns,
-        ns_per_count: ns_per_count(partial),
-    })
+    builder.finish(meta)
 }
 
 /// One row of the top-functions table.
@@ -67,39 +108,70 @@ pub(crate) fn top_functions(
     limit: usize,
 ) -> Vec<TopFunction> {
     type Key<'a> = (&'a str, Option<&'a str>, FrameKind);
-    let mut rows: HashMap<Key<'_>, (u64, u64)> = HashMap::new();
-    let mut seen: Vec<Key<'_>> = Vec::new();
-    for (stack, &count) in &partial.stacks {
-        let frames = &resolved[stack];
-        seen.clear();
-        for f in frames {
-            let key = (f.name.as_str(), f.module.as_deref(), f.kind);
-            if !seen.contains(&key) {
-                seen.push(key);
-                rows.entry(key).or_default().1 += count;
+    /// A function's figures, and the last stack that counted in `total`.
+    struct Row<'a> {
+        key: Key<'a>,
+        self_samples: u64,
+        total_samples: u64,
+        last_stack: usize,
+    }
+    // Each frame's rows (one per inline level), found once per distinct
+    // frame: a frame of a stack costs one lookup by id, not a string hash,
+    // and recursion is counted once per stack by remembering the last
+    // stack that counted, not by searching the stack's frames seen so far.
+    let mut rows_of_frame: FastMap<FrameId, (usize, usize)> = FastMap::default();
+    let mut frame_rows: Vec<usize> = Vec::new();
+    let mut row_of_key: FastMap<Key<'_>, usize> = FastMap::default();
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    for (n, (stack, &count)) in partial.stacks.iter().enumerate() {
+        let mut leaf = None;
+        for frame in resolved.frames(stack) {
+            let (start, end) = *rows_of_frame.entry(*frame).or_insert_with(|| {
+                let start = frame_rows.len();
+                for f in resolved.labels(frame) {
+                    let key = (f.name.as_str(), f.module.as_deref(), f.kind);
+                    let row = *row_of_key.entry(key).or_insert_with(|| {
+                        rows.push(Row {
+                            key,
+                            self_samples: 0,
+                            total_samples: 0,
+                            last_stack: usize::MAX,
+                        });
+                        rows.len() - 1
+                    });
+                    frame_rows.push(row);
+                }
+                (start, frame_rows.len())
+            });
+            for &row in &frame_rows[start..end] {
+                let r = &mut rows[row];
+                if r.last_stack != n {
+                    r.last_stack = n;
+                    r.total_samples += count;
+                }
+                leaf = Some(row);
             }
         }
-        if let Some(leaf) = frames.last() {
-            rows.entry((leaf.name.as_str(), leaf.module.as_deref(), leaf.kind))
-                .or_default()
-                .0 += count;
+        if let Some(row) = leaf {
+            rows[row].self_samples += count;
         }
     }
     let cores =
         |samples: u64| samples as f64 * ns_per_count(partial) as f64 / range.duration_ns() as f64;
     let mut out: Vec<TopFunction> = rows
         .into_iter()
-        .map(
-            |((name, module, kind), (self_samples, total_samples))| TopFunction {
+        .map(|row| {
+            let (name, module, kind) = row.key;
+            TopFunction {
                 name: name.to_owned(),
                 module: module.map(str::to_owned),
                 kind,
-                self_samples,
-                total_samples,
-                self_cores: cores(self_samples),
-                total_cores: cores(total_samples),
-            },
-        )
+                self_samples: row.self_samples,
+                total_samples: row.total_samples,
+                self_cores: cores(row.self_samples),
+                total_cores: cores(row.total_samples),
+            }
+        })
         .collect();
     out.sort_by(|a, b| {
         (b.self_samples, b.total_samples)
@@ -170,4 +242,104 @@ pub(crate) fn label_values(partial: &Partial) -> LabelValues {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_model::StackId;
+    use kiln_model::flamewire::read;
+    use kiln_storage::Scope;
+
+    use super::*;
+    use crate::query::Tally;
+
+    fn label(name: &str) -> Arc<FrameLabel> {
+        Arc::new(FrameLabel {
+            kind: FrameKind::Native,
+            name: name.to_owned(),
+            module: None,
+            file: None,
+            line: 0,
+        })
+    }
+
+    fn range() -> QueryRange {
+        QueryRange {
+            scope: Scope::new("t", "p").unwrap(),
+            from_ns: 0,
+            to_ns: 1_000,
+            filters: vec![],
+        }
+    }
+
+    /// Stack 1: `main → walk → walk (another line) → [helper → leaf]`, the
+    /// last frame an address whose symbols inline `leaf` into `helper` (3
+    /// samples); stack 2: `main → walk` (2 samples), its `main` a frame of
+    /// its own with the same label as stack 1's.
+    fn recursive_stacks() -> (Partial, Resolved) {
+        let walk = label("walk");
+        let walk_again = Arc::new(FrameLabel {
+            line: 9,
+            ..(*walk).clone()
+        });
+        let mut resolved = Resolved::default();
+        for (id, labels) in [
+            (1, vec![label("main")]),
+            (2, vec![walk]),
+            (3, vec![walk_again]),
+            (4, vec![label("helper"), label("leaf")]),
+            (5, vec![label("main")]),
+        ] {
+            resolved.labels.insert(FrameId(id), labels.into());
+        }
+        let mut partial = Partial::default();
+        for (id, frames, count) in [(1, &[1, 2, 3, 4][..], 3), (2, &[5, 2][..], 2)] {
+            partial.stacks.insert(StackId(id), count);
+            let frames: Arc<[FrameId]> = frames.iter().map(|&f| FrameId(f)).collect();
+            resolved.stacks.insert(StackId(id), frames);
+        }
+        partial.total = Tally {
+            samples: 5,
+            cpu_ns: 5_000,
+        };
+        (partial, resolved)
+    }
+
+    /// Guards top's bookkeeping: a recursive function counts a stack once
+    /// in its total, and labels that differ only in the line (distinct
+    /// `Arc`s) are one function.
+    #[test]
+    fn top_counts_recursion_once_per_stack() {
+        let (partial, resolved) = recursive_stacks();
+        let top = top_functions(&range(), &partial, &resolved, 10);
+        let row = |name: &str| {
+            let r = top.iter().find(|r| r.name == name).unwrap();
+            (r.self_samples, r.total_samples)
+        };
+        assert_eq!(top.len(), 4);
+        assert_eq!(row("leaf"), (3, 3));
+        assert_eq!(row("helper"), (0, 3));
+        assert_eq!(row("walk"), (2, 5));
+        assert_eq!(row("main"), (0, 5));
+        assert_eq!(top[0].name, "leaf");
+        assert!((top[0].self_cores - 3.0).abs() < 1e-9);
+    }
+
+    /// Frames are interned once each, yet distinct frames with equal
+    /// labels are one node, lines keep frames apart, and an inline chain
+    /// becomes one node per level.
+    #[test]
+    fn flamegraph_merges_equal_labels_of_distinct_frames() {
+        let (partial, resolved) = recursive_stacks();
+        let bytes = flamegraph(&range(), &partial, &resolved).to_bytes();
+        read(&bytes, |g| {
+            let names: Vec<&str> = (0..g.node_count()).map(|i| g.node_name(i)).collect();
+            assert_eq!(names, ["all", "main", "walk", "walk", "helper", "leaf"]);
+            assert_eq!(g.node(1).total, 5);
+            assert_eq!(g.node(2).self_count, 2);
+            assert_eq!(g.node(5).self_count, 3);
+            assert_eq!(g.meta().ns_per_count, 1_000);
+        })
+        .unwrap();
+    }
 }

@@ -13,14 +13,13 @@ const BEFORE = [
   'main;idle 15',
 ].join('\n');
 
-// Imported later, for the diff: draw grows from 40 % to 80 %, lex shrinks
-// from 30 % to 5 %.
+// Imported later, for the diff: draw grows from 40 % to 85 %, lex shrinks
+// from 30 % to 5 %, and idle (15 %) is gone.
 const AFTER = [
   'main;parse;lex 5',
   'main;parse;alloc 5',
-  'main;render;draw 80',
+  'main;render;draw 85',
   'main;render 5',
-  'main;idle 5',
 ].join('\n');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -157,6 +156,41 @@ describe('the flamegraph', () => {
     await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 === 100);
   });
 
+  test('zoom and pan go to the URL, and the link shows the same view', async () => {
+    const canvas = await page.locator('.flame-canvas').boundingBox();
+    await page.mouse.move(canvas.x + canvas.width * 0.3, canvas.y + canvas.height - 5);
+    await page.mouse.wheel(0, -500);
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 < 50);
+    // A vertical drag scrolls two rows deeper (rows are 18 px).
+    await page.mouse.move(canvas.x + canvas.width * 0.3, canvas.y + canvas.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(canvas.x + canvas.width * 0.3, canvas.y + canvas.height / 2 + 36, { steps: 4 });
+    await page.mouse.up();
+    await page.waitForFunction(() => window.__kiln_stats.first_row === 2);
+    // The URL follows once the pointer is quiet.
+    await page.waitForFunction(() => (new URL(location).searchParams.get('view') ?? '').split(',').length === 3);
+    const shown = await stats();
+    const link = page.url();
+    const [x0, x1, row] = new URL(link).searchParams.get('view').split(',').map(Number);
+    assert.ok(Math.abs(x0 * 100 - shown.x0) < 1e-6 && Math.abs(x1 * 100 - shown.x1) < 1e-6,
+      `view=${x0},${x1} is ${shown.x0}..${shown.x1} of 100 samples`);
+    assert.equal(row, 2);
+    // Opening the link gives the same view, drawing the same nodes.
+    await page.goto('about:blank');
+    await page.goto(link);
+    await waitForGraph(100);
+    const again = await stats();
+    assert.ok(Math.abs(again.x0 - shown.x0) < 1e-6 && Math.abs(again.x1 - shown.x1) < 1e-6,
+      `${again.x0}..${again.x1} after the reload, ${shown.x0}..${shown.x1} before`);
+    assert.equal(again.first_row, 2);
+    assert.equal(again.nodes_drawn, shown.nodes_drawn);
+    assert.equal(again.nodes_skipped, shown.nodes_skipped);
+    // r shows the whole graph again, and the link forgets the view.
+    await page.keyboard.press('r');
+    await page.waitForFunction(() => window.__kiln_stats.x1 - window.__kiln_stats.x0 === 100 && window.__kiln_stats.first_row === 0);
+    await page.waitForFunction(() => !new URL(location).searchParams.get('view'));
+  });
+
   test('f flips to an icicle graph and back', async () => {
     const flame = await boxOf('main');
     await page.keyboard.press('f');
@@ -245,16 +279,27 @@ describe('views', () => {
     await importCollapsed(kiln.url, AFTER, { process: 'app' });
     const now = Date.now() / 1000 + 60;
     await page.goto(`${kiln.url}/?from=${tMid}&to=${now}&base_from=${t0}&base_to=${tMid}`);
-    await waitForGraph(100);
     await page.locator('.diff-legend').waitFor();
     await page.waitForFunction(() => document.querySelector('.diff-toggle').classList.contains('active'));
+    // idle ran only in the baseline: it is drawn once the merged graph is.
+    await page.waitForFunction(() => window.__kiln_stats?.find?.('idle'));
     const [dr, , db] = await pixelOf('draw');
     assert.ok(dr > db + 60, `draw grew: red (${dr} vs ${db})`);
     const [lr, , lb] = await pixelOf('lex');
     assert.ok(lb > lr + 60, `lex shrank: blue (${lr} vs ${lb})`);
+    const [ir, , ib] = await pixelOf('idle');
+    assert.ok(ib > ir + 60, `idle is gone: blue (${ir} vs ${ib})`);
+    // Each range is half the width: idle's 15 % of the baseline is 7.5 %.
+    const idle = await boxOf('idle');
+    const canvas = await page.locator('.flame-canvas').boundingBox();
+    assert.ok(Math.abs(idle.w / canvas.width - 0.075) < 0.005, `idle is ${idle.w} of ${canvas.width} px`);
+    await page.mouse.move(idle.x + idle.w / 2, idle.y + idle.h / 2);
+    await page.waitForFunction(() => document.querySelector('.tooltip-figures')?.textContent
+      === 'now 0 samples (0.00%) · baseline 15 samples (15.00%) → -15.00 points');
     const draw = await boxOf('draw');
     await page.mouse.move(draw.x + draw.w / 2, draw.y + draw.h / 2);
-    await page.waitForFunction(() => document.querySelector('.tooltip-figures')?.textContent.includes('baseline 40.00% → +40.00 points'));
+    await page.waitForFunction(() => document.querySelector('.tooltip-figures')?.textContent
+      === 'now 85 samples (85.00%) · baseline 40 samples (40.00%) → +45.00 points');
     await screenshot(page, 'diff');
     // The toolbar's diff button turns it off, and on again with the range
     // before the current one as the baseline.

@@ -10,9 +10,7 @@
 
 use std::cmp::Reverse;
 
-use rustc_hash::FxHashMap;
-
-use super::{Callees, Column, Nodes};
+use super::{Callees, Column, FastMap, Nodes};
 
 /// Nodes in depth-first order, root first, as the builder lays them out.
 #[derive(Debug, Default)]
@@ -46,7 +44,7 @@ impl DepthFirst {
         let n = self.frame.len();
         // Every distinct (caller, callee) pair, in order of first use.
         let mut edges: Vec<Edge> = Vec::new();
-        let mut edge_ids: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        let mut edge_ids: FastMap<(u32, u32), u32> = FastMap::default();
         // The edge each node was reached by; the root's is unused.
         let mut edge_of_node = vec![0u32; n];
         // Frames of the current node's ancestors, by depth.
