@@ -1,16 +1,21 @@
 //! Automatic symbol upload: each executable file the agent samples is
-//! offered once per run to a background thread, which asks the backend
-//! whether it has the file's symbols (`HEAD /api/v1/symbols/{id}`) and
-//! sends the file when not (`PUT`); the backend extracts the symbols.
+//! offered to a background thread, which asks the backend whether it has
+//! the file's symbols (`HEAD /api/v1/symbols/{id}`) and sends the file
+//! when not (`PUT`); the backend extracts the symbols.
 //!
-//! Sampling never waits for this: offers go through a bounded queue and
-//! are dropped (to be offered again by a later batch) when it is full.
+//! Sampling never waits for this: an offer only updates a bounded pending
+//! set (a file that finds it full is offered again by a later batch).
+//! Files wait there with a weight, the number of batches they were seen
+//! in, and the thread takes the heaviest first: a service that keeps
+//! burning CPU gets its names before the hundreds of short-lived binaries
+//! a build machine starts (each seen in one batch), however many of those
+//! came first.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use kiln_model::FileId;
@@ -33,61 +38,141 @@ struct Job {
     paths: Vec<PathBuf>,
 }
 
-/// Hands files to the upload thread, at most once each per run.
+/// A file waiting for the thread.
+#[derive(Debug)]
+struct Waiting {
+    paths: Vec<PathBuf>,
+    /// Batches the file was seen in while it waited.
+    weight: u64,
+    /// Order of arrival: among equal weights, the first offered goes first.
+    arrival: u64,
+}
+
+/// What the agent and the upload thread share.
+#[derive(Debug, Default)]
+struct Pending {
+    waiting: HashMap<FileId, Waiting>,
+    /// Files the thread has taken (asked about or sent) this run.
+    taken: HashSet<FileId>,
+    arrivals: u64,
+    /// The uploader was dropped: the thread ends once `waiting` is empty.
+    closed: bool,
+}
+
+impl Pending {
+    /// Adds one to `file_id`'s weight, or lets it wait when there is room.
+    fn offer(&mut self, file_id: FileId, paths: &[PathBuf]) {
+        if self.taken.contains(&file_id) {
+            return;
+        }
+        if let Some(waiting) = self.waiting.get_mut(&file_id) {
+            waiting.weight += 1;
+            return;
+        }
+        if self.waiting.len() >= QUEUE {
+            return;
+        }
+        self.arrivals += 1;
+        self.waiting.insert(
+            file_id,
+            Waiting {
+                paths: paths.to_vec(),
+                weight: 1,
+                arrival: self.arrivals,
+            },
+        );
+    }
+
+    /// The heaviest waiting file (the earliest among equals), now taken.
+    fn take(&mut self) -> Option<Job> {
+        let (&file_id, _) = self
+            .waiting
+            .iter()
+            .max_by_key(|(_, w)| (w.weight, std::cmp::Reverse(w.arrival)))?;
+        let waiting = self.waiting.remove(&file_id)?;
+        if self.taken.len() >= MAX_REMEMBERED {
+            self.taken.clear();
+        }
+        self.taken.insert(file_id);
+        Some(Job {
+            file_id,
+            paths: waiting.paths,
+        })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks until a file waits (and takes it) or the uploader is gone.
+    fn next_job(&self) -> Option<Job> {
+        let mut pending = self.lock();
+        loop {
+            if let Some(job) = pending.take() {
+                return Some(job);
+            }
+            if pending.closed {
+                return None;
+            }
+            pending = self
+                .wake
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Hands files to the upload thread, heaviest first, at most once each per
+/// run.
 #[derive(Debug)]
 pub struct SymbolUploader {
-    queue: SyncSender<Job>,
-    offered: HashSet<FileId>,
+    shared: Arc<Shared>,
 }
 
 impl SymbolUploader {
     /// Starts the upload thread, sending to the backend at `server`. The
-    /// thread ends when the uploader is dropped and the queue is empty.
+    /// thread ends when the uploader is dropped and nothing waits.
     pub fn start(server: &str) -> std::io::Result<SymbolUploader> {
-        let (queue, jobs) = sync_channel(QUEUE);
+        let shared = Arc::new(Shared::default());
         let base = format!("{}/api/v1/symbols", server.trim_end_matches('/'));
+        let jobs = shared.clone();
         std::thread::Builder::new()
             .name("kiln-symbols".into())
-            .spawn(move || upload_all(&base, jobs))?;
-        Ok(SymbolUploader {
-            queue,
-            offered: HashSet::new(),
-        })
+            .spawn(move || upload_all(&base, &jobs))?;
+        Ok(SymbolUploader { shared })
     }
 
-    /// Offers the file `file_id`, readable at `paths`; never blocks.
+    /// Offers the file `file_id`, readable at `paths`, seen in one more
+    /// batch; never blocks on the upload thread.
     pub fn offer(&mut self, file_id: FileId, paths: &[PathBuf]) {
-        if self.offered.contains(&file_id) {
-            return;
-        }
-        let job = Job {
-            file_id,
-            paths: paths.to_vec(),
-        };
-        match self.queue.try_send(job) {
-            Ok(()) => {
-                if self.offered.len() >= MAX_REMEMBERED {
-                    self.offered.clear();
-                }
-                self.offered.insert(file_id);
-            }
-            // Offered again with a later batch.
-            Err(TrySendError::Full(_)) => {}
-            Err(TrySendError::Disconnected(_)) => {
-                debug!("symbol upload thread is gone");
-            }
-        }
+        self.shared.lock().offer(file_id, paths);
+        self.shared.wake.notify_one();
     }
 }
 
-fn upload_all(base: &str, jobs: Receiver<Job>) {
+impl Drop for SymbolUploader {
+    fn drop(&mut self) {
+        self.shared.lock().closed = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+fn upload_all(base: &str, jobs: &Shared) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(3)))
         .timeout_global(Some(Duration::from_secs(300)))
         .build()
         .into();
-    for job in jobs {
+    while let Some(job) = jobs.next_job() {
         match upload(&agent, base, &job) {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
             Ok(Outcome::Uploaded(path)) => {
@@ -176,22 +261,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_file_is_offered_once_and_a_full_queue_never_blocks() {
-        // A server that never answers: the thread blocks on its first
-        // job, the queue fills, and offers still return at once.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let server = format!("http://{}", listener.local_addr().unwrap());
-        let mut uploader = SymbolUploader::start(&server).unwrap();
-        let started = std::time::Instant::now();
+    fn a_full_pending_set_drops_new_files_and_never_blocks() {
+        let mut pending = Pending::default();
         for i in 0..(QUEUE as u128 * 4) {
-            uploader.offer(FileId(i), &[]);
-            uploader.offer(FileId(i), &[]);
+            pending.offer(FileId(i), &[]);
         }
-        assert!(started.elapsed() < Duration::from_secs(2));
-        // Those that did not fit were not remembered: they can be offered
-        // again later.
-        assert!(uploader.offered.len() <= QUEUE + 1);
-        assert!(uploader.offered.contains(&FileId(0)));
+        assert_eq!(pending.waiting.len(), QUEUE);
+        // Those that did not fit are not remembered: a later batch offers
+        // them again.
+        let job = pending.take().unwrap();
+        pending.offer(FileId(QUEUE as u128 * 2), &[]);
+        assert!(pending.waiting.contains_key(&FileId(QUEUE as u128 * 2)));
+        // A taken file is not offered again.
+        pending.offer(job.file_id, &[]);
+        assert!(!pending.waiting.contains_key(&job.file_id));
+    }
+
+    #[test]
+    fn files_seen_in_more_batches_go_first_then_the_earliest() {
+        let mut pending = Pending::default();
+        // Batch 1: a build's short-lived binaries, then the service.
+        for i in 1..=5 {
+            pending.offer(FileId(i), &[]);
+        }
+        pending.offer(FileId(100), &[]);
+        // Batches 2 and 3: the service is still running; so is file 3.
+        for _ in 0..2 {
+            pending.offer(FileId(100), &[]);
+        }
+        pending.offer(FileId(3), &[]);
+        let order: Vec<u128> = std::iter::from_fn(|| pending.take())
+            .map(|job| job.file_id.0)
+            .collect();
+        assert_eq!(order, [100, 3, 1, 2, 4, 5]);
+    }
+
+    /// The thread waits for offers, serves them while the uploader lives,
+    /// and ends once it is dropped and nothing waits.
+    #[test]
+    fn the_thread_ends_after_the_uploader_is_dropped() {
+        let shared = Arc::new(Shared::default());
+        let worker = {
+            let shared = shared.clone();
+            std::thread::spawn(move || std::iter::from_fn(|| shared.next_job()).count())
+        };
+        let mut uploader = SymbolUploader {
+            shared: shared.clone(),
+        };
+        uploader.offer(FileId(1), &[]);
+        uploader.offer(FileId(2), &[]);
+        drop(uploader);
+        assert_eq!(worker.join().unwrap(), 2);
     }
 
     #[test]
