@@ -17,7 +17,7 @@ use kiln_actors::query::{
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
-use kiln_model::{BatchBuilder, Executable, Frame, FrameKind, LabelSet};
+use kiln_model::{BatchBuilder, Executable, FileId, Frame, FrameKind, LabelSet};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
@@ -324,6 +324,27 @@ fn build_program(dir: &Path) -> (std::path::PathBuf, u64) {
     (elf, addr)
 }
 
+/// An encoded batch of 3 samples at the address after `alpha` in the file
+/// `file_id` (a return address, as agents send them), with the file's
+/// executable record when `with_executable`.
+fn alpha_samples(file_id: FileId, alpha: u64, with_executable: bool) -> Vec<u8> {
+    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
+    let frame = Frame::Address {
+        kind: FrameKind::Native,
+        file_id,
+        addr: alpha + 1,
+    };
+    b.add((T0_S + 1) * 1_000_000_000, &[frame], &LabelSet::new(), 3);
+    if with_executable {
+        b.add_executable(Executable {
+            file_id,
+            name: "prog".into(),
+            build_id: None,
+        });
+    }
+    b.finish().encode()
+}
+
 // Guards the symbol-upload notice: a node that just found no symbols for
 // a file (and would remember that for 5 s) shows its names as soon as
 // they are uploaded to another node.
@@ -334,19 +355,7 @@ async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
     let (elf, alpha) = build_program(dir.path());
     let bytes = std::fs::read(&elf).unwrap();
     let file_id = kiln_symbolizer_workers::file_id(&bytes);
-    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
-    let frame = Frame::Address {
-        kind: FrameKind::Native,
-        file_id,
-        addr: alpha + 1,
-    };
-    b.add((T0_S + 1) * 1_000_000_000, &[frame], &LabelSet::new(), 3);
-    b.add_executable(Executable {
-        file_id,
-        name: "prog".into(),
-        build_id: None,
-    });
-    data.write(&b.finish().encode()).await;
+    data.write(&alpha_samples(file_id, alpha, true)).await;
     let nodes = start_peers(&data, 2).await;
 
     let before = collapsed(&nodes[1], "").await;
@@ -370,14 +379,7 @@ async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
     let (elf, alpha) = build_program(dir.path());
     let bytes = std::fs::read(&elf).unwrap();
     let file_id = kiln_symbolizer_workers::file_id(&bytes);
-    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
-    let frame = Frame::Address {
-        kind: FrameKind::Native,
-        file_id,
-        addr: alpha + 1,
-    };
-    b.add((T0_S + 1) * 1_000_000_000, &[frame], &LabelSet::new(), 3);
-    data.write(&b.finish().encode()).await;
+    data.write(&alpha_samples(file_id, alpha, false)).await;
     let nodes = start_peers(&data, 2).await;
     let gateway = roles::start_gateway(
         data.bus.clone(),
