@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -88,6 +88,8 @@ pub struct NewProcess {
 pub const PROCESS_SAMPLED: u32 = 1;
 /// `KILN_PROCESS_EXEC`.
 pub const PROCESS_EXEC: u32 = 2;
+/// `KILN_PROCESS_REMAPPED`.
+pub const PROCESS_REMAPPED: u32 = 3;
 
 /// `struct kiln_control`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

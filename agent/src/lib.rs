@@ -265,6 +265,23 @@ const GPU_LIBRARY: &str = "libkiln_cuda.so";
 /// agent to attach its uprobe to.
 type GpuLibraries = Arc<Mutex<Vec<std::path::PathBuf>>>;
 
+/// Queues the GPU libraries among `pid`'s `mappings` for the launch probe
+/// (which attaches to each file once).
+fn found_gpu_libraries(
+    pid: u32,
+    mappings: &[(procfs::Mapping, Arc<fileid::FileInfo>)],
+    queue: &GpuLibraries,
+) {
+    let found = mappings.iter().filter(|(m, _)| m.name() == GPU_LIBRARY);
+    for (m, _) in found {
+        let [_, rooted] = fileid::file_paths(pid, m);
+        queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(rooted);
+    }
+}
+
 impl Watcher {
     fn start(
         mut feed: sampler::NewProcessFeed,
@@ -274,6 +291,7 @@ impl Watcher {
     ) -> std::io::Result<Watcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
+        let gpu_found = gpu_libraries.clone();
         let to_unwinder = match unwinder {
             Some(mut unwinder) => {
                 let (tx, rx) = std::sync::mpsc::channel::<Learned>();
@@ -287,6 +305,9 @@ impl Watcher {
                                     Ok(learned) => {
                                         for (pid, mappings) in &learned {
                                             unwinder.load_process(*pid, mappings);
+                                            // Its tables first: the launch
+                                            // stacks walk through them.
+                                            found_gpu_libraries(*pid, mappings, &gpu_found);
                                         }
                                     }
                                     // Quiet: a good time to let exited
@@ -321,16 +342,6 @@ impl Watcher {
                             .iter()
                             .filter_map(|a| Some((*a, procfs::read_process_now(a.pid)?)))
                             .collect();
-                        for (a, process) in &read {
-                            let gpu = process.mappings.iter().filter(|m| m.name() == GPU_LIBRARY);
-                            for m in gpu {
-                                let [_, rooted] = fileid::file_paths(a.pid, m);
-                                gpu_libraries
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                    .push(rooted);
-                            }
-                        }
                         let learned: Learned = {
                             let mut state = batcher::lock(&state);
                             read.into_iter()
@@ -338,12 +349,20 @@ impl Watcher {
                                 // Tables only for processes that get
                                 // sampled: the program announces their
                                 // first sample after an execve too.
-                                .filter(|(a, _)| !a.exec)
+                                .filter(|(a, _)| a.why != sampler::Why::Exec)
                                 .map(|(a, mappings)| (a.pid, mappings))
                                 .collect()
                         };
-                        if let (Some(tx), false) = (&to_unwinder, learned.is_empty()) {
-                            let _ = tx.send(learned);
+                        match &to_unwinder {
+                            Some(tx) if !learned.is_empty() => {
+                                let _ = tx.send(learned);
+                            }
+                            Some(_) => {}
+                            None => {
+                                for (pid, mappings) in &learned {
+                                    found_gpu_libraries(*pid, mappings, &gpu_libraries);
+                                }
+                            }
                         }
                     }
                 })?,

@@ -534,8 +534,23 @@ impl std::fmt::Debug for NewProcessFeed {
 pub struct Announcement {
     /// Its pid.
     pub pid: u32,
-    /// It just called execve: what the agent knew of its mappings is stale.
-    pub exec: bool,
+    /// Why it was announced.
+    pub why: Why,
+}
+
+/// Why the program announced a process: in each case what the agent knows
+/// of its mappings is missing or stale, and its maps are read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// Sampled for the first time (it may predate the agent).
+    Sampled,
+    /// It just called execve.
+    Exec,
+    /// A walk of its stack met an address in none of the mappings the
+    /// program was given: it mapped code since (a `dlopen()`, or libraries
+    /// ld.so had not mapped yet when its maps were read at its first
+    /// sample).
+    Remapped,
 }
 
 impl NewProcessFeed {
@@ -548,9 +563,10 @@ impl NewProcessFeed {
             // SAFETY: NewProcess is plain integers (any bit pattern is
             // valid) and `bytes` holds exactly one, maybe unaligned.
             let event: NewProcess = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-            let exec = match event.event {
-                abi::PROCESS_EXEC => true,
-                abi::PROCESS_SAMPLED => false,
+            let why = match event.event {
+                abi::PROCESS_SAMPLED => Why::Sampled,
+                abi::PROCESS_EXEC => Why::Exec,
+                abi::PROCESS_REMAPPED => Why::Remapped,
                 other => {
                     debug!(event = other, "unknown new-process event");
                     continue;
@@ -558,7 +574,7 @@ impl NewProcessFeed {
             };
             out.push(Announcement {
                 pid: event.tgid,
-                exec,
+                why,
             });
         }
     }

@@ -26,20 +26,42 @@ __attribute__((noinline)) void kiln_cuda_launch_marker(uint32_t correlation_id, 
 	(void)tid;
 	__asm__ volatile("");
 }
+
+static volatile uint64_t driver_state;
+
+/* Stands for the CUDA driver's launch path: CPU work in a library built
+ * without frame pointers (so a frame-pointer walk through it skips its
+ * caller, and only its unwind table gets the stack right), then the
+ * marker, as the injection library's launch callback calls it. */
+__attribute__((noinline)) void launch_kernel(uint32_t correlation_id, uint32_t tid)
+{
+	for (uint64_t i = 0; i < 500000; i++)
+		driver_state = driver_state * 2862933555777941757ULL + i;
+	kiln_cuda_launch_marker(correlation_id, tid);
+	__asm__ volatile("");
+}
 "#;
 
-/// Launches "kernels" for `seconds`, each through main -> launch_path ->
-/// the marker, with correlation ids 1, 2, 3, …; spins between launches so
-/// that the sampler sees the process (which is how the agent learns its
-/// mappings, and so finds the library).
+/// Launches "kernels" for `argv[1]` seconds, each through main ->
+/// launch_path -> launch_kernel (in the library) -> the marker, with
+/// correlation ids 1, 2, 3, …; spins between launches so that the sampler
+/// sees the process. Built with `-DLATE_LOAD`, it first spins half a
+/// second and then `dlopen()`s the library, as CUDA loads the injection
+/// library (`CUDA_INJECTION64_PATH`) when it initialises, long after the
+/// process started.
 const PROGRAM: &str = r#"
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
-void kiln_cuda_launch_marker(uint32_t correlation_id, uint32_t tid);
+typedef void (*launch_fn)(uint32_t correlation_id, uint32_t tid);
+#ifndef LATE_LOAD
+void launch_kernel(uint32_t correlation_id, uint32_t tid);
+#endif
 
 static volatile uint64_t sink;
 
@@ -50,58 +72,111 @@ static double now(void)
 	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
-__attribute__((noinline)) void launch_path(uint32_t correlation_id)
+static void spin(void)
 {
-	kiln_cuda_launch_marker(correlation_id, (uint32_t)gettid());
+	for (uint64_t i = 0; i < 2000000; i++)
+		sink = sink * 6364136223846793005ULL + i;
+}
+
+__attribute__((noinline)) void launch_path(launch_fn launch, uint32_t correlation_id)
+{
+	launch(correlation_id, (uint32_t)gettid());
 	__asm__ volatile("");
 }
 
 int main(int argc, char **argv)
 {
 	double end = now() + atof(argv[1]);
+	launch_fn launch;
+#ifdef LATE_LOAD
+	while (now() < end - atof(argv[1]) + 0.5)
+		spin();
+	void *library = dlopen(LIBRARY_PATH, RTLD_NOW);
+	if (!library || !(launch = (launch_fn)dlsym(library, "launch_kernel"))) {
+		fprintf(stderr, "dlopen: %s\n", dlerror());
+		return 1;
+	}
+#else
+	launch = launch_kernel;
+#endif
 	uint32_t correlation_id = 0;
 	while (now() < end) {
-		for (uint64_t i = 0; i < 2000000; i++)
-			sink = sink * 6364136223846793005ULL + i;
-		launch_path(++correlation_id);
+		spin();
+		launch_path(launch, ++correlation_id);
 	}
 	return 0;
 }
 "#;
 
-fn compile(dir: &Path) -> std::path::PathBuf {
+/// How the host program gets the library.
+#[derive(Clone, Copy)]
+enum Load {
+    /// Linked against it: ld.so maps it before `main`, maybe after the
+    /// agent first read the process's maps.
+    Linked,
+    /// `dlopen()`ed half a second after start.
+    Late,
+}
+
+fn compile(dir: &Path, load: Load) -> std::path::PathBuf {
     let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
+    let library_path = dir.join("libkiln_cuda.so");
     std::fs::write(dir.join("marker.c"), LIBRARY).unwrap();
     std::fs::write(dir.join("host.c"), PROGRAM).unwrap();
     let library = Command::new(&cc)
-        .args(["-O2", "-shared", "-fPIC", "-o"])
-        .arg(dir.join("libkiln_cuda.so"))
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
+        .arg(&library_path)
         .arg(dir.join("marker.c"))
         .status()
         .expect("run the C compiler (clang)");
     assert!(library.success(), "compiling libkiln_cuda.so failed");
     let host = dir.join("host");
-    let program = Command::new(&cc)
+    let mut program = Command::new(&cc);
+    program
         .args(["-O2", "-fno-omit-frame-pointer", "-o"])
         .arg(&host)
-        .arg(dir.join("host.c"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-lkiln_cuda")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .status()
-        .expect("run the C compiler (clang)");
-    assert!(program.success(), "compiling the host program failed");
+        .arg(dir.join("host.c"));
+    match load {
+        Load::Linked => program
+            .arg(format!("-L{}", dir.display()))
+            .arg("-lkiln_cuda")
+            .arg(format!("-Wl,-rpath,{}", dir.display())),
+        Load::Late => program
+            .arg("-DLATE_LOAD")
+            .arg(format!("-DLIBRARY_PATH=\"{}\"", library_path.display()))
+            .arg("-ldl"),
+    };
+    assert!(
+        program
+            .status()
+            .expect("run the C compiler (clang)")
+            .success(),
+        "compiling the host program failed"
+    );
     host
 }
 
 // Guards the launch path end to end: library found in the process's maps,
-// uprobe attached by symbol, stack walked in BPF, frames placed in the
-// program's file, filed by (pid, correlation id).
+// uprobe attached by symbol, stack walked in BPF (through the library with
+// its unwind table), frames placed in the program's file, filed by (pid,
+// correlation id).
 #[test]
 fn launches_are_recorded_with_their_cpu_stacks() {
+    launches_are_recorded(Load::Linked);
+}
+
+// The library arrives by dlopen() while the process runs: the agent learns
+// of it when a stack walk meets its code (the program announces the
+// process as remapped), then attaches and loads its table.
+#[test]
+fn launches_from_a_library_loaded_late_are_recorded() {
+    launches_are_recorded(Load::Late);
+}
+
+fn launches_are_recorded(load: Load) {
     require_root();
     let dir = tempfile::tempdir().unwrap();
-    let host = compile(dir.path());
+    let host = compile(dir.path(), load);
     let symbols = Symbols::of(&host);
     let mut agent = support::start_agent(AgentConfig {
         frequency_hz: 499,
@@ -114,7 +189,16 @@ fn launches_are_recorded_with_their_cpu_stacks() {
         .expect("listen for GPU snapshots");
     let mut sink = MemorySink::default();
 
-    let child = Workload(Command::new(&host).arg("20").spawn().unwrap());
+    // Without cargo's LD_LIBRARY_PATH, whose target directory may hold
+    // gpu-lib's real libkiln_cuda.so, which ld.so would then prefer to the
+    // one built here (the host's rpath is a RUNPATH, searched after it).
+    let child = Workload(
+        Command::new(&host)
+            .arg("20")
+            .env_remove("LD_LIBRARY_PATH")
+            .spawn()
+            .unwrap(),
+    );
     let pid = child.0.id();
     // The agent attaches at a tick after it has learned the process; ids
     // climb by one per launch, so the launches after that are recorded.
@@ -138,7 +222,8 @@ fn launches_are_recorded_with_their_cpu_stacks() {
     );
     for (id, stack) in &recorded {
         let names: Vec<_> = stack.iter().filter_map(|f| symbols.name(f)).collect();
-        // Root first: ... main, launch_path, then the marker in the library.
+        // Root first: ... main, launch_path, then launch_kernel and the
+        // marker in the library.
         let main = names.iter().position(|n| *n == "main");
         let path = names.iter().position(|n| *n == "launch_path");
         assert!(

@@ -99,6 +99,19 @@ struct {
 	__type(value, __u32);
 } known_processes SEC(".maps");
 
+/* When each process was last announced as remapped (ns, boot clock):
+ * an address outside every known mapping may be JIT code or a broken
+ * walk's garbage, which would ask for the same maps again and again, so
+ * a process is announced at most once per KILN_REMAP_EVERY_NS. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} remapped_at SEC(".maps");
+
+#define KILN_REMAP_EVERY_NS (10ULL * 1000000000ULL)
+
 /* struct kiln_new_process records, read by user space every few ms. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -211,6 +224,25 @@ static __always_inline void announce_sampled(__u32 tgid)
 }
 
 /*
+ * Tells user space that the current process maps code it was not told of:
+ * the first time at once, then at most every KILN_REMAP_EVERY_NS. A global
+ * function, verified once on its own: inlined into the unwinder's loop it
+ * multiplies the states the verifier walks.
+ */
+__attribute__((noinline)) int announce_remapped(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *last = bpf_map_lookup_elem(&remapped_at, &tgid);
+
+	if (last && now - *last < KILN_REMAP_EVERY_NS)
+		return 0;
+	bpf_map_update_elem(&remapped_at, &tgid, &now, BPF_ANY);
+	announce(tgid, KILN_PROCESS_REMAPPED);
+	return 1;
+}
+
+/*
  * Every execve on the host: the process keeps its pid but gets new
  * mappings, and a short-lived program may exit before it is sampled twice.
  * The tracepoint fires once the new image is mapped. A raw tracepoint, as
@@ -229,6 +261,7 @@ int kiln_exec(struct bpf_raw_tracepoint_args *ctx)
 	 * every new program, but builds unwind tables only for programs that
 	 * are sampled, which most short-lived ones never are at 19 Hz. */
 	bpf_map_delete_elem(&known_processes, &tgid);
+	bpf_map_delete_elem(&remapped_at, &tgid);
 	announce(tgid, KILN_PROCESS_EXEC);
 	return 0;
 }
@@ -341,6 +374,11 @@ static long unwind_step(__u64 index, void *data)
 
 		if (ri >= 0)
 			row = bpf_map_lookup_elem(&unwind_rows, &ri);
+	} else if (st->procs->len) {
+		/* An address in none of the mappings user space gave: it
+		 * mapped code since. (An empty list is no_mappings, for a
+		 * process with no tables: nothing is known to miss.) */
+		announce_remapped();
 	}
 	__u8 cfa_type = row ? row->cfa_type : KILN_CFA_NONE;
 

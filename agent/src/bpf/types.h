@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 5
+#define KILN_ABI_VERSION 6
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -119,6 +119,10 @@ enum kiln_process_event {
 	KILN_PROCESS_SAMPLED = 1,
 	/* It called execve (kiln_exec()): its mappings are new. */
 	KILN_PROCESS_EXEC = 2,
+	/* Its stack walk met an address in none of the mappings user space
+	 * gave the program: it mapped something since (dlopen(), or libraries
+	 * still being mapped by ld.so when its maps were read). */
+	KILN_PROCESS_REMAPPED = 3,
 };
 
 /*
