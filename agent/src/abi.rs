@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -35,10 +35,12 @@ pub enum Stat {
     UserStackErrors = 5,
     /// `KILN_STAT_ANNOUNCE_DROPPED`.
     AnnounceDropped = 6,
+    /// `KILN_STAT_LAUNCHES_DROPPED`.
+    LaunchesDropped = 7,
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 7;
+pub const STAT_NR: u32 = 8;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -195,11 +197,12 @@ pub struct GpuLaunch {
     pub tgid: u32,
     pub tid: u32,
     pub correlation_id: u32,
-    pub len: u32,
-    pub addrs: [u64; MAX_STACK_DEPTH],
+    pub reserved: u32,
+    /// Key of the launching stack in the `launch_stacks` map.
+    pub stack_id: u64,
 }
 
-const _: () = assert!(size_of::<GpuLaunch>() == 16 + 8 * MAX_STACK_DEPTH);
+const _: () = assert!(size_of::<GpuLaunch>() == 24);
 
 impl GpuLaunch {
     /// The record at the start of a `gpu_launches` ring buffer item, if
@@ -212,10 +215,5 @@ impl GpuLaunch {
         // (every bit pattern is valid), and read_unaligned has no
         // alignment requirement.
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<GpuLaunch>()) })
-    }
-
-    /// The valid addresses, leaf first.
-    pub fn addrs(&self) -> &[u64] {
-        &self.addrs[..(self.len as usize).min(MAX_STACK_DEPTH)]
     }
 }

@@ -65,14 +65,10 @@ impl Batcher {
 
     /// Root-first frames of a user stack (leaf first, as the program
     /// walked it) of process `pid`, placed like a sample's.
-    pub fn user_stack_frames(&mut self, pid: u32, addrs: &[u64]) -> Vec<Frame> {
-        let stack = RawStack {
-            addrs: addrs.to_vec(),
-            truncated: addrs.len() >= crate::abi::MAX_STACK_DEPTH,
-        };
+    pub fn user_stack_frames(&mut self, pid: u32, stack: &RawStack) -> Vec<Frame> {
         let state = self.state.clone();
         let mut state = lock(&state);
-        user_frames(&mut state, pid, &stack, &mut HashMap::new())
+        user_frames(&mut state, pid, stack, &mut HashMap::new())
     }
 
     /// Builds the batch of one interval; its samples are stamped

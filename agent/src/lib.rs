@@ -93,6 +93,7 @@ mod unwind;
 mod unwinder;
 mod upload;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -456,8 +457,16 @@ impl Agent {
         }
         let mut launches = Vec::new();
         self.sampler.read_gpu_launches(&mut launches);
+        // A training loop launches from a few stacks: each is placed once.
+        let mut placed: HashMap<(u32, u64), Arc<[kiln_model::Frame]>> = HashMap::new();
         for launch in &launches {
-            let frames = self.batcher.user_stack_frames(launch.tgid, launch.addrs());
+            let Some(stack) = &launch.stack else {
+                continue;
+            };
+            let frames = placed
+                .entry((launch.tgid, launch.stack_id))
+                .or_insert_with(|| self.batcher.user_stack_frames(launch.tgid, stack).into())
+                .clone();
             gpu.launch_stacks_mut()
                 .insert(launch.tgid, launch.correlation_id, frames);
         }
@@ -577,9 +586,12 @@ impl Agent {
     pub fn run(&mut self, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<(), AgentError> {
         let mut next = Instant::now() + self.config.interval;
         loop {
-            // Sleep in short steps so a stop request is seen promptly.
+            // Sleep in short steps so a stop request is seen promptly, and
+            // take the GPU launches at each: their ring buffer holds a few
+            // seconds of a busy training loop's, not a whole interval's.
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
                 std::thread::sleep((next - Instant::now()).min(Duration::from_millis(200)));
+                self.record_gpu_launches();
             }
             let stopping = stop.load(Ordering::Relaxed);
             let started = Instant::now();

@@ -173,7 +173,7 @@ pub struct Sampler {
     new_processes: Option<NewProcessFeed>,
     unwinder: Option<Unwinder>,
     /// Launches reported by the uprobe; `None` when it did not load.
-    gpu_launches: Option<RingBuf<MapData>>,
+    gpu_launches: Option<LaunchFeed>,
     /// (device, inode) of each library the uprobe is attached to: a uprobe
     /// is per file, however many paths lead to it.
     gpu_attached: std::collections::HashSet<(u64, u64)>,
@@ -274,7 +274,7 @@ impl Sampler {
         exec.load().map_err(program_error)?;
         exec.attach("sched_process_exec").map_err(program_error)?;
         let gpu_launches = match load_gpu_probe(&mut ebpf) {
-            Ok(ring) => Some(ring),
+            Ok(feed) => Some(feed),
             Err(e) => {
                 warn!(error = %e, "no GPU launch probe: GPU kernels will not show their CPU stacks");
                 None
@@ -327,14 +327,9 @@ impl Sampler {
     }
 
     /// Appends the launches the uprobe reported since the last call.
-    pub fn read_gpu_launches(&mut self, out: &mut Vec<GpuLaunch>) {
-        let Some(ring) = &mut self.gpu_launches else {
-            return;
-        };
-        while let Some(item) = ring.next() {
-            if let Some(launch) = GpuLaunch::read(&item) {
-                out.push(launch);
-            }
+    pub fn read_gpu_launches(&mut self, out: &mut Vec<Launch>) {
+        if let Some(feed) = &mut self.gpu_launches {
+            feed.read(out);
         }
     }
 
@@ -457,6 +452,7 @@ impl Sampler {
             (Stat::KernelStackErrors, "kernel stack walk failed"),
             (Stat::UserStackErrors, "user stack walk failed"),
             (Stat::AnnounceDropped, "new-process ring buffer full"),
+            (Stat::LaunchesDropped, "GPU launch ring buffer full"),
         ] {
             let n = delta(stat);
             if n > 0 {
@@ -580,14 +576,76 @@ impl NewProcessFeed {
     }
 }
 
-/// Loads (without attaching) the GPU launch uprobe and takes its ring
-/// buffer; it is attached per library as processes map one.
-fn load_gpu_probe(ebpf: &mut Ebpf) -> Result<RingBuf<MapData>, SamplerError> {
+/// A CUDA kernel launch the uprobe reported.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The launching process.
+    pub tgid: u32,
+    /// CUPTI's correlation id of the launch.
+    pub correlation_id: u32,
+    /// Id of the launching stack: launches with the same id were made
+    /// from the same stack.
+    pub stack_id: u64,
+    /// The launching user stack, leaf first; `None` when it left the
+    /// program's LRU map before it was read.
+    pub stack: Option<Arc<RawStack>>,
+}
+
+/// Launch stacks kept read; past this many the cache starts over.
+const MAX_KNOWN_LAUNCH_STACKS: usize = 8192;
+
+/// The GPU launch uprobe's output: small launch records in a ring buffer,
+/// and the stacks they name in an LRU map, read once each.
+struct LaunchFeed {
+    ring: RingBuf<MapData>,
+    stacks: BpfHashMap<MapData, u64, Stack>,
+    known: HashMap<u64, Arc<RawStack>>,
+}
+
+impl LaunchFeed {
+    fn read(&mut self, out: &mut Vec<Launch>) {
+        while let Some(item) = self.ring.next() {
+            let Some(record) = GpuLaunch::read(&item) else {
+                continue;
+            };
+            let stack = match self.known.get(&record.stack_id) {
+                Some(stack) => Some(stack.clone()),
+                None => self.stacks.get(&record.stack_id, 0).ok().map(|stack| {
+                    if self.known.len() >= MAX_KNOWN_LAUNCH_STACKS {
+                        self.known.clear();
+                    }
+                    let stack = Arc::new(RawStack {
+                        addrs: stack.frames().to_vec(),
+                        truncated: stack.flags & abi::STACK_TRUNCATED != 0,
+                    });
+                    self.known.insert(record.stack_id, stack.clone());
+                    stack
+                }),
+            };
+            out.push(Launch {
+                tgid: record.tgid,
+                correlation_id: record.correlation_id,
+                stack_id: record.stack_id,
+                stack,
+            });
+        }
+    }
+}
+
+/// Loads (without attaching) the GPU launch uprobe and takes its maps; it
+/// is attached per library as processes map one.
+fn load_gpu_probe(ebpf: &mut Ebpf) -> Result<LaunchFeed, SamplerError> {
     let ring = RingBuf::try_from(take_map(ebpf, "gpu_launches")?)
         .map_err(SamplerError::map("gpu_launches"))?;
+    let stacks = BpfHashMap::try_from(take_map(ebpf, "launch_stacks")?)
+        .map_err(SamplerError::map("launch_stacks"))?;
     let program: &mut UProbe = typed_program(ebpf, GPU_LAUNCH_PROGRAM)?;
     program.load().map_err(program_error)?;
-    Ok(ring)
+    Ok(LaunchFeed {
+        ring,
+        stacks,
+        known: HashMap::new(),
+    })
 }
 
 /// The program `name` of the object, as its type.

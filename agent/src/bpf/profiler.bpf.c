@@ -147,7 +147,9 @@ static __always_inline __u64 mix64(__u64 h)
 }
 
 /* Stores the stack in `buf` under its hash; returns the hash. */
-static __always_inline __u64 store_stack(struct kiln_stack *buf, __u64 seed)
+/* The id of the stack in `buf`: a hash of (seed, addrs[0..len]), never 0
+ * (which means "no stack" in a kiln_sample_key). */
+static __always_inline __u64 stack_id(struct kiln_stack *buf, __u64 seed)
 {
 	__u32 len = buf->len;
 	__u64 h = mix64(seed);
@@ -157,9 +159,14 @@ static __always_inline __u64 store_stack(struct kiln_stack *buf, __u64 seed)
 			break;
 		h = mix64(h ^ buf->addrs[i]) + i;
 	}
-	/* 0 means "no stack" in a kiln_sample_key. */
-	if (h == 0)
-		h = 1;
+	return h ? h : 1;
+}
+
+/* Stores the stack in `buf` in `stacks` under its id unless it is there
+ * already, and returns the id. */
+static __always_inline __u64 store_stack(struct kiln_stack *buf, __u64 seed)
+{
+	__u64 h = stack_id(buf, seed);
 
 	if (!bpf_map_lookup_elem(&stacks, &h)) {
 		long err = bpf_map_update_elem(&stacks, &h, buf, BPF_NOEXIST);
@@ -531,11 +538,22 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* Launches of CUDA kernels with their CPU stacks; see kiln_gpu_launch(). */
+/* Launches of CUDA kernels (struct kiln_gpu_launch, 24 bytes); see
+ * kiln_gpu_launch(). 1 MiB holds about 32k launches between two reads. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20);
 } gpu_launches SEC(".maps");
+
+/* The stacks launches were made from, by id. LRU: user space keeps the
+ * stacks it has read, so an entry is read about once, and those of
+ * launch paths no longer taken make room by themselves. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct kiln_stack);
+} launch_stacks SEC(".maps");
 
 /* An empty mapping list: unwind_step() on it follows frame pointers, for
  * launches from processes that have no tables (yet). */
@@ -596,18 +614,18 @@ int kiln_gpu_launch(struct pt_regs *ctx)
 		buf->len = st.n;
 	}
 
-	struct kiln_gpu_launch *event = bpf_ringbuf_reserve(&gpu_launches, sizeof(*event), 0);
+	buf->flags = buf->len >= KILN_MAX_STACK_DEPTH ? KILN_STACK_TRUNCATED : 0;
 
-	if (!event)
-		return 0;
-	event->tgid = tgid;
-	event->tid = (__u32)pid_tgid;
-	event->correlation_id = (__u32)ctx->rdi;
-	event->len = buf->len > KILN_MAX_STACK_DEPTH ? KILN_MAX_STACK_DEPTH : buf->len;
-	if (bpf_probe_read_kernel(event->addrs, sizeof(event->addrs), buf->addrs)) {
-		bpf_ringbuf_discard(event, 0);
-		return 0;
-	}
-	bpf_ringbuf_submit(event, 0);
+	struct kiln_gpu_launch event = {
+		.tgid = tgid,
+		.tid = (__u32)pid_tgid,
+		.correlation_id = (__u32)ctx->rdi,
+		.stack_id = stack_id(buf, 0x6770756cULL /* "gpul" */),
+	};
+
+	if (!bpf_map_lookup_elem(&launch_stacks, &event.stack_id))
+		bpf_map_update_elem(&launch_stacks, &event.stack_id, buf, BPF_ANY);
+	if (bpf_ringbuf_output(&gpu_launches, &event, sizeof(event), 0))
+		stat_inc(KILN_STAT_LAUNCHES_DROPPED);
 	return 0;
 }

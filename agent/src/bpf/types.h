@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 6
+#define KILN_ABI_VERSION 7
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -58,8 +58,10 @@ enum kiln_stat {
 	/* New processes not announced because `new_processes` was full in
 	 * announce_process(); they are announced on a later sample. */
 	KILN_STAT_ANNOUNCE_DROPPED = 6,
+	/* GPU launches not reported because `gpu_launches` was full. */
+	KILN_STAT_LAUNCHES_DROPPED = 7,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 7,
+	KILN_STAT_NR = 8,
 };
 
 /*
@@ -141,8 +143,11 @@ _Static_assert(sizeof(struct kiln_new_process) == 8, "kiln_new_process layout");
 /*
  * A record of the `gpu_launches` ring buffer: a CUDA kernel launch seen by
  * the uprobe on libkiln_cuda.so's kiln_cuda_launch_marker(correlation_id,
- * tid), with the launching thread's user stack, so that the GPU frames of
- * the launch hang under the CPU code that made it.
+ * tid), with the id of the launching thread's user stack in the
+ * `launch_stacks` map, so that the GPU frames of the launch hang under the
+ * CPU code that made it. The stack goes apart: a training loop launches
+ * thousands of kernels a second from a few stacks, and a record this
+ * small keeps the ring buffer from filling between two reads.
  */
 struct kiln_gpu_launch {
 	/* Process id (tgid) and thread id of the launching thread. */
@@ -150,13 +155,11 @@ struct kiln_gpu_launch {
 	__u32 tid;
 	/* CUPTI's correlation id of the launch (the marker's first argument). */
 	__u32 correlation_id;
-	/* Number of valid entries in addrs. */
-	__u32 len;
-	/* User stack, leaf (the marker) first. */
-	__u64 addrs[KILN_MAX_STACK_DEPTH];
+	__u32 reserved;
+	/* Key of the stack (a struct kiln_stack, leaf first) in `launch_stacks`. */
+	__u64 stack_id;
 };
-_Static_assert(sizeof(struct kiln_gpu_launch) == 16 + 8 * KILN_MAX_STACK_DEPTH,
-	       "kiln_gpu_launch layout");
+_Static_assert(sizeof(struct kiln_gpu_launch) == 24, "kiln_gpu_launch layout");
 
 /* The single entry of the `control` array: written by user space only. */
 struct kiln_control {

@@ -47,13 +47,13 @@ struct Queue {
 /// CPU stacks of recent launches, by (pid, correlation id), bounded.
 #[derive(Debug, Default)]
 pub struct LaunchStacks {
-    stacks: HashMap<(u32, u32), Vec<Frame>>,
+    stacks: HashMap<(u32, u32), Arc<[Frame]>>,
     order: VecDeque<(u32, u32)>,
 }
 
 impl LaunchStacks {
     /// Records the stack (root first) a launch was made from.
-    pub fn insert(&mut self, pid: u32, correlation_id: u32, stack: Vec<Frame>) {
+    pub fn insert(&mut self, pid: u32, correlation_id: u32, stack: Arc<[Frame]>) {
         if self.stacks.insert((pid, correlation_id), stack).is_none() {
             self.order.push_back((pid, correlation_id));
         }
@@ -65,7 +65,7 @@ impl LaunchStacks {
     }
 
     fn get(&self, pid: u32, correlation_id: u32) -> Option<Vec<Frame>> {
-        self.stacks.get(&(pid, correlation_id)).cloned()
+        self.stacks.get(&(pid, correlation_id)).map(|s| s.to_vec())
     }
 }
 
@@ -226,7 +226,7 @@ mod tests {
         receiver.launch_stacks_mut().insert(
             77,
             5,
-            vec![Frame::named(FrameKind::Native, "train_step")],
+            vec![Frame::named(FrameKind::Native, "train_step")].into(),
         );
         let snapshot = Snapshot {
             pid: 77,
