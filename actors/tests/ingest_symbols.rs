@@ -3,8 +3,7 @@
 //! stores them. Frames are read back from the profile store itself.
 //! Needs a C compiler (`cc`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,36 +20,10 @@ use kiln_storage::{
 use kiln_symbolizer_workers::{
     ExtractOptions, Ksym, Symbolizer, SymbolizerConfig, build_stored, extract, file_id, ksym,
 };
+use kiln_test_support::CBuild;
+use kiln_test_support::programs::ALPHA_BETA_INLINED;
 
 const T0: i64 = 1_800_000_000_000_000_000;
-
-const PROGRAM: &str = r#"
-#include <stdio.h>
-volatile long sink;
-static inline __attribute__((always_inline)) long mix(long x) { return (x * 2654435761L) ^ (x >> 7); }
-__attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += mix(i); }
-__attribute__((noinline)) void beta(long n) { for (long i = 0; i < n; i++) alpha(i); sink ^= n; }
-int main(int argc, char **argv) { (void)argv; beta(argc * 1000); printf("%ld\n", sink); return 0; }
-"#;
-
-/// Builds the C program with `-O2 -g` into `dir`.
-fn build_program(dir: &Path) -> PathBuf {
-    let src = dir.join("prog.c");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let elf = dir.join("prog");
-    let out = Command::new("cc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&elf)
-        .arg(&src)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    elf
-}
 
 /// The addresses of `function` (an address where `mix` is inlined into
 /// `alpha` comes first, when asked for alpha) and each one's inline chain
@@ -213,7 +186,9 @@ fn batch(frames: &[Frame], ts: i64) -> Batch {
 #[actix_rt::test]
 async fn frames_ingested_after_an_upload_are_stored_symbolized() {
     let s = setup().await;
-    let elf = build_program(s.dir.path());
+    let elf = CBuild::cc()
+        .args(["-O2", "-g"])
+        .program(s.dir.path(), "prog", ALPHA_BETA_INLINED);
     let id = file_id(&std::fs::read(&elf).unwrap());
     let frame = |addr| Frame::Address {
         kind: FrameKind::Native,

@@ -20,6 +20,8 @@ use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::{BatchBuilder, Executable, FileId, Frame, FrameKind, LabelSet};
 use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
+use kiln_test_support::programs::ALPHA_BETA;
+use kiln_test_support::{CBuild, run};
 
 const SECRET: &str = "peers-test-secret-0123456789";
 /// The first hour of the data, in unix seconds (hour-aligned: 500 000 h).
@@ -289,30 +291,10 @@ async fn internal_endpoints_need_the_cluster_secret() {
 /// Builds a small C program with `-g` in `dir`; returns its path and the
 /// address of its function `alpha`.
 fn build_program(dir: &Path) -> (std::path::PathBuf, u64) {
-    let src = dir.join("prog.c");
-    std::fs::write(
-        &src,
-        "volatile long sink;\n\
-         __attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += i; }\n\
-         int main(int argc, char **argv) { (void)argv; alpha(argc); return 0; }\n",
-    )
-    .unwrap();
-    let elf = dir.join("prog");
-    let out = std::process::Command::new("cc")
-        .args(["-O1", "-g", "-o"])
-        .arg(&elf)
-        .arg(&src)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let nm = std::process::Command::new("nm")
-        .arg(&elf)
-        .output()
-        .expect("run nm");
+    let elf = CBuild::cc()
+        .args(["-O1", "-g"])
+        .program(dir, "prog", ALPHA_BETA);
+    let nm = run(std::process::Command::new("nm").arg(&elf));
     let addr = String::from_utf8_lossy(&nm.stdout)
         .lines()
         .find_map(|line| {

@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kiln_agent::{AgentConfig, MemorySink, UnwindTable};
+use kiln_test_support::CBuild;
 
 use support::{Symbols, Workload, require_root, resolve};
 
@@ -21,17 +22,6 @@ const FREQUENCY_HZ: u64 = 499;
 /// few rows to the binary's unwind table, so that a handful of binaries
 /// fill a small table map.
 const PAD_FUNCTIONS: usize = 8000;
-
-fn cc() -> String {
-    std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into())
-}
-
-fn run(command: &mut Command) {
-    let status = command
-        .status()
-        .unwrap_or_else(|e| panic!("running {command:?} failed ({e}): install clang"));
-    assert!(status.success(), "{command:?} failed");
-}
 
 /// Builds of the workload without frame pointers, each with its own GNU
 /// build id (so its own FileId and its own unwind table) and
@@ -56,11 +46,9 @@ impl DistinctBinaries {
         }
         std::fs::write(&pad, source).unwrap();
         for (source, object) in [(workload.as_path(), "shares.o"), (pad.as_path(), "pad.o")] {
-            run(Command::new(cc())
+            CBuild::clang()
                 .args(["-O2", "-fomit-frame-pointer", "-c"])
-                .arg(source)
-                .arg("-o")
-                .arg(dir.join(object)));
+                .file(source, &dir.join(object));
         }
         DistinctBinaries {
             dir: dir.to_owned(),
@@ -71,17 +59,15 @@ impl DistinctBinaries {
     fn next(&mut self) -> PathBuf {
         self.linked += 1;
         let out = self.dir.join(format!("shares-{}", self.linked));
-        run(Command::new(cc())
-            .arg(self.dir.join("shares.o"))
-            .arg(self.dir.join("pad.o"))
+        CBuild::clang()
+            .args([self.dir.join("pad.o").into_os_string()])
             // The FileId is the build id's first 16 bytes: the counter
             // goes first.
-            .arg(format!(
+            .args([format!(
                 "-Wl,--build-id=0x{:08x}{:032x}",
                 self.linked, 0x6b696c6e_u128
-            ))
-            .arg("-o")
-            .arg(&out));
+            )])
+            .file(&self.dir.join("shares.o"), &out);
         out
     }
 }
@@ -211,40 +197,36 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
         stats.evicted
     );
 
-    for (i, (pid, symbols, first)) in runs.iter().enumerate() {
-        let samples = resolve(&sink.batches, *first);
-        let ours: Vec<_> = samples
-            .iter()
-            .filter(|s| s.0.as_deref() == Some(pid.as_str()))
-            .collect();
-        let n: u64 = ours.iter().map(|s| s.2).sum();
-        let reaching_main: u64 = ours
-            .iter()
-            .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some("main")))
-            .map(|s| s.2)
-            .sum();
-        eprintln!("binary {i}: {reaching_main} of {n} samples reach main");
-        if std::env::var_os("KILN_TEST_DEBUG").is_some() {
-            for s in ours.iter().take(3) {
-                eprintln!(
-                    "  {:?}",
-                    s.1.iter().map(|f| (symbols.name(f), f)).collect::<Vec<_>>()
-                );
+    // (samples, samples reaching main) of each binary, all printed before
+    // the first assertion, so a failure shows the whole picture.
+    let counts: Vec<(u64, u64)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (pid, symbols, first))| {
+            let samples = resolve(&sink.batches, *first);
+            let ours: Vec<_> = samples
+                .iter()
+                .filter(|s| s.0.as_deref() == Some(pid.as_str()))
+                .collect();
+            let n: u64 = ours.iter().map(|s| s.2).sum();
+            let reaching_main: u64 = ours
+                .iter()
+                .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some("main")))
+                .map(|s| s.2)
+                .sum();
+            eprintln!("binary {i}: {reaching_main} of {n} samples reach main");
+            if std::env::var_os("KILN_TEST_DEBUG").is_some() {
+                for s in ours.iter().take(3) {
+                    eprintln!(
+                        "  {:?}",
+                        s.1.iter().map(|f| (symbols.name(f), f)).collect::<Vec<_>>()
+                    );
+                }
             }
-        }
-    }
-    for (i, (pid, symbols, first)) in runs.iter().enumerate() {
-        let samples = resolve(&sink.batches, *first);
-        let ours: Vec<_> = samples
-            .iter()
-            .filter(|s| s.0.as_deref() == Some(pid.as_str()))
-            .collect();
-        let n: u64 = ours.iter().map(|s| s.2).sum();
-        let reaching_main: u64 = ours
-            .iter()
-            .filter(|s| s.1.iter().any(|f| symbols.name(f) == Some("main")))
-            .map(|s| s.2)
-            .sum();
+            (n, reaching_main)
+        })
+        .collect();
+    for (i, &(n, reaching_main)) in counts.iter().enumerate() {
         assert!(n >= 20, "binary {i} got only {n} samples in a second");
         assert!(
             reaching_main as f64 >= 0.9 * n as f64,

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kiln_agent::{AgentConfig, MemorySink};
+use kiln_test_support::CBuild;
 
 use support::{Symbols, Workload, require_root};
 
@@ -119,41 +120,27 @@ enum Load {
 }
 
 fn compile(dir: &Path, load: Load) -> std::path::PathBuf {
-    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
-    let library_path = dir.join("libkiln_cuda.so");
+    let library = dir.join("libkiln_cuda.so");
     std::fs::write(dir.join("marker.c"), LIBRARY).unwrap();
-    std::fs::write(dir.join("host.c"), PROGRAM).unwrap();
-    let library = Command::new(&cc)
-        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC", "-o"])
-        .arg(&library_path)
-        .arg(dir.join("marker.c"))
-        .status()
-        .expect("run the C compiler (clang)");
-    assert!(library.success(), "compiling libkiln_cuda.so failed");
-    let host = dir.join("host");
-    let mut program = Command::new(&cc);
-    program
-        .args(["-O2", "-fno-omit-frame-pointer", "-o"])
-        .arg(&host)
-        .arg(dir.join("host.c"));
-    match load {
-        Load::Linked => program
-            .arg(format!("-L{}", dir.display()))
-            .arg("-lkiln_cuda")
-            .arg(format!("-Wl,-rpath,{}", dir.display())),
-        Load::Late => program
-            .arg("-DLATE_LOAD")
-            .arg(format!("-DLIBRARY_PATH=\"{}\"", library_path.display()))
-            .arg("-ldl"),
+    CBuild::clang()
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .file(&dir.join("marker.c"), &library);
+    let linking = match load {
+        Load::Linked => vec![
+            format!("-L{}", dir.display()),
+            "-lkiln_cuda".into(),
+            format!("-Wl,-rpath,{}", dir.display()),
+        ],
+        Load::Late => vec![
+            "-DLATE_LOAD".into(),
+            format!("-DLIBRARY_PATH=\"{}\"", library.display()),
+            "-ldl".into(),
+        ],
     };
-    assert!(
-        program
-            .status()
-            .expect("run the C compiler (clang)")
-            .success(),
-        "compiling the host program failed"
-    );
-    host
+    CBuild::clang()
+        .args(["-O2", "-fno-omit-frame-pointer"])
+        .args(linking)
+        .program(dir, "host", PROGRAM)
 }
 
 // Guards the launch path end to end: library found in the process's maps,
@@ -172,6 +159,11 @@ fn launches_are_recorded_with_their_cpu_stacks() {
 fn launches_from_a_library_loaded_late_are_recorded() {
     launches_are_recorded(Load::Late);
 }
+
+/// How long the agent has to find the library, attach and report: on a
+/// loaded machine (CI's tests beside each other) the unwinder thread may
+/// be building other processes' tables first.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
 
 fn launches_are_recorded(load: Load) {
     require_root();
@@ -194,7 +186,7 @@ fn launches_are_recorded(load: Load) {
     // one built here (the host's rpath is a RUNPATH, searched after it).
     let child = Workload(
         Command::new(&host)
-            .arg("20")
+            .arg("45")
             .env_remove("LD_LIBRARY_PATH")
             .spawn()
             .unwrap(),
@@ -209,14 +201,14 @@ fn launches_are_recorded(load: Load) {
         let found: Vec<(u32, Vec<kiln_model::Frame>)> = (1..=100_000)
             .filter_map(|id| Some((id, agent.gpu_launch_stack(pid, id)?)))
             .collect();
-        if found.len() >= 5 || started.elapsed() > Duration::from_secs(15) {
+        if found.len() >= 5 || started.elapsed() > GIVE_UP_AFTER {
             break found;
         }
     };
     drop(child);
     assert!(
         recorded.len() >= 5,
-        "only {} launches of pid {pid} were recorded in 15 s: the GPU launch probe did not \
+        "only {} launches of pid {pid} were recorded in {GIVE_UP_AFTER:?}: the GPU launch probe did not \
          attach or report (see the agent's log)",
         recorded.len()
     );

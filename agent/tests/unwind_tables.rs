@@ -2,9 +2,9 @@
 //! the test workload built with and without frame pointers. No root needed.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use kiln_agent::{CfaRule, RbpRule, UnwindTable};
+use kiln_test_support::CBuild;
 use object::{Object, ObjectSymbol};
 
 fn compile(dir: &Path, frame_pointers: bool) -> PathBuf {
@@ -15,14 +15,7 @@ fn compile(dir: &Path, frame_pointers: bool) -> PathBuf {
     } else {
         "-fomit-frame-pointer"
     };
-    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
-    let status = Command::new(&cc)
-        .args(["-O2", flag, "-o"])
-        .arg(&out)
-        .arg(&source)
-        .status()
-        .unwrap_or_else(|e| panic!("running `{cc}` failed ({e}): install clang"));
-    assert!(status.success());
+    CBuild::clang().args(["-O2", flag]).file(&source, &out);
     out
 }
 

@@ -3,8 +3,10 @@
 //! with no CUDA on the machine: it must return 1 (twice), log the missing
 //! CUPTI once, and leave the program running normally.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+use kiln_test_support::CBuild;
 
 const HOST: &str = r#"
 #include <dlfcn.h>
@@ -44,25 +46,12 @@ fn cdylib() -> PathBuf {
     lib
 }
 
-fn build_host(dir: &Path) -> PathBuf {
-    let source = dir.join("host.c");
-    std::fs::write(&source, HOST).unwrap();
-    let exe = dir.join("host");
-    let status = Command::new("cc")
-        .arg(&source)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl")
-        .status()
-        .expect("cc is installed (scripts/setup.sh)");
-    assert!(status.success(), "cc failed");
-    exe
-}
-
 #[test]
 fn initialize_injection_succeeds_without_cuda() {
     let dir = tempfile::tempdir().unwrap();
-    let host = build_host(dir.path());
+    let host = CBuild::cc()
+        .args(["-ldl"])
+        .program(dir.path(), "host", HOST);
     let lib = cdylib();
     // No CUPTI anywhere: an override that does not exist, no CUDA_HOME,
     // and this machine has no CUDA install.
@@ -103,7 +92,9 @@ fn initialize_injection_succeeds_without_cuda() {
 #[test]
 fn a_library_that_is_not_cupti_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let host = build_host(dir.path());
+    let host = CBuild::cc()
+        .args(["-ldl"])
+        .program(dir.path(), "host", HOST);
     let output = Command::new(&host)
         .arg(cdylib())
         .env("KILN_CUPTI_PATH", "libc.so.6")

@@ -6,9 +6,10 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+use kiln_test_support::CBuild;
 
 use support::Server;
 
@@ -34,24 +35,6 @@ impl Drop for Workload {
     }
 }
 
-fn build(dir: &Path) -> std::path::PathBuf {
-    let src = dir.join("spinner.c");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let exe = dir.join("spinner");
-    let out = Command::new("cc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
-}
-
 #[test]
 fn the_local_agent_uploads_what_it_samples_and_frames_get_names() {
     // SAFETY: geteuid has no preconditions.
@@ -61,7 +44,9 @@ fn the_local_agent_uploads_what_it_samples_and_frames_get_names() {
         "this test runs kiln up's eBPF agent and must run as root; CI runs it as root"
     );
     let dir = tempfile::tempdir().unwrap();
-    let exe = build(dir.path());
+    let exe = CBuild::cc()
+        .args(["-O2", "-g"])
+        .program(dir.path(), "spinner", PROGRAM);
     let _workload = Workload(
         Command::new(&exe)
             .arg("90")

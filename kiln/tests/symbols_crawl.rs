@@ -12,26 +12,10 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_model::{BatchBuilder, FileId, Frame, FrameKind, LabelSet};
+use kiln_test_support::programs::ALPHA_BETA;
+use kiln_test_support::{CBuild, run, strip};
 use object::{Object, ObjectSymbol};
 use support::Server;
-
-const PROGRAM: &str = r#"
-#include <stdio.h>
-volatile long sink;
-__attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += i; }
-__attribute__((noinline)) void beta(long n) { for (long i = 0; i < n; i++) alpha(i); }
-int main(int argc, char **argv) { (void)argv; beta(argc * 1000); printf("%ld\n", sink); return 0; }
-"#;
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("run a tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn kiln(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
@@ -122,17 +106,13 @@ fn global_has(server: &Server, id: FileId) -> bool {
 /// debug file under its build id; returns (stripped, .deb).
 fn build_debug_package(dir: &Path) -> (PathBuf, PathBuf) {
     let src = dir.join("prog.c");
-    std::fs::write(&src, PROGRAM).unwrap();
+    std::fs::write(&src, ALPHA_BETA).unwrap();
     let full = dir.join("prog.full");
-    run(Command::new("cc")
-        .args(["-O0", "-g", "-Wl,--build-id", "-o"])
-        .arg(&full)
-        .arg(&src));
+    CBuild::cc()
+        .args(["-O0", "-g", "-Wl,--build-id"])
+        .file(&src, &full);
     let stripped = dir.join("prog");
-    run(Command::new("objcopy")
-        .arg("--strip-all")
-        .arg(&full)
-        .arg(&stripped));
+    strip(&full, &stripped);
     let info = kiln_agent::FileInfo::read(&stripped, "prog").unwrap();
     let build_id = info.build_id.expect("built with --build-id");
     let root = dir.join("pkg");

@@ -12,16 +12,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
+use kiln_test_support::programs::ALPHA_BETA;
+use kiln_test_support::{CBuild, strip};
 use object::{Object, ObjectSymbol};
 use support::Server;
-
-const PROGRAM: &str = r#"
-#include <stdio.h>
-volatile long sink;
-__attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += i; }
-__attribute__((noinline)) void beta(long n) { for (long i = 0; i < n; i++) alpha(i); }
-int main(int argc, char **argv) { (void)argv; beta(argc * 1000); printf("%ld\n", sink); return 0; }
-"#;
 
 /// A `debuginfod` child, killed on drop.
 struct Debuginfod {
@@ -36,30 +30,14 @@ impl Drop for Debuginfod {
     }
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run a build tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Builds the program with `-g` and a build id into `served`, and a
 /// stripped copy (what runs, and what frames point into) into `dir`.
 fn build(dir: &Path, served: &Path) -> (PathBuf, PathBuf) {
-    let src = dir.join("prog.c");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let full = served.join("prog");
-    run(Command::new("cc")
-        .args(["-O0", "-g", "-Wl,--build-id", "-o"])
-        .arg(&full)
-        .arg(&src));
+    let full = CBuild::cc()
+        .args(["-O0", "-g", "-Wl,--build-id"])
+        .program(served, "prog", ALPHA_BETA);
     let stripped = dir.join("prog");
-    run(Command::new("objcopy")
-        .arg("--strip-all")
-        .arg(&full)
-        .arg(&stripped));
+    strip(&full, &stripped);
     (full, stripped)
 }
 

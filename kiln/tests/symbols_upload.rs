@@ -5,42 +5,16 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_symbolizer_workers::{ExtractOptions, Ksym, extract, ksym};
+use kiln_test_support::CBuild;
+use kiln_test_support::programs::ALPHA_BETA_INLINED;
 use object::{Object, ObjectSymbol};
 use support::Server;
-
-const PROGRAM: &str = r#"
-#include <stdio.h>
-volatile long sink;
-static inline __attribute__((always_inline)) long mix(long x) { return (x * 2654435761L) ^ (x >> 7); }
-__attribute__((noinline)) void alpha(long n) { for (long i = 0; i < n; i++) sink += mix(i); }
-__attribute__((noinline)) void beta(long n) { for (long i = 0; i < n; i++) alpha(i); sink ^= n; }
-int main(int argc, char **argv) { (void)argv; beta(argc * 1000); printf("%ld\n", sink); return 0; }
-"#;
-
-/// Builds the C program with `-O2 -g` into `dir`.
-fn build_program(dir: &Path) -> PathBuf {
-    let src = dir.join("prog.c");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let elf = dir.join("prog");
-    let out = Command::new("cc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&elf)
-        .arg(&src)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    elf
-}
 
 /// The address range of the function `name`, from the symtab.
 fn function_range(elf: &Path, name: &str) -> std::ops::Range<u64> {
@@ -129,7 +103,9 @@ fn http(method: &str, url: &str, body: &[u8]) -> (u16, String) {
 #[test]
 fn frames_ingested_before_their_symbols_show_names_after_upload() {
     let dir = tempfile::tempdir().unwrap();
-    let elf = build_program(dir.path());
+    let elf = CBuild::cc()
+        .args(["-O2", "-g"])
+        .program(dir.path(), "prog", ALPHA_BETA_INLINED);
     let server = Server::start(&dir.path().join("data"));
 
     // The id the agent gives the file, by the agent's own code.
@@ -217,7 +193,9 @@ fn frames_ingested_before_their_symbols_show_names_after_upload() {
 #[test]
 fn uploads_that_cannot_be_symbols_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let elf = build_program(dir.path());
+    let elf = CBuild::cc()
+        .args(["-O2", "-g"])
+        .program(dir.path(), "prog", ALPHA_BETA_INLINED);
     let server = Server::start(&dir.path().join("data"));
     let base = format!("{}/api/v1/symbols", server.url);
 

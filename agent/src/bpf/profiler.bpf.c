@@ -99,18 +99,29 @@ struct {
 	__type(value, __u32);
 } known_processes SEC(".maps");
 
-/* When each process was last announced as remapped (ns, boot clock):
- * an address outside every known mapping may be JIT code or a broken
- * walk's garbage, which would ask for the same maps again and again, so
- * a process is announced at most once per KILN_REMAP_EVERY_NS. */
+/* When a process was last announced as remapped, and how long it waits
+ * before the next announcement. */
+struct remap_backoff {
+	__u64 at_ns;
+	__u64 wait_ns;
+};
+
+/* Remap announcements back off per process: an address outside every
+ * known mapping may be JIT code or a broken walk's garbage, which re-reading
+ * the maps does not cure, so each announcement doubles the wait for the
+ * next, from KILN_REMAP_FIRST_WAIT_NS to KILN_REMAP_MAX_WAIT_NS. A process
+ * that loads a library now and then (a plugin, a CUDA runtime after its
+ * start) is re-read within seconds; one that runs JIT code costs a read
+ * a minute. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct remap_backoff);
 } remapped_at SEC(".maps");
 
-#define KILN_REMAP_EVERY_NS (10ULL * 1000000000ULL)
+#define KILN_REMAP_FIRST_WAIT_NS (1000000000ULL)
+#define KILN_REMAP_MAX_WAIT_NS (64ULL * 1000000000ULL)
 
 /* struct kiln_new_process records, read by user space every few ms. */
 struct {
@@ -232,7 +243,7 @@ static __always_inline void announce_sampled(__u32 tgid)
 
 /*
  * Tells user space that the current process maps code it was not told of:
- * the first time at once, then at most every KILN_REMAP_EVERY_NS. A global
+ * the first time at once, then backing off (see `remapped_at`). A global
  * function, verified once on its own: inlined into the unwinder's loop it
  * multiplies the states the verifier walks.
  */
@@ -240,11 +251,17 @@ __attribute__((noinline)) int announce_remapped(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 *last = bpf_map_lookup_elem(&remapped_at, &tgid);
+	struct remap_backoff *last = bpf_map_lookup_elem(&remapped_at, &tgid);
+	struct remap_backoff next = { .at_ns = now, .wait_ns = KILN_REMAP_FIRST_WAIT_NS };
 
-	if (last && now - *last < KILN_REMAP_EVERY_NS)
-		return 0;
-	bpf_map_update_elem(&remapped_at, &tgid, &now, BPF_ANY);
+	if (last) {
+		if (now - last->at_ns < last->wait_ns)
+			return 0;
+		next.wait_ns = last->wait_ns * 2;
+		if (next.wait_ns > KILN_REMAP_MAX_WAIT_NS)
+			next.wait_ns = KILN_REMAP_MAX_WAIT_NS;
+	}
+	bpf_map_update_elem(&remapped_at, &tgid, &next, BPF_ANY);
 	announce(tgid, KILN_PROCESS_REMAPPED);
 	return 1;
 }

@@ -6,10 +6,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 
 use kiln_agent::{Agent, AgentConfig, AgentError, FileInfo, SamplerError};
 use kiln_model::{Batch, FileId, Frame, label_names};
+use kiln_test_support::CBuild;
 use object::{Object, ObjectSymbol, SymbolKind};
 
 pub fn require_root() {
@@ -39,24 +40,10 @@ pub fn start_agent(config: AgentConfig) -> Agent {
 }
 
 /// Compiles the workload with `flags` into `dir`.
-///
-/// With clang (`KILN_TEST_CC` to change it), which the agent's build needs
-/// anyway: GCC 12 leaves leaf functions frameless even with
-/// `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer`, so a frame-pointer
-/// walk from a leaf skips its caller (path_a here). The .eh_frame unwinder
-/// will not care.
 pub fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c");
     let out = dir.join("shares");
-    let cc = std::env::var("KILN_TEST_CC").unwrap_or_else(|_| "clang".into());
-    let status = Command::new(&cc)
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&source)
-        .status()
-        .unwrap_or_else(|e| panic!("running the C compiler `{cc}` failed ({e}): install clang"));
-    assert!(status.success(), "compiling {} failed", source.display());
+    CBuild::clang().args(flags).file(&source, &out);
     out
 }
 

@@ -1,0 +1,93 @@
+//! What the workspace's integration tests share: building the small C
+//! programs they profile or symbolize, and running the tools around them
+//! (`objcopy`), each failing the test with the command and its output
+//! when something is missing or goes wrong.
+//!
+//! A dev-dependency only: nothing here ships.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub mod programs;
+
+/// A C compiler invocation: `CC -o OUT SOURCE ARGS…`. Flags and libraries
+/// both go after the source, where the compiler driver takes either.
+#[derive(Debug, Clone)]
+pub struct CBuild {
+    cc: String,
+    args: Vec<OsString>,
+}
+
+impl CBuild {
+    /// With `$KILN_TEST_CC`, else the system's `cc`.
+    pub fn cc() -> CBuild {
+        CBuild::with_default("cc")
+    }
+
+    /// With `$KILN_TEST_CC`, else `clang`: for the agent's tests, since
+    /// GCC 12 leaves leaf functions frameless even with
+    /// `-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer`, and the agent
+    /// needs clang to build anyway.
+    pub fn clang() -> CBuild {
+        CBuild::with_default("clang")
+    }
+
+    fn with_default(default: &str) -> CBuild {
+        CBuild {
+            cc: std::env::var("KILN_TEST_CC").unwrap_or_else(|_| default.into()),
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds arguments (flags, objects, libraries).
+    pub fn args<I, S>(mut self, args: I) -> CBuild
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Writes `text` to `dir/<name>.c` and builds `dir/<name>`.
+    pub fn program(self, dir: &Path, name: &str, text: &str) -> PathBuf {
+        let source = dir.join(format!("{name}.c"));
+        std::fs::write(&source, text)
+            .unwrap_or_else(|e| panic!("writing {}: {e}", source.display()));
+        let out = dir.join(name);
+        self.file(&source, &out);
+        out
+    }
+
+    /// Builds the source (or object) file `source` into `out`.
+    pub fn file(self, source: &Path, out: &Path) {
+        let mut command = Command::new(&self.cc);
+        command.arg("-o").arg(out).arg(source).args(&self.args);
+        run(&mut command);
+    }
+}
+
+/// Runs `command` and returns its output; fails the test, naming the
+/// command and printing its stderr, when it cannot start or fails.
+pub fn run(command: &mut Command) -> Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?} did not start ({e}): is it installed?"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Copies the ELF file `full` to `stripped` without symbols or debug
+/// information (what a distribution ships), with `objcopy`.
+pub fn strip(full: &Path, stripped: &Path) {
+    run(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(full)
+        .arg(stripped));
+}
