@@ -40,8 +40,10 @@
 //! Two walks, chosen per process in the eBPF program:
 //!
 //! - **`.eh_frame` tables** (default): the program announces a process
-//!   through a ring buffer on every execve and on its first sample (again
-//!   after an execve). A thread reads its maps at once, so that processes
+//!   through a ring buffer on every execve, on its first sample (again
+//!   after an execve), and when a walk of its stack meets an address in
+//!   none of its known mappings (it mapped code since; backing off per
+//!   process). A thread reads its maps at once, so that processes
 //!   living milliseconds are still placed; for processes that were sampled,
 //!   another thread builds, with gimli, a compact table per file
 //!   (`unwind.rs`: CFA on rsp/rbp, the PLT rule, where rbp was saved, the
