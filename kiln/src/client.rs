@@ -105,25 +105,42 @@ fn import_one(agent: &Agent, args: &ImportArgs, path: &Path) -> anyhow::Result<S
     }
     let url = url(&args.server.server, "/api/v1/import", &query);
 
+    let text = send_with_progress(
+        agent.post(&url),
+        &body,
+        format!("uploading {} ({format_name})", path.display()),
+        &args.server.server,
+    )?;
+    Ok(text.trim().to_owned())
+}
+
+/// Sends `body` with `request` (a POST or a PUT) as an octet stream,
+/// showing its progress after `message`; the response's text when the
+/// server answers 200, else the error it explained.
+pub(crate) fn send_with_progress(
+    request: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    body: &[u8],
+    message: String,
+    server: &str,
+) -> anyhow::Result<String> {
     let bar = ProgressBar::new(body.len() as u64).with_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
             .expect("valid template")
             .progress_chars("=> "),
     );
-    bar.set_message(format!("uploading {} ({format_name})", path.display()));
-    let mut reader = bar.wrap_read(&body[..]);
-    let mut response = agent
-        .post(&url)
+    bar.set_message(message);
+    let mut reader = bar.wrap_read(body);
+    let mut response = request
         .header("Content-Type", "application/octet-stream")
         .send(ureq::SendBody::from_reader(&mut reader))
-        .with_context(|| format!("sending to {}", args.server.server))?;
+        .with_context(|| format!("sending to {server}"))?;
     bar.finish_and_clear();
     let status = response.status().as_u16();
     let text = response.body_mut().read_to_string().unwrap_or_default();
     if status != 200 {
         return Err(failure(status, &text));
     }
-    Ok(text.trim().to_owned())
+    Ok(text)
 }
 
 pub fn flamegraph(args: FlamegraphArgs) -> anyhow::Result<()> {

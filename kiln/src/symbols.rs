@@ -12,7 +12,7 @@ use kiln_symbolizer_workers::{
 use ureq::Agent;
 
 use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
-use crate::client::{agent, each_file, failure, url};
+use crate::client::{agent, each_file, failure, send_with_progress, url};
 
 /// `kiln symbols upload`: for each file, asks whether the server has its
 /// symbols (`HEAD`) and sends the file when not (`PUT`); the server
@@ -44,24 +44,12 @@ fn upload_one(agent: &Agent, args: &UploadArgs, path: &Path) -> anyhow::Result<S
             status => return Err(failure(status, "")),
         }
     }
-    let bar = ProgressBar::new(body.len() as u64).with_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(format!("uploading {}", path.display()));
-    let mut reader = bar.wrap_read(&body[..]);
-    let mut response = agent
-        .put(&url)
-        .header("Content-Type", "application/octet-stream")
-        .send(ureq::SendBody::from_reader(&mut reader))
-        .with_context(|| format!("sending to {}", args.server.server))?;
-    bar.finish_and_clear();
-    let status = response.status().as_u16();
-    let text = response.body_mut().read_to_string().unwrap_or_default();
-    if status != 200 {
-        return Err(failure(status, &text));
-    }
+    let text = send_with_progress(
+        agent.put(&url),
+        &body,
+        format!("uploading {}", path.display()),
+        &args.server.server,
+    )?;
     let stored: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     let ranges = stored["ranges"].as_u64().unwrap_or(0);
     let bytes = stored["bytes"].as_u64().unwrap_or(0);
