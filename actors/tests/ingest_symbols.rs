@@ -3,27 +3,18 @@
 //! stores them. Frames are read back from the profile store itself.
 //! Needs a C compiler (`cc`).
 
-use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use kiln_actors::envelope::EnvelopeHeader;
-use kiln_actors::ingest::{self, IngestProgress};
-use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange, SymbolsStored};
-use kiln_ingest_bus::{Bus, EmbeddedBus};
-use kiln_model::flamewire::read;
+use std::path::Path;
+
+use kiln_actors::query::SymbolsStored;
 use kiln_model::{Batch, BatchBuilder, FileId, Frame, FrameKind, LabelSet, Symbol};
-use kiln_storage::{
-    EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
-    StoredFrame,
-};
-use kiln_symbolizer_workers::{
-    ExtractOptions, Ksym, Symbolizer, SymbolizerConfig, build_stored, extract, file_id, ksym,
-};
+use kiln_storage::{ObjectKey, ObjectStore, ProfileStore, StoredFrame};
+use kiln_symbolizer_workers::{ExtractOptions, Ksym, build_stored, extract, file_id, ksym};
 use kiln_test_support::CBuild;
 use kiln_test_support::programs::ALPHA_BETA_INLINED;
 
-const T0: i64 = 1_800_000_000_000_000_000;
+use common::{Pipeline, T0};
 
 /// The addresses of `function` (an address where `mix` is inlined into
 /// `alpha` comes first, when asked for alpha) and each one's inline chain
@@ -63,113 +54,32 @@ fn chains(elf: &Path, function: &str) -> Vec<(u64, Vec<Symbol>)> {
     out
 }
 
-struct Setup {
-    bus: Arc<EmbeddedBus>,
-    store: Arc<EmbeddedProfileStore>,
-    objects: Arc<LocalObjectStore>,
-    progress: IngestProgress,
-    query: actix::Addr<QueryCoordinator>,
-    scope: Scope,
-    dir: tempfile::TempDir,
+/// Stores the symbols of `elf` for the tenant and tells the query side:
+/// what `PUT /api/v1/symbols/{id}` does.
+async fn upload(s: &Pipeline, elf: &Path) -> FileId {
+    let data = std::fs::read(elf).unwrap();
+    let id = file_id(&data);
+    let stored = build_stored(elf, &data).unwrap();
+    let key = ObjectKey::tenant_symbols(s.scope.tenant(), id).unwrap();
+    s.objects.put(&key, stored.compressed.into()).await.unwrap();
+    s.query
+        .send(SymbolsStored {
+            tenant: Some(s.scope.tenant().to_owned()),
+            file_id: id,
+        })
+        .await
+        .unwrap();
+    id
 }
 
-/// The pipeline and the query side sharing one symbolizer, as `kiln up`
-/// runs them.
-async fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
-    let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
-    let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
-    let progress = ingest::start(
-        bus.clone(),
-        store.clone(),
-        objects.clone(),
-        symbolizer.clone(),
-    )
-    .await
-    .unwrap();
-    let query = QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, 2);
-    Setup {
-        bus,
-        store,
-        objects,
-        progress,
-        query,
-        scope: Scope::new("acme", "web").unwrap(),
-        dir,
-    }
-}
-
-impl Setup {
-    /// Publishes `batch` and waits until ingest has committed it.
-    async fn ingest(&self, batch: Batch) {
-        let header = EnvelopeHeader {
-            scope: self.scope.clone(),
-            received_at_ns: T0,
-        };
-        let p = self
-            .bus
-            .publish(&header.bus_key("host"), header.wrap(&batch.encode()))
-            .await
-            .unwrap();
-        assert!(
-            self.progress
-                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
-                .await
-        );
-    }
-
-    /// Stores the symbols of `elf` for the tenant and tells the query
-    /// side: what `PUT /api/v1/symbols/{id}` does.
-    async fn upload(&self, elf: &Path) -> FileId {
-        let data = std::fs::read(elf).unwrap();
-        let id = file_id(&data);
-        let stored = build_stored(elf, &data).unwrap();
-        let key = ObjectKey::tenant_symbols(self.scope.tenant(), id).unwrap();
-        self.objects
-            .put(&key, stored.compressed.into())
-            .await
-            .unwrap();
-        self.query
-            .send(SymbolsStored {
-                tenant: Some(self.scope.tenant().to_owned()),
-                file_id: id,
-            })
-            .await
-            .unwrap();
-        id
-    }
-
-    async fn stored(&self, frame: &Frame) -> StoredFrame {
-        let rows = self
-            .store
-            .get_frames(self.scope.tenant(), &[frame.id()])
-            .await
-            .unwrap();
-        rows.into_iter().next().flatten().expect("frame stored")
-    }
-
-    async fn collapsed(&self) -> String {
-        let range = QueryRange {
-            scope: self.scope.clone(),
-            from_ns: T0 - 1_000_000_000_000,
-            to_ns: T0 + 1_000_000_000_000,
-            filters: Vec::new(),
-        };
-        let wire = self
-            .query
-            .send(FlamegraphQuery(range))
-            .await
-            .unwrap()
-            .unwrap();
-        let bytes = wire.to_bytes();
-        let mut out = Vec::new();
-        read(&bytes, |g| g.write_collapsed(&mut out))
-            .unwrap()
-            .unwrap();
-        String::from_utf8(out).unwrap()
-    }
+/// The frame as the profile store holds it.
+async fn stored(s: &Pipeline, frame: &Frame) -> StoredFrame {
+    let rows = s
+        .store
+        .get_frames(s.scope.tenant(), &[frame.id()])
+        .await
+        .unwrap();
+    rows.into_iter().next().flatten().expect("frame stored")
 }
 
 fn batch(frames: &[Frame], ts: i64) -> Batch {
@@ -185,7 +95,7 @@ fn batch(frames: &[Frame], ts: i64) -> Batch {
 /// shows its names at query time.
 #[actix_rt::test]
 async fn frames_ingested_after_an_upload_are_stored_symbolized() {
-    let s = setup().await;
+    let s = Pipeline::start(2).await;
     let elf = CBuild::cc()
         .args(["-O2", "-g"])
         .program(s.dir.path(), "prog", ALPHA_BETA_INLINED);
@@ -201,12 +111,16 @@ async fn frames_ingested_after_an_upload_are_stored_symbolized() {
     assert_eq!(names, ["alpha", "mix"], "the address has mix inlined");
 
     // Before the upload: written as it came.
-    s.ingest(batch(&[frame(beta)], T0)).await;
-    assert_eq!(s.stored(&frame(beta)).await.symbols, []);
+    s.publish("host", &batch(&[frame(beta)], T0).encode()).await;
+    assert_eq!(stored(&s, &frame(beta)).await.symbols, []);
 
-    assert_eq!(s.upload(&elf).await, id);
-    s.ingest(batch(&[frame(beta), frame(alpha)], T0 + 1)).await;
-    let row = s.stored(&frame(alpha)).await;
+    assert_eq!(upload(&s, &elf).await, id);
+    s.publish(
+        "host",
+        &batch(&[frame(beta), frame(alpha)], T0 + 1).encode(),
+    )
+    .await;
+    let row = stored(&s, &frame(alpha)).await;
     assert_eq!(row.frame, frame(alpha));
     assert_eq!(row.symbols, alpha_chain);
     assert!(row.symbols.iter().all(|s| s.line > 0), "{:?}", row.symbols);
@@ -220,10 +134,10 @@ async fn frames_ingested_after_an_upload_are_stored_symbolized() {
     );
     // The deduper kept beta's frame from being written again: the query
     // path names it.
-    assert_eq!(s.stored(&frame(beta)).await.symbols, []);
+    assert_eq!(stored(&s, &frame(beta)).await.symbols, []);
     let beta_names: Vec<&str> = beta_chain.iter().map(|s| s.function.as_str()).collect();
     let beta_names = beta_names.join(";");
-    let collapsed = s.collapsed().await;
+    let collapsed = s.collapsed(&[]).await;
     let mut lines: Vec<&str> = collapsed.lines().collect();
     lines.sort_unstable();
     assert_eq!(
@@ -239,16 +153,20 @@ async fn frames_ingested_after_an_upload_are_stored_symbolized() {
 /// ingest goes on.
 #[actix_rt::test]
 async fn frames_without_symbols_are_written_as_they_came() {
-    let s = setup().await;
+    let s = Pipeline::start(2).await;
     let unknown = Frame::Address {
         kind: FrameKind::Native,
         file_id: FileId(0xdead),
         addr: 0x1234,
     };
     let named = Frame::named(FrameKind::Native, "main");
-    s.ingest(batch(&[named.clone(), unknown.clone()], T0)).await;
-    assert_eq!(s.stored(&unknown).await.symbols, []);
-    assert_eq!(s.stored(&named).await.frame, named);
-    let collapsed = s.collapsed().await;
+    s.publish(
+        "host",
+        &batch(&[named.clone(), unknown.clone()], T0).encode(),
+    )
+    .await;
+    assert_eq!(stored(&s, &unknown).await.symbols, []);
+    assert_eq!(stored(&s, &named).await.frame, named);
+    let collapsed = s.collapsed(&[]).await;
     assert!(collapsed.starts_with("main;"), "{collapsed}");
 }

@@ -1,19 +1,13 @@
 //! The ingest pipeline and the query cluster together, without HTTP: real
 //! embedded bus and stores in a temporary directory.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use kiln_actors::envelope::EnvelopeHeader;
-use kiln_actors::ingest::{self, IngestProgress};
-use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange, TopQuery};
-use kiln_ingest_bus::{Bus, EmbeddedBus};
-use kiln_model::flamewire::read;
+use kiln_actors::query::TopQuery;
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
-use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, ObjectStore, Scope};
-use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
+use kiln_storage::ObjectStore;
 
-const T0: i64 = 1_800_000_000_000_000_000;
+use common::{Pipeline, T0};
 
 fn frames(names: &[&str]) -> Vec<Frame> {
     names
@@ -22,89 +16,9 @@ fn frames(names: &[&str]) -> Vec<Frame> {
         .collect()
 }
 
-struct Setup {
-    bus: Arc<EmbeddedBus>,
-    objects: Arc<LocalObjectStore>,
-    progress: IngestProgress,
-    query: actix::Addr<QueryCoordinator>,
-    scope: Scope,
-    _dir: tempfile::TempDir,
-}
-
-async fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
-    let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
-    let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
-    let progress = ingest::start(
-        bus.clone(),
-        store.clone(),
-        objects.clone(),
-        symbolizer.clone(),
-    )
-    .await
-    .unwrap();
-    let query = QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, 3);
-    Setup {
-        bus,
-        objects,
-        progress,
-        query,
-        scope: Scope::new("acme", "web").unwrap(),
-        _dir: dir,
-    }
-}
-
-impl Setup {
-    async fn publish(&self, source: &str, bytes: &[u8]) {
-        let header = EnvelopeHeader {
-            scope: self.scope.clone(),
-            received_at_ns: T0,
-        };
-        let p = self
-            .bus
-            .publish(&header.bus_key(source), header.wrap(bytes))
-            .await
-            .unwrap();
-        assert!(
-            self.progress
-                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
-                .await
-        );
-    }
-
-    fn range(&self, filters: &[(&str, &str)]) -> QueryRange {
-        QueryRange {
-            scope: self.scope.clone(),
-            from_ns: T0 - 10_000_000_000_000,
-            to_ns: T0 + 10_000_000_000_000,
-            filters: filters
-                .iter()
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect(),
-        }
-    }
-
-    async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
-        let wire = self
-            .query
-            .send(FlamegraphQuery(self.range(filters)))
-            .await
-            .unwrap()
-            .unwrap();
-        let bytes = wire.to_bytes();
-        let mut out = Vec::new();
-        read(&bytes, |g| g.write_collapsed(&mut out))
-            .unwrap()
-            .unwrap();
-        String::from_utf8(out).unwrap()
-    }
-}
-
 #[actix_rt::test]
 async fn batches_across_hours_and_hosts_add_up() {
-    let s = setup().await;
+    let s = Pipeline::start(3).await;
     let web = LabelSet::new().with("host", "a");
     let db = LabelSet::new().with("host", "b");
     let mut b = BatchBuilder::new("a", T0, 10_000_000);
@@ -137,7 +51,7 @@ async fn batches_across_hours_and_hosts_add_up() {
 /// An agent sends each dictionary entry once; later batches carry only ids.
 #[actix_rt::test]
 async fn samples_may_refer_to_stacks_sent_earlier() {
-    let s = setup().await;
+    let s = Pipeline::start(3).await;
     let labels = LabelSet::new().with("host", "a");
     let mut b = BatchBuilder::new("a", T0, 1);
     b.add(T0, &frames(&["main", "f"]), &labels, 1);
@@ -157,7 +71,7 @@ async fn samples_may_refer_to_stacks_sent_earlier() {
 /// not stop the records after it.
 #[actix_rt::test]
 async fn undecodable_batches_go_to_the_dead_letter_area() {
-    let s = setup().await;
+    let s = Pipeline::start(3).await;
     s.publish("a", b"KLNB\x09\x00\x00\x00 from a future agent")
         .await;
     let mut b = BatchBuilder::new("a", T0, 1);
@@ -173,7 +87,7 @@ async fn undecodable_batches_go_to_the_dead_letter_area() {
 /// Replaying a batch (at-least-once delivery) does not count it twice.
 #[actix_rt::test]
 async fn replayed_batches_count_once() {
-    let s = setup().await;
+    let s = Pipeline::start(3).await;
     let mut b = BatchBuilder::new("a", T0, 1);
     b.add(T0, &frames(&["main", "g"]), &LabelSet::new(), 5);
     let bytes = b.finish().encode();

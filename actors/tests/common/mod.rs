@@ -1,0 +1,108 @@
+//! The embedded pipeline the actors' integration tests drive, as `kiln up`
+//! runs it without HTTP: a real bus and stores in a temporary directory,
+//! the ingest pipeline, and a query coordinator sharing its symbolizer.
+
+#![allow(dead_code)] // Each test binary uses its own part.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::ingest::{self, IngestProgress};
+use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange};
+use kiln_ingest_bus::{Bus, EmbeddedBus};
+use kiln_model::flamewire::read;
+use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
+
+/// A timestamp the tests' samples sit around (2027).
+pub const T0: i64 = 1_800_000_000_000_000_000;
+
+pub struct Pipeline {
+    pub bus: Arc<EmbeddedBus>,
+    pub store: Arc<EmbeddedProfileStore>,
+    pub objects: Arc<LocalObjectStore>,
+    pub progress: IngestProgress,
+    pub query: actix::Addr<QueryCoordinator>,
+    /// The tenant and project everything is published for.
+    pub scope: Scope,
+    pub dir: tempfile::TempDir,
+}
+
+impl Pipeline {
+    /// Starts it all with `query_workers` scan workers.
+    pub async fn start(query_workers: usize) -> Pipeline {
+        let dir = tempfile::tempdir().unwrap();
+        let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
+        let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
+        let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
+        let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+        let progress = ingest::start(
+            bus.clone(),
+            store.clone(),
+            objects.clone(),
+            symbolizer.clone(),
+        )
+        .await
+        .unwrap();
+        let query =
+            QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, query_workers);
+        Pipeline {
+            bus,
+            store,
+            objects,
+            progress,
+            query,
+            scope: Scope::new("acme", "web").unwrap(),
+            dir,
+        }
+    }
+
+    /// Publishes `bytes` (an encoded batch, or anything) from host
+    /// `source`, and waits until ingest has committed it.
+    pub async fn publish(&self, source: &str, bytes: &[u8]) {
+        let header = EnvelopeHeader {
+            scope: self.scope.clone(),
+            received_at_ns: T0,
+        };
+        let p = self
+            .bus
+            .publish(&header.bus_key(source), header.wrap(bytes))
+            .await
+            .unwrap();
+        assert!(
+            self.progress
+                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
+                .await
+        );
+    }
+
+    /// A range around [`T0`] with label `filters`.
+    pub fn range(&self, filters: &[(&str, &str)]) -> QueryRange {
+        QueryRange {
+            scope: self.scope.clone(),
+            from_ns: T0 - 10_000_000_000_000,
+            to_ns: T0 + 10_000_000_000_000,
+            filters: filters
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    /// The flamegraph of [`Pipeline::range`] as collapsed stacks.
+    pub async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
+        let wire = self
+            .query
+            .send(FlamegraphQuery(self.range(filters)))
+            .await
+            .unwrap()
+            .unwrap();
+        let bytes = wire.to_bytes();
+        let mut out = Vec::new();
+        read(&bytes, |g| g.write_collapsed(&mut out))
+            .unwrap()
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+}
