@@ -2,103 +2,62 @@
 //! in this process, each serving HTTP on a loopback port, over one shared
 //! embedded store, plus a node without peers as the reference.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
-use kiln_actors::envelope::EnvelopeHeader;
-use kiln_actors::ingest::{self, IngestProgress};
 use kiln_actors::query::{
     CLUSTER_SECRET_HEADER, ClusterSecret, PeerOptions, QueryNodes, ScanCounts,
 };
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
-use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::{BatchBuilder, Executable, FileId, Frame, FrameKind, LabelSet};
-use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
-use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
+use kiln_storage::Scope;
+use kiln_symbolizer_workers::SymbolizerConfig;
 use kiln_test_support::programs::ALPHA_BETA;
 use kiln_test_support::{CBuild, run};
 
+use common::{Pipeline, T0};
+
 const SECRET: &str = "peers-test-secret-0123456789";
-/// The first hour of the data, in unix seconds (hour-aligned: 500 000 h).
-const T0_S: i64 = 1_800_000_000;
+/// The first hour of the data, [`T0`] in unix seconds (hour-aligned:
+/// 500 000 h).
+const T0_S: i64 = T0 / 1_000_000_000;
 /// Hours of data: one storage partition, so one scan, each.
 const HOURS: i64 = 24;
 
-/// The shared store, fed through the real ingest pipeline.
-struct Data {
-    bus: Arc<EmbeddedBus>,
-    store: Arc<EmbeddedProfileStore>,
-    objects: Arc<LocalObjectStore>,
-    progress: IngestProgress,
-    _dir: tempfile::TempDir,
+/// The shared store, fed through the real ingest pipeline, for the scope
+/// the HTTP API serves.
+async fn data() -> Pipeline {
+    Pipeline::for_scope(Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT).unwrap(), 2).await
 }
 
-impl Data {
-    async fn new() -> Data {
-        let dir = tempfile::tempdir().unwrap();
-        let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
-        let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
-        let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
-        let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
-        let progress = ingest::start(bus.clone(), store.clone(), objects.clone(), symbolizer)
-            .await
-            .unwrap();
-        Data {
-            bus,
-            store,
-            objects,
-            progress,
-            _dir: dir,
-        }
+/// One sample stack per hour, over [`HOURS`] hours, on two hosts;
+/// returns the collapsed lines the whole range must show.
+async fn write_hours(data: &Pipeline) -> Vec<String> {
+    let mut expected = BTreeMap::<String, u64>::new();
+    let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
+    for hour in 0..HOURS {
+        let leaf = format!("work{}", hour % 5);
+        let host = if hour % 2 == 0 { "a" } else { "b" };
+        let frames = [
+            Frame::named(FrameKind::Native, "main"),
+            Frame::named(FrameKind::Native, leaf.as_str()),
+        ];
+        let count = hour as u64 + 1;
+        let ts = (T0_S + hour * 3600 + 59) * 1_000_000_000;
+        b.add(ts, &frames, &LabelSet::new().with("host", host), count);
+        *expected.entry(format!("main;{leaf}")).or_default() += count;
     }
-
-    /// Writes a batch for the scope the HTTP API serves, and waits until
-    /// it is queryable.
-    async fn write(&self, bytes: &[u8]) {
-        let header = EnvelopeHeader {
-            scope: Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT).unwrap(),
-            received_at_ns: T0_S * 1_000_000_000,
-        };
-        let p = self
-            .bus
-            .publish(&header.bus_key("host"), header.wrap(bytes))
-            .await
-            .unwrap();
-        assert!(
-            self.progress
-                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
-                .await
-        );
-    }
-
-    /// One sample stack per hour, over [`HOURS`] hours, on two hosts;
-    /// returns the collapsed lines the whole range must show.
-    async fn write_hours(&self) -> Vec<String> {
-        let mut expected = BTreeMap::<String, u64>::new();
-        let mut b = BatchBuilder::new("host", T0_S * 1_000_000_000, 10_000_000);
-        for hour in 0..HOURS {
-            let leaf = format!("work{}", hour % 5);
-            let host = if hour % 2 == 0 { "a" } else { "b" };
-            let frames = [
-                Frame::named(FrameKind::Native, "main"),
-                Frame::named(FrameKind::Native, leaf.as_str()),
-            ];
-            let count = hour as u64 + 1;
-            let ts = (T0_S + hour * 3600 + 59) * 1_000_000_000;
-            b.add(ts, &frames, &LabelSet::new().with("host", host), count);
-            *expected.entry(format!("main;{leaf}")).or_default() += count;
-        }
-        self.write(&b.finish().encode()).await;
-        expected
-            .into_iter()
-            .map(|(stack, n)| format!("{stack} {n}"))
-            .collect()
-    }
+    data.publish("host", &b.finish().encode()).await;
+    expected
+        .into_iter()
+        .map(|(stack, n)| format!("{stack} {n}"))
+        .collect()
 }
 
 /// A started query node.
@@ -114,7 +73,7 @@ fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
-async fn start_node(data: &Data, listen: SocketAddr, peers: Option<PeerOptions>) -> Node {
+async fn start_node(data: &Pipeline, listen: SocketAddr, peers: Option<PeerOptions>) -> Node {
     let running = roles::start_query(
         data.store.clone(),
         data.objects.clone(),
@@ -137,7 +96,7 @@ async fn start_node(data: &Data, listen: SocketAddr, peers: Option<PeerOptions>)
 }
 
 /// `n` query nodes that are each other's peers.
-async fn start_peers(data: &Data, n: usize) -> Vec<Node> {
+async fn start_peers(data: &Pipeline, n: usize) -> Vec<Node> {
     let addrs: Vec<SocketAddr> = (0..n).map(|_| free_addr()).collect();
     let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     let mut nodes = Vec::new();
@@ -194,8 +153,8 @@ async fn scan_counts(node: &Node) -> ScanCounts {
 // where the query arrived.
 #[actix_rt::test]
 async fn scans_are_spread_over_peers_and_every_node_answers_the_same() {
-    let data = Data::new().await;
-    let expected = data.write_hours().await;
+    let data = data().await;
+    let expected = write_hours(&data).await;
     let nodes = start_peers(&data, 3).await;
     let reference = start_node(&data, free_addr(), None).await;
 
@@ -238,8 +197,8 @@ async fn scans_are_spread_over_peers_and_every_node_answers_the_same() {
 // scans run on the asking node, and the totals stay exact.
 #[actix_rt::test]
 async fn a_dead_peers_scans_run_on_the_asking_node() {
-    let data = Data::new().await;
-    let expected = data.write_hours().await;
+    let data = data().await;
+    let expected = write_hours(&data).await;
     let nodes = start_peers(&data, 3).await;
     nodes[2].handle.stop(false).await;
 
@@ -258,7 +217,7 @@ async fn a_dead_peers_scans_run_on_the_asking_node() {
 // node without peers must not serve them at all.
 #[actix_rt::test]
 async fn internal_endpoints_need_the_cluster_secret() {
-    let data = Data::new().await;
+    let data = data().await;
     let nodes = start_peers(&data, 2).await;
     let alone = start_node(&data, free_addr(), None).await;
     let scan = |node: &Node, secret: Option<&str>| {
@@ -332,12 +291,13 @@ fn alpha_samples(file_id: FileId, alpha: u64, with_executable: bool) -> Vec<u8> 
 // they are uploaded to another node.
 #[actix_rt::test]
 async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
-    let data = Data::new().await;
+    let data = data().await;
     let dir = tempfile::tempdir().unwrap();
     let (elf, alpha) = build_program(dir.path());
     let bytes = std::fs::read(&elf).unwrap();
     let file_id = kiln_symbolizer_workers::file_id(&bytes);
-    data.write(&alpha_samples(file_id, alpha, true)).await;
+    data.publish("host", &alpha_samples(file_id, alpha, true))
+        .await;
     let nodes = start_peers(&data, 2).await;
 
     let before = collapsed(&nodes[1], "").await;
@@ -356,12 +316,13 @@ async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
 // the query nodes it names show the names at once.
 #[actix_rt::test]
 async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
-    let data = Data::new().await;
+    let data = data().await;
     let dir = tempfile::tempdir().unwrap();
     let (elf, alpha) = build_program(dir.path());
     let bytes = std::fs::read(&elf).unwrap();
     let file_id = kiln_symbolizer_workers::file_id(&bytes);
-    data.write(&alpha_samples(file_id, alpha, false)).await;
+    data.publish("host", &alpha_samples(file_id, alpha, false))
+        .await;
     let nodes = start_peers(&data, 2).await;
     let gateway = roles::start_gateway(
         data.bus.clone(),

@@ -30,8 +30,14 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts it all with `query_workers` scan workers.
+    /// Starts it all with `query_workers` scan workers, for tenant `acme`,
+    /// project `web`.
     pub async fn start(query_workers: usize) -> Pipeline {
+        Pipeline::for_scope(Scope::new("acme", "web").unwrap(), query_workers).await
+    }
+
+    /// The same for `scope`.
+    pub async fn for_scope(scope: Scope, query_workers: usize) -> Pipeline {
         let dir = tempfile::tempdir().unwrap();
         let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
         let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
@@ -53,7 +59,7 @@ impl Pipeline {
             objects,
             progress,
             query,
-            scope: Scope::new("acme", "web").unwrap(),
+            scope,
             dir,
         }
     }
