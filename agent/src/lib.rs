@@ -67,8 +67,10 @@
 //! # Not built yet
 //!
 //! - Whole tables are built for every file of every sampled process;
-//!   files with more than [`MAX_EH_FRAME_BYTES`] of `.eh_frame` (LLVM)
-//!   fall back to frame pointers. On a host that keeps building new
+//!   files whose table would take more than half the map (with the
+//!   default map, over 1 MiB of `.eh_frame`: big Rust and C++ binaries)
+//!   or with more than [`MAX_EH_FRAME_BYTES`] fall back to frame
+//!   pointers. On a host that keeps building new
 //!   binaries this costs the agent about 0.1% of the machine more than
 //!   frame pointers alone (`agent_bench`). Next: tables in page-sized
 //!   chunks loaded on demand (the OpenTelemetry profiler's approach), and

@@ -59,7 +59,8 @@ struct Args {
     no_eh_frame: bool,
     /// Rows of the kernel map holding unwind tables (16 bytes each): the
     /// tables of the files running processes map must fit (libc takes
-    /// 28k); those of exited processes are evicted as needed.
+    /// 28k); those of exited processes are evicted as needed. One file may
+    /// take half: a 50 MB Rust server (~800k rows) needs 2M rows (32 MiB).
     #[arg(long, env = "KILN_UNWIND_TABLE_ROWS", default_value_t = kiln_agent::DEFAULT_UNWIND_TABLE_ROWS)]
     unwind_table_rows: u32,
     /// Do not send the backend the executables and libraries sampled (it

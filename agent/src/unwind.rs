@@ -21,12 +21,15 @@ use object::{Object, ObjectSection};
 
 use crate::abi::{self, UnwindRow};
 
-/// Largest `.eh_frame` the agent builds a table for. A row takes 5 to 7
-/// bytes of `.eh_frame` (libc: 150 KiB, 28k rows), so 1 MiB is ~170k rows,
-/// most of the `unwind_rows` map; past it (LLVM's library has 5 MiB) one
-/// file would crowd out all others, and building its table costs seconds
-/// and tens of MiB. Such files are walked by frame pointers.
-pub const MAX_EH_FRAME_BYTES: u64 = 1024 * 1024;
+/// Largest `.eh_frame` the agent builds a table for, whatever the size of
+/// its map. A row takes 5 to 7 bytes of `.eh_frame` (libc: 150 KiB, 28k
+/// rows; a 55 MB Rust server: 3.9 MiB, 820k rows; LLVM's library: 5 MiB,
+/// 950k rows), and building a table holds it in memory (the 820k rows
+/// peak at ~45 MiB), so past this the agent's memory is worth more than
+/// the file's stacks, which are walked by frame pointers. The map's size
+/// usually decides first: a file's table may take at most half of it
+/// (see `unwinder.rs`).
+pub const MAX_EH_FRAME_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Why no table could be built.
 #[derive(Debug, thiserror::Error)]

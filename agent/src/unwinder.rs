@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use kiln_model::FileId;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::abi::{BpfMapping, MAX_MAPPINGS, ProcMappings, UnwindRow};
 use crate::fileid::{FileInfo, file_paths};
@@ -31,9 +31,18 @@ use crate::unwind::{UnwindError, UnwindTable};
 pub(crate) const REAP_EVERY: Duration = Duration::from_secs(5);
 
 /// Largest `.eh_frame` per row the table builder expects (rows take 5 to 7
-/// bytes of it): a file with more than this many bytes per row of the whole
-/// array cannot fit, so its table is not even built.
+/// bytes of it): a file with more than this many bytes per row it may take
+/// cannot fit, so its table is not even built.
 const EH_FRAME_BYTES_PER_ROW: u64 = 8;
+
+/// The most rows one file's table may take in a map of `capacity` rows:
+/// half. More, and one big binary (a Rust server, LLVM) would evict every
+/// other process's tables each time it is sampled; it is walked by frame
+/// pointers instead, until the map is made bigger (`--unwind-table-rows`).
+/// With the default 256k rows that is 1 MiB of `.eh_frame`.
+pub(crate) fn max_table_rows(capacity: u32) -> u32 {
+    capacity / 2
+}
 
 /// What the unwinder holds, for tests and the agent's own metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -253,7 +262,8 @@ impl Unwinder {
             };
         }
         let [via, rooted] = file_paths(pid, mapping);
-        let max_bytes = u64::from(self.space.capacity()) * EH_FRAME_BYTES_PER_ROW;
+        let max_rows = max_table_rows(self.space.capacity());
+        let max_bytes = u64::from(max_rows) * EH_FRAME_BYTES_PER_ROW;
         let table = match UnwindTable::from_path(&via, max_bytes)
             .or_else(|_| UnwindTable::from_path(&rooted, max_bytes))
         {
@@ -270,6 +280,19 @@ impl Unwinder {
                 debug!(file = %mapping.path, error = %e, "unwind table not built: file unreadable");
                 return Placement::NoTable;
             }
+            // Once per file (it is remembered): a user who sees it can
+            // make the map bigger.
+            Err(UnwindError::TooBig(bytes)) => {
+                info!(
+                    file = %mapping.path,
+                    eh_frame_bytes = bytes,
+                    max_table_rows = max_rows,
+                    "no unwind table: the file's would take more than half the table map \
+                     (its stacks are walked by frame pointers; --unwind-table-rows makes room)"
+                );
+                self.remember_no_table(file);
+                return Placement::NoTable;
+            }
             Err(e) => {
                 debug!(file = %mapping.path, error = %e, "no unwind table");
                 self.remember_no_table(file);
@@ -278,7 +301,7 @@ impl Unwinder {
         };
         let len = u32::try_from(table.rows().len())
             .ok()
-            .filter(|&len| len <= self.space.capacity());
+            .filter(|&len| len <= max_rows);
         let Some(len) = len else {
             self.remember_no_table(file);
             return Placement::NoTable;
