@@ -1,8 +1,8 @@
 //! A range's body read in place: its line rows and inline chain as
-//! fixed-width columns (see the layout in [`super`]), searched without
-//! decoding anything before the row wanted.
+//! fixed-width columns (see the layout in [`super`]), found by going to
+//! the offset's bucket rather than by search or decoding.
 
-use super::layout::{Format, SCAN};
+use super::layout::{BUCKET_SHIFT, Format};
 use crate::table::NONE;
 
 /// The columns of one range's body. Built from a range record whose body
@@ -12,14 +12,32 @@ use crate::table::NONE;
 /// as unknown.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Body<'a> {
-    format: Format,
-    base_line: u32,
-    pub(super) row_offsets: &'a [u8],
-    pub(super) chain_offsets: &'a [u8],
+    pub(super) format: Format,
+    pub(super) base_line: u32,
+    pub(super) rows: Offsets<'a>,
+    pub(super) chain: Offsets<'a>,
     pub(super) lines: &'a [u8],
     pub(super) file_indexes: &'a [u8],
     pub(super) files: &'a [u8],
     pub(super) nodes: &'a [u8],
+}
+
+/// An ascending column of offsets in a range: per bucket of
+/// 2^[`BUCKET_SHIFT`] bytes after the first, the index of its first
+/// offset; then each offset's low byte.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Offsets<'a> {
+    pub(super) starts: &'a [u8],
+    pub(super) width: usize,
+    pub(super) lows: &'a [u8],
+}
+
+/// Splits `len` bytes off the front of `rest`.
+#[inline(always)]
+fn take<'a>(rest: &mut &'a [u8], len: usize) -> Option<&'a [u8]> {
+    let (head, tail) = rest.split_at_checked(len)?;
+    *rest = tail;
+    Some(head)
 }
 
 impl<'a> Body<'a> {
@@ -33,24 +51,42 @@ impl<'a> Body<'a> {
         chains: usize,
         format: Format,
     ) -> Option<Body<'a>> {
-        let len = usize::try_from(format.body_len(rows as u64, chains as u64)).ok()?;
-        let body = bodies.get(at..at.checked_add(len)?)?;
-        let (base, body) = body.split_at(if rows > 0 { 4 } else { 0 });
-        let base_line = base.try_into().map_or(0, u32::from_le_bytes);
-        let (row_offsets, body) = body.split_at(rows * format.offset);
-        let (chain_offsets, body) = body.split_at(chains * format.offset);
-        let (lines, body) = body.split_at(rows * format.line);
-        let (file_indexes, body) = body.split_at(rows * format.file);
-        let (files, nodes) = body.split_at(4 * format.files);
+        let mut rest = bodies.get(at..)?;
+        let count = |rest: &mut &[u8], present: bool| -> Option<usize> {
+            if !present {
+                return Some(0);
+            }
+            let bytes = take(rest, format.count)?;
+            Some(value_at(bytes, format.count, 0) as usize)
+        };
+        let base_line = if rows > 0 {
+            value_at(take(&mut rest, 4)?, 4, 0)
+        } else {
+            0
+        };
+        let row_buckets = count(&mut rest, rows > 0)?;
+        let chain_buckets = count(&mut rest, chains > 0)?;
+        let rows_starts = take(&mut rest, row_buckets.checked_mul(format.row_bucket)?)?;
+        let row_lows = take(&mut rest, rows)?;
+        let chain_starts = take(&mut rest, chain_buckets.checked_mul(format.chain_bucket)?)?;
+        let chain_lows = take(&mut rest, chains)?;
         Some(Body {
             format,
             base_line,
-            row_offsets,
-            chain_offsets,
-            lines,
-            file_indexes,
-            files,
-            nodes,
+            rows: Offsets {
+                starts: rows_starts,
+                width: format.row_bucket,
+                lows: row_lows,
+            },
+            chain: Offsets {
+                starts: chain_starts,
+                width: format.chain_bucket,
+                lows: chain_lows,
+            },
+            lines: take(&mut rest, rows.checked_mul(format.line)?)?,
+            file_indexes: take(&mut rest, rows.checked_mul(format.file)?)?,
+            files: take(&mut rest, format.files.checked_mul(4)?)?,
+            nodes: take(&mut rest, chains.checked_mul(4)?)?,
         })
     }
 
@@ -58,9 +94,7 @@ impl<'a> Body<'a> {
     /// before the first row.
     #[inline(always)]
     pub(super) fn line_at(&self, offset: u32) -> (u32, u32) {
-        let Some(row) =
-            count_at_or_before(self.row_offsets, self.format.offset, offset).checked_sub(1)
-        else {
+        let Some(row) = self.rows.count_at_or_before(offset).checked_sub(1) else {
             return (NONE, 0);
         };
         let line = self
@@ -71,7 +105,7 @@ impl<'a> Body<'a> {
     }
 
     /// Entry `index` of the range's file table, or none.
-    #[inline]
+    #[inline(always)]
     pub(super) fn file(&self, index: usize) -> u32 {
         value_at(self.files, 4, index)
     }
@@ -79,18 +113,59 @@ impl<'a> Body<'a> {
     /// The innermost inline node at `offset`, or none.
     #[inline(always)]
     pub(super) fn node_at(&self, offset: u32) -> u32 {
-        match count_at_or_before(self.chain_offsets, self.format.offset, offset).checked_sub(1) {
+        match self.chain.count_at_or_before(offset).checked_sub(1) {
             Some(entry) => value_at(self.nodes, 4, entry),
             None => NONE,
         }
     }
+}
 
-    pub(super) fn format(&self) -> Format {
-        self.format
+impl Offsets<'_> {
+    /// Number of offsets.
+    pub(super) fn len(&self) -> usize {
+        self.lows.len()
     }
 
-    pub(super) fn base_line(&self) -> u32 {
-        self.base_line
+    /// Number of buckets after the first.
+    pub(super) fn buckets(&self) -> usize {
+        self.starts.len().checked_div(self.width).unwrap_or(0)
+    }
+
+    /// Where bucket `bucket` begins: 0 for the first, the offsets' count
+    /// for any after the last.
+    #[inline(always)]
+    pub(super) fn bucket_start(&self, bucket: usize) -> usize {
+        match bucket.checked_sub(1) {
+            None => 0,
+            Some(i) if i < self.buckets() => value_at(self.starts, self.width, i) as usize,
+            Some(_) => self.len(),
+        }
+    }
+
+    /// How many offsets are at or before `offset`: those of the buckets
+    /// before its bucket, and those of its bucket whose low byte is at or
+    /// below its low byte, counted without a branch (the compiler
+    /// vectorizes the count; a bucket holds at most 256 offsets).
+    #[inline(always)]
+    pub(super) fn count_at_or_before(&self, offset: u32) -> usize {
+        let bucket = (offset >> BUCKET_SHIFT) as usize;
+        let (lo, hi) = (self.bucket_start(bucket), self.bucket_start(bucket + 1));
+        let low = offset as u8;
+        let window = self.lows.get(lo..hi).unwrap_or_default();
+        lo + window.iter().filter(|&&b| b <= low).count()
+    }
+
+    /// The offset at `index`, as `count_at_or_before` reads the column:
+    /// for [`Ksym::verify`](super::Ksym::verify).
+    pub(super) fn offsets(&self) -> impl Iterator<Item = Option<u32>> + '_ {
+        let mut bucket = 0;
+        (0..self.len()).map(move |i| {
+            while bucket < self.buckets() && self.bucket_start(bucket + 1) <= i {
+                bucket += 1;
+            }
+            let high = u32::try_from(bucket).ok()?.checked_mul(1 << BUCKET_SHIFT)?;
+            Some(high + u32::from(self.lows[i]))
+        })
     }
 }
 
@@ -112,38 +187,4 @@ pub(super) fn value_at(column: &[u8], width: usize, index: usize) -> u32 {
             .get(index)
             .map_or(NONE, |&b| u32::from_le_bytes(b)),
     }
-}
-
-/// How many values of an ascending column of `width`-byte values are at
-/// or before `offset`.
-#[inline(always)]
-fn count_at_or_before(column: &[u8], width: usize, offset: u32) -> usize {
-    match width {
-        1 => count_le(column.as_chunks::<1>().0, offset),
-        2 => count_le(column.as_chunks::<2>().0, offset),
-        _ => count_le(column.as_chunks::<4>().0, offset),
-    }
-}
-
-/// [`count_at_or_before`] for one width: a binary search down to a window
-/// of [`SCAN`] values, which are then counted without a branch (the
-/// compiler vectorizes the count): no mispredicted branch per row, where
-/// a search to the end costs one every other step.
-#[inline]
-fn count_le<const W: usize>(values: &[[u8; W]], offset: u32) -> usize {
-    let value = |v: &[u8; W]| {
-        let mut word = [0u8; 4];
-        word[..W].copy_from_slice(v);
-        u32::from_le_bytes(word)
-    };
-    let (mut lo, mut hi) = (0, values.len());
-    while hi - lo > SCAN {
-        let mid = lo + (hi - lo) / 2;
-        if value(&values[mid]) <= offset {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo + values[lo..hi].iter().filter(|v| value(v) <= offset).count()
 }

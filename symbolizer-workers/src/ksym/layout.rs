@@ -25,55 +25,68 @@ pub const RANGE_LEN: usize = 32;
 
 /// The page index has at most this many entries per range: where the code
 /// is spread thinly over the address space, pages grow instead.
-pub const PAGES_PER_RANGE: u64 = 4;
+pub const PAGES_PER_RANGE: u64 = 2;
 /// Smallest page: 64 bytes, about one small function. Small pages let the
 /// index point at the one or two ranges that can hold an address, so that
 /// a lookup reads one range record rather than searching many.
 pub const MIN_PAGE_SHIFT: u32 = 6;
 
-/// Row and chain offsets arrays up to this long are counted through in
-/// full (a loop without branches, which the compiler vectorizes); longer
-/// ones are first narrowed to this by binary search.
-pub const SCAN: usize = 32;
+/// Offsets in a range are kept as buckets of this many bytes: per bucket,
+/// where its rows begin, and per row only its low byte. A lookup goes
+/// straight to its bucket and counts a few bytes there: no search, and a
+/// byte per row rather than two.
+pub const BUCKET_SHIFT: u32 = 8;
 
-/// The byte widths of a body's columns, packed in a range record's
-/// `format` word: offsets (bits 0-1), lines (2-3), file indexes (4-5),
-/// each as a code 0-3 for 0, 1, 2 or 4 bytes, then the number of files in
-/// the range's file table (bits 8-31).
+/// How a range's body is laid out, packed in the range record's `format`
+/// word: the byte widths of the rows' bucket starts (bits 0-1), lines
+/// (2-3), file indexes (4-5) and the chain's bucket starts (6-7), each as
+/// a code 0-3 for 0, 1, 2 or 4 bytes; the number of files in the range's
+/// file table (bits 8-23); whether the body's bucket counts are 4 bytes
+/// rather than 2 (bit 24). Other bits are 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Format {
-    /// Width of a row or chain offset: 1, 2 or 4 (never 0).
-    pub offset: usize,
+    /// Width of a bucket start of the rows: 0 (no buckets), 1, 2 or 4.
+    pub row_bucket: usize,
     /// Width of a row's line (above the body's base line): 0, 1, 2 or 4.
     pub line: usize,
     /// Width of a row's index into the file table: 0 (one file), 1, 2 or 4.
     pub file: usize,
+    /// Width of a bucket start of the chain: 0 (no buckets), 1, 2 or 4.
+    pub chain_bucket: usize,
     /// Entries in the range's file table.
     pub files: usize,
+    /// Width of the body's bucket counts: 2 or 4.
+    pub count: usize,
 }
 
-/// Most files one range's table may hold (24 bits of `format`).
-pub const MAX_RANGE_FILES: usize = (1 << 24) - 1;
+/// Most files one range's table may hold (16 bits of `format`).
+pub const MAX_RANGE_FILES: usize = 0xffff;
 
 impl Format {
     pub fn pack(self) -> u32 {
         // Width 0, 1, 2, 4 as code 0, 1, 2, 3.
         let code = |w: usize| (usize::BITS - w.leading_zeros()).min(3);
-        code(self.offset) | code(self.line) << 2 | code(self.file) << 4 | (self.files as u32) << 8
+        code(self.row_bucket)
+            | code(self.line) << 2
+            | code(self.file) << 4
+            | code(self.chain_bucket) << 6
+            | (self.files.min(MAX_RANGE_FILES) as u32) << 8
+            | u32::from(self.count == 4) << 24
     }
 
-    /// The format of a `format` word; `None` for an offset width of 0 or
-    /// unknown bits set.
+    /// The format of a `format` word; `None` when bits that must be 0
+    /// are not.
     #[inline]
     pub fn unpack(word: u32) -> Option<Format> {
         let width = |code: u32| (1usize << (code & 3)) >> 1;
-        let format = Format {
-            offset: width(word),
+        (word >> 25 == 0).then(|| Format {
+            row_bucket: width(word),
             line: width(word >> 2),
             file: width(word >> 4),
-            files: (word >> 8) as usize,
-        };
-        (format.offset != 0 && word & 0xc0 == 0).then_some(format)
+            chain_bucket: width(word >> 6),
+            files: (word >> 8 & 0xffff) as usize,
+            count: if word >> 24 & 1 == 1 { 4 } else { 2 },
+        })
     }
 
     /// The smallest width (1, 2 or 4) that holds `max`, or 0 for 0 when
@@ -85,15 +98,5 @@ impl Format {
             0x100..=0xffff => 2,
             _ => 4,
         }
-    }
-
-    /// The size of a body with `rows` rows and `chains` chain entries (in
-    /// `u64`, where the counts of a damaged record cannot overflow it).
-    #[inline]
-    pub fn body_len(self, rows: u64, chains: u64) -> u64 {
-        let base = if rows > 0 { 4 } else { 0 };
-        let [offset, line, file, files] =
-            [self.offset, self.line, self.file, self.files].map(|v| v as u64);
-        base + (rows + chains) * offset + rows * (line + file) + 4 * (files + chains)
     }
 }

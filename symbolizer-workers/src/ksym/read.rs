@@ -1,6 +1,6 @@
 //! Reading ksym bytes in place: [`Ksym::open`] validates, lookups answer.
 
-use super::body::{Body, value_at};
+use super::body::{Body, Offsets, value_at};
 use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
 use super::{Frame, KsymError};
@@ -233,46 +233,11 @@ impl<'a> Ksym<'a> {
         }
         let n_nodes = self.nodes.len() / 16;
         for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
-            let bad = Err(KsymError::BadLines { range: r });
             let Some(body) = self.body(range) else {
-                return bad;
+                return Err(KsymError::BadLines { range: r });
             };
-            let len = field(range, LEN);
-            let format = body.format();
-            let rows = field(range, ROWS) as usize;
-            let chains = field(range, CHAINS) as usize;
-            let ascending = |column: &[u8], count: usize| {
-                let mut prev = None;
-                (0..count).all(|i| {
-                    let v = value_at(column, format.offset, i);
-                    let ok = v < len && prev.is_none_or(|p| p < v);
-                    prev = Some(v);
-                    ok
-                })
-            };
-            let lines_fit = (0..rows).all(|i| {
-                body.base_line()
-                    .checked_add(value_at(body.lines, format.line, i))
-                    .is_some()
-            });
-            let indexes_fit = (0..rows)
-                .all(|i| (value_at(body.file_indexes, format.file, i) as usize) < format.files);
-            let files_exist = (0..format.files).all(|i| {
-                let f = body.file(i);
-                f == NONE || (f as usize) < n_files
-            });
-            let nodes_exist = (0..chains).all(|i| {
-                let n = value_at(body.nodes, 4, i);
-                n == NONE || (n as usize) < n_nodes
-            });
-            if !(ascending(body.row_offsets, rows)
-                && ascending(body.chain_offsets, chains)
-                && lines_fit
-                && (rows == 0 || indexes_fit)
-                && files_exist
-                && nodes_exist)
-            {
-                return bad;
+            if !body_is_sound(&body, field(range, LEN), n_files, n_nodes) {
+                return Err(KsymError::BadLines { range: r });
             }
         }
         Ok(())
@@ -381,7 +346,7 @@ impl<'a> Ksym<'a> {
     }
 
     /// The string whose (offset, len) is at `at` in `records`.
-    #[inline]
+    #[inline(always)]
     fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
         let off = u32_at(records, at);
         if off == NONE {
@@ -405,7 +370,7 @@ impl<'a> Ksym<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
         let mut frame = Frame {
             line,
@@ -421,4 +386,48 @@ impl<'a> Ksym<'a> {
         }
         frame
     }
+}
+
+/// Whether every value in `body` (of a range of `len` bytes) is one a
+/// lookup can use: offsets ascending within the range, lines that do not
+/// overflow, file and node indexes that exist.
+fn body_is_sound(body: &Body<'_>, len: u32, n_files: usize, n_nodes: usize) -> bool {
+    let ascending = |offsets: &Offsets<'_>| {
+        let starts_ascend = (1..=offsets.buckets())
+            .try_fold(0, |prev, b| {
+                let start = offsets.bucket_start(b);
+                (prev <= start && start <= offsets.len()).then_some(start)
+            })
+            .is_some();
+        let mut prev = None;
+        starts_ascend
+            && offsets.offsets().all(|offset| {
+                let ok = offset.is_some_and(|o| o < len && prev.is_none_or(|p| p < o));
+                prev = offset;
+                ok
+            })
+    };
+    let rows = body.rows.len();
+    let format = body.format;
+    let lines_fit = (0..rows).all(|i| {
+        body.base_line
+            .checked_add(value_at(body.lines, format.line, i))
+            .is_some()
+    });
+    let indexes_fit =
+        (0..rows).all(|i| (value_at(body.file_indexes, format.file, i) as usize) < format.files);
+    let files_exist = (0..format.files).all(|i| {
+        let f = body.file(i);
+        f == NONE || (f as usize) < n_files
+    });
+    let nodes_exist = (0..body.chain.len()).all(|i| {
+        let n = value_at(body.nodes, 4, i);
+        n == NONE || (n as usize) < n_nodes
+    });
+    ascending(&body.rows)
+        && ascending(&body.chain)
+        && lines_fit
+        && indexes_fit
+        && files_exist
+        && nodes_exist
 }

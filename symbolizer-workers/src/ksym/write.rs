@@ -20,7 +20,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         let rows = w.rows(table, range, len);
         let chain = w.chain(table, range);
         let body = to_u32(bodies.len());
-        let format = write_body(&rows, &chain, len, &mut bodies);
+        let format = write_body(&rows, &chain, &mut bodies);
         ranges.extend(range.start.to_le_bytes());
         for v in [
             len,
@@ -71,7 +71,7 @@ struct Row {
 
 /// Writes the body of a range (see the layout in [`super`]) and returns
 /// the format that reads it: each column as narrow as its values allow.
-fn write_body(rows: &[Row], chain: &[(u32, u32)], len: u32, out: &mut Vec<u8>) -> Format {
+fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
     let mut table: Vec<u32> = Vec::new();
     let mut index: HashMap<u32, u32> = HashMap::new();
     let file_index: Vec<u32> = rows
@@ -86,26 +86,39 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], len: u32, out: &mut Vec<u8>) -
     // A range with more files than a format can count (none exists) keeps
     // the first ones; rows of the others read as "no file".
     table.truncate(MAX_RANGE_FILES);
+    let row_offsets: Vec<u32> = rows.iter().map(|r| r.offset).collect();
+    let chain_offsets: Vec<u32> = chain.iter().map(|&(offset, _)| offset).collect();
+    let row_buckets = bucket_starts(&row_offsets);
+    let chain_buckets = bucket_starts(&chain_offsets);
     let base = rows.iter().map(|r| r.line).min().unwrap_or(0);
     let top = rows.iter().map(|r| r.line).max().unwrap_or(0);
+    let most_buckets = row_buckets.len().max(chain_buckets.len());
     let format = Format {
-        offset: Format::width_for(u64::from(len.saturating_sub(1)), false),
+        row_bucket: bucket_width(&row_buckets),
         line: Format::width_for(u64::from(top - base), true),
         file: Format::width_for(table.len().saturating_sub(1) as u64, true),
+        chain_bucket: bucket_width(&chain_buckets),
         files: table.len(),
+        count: if most_buckets > 0xffff { 4 } else { 2 },
     };
-    if !rows.is_empty() {
-        out.extend(base.to_le_bytes());
-    }
     let put = |out: &mut Vec<u8>, v: u32, width: usize| {
         out.extend_from_slice(&v.to_le_bytes()[..width]);
     };
-    for r in rows {
-        put(out, r.offset, format.offset);
+    if !rows.is_empty() {
+        out.extend(base.to_le_bytes());
+        put(out, to_u32(row_buckets.len()), format.count);
     }
-    for &(offset, _) in chain {
-        put(out, offset, format.offset);
+    if !chain.is_empty() {
+        put(out, to_u32(chain_buckets.len()), format.count);
     }
+    for &start in &row_buckets {
+        put(out, start, format.row_bucket);
+    }
+    out.extend(row_offsets.iter().map(|&o| o as u8));
+    for &start in &chain_buckets {
+        put(out, start, format.chain_bucket);
+    }
+    out.extend(chain_offsets.iter().map(|&o| o as u8));
     for r in rows {
         put(out, r.line - base, format.line);
     }
@@ -119,6 +132,32 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], len: u32, out: &mut Vec<u8>) -
         out.extend(node.to_le_bytes());
     }
     format
+}
+
+/// The bucket starts of ascending `offsets`: for each bucket after the
+/// first, up to the last offset's, the index of its first offset (the
+/// first at or after the bucket's start).
+fn bucket_starts(offsets: &[u32]) -> Vec<u32> {
+    let Some(&last) = offsets.last() else {
+        return Vec::new();
+    };
+    let mut starts = Vec::with_capacity((last >> BUCKET_SHIFT) as usize);
+    let mut i = 0;
+    for bucket in 1..=last >> BUCKET_SHIFT {
+        while offsets[i] < bucket << BUCKET_SHIFT {
+            i += 1;
+        }
+        starts.push(to_u32(i));
+    }
+    starts
+}
+
+/// The width of bucket starts: 0 when there are none.
+fn bucket_width(starts: &[u32]) -> usize {
+    match starts.last() {
+        Some(&max) => Format::width_for(u64::from(max), false),
+        None => 0,
+    }
 }
 
 /// The page index: page shift, then for each page the first range that
