@@ -32,16 +32,24 @@
 //! ```
 //!
 //! A range's body holds its line rows and its inline chain as columns,
-//! each value as wide as `format` says (see `layout::Format`: offsets 1,
-//! 2 or 4 bytes as the range's length needs, lines and file indexes 0 to
-//! 4 bytes as their spread needs):
+//! each value as wide as `format` says (see `layout::Format`: 0 to 4
+//! bytes, as the values of that range need). Offsets in the range (where
+//! a row or a chain entry starts) are split at 256-byte buckets: a lookup
+//! reads where its bucket's entries begin and counts the low bytes there
+//! that are at or below its own, with no search and no decoding.
 //!
 //! ```text
-//! base_line u32                      (only when rows > 0)
-//! row offsets    × rows              ascending offsets in the range where
-//!                                    a row starts; before the first, no line
-//! chain offsets  × chains            ascending offsets where the innermost
-//!                                    inlined call changes
+//! base_line u32                      only when rows > 0
+//! row buckets    u16 or u32          only when rows > 0   } u32 when
+//! chain buckets  u16 or u32          only when chains > 0 } format says
+//! row bucket starts  × row buckets   for each 256-byte bucket after the
+//!                                    first, up to the last row's: the
+//!                                    index of its first row
+//! row low bytes  u8 × rows           offset & 0xff, ascending per bucket;
+//!                                    before the first row, no line
+//! chain bucket starts × chain buckets, chain low bytes u8 × chains: the
+//!                                    same for the offsets where the
+//!                                    innermost inlined call changes
 //! row lines      × rows              line − base_line
 //! row files      × rows              index into the file table
 //! file table     u32 × files         file indexes (or none)
@@ -50,11 +58,12 @@
 //!
 //! A lookup's loads that depend on one another are thus: the page entry,
 //! the range record (pages are small, from 64 bytes, so that a page holds
-//! one or two ranges), the body's offset columns, the row's line and file
-//! and the chain's node next to them, then per frame its function and
-//! file records. Version 1 ([`v1`]) had a separate array of starts, line
-//! rows as varints decoded from a restart mark, and the chain in its own
-//! section: three or four more dependent loads and a decoding loop.
+//! one or two ranges), the body's bucket starts and low bytes, the row's
+//! line and file and the chain's node a few cache lines further, then per
+//! frame its node and that node's function and file records. Version 1
+//! ([`v1`]) had a separate array of starts, line rows as varints decoded
+//! from a restart mark, and the chain in its own section: two to four
+//! more dependent loads, two binary searches and a decoding loop.
 //!
 //! [`Ksym::open`] checks every fixed-size record (offsets, indexes, sort
 //! order, that each body lies within its section) and, up to 4 MiB, the
