@@ -16,10 +16,10 @@ pub(super) struct Body<'a> {
     pub(super) base_line: u32,
     pub(super) rows: Offsets<'a>,
     pub(super) chain: Offsets<'a>,
-    pub(super) lines: &'a [u8],
-    pub(super) file_indexes: &'a [u8],
-    pub(super) files: &'a [u8],
-    pub(super) nodes: &'a [u8],
+    pub(super) lines: Column<'a>,
+    pub(super) file_indexes: Column<'a>,
+    pub(super) files: Column<'a>,
+    pub(super) nodes: Column<'a>,
 }
 
 /// An ascending column of offsets in a range: per bucket of
@@ -27,17 +27,68 @@ pub(super) struct Body<'a> {
 /// offset; then each offset's low byte.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Offsets<'a> {
-    pub(super) starts: &'a [u8],
-    pub(super) width: usize,
+    pub(super) starts: Column<'a>,
     pub(super) lows: &'a [u8],
 }
 
-/// Splits `len` bytes off the front of `rest`.
+/// `len` values of `width` bytes (0, 1, 2 or 4) at the start of `bytes`,
+/// which runs on to the end of the bodies section: a value is read as the
+/// 4 bytes there, masked to its width, rather than by a branch on the
+/// width, which varies from range to range and would be mispredicted (the
+/// writer pads the section so that the last value has 4 bytes to read).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Column<'a> {
+    bytes: &'a [u8],
+    width: usize,
+    len: usize,
+}
+
+impl<'a> Column<'a> {
+    /// Takes a column of `len` values of `width` bytes off the front of
+    /// `rest`; `None` when they do not fit.
+    #[inline(always)]
+    fn take(rest: &mut &'a [u8], len: usize, width: usize) -> Option<Column<'a>> {
+        let bytes = *rest;
+        *rest = rest.get(len.checked_mul(width)?..)?;
+        Some(Column { bytes, width, len })
+    }
+
+    /// Number of values.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Value `index`: 0 in a column of width 0 (whose every value is 0),
+    /// [`NONE`] past the end.
+    #[inline(always)]
+    pub(super) fn get(&self, index: usize) -> u32 {
+        if index >= self.len {
+            return NONE;
+        }
+        let at = index * self.width;
+        let mask = ((1u64 << (8 * self.width)) - 1) as u32;
+        match self.bytes.get(at..at + 4) {
+            Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & mask,
+            // The last bytes of a section not padded (a damaged file).
+            None => {
+                let mut word = [0u8; 4];
+                let end = (at + self.width).min(self.bytes.len());
+                let tail = self.bytes.get(at..end).unwrap_or_default();
+                word[..tail.len()].copy_from_slice(tail);
+                u32::from_le_bytes(word)
+            }
+        }
+    }
+}
+
+/// The bucket count of a column of `len` offsets, taken off the front of
+/// `rest` when there is one (when `len` > 0).
 #[inline(always)]
-fn take<'a>(rest: &mut &'a [u8], len: usize) -> Option<&'a [u8]> {
-    let (head, tail) = rest.split_at_checked(len)?;
-    *rest = tail;
-    Some(head)
+fn bucket_count(rest: &mut &[u8], len: usize, format: Format) -> Option<usize> {
+    match len {
+        0 => Some(0),
+        _ => Some(Column::take(rest, 1, format.count)?.get(0) as usize),
+    }
 }
 
 impl<'a> Body<'a> {
@@ -52,41 +103,31 @@ impl<'a> Body<'a> {
         format: Format,
     ) -> Option<Body<'a>> {
         let mut rest = bodies.get(at..)?;
-        let count = |rest: &mut &[u8], present: bool| -> Option<usize> {
-            if !present {
-                return Some(0);
-            }
-            let bytes = take(rest, format.count)?;
-            Some(value_at(bytes, format.count, 0) as usize)
+        let base_line = match rows {
+            0 => 0,
+            _ => Column::take(&mut rest, 1, 4)?.get(0),
         };
-        let base_line = if rows > 0 {
-            value_at(take(&mut rest, 4)?, 4, 0)
-        } else {
-            0
-        };
-        let row_buckets = count(&mut rest, rows > 0)?;
-        let chain_buckets = count(&mut rest, chains > 0)?;
-        let rows_starts = take(&mut rest, row_buckets.checked_mul(format.row_bucket)?)?;
-        let row_lows = take(&mut rest, rows)?;
-        let chain_starts = take(&mut rest, chain_buckets.checked_mul(format.chain_bucket)?)?;
-        let chain_lows = take(&mut rest, chains)?;
+        let row_buckets = bucket_count(&mut rest, rows, format)?;
+        let chain_buckets = bucket_count(&mut rest, chains, format)?;
+        let row_starts = Column::take(&mut rest, row_buckets, format.row_bucket)?;
+        let row_lows = Column::take(&mut rest, rows, 1)?;
+        let chain_starts = Column::take(&mut rest, chain_buckets, format.chain_bucket)?;
+        let chain_lows = Column::take(&mut rest, chains, 1)?;
         Some(Body {
             format,
             base_line,
             rows: Offsets {
-                starts: rows_starts,
-                width: format.row_bucket,
-                lows: row_lows,
+                starts: row_starts,
+                lows: row_lows.bytes.get(..rows)?,
             },
             chain: Offsets {
                 starts: chain_starts,
-                width: format.chain_bucket,
-                lows: chain_lows,
+                lows: chain_lows.bytes.get(..chains)?,
             },
-            lines: take(&mut rest, rows.checked_mul(format.line)?)?,
-            file_indexes: take(&mut rest, rows.checked_mul(format.file)?)?,
-            files: take(&mut rest, format.files.checked_mul(4)?)?,
-            nodes: take(&mut rest, chains.checked_mul(4)?)?,
+            lines: Column::take(&mut rest, rows, format.line)?,
+            file_indexes: Column::take(&mut rest, rows, format.file)?,
+            files: Column::take(&mut rest, format.files, 4)?,
+            nodes: Column::take(&mut rest, chains, 4)?,
         })
     }
 
@@ -97,24 +138,21 @@ impl<'a> Body<'a> {
         let Some(row) = self.rows.count_at_or_before(offset).checked_sub(1) else {
             return (NONE, 0);
         };
-        let line = self
-            .base_line
-            .wrapping_add(value_at(self.lines, self.format.line, row));
-        let index = value_at(self.file_indexes, self.format.file, row);
-        (self.file(index as usize), line)
+        let line = self.base_line.wrapping_add(self.lines.get(row));
+        (self.file(self.file_indexes.get(row) as usize), line)
     }
 
     /// Entry `index` of the range's file table, or none.
     #[inline(always)]
     pub(super) fn file(&self, index: usize) -> u32 {
-        value_at(self.files, 4, index)
+        self.files.get(index)
     }
 
     /// The innermost inline node at `offset`, or none.
     #[inline(always)]
     pub(super) fn node_at(&self, offset: u32) -> u32 {
         match self.chain.count_at_or_before(offset).checked_sub(1) {
-            Some(entry) => value_at(self.nodes, 4, entry),
+            Some(entry) => self.nodes.get(entry),
             None => NONE,
         }
     }
@@ -128,7 +166,7 @@ impl Offsets<'_> {
 
     /// Number of buckets after the first.
     pub(super) fn buckets(&self) -> usize {
-        self.starts.len().checked_div(self.width).unwrap_or(0)
+        self.starts.len()
     }
 
     /// Where bucket `bucket` begins: 0 for the first, the offsets' count
@@ -137,7 +175,7 @@ impl Offsets<'_> {
     pub(super) fn bucket_start(&self, bucket: usize) -> usize {
         match bucket.checked_sub(1) {
             None => 0,
-            Some(i) if i < self.buckets() => value_at(self.starts, self.width, i) as usize,
+            Some(i) if i < self.buckets() => self.starts.get(i) as usize,
             Some(_) => self.len(),
         }
     }
@@ -166,25 +204,5 @@ impl Offsets<'_> {
             let high = u32::try_from(bucket).ok()?.checked_mul(1 << BUCKET_SHIFT)?;
             Some(high + u32::from(self.lows[i]))
         })
-    }
-}
-
-/// Value `index` of a column of `width`-byte values: 0 for width 0 (a
-/// column whose every value is 0), [`NONE`] past the end.
-#[inline(always)]
-pub(super) fn value_at(column: &[u8], width: usize, index: usize) -> u32 {
-    match width {
-        0 => 0,
-        1 => column.get(index).map_or(NONE, |&b| u32::from(b)),
-        2 => column
-            .as_chunks::<2>()
-            .0
-            .get(index)
-            .map_or(NONE, |&b| u32::from(u16::from_le_bytes(b))),
-        _ => column
-            .as_chunks::<4>()
-            .0
-            .get(index)
-            .map_or(NONE, |&b| u32::from_le_bytes(b)),
     }
 }

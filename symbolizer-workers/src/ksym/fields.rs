@@ -57,10 +57,11 @@ pub(super) fn partition_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> us
 }
 
 /// [`partition_point`] for the ranges of one page: scanned in order when
-/// they are few (glibc's 4 KiB pages hold about 20 small functions), as
-/// two or three sequential cache lines cost less than a binary search's
-/// dependent loads (measured 10% faster per lookup on glibc); searched
-/// when many tiny functions share a page.
+/// they are few (version 1's 4 KiB pages hold about 20 of glibc's small
+/// functions, version 2's pages one or two), as sequential cache lines
+/// cost less than a binary search's dependent loads (measured 10% faster
+/// per lookup on glibc in version 1); searched when many tiny functions
+/// share a page.
 #[inline]
 pub(super) fn scan_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> usize {
     const SCAN: usize = 32;

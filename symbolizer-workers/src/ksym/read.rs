@@ -1,6 +1,6 @@
 //! Reading ksym bytes in place: [`Ksym::open`] validates, lookups answer.
 
-use super::body::{Body, Offsets, value_at};
+use super::body::{Body, Offsets};
 use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
 use super::{Frame, KsymError};
@@ -409,19 +409,14 @@ fn body_is_sound(body: &Body<'_>, len: u32, n_files: usize, n_nodes: usize) -> b
     };
     let rows = body.rows.len();
     let format = body.format;
-    let lines_fit = (0..rows).all(|i| {
-        body.base_line
-            .checked_add(value_at(body.lines, format.line, i))
-            .is_some()
-    });
-    let indexes_fit =
-        (0..rows).all(|i| (value_at(body.file_indexes, format.file, i) as usize) < format.files);
+    let lines_fit = (0..rows).all(|i| body.base_line.checked_add(body.lines.get(i)).is_some());
+    let indexes_fit = (0..rows).all(|i| (body.file_indexes.get(i) as usize) < format.files);
     let files_exist = (0..format.files).all(|i| {
         let f = body.file(i);
         f == NONE || (f as usize) < n_files
     });
     let nodes_exist = (0..body.chain.len()).all(|i| {
-        let n = value_at(body.nodes, 4, i);
+        let n = body.nodes.get(i);
         n == NONE || (n as usize) < n_nodes
     });
     ascending(&body.rows)
