@@ -2,7 +2,7 @@
 //! fixed-width columns (see the layout in [`super`]), found by going to
 //! the offset's bucket rather than by search or decoding.
 
-use super::layout::{BUCKET_SHIFT, Format};
+use super::layout::{BLOCK, BUCKET_SHIFT, Format};
 use crate::table::NONE;
 
 /// The columns of one range's body. Built from a range record whose body
@@ -28,7 +28,10 @@ pub(super) struct Body<'a> {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Offsets<'a> {
     pub(super) starts: Column<'a>,
-    pub(super) lows: &'a [u8],
+    /// The low bytes, and the bytes after them to the end of the bodies
+    /// section (which `count_at_or_before` reads a block at a time).
+    lows: &'a [u8],
+    len: usize,
 }
 
 /// `len` values of `width` bytes (0, 1, 2 or 4) at the start of `bytes`,
@@ -118,11 +121,13 @@ impl<'a> Body<'a> {
             base_line,
             rows: Offsets {
                 starts: row_starts,
-                lows: row_lows.bytes.get(..rows)?,
+                lows: row_lows.bytes,
+                len: rows,
             },
             chain: Offsets {
                 starts: chain_starts,
-                lows: chain_lows.bytes.get(..chains)?,
+                lows: chain_lows.bytes,
+                len: chains,
             },
             lines: Column::take(&mut rest, rows, format.line)?,
             file_indexes: Column::take(&mut rest, rows, format.file)?,
@@ -161,7 +166,7 @@ impl<'a> Body<'a> {
 impl Offsets<'_> {
     /// Number of offsets.
     pub(super) fn len(&self) -> usize {
-        self.lows.len()
+        self.len
     }
 
     /// Number of buckets after the first.
@@ -182,14 +187,32 @@ impl Offsets<'_> {
 
     /// How many offsets are at or before `offset`: those of the buckets
     /// before its bucket, and those of its bucket whose low byte is at or
-    /// below its low byte (a bucket holds at most 256 offsets).
+    /// below its low byte. A bucket's low bytes ascend, so those are the
+    /// leading ones: found [`BLOCK`] bytes at a time, without a branch
+    /// per byte (a bucket holds at most 256 offsets).
     #[inline(always)]
     pub(super) fn count_at_or_before(&self, offset: u32) -> usize {
         let bucket = (offset >> BUCKET_SHIFT) as usize;
         let (lo, hi) = (self.bucket_start(bucket), self.bucket_start(bucket + 1));
+        let hi = hi.min(self.len);
         let low = offset as u8;
-        let window = self.lows.get(lo..hi).unwrap_or_default();
-        lo + count_at_or_below(window, low)
+        let mut at = lo;
+        while at < hi {
+            // The bytes after the bucket (of the next one, or of another
+            // column, or padding) are read too and make no difference:
+            // the count stops at the bucket's end.
+            let Some(block) = self.lows.get(at..).and_then(|b| b.first_chunk::<BLOCK>()) else {
+                // A damaged file's section, not padded: byte by byte.
+                let rest = self.lows.get(at..hi).unwrap_or_default();
+                return at + rest.iter().take_while(|&&b| b <= low).count();
+            };
+            let leading = leading_at_or_below(block, low);
+            if leading < BLOCK {
+                return (at + leading).min(hi);
+            }
+            at += BLOCK;
+        }
+        hi.max(lo)
     }
 
     /// The offset at `index`, as `count_at_or_before` reads the column:
@@ -201,26 +224,17 @@ impl Offsets<'_> {
                 bucket += 1;
             }
             let high = u32::try_from(bucket).ok()?.checked_mul(1 << BUCKET_SHIFT)?;
-            Some(high + u32::from(self.lows[i]))
+            Some(high + u32::from(*self.lows.get(i)?))
         })
     }
 }
 
-/// How many of `bytes` are at or below `low`, without a branch per byte:
-/// 16 bytes at a time, each block's count kept in a byte, which the
-/// compiler turns into a few vector instructions per block (counting into
-/// a `usize` directly, it widens every byte to 64 bits first and handles
-/// two bytes per step).
+/// How many of the leading bytes of `block` are at or below `low`: the
+/// bytes compared all at once (the compiler makes it a few vector
+/// instructions), then the first one above found in a 128-bit word.
 #[inline(always)]
-fn count_at_or_below(bytes: &[u8], low: u8) -> usize {
-    let (blocks, rest) = bytes.as_chunks::<16>();
-    let mut count = 0;
-    for block in blocks {
-        let mut in_block = 0u8;
-        for &b in block {
-            in_block += u8::from(b <= low);
-        }
-        count += usize::from(in_block);
-    }
-    count + rest.iter().filter(|&&b| b <= low).count()
+fn leading_at_or_below(block: &[u8; BLOCK], low: u8) -> usize {
+    let at_or_below = u128::from_le_bytes(block.map(|b| u8::from(b <= low)));
+    let above = !at_or_below & u128::from_le_bytes([1; BLOCK]);
+    (above.trailing_zeros() / 8) as usize
 }

@@ -37,6 +37,13 @@ pub const MIN_PAGE_SHIFT: u32 = 6;
 /// byte per row rather than two.
 pub const BUCKET_SHIFT: u32 = 8;
 
+/// Low bytes are compared this many at a time.
+pub const BLOCK: usize = 16;
+
+/// Zero bytes after the last body: what reading a block of low bytes, or
+/// a value 4 bytes at a time, may read past the last one.
+pub const BODIES_PADDING: usize = BLOCK - 1;
+
 /// How a range's body is laid out, packed in the range record's `format`
 /// word: the byte widths of the rows' bucket starts (bits 0-1), lines
 /// (2-3), file indexes (4-5) and the chain's bucket starts (6-7), each as
@@ -76,10 +83,17 @@ impl Format {
 
     /// The format of a `format` word; `None` when bits that must be 0
     /// are not.
-    #[inline]
+    #[inline(always)]
     pub fn unpack(word: u32) -> Option<Format> {
-        let width = |code: u32| (1usize << (code & 3)) >> 1;
-        (word >> 25 == 0).then(|| Format {
+        /// Code 0, 1, 2, 3 as width 0, 1, 2, 4.
+        #[inline(always)]
+        fn width(code: u32) -> usize {
+            (1usize << (code & 3)) >> 1
+        }
+        if word >> 25 != 0 {
+            return None;
+        }
+        Some(Format {
             row_bucket: width(word),
             line: width(word >> 2),
             file: width(word >> 4),

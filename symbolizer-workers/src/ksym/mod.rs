@@ -19,8 +19,9 @@
 //!          then per section, in this order: offset u32 | count u32
 //! ranges   32 B × ranges   start u64 | len u32 | function u32 | body u32
 //!                          | rows u32 | chains u32 | format u32
-//! bodies   bytes           per range, at `body`: see below; then 3 zero
-//!                          bytes (lookups read values 4 bytes at a time)
+//! bodies   bytes           per range, at `body`: see below; then 15 zero
+//!                          bytes (lookups read values 4 bytes at a time,
+//!                          low bytes 16 at a time)
 //! nodes    16 B            function u32 | call_file u32 | call_line u32
 //!                          | parent u32 (an earlier node, or none)
 //! funcs    16 B            name string | mangled string (or none)

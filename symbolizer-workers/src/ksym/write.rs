@@ -33,9 +33,9 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
             ranges.extend(v.to_le_bytes());
         }
     }
-    // Lookups read a body's values 4 bytes at a time, masked to their
-    // width: the last value of the last body needs bytes after it.
-    bodies.extend([0; 3]);
+    // Lookups read a body's values 4 bytes at a time, and its low bytes a
+    // block at a time: the last body needs bytes after it.
+    bodies.extend([0; BODIES_PADDING]);
     let pages = page_index(table);
     let (funcs, files, blob) = w.strings.finish();
 
