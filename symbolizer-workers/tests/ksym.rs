@@ -424,3 +424,46 @@ fn damaged_version_1_files_fail_their_upgrade_cleanly() {
         }
     }
 }
+
+/// Guards two fuzz finds of the bucketed offsets: a body claiming billions
+/// of bucket starts of no width (which cost no bytes) made `verify` walk
+/// them all; and rows gigabytes apart in one range (damaged symbols)
+/// would need millions of bucket starts. The first is refused at open,
+/// the second encodes small, dropping the rows past a sane spread.
+#[test]
+fn bucket_counts_stay_bounded() {
+    let mut t = table();
+    t.ranges[1].end = 0x2000 + (1 << 31);
+    t.ranges[1].lines = vec![
+        LineRow {
+            addr: 0x2000,
+            file: 0,
+            line: 1,
+        },
+        LineRow {
+            addr: 0x2000 + (1 << 30),
+            file: 0,
+            line: 2,
+        },
+    ];
+    let bytes = ksym::encode(&t);
+    assert!(bytes.len() < 4096, "{} bytes", bytes.len());
+    let k = Ksym::open(&bytes).unwrap();
+    k.verify().unwrap();
+    assert_eq!(
+        chain(&k, 0x2000 + (1 << 30)),
+        owned(&[("plain", "/src/a.c", 1)])
+    );
+
+    // The first range's body: base line u32, then its row bucket count
+    // (u16), then the chain's; its format word is at byte 28 of its
+    // record, the row bucket width in bits 0-1.
+    let mut bad = ksym::encode(&table());
+    let (ranges, bodies) = (section_offset(&bad, 0), section_offset(&bad, 1));
+    bad[bodies + 4..bodies + 6].copy_from_slice(&u16::MAX.to_le_bytes());
+    bad[ranges + 28] &= !3;
+    assert_eq!(
+        Ksym::open(&bad).unwrap_err(),
+        KsymError::BadLines { range: 0 }
+    );
+}

@@ -37,6 +37,13 @@ pub const MIN_PAGE_SHIFT: u32 = 6;
 /// byte per row rather than two.
 pub const BUCKET_SHIFT: u32 = 8;
 
+/// A column of offsets has at most this many buckets per offset before
+/// it, plus [`SPARSE_BUCKETS`]: bounds what its bucket starts can cost.
+pub const MAX_BUCKETS_PER_OFFSET: u64 = 4;
+/// Buckets any column may have, whatever its number of offsets: a range
+/// may run 64 KiB without a new line row (straight-line code on one line).
+pub const SPARSE_BUCKETS: u64 = 256;
+
 /// Low bytes are compared this many at a time.
 pub const BLOCK: usize = 16;
 

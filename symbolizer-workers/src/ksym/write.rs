@@ -137,6 +137,15 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
     format
 }
 
+/// Whether an offset can follow `count` others in a column without its
+/// bucket starts outgrowing the column: real code has many offsets per
+/// bucket, but damaged symbols can put two rows gigabytes apart, whose
+/// buckets would cost far more than the file they came from. Such an
+/// offset (and those after it) is dropped.
+fn buckets_in_bounds(offset: u64, count: usize) -> bool {
+    offset >> BUCKET_SHIFT <= MAX_BUCKETS_PER_OFFSET * count as u64 + SPARSE_BUCKETS
+}
+
 /// The bucket starts of ascending `offsets`: for each bucket after the
 /// first, up to the last offset's, the index of its first offset (the
 /// first at or after the bucket's start).
@@ -330,6 +339,7 @@ impl Writer {
             if row.addr < range.start
                 || row.addr >= end
                 || rows.last().is_some_and(|r| u64::from(r.offset) >= offset)
+                || !buckets_in_bounds(offset, rows.len())
             {
                 continue;
             }
@@ -394,8 +404,12 @@ impl Writer {
                     }
                 };
             }
-            if node != last && (node != NONE || last != NONE) {
-                out.push((to_u32((at - range.start) as usize), node));
+            let offset = at - range.start;
+            if node != last
+                && (node != NONE || last != NONE)
+                && buckets_in_bounds(offset, out.len())
+            {
+                out.push((to_u32(offset as usize), node));
                 last = node;
             }
         }
