@@ -1,15 +1,20 @@
-//! `Ksym::open`, `verify` and lookups on arbitrary bytes: an error or an
-//! answer, never a panic, a hang or an out-of-bounds read. Seeds in
-//! `fuzz/seeds/ksym_open` are real ksym files, so mutations reach past the
-//! header checks.
+//! `ksym::upgrade`, `Ksym::open`, `verify` and lookups on arbitrary bytes:
+//! an error or an answer, never a panic, a hang or an out-of-bounds read.
+//! Seeds in `fuzz/seeds/ksym_open` are real ksym files, of version 2 and of
+//! version 1 (which stored files may still be, and which the upgrade reads
+//! whole), so mutations reach past the header checks of both readers.
 
 #![no_main]
 
-use kiln_symbolizer_workers::Ksym;
+use kiln_symbolizer_workers::{Ksym, ksym};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(ksym) = Ksym::open(data) else {
+    // As the symbolizer's loader reads a stored file: upgraded first.
+    let Ok(data) = ksym::upgrade(data) else {
+        return;
+    };
+    let Ok(ksym) = Ksym::open(&data) else {
         return;
     };
     // Lookups must not depend on verify having passed: the query path only

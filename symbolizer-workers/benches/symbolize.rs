@@ -3,7 +3,8 @@
 //!
 //! - lookups per second on one core with warm caches, ksym against the
 //!   `addr2line` crate (gimli) on the same addresses in the same run
-//!   (interleaved passes, the best of each);
+//!   (interleaved passes, the best of each), and against ksym version 1
+//!   (kept for upgrades), to show what the version 2 layout bought;
 //! - time from ksym bytes to the first answer (`Ksym::open` + one lookup);
 //! - ksym size (raw and zstd) against the DWARF it came from.
 //!
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use addr2line::gimli::{Reader, ReaderOffset};
-use kiln_symbolizer_workers::{ExtractOptions, Ksym, extract, ksym};
+use kiln_symbolizer_workers::{ExtractOptions, Frame, Ksym, extract, ksym};
 
 /// Addresses per run: enough to leave every cache warm and the timing
 /// stable, few enough for addr2line to finish in seconds.
@@ -70,6 +71,8 @@ fn report(path: &Path, n: usize) {
     let bytes = ksym::encode(&extracted.table);
     let encode_time = t.elapsed();
     let compressed = zstd::encode_all(&bytes[..], 19).map_or(0, |c| c.len());
+    let v1_bytes = ksym::v1::encode(&extracted.table);
+    let v1_compressed = zstd::encode_all(&v1_bytes[..], 19).map_or(0, |c| c.len());
     println!(
         "   debug file: {}",
         extracted
@@ -86,6 +89,13 @@ fn report(path: &Path, n: usize) {
         dwarf as f64 / bytes.len() as f64,
         mib(compressed),
         dwarf as f64 / compressed.max(1) as f64,
+    );
+    println!(
+        "   (version 1: ksym {:.2} MiB (1/{:.1}), zstd -19 {:.2} MiB (1/{:.1}))",
+        mib(v1_bytes.len()),
+        dwarf as f64 / v1_bytes.len() as f64,
+        mib(v1_compressed),
+        dwarf as f64 / v1_compressed.max(1) as f64,
     );
 
     // Time to first answer: open (validating everything) plus one lookup.
@@ -132,7 +142,7 @@ fn report(path: &Path, n: usize) {
             start + rng.next() % (end - start)
         })
         .collect();
-    let mut best = Duration::MAX;
+    let (mut best, mut v1_best) = (Duration::MAX, Duration::MAX);
     for _ in 0..20 {
         let t = Instant::now();
         let k = Ksym::open(black_box(&bytes)).unwrap();
@@ -140,13 +150,27 @@ fn report(path: &Path, n: usize) {
         k.lookup(uniform[0], &mut frames);
         black_box(&frames);
         best = best.min(t.elapsed());
+        let t = Instant::now();
+        let k = ksym::v1::Ksym::open(black_box(&v1_bytes)).unwrap();
+        k.lookup(uniform[0], &mut frames);
+        black_box(&frames);
+        v1_best = v1_best.min(t.elapsed());
     }
     let t = Instant::now();
     k.verify().expect("our own ksym verifies");
-    println!(
-        "   ksym bytes to first answer: {best:.2?} (best of 20); full verify() {:.2?}",
-        t.elapsed()
+    let verify_time = t.elapsed();
+    let t = Instant::now();
+    let upgraded = ksym::upgrade(&v1_bytes).expect("our own version 1 upgrades");
+    let upgrade_time = t.elapsed();
+    assert_eq!(
+        upgraded.as_ref(),
+        &bytes[..],
+        "an upgrade writes what encode does"
     );
+    println!(
+        "   ksym bytes to first answer: {best:.2?} (version 1: {v1_best:.2?}; best of 20); full verify() {verify_time:.2?}; upgrade from version 1 {upgrade_time:.2?}"
+    );
+    let v1 = ksym::v1::Ksym::open(&v1_bytes).unwrap();
 
     // addr2line reads DWARF from the file it is given: give it the debug
     // file when there is one.
@@ -157,30 +181,35 @@ fn report(path: &Path, n: usize) {
     for (label, addrs) in [("uniform", &uniform), ("profile-like", &skewed)] {
         // First passes: warm the CPU caches for ksym, fill addr2line's
         // own caches (its cold time is reported).
-        ksym_pass(&k, addrs);
+        ksym_pass(|a, f| k.lookup(a, f), addrs);
+        ksym_pass(|a, f| v1.lookup(a, f), addrs);
         let cold = loader.as_ref().ok().map(|l| addr2line_pass(l, addrs));
         // Then passes of each in turn, keeping each one's best: on a
         // shared machine the load changes from second to second, and
-        // interleaving gives both sides the same chances of a quiet one.
-        let (mut ksym_best, mut a2l_best) = (Duration::MAX, Duration::MAX);
+        // interleaving gives every side the same chances of a quiet one.
+        let (mut ksym_best, mut v1_best, mut a2l_best) =
+            (Duration::MAX, Duration::MAX, Duration::MAX);
         for _ in 0..ROUNDS {
-            ksym_best = ksym_best.min(ksym_pass(&k, addrs));
+            ksym_best = ksym_best.min(ksym_pass(|a, f| k.lookup(a, f), addrs));
+            v1_best = v1_best.min(ksym_pass(|a, f| v1.lookup(a, f), addrs));
             if let Ok(loader) = &loader {
                 a2l_best = a2l_best.min(addr2line_pass(loader, addrs));
             }
         }
         let rate = |d: Duration| addrs.len() as f64 / d.as_secs_f64() / 1e6;
-        match cold {
-            Some(cold) => println!(
-                "   {n} {label} lookups, one core, warm, best of {ROUNDS}: ksym {:.2} M/s, addr2line {:.3} M/s ({:.1}x); addr2line's cold first pass {cold:.2?}",
-                rate(ksym_best),
+        let ratio = |slow: Duration| slow.as_secs_f64() / ksym_best.as_secs_f64();
+        println!(
+            "   {n} {label} lookups, one core, warm, best of {ROUNDS}: ksym {:.2} M/s; version 1 {:.2} M/s ({:.1}x)",
+            rate(ksym_best),
+            rate(v1_best),
+            ratio(v1_best),
+        );
+        if let Some(cold) = cold {
+            println!(
+                "      addr2line {:.3} M/s ({:.1}x); addr2line's cold first pass {cold:.2?}",
                 rate(a2l_best),
-                a2l_best.as_secs_f64() / ksym_best.as_secs_f64(),
-            ),
-            None => println!(
-                "   {n} {label} lookups, one core, warm, best of {ROUNDS}: ksym {:.2} M/s",
-                rate(ksym_best)
-            ),
+                ratio(a2l_best),
+            );
         }
     }
 }
@@ -188,13 +217,14 @@ fn report(path: &Path, n: usize) {
 /// Timed passes per address set and library; the best of them is kept.
 const ROUNDS: usize = 5;
 
-/// The time `k` takes to symbolize `addrs`, reading what a caller reads.
-fn ksym_pass(k: &Ksym<'_>, addrs: &[u64]) -> Duration {
+/// The time `lookup` (of either ksym version) takes to symbolize `addrs`,
+/// reading what a caller reads.
+fn ksym_pass<'a>(lookup: impl Fn(u64, &mut Vec<Frame<'a>>) -> bool, addrs: &[u64]) -> Duration {
     let mut frames = Vec::new();
     let mut sink = 0usize;
     let t = Instant::now();
     for &a in addrs {
-        k.lookup(a, &mut frames);
+        lookup(a, &mut frames);
         for f in &frames {
             sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
         }

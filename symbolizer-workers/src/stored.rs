@@ -3,6 +3,7 @@
 //! [`decode_stored`]. Every way symbols arrive (upload, distro crawl,
 //! debuginfod) goes through these two, so they are stored alike.
 
+use std::borrow::Cow;
 use std::io::Read;
 use std::path::Path;
 
@@ -62,12 +63,17 @@ pub fn build_stored(name: &Path, data: &[u8]) -> Result<StoredSymbols, StoredErr
 }
 
 /// Decompresses a stored symbol file and verifies it in full, so that
-/// lookups in it cannot fail.
+/// lookups in it cannot fail. A file an earlier Kiln stored in an earlier
+/// ksym version is [upgraded](ksym::upgrade) to the current one: profiles
+/// keep their names without the ELF being uploaded again.
 pub fn decode_stored(compressed: &[u8]) -> Result<Vec<u8>, StoredError> {
     let mut bytes = Vec::new();
     zstd::Decoder::new(compressed)?
         .take(MAX_KSYM_BYTES)
         .read_to_end(&mut bytes)?;
+    if let Cow::Owned(upgraded) = ksym::upgrade(&bytes)? {
+        bytes = upgraded;
+    }
     Ksym::open(&bytes)?.verify()?;
     Ok(bytes)
 }
@@ -84,6 +90,41 @@ mod tests {
         assert!(stored.ranges > 0);
         let bytes = decode_stored(&stored.compressed).unwrap();
         assert_eq!(Ksym::open(&bytes).unwrap().len(), stored.ranges);
+    }
+
+    /// Guards the upgrade path of stored files: a version 1 file an
+    /// earlier Kiln stored comes back in the current version, with the
+    /// same answers (compared address by address on real programs in
+    /// tests/extract.rs).
+    #[test]
+    fn stored_version_1_files_come_back_upgraded() {
+        use crate::table::{Function, LineRow, Range, SourceFile, SymbolTable};
+        let table = SymbolTable {
+            functions: vec![Function {
+                name: "main".into(),
+                mangled: None,
+            }],
+            files: vec![SourceFile::from_path("/src/main.c")],
+            ranges: vec![Range {
+                start: 0x1000,
+                end: 0x1040,
+                function: 0,
+                lines: vec![LineRow {
+                    addr: 0x1010,
+                    file: 0,
+                    line: 7,
+                }],
+                inlines: vec![],
+            }],
+        };
+        let stored = zstd::encode_all(&ksym::v1::encode(&table)[..], 1).unwrap();
+        let bytes = decode_stored(&stored).unwrap();
+        assert_eq!(bytes, ksym::encode(&table));
+        let mut frames = Vec::new();
+        Ksym::open(&bytes).unwrap().lookup(0x1020, &mut frames);
+        assert_eq!(frames[0].function, Some("main"));
+        assert_eq!(frames[0].path().as_deref(), Some("/src/main.c"));
+        assert_eq!(frames[0].line, 7);
     }
 
     #[test]

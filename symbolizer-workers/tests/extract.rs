@@ -94,6 +94,34 @@ fn inline_chains_and_lines_come_out_of_a_real_program() {
     );
 }
 
+/// A version 1 file of a real program (inline chains from DWARF) upgrades
+/// to exactly what encoding the table in version 2 gives, and every
+/// address answers as it did in version 1.
+#[test]
+fn upgrading_a_real_version_1_file_keeps_every_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = build(dir.path());
+    let table = extract(&elf, &options()).unwrap().table;
+    let v1_bytes = ksym::v1::encode(&table);
+    let upgraded = ksym::upgrade(&v1_bytes).unwrap();
+    assert_eq!(upgraded.as_ref(), ksym::encode(&table).as_slice());
+    let (v1, v2) = (
+        ksym::v1::Ksym::open(&v1_bytes).unwrap(),
+        Ksym::open(&upgraded).unwrap(),
+    );
+    let (mut old, mut new) = (Vec::new(), Vec::new());
+    let mut inlined = 0;
+    for i in 0..v2.len() {
+        let (start, end) = v2.range(i).unwrap();
+        for a in start..end {
+            assert_eq!(v1.lookup(a, &mut old), v2.lookup(a, &mut new));
+            assert_eq!(old, new, "{a:#x}");
+            inlined += usize::from(new.len() > 1);
+        }
+    }
+    assert!(inlined > 0, "the program has inlined code to compare");
+}
+
 /// Guards "same input, same bytes": nothing in extraction or encoding may
 /// depend on hash map order or addresses in memory.
 #[test]

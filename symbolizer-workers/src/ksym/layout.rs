@@ -2,34 +2,122 @@
 
 pub const MAGIC: &[u8; 4] = b"KSYM";
 /// Bumped whenever the meaning of any byte changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Sections, in header order.
-pub const STARTS: usize = 0;
-pub const RANGES: usize = 1;
-pub const CHAINS: usize = 2;
-pub const NODES: usize = 3;
-pub const FUNCS: usize = 4;
-pub const FILES: usize = 5;
-pub const MARKS: usize = 6;
-pub const BLOB: usize = 7;
-pub const LINES: usize = 8;
-pub const PAGES: usize = 9;
-pub const SECTIONS: usize = 10;
+pub const RANGES: usize = 0;
+pub const BODIES: usize = 1;
+pub const NODES: usize = 2;
+pub const FUNCS: usize = 3;
+pub const FILES: usize = 4;
+pub const BLOB: usize = 5;
+pub const PAGES: usize = 6;
+pub const SECTIONS: usize = 7;
 
 /// Record size of each section, in bytes.
-pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1, 4];
-
-/// The page index has at most this many entries per range: where the code
-/// is spread thinly over the address space, pages grow instead.
-pub const PAGES_PER_RANGE: u64 = 4;
-/// Smallest page: 4 KiB.
-pub const MIN_PAGE_SHIFT: u32 = 12;
+pub const RECORD: [usize; SECTIONS] = [RANGE_LEN, 1, 16, 16, 16, 1, 4];
 
 pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
 
-/// A range's line rows get a mark (a decoder restart point) every this
-/// many rows, so that finding a row in a long function decodes at most
-/// this many: about one byte per row buys lookups that do not slow down
-/// with function size.
-pub const MARK_EVERY: u32 = 32;
+/// A range record: start u64 | len u32 | function u32 | body u32 | rows u32
+/// | chains u32 | format u32.
+pub const RANGE_LEN: usize = 32;
+
+/// The page index has at most this many entries per range: where the code
+/// is spread thinly over the address space, pages grow instead.
+pub const PAGES_PER_RANGE: u64 = 2;
+/// Smallest page: 64 bytes, about one small function. Small pages let the
+/// index point at the one or two ranges that can hold an address, so that
+/// a lookup reads one range record rather than searching many.
+pub const MIN_PAGE_SHIFT: u32 = 6;
+
+/// Offsets in a range are kept as buckets of this many bytes: per bucket,
+/// where its rows begin, and per row only its low byte. A lookup goes
+/// straight to its bucket and counts a few bytes there: no search, and a
+/// byte per row rather than two.
+pub const BUCKET_SHIFT: u32 = 8;
+
+/// A column of offsets has at most this many buckets per offset before
+/// it, plus [`SPARSE_BUCKETS`]: bounds what its bucket starts can cost.
+pub const MAX_BUCKETS_PER_OFFSET: u64 = 4;
+/// Buckets any column may have, whatever its number of offsets: a range
+/// may run 64 KiB without a new line row (straight-line code on one line).
+pub const SPARSE_BUCKETS: u64 = 256;
+
+/// Low bytes are compared this many at a time.
+pub const BLOCK: usize = 16;
+
+/// Zero bytes after the last body: what reading a block of low bytes, or
+/// a value 4 bytes at a time, may read past the last one.
+pub const BODIES_PADDING: usize = BLOCK - 1;
+
+/// How a range's body is laid out, packed in the range record's `format`
+/// word: the byte widths of the rows' bucket starts (bits 0-1), lines
+/// (2-3), file indexes (4-5) and the chain's bucket starts (6-7), each as
+/// a code 0-3 for 0, 1, 2 or 4 bytes; the number of files in the range's
+/// file table (bits 8-23); whether the body's bucket counts are 4 bytes
+/// rather than 2 (bit 24). Other bits are 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Format {
+    /// Width of a bucket start of the rows: 0 (no buckets), 1, 2 or 4.
+    pub row_bucket: usize,
+    /// Width of a row's line (above the body's base line): 0, 1, 2 or 4.
+    pub line: usize,
+    /// Width of a row's index into the file table: 0 (one file), 1, 2 or 4.
+    pub file: usize,
+    /// Width of a bucket start of the chain: 0 (no buckets), 1, 2 or 4.
+    pub chain_bucket: usize,
+    /// Entries in the range's file table.
+    pub files: usize,
+    /// Width of the body's bucket counts: 2 or 4.
+    pub count: usize,
+}
+
+/// Most files one range's table may hold (16 bits of `format`).
+pub const MAX_RANGE_FILES: usize = 0xffff;
+
+impl Format {
+    pub fn pack(self) -> u32 {
+        // Width 0, 1, 2, 4 as code 0, 1, 2, 3.
+        let code = |w: usize| (usize::BITS - w.leading_zeros()).min(3);
+        code(self.row_bucket)
+            | code(self.line) << 2
+            | code(self.file) << 4
+            | code(self.chain_bucket) << 6
+            | (self.files.min(MAX_RANGE_FILES) as u32) << 8
+            | u32::from(self.count == 4) << 24
+    }
+
+    /// The format of a `format` word; `None` when bits that must be 0
+    /// are not.
+    #[inline(always)]
+    pub fn unpack(word: u32) -> Option<Format> {
+        /// Code 0, 1, 2, 3 as width 0, 1, 2, 4.
+        #[inline(always)]
+        fn width(code: u32) -> usize {
+            (1usize << (code & 3)) >> 1
+        }
+        if word >> 25 != 0 {
+            return None;
+        }
+        Some(Format {
+            row_bucket: width(word),
+            line: width(word >> 2),
+            file: width(word >> 4),
+            chain_bucket: width(word >> 6),
+            files: (word >> 8 & 0xffff) as usize,
+            count: if word >> 24 & 1 == 1 { 4 } else { 2 },
+        })
+    }
+
+    /// The smallest width (1, 2 or 4) that holds `max`, or 0 for 0 when
+    /// `zero_ok`.
+    pub fn width_for(max: u64, zero_ok: bool) -> usize {
+        match max {
+            0 if zero_ok => 0,
+            0..=0xff => 1,
+            0x100..=0xffff => 2,
+            _ => 4,
+        }
+    }
+}

@@ -2,12 +2,13 @@
 //! by file id, zstd-compressed by the caller) and answers lookups from.
 //!
 //! A ksym file is read in place from one `&[u8]`: [`Ksym::open`] checks
-//! every offset and index once, after which a lookup is two binary
-//! searches, a short walk of delta-encoded line rows and a walk up an
-//! inline chain, with no allocation. [`encode`] writes the same bytes for
-//! the same table.
+//! every offset and index of its fixed-size records once, after which a
+//! lookup reads the page index, one range record, that range's body (its
+//! line rows and inline chain, side by side in fixed-width columns that
+//! are searched, not decoded) and walks up the inline chain, with no
+//! allocation. [`encode`] writes the same bytes for the same table.
 //!
-//! # Layout (version 1)
+//! # Layout (version 2)
 //!
 //! All integers little-endian; sections start 8-aligned. A string is an
 //! (offset u32, len u32) pair into `blob`, where each distinct string is
@@ -16,45 +17,77 @@
 //! ```text
 //! header   "KSYM" | version u32 | header_len u32 | 0 u32
 //!          then per section, in this order: offset u32 | count u32
-//! starts   u64 × ranges              first address of each range, ascending
-//! ranges   32 B × ranges             len u32 | function u32 | lines_off u32
-//!                                    | line_rows u32 | chain_first u32 | chain_count u32
-//!                                    | mark_first u32 | mark_count u32
-//! chains   8 B                       offset in range u32 | node u32: from that
-//!                                    offset on, the innermost inlined call
-//! nodes    16 B                      function u32 | call_file u32 | call_line u32
-//!                                    | parent u32 (an earlier node, or none)
-//! funcs    16 B                      name string | mangled string (or none)
-//! files    16 B                      dir string | name string
-//! marks    16 B                      offset in range u32 | lines position u32
-//!                                    | line u32 | file u32: the decoder's state
-//!                                    after every 32nd row of long ranges
-//! blob     bytes                     UTF-8 string bytes
-//! lines    bytes                     per range, line_rows rows of
-//!                                    varint(addr_delta << 1 | file_changed)
-//!                                    zigzag varint(line_delta) [varint(file + 1)]
-//! pages    4 B                       page shift u32, then per page of
-//!                                    2^shift bytes from the first range's page:
-//!                                    the first range ending after the page start
+//! ranges   32 B × ranges   start u64 | len u32 | function u32 | body u32
+//!                          | rows u32 | chains u32 | format u32
+//! bodies   bytes           per range, at `body`: see below; then 15 zero
+//!                          bytes (lookups read values 4 bytes at a time,
+//!                          low bytes 16 at a time)
+//! nodes    16 B            function u32 | call_file u32 | call_line u32
+//!                          | parent u32 (an earlier node, or none)
+//! funcs    16 B            name string | mangled string (or none)
+//! files    16 B            dir string | name string
+//! blob     bytes           UTF-8: function and file names first, then
+//!                          mangled names and directories
+//! pages    4 B             page shift u32, then per page of 2^shift bytes
+//!                          from the first range's page: the first range
+//!                          ending after the page start
 //! ```
 //!
-//! The page index narrows the binary search over `starts` to the few
-//! ranges of one page (a lookup's first cache misses are otherwise spent
-//! there); pages are 4 KiB or larger, at most 4 per range.
+//! A range's body holds its line rows and its inline chain as columns,
+//! each value as wide as `format` says (see `layout::Format`: 0 to 4
+//! bytes, as the values of that range need). Offsets in the range (where
+//! a row or a chain entry starts) are split at 256-byte buckets: a lookup
+//! reads where its bucket's entries begin and counts the low bytes there
+//! that are at or below its own, with no search and no decoding.
 //!
-//! Line rows start from (range start, line 0, no file); a row holds until
-//! the next one.
+//! ```text
+//! base_line u32                      only when rows > 0
+//! row buckets    u16 or u32          only when rows > 0   } u32 when
+//! chain buckets  u16 or u32          only when chains > 0 } format says
+//! row bucket starts  × row buckets   for each 256-byte bucket after the
+//!                                    first, up to the last row's: the
+//!                                    index of its first row
+//! row low bytes  u8 × rows           offset & 0xff, ascending per bucket;
+//!                                    before the first row, no line
+//! chain bucket starts × chain buckets, chain low bytes u8 × chains: the
+//!                                    same for the offsets where the
+//!                                    innermost inlined call changes
+//! row lines      × rows              line − base_line
+//! row files      × rows              index into the file table
+//! file table     u32 × files         file indexes (or none)
+//! chain nodes    u32 × chains        innermost node from that offset on
+//! ```
+//!
+//! A lookup's loads that depend on one another are thus: the page entry,
+//! the range record (pages are small, from 64 bytes, so that a page holds
+//! one or two ranges), the body's bucket starts and low bytes, the row's
+//! line and file and the chain's node a few cache lines further, then per
+//! frame its node and that node's function and file records. Version 1
+//! ([`v1`]) had a separate array of starts, line rows as varints decoded
+//! from a restart mark, and the chain in its own section: two to four
+//! more dependent loads, two binary searches and a decoding loop.
 //!
 //! [`Ksym::open`] checks every fixed-size record (offsets, indexes, sort
-//! order) and, up to 4 MiB, the UTF-8 of the strings; the variable-length
-//! line rows (and the strings of larger files) are checked as lookups read
-//! them (a corrupt row ends the walk, a corrupt string reads as unknown)
-//! and in full by [`Ksym::verify`], which an upload path should call.
+//! order, that each body lies within its section) and, up to 4 MiB, the
+//! UTF-8 of the strings; the values inside bodies (and the strings of
+//! larger files) are read with bounds checks by lookups (a damaged value
+//! reads as unknown) and checked in full by [`Ksym::verify`], which an
+//! upload path should call.
 
+mod body;
+mod error;
+mod fields;
+mod frame;
 mod layout;
 mod read;
+mod upgrade;
+pub mod v1;
 mod varint;
 mod write;
 
-pub use read::{Frame, Ksym, KsymError};
+pub use error::KsymError;
+pub use frame::Frame;
+pub use layout::VERSION;
+pub use read::Ksym;
+pub use upgrade::upgrade;
 pub use write::encode;

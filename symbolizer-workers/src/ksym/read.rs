@@ -1,191 +1,61 @@
 //! Reading ksym bytes in place: [`Ksym::open`] validates, lookups answer.
 
+use super::body::{Body, Offsets};
+use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
-use super::varint;
-use crate::table::{NONE, join_path};
+use super::{Frame, KsymError};
+use crate::table::NONE;
 
 const SECTION_NAMES: [&str; SECTIONS] = [
-    "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines", "pages",
+    "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
 ];
-
-/// Why bytes are not a ksym file [`Ksym::open`] can read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KsymError {
-    /// Fewer bytes than a header.
-    #[error("ksym data is too short ({len} bytes)")]
-    TooShort { len: usize },
-    /// The bytes do not start with `KSYM`.
-    #[error("not a ksym file (bad magic)")]
-    BadMagic,
-    /// A version this build does not know.
-    #[error("unsupported ksym version {0} (this build reads version {VERSION})")]
-    UnsupportedVersion(u32),
-    /// The header's own length field is wrong.
-    #[error("corrupt ksym header")]
-    BadHeader,
-    /// A section extends past the end of the data.
-    #[error("ksym section {section} lies outside the data")]
-    SectionOutOfBounds { section: &'static str },
-    /// Two sections disagree on how many ranges there are.
-    #[error("ksym range tables disagree on their length")]
-    RangeCount,
-    /// Ranges are not sorted, or overlap.
-    #[error("ksym range {index} is out of order or overlaps the next")]
-    Unsorted { index: usize },
-    /// A record refers to an entry that does not exist.
-    #[error("ksym {what} {index} refers to a missing entry")]
-    BadIndex { what: &'static str, index: usize },
-    /// A string is not UTF-8 (found by [`Ksym::verify`]).
-    #[error("ksym strings are not valid UTF-8")]
-    BadUtf8,
-    /// The line rows of a range do not decode.
-    #[error("ksym line rows of range {range} are corrupt")]
-    BadLines { range: usize },
-}
-
-/// One level of an inline chain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Frame<'a> {
-    /// Function name (demangled); `None` when unknown.
-    pub function: Option<&'a str>,
-    /// The mangled name, when the function has one.
-    pub mangled: Option<&'a str>,
-    /// The source file's directory (may be empty).
-    pub dir: Option<&'a str>,
-    /// The source file's name.
-    pub file: Option<&'a str>,
-    /// Line number; 0 when unknown.
-    pub line: u32,
-}
-
-impl Frame<'_> {
-    /// The full path of the source file, `dir/file`.
-    pub fn path(&self) -> Option<String> {
-        self.file.map(|f| join_path(self.dir.unwrap_or(""), f))
-    }
-}
 
 /// A ksym file, read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct Ksym<'a> {
-    starts: &'a [u8],
     ranges: &'a [u8],
-    chains: &'a [u8],
+    bodies: &'a [u8],
     nodes: &'a [u8],
     funcs: &'a [u8],
     files: &'a [u8],
-    marks: &'a [u8],
     blob: &'a [u8],
     /// The blob as text, when [`open`](Self::open) checked it whole (small
     /// blobs, where that costs little) and found every string record to
     /// start and end on a character boundary: strings are then sliced
     /// without being checked again.
     blob_text: Option<&'a str>,
-    lines: &'a [u8],
+    /// The page index section: the shift, then the entries.
     pages: &'a [u8],
+    /// The page index's entries, and what locates an address's entry
+    /// among them (read once at open: a lookup starts here).
+    page_entries: &'a [[u8; 4]],
+    page_base: u64,
+    page_shift: u32,
 }
 
 /// Blobs up to this size are checked as UTF-8 whole at open.
 const CHECK_BLOB_AT_OPEN: usize = 4 << 20;
 
+/// The fields of a range record.
 #[inline]
-fn u32_at(s: &[u8], at: usize) -> u32 {
-    match s.get(at..at + 4) {
-        Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        None => NONE,
-    }
+fn start(range: &[u8; RANGE_LEN]) -> u64 {
+    u64::from_le_bytes([
+        range[0], range[1], range[2], range[3], range[4], range[5], range[6], range[7],
+    ])
 }
-
-#[inline]
-fn u64_at(s: &[u8], at: usize) -> u64 {
-    match s.get(at..at + 8) {
-        Some(b) => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-        None => u64::MAX,
-    }
-}
-
-/// A section as its fixed-size records. Sections are a whole number of
-/// records long (open() sized them so), so nothing is left over.
-#[inline]
-fn records<const N: usize>(section: &[u8]) -> &[[u8; N]] {
-    section.as_chunks::<N>().0
-}
-
-/// The `u32` at byte `at` of a record: with `at` a constant, the compiler
-/// checks the bounds once, at build time.
-#[inline]
-fn field<const N: usize>(record: &[u8; N], at: usize) -> u32 {
-    u32::from_le_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]])
-}
-
-/// The number of leading `items` for which `before` holds (it must hold
-/// on a prefix): a binary search that branches, unlike the standard
-/// library's since Rust 1.80. Measured here, branching is faster: the
-/// searched windows are short and hold the next load's address, and a
-/// predicted branch lets the CPU start the loads that follow (the range
-/// record, its line rows) while this one's cache miss is served, where a
-/// conditional move makes them wait.
-#[inline]
-fn partition_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> usize {
-    let (mut lo, mut hi) = (0, items.len());
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if before(&items[mid]) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
-
-/// [`partition_point`] for the ranges of one page: scanned in order when
-/// they are few (glibc's 4 KiB pages hold about 20 small functions), as
-/// two or three sequential cache lines cost less than a binary search's
-/// dependent loads (measured 10% faster per lookup on glibc); searched
-/// when many tiny functions share a page.
-#[inline]
-fn scan_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> usize {
-    const SCAN: usize = 32;
-    if items.len() > SCAN {
-        return partition_point(items, before);
-    }
-    items.iter().take_while(|item| before(item)).count()
-}
-
-/// `count` records from `first`, or none when a damaged file names
-/// records that are not there (open() checks this; lookups must not rely
-/// on it, as the page index shows).
-#[inline]
-fn window<const N: usize>(records: &[[u8; N]], first: u32, count: u32) -> &[[u8; N]] {
-    let first = first as usize;
-    records
-        .get(first..first.saturating_add(count as usize))
-        .unwrap_or_default()
-}
-
-/// Checks that `index` is [`NONE`] or below `count`.
-fn check(
-    what: &'static str,
-    record: usize,
-    index: u32,
-    count: usize,
-    none_ok: bool,
-) -> Result<(), KsymError> {
-    if (index == NONE && none_ok) || (index as usize) < count {
-        Ok(())
-    } else {
-        Err(KsymError::BadIndex {
-            what,
-            index: record,
-        })
-    }
-}
+const LEN: usize = 8;
+const FUNCTION: usize = 12;
+const BODY: usize = 16;
+const ROWS: usize = 20;
+const CHAINS: usize = 24;
+const FORMAT: usize = 28;
 
 impl<'a> Ksym<'a> {
-    /// Opens ksym bytes, validating every offset and index, so that
-    /// lookups need no checks that can fail. Corrupt input gives an error,
-    /// never a panic; the time taken is linear in the size.
+    /// Opens ksym bytes, validating every offset and index of the fixed-size
+    /// records, so that lookups need no checks that can fail. Corrupt input
+    /// gives an error, never a panic; the time taken is linear in the
+    /// number of records. A version 1 file gives [`KsymError::Outdated`]:
+    /// [`upgrade`](super::upgrade) it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
         if data.len() < HEADER_LEN {
             return Err(KsymError::TooShort { len: data.len() });
@@ -193,9 +63,10 @@ impl<'a> Ksym<'a> {
         if &data[..4] != MAGIC {
             return Err(KsymError::BadMagic);
         }
-        let version = u32_at(data, 4);
-        if version != VERSION {
-            return Err(KsymError::UnsupportedVersion(version));
+        match u32_at(data, 4) {
+            VERSION => {}
+            version @ 1..VERSION => return Err(KsymError::Outdated(version)),
+            version => return Err(KsymError::UnsupportedVersion(version)),
         }
         if u32_at(data, 8) as usize != HEADER_LEN {
             return Err(KsymError::BadHeader);
@@ -220,19 +91,25 @@ impl<'a> Ksym<'a> {
             None
         };
         let mut k = Ksym {
-            starts: sections[STARTS],
             ranges: sections[RANGES],
-            chains: sections[CHAINS],
+            bodies: sections[BODIES],
             nodes: sections[NODES],
             funcs: sections[FUNCS],
             files: sections[FILES],
-            marks: sections[MARKS],
             blob,
             blob_text,
-            lines: sections[LINES],
             pages: sections[PAGES],
+            page_entries: &[],
+            page_base: 0,
+            page_shift: 0,
         };
         k.validate()?;
+        if let Some(first) = records::<RANGE_LEN>(k.ranges).first() {
+            // validate() checked the shift is below 64 and entries follow.
+            k.page_shift = u32_at(k.pages, 0);
+            k.page_base = start(first) >> k.page_shift << k.page_shift;
+            k.page_entries = records::<4>(&k.pages[4..]);
+        }
         if let Some(text) = k.blob_text
             && !k.strings_on_char_boundaries(text)
         {
@@ -266,29 +143,16 @@ impl<'a> Ksym<'a> {
             self.check_string("file", i, self.files, 16 * i, false)?;
             self.check_string("file", i, self.files, 16 * i + 8, false)?;
         }
-        let n_nodes = self.nodes.len() / 16;
-        for i in 0..n_nodes {
-            check("inline node", i, u32_at(self.nodes, 16 * i), n_funcs, true)?;
-            check(
-                "inline node",
-                i,
-                u32_at(self.nodes, 16 * i + 4),
-                n_files,
-                true,
-            )?;
+        for (i, node) in records::<16>(self.nodes).iter().enumerate() {
+            check("inline node", i, field(node, 0), n_funcs, true)?;
+            check("inline node", i, field(node, 4), n_files, true)?;
             // Parents come first, so walking up a chain always ends.
-            check("inline node", i, u32_at(self.nodes, 16 * i + 12), i, true)?;
-        }
-        let n_chains = self.chains.len() / 8;
-        let n = self.starts.len() / 8;
-        if self.ranges.len() / 32 != n {
-            return Err(KsymError::RangeCount);
+            check("inline node", i, field(node, 12), i, true)?;
         }
         let mut prev_end = 0u64;
-        for r in 0..n {
-            let start = u64_at(self.starts, 8 * r);
-            let rec = 32 * r;
-            let len = u64::from(u32_at(self.ranges, rec));
+        for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
+            let start = start(range);
+            let len = u64::from(field(range, LEN));
             let end = start
                 .checked_add(len)
                 .ok_or(KsymError::Unsorted { index: r })?;
@@ -296,36 +160,12 @@ impl<'a> Ksym<'a> {
                 return Err(KsymError::Unsorted { index: r });
             }
             prev_end = end;
-            check("range", r, u32_at(self.ranges, rec + 4), n_funcs, true)?;
-            let first = u32_at(self.ranges, rec + 16) as usize;
-            let count = u32_at(self.ranges, rec + 20) as usize;
-            if first.checked_add(count).is_none_or(|e| e > n_chains) {
-                return Err(KsymError::BadIndex {
-                    what: "range",
-                    index: r,
-                });
+            check("range", r, field(range, FUNCTION), n_funcs, true)?;
+            if self.body(range).is_none() {
+                return Err(KsymError::BadLines { range: r });
             }
-            let mut prev = None;
-            for c in first..first + count {
-                let offset = u64::from(u32_at(self.chains, 8 * c));
-                if offset >= len || prev.is_some_and(|p| p >= offset) {
-                    return Err(KsymError::BadIndex {
-                        what: "range",
-                        index: r,
-                    });
-                }
-                prev = Some(offset);
-                check(
-                    "inline chain",
-                    c,
-                    u32_at(self.chains, 8 * c + 4),
-                    n_nodes,
-                    true,
-                )?;
-            }
-            self.check_marks(r, len, n_files)?;
         }
-        self.check_pages(n)
+        self.check_pages(self.len())
     }
 
     /// Checks the page index: a shift, then nondecreasing range indexes.
@@ -377,41 +217,11 @@ impl<'a> Ksym<'a> {
         }
     }
 
-    /// Checks the line marks of range `r` (of `len` bytes).
-    fn check_marks(&self, r: usize, len: u64, n_files: usize) -> Result<(), KsymError> {
-        let rec = 32 * r;
-        let first = u32_at(self.ranges, rec + 24) as usize;
-        let count = u32_at(self.ranges, rec + 28) as usize;
-        let bad = KsymError::BadLines { range: r };
-        if first
-            .checked_add(count)
-            .is_none_or(|e| e > self.marks.len() / 16)
-        {
-            return Err(bad);
-        }
-        let lines_off = u32_at(self.ranges, rec + 8) as usize;
-        let mut prev = None;
-        for m in first..first + count {
-            let at = 16 * m;
-            let offset = u64::from(u32_at(self.marks, at));
-            let pos = lines_off.checked_add(u32_at(self.marks, at + 4) as usize);
-            let file = u32_at(self.marks, at + 12);
-            if offset >= len
-                || prev.is_some_and(|p| p >= offset)
-                || pos.is_none_or(|p| p > self.lines.len())
-                || (file != NONE && file as usize >= n_files)
-            {
-                return Err(bad);
-            }
-            prev = Some(offset);
-        }
-        Ok(())
-    }
-
-    /// Checks every line row and string, which [`open`](Self::open) leaves
-    /// to the lookups that read them (keeping open fast on large files;
-    /// lookups stay safe either way, and a corrupt row or string reads as
-    /// unknown): for files received from elsewhere, before storing them.
+    /// Checks every body value and string, which [`open`](Self::open)
+    /// leaves to the lookups that read them (keeping open fast on large
+    /// files; lookups stay safe either way, and a damaged value or string
+    /// reads as unknown): for files received from elsewhere, before
+    /// storing them.
     pub fn verify(&self) -> Result<(), KsymError> {
         let n_files = self.files.len() / 16;
         for (records, count) in [(self.funcs, self.funcs.len() / 16), (self.files, n_files)] {
@@ -421,56 +231,40 @@ impl<'a> Ksym<'a> {
                 }
             }
         }
-        for r in 0..self.len() {
-            let start = u64_at(self.starts, 8 * r);
-            let end = start + u64::from(u32_at(self.ranges, 32 * r));
-            self.validate_lines(r, start, end, n_files)?;
+        let n_nodes = self.nodes.len() / 16;
+        for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
+            let Some(body) = self.body(range) else {
+                return Err(KsymError::BadLines { range: r });
+            };
+            if !body_is_sound(&body, field(range, LEN), n_files, n_nodes) {
+                return Err(KsymError::BadLines { range: r });
+            }
         }
         Ok(())
     }
 
-    fn validate_lines(
-        &self,
-        r: usize,
-        start: u64,
-        end: u64,
-        n_files: usize,
-    ) -> Result<(), KsymError> {
-        let bad = KsymError::BadLines { range: r };
-        let mut pos = u32_at(self.ranges, 32 * r + 8) as usize;
-        let rows = u32_at(self.ranges, 32 * r + 12);
-        let (mut addr, mut line) = (start, 0i64);
-        for i in 0..rows {
-            let head = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
-            let delta = varint::read_i64(self.lines, &mut pos).ok_or(bad.clone())?;
-            if head & 1 == 1 {
-                let file = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
-                if file > n_files as u64 {
-                    return Err(bad);
-                }
-            }
-            let step = head >> 1;
-            addr = addr.checked_add(step).ok_or(bad.clone())?;
-            line = line.checked_add(delta).ok_or(bad.clone())?;
-            if addr >= end || (i > 0 && step == 0) || !(0..=i64::from(u32::MAX)).contains(&line) {
-                return Err(bad);
-            }
-        }
-        Ok(())
+    /// The body of `range`, or `None` when its format is unknown or it
+    /// does not lie within the bodies section.
+    #[inline(always)]
+    fn body(&self, range: &[u8; RANGE_LEN]) -> Option<Body<'a>> {
+        Body::new(
+            self.bodies,
+            field(range, BODY) as usize,
+            field(range, ROWS) as usize,
+            field(range, CHAINS) as usize,
+            Format::unpack(field(range, FORMAT))?,
+        )
     }
 
     /// The size in bytes of each section, by name: for size reports.
     pub fn section_sizes(&self) -> [(&'static str, usize); SECTIONS] {
         let lens = [
-            self.starts.len(),
             self.ranges.len(),
-            self.chains.len(),
+            self.bodies.len(),
             self.nodes.len(),
             self.funcs.len(),
             self.files.len(),
-            self.marks.len(),
             self.blob.len(),
-            self.lines.len(),
             self.pages.len(),
         ];
         std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
@@ -478,23 +272,19 @@ impl<'a> Ksym<'a> {
 
     /// Number of address ranges.
     pub fn len(&self) -> usize {
-        self.starts.len() / 8
+        self.ranges.len() / RANGE_LEN
     }
 
     /// Whether there are no ranges at all.
     pub fn is_empty(&self) -> bool {
-        self.starts.is_empty()
+        self.ranges.is_empty()
     }
 
     /// The `[start, end)` of range `i`, for callers that sample addresses.
     pub fn range(&self, i: usize) -> Option<(u64, u64)> {
-        (i < self.len()).then(|| {
-            let start = u64_at(self.starts, 8 * i);
-            (
-                start,
-                start.saturating_add(u64::from(u32_at(self.ranges, 32 * i))),
-            )
-        })
+        let range = records::<RANGE_LEN>(self.ranges).get(i)?;
+        let start = start(range);
+        Some((start, start.saturating_add(u64::from(field(range, LEN)))))
     }
 
     /// Symbolizes `addr` (a file-relative virtual address): fills `out`
@@ -507,29 +297,29 @@ impl<'a> Ksym<'a> {
     }
 
     /// [`lookup`](Self::lookup), with `None` for an address no range
-    /// covers.
-    ///
-    /// Records are read through fixed-size views (`&[[u8; N]]`), so that
-    /// a field read has no bounds check.
+    /// covers. The loads that depend on one another: the page index, the
+    /// range record, its body (rows and chain in a few adjacent cache
+    /// lines), then per frame a node and its function and file records.
     #[inline]
     fn lookup_into(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> Option<()> {
-        // The last range starting at or before `addr`, searched for among
-        // the ranges of its page.
         let (lo, hi) = self.page(addr)?;
-        let starts = records::<8>(self.starts);
-        let after = scan_point(starts.get(lo..hi)?, |s| u64::from_le_bytes(*s) <= addr);
-        let r = (lo + after).checked_sub(1)?;
-        let start = u64::from_le_bytes(*starts.get(r)?);
-        let range = records::<32>(self.ranges).get(r)?;
+        let ranges = records::<RANGE_LEN>(self.ranges).get(lo..hi)?;
+        let after = scan_point(ranges, |r| start(r) <= addr);
+        let range = ranges.get(after.checked_sub(1)?)?;
         // A page index that open() could not fully check (a damaged file)
         // may start the search past `addr`: then nothing covers it.
-        let offset = addr.checked_sub(start)?;
-        if offset >= u64::from(field(range, 0)) {
+        let offset = addr.checked_sub(start(range))?;
+        if offset >= u64::from(field(range, LEN)) {
             return None;
         }
         let offset = offset as u32;
-        let (mut file, mut line) = self.line_at(range, offset);
-        let mut node = self.chain_at(range, offset);
+        let function = field(range, FUNCTION);
+        let Some(body) = self.body(range) else {
+            out.push(self.frame(function, NONE, 0));
+            return Some(());
+        };
+        let (mut file, mut line) = body.line_at(offset);
+        let mut node = body.node_at(offset);
         // Bounded by the node count: open() checked that parents come first.
         let nodes = records::<16>(self.nodes);
         while let Some(n) = nodes.get(node as usize) {
@@ -538,7 +328,7 @@ impl<'a> Ksym<'a> {
             line = field(n, 8);
             node = field(n, 12);
         }
-        out.push(self.frame(field(range, 4), file, line));
+        out.push(self.frame(function, file, line));
         Some(())
     }
 
@@ -546,82 +336,17 @@ impl<'a> Ksym<'a> {
     #[inline]
     fn page(&self, addr: u64) -> Option<(usize, usize)> {
         let n = self.len();
-        let shift = u32_at(self.pages, 0);
-        let base = u64_at(self.starts, 0)
-            .checked_shr(shift)?
-            .checked_shl(shift)?;
-        let page = usize::try_from(addr.checked_sub(base)? >> shift).ok()?;
-        let pages = self.pages.len() / 4 - 1;
-        if page >= pages {
-            return None;
-        }
-        let lo = u32_at(self.pages, 4 + 4 * page) as usize;
-        let hi = if page + 1 < pages {
-            u32_at(self.pages, 8 + 4 * page) as usize + 1
-        } else {
-            n
+        let page = usize::try_from(addr.checked_sub(self.page_base)? >> self.page_shift).ok()?;
+        let lo = u32::from_le_bytes(*self.page_entries.get(page)?) as usize;
+        let hi = match self.page_entries.get(page + 1) {
+            Some(&next) => u32::from_le_bytes(next) as usize + 1,
+            None => n,
         };
         Some((lo, hi.min(n)))
     }
 
-    /// (file, line) of the last line row at or before `offset` in `range`:
-    /// from the last mark before it, decoding at most [`MARK_EVERY`] rows.
-    #[inline]
-    fn line_at(&self, range: &[u8; 32], offset: u32) -> (u32, u32) {
-        let lines_off = field(range, 8) as usize;
-        let mut rows = field(range, 12);
-        let marks = window(
-            records::<16>(self.marks),
-            field(range, 24),
-            field(range, 28),
-        );
-        let passed = partition_point(marks, |m| field(m, 0) <= offset);
-        let (mut at, mut line, mut file, mut pos) = (0u32, 0u32, NONE, lines_off);
-        if let Some(m) = passed.checked_sub(1).and_then(|i| marks.get(i)) {
-            at = field(m, 0);
-            pos = lines_off.saturating_add(field(m, 4) as usize);
-            line = field(m, 8);
-            file = field(m, 12);
-            rows = rows.saturating_sub(MARK_EVERY.saturating_mul(passed as u32));
-        }
-        let (mut found_file, mut found_line) = (file, line);
-        let mut rest = self.lines.get(pos..).unwrap_or_default();
-        for _ in 0..rows {
-            let (Some(head), Some(delta)) =
-                (varint::next_u64(&mut rest), varint::next_i64(&mut rest))
-            else {
-                break;
-            };
-            if head & 1 == 1 {
-                file = varint::next_u64(&mut rest).map_or(NONE, |f| (f as u32).wrapping_sub(1));
-            }
-            at = at.wrapping_add(u32::try_from(head >> 1).unwrap_or(u32::MAX));
-            line = i64::from(line).wrapping_add(delta) as u32;
-            if at > offset {
-                break;
-            }
-            (found_file, found_line) = (file, line);
-        }
-        (found_file, found_line)
-    }
-
-    /// The innermost inline node at `offset` in `range`.
-    #[inline]
-    fn chain_at(&self, range: &[u8; 32], offset: u32) -> u32 {
-        let chains = window(
-            records::<8>(self.chains),
-            field(range, 16),
-            field(range, 20),
-        );
-        let passed = partition_point(chains, |c| field(c, 0) <= offset);
-        passed
-            .checked_sub(1)
-            .and_then(|i| chains.get(i))
-            .map_or(NONE, |c| field(c, 4))
-    }
-
     /// The string whose (offset, len) is at `at` in `records`.
-    #[inline]
+    #[inline(always)]
     fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
         let off = u32_at(records, at);
         if off == NONE {
@@ -645,7 +370,7 @@ impl<'a> Ksym<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
         let mut frame = Frame {
             line,
@@ -661,4 +386,43 @@ impl<'a> Ksym<'a> {
         }
         frame
     }
+}
+
+/// Whether every value in `body` (of a range of `len` bytes) is one a
+/// lookup can use: offsets ascending within the range, lines that do not
+/// overflow, file and node indexes that exist.
+fn body_is_sound(body: &Body<'_>, len: u32, n_files: usize, n_nodes: usize) -> bool {
+    let ascending = |offsets: &Offsets<'_>| {
+        let starts_ascend = (1..=offsets.buckets())
+            .try_fold(0, |prev, b| {
+                let start = offsets.bucket_start(b);
+                (prev <= start && start <= offsets.len()).then_some(start)
+            })
+            .is_some();
+        let mut prev = None;
+        starts_ascend
+            && offsets.offsets().all(|offset| {
+                let ok = offset.is_some_and(|o| o < len && prev.is_none_or(|p| p < o));
+                prev = offset;
+                ok
+            })
+    };
+    let rows = body.rows.len();
+    let format = body.format;
+    let lines_fit = (0..rows).all(|i| body.base_line.checked_add(body.lines.get(i)).is_some());
+    let indexes_fit = (0..rows).all(|i| (body.file_indexes.get(i) as usize) < format.files);
+    let files_exist = (0..format.files).all(|i| {
+        let f = body.file(i);
+        f == NONE || (f as usize) < n_files
+    });
+    let nodes_exist = (0..body.chain.len()).all(|i| {
+        let n = body.nodes.get(i);
+        n == NONE || (n as usize) < n_nodes
+    });
+    ascending(&body.rows)
+        && ascending(&body.chain)
+        && lines_fit
+        && indexes_fit
+        && files_exist
+        && nodes_exist
 }

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 
 use super::layout::*;
-use super::varint;
 use crate::table::{Inline, NONE, Range, SymbolTable};
 
 /// Encodes `table` (ranges sorted and not overlapping, as extraction
@@ -13,52 +12,44 @@ use crate::table::{Inline, NONE, Range, SymbolTable};
 /// A range longer than 4 GiB is cut to 4 GiB.
 pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let mut w = Writer::default();
-    let mut starts = Vec::with_capacity(table.ranges.len() * 8);
-    let mut ranges = Vec::with_capacity(table.ranges.len() * 32);
-    let mut chains = Vec::new();
-    let mut lines = Vec::new();
-    let mut marks = Vec::new();
+    let mut ranges = Vec::with_capacity(table.ranges.len() * RANGE_LEN);
+    let mut bodies = Vec::new();
     for range in &table.ranges {
         let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
         let function = w.function(table, range.function);
-        let lines_off = lines.len();
-        let mark_first = marks.len() / 16;
-        let rows = w.lines(table, range, len, &mut lines, &mut marks);
-        let mark_count = marks.len() / 16 - mark_first;
-        let chain_first = chains.len() / 8;
-        w.chains(table, range, &mut chains);
-        let chain_count = chains.len() / 8 - chain_first;
-        starts.extend(range.start.to_le_bytes());
-        let record = [
+        let rows = w.rows(table, range, len);
+        let chain = w.chain(table, range);
+        let body = to_u32(bodies.len());
+        let format = write_body(&rows, &chain, &mut bodies);
+        ranges.extend(range.start.to_le_bytes());
+        for v in [
             len,
             function,
-            to_u32(lines_off),
-            rows,
-            to_u32(chain_first),
-            to_u32(chain_count),
-            to_u32(mark_first),
-            to_u32(mark_count),
-        ];
-        for v in record {
+            body,
+            to_u32(rows.len()),
+            to_u32(chain.len()),
+            format.pack(),
+        ] {
             ranges.extend(v.to_le_bytes());
         }
     }
-
+    // Lookups read a body's values 4 bytes at a time, and its low bytes a
+    // block at a time: the last body needs bytes after it.
+    bodies.extend([0; BODIES_PADDING]);
     let pages = page_index(table);
+    let (funcs, files, blob) = w.strings.finish();
+
     let mut out = vec![0u8; HEADER_LEN];
     out[..4].copy_from_slice(MAGIC);
     out[4..8].copy_from_slice(&VERSION.to_le_bytes());
     out[8..12].copy_from_slice(&to_u32(HEADER_LEN).to_le_bytes());
     let sections: [(usize, &[u8]); SECTIONS] = [
-        (STARTS, &starts),
         (RANGES, &ranges),
-        (CHAINS, &chains),
+        (BODIES, &bodies),
         (NODES, &w.nodes),
-        (FUNCS, &w.funcs),
-        (FILES, &w.files),
-        (MARKS, &marks),
-        (BLOB, &w.blob),
-        (LINES, &lines),
+        (FUNCS, &funcs),
+        (FILES, &files),
+        (BLOB, &blob),
         (PAGES, &pages),
     ];
     for (section, bytes) in sections {
@@ -72,6 +63,113 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         out.extend_from_slice(bytes);
     }
     out
+}
+
+/// One line row as written: from `offset` in the range on, `file:line`.
+struct Row {
+    offset: u32,
+    line: u32,
+    file: u32,
+}
+
+/// Writes the body of a range (see the layout in [`super`]) and returns
+/// the format that reads it: each column as narrow as its values allow.
+fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
+    let mut table: Vec<u32> = Vec::new();
+    let mut index: HashMap<u32, u32> = HashMap::new();
+    let file_index: Vec<u32> = rows
+        .iter()
+        .map(|r| {
+            *index.entry(r.file).or_insert_with(|| {
+                table.push(r.file);
+                to_u32(table.len() - 1)
+            })
+        })
+        .collect();
+    // A range with more files than a format can count (none exists) keeps
+    // the first ones; rows of the others read as "no file".
+    table.truncate(MAX_RANGE_FILES);
+    let row_offsets: Vec<u32> = rows.iter().map(|r| r.offset).collect();
+    let chain_offsets: Vec<u32> = chain.iter().map(|&(offset, _)| offset).collect();
+    let row_buckets = bucket_starts(&row_offsets);
+    let chain_buckets = bucket_starts(&chain_offsets);
+    let base = rows.iter().map(|r| r.line).min().unwrap_or(0);
+    let top = rows.iter().map(|r| r.line).max().unwrap_or(0);
+    let most_buckets = row_buckets.len().max(chain_buckets.len());
+    let format = Format {
+        row_bucket: bucket_width(&row_buckets),
+        line: Format::width_for(u64::from(top - base), true),
+        file: Format::width_for(table.len().saturating_sub(1) as u64, true),
+        chain_bucket: bucket_width(&chain_buckets),
+        files: table.len(),
+        count: if most_buckets > 0xffff { 4 } else { 2 },
+    };
+    let put = |out: &mut Vec<u8>, v: u32, width: usize| {
+        out.extend_from_slice(&v.to_le_bytes()[..width]);
+    };
+    if !rows.is_empty() {
+        out.extend(base.to_le_bytes());
+        put(out, to_u32(row_buckets.len()), format.count);
+    }
+    if !chain.is_empty() {
+        put(out, to_u32(chain_buckets.len()), format.count);
+    }
+    for &start in &row_buckets {
+        put(out, start, format.row_bucket);
+    }
+    out.extend(row_offsets.iter().map(|&o| o as u8));
+    for &start in &chain_buckets {
+        put(out, start, format.chain_bucket);
+    }
+    out.extend(chain_offsets.iter().map(|&o| o as u8));
+    for r in rows {
+        put(out, r.line - base, format.line);
+    }
+    for &i in &file_index {
+        put(out, i, format.file);
+    }
+    for f in table {
+        out.extend(f.to_le_bytes());
+    }
+    for &(_, node) in chain {
+        out.extend(node.to_le_bytes());
+    }
+    format
+}
+
+/// Whether an offset can follow `count` others in a column without its
+/// bucket starts outgrowing the column: real code has many offsets per
+/// bucket, but damaged symbols can put two rows gigabytes apart, whose
+/// buckets would cost far more than the file they came from. Such an
+/// offset (and those after it) is dropped.
+fn buckets_in_bounds(offset: u64, count: usize) -> bool {
+    offset >> BUCKET_SHIFT <= MAX_BUCKETS_PER_OFFSET * count as u64 + SPARSE_BUCKETS
+}
+
+/// The bucket starts of ascending `offsets`: for each bucket after the
+/// first, up to the last offset's, the index of its first offset (the
+/// first at or after the bucket's start).
+fn bucket_starts(offsets: &[u32]) -> Vec<u32> {
+    let Some(&last) = offsets.last() else {
+        return Vec::new();
+    };
+    let mut starts = Vec::with_capacity((last >> BUCKET_SHIFT) as usize);
+    let mut i = 0;
+    for bucket in 1..=last >> BUCKET_SHIFT {
+        while offsets[i] < bucket << BUCKET_SHIFT {
+            i += 1;
+        }
+        starts.push(to_u32(i));
+    }
+    starts
+}
+
+/// The width of bucket starts: 0 when there are none.
+fn bucket_width(starts: &[u32]) -> usize {
+    match starts.last() {
+        Some(&max) => Format::width_for(u64::from(max), false),
+        None => 0,
+    }
 }
 
 /// The page index: page shift, then for each page the first range that
@@ -119,6 +217,69 @@ fn to_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
+/// A string as written: in the hot or the cold part of the blob, at an
+/// offset within that part, until [`Strings::finish`] places the cold
+/// part after the hot one.
+#[derive(Clone, Copy)]
+struct Str {
+    cold: bool,
+    offset: u32,
+    len: u32,
+}
+
+/// The blob and the records that point into it. Strings a lookup's caller
+/// reads (function and file names) go in the hot part, the others
+/// (mangled names, directories) in the cold part after it, so that the
+/// cache lines a profile's names come from hold no others. Each distinct
+/// string is stored once, where it is first used.
+#[derive(Default)]
+struct Strings {
+    interned: HashMap<String, Str>,
+    hot: Vec<u8>,
+    cold: Vec<u8>,
+    funcs: Vec<[Option<Str>; 2]>,
+    files: Vec<[Option<Str>; 2]>,
+}
+
+impl Strings {
+    fn intern(&mut self, s: &str, cold: bool) -> Str {
+        if let Some(&at) = self.interned.get(s) {
+            return at;
+        }
+        let part = if cold { &mut self.cold } else { &mut self.hot };
+        let at = Str {
+            cold,
+            offset: to_u32(part.len()),
+            len: to_u32(s.len()),
+        };
+        part.extend_from_slice(s.as_bytes());
+        self.interned.insert(s.to_owned(), at);
+        at
+    }
+
+    /// The funcs and files sections and the blob.
+    fn finish(self) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let hot_len = to_u32(self.hot.len());
+        let records = |list: &[[Option<Str>; 2]]| {
+            let mut out = Vec::with_capacity(16 * list.len());
+            for s in list.iter().flatten() {
+                let (offset, len) = match s {
+                    Some(s) if s.cold => (hot_len.saturating_add(s.offset), s.len),
+                    Some(s) => (s.offset, s.len),
+                    None => (NONE, 0),
+                };
+                out.extend(offset.to_le_bytes());
+                out.extend(len.to_le_bytes());
+            }
+            out
+        };
+        let (funcs, files) = (records(&self.funcs), records(&self.files));
+        let mut blob = self.hot;
+        blob.extend_from_slice(&self.cold);
+        (funcs, files, blob)
+    }
+}
+
 /// Interning state: each function, file, string and chain node is written
 /// once, numbered in order of first use, which keeps the output
 /// deterministic.
@@ -126,26 +287,12 @@ fn to_u32(v: usize) -> u32 {
 struct Writer {
     func_ids: HashMap<u32, u32>,
     file_ids: HashMap<u32, u32>,
-    strings: HashMap<String, [u32; 2]>,
     node_ids: HashMap<[u32; 4], u32>,
-    funcs: Vec<u8>,
-    files: Vec<u8>,
-    blob: Vec<u8>,
+    strings: Strings,
     nodes: Vec<u8>,
 }
 
 impl Writer {
-    /// Writes `s` into the blob once; returns its (offset, len).
-    fn string(&mut self, s: &str) -> [u32; 2] {
-        if let Some(&at) = self.strings.get(s) {
-            return at;
-        }
-        let at = [to_u32(self.blob.len()), to_u32(s.len())];
-        self.blob.extend_from_slice(s.as_bytes());
-        self.strings.insert(s.to_owned(), at);
-        at
-    }
-
     fn function(&mut self, table: &SymbolTable, f: u32) -> u32 {
         let Some(func) = table.functions.get(f as usize) else {
             return NONE;
@@ -153,15 +300,13 @@ impl Writer {
         if let Some(&id) = self.func_ids.get(&f) {
             return id;
         }
-        let name = self.string(&func.name);
+        let name = self.strings.intern(&func.name, false);
         let mangled = func
             .mangled
             .as_deref()
-            .map_or([NONE, 0], |m| self.string(m));
-        let id = to_u32(self.funcs.len() / 16);
-        for v in name.into_iter().chain(mangled) {
-            self.funcs.extend(v.to_le_bytes());
-        }
+            .map(|m| self.strings.intern(m, true));
+        let id = to_u32(self.strings.funcs.len());
+        self.strings.funcs.push([Some(name), mangled]);
         self.func_ids.insert(f, id);
         id
     }
@@ -173,67 +318,46 @@ impl Writer {
         if let Some(&id) = self.file_ids.get(&f) {
             return id;
         }
-        let dir = self.string(&file.dir);
-        let name = self.string(&file.name);
-        let id = to_u32(self.files.len() / 16);
-        for v in dir.into_iter().chain(name) {
-            self.files.extend(v.to_le_bytes());
-        }
+        let dir = self.strings.intern(&file.dir, true);
+        let name = self.strings.intern(&file.name, false);
+        let id = to_u32(self.strings.files.len());
+        self.strings.files.push([Some(dir), Some(name)]);
         self.file_ids.insert(f, id);
         id
     }
 
-    /// Writes the line rows of `range`, and a mark every [`MARK_EVERY`]
-    /// rows; returns how many rows.
-    fn lines(
-        &mut self,
-        table: &SymbolTable,
-        range: &Range,
-        len: u32,
-        out: &mut Vec<u8>,
-        marks: &mut Vec<u8>,
-    ) -> u32 {
-        // `len` rather than `range.end`: the length as written, which only
-        // differs for a range cut to 4 GiB.
+    /// The line rows of `range` as written (`len`, rather than
+    /// `range.end`, is the length as written, which only differs for a
+    /// range cut to 4 GiB).
+    fn rows(&mut self, table: &SymbolTable, range: &Range, len: u32) -> Vec<Row> {
         let end = range.start + u64::from(len);
-        let (mut addr, mut line, mut file) = (range.start, 0i64, NONE);
-        let first = out.len();
-        let mut rows = 0;
+        let mut rows: Vec<Row> = Vec::with_capacity(range.lines.len());
         for row in &range.lines {
             // Rows must go forward within the range; extraction makes them
             // so, and anything else is dropped rather than encoded wrongly.
-            if row.addr < addr || row.addr >= end || (rows > 0 && row.addr == addr) {
+            let offset = row.addr.wrapping_sub(range.start);
+            if row.addr < range.start
+                || row.addr >= end
+                || rows.last().is_some_and(|r| u64::from(r.offset) >= offset)
+                || !buckets_in_bounds(offset, rows.len())
+            {
                 continue;
             }
-            let row_file = self.file(table, row.file);
-            let changed = row_file != file;
-            varint::write_u64(out, ((row.addr - addr) << 1) | u64::from(changed));
-            varint::write_i64(out, i64::from(row.line) - line);
-            if changed {
-                varint::write_u64(out, u64::from(row_file.wrapping_add(1)));
-            }
-            (addr, line, file) = (row.addr, i64::from(row.line), row_file);
-            rows += 1;
-            if rows % MARK_EVERY == 0 {
-                let state = [
-                    to_u32((addr - range.start) as usize),
-                    to_u32(out.len() - first),
-                    row.line,
-                    file,
-                ];
-                for v in state {
-                    marks.extend(v.to_le_bytes());
-                }
-            }
+            rows.push(Row {
+                offset: offset as u32,
+                line: row.line,
+                file: self.file(table, row.file),
+            });
         }
         rows
     }
 
-    /// Writes the chain entries of `range`: at every address where the set
-    /// of inlined calls around it changes, the innermost call's node.
-    fn chains(&mut self, table: &SymbolTable, range: &Range, out: &mut Vec<u8>) {
+    /// The chain entries of `range`: at every offset where the set of
+    /// inlined calls around it changes, the innermost call's node.
+    fn chain(&mut self, table: &SymbolTable, range: &Range) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
         if range.inlines.is_empty() {
-            return;
+            return out;
         }
         let mut calls: Vec<&Inline> = range.inlines.iter().filter(|c| c.start < c.end).collect();
         calls.sort_by_key(|c| (c.start, c.depth, c.end));
@@ -280,11 +404,15 @@ impl Writer {
                     }
                 };
             }
-            if node != last && (node != NONE || last != NONE) {
-                out.extend(to_u32((at - range.start) as usize).to_le_bytes());
-                out.extend(node.to_le_bytes());
+            let offset = at - range.start;
+            if node != last
+                && (node != NONE || last != NONE)
+                && buckets_in_bounds(offset, out.len())
+            {
+                out.push((to_u32(offset as usize), node));
                 last = node;
             }
         }
+        out
     }
 }

@@ -1,0 +1,247 @@
+//! A range's body read in place: its line rows and inline chain as
+//! fixed-width columns (see the layout in [`super`]), found by going to
+//! the offset's bucket rather than by search or decoding.
+
+use super::layout::{BLOCK, BUCKET_SHIFT, Format};
+use crate::table::NONE;
+
+/// The columns of one range's body. Built from a range record whose body
+/// [`Ksym::open`](super::Ksym::open) found inside the bodies section;
+/// the values in it are checked by [`Ksym::verify`](super::Ksym::verify)
+/// only, so every read here is bounds-checked and a damaged value reads
+/// as unknown.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Body<'a> {
+    pub(super) format: Format,
+    pub(super) base_line: u32,
+    pub(super) rows: Offsets<'a>,
+    pub(super) chain: Offsets<'a>,
+    pub(super) lines: Column<'a>,
+    pub(super) file_indexes: Column<'a>,
+    pub(super) files: Column<'a>,
+    pub(super) nodes: Column<'a>,
+}
+
+/// An ascending column of offsets in a range: per bucket of
+/// 2^[`BUCKET_SHIFT`] bytes after the first, the index of its first
+/// offset; then each offset's low byte.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Offsets<'a> {
+    pub(super) starts: Column<'a>,
+    /// The low bytes, and the bytes after them to the end of the bodies
+    /// section (which `count_at_or_before` reads a block at a time).
+    lows: &'a [u8],
+    len: usize,
+}
+
+/// `len` values of `width` bytes (0, 1, 2 or 4) at the start of `bytes`,
+/// which runs on to the end of the bodies section: a value is read as the
+/// 4 bytes there, masked to its width, rather than by a branch on the
+/// width, which varies from range to range and would be mispredicted (the
+/// writer pads the section so that the last value has 4 bytes to read).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Column<'a> {
+    bytes: &'a [u8],
+    width: usize,
+    len: usize,
+}
+
+impl<'a> Column<'a> {
+    /// Takes a column of `len` values of `width` bytes off the front of
+    /// `rest`; `None` when they do not fit.
+    #[inline(always)]
+    fn take(rest: &mut &'a [u8], len: usize, width: usize) -> Option<Column<'a>> {
+        let bytes = *rest;
+        *rest = rest.get(len.checked_mul(width)?..)?;
+        Some(Column { bytes, width, len })
+    }
+
+    /// Number of values.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Value `index`: 0 in a column of width 0 (whose every value is 0),
+    /// [`NONE`] past the end.
+    #[inline(always)]
+    pub(super) fn get(&self, index: usize) -> u32 {
+        if index >= self.len {
+            return NONE;
+        }
+        let at = index * self.width;
+        let mask = ((1u64 << (8 * self.width)) - 1) as u32;
+        match self.bytes.get(at..at + 4) {
+            Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & mask,
+            // The last bytes of a section not padded (a damaged file).
+            None => {
+                let mut word = [0u8; 4];
+                let end = (at + self.width).min(self.bytes.len());
+                let tail = self.bytes.get(at..end).unwrap_or_default();
+                word[..tail.len()].copy_from_slice(tail);
+                u32::from_le_bytes(word)
+            }
+        }
+    }
+}
+
+/// The bucket count of a column of `len` offsets, taken off the front of
+/// `rest` when there is one (when `len` > 0).
+#[inline(always)]
+fn bucket_count(rest: &mut &[u8], len: usize, format: Format) -> Option<usize> {
+    match len {
+        0 => Some(0),
+        _ => Some(Column::take(rest, 1, format.count)?.get(0) as usize),
+    }
+}
+
+impl<'a> Body<'a> {
+    /// The body at `at` in `bodies`, of `rows` rows and `chains` chain
+    /// entries; `None` when it does not fit.
+    #[inline(always)]
+    pub(super) fn new(
+        bodies: &'a [u8],
+        at: usize,
+        rows: usize,
+        chains: usize,
+        format: Format,
+    ) -> Option<Body<'a>> {
+        let mut rest = bodies.get(at..)?;
+        let base_line = match rows {
+            0 => 0,
+            _ => Column::take(&mut rest, 1, 4)?.get(0),
+        };
+        let row_buckets = bucket_count(&mut rest, rows, format)?;
+        let chain_buckets = bucket_count(&mut rest, chains, format)?;
+        // Bucket starts take bytes: a count of them with no width would
+        // have `verify` walk billions of buckets that are not there.
+        if (row_buckets > 0 && format.row_bucket == 0)
+            || (chain_buckets > 0 && format.chain_bucket == 0)
+        {
+            return None;
+        }
+        let row_starts = Column::take(&mut rest, row_buckets, format.row_bucket)?;
+        let row_lows = Column::take(&mut rest, rows, 1)?;
+        let chain_starts = Column::take(&mut rest, chain_buckets, format.chain_bucket)?;
+        let chain_lows = Column::take(&mut rest, chains, 1)?;
+        Some(Body {
+            format,
+            base_line,
+            rows: Offsets {
+                starts: row_starts,
+                lows: row_lows.bytes,
+                len: rows,
+            },
+            chain: Offsets {
+                starts: chain_starts,
+                lows: chain_lows.bytes,
+                len: chains,
+            },
+            lines: Column::take(&mut rest, rows, format.line)?,
+            file_indexes: Column::take(&mut rest, rows, format.file)?,
+            files: Column::take(&mut rest, format.files, 4)?,
+            nodes: Column::take(&mut rest, chains, 4)?,
+        })
+    }
+
+    /// (file, line) of the last row at or before `offset`: (none, 0)
+    /// before the first row.
+    #[inline(always)]
+    pub(super) fn line_at(&self, offset: u32) -> (u32, u32) {
+        let Some(row) = self.rows.count_at_or_before(offset).checked_sub(1) else {
+            return (NONE, 0);
+        };
+        let line = self.base_line.wrapping_add(self.lines.get(row));
+        (self.file(self.file_indexes.get(row) as usize), line)
+    }
+
+    /// Entry `index` of the range's file table, or none.
+    #[inline(always)]
+    pub(super) fn file(&self, index: usize) -> u32 {
+        self.files.get(index)
+    }
+
+    /// The innermost inline node at `offset`, or none.
+    #[inline(always)]
+    pub(super) fn node_at(&self, offset: u32) -> u32 {
+        match self.chain.count_at_or_before(offset).checked_sub(1) {
+            Some(entry) => self.nodes.get(entry),
+            None => NONE,
+        }
+    }
+}
+
+impl Offsets<'_> {
+    /// Number of offsets.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Number of buckets after the first.
+    pub(super) fn buckets(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Where bucket `bucket` begins: 0 for the first, the offsets' count
+    /// for any after the last.
+    #[inline(always)]
+    pub(super) fn bucket_start(&self, bucket: usize) -> usize {
+        match bucket.checked_sub(1) {
+            None => 0,
+            Some(i) if i < self.buckets() => self.starts.get(i) as usize,
+            Some(_) => self.len(),
+        }
+    }
+
+    /// How many offsets are at or before `offset`: those of the buckets
+    /// before its bucket, and those of its bucket whose low byte is at or
+    /// below its low byte. A bucket's low bytes ascend, so those are the
+    /// leading ones: found [`BLOCK`] bytes at a time, without a branch
+    /// per byte (a bucket holds at most 256 offsets).
+    #[inline(always)]
+    pub(super) fn count_at_or_before(&self, offset: u32) -> usize {
+        let bucket = (offset >> BUCKET_SHIFT) as usize;
+        let (lo, hi) = (self.bucket_start(bucket), self.bucket_start(bucket + 1));
+        let hi = hi.min(self.len);
+        let low = offset as u8;
+        let mut at = lo;
+        while at < hi {
+            // The bytes after the bucket (of the next one, or of another
+            // column, or padding) are read too and make no difference:
+            // the count stops at the bucket's end.
+            let Some(block) = self.lows.get(at..).and_then(|b| b.first_chunk::<BLOCK>()) else {
+                // A damaged file's section, not padded: byte by byte.
+                let rest = self.lows.get(at..hi).unwrap_or_default();
+                return at + rest.iter().take_while(|&&b| b <= low).count();
+            };
+            let leading = leading_at_or_below(block, low);
+            if leading < BLOCK {
+                return (at + leading).min(hi);
+            }
+            at += BLOCK;
+        }
+        hi.max(lo)
+    }
+
+    /// The offset at `index`, as `count_at_or_before` reads the column:
+    /// for [`Ksym::verify`](super::Ksym::verify).
+    pub(super) fn offsets(&self) -> impl Iterator<Item = Option<u32>> + '_ {
+        let mut bucket = 0;
+        (0..self.len()).map(move |i| {
+            while bucket < self.buckets() && self.bucket_start(bucket + 1) <= i {
+                bucket += 1;
+            }
+            let high = u32::try_from(bucket).ok()?.checked_mul(1 << BUCKET_SHIFT)?;
+            Some(high + u32::from(*self.lows.get(i)?))
+        })
+    }
+}
+
+/// How many of the leading bytes of `block` are at or below `low`: the
+/// bytes compared all at once (the compiler makes it a few vector
+/// instructions), then the first one above found in a 128-bit word.
+#[inline(always)]
+fn leading_at_or_below(block: &[u8; BLOCK], low: u8) -> usize {
+    let at_or_below = u128::from_le_bytes(block.map(|b| u8::from(b <= low)));
+    let above = !at_or_below & u128::from_le_bytes([1; BLOCK]);
+    (above.trailing_zeros() / 8) as usize
+}

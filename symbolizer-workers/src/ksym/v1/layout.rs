@@ -1,0 +1,35 @@
+//! Constants of the ksym layout shared by the writer and the reader.
+
+pub const MAGIC: &[u8; 4] = b"KSYM";
+/// Bumped whenever the meaning of any byte changes.
+pub const VERSION: u32 = 1;
+
+/// Sections, in header order.
+pub const STARTS: usize = 0;
+pub const RANGES: usize = 1;
+pub const CHAINS: usize = 2;
+pub const NODES: usize = 3;
+pub const FUNCS: usize = 4;
+pub const FILES: usize = 5;
+pub const MARKS: usize = 6;
+pub const BLOB: usize = 7;
+pub const LINES: usize = 8;
+pub const PAGES: usize = 9;
+pub const SECTIONS: usize = 10;
+
+/// Record size of each section, in bytes.
+pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1, 4];
+
+/// The page index has at most this many entries per range: where the code
+/// is spread thinly over the address space, pages grow instead.
+pub const PAGES_PER_RANGE: u64 = 4;
+/// Smallest page: 4 KiB.
+pub const MIN_PAGE_SHIFT: u32 = 12;
+
+pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
+
+/// A range's line rows get a mark (a decoder restart point) every this
+/// many rows, so that finding a row in a long function decodes at most
+/// this many: about one byte per row buys lookups that do not slow down
+/// with function size.
+pub const MARK_EVERY: u32 = 32;

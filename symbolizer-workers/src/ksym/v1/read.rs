@@ -1,0 +1,518 @@
+//! Reading version 1 ksym bytes in place: [`Ksym::open`] validates,
+//! lookups answer, [`Ksym::to_table`] reads everything back for
+//! [`upgrade`](crate::ksym::upgrade).
+
+use super::layout::*;
+use crate::ksym::fields::{
+    check, field, partition_point, records, scan_point, u32_at, u64_at, window,
+};
+use crate::ksym::{Frame, KsymError, varint};
+use crate::table::NONE;
+
+const SECTION_NAMES: [&str; SECTIONS] = [
+    "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines", "pages",
+];
+
+/// A version 1 ksym file, read in place.
+#[derive(Debug, Clone, Copy)]
+pub struct Ksym<'a> {
+    pub(super) starts: &'a [u8],
+    pub(super) ranges: &'a [u8],
+    pub(super) chains: &'a [u8],
+    pub(super) nodes: &'a [u8],
+    pub(super) funcs: &'a [u8],
+    pub(super) files: &'a [u8],
+    pub(super) marks: &'a [u8],
+    pub(super) blob: &'a [u8],
+    /// The blob as text, when [`open`](Self::open) checked it whole (small
+    /// blobs, where that costs little) and found every string record to
+    /// start and end on a character boundary: strings are then sliced
+    /// without being checked again.
+    pub(super) blob_text: Option<&'a str>,
+    pub(super) lines: &'a [u8],
+    pub(super) pages: &'a [u8],
+}
+
+/// Blobs up to this size are checked as UTF-8 whole at open.
+const CHECK_BLOB_AT_OPEN: usize = 4 << 20;
+
+impl<'a> Ksym<'a> {
+    /// Opens ksym bytes, validating every offset and index, so that
+    /// lookups need no checks that can fail. Corrupt input gives an error,
+    /// never a panic; the time taken is linear in the size.
+    pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
+        if data.len() < HEADER_LEN {
+            return Err(KsymError::TooShort { len: data.len() });
+        }
+        if &data[..4] != MAGIC {
+            return Err(KsymError::BadMagic);
+        }
+        let version = u32_at(data, 4);
+        if version != VERSION {
+            return Err(KsymError::UnsupportedVersion(version));
+        }
+        if u32_at(data, 8) as usize != HEADER_LEN {
+            return Err(KsymError::BadHeader);
+        }
+        let mut sections: [&[u8]; SECTIONS] = [&[]; SECTIONS];
+        for (i, section) in sections.iter_mut().enumerate() {
+            let offset = u32_at(data, 16 + 8 * i) as usize;
+            let count = u32_at(data, 20 + 8 * i) as usize;
+            let out = KsymError::SectionOutOfBounds {
+                section: SECTION_NAMES[i],
+            };
+            let len = count.checked_mul(RECORD[i]).ok_or(out.clone())?;
+            let end = offset.checked_add(len).ok_or(out.clone())?;
+            *section = data.get(offset..end).ok_or(out)?;
+        }
+        let blob = sections[BLOB];
+        // Checking the whole blob costs about 0.1 ms per MiB; beyond a few
+        // MiB, lookups check their own strings instead, keeping open fast.
+        let blob_text = if blob.len() <= CHECK_BLOB_AT_OPEN {
+            std::str::from_utf8(blob).ok()
+        } else {
+            None
+        };
+        let mut k = Ksym {
+            starts: sections[STARTS],
+            ranges: sections[RANGES],
+            chains: sections[CHAINS],
+            nodes: sections[NODES],
+            funcs: sections[FUNCS],
+            files: sections[FILES],
+            marks: sections[MARKS],
+            blob,
+            blob_text,
+            lines: sections[LINES],
+            pages: sections[PAGES],
+        };
+        k.validate()?;
+        if let Some(text) = k.blob_text
+            && !k.strings_on_char_boundaries(text)
+        {
+            k.blob_text = None;
+        }
+        Ok(k)
+    }
+
+    /// Whether every string record (checked by `validate` to lie within
+    /// the blob) starts and ends on a character boundary of `text`: what
+    /// lets [`string`](Self::string) slice without checking. Reads one
+    /// record after another, so it costs little next to the UTF-8 check.
+    fn strings_on_char_boundaries(&self, text: &str) -> bool {
+        [self.funcs, self.files].iter().all(|records| {
+            (0..records.len() / 8).all(|i| {
+                let off = u32_at(records, 8 * i);
+                let end = (off as usize).saturating_add(u32_at(records, 8 * i + 4) as usize);
+                off == NONE || (text.is_char_boundary(off as usize) && text.is_char_boundary(end))
+            })
+        })
+    }
+
+    fn validate(&self) -> Result<(), KsymError> {
+        let n_funcs = self.funcs.len() / 16;
+        for i in 0..n_funcs {
+            self.check_string("function", i, self.funcs, 16 * i, false)?;
+            self.check_string("function", i, self.funcs, 16 * i + 8, true)?;
+        }
+        let n_files = self.files.len() / 16;
+        for i in 0..n_files {
+            self.check_string("file", i, self.files, 16 * i, false)?;
+            self.check_string("file", i, self.files, 16 * i + 8, false)?;
+        }
+        let n_nodes = self.nodes.len() / 16;
+        for i in 0..n_nodes {
+            check("inline node", i, u32_at(self.nodes, 16 * i), n_funcs, true)?;
+            check(
+                "inline node",
+                i,
+                u32_at(self.nodes, 16 * i + 4),
+                n_files,
+                true,
+            )?;
+            // Parents come first, so walking up a chain always ends.
+            check("inline node", i, u32_at(self.nodes, 16 * i + 12), i, true)?;
+        }
+        let n_chains = self.chains.len() / 8;
+        let n = self.starts.len() / 8;
+        if self.ranges.len() / 32 != n {
+            return Err(KsymError::RangeCount);
+        }
+        let mut prev_end = 0u64;
+        for r in 0..n {
+            let start = u64_at(self.starts, 8 * r);
+            let rec = 32 * r;
+            let len = u64::from(u32_at(self.ranges, rec));
+            let end = start
+                .checked_add(len)
+                .ok_or(KsymError::Unsorted { index: r })?;
+            if (r > 0 && start < prev_end) || len == 0 {
+                return Err(KsymError::Unsorted { index: r });
+            }
+            prev_end = end;
+            check("range", r, u32_at(self.ranges, rec + 4), n_funcs, true)?;
+            let first = u32_at(self.ranges, rec + 16) as usize;
+            let count = u32_at(self.ranges, rec + 20) as usize;
+            if first.checked_add(count).is_none_or(|e| e > n_chains) {
+                return Err(KsymError::BadIndex {
+                    what: "range",
+                    index: r,
+                });
+            }
+            let mut prev = None;
+            for c in first..first + count {
+                let offset = u64::from(u32_at(self.chains, 8 * c));
+                if offset >= len || prev.is_some_and(|p| p >= offset) {
+                    return Err(KsymError::BadIndex {
+                        what: "range",
+                        index: r,
+                    });
+                }
+                prev = Some(offset);
+                check(
+                    "inline chain",
+                    c,
+                    u32_at(self.chains, 8 * c + 4),
+                    n_nodes,
+                    true,
+                )?;
+            }
+            self.check_marks(r, len, n_files)?;
+        }
+        self.check_pages(n)
+    }
+
+    /// Checks the page index: a shift, then nondecreasing range indexes.
+    fn check_pages(&self, n: usize) -> Result<(), KsymError> {
+        let bad = Err(KsymError::BadIndex {
+            what: "page",
+            index: 0,
+        });
+        if self.pages.is_empty() {
+            return if n == 0 { Ok(()) } else { bad };
+        }
+        let shift = u32_at(self.pages, 0);
+        if !(MIN_PAGE_SHIFT..64).contains(&shift) || self.pages.len() < 8 {
+            return bad;
+        }
+        let mut prev = 0;
+        for at in (4..self.pages.len()).step_by(4) {
+            let r = u32_at(self.pages, at) as usize;
+            if r < prev || r > n {
+                return Err(KsymError::BadIndex {
+                    what: "page",
+                    index: at / 4 - 1,
+                });
+            }
+            prev = r;
+        }
+        Ok(())
+    }
+
+    /// Checks the string at `at` in `records` lies within the blob. (Its
+    /// UTF-8 is checked with the whole blob when that is small, else by
+    /// lookups, string by string, and by [`verify`](Self::verify).)
+    fn check_string(
+        &self,
+        what: &'static str,
+        index: usize,
+        records: &[u8],
+        at: usize,
+        none_ok: bool,
+    ) -> Result<(), KsymError> {
+        let off = u32_at(records, at);
+        if off == NONE && none_ok {
+            return Ok(());
+        }
+        let (off, len) = (off as usize, u32_at(records, at + 4) as usize);
+        match off.checked_add(len).and_then(|end| self.blob.get(off..end)) {
+            Some(_) => Ok(()),
+            None => Err(KsymError::BadIndex { what, index }),
+        }
+    }
+
+    /// Checks the line marks of range `r` (of `len` bytes).
+    fn check_marks(&self, r: usize, len: u64, n_files: usize) -> Result<(), KsymError> {
+        let rec = 32 * r;
+        let first = u32_at(self.ranges, rec + 24) as usize;
+        let count = u32_at(self.ranges, rec + 28) as usize;
+        let bad = KsymError::BadLines { range: r };
+        if first
+            .checked_add(count)
+            .is_none_or(|e| e > self.marks.len() / 16)
+        {
+            return Err(bad);
+        }
+        let lines_off = u32_at(self.ranges, rec + 8) as usize;
+        let mut prev = None;
+        for m in first..first + count {
+            let at = 16 * m;
+            let offset = u64::from(u32_at(self.marks, at));
+            let pos = lines_off.checked_add(u32_at(self.marks, at + 4) as usize);
+            let file = u32_at(self.marks, at + 12);
+            if offset >= len
+                || prev.is_some_and(|p| p >= offset)
+                || pos.is_none_or(|p| p > self.lines.len())
+                || (file != NONE && file as usize >= n_files)
+            {
+                return Err(bad);
+            }
+            prev = Some(offset);
+        }
+        Ok(())
+    }
+
+    /// Checks every line row and string, which [`open`](Self::open) leaves
+    /// to the lookups that read them (keeping open fast on large files;
+    /// lookups stay safe either way, and a corrupt row or string reads as
+    /// unknown): for files received from elsewhere, before storing them.
+    pub fn verify(&self) -> Result<(), KsymError> {
+        let n_files = self.files.len() / 16;
+        for (records, count) in [(self.funcs, self.funcs.len() / 16), (self.files, n_files)] {
+            for at in (0..2 * count).map(|i| 8 * i) {
+                if u32_at(records, at) != NONE && self.string(records, at).is_none() {
+                    return Err(KsymError::BadUtf8);
+                }
+            }
+        }
+        for r in 0..self.len() {
+            let start = u64_at(self.starts, 8 * r);
+            let end = start + u64::from(u32_at(self.ranges, 32 * r));
+            self.validate_lines(r, start, end, n_files)?;
+        }
+        Ok(())
+    }
+
+    fn validate_lines(
+        &self,
+        r: usize,
+        start: u64,
+        end: u64,
+        n_files: usize,
+    ) -> Result<(), KsymError> {
+        let bad = KsymError::BadLines { range: r };
+        let mut pos = u32_at(self.ranges, 32 * r + 8) as usize;
+        let rows = u32_at(self.ranges, 32 * r + 12);
+        let (mut addr, mut line) = (start, 0i64);
+        for i in 0..rows {
+            let head = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
+            let delta = varint::read_i64(self.lines, &mut pos).ok_or(bad.clone())?;
+            if head & 1 == 1 {
+                let file = varint::read_u64(self.lines, &mut pos).ok_or(bad.clone())?;
+                if file > n_files as u64 {
+                    return Err(bad);
+                }
+            }
+            let step = head >> 1;
+            addr = addr.checked_add(step).ok_or(bad.clone())?;
+            line = line.checked_add(delta).ok_or(bad.clone())?;
+            if addr >= end || (i > 0 && step == 0) || !(0..=i64::from(u32::MAX)).contains(&line) {
+                return Err(bad);
+            }
+        }
+        Ok(())
+    }
+
+    /// The size in bytes of each section, by name: for size reports.
+    pub fn section_sizes(&self) -> [(&'static str, usize); SECTIONS] {
+        let lens = [
+            self.starts.len(),
+            self.ranges.len(),
+            self.chains.len(),
+            self.nodes.len(),
+            self.funcs.len(),
+            self.files.len(),
+            self.marks.len(),
+            self.blob.len(),
+            self.lines.len(),
+            self.pages.len(),
+        ];
+        std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
+    }
+
+    /// Number of address ranges.
+    pub fn len(&self) -> usize {
+        self.starts.len() / 8
+    }
+
+    /// Whether there are no ranges at all.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    /// The `[start, end)` of range `i`, for callers that sample addresses.
+    pub fn range(&self, i: usize) -> Option<(u64, u64)> {
+        (i < self.len()).then(|| {
+            let start = u64_at(self.starts, 8 * i);
+            (
+                start,
+                start.saturating_add(u64::from(u32_at(self.ranges, 32 * i))),
+            )
+        })
+    }
+
+    /// Symbolizes `addr` (a file-relative virtual address): fills `out`
+    /// (cleared first) with its inline chain, innermost function first and
+    /// the function that holds the code last. Returns whether any range
+    /// covers `addr`. Does not allocate once `out` has room for the chain.
+    pub fn lookup(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> bool {
+        out.clear();
+        self.lookup_into(addr, out).is_some()
+    }
+
+    /// [`lookup`](Self::lookup), with `None` for an address no range
+    /// covers.
+    ///
+    /// Records are read through fixed-size views (`&[[u8; N]]`), so that
+    /// a field read has no bounds check.
+    #[inline]
+    fn lookup_into(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> Option<()> {
+        // The last range starting at or before `addr`, searched for among
+        // the ranges of its page.
+        let (lo, hi) = self.page(addr)?;
+        let starts = records::<8>(self.starts);
+        let after = scan_point(starts.get(lo..hi)?, |s| u64::from_le_bytes(*s) <= addr);
+        let r = (lo + after).checked_sub(1)?;
+        let start = u64::from_le_bytes(*starts.get(r)?);
+        let range = records::<32>(self.ranges).get(r)?;
+        // A page index that open() could not fully check (a damaged file)
+        // may start the search past `addr`: then nothing covers it.
+        let offset = addr.checked_sub(start)?;
+        if offset >= u64::from(field(range, 0)) {
+            return None;
+        }
+        let offset = offset as u32;
+        let (mut file, mut line) = self.line_at(range, offset);
+        let mut node = self.chain_at(range, offset);
+        // Bounded by the node count: open() checked that parents come first.
+        let nodes = records::<16>(self.nodes);
+        while let Some(n) = nodes.get(node as usize) {
+            out.push(self.frame(field(n, 0), file, line));
+            file = field(n, 4);
+            line = field(n, 8);
+            node = field(n, 12);
+        }
+        out.push(self.frame(field(range, 4), file, line));
+        Some(())
+    }
+
+    /// The ranges `[lo, hi)` that can hold `addr`, from the page index.
+    #[inline]
+    fn page(&self, addr: u64) -> Option<(usize, usize)> {
+        let n = self.len();
+        let shift = u32_at(self.pages, 0);
+        let base = u64_at(self.starts, 0)
+            .checked_shr(shift)?
+            .checked_shl(shift)?;
+        let page = usize::try_from(addr.checked_sub(base)? >> shift).ok()?;
+        let pages = self.pages.len() / 4 - 1;
+        if page >= pages {
+            return None;
+        }
+        let lo = u32_at(self.pages, 4 + 4 * page) as usize;
+        let hi = if page + 1 < pages {
+            u32_at(self.pages, 8 + 4 * page) as usize + 1
+        } else {
+            n
+        };
+        Some((lo, hi.min(n)))
+    }
+
+    /// (file, line) of the last line row at or before `offset` in `range`:
+    /// from the last mark before it, decoding at most [`MARK_EVERY`] rows.
+    #[inline]
+    fn line_at(&self, range: &[u8; 32], offset: u32) -> (u32, u32) {
+        let lines_off = field(range, 8) as usize;
+        let mut rows = field(range, 12);
+        let marks = window(
+            records::<16>(self.marks),
+            field(range, 24),
+            field(range, 28),
+        );
+        let passed = partition_point(marks, |m| field(m, 0) <= offset);
+        let (mut at, mut line, mut file, mut pos) = (0u32, 0u32, NONE, lines_off);
+        if let Some(m) = passed.checked_sub(1).and_then(|i| marks.get(i)) {
+            at = field(m, 0);
+            pos = lines_off.saturating_add(field(m, 4) as usize);
+            line = field(m, 8);
+            file = field(m, 12);
+            rows = rows.saturating_sub(MARK_EVERY.saturating_mul(passed as u32));
+        }
+        let (mut found_file, mut found_line) = (file, line);
+        let mut rest = self.lines.get(pos..).unwrap_or_default();
+        for _ in 0..rows {
+            let (Some(head), Some(delta)) =
+                (varint::next_u64(&mut rest), varint::next_i64(&mut rest))
+            else {
+                break;
+            };
+            if head & 1 == 1 {
+                file = varint::next_u64(&mut rest).map_or(NONE, |f| (f as u32).wrapping_sub(1));
+            }
+            at = at.wrapping_add(u32::try_from(head >> 1).unwrap_or(u32::MAX));
+            line = i64::from(line).wrapping_add(delta) as u32;
+            if at > offset {
+                break;
+            }
+            (found_file, found_line) = (file, line);
+        }
+        (found_file, found_line)
+    }
+
+    /// The innermost inline node at `offset` in `range`.
+    #[inline]
+    fn chain_at(&self, range: &[u8; 32], offset: u32) -> u32 {
+        let chains = window(
+            records::<8>(self.chains),
+            field(range, 16),
+            field(range, 20),
+        );
+        let passed = partition_point(chains, |c| field(c, 0) <= offset);
+        passed
+            .checked_sub(1)
+            .and_then(|i| chains.get(i))
+            .map_or(NONE, |c| field(c, 4))
+    }
+
+    /// The string whose (offset, len) is at `at` in `records`.
+    #[inline]
+    pub(super) fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
+        let off = u32_at(records, at);
+        if off == NONE {
+            return None;
+        }
+        let off = off as usize;
+        let end = off.checked_add(u32_at(records, at + 4) as usize)?;
+        let bytes = self.blob.get(off..end)?;
+        match self.blob_text {
+            // SAFETY: `blob_text` is set only when open() found the whole
+            // blob UTF-8 and every string of `funcs` and `files` (the only
+            // records passed here, whole sections or one record of them,
+            // at 8-byte steps; a position past their end reads as NONE
+            // above) to start and end on a character boundary, so `bytes`
+            // is UTF-8. Slicing unchecked spares each lookup two reads
+            // into the blob per string (its boundary bytes): cache misses
+            // for strings the caller may never read (a mangled name, a
+            // directory).
+            Some(_) => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
+            None => std::str::from_utf8(bytes).ok(),
+        }
+    }
+
+    #[inline]
+    fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
+        let mut frame = Frame {
+            line,
+            ..Frame::default()
+        };
+        if let Some(f) = records::<16>(self.funcs).get(function as usize) {
+            frame.function = self.string(f, 0);
+            frame.mangled = self.string(f, 8);
+        }
+        if let Some(f) = records::<16>(self.files).get(file as usize) {
+            frame.dir = self.string(f, 0);
+            frame.file = self.string(f, 8);
+        }
+        frame
+    }
+}

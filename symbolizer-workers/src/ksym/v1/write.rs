@@ -1,0 +1,290 @@
+//! Encoding a [`SymbolTable`] as ksym bytes.
+
+use std::collections::HashMap;
+
+use super::layout::*;
+use crate::ksym::varint;
+use crate::table::{Inline, NONE, Range, SymbolTable};
+
+/// Encodes `table` (ranges sorted and not overlapping, as extraction
+/// makes them) as a ksym file. The same table always gives the same
+/// bytes. Functions and files no range refers to are left out.
+///
+/// A range longer than 4 GiB is cut to 4 GiB.
+pub fn encode(table: &SymbolTable) -> Vec<u8> {
+    let mut w = Writer::default();
+    let mut starts = Vec::with_capacity(table.ranges.len() * 8);
+    let mut ranges = Vec::with_capacity(table.ranges.len() * 32);
+    let mut chains = Vec::new();
+    let mut lines = Vec::new();
+    let mut marks = Vec::new();
+    for range in &table.ranges {
+        let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
+        let function = w.function(table, range.function);
+        let lines_off = lines.len();
+        let mark_first = marks.len() / 16;
+        let rows = w.lines(table, range, len, &mut lines, &mut marks);
+        let mark_count = marks.len() / 16 - mark_first;
+        let chain_first = chains.len() / 8;
+        w.chains(table, range, &mut chains);
+        let chain_count = chains.len() / 8 - chain_first;
+        starts.extend(range.start.to_le_bytes());
+        let record = [
+            len,
+            function,
+            to_u32(lines_off),
+            rows,
+            to_u32(chain_first),
+            to_u32(chain_count),
+            to_u32(mark_first),
+            to_u32(mark_count),
+        ];
+        for v in record {
+            ranges.extend(v.to_le_bytes());
+        }
+    }
+
+    let pages = page_index(table);
+    let mut out = vec![0u8; HEADER_LEN];
+    out[..4].copy_from_slice(MAGIC);
+    out[4..8].copy_from_slice(&VERSION.to_le_bytes());
+    out[8..12].copy_from_slice(&to_u32(HEADER_LEN).to_le_bytes());
+    let sections: [(usize, &[u8]); SECTIONS] = [
+        (STARTS, &starts),
+        (RANGES, &ranges),
+        (CHAINS, &chains),
+        (NODES, &w.nodes),
+        (FUNCS, &w.funcs),
+        (FILES, &w.files),
+        (MARKS, &marks),
+        (BLOB, &w.blob),
+        (LINES, &lines),
+        (PAGES, &pages),
+    ];
+    for (section, bytes) in sections {
+        while !out.len().is_multiple_of(8) {
+            out.push(0);
+        }
+        let at = 16 + 8 * section;
+        let (offset, count) = (to_u32(out.len()), to_u32(bytes.len() / RECORD[section]));
+        out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
+        out[at + 4..at + 8].copy_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// The page index: page shift, then for each page the first range that
+/// ends after the page's start.
+fn page_index(table: &SymbolTable) -> Vec<u8> {
+    let (Some(first), Some(last)) = (table.ranges.first(), table.ranges.last()) else {
+        return Vec::new();
+    };
+    let ends: Vec<u64> = table
+        .ranges
+        .iter()
+        .map(|r| {
+            r.start + u64::from(u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX))
+        })
+        .collect();
+    let end = ends
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(last.start.saturating_add(1));
+    let span = end.saturating_sub(first.start);
+    let mut shift = MIN_PAGE_SHIFT;
+    while shift < 63 && (span >> shift) + 2 > PAGES_PER_RANGE * table.ranges.len() as u64 {
+        shift += 1;
+    }
+    let base = first.start >> shift << shift;
+    let count = ((end - 1).saturating_sub(base) >> shift) + 1;
+    let mut out = Vec::with_capacity(4 * (count as usize + 1));
+    out.extend(shift.to_le_bytes());
+    let mut r = 0;
+    for page in 0..count {
+        let page_start = base + (page << shift);
+        while r < ends.len() && ends[r] <= page_start {
+            r += 1;
+        }
+        out.extend(to_u32(r).to_le_bytes());
+    }
+    out
+}
+
+/// Sizes beyond `u32` cannot be written; a table that large (over 4 GiB of
+/// symbols) is not something extraction produces.
+fn to_u32(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// Interning state: each function, file, string and chain node is written
+/// once, numbered in order of first use, which keeps the output
+/// deterministic.
+#[derive(Default)]
+struct Writer {
+    func_ids: HashMap<u32, u32>,
+    file_ids: HashMap<u32, u32>,
+    strings: HashMap<String, [u32; 2]>,
+    node_ids: HashMap<[u32; 4], u32>,
+    funcs: Vec<u8>,
+    files: Vec<u8>,
+    blob: Vec<u8>,
+    nodes: Vec<u8>,
+}
+
+impl Writer {
+    /// Writes `s` into the blob once; returns its (offset, len).
+    fn string(&mut self, s: &str) -> [u32; 2] {
+        if let Some(&at) = self.strings.get(s) {
+            return at;
+        }
+        let at = [to_u32(self.blob.len()), to_u32(s.len())];
+        self.blob.extend_from_slice(s.as_bytes());
+        self.strings.insert(s.to_owned(), at);
+        at
+    }
+
+    fn function(&mut self, table: &SymbolTable, f: u32) -> u32 {
+        let Some(func) = table.functions.get(f as usize) else {
+            return NONE;
+        };
+        if let Some(&id) = self.func_ids.get(&f) {
+            return id;
+        }
+        let name = self.string(&func.name);
+        let mangled = func
+            .mangled
+            .as_deref()
+            .map_or([NONE, 0], |m| self.string(m));
+        let id = to_u32(self.funcs.len() / 16);
+        for v in name.into_iter().chain(mangled) {
+            self.funcs.extend(v.to_le_bytes());
+        }
+        self.func_ids.insert(f, id);
+        id
+    }
+
+    fn file(&mut self, table: &SymbolTable, f: u32) -> u32 {
+        let Some(file) = table.files.get(f as usize) else {
+            return NONE;
+        };
+        if let Some(&id) = self.file_ids.get(&f) {
+            return id;
+        }
+        let dir = self.string(&file.dir);
+        let name = self.string(&file.name);
+        let id = to_u32(self.files.len() / 16);
+        for v in dir.into_iter().chain(name) {
+            self.files.extend(v.to_le_bytes());
+        }
+        self.file_ids.insert(f, id);
+        id
+    }
+
+    /// Writes the line rows of `range`, and a mark every [`MARK_EVERY`]
+    /// rows; returns how many rows.
+    fn lines(
+        &mut self,
+        table: &SymbolTable,
+        range: &Range,
+        len: u32,
+        out: &mut Vec<u8>,
+        marks: &mut Vec<u8>,
+    ) -> u32 {
+        // `len` rather than `range.end`: the length as written, which only
+        // differs for a range cut to 4 GiB.
+        let end = range.start + u64::from(len);
+        let (mut addr, mut line, mut file) = (range.start, 0i64, NONE);
+        let first = out.len();
+        let mut rows = 0;
+        for row in &range.lines {
+            // Rows must go forward within the range; extraction makes them
+            // so, and anything else is dropped rather than encoded wrongly.
+            if row.addr < addr || row.addr >= end || (rows > 0 && row.addr == addr) {
+                continue;
+            }
+            let row_file = self.file(table, row.file);
+            let changed = row_file != file;
+            varint::write_u64(out, ((row.addr - addr) << 1) | u64::from(changed));
+            varint::write_i64(out, i64::from(row.line) - line);
+            if changed {
+                varint::write_u64(out, u64::from(row_file.wrapping_add(1)));
+            }
+            (addr, line, file) = (row.addr, i64::from(row.line), row_file);
+            rows += 1;
+            if rows % MARK_EVERY == 0 {
+                let state = [
+                    to_u32((addr - range.start) as usize),
+                    to_u32(out.len() - first),
+                    row.line,
+                    file,
+                ];
+                for v in state {
+                    marks.extend(v.to_le_bytes());
+                }
+            }
+        }
+        rows
+    }
+
+    /// Writes the chain entries of `range`: at every address where the set
+    /// of inlined calls around it changes, the innermost call's node.
+    fn chains(&mut self, table: &SymbolTable, range: &Range, out: &mut Vec<u8>) {
+        if range.inlines.is_empty() {
+            return;
+        }
+        let mut calls: Vec<&Inline> = range.inlines.iter().filter(|c| c.start < c.end).collect();
+        calls.sort_by_key(|c| (c.start, c.depth, c.end));
+        let mut bounds: Vec<u64> = calls.iter().flat_map(|c| [c.start, c.end]).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut active: Vec<&Inline> = Vec::new();
+        let mut next = 0;
+        let mut last = NONE;
+        for &at in &bounds {
+            if at >= range.end {
+                break;
+            }
+            active.retain(|c| c.end > at);
+            while next < calls.len() && calls[next].start <= at {
+                if calls[next].end > at {
+                    active.push(calls[next]);
+                }
+                next += 1;
+            }
+            // Outermost first; of two calls at one depth (which only broken
+            // DWARF has), the later-starting one is the closer.
+            active.sort_by_key(|c| (c.depth, c.start));
+            let mut node = NONE;
+            for (i, c) in active.iter().enumerate() {
+                if active.get(i + 1).is_some_and(|d| d.depth == c.depth) {
+                    continue;
+                }
+                let key = [
+                    self.function(table, c.function),
+                    self.file(table, c.call_file),
+                    c.call_line,
+                    node,
+                ];
+                node = match self.node_ids.get(&key) {
+                    Some(&id) => id,
+                    None => {
+                        let id = to_u32(self.nodes.len() / 16);
+                        for v in key {
+                            self.nodes.extend(v.to_le_bytes());
+                        }
+                        self.node_ids.insert(key, id);
+                        id
+                    }
+                };
+            }
+            if node != last && (node != NONE || last != NONE) {
+                out.extend(to_u32((at - range.start) as usize).to_le_bytes());
+                out.extend(node.to_le_bytes());
+                last = node;
+            }
+        }
+    }
+}
