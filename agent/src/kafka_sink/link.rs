@@ -115,18 +115,21 @@ impl Link {
                 match waited {
                     Ok(result) => self.settle(result),
                     Err(_elapsed) => {
-                        warn!(
-                            brokers = self.options.brokers,
-                            "Kafka did not answer in {FIRST_CONNECT_WAIT:?}: spooling batches until it does"
-                        );
                         self.state = State::Down {
                             probe: Some(connect),
                             next_probe: Instant::now(),
                             reason: format!(
                                 "Kafka did not answer in {FIRST_CONNECT_WAIT:?}; still connecting"
                             ),
-                        };
+                        }
                     }
+                }
+                if let State::Down { reason, .. } = &self.state {
+                    warn!(
+                        brokers = self.options.brokers,
+                        %reason,
+                        "Kafka is away: spooling batches until a probe finds it back"
+                    );
                 }
             }
             State::Down {
