@@ -7,6 +7,9 @@
 #   scripts/kafka-test-server.sh url DIR     # prints the URL of the running broker
 #   scripts/kafka-test-server.sh stop DIR    # stops it (its data was in memory)
 #
+# Started again in the same DIR, the broker takes its old port if it is
+# still free (with no data: it was in memory).
+#
 # The broker keeps its pid, port and log under DIR and listens on
 # 127.0.0.1 only, on a free port. It starts with the topic `kiln-ingest`
 # (8 partitions); tests that want a topic of their own name it in the URL
@@ -50,10 +53,16 @@ cmd_start() {
     fi
 
     # Another process may take the free port before tansu binds it: try a
-    # few times, each with a port found free just before.
+    # few times, each with a port found free just before. A broker started
+    # again in the same DIR first tries the port it had, so that clients
+    # holding its URL find it again (the agent's Kafka outage test).
     local port attempt pid waited
     for attempt in 1 2 3; do
-        port=$(free_port "$FIRST_PORT")
+        if [[ $attempt -eq 1 && -f $DIR/port ]] && ! port_in_use "$(cat "$DIR/port")"; then
+            port=$(cat "$DIR/port")
+        else
+            port=$(free_port "$FIRST_PORT")
+        fi
         local listener="tcp://127.0.0.1:$port"
         # setsid: the broker outlives this script and the shell that ran it.
         setsid "$tansu" broker \

@@ -11,19 +11,26 @@
 //! configured tenant and project; agents elsewhere go through a gateway.
 //!
 //! While Kafka is unreachable, batches are spooled and replayed in order,
-//! as with the HTTP sink ([`SpoolingSink`]).
+//! as with the HTTP sink ([`SpoolingSink`]). Unlike an HTTP backend, a
+//! broker that is away costs the publish timeout to find out; so once a
+//! publish (or the first connect) has found it away, the transport says so
+//! ([`Transport::ready`]) and batches go straight to the spool, while one
+//! reconnect at a time probes the broker in the background, with backoff
+//! (`link`). The agent's loop never waits on a broker known to be down.
+
+mod link;
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kiln_ingest_bus::{Bus, BusError, KafkaBus, KafkaOptions};
+use kiln_ingest_bus::KafkaOptions;
 use kiln_model::{Envelope, ScopeNameError, check_scope_name};
-use tracing::info;
 
 use crate::sink::{Attempt, Spool, SpoolingSink, Transport};
+use link::Link;
 
 /// How long the broker has to take a batch before it is spooled. Shorter
-/// than the gateway's: the agent's loop waits on it.
+/// than the gateway's: the agent's loop waits on it, once per outage.
 pub const KAFKA_PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Publishes batches to Kafka, spooling them while it is away.
@@ -57,17 +64,14 @@ pub enum KafkaSinkError {
 }
 
 /// One Kafka topic, for one tenant's project and host. Connects on first
-/// use, and again after a failed connect, so that an agent started while
-/// Kafka is down spools and carries on.
+/// use, and again in the background after the broker was found away, so
+/// that an agent started or running while Kafka is down spools and carries
+/// on.
 pub struct KafkaTransport {
-    options: KafkaOptions,
     tenant: String,
     project: String,
     key: Vec<u8>,
-    bus: Option<KafkaBus>,
-    /// librdkafka's callbacks run on its own threads; this drives the
-    /// futures that wait on them from the agent's synchronous loop.
-    runtime: tokio::runtime::Runtime,
+    link: Link,
 }
 
 impl KafkaTransport {
@@ -81,33 +85,25 @@ impl KafkaTransport {
     ) -> Result<Self, KafkaSinkError> {
         check_scope_name("tenant", tenant)?;
         check_scope_name("project", project)?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+        let link = Link::new(options.publish_timeout(KAFKA_PUBLISH_TIMEOUT))
             .map_err(KafkaSinkError::Runtime)?;
         Ok(KafkaTransport {
-            options: options.publish_timeout(KAFKA_PUBLISH_TIMEOUT),
             tenant: tenant.to_owned(),
             project: project.to_owned(),
             key: kiln_model::bus_key(tenant, host),
-            bus: None,
-            runtime,
+            link,
         })
     }
 
-    fn connected(&mut self) -> Result<&KafkaBus, BusError> {
-        if self.bus.is_none() {
-            let bus = self
-                .runtime
-                .block_on(KafkaBus::connect(self.options.clone()))?;
-            info!(
-                brokers = self.options.brokers,
-                topic = self.options.topic,
-                "kafka sink connected"
-            );
-            self.bus = Some(bus);
-        }
-        Ok(self.bus.as_ref().expect("connected above"))
+    /// Publishes tried so far, delivered or not: a batch spooled because
+    /// the broker is known to be away costs none.
+    pub fn publish_attempts(&self) -> u64 {
+        self.link.publishes()
+    }
+
+    /// Connects started so far: the first, then one per reconnect probe.
+    pub fn connect_attempts(&self) -> u64 {
+        self.link.connects()
     }
 }
 
@@ -119,29 +115,23 @@ impl Transport for KafkaTransport {
         let payload = Envelope::new(&self.tenant, &self.project, received_at_ns, batch)
             .expect("names checked in new")
             .encode();
-        let key = self.key.clone();
-        let bus = match self.connected() {
-            Ok(bus) => bus.clone(),
-            Err(e) => return Attempt::Retry(format!("connecting to Kafka: {e}")),
-        };
-        match self.runtime.block_on(bus.publish(&key, payload)) {
-            Ok(_) => Attempt::Delivered,
-            Err(e) => match e.source {
-                BusError::RecordTooLarge { .. } => Attempt::Refused(e.source.to_string()),
-                other => Attempt::Retry(other.to_string()),
-            },
-        }
+        self.link.publish(&self.key, payload)
+    }
+
+    fn ready(&mut self) -> Result<(), String> {
+        self.link.ready()
     }
 }
 
 impl fmt::Debug for KafkaTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let options = self.link.options();
         f.debug_struct("KafkaTransport")
-            .field("brokers", &self.options.brokers)
-            .field("topic", &self.options.topic)
+            .field("brokers", &options.brokers)
+            .field("topic", &options.topic)
             .field("tenant", &self.tenant)
             .field("project", &self.project)
-            .field("connected", &self.bus.is_some())
+            .field("connected", &self.link.is_up())
             .finish()
     }
 }
@@ -182,8 +172,12 @@ mod tests {
             ..Batch::default()
         };
         assert_eq!(sink.send(&batch).unwrap(), Delivery::Spooled);
+        // Known away after the first connect failed: the next batch is
+        // spooled behind it without a publish.
+        assert_eq!(sink.send(&batch).unwrap(), Delivery::Spooled);
+        assert_eq!(sink.transport().publish_attempts(), 0);
         let files = sink.spool().unwrap().files().unwrap();
-        assert_eq!(files.len(), 1);
+        assert_eq!(files.len(), 2);
         assert_eq!(std::fs::read(&files[0].0).unwrap(), batch.encode());
     }
 }

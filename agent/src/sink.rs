@@ -93,10 +93,21 @@ pub enum Attempt {
 pub trait Transport {
     /// Tries once to deliver an encoded batch.
     fn try_send(&mut self, batch: &[u8]) -> Attempt;
+
+    /// Whether an attempt is worth making now. A transport that knows its
+    /// backend is away, and finds out off the caller's thread when it is
+    /// back, answers `Err(why)`: the sink then spools without an attempt,
+    /// so that no send waits on a backend known to be down. The default
+    /// (the HTTP transport's) is always worth a try.
+    fn ready(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Hands batches to a [`Transport`], spooling them while the backend is
-/// away and replaying them, oldest first, once it is back.
+/// away and replaying them, oldest first, once it is back. While the
+/// transport says its backend is known to be away ([`Transport::ready`]),
+/// batches go straight to the spool.
 #[derive(Debug)]
 pub struct SpoolingSink<T> {
     transport: T,
@@ -116,6 +127,11 @@ impl<T: Transport> SpoolingSink<T> {
     /// The spool, if there is one.
     pub fn spool(&self) -> Option<&Spool> {
         self.spool.as_ref()
+    }
+
+    /// The transport it sends through.
+    pub fn transport(&self) -> &T {
+        &self.transport
     }
 
     /// Posts spooled batches, oldest first, until one fails. Returns
@@ -173,7 +189,9 @@ impl<T: Transport> Sink for SpoolingSink<T> {
         let bytes = batch.encode();
         // Older batches first: a spooled batch may carry dictionary entries
         // that later ones only refer to.
-        let reason = if self.replay() {
+        let reason = if let Err(why) = self.transport.ready() {
+            why
+        } else if self.replay() {
             match self.transport.try_send(&bytes) {
                 Attempt::Delivered => return Ok(Delivery::Delivered),
                 Attempt::Retry(why) => why,

@@ -3,10 +3,19 @@
 //! - [`synth`]: a synthetic call graph whose stacks are drawn with a Zipf
 //!   distribution (a few hot stacks, a long tail), and a fleet of hosts
 //!   producing agent batches from it.
+//! - [`systems`]: Kiln's roles in this process, each on an actix system
+//!   of its own, for the distributed benches.
 //! - `src/bin/ingest_bench.rs`: embedded ingest throughput, against writing
 //!   the same rows straight into the store.
 //! - `src/bin/flamewire_bench.rs`: building a 1M-node flamegraph, its size
 //!   as Flamewire against JSON.
+//! - `src/bin/graph_bench.rs`: the query API's flamegraph build at about a
+//!   million nodes, against the previous algorithm.
+//! - `src/bin/distributed_bench.rs`: gateway → Kafka → workers throughput
+//!   and publish-to-queryable latency, against the embedded bus.
+//! - `src/bin/query_bench.rs`: flamegraph query latency with 1 query node
+//!   against 2 and 3 that share partition scans (`--peers`), cold and warm.
 
 pub mod report;
 pub mod synth;
+pub mod systems;

@@ -20,8 +20,8 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -31,6 +31,7 @@ use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::{Bus, BusUrl, EmbeddedBus};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
+use kiln_load_tests::systems::spawn_system;
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_storage::{
     EmbeddedProfileStore, LocalObjectStore, ObjectStore, PostgresProfileStore, ProfileStore,
@@ -353,47 +354,6 @@ impl Cluster {
             system.stop();
         }
     }
-}
-
-/// Runs `start` in a new actix system on a thread of its own; returns the
-/// system and the address it serves on, if any.
-fn spawn_system<F, Fut>(
-    name: &str,
-    start: F,
-) -> anyhow::Result<(actix_rt::System, Option<SocketAddr>)>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<
-            Output = anyhow::Result<(Option<SocketAddr>, Option<actix_web::dev::Server>)>,
-        >,
-{
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name(format!("bench-{name}"))
-        .spawn(move || {
-            let system = actix_rt::System::new();
-            let handle = actix_rt::System::current();
-            // The server future must be spawned inside the system.
-            let started = system.block_on(async move {
-                let (addr, server) = start().await?;
-                if let Some(server) = server {
-                    actix_rt::spawn(async move {
-                        let _ = server.await;
-                    });
-                }
-                anyhow::Ok(addr)
-            });
-            match started {
-                Ok(addr) => {
-                    let _ = tx.send(Ok((handle, addr)));
-                    let _ = system.run();
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            }
-        })?;
-    rx.recv().context("the role's thread died")?
 }
 
 /// One small batch whose samples carry the label `probe=TAG`, stamped now.

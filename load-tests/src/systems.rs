@@ -1,0 +1,51 @@
+//! Kiln's roles in this process, each on an actix system of its own (on a
+//! thread of its own), as separate processes would run them: the
+//! distributed benches start gateways, workers and query nodes this way.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+
+use anyhow::Context;
+
+/// Runs `start` in a new actix system on a thread of its own; returns the
+/// system (to stop it) and the address it serves on, if any. `start`
+/// returns that address and the server future, which is driven inside
+/// the system.
+pub fn spawn_system<F, Fut>(
+    name: &str,
+    start: F,
+) -> anyhow::Result<(actix_rt::System, Option<SocketAddr>)>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<
+            Output = anyhow::Result<(Option<SocketAddr>, Option<actix_web::dev::Server>)>,
+        >,
+{
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("bench-{name}"))
+        .spawn(move || {
+            let system = actix_rt::System::new();
+            let handle = actix_rt::System::current();
+            // The server future must be spawned inside the system.
+            let started = system.block_on(async move {
+                let (addr, server) = start().await?;
+                if let Some(server) = server {
+                    actix_rt::spawn(async move {
+                        let _ = server.await;
+                    });
+                }
+                anyhow::Ok(addr)
+            });
+            match started {
+                Ok(addr) => {
+                    let _ = tx.send(Ok((handle, addr)));
+                    let _ = system.run();
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })?;
+    rx.recv().context("the role's thread died")?
+}
