@@ -133,7 +133,7 @@ async fn frames_ingested_after_an_upload_are_stored_symbolized() {
         row.symbols
     );
     // The deduper kept beta's frame from being written again: the query
-    // path names it.
+    // path names it, and writes its symbols back.
     assert_eq!(stored(&s, &frame(beta)).await.symbols, []);
     let beta_names: Vec<&str> = beta_chain.iter().map(|s| s.function.as_str()).collect();
     let beta_names = beta_names.join(";");
@@ -147,6 +147,15 @@ async fn frames_ingested_after_an_upload_are_stored_symbolized() {
             format!("{beta_names};alpha;mix 3")
         ]
     );
+    // The query wrote the symbols it found back (in the background): the
+    // store now holds beta's chain too.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut beta_row = stored(&s, &frame(beta)).await;
+    while beta_row.symbols.is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        beta_row = stored(&s, &frame(beta)).await;
+    }
+    assert_eq!(beta_row.symbols, beta_chain);
 }
 
 /// A frame of a file nobody has symbols for is written unsymbolized, and

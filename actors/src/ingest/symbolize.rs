@@ -86,7 +86,7 @@ pub(crate) async fn symbolize(
         for (file, chains) in files.into_iter().zip(resolved) {
             let Some(chains) = chains else { continue };
             for ((b, f), chain) in file.slots.into_iter().zip(chains) {
-                out[b].frames[f].symbols = chain.into_iter().map(symbol).collect();
+                out[b].frames[f].symbols = chain.into_iter().map(Symbol::from).collect();
             }
         }
     }
@@ -173,14 +173,4 @@ async fn lookup(
         }
     };
     (files, resolved)
-}
-
-/// One level of a chain as stored: an unnamed function (symbols that
-/// cover the address with lines but no name) as an empty name.
-fn symbol(frame: ResolvedFrame) -> Symbol {
-    Symbol {
-        function: frame.function.unwrap_or_default(),
-        file: frame.file,
-        line: frame.line,
-    }
 }

@@ -4,7 +4,8 @@
 //! labelled from those (when they have source lines: `is_final`); the
 //! others are symbolized here, in one batched lookup per query, so that
 //! frames that arrived before their symbols show names once the symbols
-//! are uploaded.
+//! are uploaded. What is found is written back to the store, so that the
+//! lookup is made once per frame, not once per query node and restart.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ use actix::Addr;
 use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, StackId, Symbol};
 use kiln_storage::{ProfileStore, StoreError, StoredFrame};
 use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer, SymbolsStored};
+use tracing::{debug, warn};
 
 use super::QueryError;
 use super::cache::{BoundedCache, FastMap, FastSet};
@@ -76,6 +78,17 @@ struct Address {
     /// In hex, as the agent reported it: lets the symbolizer ask
     /// debuginfod for the file's symbols.
     build_id: Option<String>,
+}
+
+impl Address {
+    /// The frame it stands for.
+    fn frame(&self) -> Frame {
+        Frame::Address {
+            kind: self.kind,
+            file_id: self.file_id,
+            addr: self.addr,
+        }
+    }
 }
 
 /// Cached stacks and frames, keyed by tenant and id.
@@ -316,11 +329,21 @@ impl Resolver {
             })
             .await??;
         let mut out = Vec::new();
+        let mut write_back = Vec::new();
         let mut cache = self.frames.lock().expect("frame cache lock");
         for (frames, chains) in by_file.into_iter().zip(resolved) {
             match chains {
                 Some(chains) => {
                     for ((id, a), chain) in frames.into_iter().zip(chains) {
+                        let symbols: Vec<Symbol> =
+                            chain.iter().cloned().map(Symbol::from).collect();
+                        if is_final(&symbols) {
+                            write_back.push(StoredFrame {
+                                id,
+                                frame: a.frame(),
+                                symbols,
+                            });
+                        }
                         let labels = symbolized_labels(&a, chain);
                         cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
                         out.push((id, labels));
@@ -335,7 +358,30 @@ impl Resolver {
                 }
             }
         }
+        drop(cache);
+        self.write_back(tenant, write_back);
         Ok(out)
+    }
+
+    /// Stores frames with the symbols a query found for them (they were
+    /// written before their file's symbols arrived), so that the next
+    /// query node to read them — after a restart, on another node, past
+    /// this cache — reads names instead of loading symbol files. In the
+    /// background: the query does not wait, and a failed write only costs
+    /// a later lookup. (A frame row is keyed by its id, so writing it
+    /// again replaces it.)
+    fn write_back(&self, tenant: &str, frames: Vec<StoredFrame>) {
+        if frames.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        let tenant = tenant.to_owned();
+        tokio::spawn(async move {
+            match store.put_frames(&tenant, &frames).await {
+                Ok(()) => debug!(tenant, frames = frames.len(), "symbols written back"),
+                Err(e) => warn!(tenant, error = %e, "writing symbols back failed"),
+            }
+        });
     }
 
     /// The executables that address frames point into, by file id.

@@ -106,6 +106,18 @@ pub struct ResolvedFrame {
     pub line: u32,
 }
 
+impl From<ResolvedFrame> for kiln_model::Symbol {
+    /// One level of a chain as stores keep it: a function the symbols do
+    /// not name (they cover the address with lines only) as an empty name.
+    fn from(frame: ResolvedFrame) -> Self {
+        kiln_model::Symbol {
+            function: frame.function.unwrap_or_default(),
+            file: frame.file,
+            line: frame.line,
+        }
+    }
+}
+
 /// Addresses to resolve in one file.
 #[derive(Debug, Clone)]
 pub struct FileAddrs {
