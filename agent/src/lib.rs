@@ -79,9 +79,9 @@
 //!   the new process is announced or the exited one is reaped (at most
 //!   10 s while processes come and go).
 //! - Interpreters (Python, JVM, …).
-//! - Symbol upload ([`Agent::upload_symbols_to`]) sends whole files; a
-//!   file whose DWARF is in a separate debug file on this host is sent
-//!   without it (the backend gets the names of its symbol table only).
+//! - Symbol upload ([`Agent::upload_symbols_to`]) sends whole files (or
+//!   their separate debug files), up to 512 MiB, not just the sections the
+//!   backend reads.
 
 mod abi;
 mod batcher;
@@ -123,7 +123,7 @@ pub use sink::{
 };
 pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
 pub use unwinder::UnwindStats;
-pub use upload::SymbolUploader;
+pub use upload::{DEFAULT_DEBUG_DIR, SymbolUploader};
 
 /// Default sampling frequency: a prime, so sampling does not fall into
 /// step with work that runs at round rates (timers at 10 ms, 100 Hz ticks).
@@ -488,10 +488,15 @@ impl Agent {
     }
 
     /// Uploads the symbols of the files it samples to the backend at
-    /// `server`, each once per run, from a background thread (see
+    /// `server`, each once per run, from a background thread, preferring a
+    /// file's separate debug file under `debug_dirs` (see
     /// [`SymbolUploader`]). Off until called.
-    pub fn upload_symbols_to(&mut self, server: &str) -> std::io::Result<()> {
-        self.uploader = Some(SymbolUploader::start(server)?);
+    pub fn upload_symbols_to(
+        &mut self,
+        server: &str,
+        debug_dirs: Vec<std::path::PathBuf>,
+    ) -> std::io::Result<()> {
+        self.uploader = Some(SymbolUploader::start(server, debug_dirs)?);
         Ok(())
     }
 

@@ -67,6 +67,17 @@ struct Args {
     /// extracts their symbols, so their frames get names).
     #[arg(long, env = "KILN_NO_SYMBOL_UPLOAD")]
     no_symbol_upload: bool,
+    /// Directories holding separate debug files by build id
+    /// (`DIR/.build-id/xx/rest.debug`, where -dbg packages install them);
+    /// a sampled file's debug file is uploaded in its place, for lines and
+    /// inlined functions.
+    #[arg(
+        long = "debug-dir",
+        env = "KILN_DEBUG_DIRS",
+        value_delimiter = ',',
+        default_value = kiln_agent::DEFAULT_DEBUG_DIR
+    )]
+    debug_dirs: Vec<PathBuf>,
 
     /// Where CUDA processes running libkiln_cuda.so send their GPU
     /// profiles (the library's KILN_GPU_SOCKET).
@@ -153,7 +164,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
     let mut agent = Agent::start(config).context("starting the sampler")?;
     match symbols_server {
         Some(server) if !args.no_symbol_upload => agent
-            .upload_symbols_to(server)
+            .upload_symbols_to(server, args.debug_dirs.clone())
             .context("starting the symbol upload thread")?,
         Some(_) => {}
         None => tracing::info!("no --symbols-server: symbols are not uploaded"),

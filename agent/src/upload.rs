@@ -10,6 +10,13 @@
 //! burning CPU gets its names before the hundreds of short-lived binaries
 //! a build machine starts (each seen in one batch), however many of those
 //! came first.
+//!
+//! A file whose separate debug file is on this host
+//! (`<debug dir>/.build-id/xx/rest.debug`, what `-dbg` and `-debuginfo`
+//! packages install) is sent as that debug file: it carries the same
+//! build id, so the same FileId, and the DWARF that stripped distribution
+//! binaries lack, so frames get files, lines and inline chains rather than
+//! function names only.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -30,6 +37,8 @@ const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 /// Bound on remembered file ids; past it the set starts over, and a file
 /// may be asked about (`HEAD`, cheap) once more.
 const MAX_REMEMBERED: usize = 64 * 1024;
+/// Where distributions install separate debug files.
+pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 
 /// One file to upload, with the paths it can be read from (in order).
 #[derive(Debug)]
@@ -138,15 +147,16 @@ pub struct SymbolUploader {
 }
 
 impl SymbolUploader {
-    /// Starts the upload thread, sending to the backend at `server`. The
+    /// Starts the upload thread, sending to the backend at `server` and
+    /// looking for separate debug files under `debug_dirs` (in order). The
     /// thread ends when the uploader is dropped and nothing waits.
-    pub fn start(server: &str) -> std::io::Result<SymbolUploader> {
+    pub fn start(server: &str, debug_dirs: Vec<PathBuf>) -> std::io::Result<SymbolUploader> {
         let shared = Arc::new(Shared::default());
         let base = format!("{}/api/v1/symbols", server.trim_end_matches('/'));
         let jobs = shared.clone();
         std::thread::Builder::new()
             .name("kiln-symbols".into())
-            .spawn(move || upload_all(&base, &jobs))?;
+            .spawn(move || upload_all(&base, &debug_dirs, &jobs))?;
         Ok(SymbolUploader { shared })
     }
 
@@ -165,7 +175,7 @@ impl Drop for SymbolUploader {
     }
 }
 
-fn upload_all(base: &str, jobs: &Shared) {
+fn upload_all(base: &str, debug_dirs: &[PathBuf], jobs: &Shared) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(3)))
@@ -173,7 +183,7 @@ fn upload_all(base: &str, jobs: &Shared) {
         .build()
         .into();
     while let Some(job) = jobs.next_job() {
-        match upload(&agent, base, &job) {
+        match upload(&agent, base, debug_dirs, &job) {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
             Ok(Outcome::Uploaded(path)) => {
                 info!(file_id = %job.file_id, path = %path.display(), "symbols uploaded");
@@ -201,7 +211,12 @@ enum UploadError {
     TooBig { path: PathBuf, len: u64 },
 }
 
-fn upload(agent: &ureq::Agent, base: &str, job: &Job) -> Result<Outcome, UploadError> {
+fn upload(
+    agent: &ureq::Agent,
+    base: &str,
+    debug_dirs: &[PathBuf],
+    job: &Job,
+) -> Result<Outcome, UploadError> {
     let url = format!("{base}/{}", job.file_id);
     let response = agent.head(&url).call()?;
     match response.status().as_u16() {
@@ -214,7 +229,7 @@ fn upload(agent: &ureq::Agent, base: &str, job: &Job) -> Result<Outcome, UploadE
             });
         }
     }
-    let (path, data) = read_file(job)?;
+    let (path, data) = read_file(job, debug_dirs)?;
     let mut response = agent.put(&url).send(&data[..])?;
     let status = response.status().as_u16();
     if status != 200 {
@@ -224,18 +239,49 @@ fn upload(agent: &ureq::Agent, base: &str, job: &Job) -> Result<Outcome, UploadE
     Ok(Outcome::Uploaded(path))
 }
 
-/// The first of the job's paths that still holds the file it names (a
-/// path may now hold a newer build of it).
-fn read_file(job: &Job) -> Result<(PathBuf, Vec<u8>), UploadError> {
+/// What to send for the job: its separate debug file when one of
+/// `debug_dirs` has it, else the first of the job's paths that still holds
+/// the file it names (a path may now hold a newer build of it).
+fn read_file(job: &Job, debug_dirs: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), UploadError> {
     for path in &job.paths {
-        if !FileInfo::read(path, "").is_ok_and(|info| info.file_id == job.file_id) {
+        let Ok(info) = FileInfo::read(path, "") else {
             continue;
+        };
+        if info.file_id != job.file_id {
+            continue;
+        }
+        let debug = info
+            .build_id
+            .as_deref()
+            .and_then(|id| debug_file(id, job.file_id, debug_dirs));
+        if let Some(debug) = debug
+            && let Some(data) = read_capped(&debug)?
+        {
+            return Ok((debug, data));
         }
         if let Some(data) = read_capped(path)? {
             return Ok((path.clone(), data));
         }
     }
     Err(UploadError::NoFile)
+}
+
+/// The separate debug file of the file with `build_id` (hex) and
+/// `file_id` under one of `debug_dirs`, when one is there and carries the
+/// same id (a stale one from another build does not).
+fn debug_file(build_id: &str, file_id: FileId, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
+    if build_id.len() < 3 || !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (head, rest) = build_id.split_at(2);
+    debug_dirs
+        .iter()
+        .map(|dir| {
+            dir.join(".build-id")
+                .join(head)
+                .join(format!("{rest}.debug"))
+        })
+        .find(|path| FileInfo::read(path, "").is_ok_and(|info| info.file_id == file_id))
 }
 
 fn read_capped(path: &Path) -> Result<Option<Vec<u8>>, UploadError> {
@@ -324,11 +370,53 @@ mod tests {
             file_id: id,
             paths: vec![dir.path().join("missing"), path.clone()],
         };
-        assert_eq!(read_file(&job).unwrap().0, path);
+        assert_eq!(read_file(&job, &[]).unwrap().0, path);
         let other = Job {
             file_id: FileId(id.0 ^ 1),
             paths: vec![path],
         };
-        assert!(matches!(read_file(&other), Err(UploadError::NoFile)));
+        assert!(matches!(read_file(&other, &[]), Err(UploadError::NoFile)));
+    }
+
+    /// A stripped binary with its debug file where a -dbg package puts it:
+    /// the debug file (same build id, the DWARF) goes instead; one from
+    /// another build, or none, and the binary itself goes.
+    #[test]
+    fn a_debug_file_by_build_id_is_sent_in_place_of_the_binary() {
+        use kiln_test_support::{CBuild, programs::ALPHA_BETA, strip};
+
+        let dir = tempfile::tempdir().unwrap();
+        let full = CBuild::cc().args(["-O1", "-g", "-Wl,--build-id"]).program(
+            dir.path(),
+            "prog",
+            ALPHA_BETA,
+        );
+        let stripped = dir.path().join("prog.stripped");
+        strip(&full, &stripped);
+        let info = FileInfo::read(&stripped, "prog").unwrap();
+        let build_id = info.build_id.clone().expect("built with a build id");
+        let debug_dir = dir.path().join("debug");
+        let job = Job {
+            file_id: info.file_id,
+            paths: vec![stripped.clone()],
+        };
+        assert_eq!(
+            read_file(&job, std::slice::from_ref(&debug_dir)).unwrap().0,
+            stripped,
+            "no debug file yet: the binary goes"
+        );
+
+        let by_id = debug_dir.join(".build-id").join(&build_id[..2]);
+        std::fs::create_dir_all(&by_id).unwrap();
+        let debug = by_id.join(format!("{}.debug", &build_id[2..]));
+        std::fs::copy(&full, &debug).unwrap();
+        let dirs = [dir.path().join("elsewhere"), debug_dir];
+        let (sent, data) = read_file(&job, &dirs).unwrap();
+        assert_eq!(sent, debug);
+        assert_eq!(data, std::fs::read(&full).unwrap());
+
+        // A file at that path from another build is not this file's.
+        std::fs::write(&debug, b"another build").unwrap();
+        assert_eq!(read_file(&job, &dirs).unwrap().0, stripped);
     }
 }

@@ -54,7 +54,8 @@ pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<L
     let server = format!("http://{addr}");
     // The files it samples get symbols on this server without a step of
     // the user's own.
-    if let Err(e) = agent.upload_symbols_to(&server) {
+    let debug_dirs = vec![std::path::PathBuf::from(kiln_agent::DEFAULT_DEBUG_DIR)];
+    if let Err(e) = agent.upload_symbols_to(&server, debug_dirs) {
         warn!(error = %e, "the local agent will not upload symbols");
     }
     // CUDA processes started with CUDA_INJECTION64_PATH=libkiln_cuda.so
