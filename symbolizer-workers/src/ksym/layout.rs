@@ -23,13 +23,14 @@ pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
 /// | chains u32 | format u32.
 pub const RANGE_LEN: usize = 32;
 
-/// The page index has at most this many entries per range: where the code
-/// is spread thinly over the address space, pages grow instead.
-pub const PAGES_PER_RANGE: u64 = 2;
-/// Smallest page: 64 bytes, about one small function. Small pages let the
-/// index point at the one or two ranges that can hold an address, so that
-/// a lookup reads one range record rather than searching many.
-pub const MIN_PAGE_SHIFT: u32 = 6;
+/// The page index: pages from 64 bytes, about one small function, and at
+/// most 2 entries per range. Small pages let the index point at the one or
+/// two ranges that can hold an address, so that a lookup reads one range
+/// record rather than searching many.
+pub(super) const PAGE_LAYOUT: super::pages::Layout = super::pages::Layout {
+    min_shift: 6,
+    per_range: 2,
+};
 
 /// Offsets in a range are kept as buckets of this many bytes: per bucket,
 /// where its rows begin, and per row only its low byte. A lookup goes

@@ -3,6 +3,7 @@
 use super::body::{Body, Offsets};
 use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
+use super::pages;
 use super::{Frame, KsymError};
 use crate::table::NONE;
 
@@ -165,34 +166,7 @@ impl<'a> Ksym<'a> {
                 return Err(KsymError::BadLines { range: r });
             }
         }
-        self.check_pages(self.len())
-    }
-
-    /// Checks the page index: a shift, then nondecreasing range indexes.
-    fn check_pages(&self, n: usize) -> Result<(), KsymError> {
-        let bad = Err(KsymError::BadIndex {
-            what: "page",
-            index: 0,
-        });
-        if self.pages.is_empty() {
-            return if n == 0 { Ok(()) } else { bad };
-        }
-        let shift = u32_at(self.pages, 0);
-        if !(MIN_PAGE_SHIFT..64).contains(&shift) || self.pages.len() < 8 {
-            return bad;
-        }
-        let mut prev = 0;
-        for at in (4..self.pages.len()).step_by(4) {
-            let r = u32_at(self.pages, at) as usize;
-            if r < prev || r > n {
-                return Err(KsymError::BadIndex {
-                    what: "page",
-                    index: at / 4 - 1,
-                });
-            }
-            prev = r;
-        }
-        Ok(())
+        pages::check(self.pages, self.len(), PAGE_LAYOUT)
     }
 
     /// Checks the string at `at` in `records` lies within the blob. (Its

@@ -20,11 +20,11 @@ pub const SECTIONS: usize = 10;
 /// Record size of each section, in bytes.
 pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1, 4];
 
-/// The page index has at most this many entries per range: where the code
-/// is spread thinly over the address space, pages grow instead.
-pub const PAGES_PER_RANGE: u64 = 4;
-/// Smallest page: 4 KiB.
-pub const MIN_PAGE_SHIFT: u32 = 12;
+/// The page index: pages from 4 KiB, at most 4 entries per range.
+pub(crate) const PAGE_LAYOUT: crate::ksym::pages::Layout = crate::ksym::pages::Layout {
+    min_shift: 12,
+    per_range: 4,
+};
 
 pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
 

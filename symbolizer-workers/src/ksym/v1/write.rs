@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use super::layout::*;
+use crate::ksym::pages;
 use crate::ksym::varint;
 use crate::table::{Inline, NONE, Range, SymbolTable};
 
@@ -44,7 +45,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         }
     }
 
-    let pages = page_index(table);
+    let pages = pages::build(table, PAGE_LAYOUT);
     let mut out = vec![0u8; HEADER_LEN];
     out[..4].copy_from_slice(MAGIC);
     out[4..8].copy_from_slice(&VERSION.to_le_bytes());
@@ -70,45 +71,6 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
         out[at + 4..at + 8].copy_from_slice(&count.to_le_bytes());
         out.extend_from_slice(bytes);
-    }
-    out
-}
-
-/// The page index: page shift, then for each page the first range that
-/// ends after the page's start.
-fn page_index(table: &SymbolTable) -> Vec<u8> {
-    let (Some(first), Some(last)) = (table.ranges.first(), table.ranges.last()) else {
-        return Vec::new();
-    };
-    let ends: Vec<u64> = table
-        .ranges
-        .iter()
-        .map(|r| {
-            r.start + u64::from(u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX))
-        })
-        .collect();
-    let end = ends
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(last.start.saturating_add(1));
-    let span = end.saturating_sub(first.start);
-    let mut shift = MIN_PAGE_SHIFT;
-    while shift < 63 && (span >> shift) + 2 > PAGES_PER_RANGE * table.ranges.len() as u64 {
-        shift += 1;
-    }
-    let base = first.start >> shift << shift;
-    let count = ((end - 1).saturating_sub(base) >> shift) + 1;
-    let mut out = Vec::with_capacity(4 * (count as usize + 1));
-    out.extend(shift.to_le_bytes());
-    let mut r = 0;
-    for page in 0..count {
-        let page_start = base + (page << shift);
-        while r < ends.len() && ends[r] <= page_start {
-            r += 1;
-        }
-        out.extend(to_u32(r).to_le_bytes());
     }
     out
 }

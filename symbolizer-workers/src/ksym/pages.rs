@@ -1,0 +1,85 @@
+//! The page index, the same in every ksym version but for its sizes: a
+//! page shift, then for each page of the covered address span the first
+//! range that ends after the page's start, so a lookup searches only the
+//! ranges of its page.
+
+use super::KsymError;
+use super::fields::u32_at;
+use crate::table::SymbolTable;
+
+/// A version's page sizes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Layout {
+    /// Smallest page, as a shift.
+    pub min_shift: u32,
+    /// Pages per range at most: where code is spread thinly over the
+    /// address space, pages grow instead.
+    pub per_range: u64,
+}
+
+/// The page index: page shift, then for each page the first range that
+/// ends after the page's start.
+pub(super) fn build(table: &SymbolTable, layout: Layout) -> Vec<u8> {
+    let (Some(first), Some(last)) = (table.ranges.first(), table.ranges.last()) else {
+        return Vec::new();
+    };
+    let ends: Vec<u64> = table
+        .ranges
+        .iter()
+        .map(|r| {
+            r.start + u64::from(u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX))
+        })
+        .collect();
+    let end = ends
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(last.start.saturating_add(1));
+    let span = end.saturating_sub(first.start);
+    let mut shift = layout.min_shift;
+    while shift < 63 && (span >> shift) + 2 > layout.per_range * table.ranges.len() as u64 {
+        shift += 1;
+    }
+    let base = first.start >> shift << shift;
+    let count = ((end - 1).saturating_sub(base) >> shift) + 1;
+    let mut out = Vec::with_capacity(4 * (count as usize + 1));
+    out.extend(shift.to_le_bytes());
+    let mut r = 0;
+    for page in 0..count {
+        let page_start = base + (page << shift);
+        while r < ends.len() && ends[r] <= page_start {
+            r += 1;
+        }
+        out.extend(u32::try_from(r).unwrap_or(u32::MAX).to_le_bytes());
+    }
+    out
+}
+
+/// Checks a page index over `n` ranges: a shift, then nondecreasing range
+/// indexes.
+pub(super) fn check(pages: &[u8], n: usize, layout: Layout) -> Result<(), KsymError> {
+    let bad = Err(KsymError::BadIndex {
+        what: "page",
+        index: 0,
+    });
+    if pages.is_empty() {
+        return if n == 0 { Ok(()) } else { bad };
+    }
+    let shift = u32_at(pages, 0);
+    if !(layout.min_shift..64).contains(&shift) || pages.len() < 8 {
+        return bad;
+    }
+    let mut prev = 0;
+    for at in (4..pages.len()).step_by(4) {
+        let r = u32_at(pages, at) as usize;
+        if r < prev || r > n {
+            return Err(KsymError::BadIndex {
+                what: "page",
+                index: at / 4 - 1,
+            });
+        }
+        prev = r;
+    }
+    Ok(())
+}
