@@ -79,6 +79,7 @@ mod error;
 mod fields;
 mod frame;
 mod layout;
+mod names;
 mod pages;
 mod read;
 mod upgrade;

@@ -3,6 +3,7 @@
 use super::body::{Body, Offsets};
 use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
+use super::names::Names;
 use super::pages;
 use super::{Frame, KsymError};
 use crate::table::NONE;
@@ -17,14 +18,7 @@ pub struct Ksym<'a> {
     ranges: &'a [u8],
     bodies: &'a [u8],
     nodes: &'a [u8],
-    funcs: &'a [u8],
-    files: &'a [u8],
-    blob: &'a [u8],
-    /// The blob as text, when [`open`](Self::open) checked it whole (small
-    /// blobs, where that costs little) and found every string record to
-    /// start and end on a character boundary: strings are then sliced
-    /// without being checked again.
-    blob_text: Option<&'a str>,
+    names: Names<'a>,
     /// The page index section: the shift, then the entries.
     pages: &'a [u8],
     /// The page index's entries, and what locates an address's entry
@@ -33,9 +27,6 @@ pub struct Ksym<'a> {
     page_base: u64,
     page_shift: u32,
 }
-
-/// Blobs up to this size are checked as UTF-8 whole at open.
-const CHECK_BLOB_AT_OPEN: usize = 4 << 20;
 
 /// The fields of a range record.
 #[inline]
@@ -83,22 +74,12 @@ impl<'a> Ksym<'a> {
             let end = offset.checked_add(len).ok_or(out.clone())?;
             *section = data.get(offset..end).ok_or(out)?;
         }
-        let blob = sections[BLOB];
-        // Checking the whole blob costs about 0.1 ms per MiB; beyond a few
-        // MiB, lookups check their own strings instead, keeping open fast.
-        let blob_text = if blob.len() <= CHECK_BLOB_AT_OPEN {
-            std::str::from_utf8(blob).ok()
-        } else {
-            None
-        };
+        let names = Names::open(sections[FUNCS], sections[FILES], sections[BLOB])?;
         let mut k = Ksym {
             ranges: sections[RANGES],
             bodies: sections[BODIES],
             nodes: sections[NODES],
-            funcs: sections[FUNCS],
-            files: sections[FILES],
-            blob,
-            blob_text,
+            names,
             pages: sections[PAGES],
             page_entries: &[],
             page_base: 0,
@@ -111,39 +92,12 @@ impl<'a> Ksym<'a> {
             k.page_base = start(first) >> k.page_shift << k.page_shift;
             k.page_entries = records::<4>(&k.pages[4..]);
         }
-        if let Some(text) = k.blob_text
-            && !k.strings_on_char_boundaries(text)
-        {
-            k.blob_text = None;
-        }
         Ok(k)
     }
 
-    /// Whether every string record (checked by `validate` to lie within
-    /// the blob) starts and ends on a character boundary of `text`: what
-    /// lets [`string`](Self::string) slice without checking. Reads one
-    /// record after another, so it costs little next to the UTF-8 check.
-    fn strings_on_char_boundaries(&self, text: &str) -> bool {
-        [self.funcs, self.files].iter().all(|records| {
-            (0..records.len() / 8).all(|i| {
-                let off = u32_at(records, 8 * i);
-                let end = (off as usize).saturating_add(u32_at(records, 8 * i + 4) as usize);
-                off == NONE || (text.is_char_boundary(off as usize) && text.is_char_boundary(end))
-            })
-        })
-    }
-
     fn validate(&self) -> Result<(), KsymError> {
-        let n_funcs = self.funcs.len() / 16;
-        for i in 0..n_funcs {
-            self.check_string("function", i, self.funcs, 16 * i, false)?;
-            self.check_string("function", i, self.funcs, 16 * i + 8, true)?;
-        }
-        let n_files = self.files.len() / 16;
-        for i in 0..n_files {
-            self.check_string("file", i, self.files, 16 * i, false)?;
-            self.check_string("file", i, self.files, 16 * i + 8, false)?;
-        }
+        let n_funcs = self.names.functions();
+        let n_files = self.names.files();
         for (i, node) in records::<16>(self.nodes).iter().enumerate() {
             check("inline node", i, field(node, 0), n_funcs, true)?;
             check("inline node", i, field(node, 4), n_files, true)?;
@@ -169,42 +123,14 @@ impl<'a> Ksym<'a> {
         pages::check(self.pages, self.len(), PAGE_LAYOUT)
     }
 
-    /// Checks the string at `at` in `records` lies within the blob. (Its
-    /// UTF-8 is checked with the whole blob when that is small, else by
-    /// lookups, string by string, and by [`verify`](Self::verify).)
-    fn check_string(
-        &self,
-        what: &'static str,
-        index: usize,
-        records: &[u8],
-        at: usize,
-        none_ok: bool,
-    ) -> Result<(), KsymError> {
-        let off = u32_at(records, at);
-        if off == NONE && none_ok {
-            return Ok(());
-        }
-        let (off, len) = (off as usize, u32_at(records, at + 4) as usize);
-        match off.checked_add(len).and_then(|end| self.blob.get(off..end)) {
-            Some(_) => Ok(()),
-            None => Err(KsymError::BadIndex { what, index }),
-        }
-    }
-
     /// Checks every body value and string, which [`open`](Self::open)
     /// leaves to the lookups that read them (keeping open fast on large
     /// files; lookups stay safe either way, and a damaged value or string
     /// reads as unknown): for files received from elsewhere, before
     /// storing them.
     pub fn verify(&self) -> Result<(), KsymError> {
-        let n_files = self.files.len() / 16;
-        for (records, count) in [(self.funcs, self.funcs.len() / 16), (self.files, n_files)] {
-            for at in (0..2 * count).map(|i| 8 * i) {
-                if u32_at(records, at) != NONE && self.string(records, at).is_none() {
-                    return Err(KsymError::BadUtf8);
-                }
-            }
-        }
+        self.names.verify()?;
+        let n_files = self.names.files();
         let n_nodes = self.nodes.len() / 16;
         for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
             let Some(body) = self.body(range) else {
@@ -236,9 +162,9 @@ impl<'a> Ksym<'a> {
             self.ranges.len(),
             self.bodies.len(),
             self.nodes.len(),
-            self.funcs.len(),
-            self.files.len(),
-            self.blob.len(),
+            self.names.funcs.len(),
+            self.names.files.len(),
+            self.names.blob.len(),
             self.pages.len(),
         ];
         std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
@@ -289,7 +215,7 @@ impl<'a> Ksym<'a> {
         let offset = offset as u32;
         let function = field(range, FUNCTION);
         let Some(body) = self.body(range) else {
-            out.push(self.frame(function, NONE, 0));
+            out.push(self.names.frame(function, NONE, 0));
             return Some(());
         };
         let (mut file, mut line) = body.line_at(offset);
@@ -297,12 +223,12 @@ impl<'a> Ksym<'a> {
         // Bounded by the node count: open() checked that parents come first.
         let nodes = records::<16>(self.nodes);
         while let Some(n) = nodes.get(node as usize) {
-            out.push(self.frame(field(n, 0), file, line));
+            out.push(self.names.frame(field(n, 0), file, line));
             file = field(n, 4);
             line = field(n, 8);
             node = field(n, 12);
         }
-        out.push(self.frame(function, file, line));
+        out.push(self.names.frame(function, file, line));
         Some(())
     }
 
@@ -317,48 +243,6 @@ impl<'a> Ksym<'a> {
             None => n,
         };
         Some((lo, hi.min(n)))
-    }
-
-    /// The string whose (offset, len) is at `at` in `records`.
-    #[inline(always)]
-    fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
-        let off = u32_at(records, at);
-        if off == NONE {
-            return None;
-        }
-        let off = off as usize;
-        let end = off.checked_add(u32_at(records, at + 4) as usize)?;
-        let bytes = self.blob.get(off..end)?;
-        match self.blob_text {
-            // SAFETY: `blob_text` is set only when open() found the whole
-            // blob UTF-8 and every string of `funcs` and `files` (the only
-            // records passed here, whole sections or one record of them,
-            // at 8-byte steps; a position past their end reads as NONE
-            // above) to start and end on a character boundary, so `bytes`
-            // is UTF-8. Slicing unchecked spares each lookup two reads
-            // into the blob per string (its boundary bytes): cache misses
-            // for strings the caller may never read (a mangled name, a
-            // directory).
-            Some(_) => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
-            None => std::str::from_utf8(bytes).ok(),
-        }
-    }
-
-    #[inline(always)]
-    fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
-        let mut frame = Frame {
-            line,
-            ..Frame::default()
-        };
-        if let Some(f) = records::<16>(self.funcs).get(function as usize) {
-            frame.function = self.string(f, 0);
-            frame.mangled = self.string(f, 8);
-        }
-        if let Some(f) = records::<16>(self.files).get(file as usize) {
-            frame.dir = self.string(f, 0);
-            frame.file = self.string(f, 8);
-        }
-        frame
     }
 }
 

@@ -14,17 +14,18 @@ impl Ksym<'_> {
     /// whole file first, so damage gives an error, never a partial table.
     pub fn to_table(&self) -> Result<SymbolTable, KsymError> {
         self.verify()?;
-        let string = |records: &[u8], at: usize| self.string(records, at).unwrap_or("");
-        let functions = (0..self.funcs.len() / 16)
+        let names = &self.names;
+        let string = |records: &[u8], at: usize| names.string(records, at).unwrap_or("");
+        let functions = (0..names.functions())
             .map(|i| Function {
-                name: string(self.funcs, 16 * i).to_owned(),
-                mangled: self.string(self.funcs, 16 * i + 8).map(str::to_owned),
+                name: string(names.funcs, 16 * i).to_owned(),
+                mangled: names.string(names.funcs, 16 * i + 8).map(str::to_owned),
             })
             .collect();
-        let files = (0..self.files.len() / 16)
+        let files = (0..names.files())
             .map(|i| SourceFile {
-                dir: string(self.files, 16 * i).to_owned(),
-                name: string(self.files, 16 * i + 8).to_owned(),
+                dir: string(names.files, 16 * i).to_owned(),
+                name: string(names.files, 16 * i + 8).to_owned(),
             })
             .collect();
         let ranges = (0..self.len())

@@ -1,0 +1,164 @@
+//! The function and file records of a ksym file and the string blob they
+//! point into: what turns a lookup's indexes into names. The same in every
+//! version.
+//!
+//! A function record is (name, mangled name) and a file record is
+//! (directory, file name), each string an (offset, length) pair of `u32`
+//! into the blob, `NONE` for none.
+
+use crate::table::NONE;
+
+use super::fields::u32_at;
+use super::{Frame, KsymError};
+
+/// Bytes of a function or file record.
+const RECORD: usize = 16;
+/// Blobs up to this size are checked as UTF-8 whole at open: about 0.1 ms
+/// per MiB; beyond a few MiB, lookups check their own strings instead,
+/// keeping open fast.
+const CHECK_BLOB_AT_OPEN: usize = 4 << 20;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Names<'a> {
+    pub(super) funcs: &'a [u8],
+    pub(super) files: &'a [u8],
+    pub(super) blob: &'a [u8],
+    /// The blob as text, when [`Names::open`] checked it whole (small
+    /// blobs, where that costs little) and found every string record to
+    /// start and end on a character boundary: strings are then sliced
+    /// without being checked again.
+    blob_text: Option<&'a str>,
+}
+
+impl<'a> Names<'a> {
+    /// Checks that every string of the records lies within the blob (a
+    /// mangled name may be none; the others may not), and the blob's
+    /// UTF-8 when it is small.
+    pub(super) fn open(
+        funcs: &'a [u8],
+        files: &'a [u8],
+        blob: &'a [u8],
+    ) -> Result<Names<'a>, KsymError> {
+        let mut names = Names {
+            funcs,
+            files,
+            blob,
+            blob_text: None,
+        };
+        for i in 0..names.functions() {
+            names.check_string("function", i, funcs, RECORD * i, false)?;
+            names.check_string("function", i, funcs, RECORD * i + 8, true)?;
+        }
+        for i in 0..names.files() {
+            names.check_string("file", i, files, RECORD * i, false)?;
+            names.check_string("file", i, files, RECORD * i + 8, false)?;
+        }
+        if blob.len() <= CHECK_BLOB_AT_OPEN {
+            names.blob_text = std::str::from_utf8(blob)
+                .ok()
+                .filter(|text| names.strings_on_char_boundaries(text));
+        }
+        Ok(names)
+    }
+
+    /// Number of function records.
+    pub(super) fn functions(&self) -> usize {
+        self.funcs.len() / RECORD
+    }
+
+    /// Number of file records.
+    pub(super) fn files(&self) -> usize {
+        self.files.len() / RECORD
+    }
+
+    /// Checks every string's UTF-8, which [`Names::open`] leaves to
+    /// lookups for large blobs.
+    pub(super) fn verify(&self) -> Result<(), KsymError> {
+        for (records, count) in [(self.funcs, self.functions()), (self.files, self.files())] {
+            for at in (0..2 * count).map(|i| 8 * i) {
+                if u32_at(records, at) != NONE && self.string(records, at).is_none() {
+                    return Err(KsymError::BadUtf8);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The frame of `function` and `file` (record indexes, `NONE` or out
+    /// of range for unknown) at `line`.
+    #[inline(always)]
+    pub(super) fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
+        let mut frame = Frame {
+            line,
+            ..Frame::default()
+        };
+        if let Some(f) = super::fields::records::<RECORD>(self.funcs).get(function as usize) {
+            frame.function = self.string(f, 0);
+            frame.mangled = self.string(f, 8);
+        }
+        if let Some(f) = super::fields::records::<RECORD>(self.files).get(file as usize) {
+            frame.dir = self.string(f, 0);
+            frame.file = self.string(f, 8);
+        }
+        frame
+    }
+
+    /// The string whose (offset, len) is at `at` in `records`.
+    #[inline(always)]
+    pub(super) fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
+        let off = u32_at(records, at);
+        if off == NONE {
+            return None;
+        }
+        let off = off as usize;
+        let end = off.checked_add(u32_at(records, at + 4) as usize)?;
+        let bytes = self.blob.get(off..end)?;
+        match self.blob_text {
+            // SAFETY: `blob_text` is set only when open() found the whole
+            // blob UTF-8 and every string of `funcs` and `files` (the only
+            // records passed here, whole sections or one record of them,
+            // at 8-byte steps; a position past their end reads as NONE
+            // above) to start and end on a character boundary, so `bytes`
+            // is UTF-8. Slicing unchecked spares each lookup two reads
+            // into the blob per string (its boundary bytes): cache misses
+            // for strings the caller may never read (a mangled name, a
+            // directory).
+            Some(_) => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
+            None => std::str::from_utf8(bytes).ok(),
+        }
+    }
+
+    /// Whether every string record (checked to lie within the blob)
+    /// starts and ends on a character boundary of `text`: what lets
+    /// [`string`](Self::string) slice without checking. Reads one record
+    /// after another, so it costs little next to the UTF-8 check.
+    fn strings_on_char_boundaries(&self, text: &str) -> bool {
+        [self.funcs, self.files].iter().all(|records| {
+            (0..records.len() / 8).all(|i| {
+                let off = u32_at(records, 8 * i);
+                let end = (off as usize).saturating_add(u32_at(records, 8 * i + 4) as usize);
+                off == NONE || (text.is_char_boundary(off as usize) && text.is_char_boundary(end))
+            })
+        })
+    }
+
+    /// Checks the string at `at` in `records` lies within the blob.
+    fn check_string(
+        &self,
+        what: &'static str,
+        index: usize,
+        records: &[u8],
+        at: usize,
+        none_ok: bool,
+    ) -> Result<(), KsymError> {
+        let off = u32_at(records, at);
+        if off == NONE && none_ok {
+            return Ok(());
+        }
+        let (off, len) = (off as usize, u32_at(records, at + 4) as usize);
+        match off.checked_add(len).and_then(|end| self.blob.get(off..end)) {
+            Some(_) => Ok(()),
+            None => Err(KsymError::BadIndex { what, index }),
+        }
+    }
+}
