@@ -78,6 +78,7 @@ mod body;
 mod error;
 mod fields;
 mod frame;
+mod header;
 mod layout;
 mod names;
 mod pages;

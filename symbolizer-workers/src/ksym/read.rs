@@ -2,15 +2,19 @@
 
 use super::body::{Body, Offsets};
 use super::fields::{check, field, records, scan_point, u32_at};
+use super::header::Sections;
 use super::layout::*;
 use super::names::Names;
 use super::pages;
 use super::{Frame, KsymError};
 use crate::table::NONE;
 
-const SECTION_NAMES: [&str; SECTIONS] = [
-    "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
-];
+const SECTION_TABLE: Sections<SECTIONS> = Sections {
+    names: [
+        "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
+    ],
+    record: RECORD,
+};
 
 /// A ksym file, read in place.
 #[derive(Debug, Clone, Copy)]
@@ -49,31 +53,11 @@ impl<'a> Ksym<'a> {
     /// number of records. A version 1 file gives [`KsymError::Outdated`]:
     /// [`upgrade`](super::upgrade) it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
-        if data.len() < HEADER_LEN {
-            return Err(KsymError::TooShort { len: data.len() });
-        }
-        if &data[..4] != MAGIC {
-            return Err(KsymError::BadMagic);
-        }
-        match u32_at(data, 4) {
-            VERSION => {}
-            version @ 1..VERSION => return Err(KsymError::Outdated(version)),
-            version => return Err(KsymError::UnsupportedVersion(version)),
-        }
-        if u32_at(data, 8) as usize != HEADER_LEN {
-            return Err(KsymError::BadHeader);
-        }
-        let mut sections: [&[u8]; SECTIONS] = [&[]; SECTIONS];
-        for (i, section) in sections.iter_mut().enumerate() {
-            let offset = u32_at(data, 16 + 8 * i) as usize;
-            let count = u32_at(data, 20 + 8 * i) as usize;
-            let out = KsymError::SectionOutOfBounds {
-                section: SECTION_NAMES[i],
-            };
-            let len = count.checked_mul(RECORD[i]).ok_or(out.clone())?;
-            let end = offset.checked_add(len).ok_or(out.clone())?;
-            *section = data.get(offset..end).ok_or(out)?;
-        }
+        let sections = SECTION_TABLE.read(data, |version| match version {
+            VERSION => Ok(()),
+            1..VERSION => Err(KsymError::Outdated(version)),
+            _ => Err(KsymError::UnsupportedVersion(version)),
+        })?;
         let names = Names::open(sections[FUNCS], sections[FILES], sections[BLOB])?;
         let mut k = Ksym {
             ranges: sections[RANGES],
@@ -167,7 +151,7 @@ impl<'a> Ksym<'a> {
             self.names.blob.len(),
             self.pages.len(),
         ];
-        std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
+        std::array::from_fn(|i| (SECTION_TABLE.names[i], lens[i]))
     }
 
     /// Number of address ranges.

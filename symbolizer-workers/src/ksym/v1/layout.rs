@@ -1,6 +1,6 @@
 //! Constants of the ksym layout shared by the writer and the reader.
 
-pub const MAGIC: &[u8; 4] = b"KSYM";
+pub use crate::ksym::header::MAGIC;
 /// Bumped whenever the meaning of any byte changes.
 pub const VERSION: u32 = 1;
 

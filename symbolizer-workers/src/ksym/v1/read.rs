@@ -6,14 +6,18 @@ use super::layout::*;
 use crate::ksym::fields::{
     check, field, partition_point, records, scan_point, u32_at, u64_at, window,
 };
+use crate::ksym::header::Sections;
 use crate::ksym::names::Names;
 use crate::ksym::pages;
 use crate::ksym::{Frame, KsymError, varint};
 use crate::table::NONE;
 
-const SECTION_NAMES: [&str; SECTIONS] = [
-    "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines", "pages",
-];
+const SECTION_TABLE: Sections<SECTIONS> = Sections {
+    names: [
+        "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines", "pages",
+    ],
+    record: RECORD,
+};
 
 /// A version 1 ksym file, read in place.
 #[derive(Debug, Clone, Copy)]
@@ -33,30 +37,10 @@ impl<'a> Ksym<'a> {
     /// lookups need no checks that can fail. Corrupt input gives an error,
     /// never a panic; the time taken is linear in the size.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
-        if data.len() < HEADER_LEN {
-            return Err(KsymError::TooShort { len: data.len() });
-        }
-        if &data[..4] != MAGIC {
-            return Err(KsymError::BadMagic);
-        }
-        let version = u32_at(data, 4);
-        if version != VERSION {
-            return Err(KsymError::UnsupportedVersion(version));
-        }
-        if u32_at(data, 8) as usize != HEADER_LEN {
-            return Err(KsymError::BadHeader);
-        }
-        let mut sections: [&[u8]; SECTIONS] = [&[]; SECTIONS];
-        for (i, section) in sections.iter_mut().enumerate() {
-            let offset = u32_at(data, 16 + 8 * i) as usize;
-            let count = u32_at(data, 20 + 8 * i) as usize;
-            let out = KsymError::SectionOutOfBounds {
-                section: SECTION_NAMES[i],
-            };
-            let len = count.checked_mul(RECORD[i]).ok_or(out.clone())?;
-            let end = offset.checked_add(len).ok_or(out.clone())?;
-            *section = data.get(offset..end).ok_or(out)?;
-        }
+        let sections = SECTION_TABLE.read(data, |version| match version {
+            VERSION => Ok(()),
+            _ => Err(KsymError::UnsupportedVersion(version)),
+        })?;
         let names = Names::open(sections[FUNCS], sections[FILES], sections[BLOB])?;
         let k = Ksym {
             starts: sections[STARTS],
@@ -227,7 +211,7 @@ impl<'a> Ksym<'a> {
             self.lines.len(),
             self.pages.len(),
         ];
-        std::array::from_fn(|i| (SECTION_NAMES[i], lens[i]))
+        std::array::from_fn(|i| (SECTION_TABLE.names[i], lens[i]))
     }
 
     /// Number of address ranges.

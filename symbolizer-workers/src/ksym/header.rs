@@ -1,0 +1,55 @@
+//! The header of a ksym file, the same in every version but for its
+//! sections: magic, version, header length, then each section's (offset,
+//! record count), so that every section is a whole number of records.
+
+use super::KsymError;
+use super::fields::u32_at;
+
+/// `KSYM`, the first bytes of every version.
+pub const MAGIC: &[u8; 4] = b"KSYM";
+
+/// A version's sections, in header order: names (for errors and size
+/// reports) and record sizes in bytes.
+pub(super) struct Sections<const N: usize> {
+    pub(super) names: [&'static str; N],
+    pub(super) record: [usize; N],
+}
+
+impl<const N: usize> Sections<N> {
+    /// Header bytes: magic, version, header length, reserved, then an
+    /// (offset, count) pair of `u32` per section.
+    pub(super) const fn header_len(&self) -> usize {
+        16 + 8 * N
+    }
+
+    /// The sections of `data`, once its magic and header length match and
+    /// `version` accepts the version it names; each section within `data`.
+    pub(super) fn read<'a>(
+        &self,
+        data: &'a [u8],
+        version: impl FnOnce(u32) -> Result<(), KsymError>,
+    ) -> Result<[&'a [u8]; N], KsymError> {
+        if data.len() < self.header_len() {
+            return Err(KsymError::TooShort { len: data.len() });
+        }
+        if &data[..4] != MAGIC {
+            return Err(KsymError::BadMagic);
+        }
+        version(u32_at(data, 4))?;
+        if u32_at(data, 8) as usize != self.header_len() {
+            return Err(KsymError::BadHeader);
+        }
+        let mut sections: [&[u8]; N] = [&[]; N];
+        for (i, section) in sections.iter_mut().enumerate() {
+            let offset = u32_at(data, 16 + 8 * i) as usize;
+            let count = u32_at(data, 20 + 8 * i) as usize;
+            let out = KsymError::SectionOutOfBounds {
+                section: self.names[i],
+            };
+            let len = count.checked_mul(self.record[i]).ok_or(out.clone())?;
+            let end = offset.checked_add(len).ok_or(out.clone())?;
+            *section = data.get(offset..end).ok_or(out)?;
+        }
+        Ok(sections)
+    }
+}
