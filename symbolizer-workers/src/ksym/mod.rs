@@ -75,6 +75,7 @@
 //! upload path should call.
 
 mod body;
+mod chains;
 mod error;
 mod fields;
 mod frame;

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 
 use super::layout::*;
-use crate::ksym::pages;
 use crate::ksym::varint;
-use crate::table::{Inline, NONE, Range, SymbolTable};
+use crate::ksym::{chains, pages};
+use crate::table::{NONE, Range, SymbolTable};
 
 /// Encodes `table` (ranges sorted and not overlapping, as extraction
 /// makes them) as a ksym file. The same table always gives the same
@@ -54,7 +54,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         (STARTS, &starts),
         (RANGES, &ranges),
         (CHAINS, &chains),
-        (NODES, &w.nodes),
+        (NODES, &w.nodes.bytes),
         (FUNCS, &w.funcs),
         (FILES, &w.files),
         (MARKS, &marks),
@@ -89,11 +89,10 @@ struct Writer {
     func_ids: HashMap<u32, u32>,
     file_ids: HashMap<u32, u32>,
     strings: HashMap<String, [u32; 2]>,
-    node_ids: HashMap<[u32; 4], u32>,
     funcs: Vec<u8>,
     files: Vec<u8>,
     blob: Vec<u8>,
-    nodes: Vec<u8>,
+    nodes: chains::Nodes,
 }
 
 impl Writer {
@@ -194,59 +193,19 @@ impl Writer {
     /// Writes the chain entries of `range`: at every address where the set
     /// of inlined calls around it changes, the innermost call's node.
     fn chains(&mut self, table: &SymbolTable, range: &Range, out: &mut Vec<u8>) {
-        if range.inlines.is_empty() {
-            return;
-        }
-        let mut calls: Vec<&Inline> = range.inlines.iter().filter(|c| c.start < c.end).collect();
-        calls.sort_by_key(|c| (c.start, c.depth, c.end));
-        let mut bounds: Vec<u64> = calls.iter().flat_map(|c| [c.start, c.end]).collect();
-        bounds.sort_unstable();
-        bounds.dedup();
-        let mut active: Vec<&Inline> = Vec::new();
-        let mut next = 0;
         let mut last = NONE;
-        for &at in &bounds {
-            if at >= range.end {
-                break;
-            }
-            active.retain(|c| c.end > at);
-            while next < calls.len() && calls[next].start <= at {
-                if calls[next].end > at {
-                    active.push(calls[next]);
-                }
-                next += 1;
-            }
-            // Outermost first; of two calls at one depth (which only broken
-            // DWARF has), the later-starting one is the closer.
-            active.sort_by_key(|c| (c.depth, c.start));
+        chains::changes(range, |at, calls| {
             let mut node = NONE;
-            for (i, c) in active.iter().enumerate() {
-                if active.get(i + 1).is_some_and(|d| d.depth == c.depth) {
-                    continue;
-                }
-                let key = [
-                    self.function(table, c.function),
-                    self.file(table, c.call_file),
-                    c.call_line,
-                    node,
-                ];
-                node = match self.node_ids.get(&key) {
-                    Some(&id) => id,
-                    None => {
-                        let id = to_u32(self.nodes.len() / 16);
-                        for v in key {
-                            self.nodes.extend(v.to_le_bytes());
-                        }
-                        self.node_ids.insert(key, id);
-                        id
-                    }
-                };
+            for c in calls {
+                let function = self.function(table, c.function);
+                let file = self.file(table, c.call_file);
+                node = self.nodes.intern([function, file, c.call_line, node]);
             }
             if node != last && (node != NONE || last != NONE) {
                 out.extend(to_u32((at - range.start) as usize).to_le_bytes());
                 out.extend(node.to_le_bytes());
                 last = node;
             }
-        }
+        });
     }
 }
