@@ -52,4 +52,25 @@ impl<const N: usize> Sections<N> {
         }
         Ok(sections)
     }
+
+    /// A file of `version` holding `sections` (in header order, each a
+    /// whole number of its records), each section 8-byte aligned.
+    pub(super) fn write(&self, version: u32, sections: [&[u8]; N]) -> Vec<u8> {
+        let to_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        let mut out = vec![0u8; self.header_len()];
+        out[..4].copy_from_slice(MAGIC);
+        out[4..8].copy_from_slice(&version.to_le_bytes());
+        out[8..12].copy_from_slice(&to_u32(self.header_len()).to_le_bytes());
+        for (i, bytes) in sections.into_iter().enumerate() {
+            while !out.len().is_multiple_of(8) {
+                out.push(0);
+            }
+            let at = 16 + 8 * i;
+            let (offset, count) = (to_u32(out.len()), to_u32(bytes.len() / self.record[i]));
+            out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
+            out[at + 4..at + 8].copy_from_slice(&count.to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        out
+    }
 }

@@ -14,10 +14,13 @@ pub const BLOB: usize = 5;
 pub const PAGES: usize = 6;
 pub const SECTIONS: usize = 7;
 
-/// Record size of each section, in bytes.
-pub const RECORD: [usize; SECTIONS] = [RANGE_LEN, 1, 16, 16, 16, 1, 4];
-
-pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
+/// The sections, in header order: names and record sizes in bytes.
+pub(super) const SECTION_TABLE: super::header::Sections<SECTIONS> = super::header::Sections {
+    names: [
+        "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
+    ],
+    record: [RANGE_LEN, 1, 16, 16, 16, 1, 4],
+};
 
 /// A range record: start u64 | len u32 | function u32 | body u32 | rows u32
 /// | chains u32 | format u32.

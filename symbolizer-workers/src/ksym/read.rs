@@ -2,19 +2,11 @@
 
 use super::body::{Body, Offsets};
 use super::fields::{check, field, records, scan_point, u32_at};
-use super::header::Sections;
 use super::layout::*;
 use super::names::Names;
 use super::pages;
 use super::{Frame, KsymError};
 use crate::table::NONE;
-
-const SECTION_TABLE: Sections<SECTIONS> = Sections {
-    names: [
-        "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
-    ],
-    record: RECORD,
-};
 
 /// A ksym file, read in place.
 #[derive(Debug, Clone, Copy)]

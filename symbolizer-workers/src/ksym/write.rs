@@ -41,30 +41,18 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let pages = pages::build(table, PAGE_LAYOUT);
     let (funcs, files, blob) = w.strings.finish();
 
-    let mut out = vec![0u8; HEADER_LEN];
-    out[..4].copy_from_slice(MAGIC);
-    out[4..8].copy_from_slice(&VERSION.to_le_bytes());
-    out[8..12].copy_from_slice(&to_u32(HEADER_LEN).to_le_bytes());
-    let sections: [(usize, &[u8]); SECTIONS] = [
-        (RANGES, &ranges),
-        (BODIES, &bodies),
-        (NODES, &w.nodes.bytes),
-        (FUNCS, &funcs),
-        (FILES, &files),
-        (BLOB, &blob),
-        (PAGES, &pages),
-    ];
-    for (section, bytes) in sections {
-        while !out.len().is_multiple_of(8) {
-            out.push(0);
-        }
-        let at = 16 + 8 * section;
-        let (offset, count) = (to_u32(out.len()), to_u32(bytes.len() / RECORD[section]));
-        out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
-        out[at + 4..at + 8].copy_from_slice(&count.to_le_bytes());
-        out.extend_from_slice(bytes);
-    }
-    out
+    SECTION_TABLE.write(
+        VERSION,
+        [
+            &ranges,
+            &bodies,
+            &w.nodes.bytes,
+            &funcs,
+            &files,
+            &blob,
+            &pages,
+        ],
+    )
 }
 
 /// One line row as written: from `offset` in the range on, `file:line`.

@@ -1,6 +1,5 @@
 //! Constants of the ksym layout shared by the writer and the reader.
 
-pub use crate::ksym::header::MAGIC;
 /// Bumped whenever the meaning of any byte changes.
 pub const VERSION: u32 = 1;
 
@@ -17,16 +16,21 @@ pub const LINES: usize = 8;
 pub const PAGES: usize = 9;
 pub const SECTIONS: usize = 10;
 
-/// Record size of each section, in bytes.
-pub const RECORD: [usize; SECTIONS] = [8, 32, 8, 16, 16, 16, 16, 1, 1, 4];
+/// The sections, in header order: names and record sizes in bytes.
+pub(crate) const SECTION_TABLE: crate::ksym::header::Sections<SECTIONS> =
+    crate::ksym::header::Sections {
+        names: [
+            "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines",
+            "pages",
+        ],
+        record: [8, 32, 8, 16, 16, 16, 16, 1, 1, 4],
+    };
 
 /// The page index: pages from 4 KiB, at most 4 entries per range.
 pub(crate) const PAGE_LAYOUT: crate::ksym::pages::Layout = crate::ksym::pages::Layout {
     min_shift: 12,
     per_range: 4,
 };
-
-pub const HEADER_LEN: usize = 16 + 8 * SECTIONS;
 
 /// A range's line rows get a mark (a decoder restart point) every this
 /// many rows, so that finding a row in a long function decodes at most

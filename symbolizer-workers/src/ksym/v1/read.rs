@@ -6,18 +6,10 @@ use super::layout::*;
 use crate::ksym::fields::{
     check, field, partition_point, records, scan_point, u32_at, u64_at, window,
 };
-use crate::ksym::header::Sections;
 use crate::ksym::names::Names;
 use crate::ksym::pages;
 use crate::ksym::{Frame, KsymError, varint};
 use crate::table::NONE;
-
-const SECTION_TABLE: Sections<SECTIONS> = Sections {
-    names: [
-        "starts", "ranges", "chains", "nodes", "funcs", "files", "marks", "blob", "lines", "pages",
-    ],
-    record: RECORD,
-};
 
 /// A version 1 ksym file, read in place.
 #[derive(Debug, Clone, Copy)]

@@ -46,33 +46,21 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
     }
 
     let pages = pages::build(table, PAGE_LAYOUT);
-    let mut out = vec![0u8; HEADER_LEN];
-    out[..4].copy_from_slice(MAGIC);
-    out[4..8].copy_from_slice(&VERSION.to_le_bytes());
-    out[8..12].copy_from_slice(&to_u32(HEADER_LEN).to_le_bytes());
-    let sections: [(usize, &[u8]); SECTIONS] = [
-        (STARTS, &starts),
-        (RANGES, &ranges),
-        (CHAINS, &chains),
-        (NODES, &w.nodes.bytes),
-        (FUNCS, &w.funcs),
-        (FILES, &w.files),
-        (MARKS, &marks),
-        (BLOB, &w.blob),
-        (LINES, &lines),
-        (PAGES, &pages),
-    ];
-    for (section, bytes) in sections {
-        while !out.len().is_multiple_of(8) {
-            out.push(0);
-        }
-        let at = 16 + 8 * section;
-        let (offset, count) = (to_u32(out.len()), to_u32(bytes.len() / RECORD[section]));
-        out[at..at + 4].copy_from_slice(&offset.to_le_bytes());
-        out[at + 4..at + 8].copy_from_slice(&count.to_le_bytes());
-        out.extend_from_slice(bytes);
-    }
-    out
+    SECTION_TABLE.write(
+        VERSION,
+        [
+            &starts,
+            &ranges,
+            &chains,
+            &w.nodes.bytes,
+            &w.funcs,
+            &w.files,
+            &marks,
+            &w.blob,
+            &lines,
+            &pages,
+        ],
+    )
 }
 
 /// Sizes beyond `u32` cannot be written; a table that large (over 4 GiB of
