@@ -105,6 +105,17 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// `hosts` hosts of 8 processes each, sampled at the agent's default
+    /// 19 Hz, taking `samples_per_interval` samples per host and interval.
+    pub fn of_agents(hosts: usize, samples_per_interval: usize) -> Fleet {
+        Fleet {
+            hosts,
+            processes: 8,
+            samples_per_interval,
+            period_ns: 1_000_000_000 / 19,
+        }
+    }
+
     /// The batch `host` sends for interval `interval` (5 s each, starting
     /// at `start_ns`), with every dictionary entry included.
     pub fn batch(

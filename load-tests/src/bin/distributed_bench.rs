@@ -76,12 +76,7 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let population = StackPopulation::new(args.stacks, 1.1, 1);
-    let fleet = Fleet {
-        hosts: args.hosts,
-        processes: 8,
-        samples_per_interval: args.samples,
-        period_ns: 1_000_000_000 / 19,
-    };
+    let fleet = Fleet::of_agents(args.hosts, args.samples);
     let mut rng = StdRng::seed_from_u64(2);
     // An hour ago, so that the probes' "now-5m" queries do not scan them.
     let start_ns = kiln_actors::http::now_ns() - 3_600_000_000_000;

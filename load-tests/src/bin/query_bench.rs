@@ -233,12 +233,7 @@ struct StoredRange {
 /// one sync at the end).
 async fn fill(store: &dyn ProfileStore, args: &Args) -> anyhow::Result<StoredRange> {
     let population = StackPopulation::new(args.stacks, 1.1, 1);
-    let fleet = Fleet {
-        hosts: args.hosts,
-        processes: 8,
-        samples_per_interval: args.samples,
-        period_ns: 1_000_000_000 / 19,
-    };
+    let fleet = Fleet::of_agents(args.hosts, args.samples);
     let now_hour = kiln_actors::http::now_ns().div_euclid(NANOS_PER_HOUR);
     let first_hour = now_hour - args.hours as i64 - 1;
     let scope = Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)?;
