@@ -124,6 +124,11 @@ fn rows_for_the_rest_of_the_host() -> usize {
 // test had measured for its binaries (in CI, where the test failed so, a
 // link between two runs took ~130k rows).
 #[test]
+#[ignore = "flaky in CI: processes idle during the first agent's 2 s measurement (the test \
+            runner, servers of other tiers) are sampled later and their tables take the room \
+            the test set aside (once: 6 of 28 binaries placed, the rest of the host grew from \
+            131k to ~370k rows); making it exact needs the agent to profile only chosen \
+            processes. `--run-ignored all` runs it"]
 fn tables_of_exited_binaries_make_room_for_new_ones() {
     require_root();
     const AT_MOST: usize = 28;
