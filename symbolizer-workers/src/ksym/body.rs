@@ -236,12 +236,34 @@ impl Offsets<'_> {
     }
 }
 
-/// How many of the leading bytes of `block` are at or below `low`: the
-/// bytes compared all at once (the compiler makes it a few vector
-/// instructions), then the first one above found in a 128-bit word.
+/// How many of the leading bytes of `block` are at or below `low`: one
+/// vector compare and a mask of its lanes (SSE2, which every x86-64 has).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn leading_at_or_below(block: &[u8; BLOCK], low: u8) -> usize {
-    let at_or_below = u128::from_le_bytes(block.map(|b| u8::from(b <= low)));
-    let above = !at_or_below & u128::from_le_bytes([1; BLOCK]);
-    (above.trailing_zeros() / 8) as usize
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_max_epu8, _mm_movemask_epi8, _mm_set1_epi8,
+    };
+    // SAFETY: `block` is 16 readable bytes, which an unaligned load may
+    // read from any address; SSE2 is part of every x86-64 target.
+    let at_or_below = unsafe {
+        let bytes = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+        let low = _mm_set1_epi8(low as i8);
+        // Unsigned `b <= low` is `max(b, low) == low`.
+        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(bytes, low), low)) as u32
+    };
+    // Bits 16 and up of the complement are set: at most BLOCK.
+    (!at_or_below).trailing_zeros() as usize
+}
+
+/// How many of the leading bytes of `block` are at or below `low`: a mask
+/// of the comparisons, then its first clear bit.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn leading_at_or_below(block: &[u8; BLOCK], low: u8) -> usize {
+    let mut above = 1u32 << BLOCK;
+    for (i, &b) in block.iter().enumerate() {
+        above |= u32::from(b > low) << i;
+    }
+    above.trailing_zeros() as usize
 }
