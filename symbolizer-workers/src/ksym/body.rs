@@ -267,3 +267,28 @@ fn leading_at_or_below(block: &[u8; BLOCK], low: u8) -> usize {
     }
     above.trailing_zeros() as usize
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leading_at_or_below_counts_like_a_scan() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let block: [u8; BLOCK] = std::array::from_fn(|i| (x >> (i % 8 * 8)) as u8 ^ i as u8);
+            // A bucket's low bytes ascend; the bytes after it need not.
+            let mut ascending = block;
+            ascending.sort_unstable();
+            for block in [block, ascending] {
+                for low in [0, 1, 0x7f, 0x80, 0xfe, 0xff, x as u8, (x >> 8) as u8] {
+                    let scan = block.iter().take_while(|&&b| b <= low).count();
+                    assert_eq!(leading_at_or_below(&block, low), scan, "{block:?} {low}");
+                }
+            }
+        }
+    }
+}
