@@ -17,8 +17,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(ksym) = Ksym::open(&data) else {
         return;
     };
-    // Lookups must not depend on verify having passed: the query path only
-    // serves verified files, but `kiln symbols resolve` does not verify.
+    // Lookups must not depend on verify having passed: files are verified
+    // when stored, not when loaded, and `kiln symbols resolve` does not
+    // verify.
     let _ = ksym.verify();
     let mut frames = Vec::new();
     let probes = [0, 1, 0x1000, 0x1130, u64::MAX / 2, u64::MAX - 1, u64::MAX];
@@ -26,10 +27,16 @@ fuzz_target!(|data: &[u8]| {
         .chunks_exact(8)
         .take(32)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")));
-    for addr in probes.into_iter().chain(from_data) {
+    let addrs: Vec<u64> = probes.into_iter().chain(from_data).collect();
+    for &addr in &addrs {
         ksym.lookup(addr, &mut frames);
         for frame in &frames {
             let _ = frame.path();
         }
     }
+    let mut single = Vec::new();
+    ksym.lookup_many(&addrs, |i, frames| {
+        ksym.lookup(addrs[i], &mut single);
+        assert_eq!(frames, &single[..], "a batch answers as lookups do");
+    });
 });

@@ -5,6 +5,12 @@
 //!   `addr2line` crate (gimli) on the same addresses in the same run
 //!   (interleaved passes, the best of each), and against ksym version 1
 //!   (kept for upgrades), to show what the version 2 layout bought;
+//! - batched lookups (`Ksym::lookup_many`, what a symbolizer worker does
+//!   with one file's addresses) on the distinct addresses of each set, in
+//!   their order of first appearance, against addr2line on the same
+//!   addresses in that order and sorted (its better time is the one
+//!   compared): frames are deduplicated before they are symbolized, so a
+//!   worker never sees an address twice;
 //! - time from ksym bytes to the first answer (`Ksym::open` + one lookup);
 //! - ksym size (raw and zstd) against the DWARF it came from.
 //!
@@ -211,9 +217,42 @@ fn report(path: &Path, n: usize) {
                 ratio(a2l_best),
             );
         }
+        if let Ok(loader) = &loader {
+            batched(&k, loader, label, addrs);
+        }
     }
 }
 
+/// The batched figures for one address set: ksym's `lookup_many` on its
+/// distinct addresses, against addr2line one by one on the same, in their
+/// given order and sorted.
+fn batched(k: &Ksym<'_>, loader: &addr2line::Loader, label: &str, addrs: &[u64]) {
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<u64> = addrs.iter().copied().filter(|&a| seen.insert(a)).collect();
+    let mut sorted = distinct.clone();
+    sorted.sort_unstable();
+    batch_pass(k, &distinct);
+    let (mut ksym_best, mut a2l_best, mut a2l_sorted_best) =
+        (Duration::MAX, Duration::MAX, Duration::MAX);
+    for _ in 0..ROUNDS {
+        ksym_best = ksym_best.min(batch_pass(k, &distinct));
+        a2l_best = a2l_best.min(addr2line_pass(loader, &distinct));
+        a2l_sorted_best = a2l_sorted_best.min(addr2line_pass(loader, &sorted));
+    }
+    let rate = |d: Duration| distinct.len() as f64 / d.as_secs_f64() / 1e6;
+    let a2l = a2l_best.min(a2l_sorted_best);
+    println!(
+        "      batched, {} distinct {label} addresses: ksym {:.2} M/s; addr2line {:.3} M/s in order, {:.3} M/s sorted ({:.1}x the better)",
+        distinct.len(),
+        rate(ksym_best),
+        rate(a2l_best),
+        rate(a2l_sorted_best),
+        a2l.as_secs_f64() / ksym_best.as_secs_f64(),
+    );
+}
+
+/// The time `lookup_many` takes to symbolize `addrs` as one batch, reading
+/// what a caller reads.
 /// Timed passes per address set and library; the best of them is kept.
 const ROUNDS: usize = 5;
 
@@ -229,6 +268,21 @@ fn ksym_pass<'a>(lookup: impl Fn(u64, &mut Vec<Frame<'a>>) -> bool, addrs: &[u64
             sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
         }
     }
+    let elapsed = t.elapsed();
+    black_box(sink);
+    elapsed
+}
+
+/// The time `lookup_many` takes to symbolize `addrs` as one batch, reading
+/// what a caller reads.
+fn batch_pass(k: &Ksym<'_>, addrs: &[u64]) -> Duration {
+    let mut sink = 0usize;
+    let t = Instant::now();
+    k.lookup_many(addrs, |_, frames| {
+        for f in frames {
+            sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
+        }
+    });
     let elapsed = t.elapsed();
     black_box(sink);
     elapsed

@@ -204,6 +204,30 @@ fn long_ranges_find_every_row() {
 }
 
 #[test]
+fn batches_answer_as_single_lookups() {
+    let bytes = ksym::encode(&table());
+    let k = Ksym::open(&bytes).unwrap();
+    // Every address around both ranges, out of order, each twice, with
+    // uncovered ones before, between and after.
+    let mut addrs: Vec<u64> = (0xff0..0x1110).chain(0x1ff0..0x2020).collect();
+    addrs.extend(addrs.clone().iter().rev());
+    addrs.swap(3, 500);
+    let mut frames = Vec::new();
+    for round in [&addrs[..], &addrs[..7], &[]] {
+        let mut answered = vec![0; round.len()];
+        let mut prev = 0;
+        k.lookup_many(round, |i, batch| {
+            assert!(round[i] >= prev, "answered in address order");
+            prev = round[i];
+            answered[i] += 1;
+            k.lookup(round[i], &mut frames);
+            assert_eq!(batch, &frames[..], "{:#x}", round[i]);
+        });
+        assert!(answered.iter().all(|&n| n == 1), "each position once");
+    }
+}
+
+#[test]
 fn encoding_is_deterministic() {
     assert_eq!(ksym::encode(&table()), ksym::encode(&table()));
 }
@@ -275,10 +299,14 @@ fn nodes_refer_only_to_earlier_parents() {
     let mut bytes = ksym::encode(&table());
     let nodes_off = section_offset(&bytes, 2);
     bytes[nodes_off + 12..nodes_off + 16].copy_from_slice(&0u32.to_le_bytes());
-    assert!(matches!(
-        Ksym::open(&bytes),
-        Err(KsymError::BadIndex { .. })
-    ));
+    let k = Ksym::open(&bytes).unwrap();
+    assert!(matches!(k.verify(), Err(KsymError::BadIndex { .. })));
+    // Lookups stop at such a node rather than walk it forever.
+    let mut frames = Vec::new();
+    for addr in 0x1000..0x3000 {
+        k.lookup(addr, &mut frames);
+        assert!(frames.len() <= 8);
+    }
 }
 
 /// Guards the unchecked string slicing of lookups: a string record that
@@ -463,7 +491,7 @@ fn bucket_counts_stay_bounded() {
     bad[bodies + 4..bodies + 6].copy_from_slice(&u16::MAX.to_le_bytes());
     bad[ranges + 28] &= !3;
     assert_eq!(
-        Ksym::open(&bad).unwrap_err(),
+        Ksym::open(&bad).unwrap().verify().unwrap_err(),
         KsymError::BadLines { range: 0 }
     );
 }

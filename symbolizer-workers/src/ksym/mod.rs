@@ -74,6 +74,7 @@
 //! reads as unknown) and checked in full by [`Ksym::verify`], which an
 //! upload path should call.
 
+mod batch;
 mod body;
 mod chains;
 mod error;

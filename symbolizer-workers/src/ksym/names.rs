@@ -17,6 +17,9 @@ const RECORD: usize = 16;
 /// per MiB; beyond a few MiB, lookups check their own strings instead,
 /// keeping open fast.
 const CHECK_BLOB_AT_OPEN: usize = 4 << 20;
+/// [`Names::new`] checks the records of small files only: about 1 ms per
+/// 100k records.
+const CHECK_RECORDS_AT_OPEN: usize = 20_000;
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Names<'a> {
@@ -39,26 +42,47 @@ impl<'a> Names<'a> {
         files: &'a [u8],
         blob: &'a [u8],
     ) -> Result<Names<'a>, KsymError> {
-        let mut names = Names {
-            funcs,
-            files,
-            blob,
-            blob_text: None,
-        };
-        for i in 0..names.functions() {
-            names.check_string("function", i, funcs, RECORD * i, false)?;
-            names.check_string("function", i, funcs, RECORD * i + 8, true)?;
-        }
-        for i in 0..names.files() {
-            names.check_string("file", i, files, RECORD * i, false)?;
-            names.check_string("file", i, files, RECORD * i + 8, false)?;
-        }
+        let mut names = Names::new(funcs, files, blob);
+        names.check_records()?;
         if blob.len() <= CHECK_BLOB_AT_OPEN {
             names.blob_text = std::str::from_utf8(blob)
                 .ok()
                 .filter(|text| names.strings_on_char_boundaries(text));
         }
         Ok(names)
+    }
+
+    /// The names of the records, checking nothing: a string outside the
+    /// blob reads as unknown. A small blob (with few records) is checked
+    /// whole as with [`open`](Self::open), where that costs little,
+    /// for the fast path of [`string`](Self::string).
+    pub(super) fn new(funcs: &'a [u8], files: &'a [u8], blob: &'a [u8]) -> Names<'a> {
+        let mut names = Names {
+            funcs,
+            files,
+            blob,
+            blob_text: None,
+        };
+        let records = (funcs.len() + files.len()) / RECORD;
+        if blob.len() <= CHECK_BLOB_AT_OPEN && records <= CHECK_RECORDS_AT_OPEN {
+            names.blob_text = std::str::from_utf8(blob).ok().filter(|text| {
+                names.check_records().is_ok() && names.strings_on_char_boundaries(text)
+            });
+        }
+        names
+    }
+
+    /// Checks that every string of the records lies within the blob.
+    fn check_records(&self) -> Result<(), KsymError> {
+        for i in 0..self.functions() {
+            self.check_string("function", i, self.funcs, RECORD * i, false)?;
+            self.check_string("function", i, self.funcs, RECORD * i + 8, true)?;
+        }
+        for i in 0..self.files() {
+            self.check_string("file", i, self.files, RECORD * i, false)?;
+            self.check_string("file", i, self.files, RECORD * i + 8, false)?;
+        }
+        Ok(())
     }
 
     /// Number of function records.
@@ -71,9 +95,10 @@ impl<'a> Names<'a> {
         self.files.len() / RECORD
     }
 
-    /// Checks every string's UTF-8, which [`Names::open`] leaves to
-    /// lookups for large blobs.
+    /// Checks every string record and every string's UTF-8, which
+    /// [`Names::new`] leaves to lookups.
     pub(super) fn verify(&self) -> Result<(), KsymError> {
+        self.check_records()?;
         for (records, count) in [(self.funcs, self.functions()), (self.files, self.files())] {
             for at in (0..2 * count).map(|i| 8 * i) {
                 if u32_at(records, at) != NONE && self.string(records, at).is_none() {
@@ -114,7 +139,7 @@ impl<'a> Names<'a> {
         let end = off.checked_add(u32_at(records, at + 4) as usize)?;
         let bytes = self.blob.get(off..end)?;
         match self.blob_text {
-            // SAFETY: `blob_text` is set only when open() found the whole
+            // SAFETY: `blob_text` is set only when new() or open() found the whole
             // blob UTF-8 and every string of `funcs` and `files` (the only
             // records passed here, whole sections or one record of them,
             // at 8-byte steps; a position past their end reads as NONE

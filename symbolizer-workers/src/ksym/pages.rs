@@ -56,20 +56,28 @@ pub(super) fn build(table: &SymbolTable, layout: Layout) -> Vec<u8> {
     out
 }
 
+/// Checks what a lookup needs of a page index over `n` ranges before it
+/// reads one (its shift), in constant time: [`check_entries`] checks the
+/// rest.
+pub(super) fn check_shift(pages: &[u8], n: usize, layout: Layout) -> Result<(), KsymError> {
+    let shift = u32_at(pages, 0);
+    let sound = match pages.is_empty() {
+        true => n == 0,
+        false => (layout.min_shift..64).contains(&shift) && pages.len() >= 8,
+    };
+    match sound {
+        true => Ok(()),
+        false => Err(KsymError::BadIndex {
+            what: "page",
+            index: 0,
+        }),
+    }
+}
+
 /// Checks a page index over `n` ranges: a shift, then nondecreasing range
 /// indexes.
 pub(super) fn check(pages: &[u8], n: usize, layout: Layout) -> Result<(), KsymError> {
-    let bad = Err(KsymError::BadIndex {
-        what: "page",
-        index: 0,
-    });
-    if pages.is_empty() {
-        return if n == 0 { Ok(()) } else { bad };
-    }
-    let shift = u32_at(pages, 0);
-    if !(layout.min_shift..64).contains(&shift) || pages.len() < 8 {
-        return bad;
-    }
+    check_shift(pages, n, layout)?;
     let mut prev = 0;
     for at in (4..pages.len()).step_by(4) {
         let r = u32_at(pages, at) as usize;

@@ -1,4 +1,5 @@
-//! Reading ksym bytes in place: [`Ksym::open`] validates, lookups answer.
+//! Reading ksym bytes in place: [`Ksym::open`] checks the header,
+//! lookups answer, [`Ksym::verify`] checks the rest.
 
 use super::body::{Body, Offsets};
 use super::fields::{check, field, records, scan_point, u32_at};
@@ -24,6 +25,26 @@ pub struct Ksym<'a> {
     page_shift: u32,
 }
 
+/// A range record read for lookups in it: its bounds, its function and
+/// its body (`None` when the format is unknown: its addresses then get
+/// the function alone).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Located<'a> {
+    start: u64,
+    len: u32,
+    function: u32,
+    body: Option<Body<'a>>,
+}
+
+impl Located<'_> {
+    /// Whether `addr` lies in the range.
+    #[inline(always)]
+    pub(super) fn covers(&self, addr: u64) -> bool {
+        addr.checked_sub(self.start)
+            .is_some_and(|offset| offset < u64::from(self.len))
+    }
+}
+
 /// The fields of a range record.
 #[inline]
 fn start(range: &[u8; RANGE_LEN]) -> u64 {
@@ -39,18 +60,22 @@ const CHAINS: usize = 24;
 const FORMAT: usize = 28;
 
 impl<'a> Ksym<'a> {
-    /// Opens ksym bytes, validating every offset and index of the fixed-size
-    /// records, so that lookups need no checks that can fail. Corrupt input
-    /// gives an error, never a panic; the time taken is linear in the
-    /// number of records. A version 1 file gives [`KsymError::Outdated`]:
-    /// [`upgrade`](super::upgrade) it first.
+    /// Opens ksym bytes in constant time (but for small files, whose
+    /// strings it checks once to read them faster): the header and the
+    /// sections' bounds are checked, the records in them are not, as
+    /// lookups read every record, value and string with bounds checks (a
+    /// damaged one reads as unknown) and stop an inline chain that does
+    /// not lead outward. [`verify`](Self::verify) checks them all. Corrupt
+    /// input gives an error or wrong names, never a panic or a hang. A
+    /// version 1 file gives [`KsymError::Outdated`]: [`upgrade`](super::upgrade)
+    /// it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
         let sections = SECTION_TABLE.read(data, |version| match version {
             VERSION => Ok(()),
             1..VERSION => Err(KsymError::Outdated(version)),
             _ => Err(KsymError::UnsupportedVersion(version)),
         })?;
-        let names = Names::open(sections[FUNCS], sections[FILES], sections[BLOB])?;
+        let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB]);
         let mut k = Ksym {
             ranges: sections[RANGES],
             bodies: sections[BODIES],
@@ -61,9 +86,9 @@ impl<'a> Ksym<'a> {
             page_base: 0,
             page_shift: 0,
         };
-        k.validate()?;
+        pages::check_shift(k.pages, k.len(), PAGE_LAYOUT)?;
         if let Some(first) = records::<RANGE_LEN>(k.ranges).first() {
-            // validate() checked the shift is below 64 and entries follow.
+            // check_shift() checked the shift is below 64 and entries follow.
             k.page_shift = u32_at(k.pages, 0);
             k.page_base = start(first) >> k.page_shift << k.page_shift;
             k.page_entries = records::<4>(&k.pages[4..]);
@@ -71,7 +96,9 @@ impl<'a> Ksym<'a> {
         Ok(k)
     }
 
-    fn validate(&self) -> Result<(), KsymError> {
+    /// Checks the fixed-size records: indexes within their sections,
+    /// ranges sorted, parents before their children, the page index.
+    fn check_records(&self) -> Result<(), KsymError> {
         let n_funcs = self.names.functions();
         let n_files = self.names.files();
         for (i, node) in records::<16>(self.nodes).iter().enumerate() {
@@ -99,12 +126,13 @@ impl<'a> Ksym<'a> {
         pages::check(self.pages, self.len(), PAGE_LAYOUT)
     }
 
-    /// Checks every body value and string, which [`open`](Self::open)
+    /// Checks every record, body value and string, which [`open`](Self::open)
     /// leaves to the lookups that read them (keeping open fast on large
     /// files; lookups stay safe either way, and a damaged value or string
     /// reads as unknown): for files received from elsewhere, before
     /// storing them.
     pub fn verify(&self) -> Result<(), KsymError> {
+        self.check_records()?;
         self.names.verify()?;
         let n_files = self.names.files();
         let n_nodes = self.nodes.len() / 16;
@@ -178,34 +206,52 @@ impl<'a> Ksym<'a> {
     /// lines), then per frame a node and its function and file records.
     #[inline]
     fn lookup_into(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> Option<()> {
+        let range = self.locate(addr)?;
+        self.push_frames(&range, addr, out);
+        Some(())
+    }
+
+    /// The range that covers `addr`, if any.
+    #[inline(always)]
+    pub(super) fn locate(&self, addr: u64) -> Option<Located<'a>> {
         let (lo, hi) = self.page(addr)?;
         let ranges = records::<RANGE_LEN>(self.ranges).get(lo..hi)?;
         let after = scan_point(ranges, |r| start(r) <= addr);
         let range = ranges.get(after.checked_sub(1)?)?;
-        // A page index that open() could not fully check (a damaged file)
+        // A page index that verify() would reject (a damaged file)
         // may start the search past `addr`: then nothing covers it.
-        let offset = addr.checked_sub(start(range))?;
-        if offset >= u64::from(field(range, LEN)) {
-            return None;
-        }
-        let offset = offset as u32;
-        let function = field(range, FUNCTION);
-        let Some(body) = self.body(range) else {
-            out.push(self.names.frame(function, NONE, 0));
-            return Some(());
+        let located = Located {
+            start: start(range),
+            len: field(range, LEN),
+            function: field(range, FUNCTION),
+            body: self.body(range),
         };
+        located.covers(addr).then_some(located)
+    }
+
+    /// Pushes the inline chain at `addr`, which `range` covers, onto `out`:
+    /// innermost function first.
+    #[inline(always)]
+    pub(super) fn push_frames(&self, range: &Located<'a>, addr: u64, out: &mut Vec<Frame<'a>>) {
+        let Some(body) = &range.body else {
+            out.push(self.names.frame(range.function, NONE, 0));
+            return;
+        };
+        // `covers` holds: the offset fits the range's u32 length.
+        let offset = addr.wrapping_sub(range.start) as u32;
         let (mut file, mut line) = body.line_at(offset);
         let mut node = body.node_at(offset);
-        // Bounded by the node count: open() checked that parents come first.
         let nodes = records::<16>(self.nodes);
         while let Some(n) = nodes.get(node as usize) {
             out.push(self.names.frame(field(n, 0), file, line));
             file = field(n, 4);
             line = field(n, 8);
-            node = field(n, 12);
+            // Parents come before their children (verify() checks), so
+            // the walk ends; in a damaged file, at the first that does not.
+            let parent = field(n, 12);
+            node = if parent < node { parent } else { NONE };
         }
-        out.push(self.names.frame(function, file, line));
-        Some(())
+        out.push(self.names.frame(range.function, file, line));
     }
 
     /// The ranges `[lo, hi)` that can hold `addr`, from the page index.

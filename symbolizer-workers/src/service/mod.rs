@@ -200,26 +200,23 @@ impl Handler<Resolve> for Symbolizer {
                 let bytes = loader
                     .load(&msg.tenant, file.file, file.build_id.as_deref(), deadline)
                     .await?;
-                // Verified when loaded, so opening cannot fail.
+                // Opened when loaded, so opening again cannot fail.
                 let ksym = bytes.as_deref().and_then(|b| Ksym::open(b).ok());
-                let mut frames = Vec::new();
                 resolved.push(ksym.map(|ksym| {
-                    file.addrs
-                        .iter()
-                        .map(|&addr| {
-                            ksym.lookup(addr, &mut frames);
-                            // ksym answers innermost first; stacks are root first.
-                            frames
-                                .iter()
-                                .rev()
-                                .map(|f| ResolvedFrame {
-                                    function: f.function.map(str::to_owned),
-                                    file: f.path(),
-                                    line: f.line,
-                                })
-                                .collect()
-                        })
-                        .collect()
+                    let mut chains = vec![Vec::new(); file.addrs.len()];
+                    ksym.lookup_many(&file.addrs, |i, frames| {
+                        // ksym answers innermost first; stacks are root first.
+                        chains[i] = frames
+                            .iter()
+                            .rev()
+                            .map(|f| ResolvedFrame {
+                                function: f.function.map(str::to_owned),
+                                file: f.path(),
+                                line: f.line,
+                            })
+                            .collect();
+                    });
+                    chains
                 }));
             }
             Ok(resolved)
