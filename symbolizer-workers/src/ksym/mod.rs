@@ -2,11 +2,12 @@
 //! by file id, zstd-compressed by the caller) and answers lookups from.
 //!
 //! A ksym file is read in place from one `&[u8]`: [`Ksym::open`] checks
-//! every offset and index of its fixed-size records once, after which a
-//! lookup reads the page index, one range record, that range's body (its
-//! line rows and inline chain, side by side in fixed-width columns that
-//! are searched, not decoded) and walks up the inline chain, with no
-//! allocation. [`encode`] writes the same bytes for the same table.
+//! its header, after which a lookup reads the page index, one range
+//! record, that range's body (its line rows and inline chain, side by
+//! side in fixed-width columns that are searched, not decoded) and walks
+//! up the inline chain, with no allocation. [`Ksym::lookup_many`] answers
+//! many addresses in address order, reading each range once.
+//! [`encode`] writes the same bytes for the same table.
 //!
 //! # Layout (version 2)
 //!
@@ -67,12 +68,12 @@
 //! from a restart mark, and the chain in its own section: two to four
 //! more dependent loads, two binary searches and a decoding loop.
 //!
-//! [`Ksym::open`] checks every fixed-size record (offsets, indexes, sort
-//! order, that each body lies within its section) and, up to 4 MiB, the
-//! UTF-8 of the strings; the values inside bodies (and the strings of
-//! larger files) are read with bounds checks by lookups (a damaged value
-//! reads as unknown) and checked in full by [`Ksym::verify`], which an
-//! upload path should call.
+//! [`Ksym::open`] takes constant time whatever the file's size (but for
+//! small files, whose strings it checks once so that lookups can slice
+//! them unchecked): every record, value and string is read with bounds
+//! checks by lookups (a damaged one reads as unknown; an inline chain
+//! stops at a parent that does not come before its child) and checked in
+//! full by [`Ksym::verify`], which the path that stores a file calls.
 
 mod batch;
 mod body;
