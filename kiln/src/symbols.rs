@@ -320,13 +320,11 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
     let mut frames = Vec::new();
     for &addr in &args.addrs {
         symbols.lookup(addr, &mut frames);
-        if args.no_demangle {
-            for f in &mut frames {
-                f.function = f.mangled.or(f.function);
-            }
-        }
         if args.json {
-            let frames: Vec<_> = frames.iter().map(json_frame).collect();
+            let frames: Vec<_> = frames
+                .iter()
+                .map(|f| json_frame(name(f, args.no_demangle), f))
+                .collect();
             let line = serde_json::json!({ "addr": format!("{addr:#x}"), "frames": frames });
             writeln!(out, "{line}")?;
         } else {
@@ -343,7 +341,7 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
                 writeln!(
                     out,
                     "    {}{inlined}\n        at {}:{}",
-                    f.function.unwrap_or("??"),
+                    name(f, args.no_demangle).unwrap_or("??"),
                     f.path().as_deref().unwrap_or("??"),
                     f.line
                 )?;
@@ -354,8 +352,18 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn json_frame(f: &Frame<'_>) -> serde_json::Value {
-    serde_json::json!({ "function": f.function, "file": f.path(), "line": f.line })
+/// The name a frame is printed under: its mangled name with
+/// `--no-demangle`, when it has one.
+fn name<'a>(f: &Frame<'a>, no_demangle: bool) -> Option<&'a str> {
+    match no_demangle {
+        true => f.mangled().or(f.function()),
+        false => f.function(),
+    }
+}
+
+/// One frame of `kiln symbols resolve --json`, named `function`.
+fn json_frame(function: Option<&str>, f: &Frame<'_>) -> serde_json::Value {
+    serde_json::json!({ "function": function, "file": f.path(), "line": f.line })
 }
 
 #[cfg(test)]

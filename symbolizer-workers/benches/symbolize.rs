@@ -265,7 +265,8 @@ fn ksym_pass<'a>(lookup: impl Fn(u64, &mut Vec<Frame<'a>>) -> bool, addrs: &[u64
     for &a in addrs {
         lookup(a, &mut frames);
         for f in &frames {
-            sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
+            sink +=
+                f.function().map_or(0, str::len) + f.line as usize + f.file().map_or(0, str::len);
         }
     }
     let elapsed = t.elapsed();
@@ -280,7 +281,8 @@ fn batch_pass(k: &Ksym<'_>, addrs: &[u64]) -> Duration {
     let t = Instant::now();
     k.lookup_many(addrs, |_, frames| {
         for f in frames {
-            sink += f.function.map_or(0, str::len) + f.line as usize + f.file.map_or(0, str::len);
+            sink +=
+                f.function().map_or(0, str::len) + f.line as usize + f.file().map_or(0, str::len);
         }
     });
     let elapsed = t.elapsed();

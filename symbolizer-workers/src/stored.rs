@@ -123,8 +123,9 @@ mod tests {
         let bytes = decode_stored(&stored).unwrap();
         assert_eq!(bytes, ksym::encode(&table));
         let mut frames = Vec::new();
-        Ksym::open(&bytes).unwrap().lookup(0x1020, &mut frames);
-        assert_eq!(frames[0].function, Some("main"));
+        let symbols = Ksym::open(&bytes).unwrap();
+        symbols.lookup(0x1020, &mut frames);
+        assert_eq!(frames[0].function(), Some("main"));
         assert_eq!(frames[0].path().as_deref(), Some("/src/main.c"));
         assert_eq!(frames[0].line, 7);
     }

@@ -169,7 +169,7 @@ fn stripped_go_binary_resolves_lines_like_go_tool_addr2line() {
         let got = frames.last().and_then(|outer| {
             let inner = frames.first()?;
             Some((
-                outer.function?.to_owned(),
+                outer.function()?.to_owned(),
                 inner.path().unwrap_or_default(),
                 inner.line,
             ))
@@ -232,7 +232,7 @@ fn stripped_go_binary_names_functions_like_go_tool_nm() {
     let mut disagreements = Vec::new();
     for (addr, name) in &expected {
         symbols.lookup(*addr, &mut frames);
-        let got = frames.first().and_then(|f| f.function);
+        let got = frames.first().and_then(|f| f.function());
         // The symbol table marks assembly functions with their ABI
         // (`runtime.abort.abi0`); the runtime's own table, which
         // `go tool addr2line` and tracebacks use, does not.

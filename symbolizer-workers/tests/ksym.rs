@@ -105,7 +105,7 @@ fn chain(k: &Ksym<'_>, addr: u64) -> Vec<(String, String, u32)> {
         .iter()
         .map(|f: &Frame<'_>| {
             (
-                f.function.unwrap_or("?").to_owned(),
+                f.function().unwrap_or("?").to_owned(),
                 f.path().unwrap_or_default(),
                 f.line,
             )
@@ -149,7 +149,7 @@ fn lookups_return_inline_chains_innermost_first() {
     }
     let mut frames = Vec::new();
     k.lookup(0x1025, &mut frames);
-    assert_eq!(frames[0].mangled, Some("_Zinner"));
+    assert_eq!(frames[0].mangled(), Some("_Zinner"));
 }
 
 /// Guards the line marks: in a range with many rows, every row is found
@@ -375,9 +375,9 @@ fn fuzz_finds_stay_fixed() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
     for entry in std::fs::read_dir(dir).unwrap() {
         let data = std::fs::read(entry.unwrap().path()).unwrap();
-        let mut frames = Vec::new();
         if let Ok(ksym) = ksym::v1::Ksym::open(&data) {
             let _ = ksym.verify();
+            let mut frames = Vec::new();
             for addr in [0, 1, 0x1000, u64::MAX] {
                 ksym.lookup(addr, &mut frames);
             }
@@ -387,6 +387,7 @@ fn fuzz_finds_stay_fixed() {
         };
         if let Ok(ksym) = Ksym::open(&data) {
             let _ = ksym.verify();
+            let mut frames = Vec::new();
             for addr in [0, 1, 0x1000, u64::MAX] {
                 ksym.lookup(addr, &mut frames);
             }

@@ -11,7 +11,7 @@ impl<'a> Ksym<'a> {
     /// calls `each` with an address's position in `addrs` and its frames,
     /// as [`lookup`](Self::lookup) gives them (none when no range covers
     /// it), once per position, in address order.
-    pub fn lookup_many(&self, addrs: &[u64], mut each: impl FnMut(usize, &[Frame<'a>])) {
+    pub fn lookup_many<'s>(&'s self, addrs: &[u64], mut each: impl FnMut(usize, &[Frame<'s>])) {
         let mut order: Vec<(u64, usize)> = addrs.iter().copied().zip(0..).collect();
         // By address alone: the positions of equal addresses need no order.
         order.sort_unstable_by_key(|&(addr, _)| addr);

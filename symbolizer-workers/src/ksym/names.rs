@@ -8,8 +8,8 @@
 
 use crate::table::NONE;
 
+use super::KsymError;
 use super::fields::u32_at;
-use super::{Frame, KsymError};
 
 /// Bytes of a function or file record.
 const RECORD: usize = 16;
@@ -109,23 +109,19 @@ impl<'a> Names<'a> {
         Ok(())
     }
 
-    /// The frame of `function` and `file` (record indexes, `NONE` or out
-    /// of range for unknown) at `line`.
+    /// The string at byte `at` (0 or 8) of function record `index`; `None`
+    /// for none, or for a record that is not there.
     #[inline(always)]
-    pub(super) fn frame(&self, function: u32, file: u32, line: u32) -> Frame<'a> {
-        let mut frame = Frame {
-            line,
-            ..Frame::default()
-        };
-        if let Some(f) = super::fields::records::<RECORD>(self.funcs).get(function as usize) {
-            frame.function = self.string(f, 0);
-            frame.mangled = self.string(f, 8);
-        }
-        if let Some(f) = super::fields::records::<RECORD>(self.files).get(file as usize) {
-            frame.dir = self.string(f, 0);
-            frame.file = self.string(f, 8);
-        }
-        frame
+    pub(super) fn function(&self, index: u32, at: usize) -> Option<&'a str> {
+        let record = super::fields::records::<RECORD>(self.funcs).get(index as usize)?;
+        self.string(record, at)
+    }
+
+    /// The string at byte `at` (0 or 8) of file record `index`.
+    #[inline(always)]
+    pub(super) fn file(&self, index: u32, at: usize) -> Option<&'a str> {
+        let record = super::fields::records::<RECORD>(self.files).get(index as usize)?;
+        self.string(record, at)
     }
 
     /// The string whose (offset, len) is at `at` in `records`.

@@ -195,7 +195,7 @@ impl<'a> Ksym<'a> {
     /// (cleared first) with its inline chain, innermost function first and
     /// the function that holds the code last. Returns whether any range
     /// covers `addr`. Does not allocate once `out` has room for the chain.
-    pub fn lookup(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> bool {
+    pub fn lookup<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> bool {
         out.clear();
         self.lookup_into(addr, out).is_some()
     }
@@ -205,7 +205,7 @@ impl<'a> Ksym<'a> {
     /// range record, its body (rows and chain in a few adjacent cache
     /// lines), then per frame a node and its function and file records.
     #[inline]
-    fn lookup_into(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> Option<()> {
+    fn lookup_into<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> Option<()> {
         let range = self.locate(addr)?;
         self.push_frames(&range, addr, out);
         Some(())
@@ -232,9 +232,14 @@ impl<'a> Ksym<'a> {
     /// Pushes the inline chain at `addr`, which `range` covers, onto `out`:
     /// innermost function first.
     #[inline(always)]
-    pub(super) fn push_frames(&self, range: &Located<'a>, addr: u64, out: &mut Vec<Frame<'a>>) {
+    pub(super) fn push_frames<'s>(
+        &'s self,
+        range: &Located<'a>,
+        addr: u64,
+        out: &mut Vec<Frame<'s>>,
+    ) {
         let Some(body) = &range.body else {
-            out.push(self.names.frame(range.function, NONE, 0));
+            out.push(Frame::new(&self.names, range.function, NONE, 0));
             return;
         };
         // `covers` holds: the offset fits the range's u32 length.
@@ -243,7 +248,7 @@ impl<'a> Ksym<'a> {
         let mut node = body.node_at(offset);
         let nodes = records::<16>(self.nodes);
         while let Some(n) = nodes.get(node as usize) {
-            out.push(self.names.frame(field(n, 0), file, line));
+            out.push(Frame::new(&self.names, field(n, 0), file, line));
             file = field(n, 4);
             line = field(n, 8);
             // Parents come before their children (verify() checks), so
@@ -251,7 +256,7 @@ impl<'a> Ksym<'a> {
             let parent = field(n, 12);
             node = if parent < node { parent } else { NONE };
         }
-        out.push(self.names.frame(range.function, file, line));
+        out.push(Frame::new(&self.names, range.function, file, line));
     }
 
     /// The ranges `[lo, hi)` that can hold `addr`, from the page index.

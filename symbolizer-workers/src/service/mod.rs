@@ -210,7 +210,7 @@ impl Handler<Resolve> for Symbolizer {
                             .iter()
                             .rev()
                             .map(|f| ResolvedFrame {
-                                function: f.function.map(str::to_owned),
+                                function: f.function().map(str::to_owned),
                                 file: f.path(),
                                 line: f.line,
                             })

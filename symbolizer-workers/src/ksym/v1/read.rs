@@ -231,7 +231,7 @@ impl<'a> Ksym<'a> {
     /// (cleared first) with its inline chain, innermost function first and
     /// the function that holds the code last. Returns whether any range
     /// covers `addr`. Does not allocate once `out` has room for the chain.
-    pub fn lookup(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> bool {
+    pub fn lookup<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> bool {
         out.clear();
         self.lookup_into(addr, out).is_some()
     }
@@ -242,7 +242,7 @@ impl<'a> Ksym<'a> {
     /// Records are read through fixed-size views (`&[[u8; N]]`), so that
     /// a field read has no bounds check.
     #[inline]
-    fn lookup_into(&self, addr: u64, out: &mut Vec<Frame<'a>>) -> Option<()> {
+    fn lookup_into<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> Option<()> {
         // The last range starting at or before `addr`, searched for among
         // the ranges of its page.
         let (lo, hi) = self.page(addr)?;
@@ -263,12 +263,12 @@ impl<'a> Ksym<'a> {
         // Bounded by the node count: open() checked that parents come first.
         let nodes = records::<16>(self.nodes);
         while let Some(n) = nodes.get(node as usize) {
-            out.push(self.names.frame(field(n, 0), file, line));
+            out.push(Frame::new(&self.names, field(n, 0), file, line));
             file = field(n, 4);
             line = field(n, 8);
             node = field(n, 12);
         }
-        out.push(self.names.frame(field(range, 4), file, line));
+        out.push(Frame::new(&self.names, field(range, 4), file, line));
         Some(())
     }
 
