@@ -1,8 +1,9 @@
 //! `ksym::upgrade`, `Ksym::open`, `verify` and lookups on arbitrary bytes:
 //! an error or an answer, never a panic, a hang or an out-of-bounds read.
-//! Seeds in `fuzz/seeds/ksym_open` are real ksym files, of version 2 and of
-//! version 1 (which stored files may still be, and which the upgrade reads
-//! whole), so mutations reach past the header checks of both readers.
+//! Seeds in `fuzz/seeds/ksym_open` are real ksym files, of versions 3, 2
+//! (read as they are: their bodies refer to shared nodes) and 1 (which
+//! the upgrade reads whole), so mutations reach past the header checks of
+//! both readers.
 
 #![no_main]
 

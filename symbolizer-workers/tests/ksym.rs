@@ -2,7 +2,8 @@
 //! input (every byte flipped, truncations, arbitrary bytes).
 
 use kiln_symbolizer_workers::{
-    Frame, Function, Inline, Ksym, KsymError, LineRow, Range, SourceFile, SymbolTable, ksym,
+    ExtractOptions, Frame, Function, Inline, Ksym, KsymError, LineRow, Range, SourceFile,
+    SymbolTable, extract, ksym,
 };
 use proptest::prelude::*;
 
@@ -248,10 +249,10 @@ fn foreign_and_truncated_bytes_are_refused() {
     other[0] = b'X';
     assert_eq!(Ksym::open(&other).unwrap_err(), KsymError::BadMagic);
     let mut newer = bytes.clone();
-    newer[4] = 3;
+    newer[4] = 4;
     assert_eq!(
         Ksym::open(&newer).unwrap_err(),
-        KsymError::UnsupportedVersion(3)
+        KsymError::UnsupportedVersion(4)
     );
     // A version 1 file is named as such, so that the caller upgrades it.
     assert_eq!(
@@ -296,17 +297,62 @@ fn section_offset(bytes: &[u8], index: usize) -> usize {
 #[test]
 fn nodes_refer_only_to_earlier_parents() {
     // A node whose parent is itself would make the chain walk endless.
+    // The first range's body ends with its nodes' parents, a byte each:
+    // `mid` (none) and `inner` (1 + mid's index); make inner its own.
     let mut bytes = ksym::encode(&table());
-    let nodes_off = section_offset(&bytes, 2);
-    bytes[nodes_off + 12..nodes_off + 16].copy_from_slice(&0u32.to_le_bytes());
+    let ranges = section_offset(&bytes, 0);
+    let second_body = u32::from_le_bytes(bytes[ranges + 48..ranges + 52].try_into().unwrap());
+    let inner_parent = section_offset(&bytes, 1) + second_body as usize - 1;
+    assert_eq!(bytes[inner_parent], 1, "inner's parent is mid");
+    bytes[inner_parent] = 2;
     let k = Ksym::open(&bytes).unwrap();
-    assert!(matches!(k.verify(), Err(KsymError::BadIndex { .. })));
+    assert_eq!(k.verify(), Err(KsymError::BadLines { range: 0 }));
     // Lookups stop at such a node rather than walk it forever.
     let mut frames = Vec::new();
     for addr in 0x1000..0x3000 {
         k.lookup(addr, &mut frames);
         assert!(frames.len() <= 8);
     }
+}
+
+/// A version 2 file (its inline nodes in one section shared by every
+/// range) is read as it is, and answers as the current encoding of the
+/// same ELF does: a C++ program with deep template inlining, and the file
+/// Kiln 2's encoder wrote for it.
+#[test]
+fn version_2_files_answer_as_the_current_layout() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2");
+    let unzstd =
+        |name: &str| zstd::decode_all(&std::fs::read(fixtures.join(name)).unwrap()[..]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let elf = dir.path().join("shapes");
+    std::fs::write(&elf, unzstd("shapes.elf.zst")).unwrap();
+    let v2 = unzstd("shapes.ksym.zst");
+    let current = ksym::encode(&extract(&elf, &ExtractOptions::default()).unwrap().table);
+    assert_eq!(u32::from_le_bytes(v2[4..8].try_into().unwrap()), 2);
+    assert!(matches!(
+        ksym::upgrade(&v2),
+        Ok(std::borrow::Cow::Borrowed(_))
+    ));
+    let (old, new) = (Ksym::open(&v2).unwrap(), Ksym::open(&current).unwrap());
+    old.verify().unwrap();
+    new.verify().unwrap();
+    assert_eq!(old.len(), new.len());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let mut inlined = 0;
+    for i in 0..new.len() {
+        let (start, end) = new.range(i).unwrap();
+        for addr in start..end {
+            old.lookup(addr, &mut a);
+            new.lookup(addr, &mut b);
+            assert_eq!(a, b, "{addr:#x}");
+            inlined += usize::from(b.len() > 2);
+        }
+    }
+    assert!(
+        inlined > 100,
+        "the fixture has deep inlining: {inlined} addresses"
+    );
 }
 
 /// Guards the unchecked string slicing of lookups: a string record that

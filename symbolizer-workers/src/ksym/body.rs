@@ -19,7 +19,23 @@ pub(super) struct Body<'a> {
     pub(super) lines: Column<'a>,
     pub(super) file_indexes: Column<'a>,
     pub(super) files: Column<'a>,
+    /// Per chain entry, its innermost node: an id in the nodes section
+    /// when `format.node` is 0, else 1 + an index of `local`, 0 for none.
     pub(super) nodes: Column<'a>,
+    /// The range's own inline nodes (none when `format.node` is 0).
+    pub(super) local: LocalNodes<'a>,
+}
+
+/// A range's own inline nodes, as columns: per node, its function (an
+/// index of the function records), where it was called from (an index
+/// of the range's file table, and a line) and its parent (1 + an earlier
+/// node's index, 0 for none: the range's own function).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LocalNodes<'a> {
+    pub(super) functions: Column<'a>,
+    pub(super) call_files: Column<'a>,
+    pub(super) call_lines: Column<'a>,
+    pub(super) parents: Column<'a>,
 }
 
 /// An ascending column of offsets in a range: per bucket of
@@ -44,6 +60,14 @@ pub(super) struct Column<'a> {
     bytes: &'a [u8],
     width: usize,
     len: usize,
+}
+
+impl LocalNodes<'_> {
+    /// Number of nodes.
+    #[inline(always)]
+    pub(super) fn len(&self) -> u32 {
+        self.functions.len() as u32
+    }
 }
 
 impl<'a> Column<'a> {
@@ -112,6 +136,10 @@ impl<'a> Body<'a> {
         };
         let row_buckets = bucket_count(&mut rest, rows, format)?;
         let chain_buckets = bucket_count(&mut rest, chains, format)?;
+        let local_nodes = match format.node {
+            0 => 0,
+            _ => bucket_count(&mut rest, chains, format)?,
+        };
         // Bucket starts take bytes: a count of them with no width would
         // have `verify` walk billions of buckets that are not there.
         if (row_buckets > 0 && format.row_bucket == 0)
@@ -139,7 +167,13 @@ impl<'a> Body<'a> {
             lines: Column::take(&mut rest, rows, format.line)?,
             file_indexes: Column::take(&mut rest, rows, format.file)?,
             files: Column::take(&mut rest, format.files, 4)?,
-            nodes: Column::take(&mut rest, chains, 4)?,
+            nodes: Column::take(&mut rest, chains, format.node_ref())?,
+            local: LocalNodes {
+                functions: Column::take(&mut rest, local_nodes, 4)?,
+                call_files: Column::take(&mut rest, local_nodes, format.file)?,
+                call_lines: Column::take(&mut rest, local_nodes, format.call_line)?,
+                parents: Column::take(&mut rest, local_nodes, format.node)?,
+            },
         })
     }
 
@@ -160,7 +194,8 @@ impl<'a> Body<'a> {
         self.files.get(index)
     }
 
-    /// The innermost inline node at `offset`, or none.
+    /// The innermost inline node at `offset` as the chain refers to it
+    /// (see [`Body::nodes`]), or [`NONE`] before the first chain entry.
     #[inline(always)]
     pub(super) fn node_at(&self, offset: u32) -> u32 {
         match self.chain.count_at_or_before(offset).checked_sub(1) {

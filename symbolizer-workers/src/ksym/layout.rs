@@ -2,7 +2,11 @@
 
 pub use super::header::MAGIC;
 /// Bumped whenever the meaning of any byte changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
+/// The earliest version read as it is: a version 2 file is a version 3
+/// file whose bodies all refer to the shared nodes section (see
+/// [`Format::node`]). Version 1 is [upgraded](super::upgrade).
+pub const READS_FROM: u32 = 2;
 
 /// Sections, in header order.
 pub const RANGES: usize = 0;
@@ -60,7 +64,9 @@ pub const BODIES_PADDING: usize = BLOCK - 1;
 /// (2-3), file indexes (4-5) and the chain's bucket starts (6-7), each as
 /// a code 0-3 for 0, 1, 2 or 4 bytes; the number of files in the range's
 /// file table (bits 8-23); whether the body's bucket counts are 4 bytes
-/// rather than 2 (bit 24). Other bits are 0.
+/// rather than 2 (bit 24); the widths of the chain's node references
+/// (bits 25-26) and of the range's own inline nodes' call lines (27-28).
+/// Other bits are 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Format {
     /// Width of a bucket start of the rows: 0 (no buckets), 1, 2 or 4.
@@ -73,8 +79,14 @@ pub struct Format {
     pub chain_bucket: usize,
     /// Entries in the range's file table.
     pub files: usize,
-    /// Width of the body's bucket counts: 2 or 4.
+    /// Width of the body's bucket counts (and node count): 2 or 4.
     pub count: usize,
+    /// Width of the chain's references to inline nodes: 1, 2 or 4 for
+    /// the range's own nodes, in its body (version 3); 0 for 4-byte ids
+    /// of the nodes section, shared by every range (version 2).
+    pub node: usize,
+    /// Width of the call lines of the range's own nodes: 0, 1, 2 or 4.
+    pub call_line: usize,
 }
 
 /// Most files one range's table may hold (16 bits of `format`).
@@ -90,6 +102,8 @@ impl Format {
             | code(self.chain_bucket) << 6
             | (self.files.min(MAX_RANGE_FILES) as u32) << 8
             | u32::from(self.count == 4) << 24
+            | code(self.node) << 25
+            | code(self.call_line) << 27
     }
 
     /// The format of a `format` word; `None` when bits that must be 0
@@ -101,7 +115,7 @@ impl Format {
         fn width(code: u32) -> usize {
             (1usize << (code & 3)) >> 1
         }
-        if word >> 25 != 0 {
+        if word >> 29 != 0 {
             return None;
         }
         Some(Format {
@@ -111,7 +125,19 @@ impl Format {
             chain_bucket: width(word >> 6),
             files: (word >> 8 & 0xffff) as usize,
             count: if word >> 24 & 1 == 1 { 4 } else { 2 },
+            node: width(word >> 25),
+            call_line: width(word >> 27),
         })
+    }
+
+    /// Width of the chain's node references: 4 for ids of the nodes
+    /// section.
+    #[inline(always)]
+    pub fn node_ref(&self) -> usize {
+        match self.node {
+            0 => 4,
+            width => width,
+        }
     }
 
     /// The smallest width (1, 2 or 4) that holds `max`, or 0 for 0 when

@@ -9,7 +9,7 @@
 //! many addresses in address order, reading each range once.
 //! [`encode`] writes the same bytes for the same table.
 //!
-//! # Layout (version 2)
+//! # Layout (version 3)
 //!
 //! All integers little-endian; sections start 8-aligned. A string is an
 //! (offset u32, len u32) pair into `blob`, where each distinct string is
@@ -23,8 +23,10 @@
 //! bodies   bytes           per range, at `body`: see below; then 15 zero
 //!                          bytes (lookups read values 4 bytes at a time,
 //!                          low bytes 16 at a time)
-//! nodes    16 B            function u32 | call_file u32 | call_line u32
-//!                          | parent u32 (an earlier node, or none)
+//! nodes    16 B            version 2 only (empty in version 3): inline
+//!                          nodes shared by every range, function u32 |
+//!                          call_file u32 | call_line u32 | parent u32
+//!                          (an earlier node, or none)
 //! funcs    16 B            name string | mangled string (or none)
 //! files    16 B            dir string | name string
 //! blob     bytes           UTF-8: function and file names first, then
@@ -44,7 +46,8 @@
 //! ```text
 //! base_line u32                      only when rows > 0
 //! row buckets    u16 or u32          only when rows > 0   } u32 when
-//! chain buckets  u16 or u32          only when chains > 0 } format says
+//! chain buckets  u16 or u32          only when chains > 0 } format
+//! nodes          u16 or u32          only when chains > 0 } says
 //! row bucket starts  × row buckets   for each 256-byte bucket after the
 //!                                    first, up to the last row's: the
 //!                                    index of its first row
@@ -55,15 +58,30 @@
 //!                                    innermost inlined call changes
 //! row lines      × rows              line − base_line
 //! row files      × rows              index into the file table
-//! file table     u32 × files         file indexes (or none)
-//! chain nodes    u32 × chains        innermost node from that offset on
+//! file table     u32 × files         file indexes (or none), of the
+//!                                    rows and of the nodes' calls
+//! chain nodes    × chains            innermost node from that offset on:
+//!                                    1 + its index, 0 for none
+//! node functions u32 × nodes         the range's own inline nodes, in
+//! node files     × nodes             columns: function, where it was
+//! node lines     × nodes             called (an index into the file
+//! node parents   × nodes             table, a line), parent (1 + an
+//!                                    earlier node's index, 0 for none)
 //! ```
+//!
+//! A range's inline nodes are in its body, next to the chain that refers
+//! to them, rather than in one section for the whole file: the walk up
+//! a chain reads the cache lines the chain was read from, and references
+//! take one or two bytes rather than four. Version 2 had that section; a
+//! version 2 body (`format` says so) refers to it with 4-byte ids, and
+//! version 2 files are read as they are.
 //!
 //! A lookup's loads that depend on one another are thus: the page entry,
 //! the range record (pages are small, from 64 bytes, so that a page holds
 //! one or two ranges), the body's bucket starts and low bytes, the row's
 //! line and file and the chain's node a few cache lines further, then per
-//! frame its node and that node's function and file records. Version 1
+//! frame its node (in the same body) and, when the caller reads them,
+//! that node's function and file records. Version 1
 //! ([`v1`]) had a separate array of starts, line rows as varints decoded
 //! from a restart mark, and the chain in its own section: two to four
 //! more dependent loads, two binary searches and a decoding loop.

@@ -71,8 +71,8 @@ impl<'a> Ksym<'a> {
     /// it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
         let sections = SECTION_TABLE.read(data, |version| match version {
-            VERSION => Ok(()),
-            1..VERSION => Err(KsymError::Outdated(version)),
+            READS_FROM..=VERSION => Ok(()),
+            1..READS_FROM => Err(KsymError::Outdated(version)),
             _ => Err(KsymError::UnsupportedVersion(version)),
         })?;
         let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB]);
@@ -134,13 +134,12 @@ impl<'a> Ksym<'a> {
     pub fn verify(&self) -> Result<(), KsymError> {
         self.check_records()?;
         self.names.verify()?;
-        let n_files = self.names.files();
         let n_nodes = self.nodes.len() / 16;
         for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
             let Some(body) = self.body(range) else {
                 return Err(KsymError::BadLines { range: r });
             };
-            if !body_is_sound(&body, field(range, LEN), n_files, n_nodes) {
+            if !body_is_sound(&body, field(range, LEN), &self.names, n_nodes) {
                 return Err(KsymError::BadLines { range: r });
             }
         }
@@ -246,15 +245,30 @@ impl<'a> Ksym<'a> {
         let offset = addr.wrapping_sub(range.start) as u32;
         let (mut file, mut line) = body.line_at(offset);
         let mut node = body.node_at(offset);
-        let nodes = records::<16>(self.nodes);
-        while let Some(n) = nodes.get(node as usize) {
-            out.push(Frame::new(&self.names, field(n, 0), file, line));
-            file = field(n, 4);
-            line = field(n, 8);
-            // Parents come before their children (verify() checks), so
-            // the walk ends; in a damaged file, at the first that does not.
-            let parent = field(n, 12);
-            node = if parent < node { parent } else { NONE };
+        // Parents come before their children (verify() checks), so the
+        // walks end; in a damaged file, at the first that does not.
+        if body.format.node == 0 {
+            // Version 2: the nodes section, shared by every range.
+            let nodes = records::<16>(self.nodes);
+            while let Some(n) = nodes.get(node as usize) {
+                out.push(Frame::new(&self.names, field(n, 0), file, line));
+                file = field(n, 4);
+                line = field(n, 8);
+                let parent = field(n, 12);
+                node = if parent < node { parent } else { NONE };
+            }
+        } else {
+            // The range's own nodes, in its body: the cache lines the
+            // chain was read from, or the next ones.
+            let local = &body.local;
+            while let Some(i) = node.checked_sub(1).filter(|&i| i < local.len()) {
+                let i = i as usize;
+                out.push(Frame::new(&self.names, local.functions.get(i), file, line));
+                file = body.file(local.call_files.get(i) as usize);
+                line = local.call_lines.get(i);
+                let parent = local.parents.get(i);
+                node = if parent < node { parent } else { 0 };
+            }
         }
         out.push(Frame::new(&self.names, range.function, file, line));
     }
@@ -273,10 +287,26 @@ impl<'a> Ksym<'a> {
     }
 }
 
+/// Whether a body's own inline nodes (version 3) are ones a lookup can
+/// use: chain references and parents to nodes that exist (parents before
+/// their children), functions and call files that exist.
+fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
+    let local = &body.local;
+    let n = local.len();
+    (0..body.chain.len()).all(|i| body.nodes.get(i) <= n)
+        && (0..n as usize).all(|i| {
+            let function = local.functions.get(i);
+            (function == NONE || (function as usize) < n_funcs)
+                && (local.call_files.get(i) as usize) < body.format.files
+                && (local.parents.get(i) as usize) <= i
+        })
+}
+
 /// Whether every value in `body` (of a range of `len` bytes) is one a
 /// lookup can use: offsets ascending within the range, lines that do not
 /// overflow, file and node indexes that exist.
-fn body_is_sound(body: &Body<'_>, len: u32, n_files: usize, n_nodes: usize) -> bool {
+fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -> bool {
+    let n_files = names.files();
     let ascending = |offsets: &Offsets<'_>| {
         let starts_ascend = (1..=offsets.buckets())
             .try_fold(0, |prev, b| {
@@ -300,10 +330,13 @@ fn body_is_sound(body: &Body<'_>, len: u32, n_files: usize, n_nodes: usize) -> b
         let f = body.file(i);
         f == NONE || (f as usize) < n_files
     });
-    let nodes_exist = (0..body.chain.len()).all(|i| {
-        let n = body.nodes.get(i);
-        n == NONE || (n as usize) < n_nodes
-    });
+    let nodes_exist = match format.node {
+        0 => (0..body.chain.len()).all(|i| {
+            let n = body.nodes.get(i);
+            n == NONE || (n as usize) < n_nodes
+        }),
+        _ => local_nodes_are_sound(body, names.functions()),
+    };
     ascending(&body.rows)
         && ascending(&body.chain)
         && lines_fit

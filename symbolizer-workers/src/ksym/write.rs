@@ -20,9 +20,9 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
         let function = w.function(table, range.function);
         let rows = w.rows(table, range, len);
-        let chain = w.chain(table, range);
+        let (chain, nodes) = w.chain(table, range);
         let body = to_u32(bodies.len());
-        let format = write_body(&rows, &chain, &mut bodies);
+        let format = write_body(&rows, &chain, &nodes, &mut bodies);
         ranges.extend(range.start.to_le_bytes());
         for v in [
             len,
@@ -46,13 +46,25 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         [
             &ranges,
             &bodies,
-            &w.nodes.bytes,
+            // The shared nodes of version 2: every range has its own now.
+            &[],
             &funcs,
             &files,
             &blob,
             &pages,
         ],
     )
+}
+
+/// One of a range's inline nodes as written: a call of `function` from
+/// `call_file:call_line`, within its parent (1 + the index of an earlier
+/// node of the range, 0 for the range's own function).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Node {
+    function: u32,
+    call_file: u32,
+    call_line: u32,
+    parent: u32,
 }
 
 /// One line row as written: from `offset` in the range on, `file:line`.
@@ -64,18 +76,18 @@ struct Row {
 
 /// Writes the body of a range (see the layout in [`super`]) and returns
 /// the format that reads it: each column as narrow as its values allow.
-fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
+/// `chain` refers to `nodes` as 1 + an index.
+fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<u8>) -> Format {
     let mut table: Vec<u32> = Vec::new();
     let mut index: HashMap<u32, u32> = HashMap::new();
-    let file_index: Vec<u32> = rows
-        .iter()
-        .map(|r| {
-            *index.entry(r.file).or_insert_with(|| {
-                table.push(r.file);
-                to_u32(table.len() - 1)
-            })
+    let mut file_index = |file: u32| {
+        *index.entry(file).or_insert_with(|| {
+            table.push(file);
+            to_u32(table.len() - 1)
         })
-        .collect();
+    };
+    let row_files: Vec<u32> = rows.iter().map(|r| file_index(r.file)).collect();
+    let call_files: Vec<u32> = nodes.iter().map(|n| file_index(n.call_file)).collect();
     // A range with more files than a format can count (none exists) keeps
     // the first ones; rows of the others read as "no file".
     table.truncate(MAX_RANGE_FILES);
@@ -85,7 +97,7 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
     let chain_buckets = bucket_starts(&chain_offsets);
     let base = rows.iter().map(|r| r.line).min().unwrap_or(0);
     let top = rows.iter().map(|r| r.line).max().unwrap_or(0);
-    let most_buckets = row_buckets.len().max(chain_buckets.len());
+    let most_buckets = row_buckets.len().max(chain_buckets.len()).max(nodes.len());
     let format = Format {
         row_bucket: bucket_width(&row_buckets),
         line: Format::width_for(u64::from(top - base), true),
@@ -93,6 +105,11 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
         chain_bucket: bucket_width(&chain_buckets),
         files: table.len(),
         count: if most_buckets > 0xffff { 4 } else { 2 },
+        node: Format::width_for(nodes.len() as u64, false),
+        call_line: Format::width_for(
+            u64::from(nodes.iter().map(|n| n.call_line).max().unwrap_or(0)),
+            true,
+        ),
     };
     let put = |out: &mut Vec<u8>, v: u32, width: usize| {
         out.extend_from_slice(&v.to_le_bytes()[..width]);
@@ -103,6 +120,7 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
     }
     if !chain.is_empty() {
         put(out, to_u32(chain_buckets.len()), format.count);
+        put(out, to_u32(nodes.len()), format.count);
     }
     for &start in &row_buckets {
         put(out, start, format.row_bucket);
@@ -115,14 +133,26 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], out: &mut Vec<u8>) -> Format {
     for r in rows {
         put(out, r.line - base, format.line);
     }
-    for &i in &file_index {
+    for &i in &row_files {
         put(out, i, format.file);
     }
     for f in table {
         out.extend(f.to_le_bytes());
     }
     for &(_, node) in chain {
-        out.extend(node.to_le_bytes());
+        put(out, node, format.node);
+    }
+    for n in nodes {
+        out.extend(n.function.to_le_bytes());
+    }
+    for &i in &call_files {
+        put(out, i, format.file);
+    }
+    for n in nodes {
+        put(out, n.call_line, format.call_line);
+    }
+    for n in nodes {
+        put(out, n.parent, format.node);
     }
     format
 }
@@ -231,15 +261,13 @@ impl Strings {
     }
 }
 
-/// Interning state: each function, file, string and chain node is written
-/// once, numbered in order of first use, which keeps the output
-/// deterministic.
+/// Interning state: each function, file and string is written once,
+/// numbered in order of first use, which keeps the output deterministic.
 #[derive(Default)]
 struct Writer {
     func_ids: HashMap<u32, u32>,
     file_ids: HashMap<u32, u32>,
     strings: Strings,
-    nodes: chains::Nodes,
 }
 
 impl Writer {
@@ -302,27 +330,36 @@ impl Writer {
         rows
     }
 
-    /// The chain entries of `range`: at every offset where the set of
-    /// inlined calls around it changes, the innermost call's node.
-    fn chain(&mut self, table: &SymbolTable, range: &Range) -> Vec<(u32, u32)> {
+    /// The chain entries of `range` and its inline nodes: at every offset
+    /// where the set of inlined calls around it changes, the innermost
+    /// call's node (1 + its index, 0 for none). Each distinct node is
+    /// written once, numbered in order of first use, so parents come
+    /// before their children.
+    fn chain(&mut self, table: &SymbolTable, range: &Range) -> (Vec<(u32, u32)>, Vec<Node>) {
         let mut out = Vec::new();
-        let mut last = NONE;
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut ids: HashMap<Node, u32> = HashMap::new();
+        let mut last = 0;
         chains::changes(range, |at, calls| {
-            let mut node = NONE;
+            let mut id = 0;
             for c in calls {
-                let function = self.function(table, c.function);
-                let file = self.file(table, c.call_file);
-                node = self.nodes.intern([function, file, c.call_line, node]);
+                let node = Node {
+                    function: self.function(table, c.function),
+                    call_file: self.file(table, c.call_file),
+                    call_line: c.call_line,
+                    parent: id,
+                };
+                id = *ids.entry(node).or_insert_with(|| {
+                    nodes.push(node);
+                    to_u32(nodes.len())
+                });
             }
             let offset = at - range.start;
-            if node != last
-                && (node != NONE || last != NONE)
-                && buckets_in_bounds(offset, out.len())
-            {
-                out.push((to_u32(offset as usize), node));
-                last = node;
+            if id != last && buckets_in_bounds(offset, out.len()) {
+                out.push((to_u32(offset as usize), id));
+                last = id;
             }
         });
-        out
+        (out, nodes)
     }
 }
