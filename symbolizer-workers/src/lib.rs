@@ -47,10 +47,10 @@ pub use extract::{
     DebugDirs, ExtractError, ExtractOptions, Extracted, demangle, extract, extract_bytes,
 };
 pub use fileid::file_id;
-pub use ksym::{Frame, Ksym, KsymError};
+pub use ksym::{Frame, Ksym, KsymError, KsymFile};
 #[cfg(feature = "service")]
 pub use service::{
     FileAddrs, Resolve, Resolved, ResolvedFrame, Symbolizer, SymbolizerConfig, SymbolsStored,
 };
-pub use stored::{StoredError, StoredSymbols, build_stored, decode_stored};
+pub use stored::{DecodedSymbols, StoredError, StoredSymbols, build_stored, decode_stored};
 pub use table::{Function, Inline, LineRow, NONE, Range, SourceFile, SymbolTable, join_path};

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::extract::{ExtractError, ExtractOptions, extract_bytes};
-use crate::ksym::{self, Ksym, KsymError};
+use crate::ksym::{self, Ksym, KsymError, KsymFile};
 
 /// zstd level of stored ksym files: written once, read often.
 const ZSTD_LEVEL: i32 = 9;
@@ -62,22 +62,38 @@ pub fn build_stored(name: &Path, data: &[u8]) -> Result<StoredSymbols, StoredErr
     })
 }
 
-/// Decompresses a stored symbol file and opens it. It is not verified
-/// again: [`build_stored`] verified it before it was stored, and lookups
-/// in a file damaged since read its damage as unknown names (verifying
-/// costs 20 ms on a 60 MB file, a fifth of decompressing it). A file an earlier Kiln stored in an earlier
-/// ksym version is [upgraded](ksym::upgrade) to the current one: profiles
-/// keep their names without the ELF being uploaded again.
-pub fn decode_stored(compressed: &[u8]) -> Result<Vec<u8>, StoredError> {
+/// A stored symbol file, read back.
+#[derive(Debug)]
+pub struct DecodedSymbols {
+    /// The file, ready for lookups.
+    pub file: KsymFile,
+    /// When the file was stored in an earlier ksym version: it compressed
+    /// again in the current one, to store in its place so that the
+    /// upgrade is done once.
+    pub upgraded: Option<Vec<u8>>,
+}
+
+/// Decompresses a stored symbol file and opens it, checking its strings
+/// whole ([`KsymFile`]). It is not verified again: [`build_stored`]
+/// verified it before it was stored, and lookups in a file damaged since
+/// read its damage as unknown names (verifying costs 20 ms on a 60 MB
+/// file, a fifth of decompressing it). A file an earlier Kiln stored in
+/// an earlier ksym version is [upgraded](ksym::upgrade) to the current
+/// one: profiles keep their names without the ELF being uploaded again.
+pub fn decode_stored(compressed: &[u8]) -> Result<DecodedSymbols, StoredError> {
     let mut bytes = Vec::new();
     zstd::Decoder::new(compressed)?
         .take(MAX_KSYM_BYTES)
         .read_to_end(&mut bytes)?;
-    if let Cow::Owned(upgraded) = ksym::upgrade(&bytes)? {
-        bytes = upgraded;
+    let mut upgraded = None;
+    if let Cow::Owned(current) = ksym::upgrade(&bytes)? {
+        upgraded = Some(zstd::encode_all(&current[..], ZSTD_LEVEL)?);
+        bytes = current;
     }
-    Ksym::open(&bytes)?;
-    Ok(bytes)
+    Ok(DecodedSymbols {
+        file: KsymFile::new(bytes)?,
+        upgraded,
+    })
 }
 
 #[cfg(test)]
@@ -90,8 +106,9 @@ mod tests {
         let data = std::fs::read(&path).unwrap();
         let stored = build_stored(&path, &data).unwrap();
         assert!(stored.ranges > 0);
-        let bytes = decode_stored(&stored.compressed).unwrap();
-        assert_eq!(Ksym::open(&bytes).unwrap().len(), stored.ranges);
+        let decoded = decode_stored(&stored.compressed).unwrap();
+        assert_eq!(decoded.file.ksym().len(), stored.ranges);
+        assert!(decoded.upgraded.is_none());
     }
 
     /// Guards the upgrade path of stored files: a version 1 file an
@@ -120,10 +137,13 @@ mod tests {
             }],
         };
         let stored = zstd::encode_all(&ksym::v1::encode(&table)[..], 1).unwrap();
-        let bytes = decode_stored(&stored).unwrap();
-        assert_eq!(bytes, ksym::encode(&table));
+        let decoded = decode_stored(&stored).unwrap();
+        assert_eq!(decoded.file.bytes(), ksym::encode(&table));
+        // What to store in its place: the current version, compressed.
+        let again = zstd::decode_all(&decoded.upgraded.unwrap()[..]).unwrap();
+        assert_eq!(again, ksym::encode(&table));
         let mut frames = Vec::new();
-        let symbols = Ksym::open(&bytes).unwrap();
+        let symbols = decoded.file.ksym();
         symbols.lookup(0x1020, &mut frames);
         assert_eq!(frames[0].function(), Some("main"));
         assert_eq!(frames[0].path().as_deref(), Some("/src/main.c"));

@@ -98,6 +98,7 @@ mod body;
 mod chains;
 mod error;
 mod fields;
+mod file;
 mod frame;
 mod header;
 mod layout;
@@ -110,6 +111,7 @@ mod varint;
 mod write;
 
 pub use error::KsymError;
+pub use file::KsymFile;
 pub use frame::Frame;
 pub use layout::VERSION;
 pub use read::Ksym;

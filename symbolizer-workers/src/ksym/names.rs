@@ -26,11 +26,10 @@ pub(super) struct Names<'a> {
     pub(super) funcs: &'a [u8],
     pub(super) files: &'a [u8],
     pub(super) blob: &'a [u8],
-    /// The blob as text, when [`Names::open`] checked it whole (small
-    /// blobs, where that costs little) and found every string record to
-    /// start and end on a character boundary: strings are then sliced
-    /// without being checked again.
-    blob_text: Option<&'a str>,
+    /// Whether [`check_text`](Self::check_text) found the blob UTF-8 and
+    /// every string record within it, starting and ending on character
+    /// boundaries: strings are then sliced without being checked again.
+    text_checked: bool,
 }
 
 impl<'a> Names<'a> {
@@ -45,9 +44,7 @@ impl<'a> Names<'a> {
         let mut names = Names::new(funcs, files, blob);
         names.check_records()?;
         if blob.len() <= CHECK_BLOB_AT_OPEN {
-            names.blob_text = std::str::from_utf8(blob)
-                .ok()
-                .filter(|text| names.strings_on_char_boundaries(text));
+            names.check_text();
         }
         Ok(names)
     }
@@ -61,15 +58,33 @@ impl<'a> Names<'a> {
             funcs,
             files,
             blob,
-            blob_text: None,
+            text_checked: false,
         };
         let records = (funcs.len() + files.len()) / RECORD;
         if blob.len() <= CHECK_BLOB_AT_OPEN && records <= CHECK_RECORDS_AT_OPEN {
-            names.blob_text = std::str::from_utf8(blob).ok().filter(|text| {
-                names.check_records().is_ok() && names.strings_on_char_boundaries(text)
-            });
+            names.check_text();
         }
         names
+    }
+
+    /// Checks the blob and the string records whole, for the fast path of
+    /// [`string`](Self::string): linear in their size (about 0.1 ms per
+    /// MiB). Returns whether they passed.
+    pub(super) fn check_text(&mut self) -> bool {
+        self.text_checked = std::str::from_utf8(self.blob).is_ok_and(|text| {
+            self.check_records().is_ok() && self.strings_on_char_boundaries(text)
+        });
+        self.text_checked
+    }
+
+    /// Takes the fast path of [`string`](Self::string) without checking.
+    ///
+    /// # Safety
+    ///
+    /// [`check_text`](Self::check_text) passed on names read from the same
+    /// bytes, unchanged since.
+    pub(super) unsafe fn assume_text_checked(&mut self) {
+        self.text_checked = true;
     }
 
     /// Checks that every string of the records lies within the blob.
@@ -134,9 +149,11 @@ impl<'a> Names<'a> {
         let off = off as usize;
         let end = off.checked_add(u32_at(records, at + 4) as usize)?;
         let bytes = self.blob.get(off..end)?;
-        match self.blob_text {
-            // SAFETY: `blob_text` is set only when new() or open() found the whole
-            // blob UTF-8 and every string of `funcs` and `files` (the only
+        match self.text_checked {
+            // SAFETY: `text_checked` is set only when check_text() found
+            // (on these bytes, or, by assume_text_checked's contract, on
+            // the same bytes before) the whole blob UTF-8 and every
+            // string of `funcs` and `files` (the only
             // records passed here, whole sections or one record of them,
             // at 8-byte steps; a position past their end reads as NONE
             // above) to start and end on a character boundary, so `bytes`
@@ -144,8 +161,8 @@ impl<'a> Names<'a> {
             // into the blob per string (its boundary bytes): cache misses
             // for strings the caller may never read (a mangled name, a
             // directory).
-            Some(_) => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
-            None => std::str::from_utf8(bytes).ok(),
+            true => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
+            false => std::str::from_utf8(bytes).ok(),
         }
     }
 

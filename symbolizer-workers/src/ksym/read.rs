@@ -15,7 +15,7 @@ pub struct Ksym<'a> {
     ranges: &'a [u8],
     bodies: &'a [u8],
     nodes: &'a [u8],
-    names: Names<'a>,
+    pub(super) names: Names<'a>,
     /// The page index section: the shift, then the entries.
     pages: &'a [u8],
     /// The page index's entries, and what locates an address's entry

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use super::SymbolizerConfig;
 use super::expiring::ExpiringSet;
 use crate::debuginfod::Debuginfod;
+use crate::ksym::KsymFile;
 use crate::stored::{build_stored, decode_stored};
 
 /// Files a "missing" set remembers before it is trimmed.
@@ -32,17 +33,17 @@ type Key = (String, FileId);
 #[derive(Debug, Clone, Copy)]
 struct ByBytes;
 
-impl quick_cache::Weighter<Key, Arc<[u8]>> for ByBytes {
-    fn weight(&self, _: &Key, bytes: &Arc<[u8]>) -> u64 {
-        bytes.len().max(1) as u64
+impl quick_cache::Weighter<Key, Arc<KsymFile>> for ByBytes {
+    fn weight(&self, _: &Key, file: &Arc<KsymFile>) -> u64 {
+        file.bytes().len().max(1) as u64
     }
 }
 
-/// Loads and caches verified, decompressed ksym bytes.
+/// Loads and caches decompressed ksym files.
 #[derive(Debug)]
 pub(crate) struct Loader {
     objects: Arc<dyn ObjectStore>,
-    loaded: quick_cache::sync::Cache<Key, Arc<[u8]>, ByBytes>,
+    loaded: quick_cache::sync::Cache<Key, Arc<KsymFile>, ByBytes>,
     /// (tenant, file) found without symbols, and when.
     missing: Mutex<ExpiringSet<Key>>,
     /// One lock per (tenant, file) being loaded now: lookups of a file
@@ -121,7 +122,7 @@ impl Loader {
         file: FileId,
         build_id: Option<&str>,
         deadline: Instant,
-    ) -> Result<Option<Arc<[u8]>>, StoreError> {
+    ) -> Result<Option<Arc<KsymFile>>, StoreError> {
         let key = (tenant.to_owned(), file);
         if let Some(known) = self.known(&key) {
             return Ok(known);
@@ -145,7 +146,7 @@ impl Loader {
 
     /// What is known of `key` without reading anything: its loaded
     /// symbols, or that it has none.
-    fn known(&self, key: &Key) -> Option<Option<Arc<[u8]>>> {
+    fn known(&self, key: &Key) -> Option<Option<Arc<KsymFile>>> {
         if let Some(bytes) = self.loaded.get(key) {
             return Some(Some(bytes));
         }
@@ -160,7 +161,7 @@ impl Loader {
         key: &Key,
         build_id: Option<&str>,
         deadline: Instant,
-    ) -> Result<Option<Arc<[u8]>>, StoreError> {
+    ) -> Result<Option<Arc<KsymFile>>, StoreError> {
         let (tenant, file) = (key.0.as_str(), key.1);
         let mut found = self.fetch(tenant, file).await?;
         if found.is_none()
@@ -180,10 +181,12 @@ impl Loader {
         Ok(found)
     }
 
-    /// The tenant's symbols, else the global ones, decompressed and
-    /// verified. A stored file that does not verify is logged and treated
-    /// as missing: a query must not fail because of one bad upload.
-    async fn fetch(&self, tenant: &str, file: FileId) -> Result<Option<Arc<[u8]>>, StoreError> {
+    /// The tenant's symbols, else the global ones, decompressed (and
+    /// upgraded, and stored again upgraded, when an earlier Kiln stored
+    /// them in an earlier layout). A stored file that does not read is
+    /// logged and treated as missing: a query must not fail because of
+    /// one bad upload.
+    async fn fetch(&self, tenant: &str, file: FileId) -> Result<Option<Arc<KsymFile>>, StoreError> {
         for key in [
             ObjectKey::tenant_symbols(tenant, file)?,
             ObjectKey::global_symbols(file),
@@ -191,10 +194,15 @@ impl Loader {
             let Some(compressed) = self.objects.get(&key).await? else {
                 continue;
             };
-            // Decompressing and verifying a large file is CPU work: off
+            // Decompressing and checking a large file is CPU work: off
             // the actor's thread.
             match tokio::task::spawn_blocking(move || decode_stored(&compressed)).await {
-                Ok(Ok(bytes)) => return Ok(Some(bytes.into())),
+                Ok(Ok(decoded)) => {
+                    if let Some(upgraded) = decoded.upgraded {
+                        self.store_upgraded(&key, upgraded).await;
+                    }
+                    return Ok(Some(Arc::new(decoded.file)));
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(key = key.as_str(), error = %e, "unusable symbol file");
                 }
@@ -202,6 +210,18 @@ impl Loader {
             }
         }
         Ok(None)
+    }
+
+    /// Stores a symbol file upgraded to the current layout in place of the
+    /// earlier one, so that it is upgraded once rather than at every load.
+    /// A failure is logged: the next load upgrades it again.
+    async fn store_upgraded(&self, key: &ObjectKey, upgraded: Vec<u8>) {
+        match self.objects.put(key, upgraded.into()).await {
+            Ok(()) => tracing::info!(key = key.as_str(), "symbol file stored again upgraded"),
+            Err(e) => {
+                tracing::warn!(key = key.as_str(), error = %e, "upgraded symbol file not stored");
+            }
+        }
     }
 
     /// Starts fetching `file` from debuginfod, unless that is pointless or
@@ -346,6 +366,54 @@ fn parse_hex(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ksym;
+    use crate::table::{Function, Range, SymbolTable};
+
+    /// Guards the write-back of upgrades: a file an earlier Kiln stored in
+    /// ksym version 1 is read with its names, and stored again in the
+    /// current version, so the next load has nothing to upgrade.
+    #[tokio::test]
+    async fn files_of_an_earlier_layout_are_stored_again_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let objects: Arc<dyn ObjectStore> =
+            Arc::new(kiln_storage::LocalObjectStore::open(dir.path()).unwrap());
+        let table = SymbolTable {
+            functions: vec![Function {
+                name: "main".into(),
+                mangled: None,
+            }],
+            files: vec![],
+            ranges: vec![Range {
+                start: 0x1000,
+                end: 0x1040,
+                function: 0,
+                lines: vec![],
+                inlines: vec![],
+            }],
+        };
+        let file = FileId::from_build_id(b"earlier");
+        let key = ObjectKey::tenant_symbols("acme", file).unwrap();
+        let v1 = zstd::encode_all(&ksym::v1::encode(&table)[..], 1).unwrap();
+        objects.put(&key, v1.into()).await.unwrap();
+
+        let loader = Arc::new(Loader::new(
+            Arc::clone(&objects),
+            SymbolizerConfig::default(),
+        ));
+        let loaded = loader
+            .load("acme", file, None, Instant::now())
+            .await
+            .unwrap()
+            .expect("the symbols are found");
+        let mut frames = Vec::new();
+        let symbols = loaded.ksym();
+        symbols.lookup(0x1010, &mut frames);
+        assert_eq!(frames[0].function(), Some("main"));
+
+        let stored = objects.get(&key).await.unwrap().unwrap();
+        let stored = zstd::decode_all(&stored[..]).unwrap();
+        assert_eq!(stored, ksym::encode(&table), "stored again, upgraded");
+    }
 
     #[test]
     fn hex_parses_both_cases_and_refuses_junk() {

@@ -37,7 +37,7 @@ use kiln_model::FileId;
 use kiln_storage::{ObjectStore, StoreError};
 
 use crate::debuginfod::Debuginfod;
-use crate::ksym::Ksym;
+use crate::ksym::KsymFile;
 use loader::Loader;
 
 /// How the symbolizer loads and caches.
@@ -197,11 +197,10 @@ impl Handler<Resolve> for Symbolizer {
             let mut resolved = Vec::with_capacity(msg.files.len());
             let deadline = loader.debuginfod_deadline(msg.debuginfod_wait);
             for file in &msg.files {
-                let bytes = loader
+                let loaded = loader
                     .load(&msg.tenant, file.file, file.build_id.as_deref(), deadline)
                     .await?;
-                // Opened when loaded, so opening again cannot fail.
-                let ksym = bytes.as_deref().and_then(|b| Ksym::open(b).ok());
+                let ksym = loaded.as_deref().map(KsymFile::ksym);
                 resolved.push(ksym.map(|ksym| {
                     let mut chains = vec![Vec::new(); file.addrs.len()];
                     ksym.lookup_many(&file.addrs, |i, frames| {
