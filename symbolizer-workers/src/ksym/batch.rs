@@ -1,8 +1,10 @@
 //! Many lookups at once: what a symbolizer worker does with the addresses
 //! of one file. Taken in address order, consecutive addresses mostly fall
 //! in the range of the one before, whose record and body are then read
-//! once for all of them, and an address met again is answered once.
+//! once for all of them; consecutive addresses at the same line row and
+//! chain entry (the same source line, often) share one answer.
 
+use super::body::Position;
 use super::read::Located;
 use super::{Frame, Ksym};
 
@@ -12,24 +14,77 @@ impl<'a> Ksym<'a> {
     /// as [`lookup`](Self::lookup) gives them (none when no range covers
     /// it), once per position, in address order.
     pub fn lookup_many<'s>(&'s self, addrs: &[u64], mut each: impl FnMut(usize, &[Frame<'s>])) {
-        let mut order: Vec<(u64, usize)> = addrs.iter().copied().zip(0..).collect();
-        // By address alone: the positions of equal addresses need no order.
-        order.sort_unstable_by_key(|&(addr, _)| addr);
         let mut range: Option<Located<'a>> = None;
         let mut frames = Vec::new();
-        let mut last = None;
-        for (addr, index) in order {
-            if last != Some(addr) {
-                frames.clear();
-                if !range.is_some_and(|r| r.covers(addr)) {
-                    range = self.locate(addr);
+        // Where in `range` the answer in `frames` was read, when it was.
+        let mut answered: Option<Position> = None;
+        for (addr, index) in address_order(addrs) {
+            if !range.is_some_and(|r| r.covers(addr)) {
+                range = self.locate(addr);
+                answered = None;
+            }
+            match &range {
+                None => frames.clear(),
+                Some(range) => {
+                    let at = range.position(addr);
+                    if at.is_none() || at != answered {
+                        frames.clear();
+                        self.push_frames_at(range, at, &mut frames);
+                        answered = at;
+                    }
                 }
-                if let Some(range) = &range {
-                    self.push_frames(range, addr, &mut frames);
-                }
-                last = Some(addr);
             }
             each(index, &frames);
         }
+    }
+}
+
+/// `addrs` with their positions, in address order (equal addresses in no
+/// particular order). Sorted as single `u64`s, address above position,
+/// when both fit (file offsets and batch sizes always do): a third of the
+/// time of sorting pairs, measured on 100k addresses.
+fn address_order(addrs: &[u64]) -> Vec<(u64, usize)> {
+    let (Some(&low), Some(&high)) = (addrs.iter().min(), addrs.iter().max()) else {
+        return Vec::new();
+    };
+    let position_bits = usize::BITS - addrs.len().leading_zeros();
+    if position_bits >= u64::BITS || (high - low) >> (u64::BITS - position_bits) != 0 {
+        let mut order: Vec<(u64, usize)> = addrs.iter().copied().zip(0..).collect();
+        order.sort_unstable_by_key(|&(addr, _)| addr);
+        return order;
+    }
+    let mut packed: Vec<u64> = addrs
+        .iter()
+        .zip(0u64..)
+        .map(|(&addr, i)| (addr - low) << position_bits | i)
+        .collect();
+    packed.sort_unstable();
+    let position_mask = (1u64 << position_bits) - 1;
+    packed
+        .into_iter()
+        .map(|key| ((key >> position_bits) + low, (key & position_mask) as usize))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::address_order;
+
+    #[test]
+    fn addresses_come_in_order_with_their_positions() {
+        // Packed (a small span) and not (the whole u64 range).
+        for addrs in [
+            vec![0x1010, 0x1000, 0x1008, 0x1000, 0xffff_ffff],
+            vec![u64::MAX, 0, 5, 1 << 63, 5],
+        ] {
+            let order = address_order(&addrs);
+            assert_eq!(order.len(), addrs.len());
+            assert!(order.windows(2).all(|w| w[0].0 <= w[1].0));
+            assert!(order.iter().all(|&(addr, i)| addrs[i] == addr));
+            let mut positions: Vec<usize> = order.iter().map(|&(_, i)| i).collect();
+            positions.sort_unstable();
+            assert_eq!(positions, (0..addrs.len()).collect::<Vec<_>>());
+        }
+        assert!(address_order(&[]).is_empty());
     }
 }

@@ -38,6 +38,15 @@ pub(super) struct LocalNodes<'a> {
     pub(super) parents: Column<'a>,
 }
 
+/// Where an offset stands in a range's body: how many of its line rows
+/// and of its chain entries start at or before it. Offsets at the same
+/// position have the same inline chain, files and lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Position {
+    rows: usize,
+    entries: usize,
+}
+
 /// An ascending column of offsets in a range: per bucket of
 /// 2^[`BUCKET_SHIFT`] bytes after the first, the index of its first
 /// offset; then each offset's low byte.
@@ -177,11 +186,19 @@ impl<'a> Body<'a> {
         })
     }
 
-    /// (file, line) of the last row at or before `offset`: (none, 0)
-    /// before the first row.
+    /// Where `offset` stands among the range's rows and chain entries.
     #[inline(always)]
-    pub(super) fn line_at(&self, offset: u32) -> (u32, u32) {
-        let Some(row) = self.rows.count_at_or_before(offset).checked_sub(1) else {
+    pub(super) fn position(&self, offset: u32) -> Position {
+        Position {
+            rows: self.rows.count_at_or_before(offset),
+            entries: self.chain.count_at_or_before(offset),
+        }
+    }
+
+    /// (file, line) at `at`: of its last row, (none, 0) before the first.
+    #[inline(always)]
+    pub(super) fn line_of(&self, at: Position) -> (u32, u32) {
+        let Some(row) = at.rows.checked_sub(1) else {
             return (NONE, 0);
         };
         let line = self.base_line.wrapping_add(self.lines.get(row));
@@ -194,11 +211,11 @@ impl<'a> Body<'a> {
         self.files.get(index)
     }
 
-    /// The innermost inline node at `offset` as the chain refers to it
-    /// (see [`Body::nodes`]), or [`NONE`] before the first chain entry.
+    /// The innermost inline node at `at` as the chain refers to it (see
+    /// [`Body::nodes`]), or [`NONE`] before the first chain entry.
     #[inline(always)]
-    pub(super) fn node_at(&self, offset: u32) -> u32 {
-        match self.chain.count_at_or_before(offset).checked_sub(1) {
+    pub(super) fn node_of(&self, at: Position) -> u32 {
+        match at.entries.checked_sub(1) {
             Some(entry) => self.nodes.get(entry),
             None => NONE,
         }

@@ -1,7 +1,7 @@
 //! Reading ksym bytes in place: [`Ksym::open`] checks the header,
 //! lookups answer, [`Ksym::verify`] checks the rest.
 
-use super::body::{Body, Offsets};
+use super::body::{Body, Offsets, Position};
 use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
 use super::names::Names;
@@ -42,6 +42,15 @@ impl Located<'_> {
     pub(super) fn covers(&self, addr: u64) -> bool {
         addr.checked_sub(self.start)
             .is_some_and(|offset| offset < u64::from(self.len))
+    }
+
+    /// Where `addr`, which the range covers, stands in its body; `None`
+    /// when the range has none.
+    #[inline(always)]
+    pub(super) fn position(&self, addr: u64) -> Option<Position> {
+        // `covers` holds: the offset fits the range's u32 length.
+        let offset = addr.wrapping_sub(self.start) as u32;
+        self.body.as_ref().map(|body| body.position(offset))
     }
 }
 
@@ -237,14 +246,24 @@ impl<'a> Ksym<'a> {
         addr: u64,
         out: &mut Vec<Frame<'s>>,
     ) {
-        let Some(body) = &range.body else {
+        self.push_frames_at(range, range.position(addr), out);
+    }
+
+    /// Pushes the inline chain at `at` in `range` (`None` for a range
+    /// without a body) onto `out`: innermost function first.
+    #[inline(always)]
+    pub(super) fn push_frames_at<'s>(
+        &'s self,
+        range: &Located<'a>,
+        at: Option<Position>,
+        out: &mut Vec<Frame<'s>>,
+    ) {
+        let (Some(body), Some(at)) = (&range.body, at) else {
             out.push(Frame::new(&self.names, range.function, NONE, 0));
             return;
         };
-        // `covers` holds: the offset fits the range's u32 length.
-        let offset = addr.wrapping_sub(range.start) as u32;
-        let (mut file, mut line) = body.line_at(offset);
-        let mut node = body.node_at(offset);
+        let (mut file, mut line) = body.line_of(at);
+        let mut node = body.node_of(at);
         // Parents come before their children (verify() checks), so the
         // walks end; in a damaged file, at the first that does not.
         if body.format.node == 0 {
