@@ -20,28 +20,35 @@ pub(super) struct Layout {
 /// The page index: page shift, then for each page the first range that
 /// ends after the page's start.
 pub(super) fn build(table: &SymbolTable, layout: Layout) -> Vec<u8> {
-    let (Some(first), Some(last)) = (table.ranges.first(), table.ranges.last()) else {
-        return Vec::new();
-    };
-    let ends: Vec<u64> = table
+    let bounds: Vec<(u64, u64)> = table
         .ranges
         .iter()
         .map(|r| {
-            r.start + u64::from(u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX))
+            let len = u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX);
+            (r.start, r.start + u64::from(len))
         })
         .collect();
+    build_over(&bounds, layout)
+}
+
+/// The page index over ranges given as (start, end), sorted.
+pub(super) fn build_over(bounds: &[(u64, u64)], layout: Layout) -> Vec<u8> {
+    let (Some(first), Some(last)) = (bounds.first(), bounds.last()) else {
+        return Vec::new();
+    };
+    let ends: Vec<u64> = bounds.iter().map(|&(_, end)| end).collect();
     let end = ends
         .iter()
         .copied()
         .max()
         .unwrap_or(0)
-        .max(last.start.saturating_add(1));
-    let span = end.saturating_sub(first.start);
+        .max(last.0.saturating_add(1));
+    let span = end.saturating_sub(first.0);
     let mut shift = layout.min_shift;
-    while shift < 63 && (span >> shift) + 2 > layout.per_range * table.ranges.len() as u64 {
+    while shift < 63 && (span >> shift) + 2 > layout.per_range * bounds.len() as u64 {
         shift += 1;
     }
-    let base = first.start >> shift << shift;
+    let base = first.0 >> shift << shift;
     let count = ((end - 1).saturating_sub(base) >> shift) + 1;
     let mut out = Vec::with_capacity(4 * (count as usize + 1));
     out.extend(shift.to_le_bytes());
@@ -57,8 +64,7 @@ pub(super) fn build(table: &SymbolTable, layout: Layout) -> Vec<u8> {
 }
 
 /// Checks what a lookup needs of a page index over `n` ranges before it
-/// reads one (its shift), in constant time: [`check_entries`] checks the
-/// rest.
+/// reads one (its shift), in constant time.
 pub(super) fn check_shift(pages: &[u8], n: usize, layout: Layout) -> Result<(), KsymError> {
     let shift = u32_at(pages, 0);
     let sound = match pages.is_empty() {
@@ -70,6 +76,24 @@ pub(super) fn check_shift(pages: &[u8], n: usize, layout: Layout) -> Result<(), 
         false => Err(KsymError::BadIndex {
             what: "page",
             index: 0,
+        }),
+    }
+}
+
+/// Checks that `pages` is the page index [`build_over`] makes for ranges
+/// of these `bounds` (sorted): an index that is sound but wrong would
+/// send lookups of some addresses to ranges that do not hold them.
+pub(super) fn check_exact(
+    pages: &[u8],
+    bounds: &[(u64, u64)],
+    layout: Layout,
+) -> Result<(), KsymError> {
+    let expected = build_over(bounds, layout);
+    match expected.iter().zip(pages).position(|(a, b)| a != b) {
+        None if expected.len() == pages.len() => Ok(()),
+        first => Err(KsymError::BadIndex {
+            what: "page",
+            index: first.unwrap_or(expected.len().min(pages.len())) / 4,
         }),
     }
 }

@@ -132,7 +132,8 @@ impl<'a> Ksym<'a> {
                 return Err(KsymError::BadLines { range: r });
             }
         }
-        pages::check(self.pages, self.len(), PAGE_LAYOUT)
+        let bounds: Vec<(u64, u64)> = (0..self.len()).filter_map(|i| self.range(i)).collect();
+        pages::check_exact(self.pages, &bounds, PAGE_LAYOUT)
     }
 
     /// Checks every record, body value and string, which [`open`](Self::open)
