@@ -61,6 +61,16 @@
 //!   processes without tables, and everything when
 //!   [`AgentConfig::unwind_tables`] is off.
 //!
+//! # One cgroup
+//!
+//! With [`AgentConfig::cgroup`] the programs drop, first thing, the
+//! samples, exec events and GPU launches of tasks outside that cgroup v2
+//! and the cgroups below it (`bpf_get_current_ancestor_cgroup_id` at the
+//! cgroup's level against its id, the inode of its directory; see
+//! `cgroup.rs`). Since announcements follow samples and execs, and tables
+//! follow announcements, no other process's maps are read or tables
+//! loaded: the table map needs room for the cgroup's files only.
+//!
 //! Stacks stop at 127 frames (the kernel's `perf_event_max_stack` default)
 //! with a truncation marker.
 //!
