@@ -24,7 +24,7 @@ const ROOT_CGROUP_ID: u64 = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     /// The path could not be resolved or examined.
-    #[error("cgroup {}: {source}", path.display())]
+    #[error("reading cgroup {}", path.display())]
     Unreadable {
         /// The path as given.
         path: PathBuf,
@@ -95,10 +95,15 @@ impl Cgroup {
                 mount: cgroup2_mount(),
             });
         }
-        if !is_cgroup2(&resolved).map_err(unreadable)? {
+        let what = match filesystem(&resolved).map_err(unreadable)? {
+            Filesystem::Cgroup2 => None,
+            Filesystem::Cgroup1 => Some("on a cgroup v1 hierarchy"),
+            Filesystem::Other => Some("not on a cgroup filesystem"),
+        };
+        if let Some(what) = what {
             return Err(CgroupError::NotCgroup2 {
                 path: path.to_owned(),
-                what: "not on a cgroup2 filesystem",
+                what,
                 mount: cgroup2_mount(),
             });
         }
@@ -121,7 +126,7 @@ impl Cgroup {
 /// its mount showing a subtree only.
 fn levels_below_root(dir: &Path) -> io::Result<Option<u32>> {
     for (level, ancestor) in (0..).zip(dir.ancestors()) {
-        if !is_cgroup2(ancestor)? {
+        if filesystem(ancestor)? != Filesystem::Cgroup2 {
             return Ok(None);
         }
         if std::fs::metadata(ancestor)?.ino() == ROOT_CGROUP_ID {
@@ -147,8 +152,16 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-/// Whether `path` is on a cgroup2 filesystem.
-fn is_cgroup2(path: &Path) -> io::Result<bool> {
+/// The kinds of filesystem a cgroup path may be on.
+#[derive(Debug, PartialEq, Eq)]
+enum Filesystem {
+    Cgroup2,
+    Cgroup1,
+    Other,
+}
+
+/// Which filesystem `path` is on.
+fn filesystem(path: &Path) -> io::Result<Filesystem> {
     let c_path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
     // SAFETY: all-zero bytes are a valid `statfs` (plain integers), which
@@ -158,7 +171,11 @@ fn is_cgroup2(path: &Path) -> io::Result<bool> {
     if unsafe { libc::statfs(c_path.as_ptr(), &mut fs) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fs.f_type == libc::CGROUP2_SUPER_MAGIC)
+    Ok(match fs.f_type {
+        libc::CGROUP2_SUPER_MAGIC => Filesystem::Cgroup2,
+        libc::CGROUP_SUPER_MAGIC => Filesystem::Cgroup1,
+        _ => Filesystem::Other,
+    })
 }
 
 #[cfg(test)]
@@ -176,7 +193,7 @@ mod tests {
         let message = e.to_string();
         assert!(
             message.starts_with(&format!(
-                "{} is not a cgroup v2 directory (not on a cgroup2 filesystem)",
+                "{} is not a cgroup v2 directory (not on a cgroup filesystem)",
                 dir.path().display()
             )),
             "{message}"
@@ -189,8 +206,7 @@ mod tests {
         let e = Cgroup::resolve(Path::new("/sys/fs/cgroup/kiln-no-such-cgroup")).unwrap_err();
         assert!(matches!(e, CgroupError::Unreadable { .. }), "{e:?}");
         assert!(
-            e.to_string()
-                .starts_with("cgroup /sys/fs/cgroup/kiln-no-such-cgroup: "),
+            e.to_string() == "reading cgroup /sys/fs/cgroup/kiln-no-such-cgroup",
             "{e}"
         );
     }
