@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -37,10 +37,12 @@ pub enum Stat {
     AnnounceDropped = 6,
     /// `KILN_STAT_LAUNCHES_DROPPED`.
     LaunchesDropped = 7,
+    /// `KILN_STAT_OUTSIDE_CGROUP`.
+    OutsideCgroup = 8,
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 8;
+pub const STAT_NR: u32 = 9;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -99,6 +101,9 @@ pub const PROCESS_REMAPPED: u32 = 3;
 pub struct Control {
     pub abi_version: u32,
     pub generation: u32,
+    pub cgroup_id: u64,
+    pub cgroup_level: u32,
+    pub reserved: u32,
 }
 
 /// `KILN_CFA_NONE`.
@@ -159,7 +164,7 @@ pub struct ProcMappings {
 const _: () = assert!(size_of::<SampleKey>() == 32);
 const _: () = assert!(size_of::<SampleValue>() == 24);
 const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
-const _: () = assert!(size_of::<Control>() == 8);
+const _: () = assert!(size_of::<Control>() == 24);
 const _: () = assert!(size_of::<NewProcess>() == 8);
 const _: () = assert!(size_of::<UnwindRow>() == 16);
 const _: () = assert!(size_of::<BpfMapping>() == 32);

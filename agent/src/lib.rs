@@ -61,6 +61,16 @@
 //!   processes without tables, and everything when
 //!   [`AgentConfig::unwind_tables`] is off.
 //!
+//! # One cgroup
+//!
+//! With [`AgentConfig::cgroup`] the programs drop, first thing, the
+//! samples, exec events and GPU launches of tasks outside that cgroup v2
+//! and the cgroups below it (`bpf_get_current_ancestor_cgroup_id` at the
+//! cgroup's level against its id, the inode of its directory; see
+//! `cgroup.rs`). Since announcements follow samples and execs, and tables
+//! follow announcements, no other process's maps are read or tables
+//! loaded: the table map needs room for the cgroup's files only.
+//!
 //! Stacks stop at 127 frames (the kernel's `perf_event_max_stack` default)
 //! with a truncation marker.
 //!
@@ -85,6 +95,7 @@
 
 mod abi;
 mod batcher;
+mod cgroup;
 mod fileid;
 pub mod gpu;
 mod kafka_sink;
@@ -109,6 +120,7 @@ pub use batcher::{
     BROKEN_CHAIN_FRAME, IDLE_FRAME, PROCESS_GONE_MODULE, SAMPLES_LOST_FRAME, STACK_LOST_FRAME,
     TRUNCATED_FRAME,
 };
+pub use cgroup::{Cgroup, CgroupError, cgroup2_mount};
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
 pub use kafka_sink::{KAFKA_PUBLISH_TIMEOUT, KafkaSink, KafkaSinkError, KafkaTransport};
 pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
@@ -157,6 +169,12 @@ pub struct AgentConfig {
     /// must fit in it (libc takes 28k rows); those of exited ones are
     /// evicted as needed.
     pub unwind_table_rows: u32,
+    /// Profile only the tasks in this cgroup v2 directory and the cgroups
+    /// below it (a container's, a systemd unit's), e.g.
+    /// `/sys/fs/cgroup/system.slice/nginx.service`; `None` profiles every
+    /// task on the host. Tasks outside it are not sampled, announced or
+    /// given unwind tables, and the host's idle time is not counted.
+    pub cgroup: Option<std::path::PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -167,6 +185,7 @@ impl Default for AgentConfig {
             host: host_name(),
             unwind_tables: true,
             unwind_table_rows: DEFAULT_UNWIND_TABLE_ROWS,
+            cgroup: None,
         }
     }
 }
@@ -199,7 +218,13 @@ impl AgentConfig {
         if self.host.is_empty() {
             return Err(AgentError::Config("host name is empty".into()));
         }
+        self.resolve_cgroup()?;
         Ok(())
+    }
+
+    /// The cgroup to profile, with its id and level.
+    fn resolve_cgroup(&self) -> Result<Option<Cgroup>, CgroupError> {
+        self.cgroup.as_deref().map(Cgroup::resolve).transpose()
     }
 }
 
@@ -209,6 +234,9 @@ pub enum AgentError {
     /// The configuration is out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The cgroup to profile is not one.
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
     /// The eBPF sampler failed.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
@@ -395,6 +423,7 @@ impl Agent {
             frequency_hz: config.frequency_hz,
             interval: config.interval,
             unwind_rows: config.unwind_table_rows,
+            cgroup: config.resolve_cgroup()?,
         })?;
         let kallsyms = match Kallsyms::load() {
             Ok(k) => Some(k),
@@ -673,5 +702,17 @@ mod tests {
             ..base.clone()
         });
         assert!(e.contains("unwind table rows must be 1024..="), "{e}");
+        let not_a_cgroup = tempfile::tempdir().unwrap();
+        let e = bad(AgentConfig {
+            cgroup: Some(not_a_cgroup.path().to_owned()),
+            ..base.clone()
+        });
+        assert!(
+            e.contains(&format!(
+                "{} is not a cgroup v2 directory",
+                not_a_cgroup.path().display()
+            )),
+            "{e}"
+        );
     }
 }

@@ -87,6 +87,13 @@ struct Args {
     /// Do not receive GPU profiles.
     #[arg(long, env = "KILN_NO_GPU")]
     no_gpu: bool,
+
+    /// Profile only the processes in this cgroup v2 directory and the
+    /// cgroups below it (a container's, or a systemd unit's such as
+    /// /sys/fs/cgroup/system.slice/nginx.service); by default, every
+    /// process on the host. Idle CPU is then not counted.
+    #[arg(long, env = "KILN_CGROUP")]
+    cgroup: Option<PathBuf>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -124,6 +131,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         host: args.host.unwrap_or_else(kiln_agent::host_name),
         unwind_tables: !args.no_eh_frame,
         unwind_table_rows: args.unwind_table_rows,
+        cgroup: args.cgroup,
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;
@@ -179,6 +187,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         frequency_hz = agent.config().frequency_hz,
         interval = %humantime::format_duration(agent.config().interval),
         cpus = agent.cpus(),
+        cgroup = agent.config().cgroup.as_ref().map(|c| c.display().to_string()),
         "kiln-agent profiling this host"
     );
     agent.run(sink.as_mut(), &STOP)?;

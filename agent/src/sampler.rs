@@ -14,6 +14,7 @@ use aya::{Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
 use crate::abi::{self, Control, GpuLaunch, NewProcess, SampleKey, SampleValue, Stack, Stat};
+use crate::cgroup::Cgroup;
 use crate::unwinder::Unwinder;
 
 /// The compiled program, or an empty slice when build.rs could not build it.
@@ -40,7 +41,7 @@ const UNWIND_PROCESSES: u32 = 2048;
 pub const MAX_FREQUENCY_HZ: u64 = 1000;
 
 /// How the sampler samples.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SamplerConfig {
     /// Samples per second on each CPU (1..=1000).
     pub frequency_hz: u64,
@@ -48,6 +49,9 @@ pub struct SamplerConfig {
     pub interval: Duration,
     /// Rows of `unwind_rows` (16 bytes each).
     pub unwind_rows: u32,
+    /// The cgroup whose tasks (with those of the cgroups below it) are
+    /// profiled; `None` profiles every task.
+    pub cgroup: Option<Cgroup>,
 }
 
 /// Why the sampler could not start or be drained.
@@ -178,6 +182,8 @@ pub struct Sampler {
     /// is per file, however many paths lead to it.
     gpu_attached: std::collections::HashSet<(u64, u64)>,
     generation: u32,
+    /// What the program filters by: written with every generation.
+    cgroup: Option<Cgroup>,
     /// Stacks read in this drain and the one before, for counts that refer
     /// to a stack already deleted from the map (see `drain`).
     stack_cache: [HashMap<u64, Arc<RawStack>>; 2],
@@ -245,14 +251,7 @@ impl Sampler {
         let proc_mappings = BpfHashMap::try_from(take_map(&mut ebpf, "proc_mappings")?)
             .map_err(SamplerError::map("proc_mappings"))?;
         control
-            .set(
-                0,
-                Control {
-                    abi_version: abi::ABI_VERSION,
-                    generation: 0,
-                },
-                0,
-            )
+            .set(0, control_value(0, config.cgroup.as_ref()), 0)
             .map_err(SamplerError::map("control"))?;
 
         let program: &mut PerfEvent = typed_program(&mut ebpf, PROGRAM)?;
@@ -285,6 +284,7 @@ impl Sampler {
             frequency_hz = config.frequency_hz,
             counts_entries,
             stacks_entries,
+            cgroup = config.cgroup.as_ref().map(|c| c.path.display().to_string()),
             "eBPF sampler attached"
         );
         Ok(Sampler {
@@ -298,6 +298,7 @@ impl Sampler {
             gpu_launches,
             gpu_attached: Default::default(),
             generation: 0,
+            cgroup: config.cgroup,
             stack_cache: [HashMap::new(), HashMap::new()],
             last_stats: [0; abi::STAT_NR as usize],
             cpus: cpus.len(),
@@ -378,14 +379,7 @@ impl Sampler {
         let old = self.generation;
         self.generation = self.generation.wrapping_add(1);
         self.control
-            .set(
-                0,
-                Control {
-                    abi_version: abi::ABI_VERSION,
-                    generation: self.generation,
-                },
-                0,
-            )
+            .set(0, control_value(self.generation, self.cgroup.as_ref()), 0)
             .map_err(SamplerError::map("control"))?;
 
         // Collect first, delete after: deleting while walking a hash map
@@ -463,6 +457,7 @@ impl Sampler {
             seen = drained.seen,
             idle = drained.idle,
             lost = drained.lost,
+            outside_cgroup = delta(Stat::OutsideCgroup),
             keys = drained.samples.len(),
             "sampler drained"
         );
@@ -511,6 +506,18 @@ impl Sampler {
             *slot = values.iter().sum();
         }
         Ok(out)
+    }
+}
+
+/// The `control` entry for `generation`: the ABI version that lets the
+/// program record, and the cgroup it filters by (id 0: none).
+fn control_value(generation: u32, cgroup: Option<&Cgroup>) -> Control {
+    Control {
+        abi_version: abi::ABI_VERSION,
+        generation,
+        cgroup_id: cgroup.map_or(0, |c| c.id),
+        cgroup_level: cgroup.map_or(0, |c| c.level),
+        reserved: 0,
     }
 }
 

@@ -3,18 +3,22 @@
 //! tables of exited processes make room for new ones, and what the agent
 //! holds returns to what the live processes need.
 //!
-//! Root tests on the real kernel, like `profile.rs`.
+//! Root tests on the real kernel, like `profile.rs`. Each runs its
+//! processes in a cgroup of its own and profiles only that cgroup
+//! (`AgentConfig::cgroup`), so that its table map can be sized for its own
+//! processes exactly: the rest of the host (servers, compilers, other
+//! tests) takes none of it. They skip, saying so, where cgroup v2 is not
+//! mounted.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_agent::{AgentConfig, MemorySink, UnwindTable};
+use kiln_agent::{Agent, AgentConfig, MemorySink, UnwindTable};
 use kiln_test_support::CBuild;
 
-use support::{Symbols, Workload, require_root, resolve};
+use support::{Symbols, TestCgroup, Workload, require_root, resolve};
 
 const FREQUENCY_HZ: u64 = 499;
 
@@ -91,67 +95,51 @@ fn rows_of(path: &Path) -> usize {
         .len()
 }
 
-/// Rows of the table map that the rest of the host (in CI, the other test
-/// tiers' servers; here, builds) takes now, as measured by a first agent,
-/// and may take while a test runs, for the test to size its agent's map:
-/// the default size holds what one machine runs, not what a builder
-/// running compilers beside the test needs.
-fn rows_for_the_rest_of_the_host() -> usize {
-    let mut agent = support::start_agent(AgentConfig {
+/// The agent profiling only `cgroup`, with a table map of `rows` rows.
+fn start_agent(cgroup: &TestCgroup, rows: usize) -> Agent {
+    support::start_agent(AgentConfig {
         frequency_hz: FREQUENCY_HZ,
         interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        unwind_table_rows: u32::try_from(rows).unwrap(),
+        cgroup: Some(cgroup.path().to_owned()),
         ..AgentConfig::default()
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    agent.tick(&mut MemorySink::default()).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let now = agent.unwind_stats().unwrap().rows_used as usize;
-    // Room to grow: a server idle at the start and sampled later (in CI,
-    // PostgreSQL's table is ~100k rows), a compiler starting.
-    const GROWTH: usize = 192 * 1024;
-    now + GROWTH
+    })
 }
 
-// Guards eviction: the table map holds what the host runs now, libc, the
-// loader and about three of the workload's binaries, and distinct binaries
-// run one after the other until several tables were evicted. Without
-// eviction the later ones would find the map full and fall back to frame
-// pointers, which these builds do not keep, so their stacks would break
-// off before `main`.
+// Guards eviction: the table map holds libc, the loader and three of the
+// workload's binaries, and distinct binaries run one after the other until
+// several tables were evicted. Without eviction the later ones would find
+// the map full and fall back to frame pointers, which these builds do not
+// keep, so their stacks would break off before `main`.
 //
-// The binaries are all linked before the agents start: the compiler and
-// linker are big programs whose tables, while they run, took the room the
-// test had measured for its binaries (in CI, where the test failed so, a
-// link between two runs took ~130k rows).
+// Only the test's cgroup is profiled: before the filter, the test sized
+// its map for the rest of the host as a first agent measured it, and
+// failed in CI when processes idle then (the test runner, other tiers'
+// servers) were sampled later and took the room (once: 6 of 28 binaries
+// placed, the rest of the host grown from 131k to ~370k rows).
 #[test]
-#[ignore = "flaky in CI: processes idle during the first agent's 2 s measurement (the test \
-            runner, servers of other tiers) are sampled later and their tables take the room \
-            the test set aside (once: 6 of 28 binaries placed, the rest of the host grew from \
-            131k to ~370k rows); making it exact needs the agent to profile only chosen \
-            processes. `--run-ignored all` runs it"]
 fn tables_of_exited_binaries_make_room_for_new_ones() {
     require_root();
+    let Some(cgroup) = TestCgroup::create("churn-tables") else {
+        return;
+    };
     const AT_MOST: usize = 28;
     let dir = tempfile::tempdir().unwrap();
     let mut distinct = DistinctBinaries::compile(dir.path());
     let binaries: Vec<PathBuf> = (0..AT_MOST).map(|_| distinct.next()).collect();
     let per_binary = rows_of(&binaries[0]);
 
-    let others = rows_for_the_rest_of_the_host();
-    let capacity = others + rows_of_mapped("libc.so") + rows_of_mapped("ld-linux") + 3 * per_binary;
-    let mut agent = support::start_agent(AgentConfig {
-        frequency_hz: FREQUENCY_HZ,
-        interval: Duration::from_secs(1),
-        host: "kiln-agent-test".into(),
-        unwind_table_rows: u32::try_from(capacity).unwrap(),
-        ..AgentConfig::default()
-    });
+    let shared = rows_of_mapped("libc.so") + rows_of_mapped("ld-linux");
+    let capacity = shared + 3 * per_binary;
+    let mut agent = start_agent(&cgroup, capacity);
     let mut sink = MemorySink::default();
 
-    // Enough binaries to overflow the room left for them by three tables
-    // (whatever the rest of the host evicts meanwhile).
+    // The map holds three binaries' tables; each binary after them needs
+    // one evicted, so seven runs evict at least three (four, unless the
+    // loader's or libc's table was evicted and reloaded instead).
     const EVICTIONS: u64 = 3;
-    let at_least = (capacity - others) / per_binary + 3;
+    let at_least = 3 + EVICTIONS as usize + 1;
     assert!(
         at_least + 4 <= AT_MOST,
         "{at_least} binaries needed: link more"
@@ -161,12 +149,10 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
     let mut attempts = 0;
     for exe in &binaries {
         attempts += 1;
-        let child = Workload(Command::new(exe).args(["30", "cpu"]).spawn().unwrap());
+        let child = Workload(cgroup.command(exe).args(["30", "cpu"]).spawn().unwrap());
         let pid = child.0.id();
         // Its first samples come before its tables are loaded (the program
         // announces a process at its first sample): count from then on.
-        // When the rest of the host's running processes fill the map, the
-        // binary gets no table (and the test another try).
         let waited = Instant::now();
         while !agent.unwind_tables_loaded(pid) && waited.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(50));
@@ -186,8 +172,8 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
     }
     let stats = agent.unwind_stats().unwrap();
     eprintln!(
-        "{} of {attempts} binaries of {per_binary} rows placed in {capacity} rows ({others} kept \
-         for the rest of the host): {stats:?}",
+        "{} of {attempts} binaries of {per_binary} rows placed in {capacity} rows ({shared} for \
+         libc and the loader): {stats:?}",
         runs.len()
     );
     assert!(
@@ -250,45 +236,41 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
 #[test]
 fn thousands_of_short_processes_are_reaped() {
     require_root();
+    let Some(cgroup) = TestCgroup::create("churn-short") else {
+        return;
+    };
     const PROCESSES: usize = 1000;
     const REAPED_AT_LEAST: u64 = 100;
     let dir = tempfile::tempdir().unwrap();
     let exe = support::compile_workload(dir.path(), &["-O2", "-fomit-frame-pointer"]);
-    let capacity = rows_for_the_rest_of_the_host()
-        + rows_of_mapped("libc.so")
-        + rows_of_mapped("ld-linux")
-        + 2 * rows_of(&exe);
-    let mut agent = support::start_agent(AgentConfig {
-        frequency_hz: FREQUENCY_HZ,
-        interval: Duration::from_secs(1),
-        host: "kiln-agent-test".into(),
-        unwind_table_rows: u32::try_from(capacity).unwrap(),
-        ..AgentConfig::default()
-    });
+    let capacity = rows_of_mapped("libc.so") + rows_of_mapped("ld-linux") + 2 * rows_of(&exe);
+    let mut agent = start_agent(&cgroup, capacity);
     let mut sink = MemorySink::default();
     agent.tick(&mut sink).unwrap();
     let before = agent.unwind_stats().unwrap();
 
-    let spawners: Vec<_> = (0..2)
-        .map(|_| {
-            let exe = exe.clone();
-            std::thread::spawn(move || {
-                for _ in 0..PROCESSES / 2 {
-                    let status = Command::new(&exe).args(["0.01", "cpu"]).status().unwrap();
-                    assert!(status.success());
-                }
+    let peak = std::thread::scope(|scope| {
+        let spawners: Vec<_> = (0..2)
+            .map(|_| {
+                scope.spawn(|| {
+                    for _ in 0..PROCESSES / 2 {
+                        let status = cgroup.command(&exe).args(["0.01", "cpu"]).status();
+                        assert!(status.unwrap().success());
+                    }
+                })
             })
-        })
-        .collect();
-    let mut peak = 0;
-    while spawners.iter().any(|s| !s.is_finished()) {
-        std::thread::sleep(Duration::from_millis(500));
-        agent.tick(&mut sink).unwrap();
-        peak = peak.max(agent.unwind_stats().unwrap().processes);
-    }
-    for s in spawners {
-        s.join().unwrap();
-    }
+            .collect();
+        let mut peak = 0;
+        while spawners.iter().any(|s| !s.is_finished()) {
+            std::thread::sleep(Duration::from_millis(500));
+            agent.tick(&mut sink).unwrap();
+            peak = peak.max(agent.unwind_stats().unwrap().processes);
+        }
+        for s in spawners {
+            s.join().unwrap();
+        }
+        peak
+    });
 
     // The unwinder reaps when it is idle for a while.
     let deadline = Instant::now() + 4 * Duration::from_secs(5);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use kiln_agent::{AgentConfig, MemorySink};
 use kiln_test_support::CBuild;
 
-use support::{Symbols, Workload, require_root};
+use support::{Symbols, TestCgroup, Workload, require_root};
 
 const LIBRARY: &str = r#"
 #include <stdint.h>
@@ -228,5 +228,78 @@ fn launches_are_recorded(load: Load) {
     assert!(
         ids.windows(2).all(|w| w[1] == w[0] + 1),
         "launch ids recorded with gaps: {ids:?}"
+    );
+}
+
+// Guards the cgroup filter in the launch uprobe: a uprobe is on a file,
+// so it fires in every process that calls the library, and an agent told
+// to profile one cgroup must record the launches of the processes in it
+// only. Both processes run the same program on the same library: once
+// the one inside has launches recorded, the probe is attached and the
+// one outside has been launching through it too.
+#[test]
+fn launches_outside_the_profiled_cgroup_are_not_recorded() {
+    require_root();
+    let Some(cgroup) = TestCgroup::create("gpu-launch") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let host = compile(dir.path(), Load::Linked);
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: 499,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        cgroup: Some(cgroup.path().to_owned()),
+        ..AgentConfig::default()
+    });
+    agent
+        .receive_gpu_from(&dir.path().join("gpu.sock"))
+        .expect("listen for GPU snapshots");
+    let mut sink = MemorySink::default();
+
+    // Without LD_LIBRARY_PATH, as in launches_are_recorded().
+    let inside = Workload(
+        cgroup
+            .command(&host)
+            .arg("45")
+            .env_remove("LD_LIBRARY_PATH")
+            .spawn()
+            .unwrap(),
+    );
+    let outside = Workload(
+        Command::new(&host)
+            .arg("45")
+            .env_remove("LD_LIBRARY_PATH")
+            .spawn()
+            .unwrap(),
+    );
+    let recorded = |agent: &kiln_agent::Agent, pid: u32| {
+        (1..=100_000)
+            .filter(|&id| agent.gpu_launch_stack(pid, id).is_some())
+            .count()
+    };
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+        if recorded(&agent, inside.0.id()) >= 5 || started.elapsed() > GIVE_UP_AFTER {
+            break;
+        }
+    }
+    // Another tick's worth of launches from both.
+    std::thread::sleep(Duration::from_millis(500));
+    agent.tick(&mut sink).unwrap();
+    let (inside_launches, outside_launches) = (
+        recorded(&agent, inside.0.id()),
+        recorded(&agent, outside.0.id()),
+    );
+    assert!(
+        inside_launches >= 5,
+        "only {inside_launches} launches of the process in the cgroup were recorded in \
+         {GIVE_UP_AFTER:?}: the probe did not attach or report"
+    );
+    assert_eq!(
+        outside_launches, 0,
+        "launches of the process outside the cgroup were recorded ({inside_launches} inside)"
     );
 }

@@ -145,6 +145,20 @@ static __always_inline void stat_inc(__u32 stat)
 		*slot += 1;
 }
 
+/*
+ * Whether the current task is one the agent profiles: every task, or, when
+ * user space set a cgroup, those in it or in a cgroup below it (its
+ * ancestor at the cgroup's level is the cgroup). The GPU launch uprobe, on
+ * a file any process may map, and the exec tracepoint, which fires for
+ * every process on the host, filter too: outside tasks must cost user
+ * space no /proc reads, no unwind tables and no GPU stacks.
+ */
+static __always_inline int profiled(const struct kiln_control *ctl)
+{
+	return ctl->cgroup_id == 0 ||
+	       bpf_get_current_ancestor_cgroup_id(ctl->cgroup_level) == ctl->cgroup_id;
+}
+
 /* A 64-bit mix (the finaliser of MurmurHash3), so that ids of stacks that
  * differ in one frame spread over the whole map. */
 static __always_inline __u64 mix64(__u64 h)
@@ -278,7 +292,7 @@ int kiln_exec(struct bpf_raw_tracepoint_args *ctx)
 	__u32 zero = 0;
 	struct kiln_control *ctl = bpf_map_lookup_elem(&control, &zero);
 
-	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
+	if (!ctl || ctl->abi_version != KILN_ABI_VERSION || !profiled(ctl))
 		return 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	/* Its first sample is announced again: user space reads the maps of
@@ -522,6 +536,14 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 	 * nothing: a mismatched agent must not read half-understood data. */
 	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
 		return 0;
+	/* First, so that nothing follows from a sample of another task: no
+	 * count, no announcement, so no maps read and no tables loaded. The
+	 * idle task is in the root cgroup, so it is dropped too: idle time
+	 * is the host's, not the cgroup's. */
+	if (!profiled(ctl)) {
+		stat_inc(KILN_STAT_OUTSIDE_CGROUP);
+		return 0;
+	}
 
 	stat_inc(KILN_STAT_SAMPLES);
 
@@ -595,7 +617,7 @@ int kiln_gpu_launch(struct pt_regs *ctx)
 	__u32 zero = 0;
 	struct kiln_control *ctl = bpf_map_lookup_elem(&control, &zero);
 
-	if (!ctl || ctl->abi_version != KILN_ABI_VERSION)
+	if (!ctl || ctl->abi_version != KILN_ABI_VERSION || !profiled(ctl))
 		return 0;
 
 	__u64 pid_tgid = bpf_get_current_pid_tgid();

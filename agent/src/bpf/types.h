@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 7
+#define KILN_ABI_VERSION 8
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -40,7 +40,8 @@ enum kiln_stack_flags {
  * sums them over CPUs; they only ever grow.
  */
 enum kiln_stat {
-	/* Samples the program saw (idle included). */
+	/* Samples the program saw (idle included) of the tasks it profiles
+	 * (all, or those in kiln_control.cgroup_id). */
 	KILN_STAT_SAMPLES = 0,
 	/* Of those, samples of the idle task (pid 0). */
 	KILN_STAT_IDLE = 1,
@@ -60,8 +61,11 @@ enum kiln_stat {
 	KILN_STAT_ANNOUNCE_DROPPED = 6,
 	/* GPU launches not reported because `gpu_launches` was full. */
 	KILN_STAT_LAUNCHES_DROPPED = 7,
+	/* Samples dropped by kiln_sample() because the task is outside
+	 * kiln_control.cgroup_id (not counted in KILN_STAT_SAMPLES). */
+	KILN_STAT_OUTSIDE_CGROUP = 8,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 8,
+	KILN_STAT_NR = 9,
 };
 
 /*
@@ -168,8 +172,17 @@ struct kiln_control {
 	__u32 abi_version;
 	/* Current generation, stamped into every new kiln_sample_key. */
 	__u32 generation;
+	/* The cgroup v2 to profile (its id: the inode number of its
+	 * directory), with the cgroups below it; 0 profiles every task. The
+	 * programs drop samples, execs and GPU launches of other tasks. */
+	__u64 cgroup_id;
+	/* Its depth below the root cgroup (level 0): where the task's
+	 * ancestors are compared with it. */
+	__u32 cgroup_level;
+	/* Always zero: explicit padding. */
+	__u32 reserved;
 };
-_Static_assert(sizeof(struct kiln_control) == 8, "kiln_control layout");
+_Static_assert(sizeof(struct kiln_control) == 24, "kiln_control layout");
 
 /*
  * .eh_frame unwinding. User space (agent/src/unwind.rs) builds one table

@@ -137,3 +137,99 @@ impl Symbols {
         (*addr < start + size).then_some(name.as_str())
     }
 }
+
+/// A cgroup v2 made for one test, removed when the test ends, however it
+/// ends: what is still running in it is killed first.
+pub struct TestCgroup {
+    path: PathBuf,
+    /// `path/cgroup.procs`, ready for `pre_exec`, which must not allocate.
+    procs: std::ffi::CString,
+}
+
+impl TestCgroup {
+    /// Makes a cgroup named after `name` and this process under the cgroup
+    /// v2 mount; `None` (saying why on stderr, for the test to skip) when
+    /// cgroup v2 is not mounted.
+    pub fn create(name: &str) -> Option<TestCgroup> {
+        use std::os::unix::ffi::OsStrExt;
+
+        let Some(mount) = kiln_agent::cgroup2_mount() else {
+            eprintln!(
+                "skipped: cgroup v2 is not mounted on this host (no cgroup2 filesystem in \
+                 /proc/self/mountinfo), so no cgroup can be made to profile"
+            );
+            return None;
+        };
+        let path = mount.join(format!("kiln-test-{name}-{}", std::process::id()));
+        std::fs::create_dir(&path)
+            .unwrap_or_else(|e| panic!("making the test cgroup {}: {e}", path.display()));
+        let procs = std::ffi::CString::new(path.join("cgroup.procs").as_os_str().as_bytes())
+            .expect("no NUL in a path we made");
+        Some(TestCgroup { path, procs })
+    }
+
+    /// A cgroup below this one, removed when dropped (drop it first).
+    pub fn child(&self, name: &str) -> TestCgroup {
+        use std::os::unix::ffi::OsStrExt;
+
+        let path = self.path.join(name);
+        std::fs::create_dir(&path)
+            .unwrap_or_else(|e| panic!("making the test cgroup {}: {e}", path.display()));
+        let procs = std::ffi::CString::new(path.join("cgroup.procs").as_os_str().as_bytes())
+            .expect("no NUL in a path we made");
+        TestCgroup { path, procs }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `program`, to be started in this cgroup: the child moves itself in
+    /// before it executes `program`, so the program's every sample and
+    /// its execve are in it.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        use std::os::unix::process::CommandExt;
+
+        let mut command = std::process::Command::new(program);
+        let procs = self.procs.clone();
+        // SAFETY: the closure runs between fork and exec, where only
+        // async-signal-safe calls are allowed: open, write and close are,
+        // and it allocates nothing (the path was made before the fork).
+        unsafe {
+            command.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0" moves the writing process.
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let error = std::io::Error::last_os_error();
+                libc::close(fd);
+                if written == 1 { Ok(()) } else { Err(error) }
+            });
+        }
+        command
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // cgroup.kill (Linux 5.14) kills every process in it; the
+        // directory can go once they have exited, which takes a moment.
+        let _ = std::fs::write(self.path.join("cgroup.kill"), "1");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match std::fs::remove_dir(&self.path) {
+                Ok(()) => return,
+                Err(e) if std::time::Instant::now() > deadline => {
+                    eprintln!(
+                        "could not remove the test cgroup {}: {e}",
+                        self.path.display()
+                    );
+                    return;
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+    }
+}
