@@ -177,8 +177,9 @@ fn report(path: &Path, n: usize) {
     );
     // What the symbolizer's loader keeps: the strings checked once, so
     // that lookups slice them unchecked. The lookups below read from it.
+    let copy = bytes.clone();
     let t = Instant::now();
-    let file = KsymFile::new(bytes.clone()).expect("our own ksym opens");
+    let file = KsymFile::new(copy).expect("our own ksym opens");
     let file_time = t.elapsed();
     println!(
         "   ksym bytes to first answer: {best:.2?} (version 1: {v1_best:.2?}; best of 20); KsymFile::new (strings checked) {file_time:.2?}; full verify() {verify_time:.2?}; upgrade from version 1 {upgrade_time:.2?}"

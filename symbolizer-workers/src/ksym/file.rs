@@ -10,7 +10,9 @@ use super::{Ksym, KsymError};
 /// was checking the UTF-8 of the names it read).
 #[derive(Debug)]
 pub struct KsymFile {
-    bytes: Box<[u8]>,
+    /// A `Vec` as it came (a boxed slice would copy one read with spare
+    /// capacity to shed it).
+    bytes: Vec<u8>,
     text_checked: bool,
 }
 
@@ -19,8 +21,7 @@ impl KsymFile {
     /// first), checking their header as [`Ksym::open`] does and their
     /// strings whole: linear in the strings' size (about 0.1 ms per MiB).
     /// Strings that fail the check are checked as each lookup reads them.
-    pub fn new(bytes: impl Into<Box<[u8]>>) -> Result<KsymFile, KsymError> {
-        let bytes = bytes.into();
+    pub fn new(bytes: Vec<u8>) -> Result<KsymFile, KsymError> {
         let text_checked = Ksym::open(&bytes)?.names.check_text();
         Ok(KsymFile {
             bytes,
