@@ -379,6 +379,12 @@ pub struct UpArgs {
     #[arg(long, env = "KILN_AGENT_FREQUENCY", default_value_t = kiln_agent::DEFAULT_FREQUENCY_HZ)]
     pub agent_frequency: u64,
 
+    /// Profile only the processes of this cgroup v2 directory and the
+    /// cgroups below it (a container, a systemd unit), not the whole
+    /// machine: e.g. /sys/fs/cgroup/system.slice/nginx.service.
+    #[arg(long, env = "KILN_AGENT_CGROUP", value_name = "PATH")]
+    pub agent_cgroup: Option<PathBuf>,
+
     /// Directory of the built web UI (scripts/build-ui.sh writes it).
     /// Default: frontend/dist of the checkout Kiln was built from.
     #[arg(long, env = "KILN_UI_DIR")]

@@ -2,7 +2,7 @@
 //! their own machine's flamegraph within seconds.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -23,9 +23,10 @@ pub struct LocalAgent {
 
 /// Checks the agent's configuration before anything starts, so that a bad
 /// flag fails `kiln up` at once.
-pub fn config(frequency_hz: u64) -> anyhow::Result<AgentConfig> {
+pub fn config(frequency_hz: u64, cgroup: Option<PathBuf>) -> anyhow::Result<AgentConfig> {
     let config = AgentConfig {
         frequency_hz,
+        cgroup,
         ..AgentConfig::default()
     };
     config.validate()?;

@@ -15,7 +15,10 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     };
     let agent_config = match args.no_agent {
         true => None,
-        false => Some(local_agent::config(args.agent_frequency)?),
+        false => Some(local_agent::config(
+            args.agent_frequency,
+            args.agent_cgroup,
+        )?),
     };
     if let Some(dir) = args.ui_dir {
         kiln_actors::http::set_ui_dir(dir);

@@ -96,3 +96,26 @@ fn import_failures_name_the_file_and_the_problem() {
     ]);
     assert!(!out.status.success());
 }
+
+/// `kiln up --agent-cgroup` with a directory that is no cgroup v2 fails at
+/// once, naming it, before the server starts.
+#[test]
+fn up_refuses_an_agent_cgroup_that_is_not_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = kiln(&[
+        "up",
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--agent-cgroup",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(dir.path().to_str().unwrap())
+            && stderr.contains("not a cgroup v2 directory"),
+        "{stderr}"
+    );
+}
