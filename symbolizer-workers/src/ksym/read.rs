@@ -211,8 +211,9 @@ impl<'a> Ksym<'a> {
 
     /// [`lookup`](Self::lookup), with `None` for an address no range
     /// covers. The loads that depend on one another: the page index, the
-    /// range record, its body (rows and chain in a few adjacent cache
-    /// lines), then per frame a node and its function and file records.
+    /// range record, its body (rows, chain and inline nodes in a few
+    /// adjacent cache lines), then, as the caller reads names, each
+    /// frame's function and file records.
     #[inline]
     fn lookup_into<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> Option<()> {
         let range = self.locate(addr)?;
