@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_agent::{AgentConfig, MemorySink};
+use kiln_agent::{Agent, AgentConfig, MemorySink};
 use kiln_test_support::CBuild;
 
 use support::{Symbols, TestCgroup, Workload, require_root};
@@ -170,15 +170,7 @@ fn launches_are_recorded(load: Load) {
     let dir = tempfile::tempdir().unwrap();
     let host = compile(dir.path(), load);
     let symbols = Symbols::of(&host);
-    let mut agent = support::start_agent(AgentConfig {
-        frequency_hz: 499,
-        interval: Duration::from_secs(1),
-        host: "kiln-agent-test".into(),
-        ..AgentConfig::default()
-    });
-    agent
-        .receive_gpu_from(&dir.path().join("gpu.sock"))
-        .expect("listen for GPU snapshots");
+    let mut agent = start_gpu_agent(dir.path(), None);
     let mut sink = MemorySink::default();
 
     // Without cargo's LD_LIBRARY_PATH, whose target directory may hold
@@ -245,16 +237,7 @@ fn launches_outside_the_profiled_cgroup_are_not_recorded() {
     };
     let dir = tempfile::tempdir().unwrap();
     let host = compile(dir.path(), Load::Linked);
-    let mut agent = support::start_agent(AgentConfig {
-        frequency_hz: 499,
-        interval: Duration::from_secs(1),
-        host: "kiln-agent-test".into(),
-        cgroup: Some(cgroup.path().to_owned()),
-        ..AgentConfig::default()
-    });
-    agent
-        .receive_gpu_from(&dir.path().join("gpu.sock"))
-        .expect("listen for GPU snapshots");
+    let mut agent = start_gpu_agent(dir.path(), Some(cgroup.path()));
     let mut sink = MemorySink::default();
 
     // Without LD_LIBRARY_PATH, as in launches_are_recorded().
@@ -302,4 +285,20 @@ fn launches_outside_the_profiled_cgroup_are_not_recorded() {
         outside_launches, 0,
         "launches of the process outside the cgroup were recorded ({inside_launches} inside)"
     );
+}
+
+/// An agent sampling at 499 Hz (of `cgroup` only, when given) that takes
+/// GPU snapshots on `dir`/gpu.sock.
+fn start_gpu_agent(dir: &Path, cgroup: Option<&Path>) -> Agent {
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: 499,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        cgroup: cgroup.map(Path::to_owned),
+        ..AgentConfig::default()
+    });
+    agent
+        .receive_gpu_from(&dir.join("gpu.sock"))
+        .expect("listen for GPU snapshots");
+    agent
 }
