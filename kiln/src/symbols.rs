@@ -1,5 +1,6 @@
 //! `kiln symbols …`: symbol files from the command line.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -341,7 +342,7 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
                 writeln!(
                     out,
                     "    {}{inlined}\n        at {}:{}",
-                    name(f, args.no_demangle).unwrap_or("??"),
+                    name(f, args.no_demangle).as_deref().unwrap_or("??"),
                     f.path().as_deref().unwrap_or("??"),
                     f.line
                 )?;
@@ -354,15 +355,13 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
 
 /// The name a frame is printed under: its mangled name with
 /// `--no-demangle`, when it has one.
-fn name<'a>(f: &Frame<'a>, no_demangle: bool) -> Option<&'a str> {
-    match no_demangle {
-        true => f.mangled().or(f.function()),
-        false => f.function(),
-    }
+fn name<'a>(f: &Frame<'a>, no_demangle: bool) -> Option<Cow<'a, str>> {
+    let mangled = no_demangle.then(|| f.mangled()).flatten();
+    mangled.or(f.function().map(Cow::Borrowed))
 }
 
 /// One frame of `kiln symbols resolve --json`, named `function`.
-fn json_frame(function: Option<&str>, f: &Frame<'_>) -> serde_json::Value {
+fn json_frame(function: Option<Cow<'_, str>>, f: &Frame<'_>) -> serde_json::Value {
     serde_json::json!({ "function": function, "file": f.path(), "line": f.line })
 }
 

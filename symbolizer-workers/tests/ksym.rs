@@ -150,7 +150,7 @@ fn lookups_return_inline_chains_innermost_first() {
     }
     let mut frames = Vec::new();
     k.lookup(0x1025, &mut frames);
-    assert_eq!(frames[0].mangled(), Some("_Zinner"));
+    assert_eq!(frames[0].mangled().as_deref(), Some("_Zinner"));
 }
 
 /// Guards the line marks: in a range with many rows, every row is found
@@ -226,6 +226,81 @@ fn batches_answer_as_single_lookups() {
         });
         assert!(answered.iter().all(|&n| n == 1), "each position once");
     }
+}
+
+/// A Rust legacy mangled name is kept as its hash when mangling its
+/// demangled name gives it back, and read back whole; other names are kept
+/// as they are.
+#[test]
+fn rust_legacy_names_are_kept_as_their_hash() {
+    let rust = "_ZN70_$LT$alloc..vec..Vec$LT$T$C$A$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h8f3c2a1b0d9e7f65E";
+    let functions = vec![
+        Function {
+            name: "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop".into(),
+            mangled: Some(rust.into()),
+        },
+        // A hash-shaped name its demangled name does not give back.
+        Function {
+            name: "renamed".into(),
+            mangled: Some("_ZN3foo3bar17h0123456789abcdefE".into()),
+        },
+    ];
+    let ranges = (0..2)
+        .map(|i| Range {
+            start: 0x1000 + 0x100 * i,
+            end: 0x1080 + 0x100 * i,
+            function: i as u32,
+            lines: vec![],
+            inlines: vec![],
+        })
+        .collect();
+    let bytes = ksym::encode(&SymbolTable {
+        functions,
+        files: vec![],
+        ranges,
+    });
+    let contains = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+    assert!(!contains(rust) && contains("8f3c2a1b0d9e7f65"));
+    assert!(contains("_ZN3foo3bar17h0123456789abcdefE"));
+    let k = Ksym::open(&bytes).unwrap();
+    k.verify().unwrap();
+    let mut frames = Vec::new();
+    k.lookup(0x1010, &mut frames);
+    assert_eq!(frames[0].mangled().as_deref(), Some(rust));
+    k.lookup(0x1110, &mut frames);
+    assert_eq!(
+        frames[0].mangled().as_deref(),
+        Some("_ZN3foo3bar17h0123456789abcdefE")
+    );
+}
+
+/// Every mangled name of this test program (Rust, legacy mangling) reads
+/// back as extraction found it, most of them made again from their hash.
+#[test]
+fn own_mangled_names_read_back_whole() {
+    let exe = std::env::current_exe().unwrap();
+    let table = extract(&exe, &ExtractOptions::default()).unwrap().table;
+    let bytes = ksym::encode(&table);
+    let k = Ksym::open(&bytes).unwrap();
+    let mangled: std::collections::HashSet<&str> = table
+        .functions
+        .iter()
+        .filter_map(|f| f.mangled.as_deref())
+        .collect();
+    let (mut read, mut made) = (0, 0);
+    let mut frames = Vec::new();
+    for i in 0..k.len() {
+        k.lookup(k.range(i).unwrap().0, &mut frames);
+        for frame in &frames {
+            let Some(name) = frame.mangled() else {
+                continue;
+            };
+            assert!(mangled.contains(name.as_ref()), "{name}");
+            read += 1;
+            made += usize::from(matches!(name, std::borrow::Cow::Owned(_)));
+        }
+    }
+    assert!(made > read / 2, "{made} of {read} made from their hash");
 }
 
 #[test]

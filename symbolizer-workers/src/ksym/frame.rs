@@ -1,5 +1,6 @@
 //! What a lookup answers: one level of an inline chain.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use super::names::Names;
@@ -33,12 +34,14 @@ impl<'a> Frame<'a> {
 
     /// Function name (demangled); `None` when unknown.
     pub fn function(&self) -> Option<&'a str> {
-        self.names.function(self.function, 0)
+        self.names.function(self.function)
     }
 
-    /// The mangled name, when the function has one.
-    pub fn mangled(&self) -> Option<&'a str> {
-        self.names.function(self.function, 8)
+    /// The mangled name, when the function has one. Owned when it is made
+    /// again from the name and its hash (a Rust legacy name, which ksym
+    /// keeps so).
+    pub fn mangled(&self) -> Option<Cow<'a, str>> {
+        self.names.mangled(self.function)
     }
 
     /// The source file's directory (may be empty).

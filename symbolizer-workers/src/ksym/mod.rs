@@ -27,7 +27,10 @@
 //!                          nodes shared by every range, function u32 |
 //!                          call_file u32 | call_line u32 | parent u32
 //!                          (an earlier node, or none)
-//! funcs    16 B            name string | mangled string (or none)
+//! funcs    16 B            name string | mangled string (or none; for a
+//!                          Rust legacy name that mangling the name with
+//!                          its hash gives back, the hash, with bit 31 of
+//!                          the length set)
 //! files    16 B            dir string | name string
 //! blob     bytes           UTF-8: function and file names first, then
 //!                          mangled names and directories
@@ -105,6 +108,7 @@ mod layout;
 mod names;
 mod pages;
 mod read;
+mod rust_legacy;
 mod upgrade;
 pub mod v1;
 mod varint;

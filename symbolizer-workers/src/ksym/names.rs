@@ -8,11 +8,17 @@
 
 use crate::table::NONE;
 
-use super::KsymError;
+use std::borrow::Cow;
+
 use super::fields::u32_at;
+use super::{KsymError, rust_legacy};
 
 /// Bytes of a function or file record.
 const RECORD: usize = 16;
+/// Set in the length of a function's mangled name (version 3): the string
+/// is the hash of a Rust legacy name, which mangling the function's name
+/// with it gives back (see [`rust_legacy`]). Lengths never reach it.
+pub(super) const DERIVED: u32 = 1 << 31;
 /// Blobs up to this size are checked as UTF-8 whole at open: about 0.1 ms
 /// per MiB; beyond a few MiB, lookups check their own strings instead,
 /// keeping open fast.
@@ -124,12 +130,12 @@ impl<'a> Names<'a> {
         Ok(())
     }
 
-    /// The string at byte `at` (0 or 8) of function record `index`; `None`
-    /// for none, or for a record that is not there.
+    /// The name of function record `index`; `None` for a record that is
+    /// not there.
     #[inline(always)]
-    pub(super) fn function(&self, index: u32, at: usize) -> Option<&'a str> {
+    pub(super) fn function(&self, index: u32) -> Option<&'a str> {
         let record = super::fields::records::<RECORD>(self.funcs).get(index as usize)?;
-        self.string(record, at)
+        self.string(record, 0)
     }
 
     /// The string at byte `at` (0 or 8) of file record `index`.
@@ -139,15 +145,35 @@ impl<'a> Names<'a> {
         self.string(record, at)
     }
 
-    /// The string whose (offset, len) is at `at` in `records`.
+    /// The function's mangled name: as stored, or made from its name and
+    /// hash when only the hash is (a Rust legacy name).
+    pub(super) fn mangled(&self, index: u32) -> Option<Cow<'a, str>> {
+        let record = super::fields::records::<RECORD>(self.funcs).get(index as usize)?;
+        let stored = self.string(record, 8)?;
+        if u32_at(record, 12) & DERIVED == 0 {
+            return Some(Cow::Borrowed(stored));
+        }
+        let name = self.string(record, 0)?;
+        Some(Cow::Owned(rust_legacy::mangle(name, stored)))
+    }
+
+    /// Where the string whose (offset, len) is at `at` in `records` lies
+    /// in the blob, as far as the record says (the [`DERIVED`] flag is not
+    /// part of the length); `None` for none.
     #[inline(always)]
-    pub(super) fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
+    fn span(records: &[u8], at: usize) -> Option<(usize, usize)> {
         let off = u32_at(records, at);
         if off == NONE {
             return None;
         }
-        let off = off as usize;
-        let end = off.checked_add(u32_at(records, at + 4) as usize)?;
+        let len = u32_at(records, at + 4) & !DERIVED;
+        Some((off as usize, (off as usize).checked_add(len as usize)?))
+    }
+
+    /// The string whose (offset, len) is at `at` in `records`.
+    #[inline(always)]
+    pub(super) fn string(&self, records: &[u8], at: usize) -> Option<&'a str> {
+        let (off, end) = Self::span(records, at)?;
         let bytes = self.blob.get(off..end)?;
         match self.text_checked {
             // SAFETY: `text_checked` is set only when check_text() found
@@ -172,10 +198,9 @@ impl<'a> Names<'a> {
     /// after another, so it costs little next to the UTF-8 check.
     fn strings_on_char_boundaries(&self, text: &str) -> bool {
         [self.funcs, self.files].iter().all(|records| {
-            (0..records.len() / 8).all(|i| {
-                let off = u32_at(records, 8 * i);
-                let end = (off as usize).saturating_add(u32_at(records, 8 * i + 4) as usize);
-                off == NONE || (text.is_char_boundary(off as usize) && text.is_char_boundary(end))
+            (0..records.len() / 8).all(|i| match Self::span(records, 8 * i) {
+                Some((off, end)) => text.is_char_boundary(off) && text.is_char_boundary(end),
+                None => u32_at(records, 8 * i) == NONE,
             })
         })
     }
@@ -189,12 +214,10 @@ impl<'a> Names<'a> {
         at: usize,
         none_ok: bool,
     ) -> Result<(), KsymError> {
-        let off = u32_at(records, at);
-        if off == NONE && none_ok {
+        if u32_at(records, at) == NONE && none_ok {
             return Ok(());
         }
-        let (off, len) = (off as usize, u32_at(records, at + 4) as usize);
-        match off.checked_add(len).and_then(|end| self.blob.get(off..end)) {
+        match Self::span(records, at).and_then(|(off, end)| self.blob.get(off..end)) {
             Some(_) => Ok(()),
             None => Err(KsymError::BadIndex { what, index }),
         }

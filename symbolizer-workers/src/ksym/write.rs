@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use super::chains;
 use super::layout::*;
+use super::names::DERIVED;
 use super::pages;
+use super::rust_legacy;
 use crate::table::{NONE, Range, SymbolTable};
 
 /// Encodes `table` (ranges sorted and not overlapping, as extraction
@@ -206,6 +208,8 @@ struct Str {
     cold: bool,
     offset: u32,
     len: u32,
+    /// A mangled name kept as its hash (see [`rust_legacy`]).
+    derived: bool,
 }
 
 /// The blob and the records that point into it. Strings a lookup's caller
@@ -232,6 +236,7 @@ impl Strings {
             cold,
             offset: to_u32(part.len()),
             len: to_u32(s.len()),
+            derived: false,
         };
         part.extend_from_slice(s.as_bytes());
         self.interned.insert(s.to_owned(), at);
@@ -248,6 +253,10 @@ impl Strings {
                     Some(s) if s.cold => (hot_len.saturating_add(s.offset), s.len),
                     Some(s) => (s.offset, s.len),
                     None => (NONE, 0),
+                };
+                let len = match s {
+                    Some(s) if s.derived => len | DERIVED,
+                    _ => len,
                 };
                 out.extend(offset.to_le_bytes());
                 out.extend(len.to_le_bytes());
@@ -282,7 +291,14 @@ impl Writer {
         let mangled = func
             .mangled
             .as_deref()
-            .map(|m| self.strings.intern(m, true));
+            .map(|m| match rust_legacy::hash_of(m) {
+                // Mangling the name again gives this one: its hash is enough.
+                Some(hash) if rust_legacy::mangle(&func.name, hash) == m => Str {
+                    derived: true,
+                    ..self.strings.intern(hash, true)
+                },
+                _ => self.strings.intern(m, true),
+            });
         let id = to_u32(self.strings.funcs.len());
         self.strings.funcs.push([Some(name), mangled]);
         self.func_ids.insert(f, id);

@@ -1,0 +1,141 @@
+//! Rust's legacy symbol mangling, run forwards: a legacy mangled name is
+//! its path's components, each escaped and length-prefixed, then a hash
+//! (`_ZN4core3ptr13drop_in_place17h0123456789abcdefE`), and the path is
+//! what the demangled name (without the hash) prints. So ksym keeps only
+//! the hash of such a name, and [`mangle`] makes the name again from the
+//! demangled one: in a large Rust binary mangled names are most of the
+//! strings, and read only when asked for. The writer keeps the hash only
+//! where mangling the demangled name gives back exactly the name it was
+//! given, so a name this does not cover (a `.llvm.` suffix, a component
+//! with `::` of its own, v0 mangling) is kept whole.
+
+/// Characters of a legacy hash: `h` and 16 hex digits.
+const HASH_LEN: usize = 16;
+
+/// The hash of a legacy mangled name (its 16 hex digits), when it has the
+/// shape of one: `_ZN…17h<16 hex digits>E`.
+pub(super) fn hash_of(mangled: &str) -> Option<&str> {
+    let body = mangled.strip_prefix("_ZN")?.strip_suffix('E')?;
+    let hash = body.get(body.len().checked_sub(HASH_LEN)?..)?;
+    let before = body.get(..body.len() - HASH_LEN)?;
+    (before.ends_with("17h") && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hash)
+}
+
+/// The legacy mangled name of the function `path` (a demangled name
+/// without its hash, components joined by `::`) with `hash`.
+pub(super) fn mangle(path: &str, hash: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 2 * HASH_LEN);
+    out.push_str("_ZN");
+    let mut component = String::new();
+    for part in components(path) {
+        component.clear();
+        let underscore = escape(part, &mut component);
+        out.push_str(&(component.len() + usize::from(underscore)).to_string());
+        if underscore {
+            out.push('_');
+        }
+        out.push_str(&component);
+    }
+    out.push_str("17h");
+    out.push_str(hash);
+    out.push('E');
+    out
+}
+
+/// The components of `path`: split at each `::` outside angle brackets
+/// (a component such as `<T as core::fmt::Debug>` keeps its own).
+fn components(path: &str) -> impl Iterator<Item = &str> {
+    let mut depth = 0i32;
+    let mut start = 0;
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            match bytes[i] {
+                b'<' => depth += 1,
+                b'>' => depth -= 1,
+                b':' if depth == 0 && bytes.get(i + 1) == Some(&b':') => {
+                    let part = &path[start..i];
+                    i += 2;
+                    start = i;
+                    return Some(part);
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        (start <= path.len()).then(|| {
+            let part = &path[start..];
+            start = path.len() + 1;
+            part
+        })
+    })
+}
+
+/// Escapes one component as rustc's legacy mangling does, into `out`;
+/// returns whether it must be prefixed with `_` (it does not start as an
+/// identifier would).
+fn escape(part: &str, out: &mut String) -> bool {
+    for c in part.chars() {
+        match c {
+            '@' => out.push_str("$SP$"),
+            '*' => out.push_str("$BP$"),
+            '&' => out.push_str("$RF$"),
+            '<' => out.push_str("$LT$"),
+            '>' => out.push_str("$GT$"),
+            '(' => out.push_str("$LP$"),
+            ')' => out.push_str("$RP$"),
+            ',' => out.push_str("$C$"),
+            '-' | ':' => out.push('.'),
+            'm' if out.ends_with(".llv") => out.push_str("$u6d$"),
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '.' | '$' => out.push(c),
+            _ => {
+                out.push_str("$u");
+                out.push_str(&format!("{:x}", u32::from(c)));
+                out.push('$');
+            }
+        }
+    }
+    out.bytes()
+        .next()
+        .is_some_and(|b| b != b'_' && !b.is_ascii_alphabetic())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Real names from Kiln's own release build, and the demangler's view
+    /// of them: mangling the demangled name gives each back.
+    #[test]
+    fn demangled_names_mangle_back() {
+        for mangled in [
+            "_ZN4core3ptr13drop_in_place17h0123456789abcdefE",
+            "_ZN70_$LT$alloc..vec..Vec$LT$T$C$A$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h8f3c2a1b0d9e7f65E",
+            "_ZN9utf8_iter7handler29Utf8CharsWithHandler$LT$H$GT$13next_fallback17h3d42fadbf9421522E",
+            "_ZN100_$LT$$LP$T0$C$T1$C$T2$C$T3$C$T4$RP$$u20$as$u20$scylla_cql_core..deserialize..row..DeserializeRow$GT$10type_check28_$u7b$$u7b$closure$u7d$$u7d$17he09a12231d452ef2E",
+            "_ZN100_$LT$$RF$mut$u20$serde_json..ser..Serializer$LT$W$C$F$GT$$u20$as$u20$serde_core..ser..Serializer$GT$11collect_str17hfe0c49f837535501E",
+        ] {
+            let demangled = format!("{:#}", rustc_demangle::demangle(mangled));
+            let hash = hash_of(mangled).expect("a legacy name");
+            assert_eq!(mangle(&demangled, hash), mangled, "{demangled}");
+        }
+    }
+
+    #[test]
+    fn other_names_have_no_hash() {
+        for name in [
+            "_ZN3foo3barEi",
+            "_RNvCs1234_4kiln4main",
+            "main",
+            "_ZN4core3ptr13drop_in_place17h0123456789abcdefE.llvm.123",
+            "_ZN4core3ptr13drop_in_place17hxyz3456789abcdefE",
+        ] {
+            assert_eq!(hash_of(name), None, "{name}");
+        }
+        assert_eq!(
+            hash_of("_ZN3foo17h0123456789abcdefE"),
+            Some("0123456789abcdef")
+        );
+    }
+}
