@@ -176,13 +176,7 @@ fn launches_are_recorded(load: Load) {
     // Without cargo's LD_LIBRARY_PATH, whose target directory may hold
     // gpu-lib's real libkiln_cuda.so, which ld.so would then prefer to the
     // one built here (the host's rpath is a RUNPATH, searched after it).
-    let child = Workload(
-        Command::new(&host)
-            .arg("45")
-            .env_remove("LD_LIBRARY_PATH")
-            .spawn()
-            .unwrap(),
-    );
+    let child = run_host(Command::new(&host));
     let pid = child.0.id();
     // The agent attaches at a tick after it has learned the process; ids
     // climb by one per launch, so the launches after that are recorded.
@@ -241,21 +235,8 @@ fn launches_outside_the_profiled_cgroup_are_not_recorded() {
     let mut sink = MemorySink::default();
 
     // Without LD_LIBRARY_PATH, as in launches_are_recorded().
-    let inside = Workload(
-        cgroup
-            .command(&host)
-            .arg("45")
-            .env_remove("LD_LIBRARY_PATH")
-            .spawn()
-            .unwrap(),
-    );
-    let outside = Workload(
-        Command::new(&host)
-            .arg("45")
-            .env_remove("LD_LIBRARY_PATH")
-            .spawn()
-            .unwrap(),
-    );
+    let inside = run_host(cgroup.command(&host));
+    let outside = run_host(Command::new(&host));
     let recorded = |agent: &kiln_agent::Agent, pid: u32| {
         (1..=100_000)
             .filter(|&id| agent.gpu_launch_stack(pid, id).is_some())
@@ -301,4 +282,16 @@ fn start_gpu_agent(dir: &Path, cgroup: Option<&Path>) -> Agent {
         .receive_gpu_from(&dir.join("gpu.sock"))
         .expect("listen for GPU snapshots");
     agent
+}
+
+/// Runs the host `command` names, launching for 45 s, without
+/// LD_LIBRARY_PATH (see launches_are_recorded_with_their_cpu_stacks).
+fn run_host(mut command: Command) -> Workload {
+    Workload(
+        command
+            .arg("45")
+            .env_remove("LD_LIBRARY_PATH")
+            .spawn()
+            .unwrap(),
+    )
 }

@@ -350,17 +350,27 @@ impl QueryCluster {
         Ok(response)
     }
 
+    /// The first node's answer to a flamegraph of the whole range in
+    /// `format`.
+    fn whole_flamegraph(
+        &self,
+        range: &StoredRange,
+        format: &str,
+    ) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
+        self.get(
+            0,
+            &format!(
+                "/api/v1/flamegraph?from={}&to={}&format={format}",
+                range.from_s, range.to_s
+            ),
+        )
+    }
+
     /// One flamegraph of the whole range from the first node, as the UI
     /// asks for it (Flamewire); returns its latency, body read.
     fn flamegraph(&self, range: &StoredRange) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        let mut response = self.get(
-            0,
-            &format!(
-                "/api/v1/flamegraph?from={}&to={}&format=flamewire",
-                range.from_s, range.to_s
-            ),
-        )?;
+        let mut response = self.whole_flamegraph(range, "flamewire")?;
         let mut body = Vec::new();
         response.body_mut().as_reader().read_to_end(&mut body)?;
         anyhow::ensure!(!body.is_empty(), "an empty flamegraph");
@@ -370,13 +380,7 @@ impl QueryCluster {
     /// The whole range's collapsed stacks from the first node, as a set of
     /// lines (their order is not part of the answer).
     fn collapsed(&self, range: &StoredRange) -> anyhow::Result<BTreeSet<String>> {
-        let mut response = self.get(
-            0,
-            &format!(
-                "/api/v1/flamegraph?from={}&to={}&format=collapsed",
-                range.from_s, range.to_s
-            ),
-        )?;
+        let mut response = self.whole_flamegraph(range, "collapsed")?;
         let mut text = String::new();
         response.body_mut().as_reader().read_to_string(&mut text)?;
         Ok(text.lines().map(str::to_owned).collect())

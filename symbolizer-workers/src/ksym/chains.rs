@@ -1,14 +1,16 @@
-//! Inline chains as both ksym versions write them: at every offset of a
+//! Inline chains as every ksym version writes them: at every offset of a
 //! range where the set of inlined calls around it changes, the innermost
 //! call's node, each node (function, call file, call line, parent) written
-//! once.
+//! once ([`Nodes`] for the whole file, as version 1 does; version 3 keeps
+//! each range's own, in `write.rs`).
 
 use std::collections::HashMap;
 
 use crate::table::{Inline, Range};
 
-/// Each distinct inline node once, numbered in order of first use (which
-/// keeps the output deterministic), as 16-byte records.
+/// Each distinct inline node of a file once, numbered in order of first
+/// use (which keeps the output deterministic), as 16-byte records: the
+/// nodes section of version 1.
 #[derive(Debug, Default)]
 pub(super) struct Nodes {
     ids: HashMap<[u32; 4], u32>,
