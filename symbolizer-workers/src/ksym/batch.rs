@@ -58,7 +58,7 @@ fn address_order(addrs: &[u64]) -> Vec<(u64, usize)> {
         .zip(0u64..)
         .map(|(&addr, i)| (addr - low) << position_bits | i)
         .collect();
-    packed.sort_unstable();
+    radsort::sort(&mut packed);
     let position_mask = (1u64 << position_bits) - 1;
     packed
         .into_iter()

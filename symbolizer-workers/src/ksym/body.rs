@@ -5,25 +5,30 @@
 use super::layout::{BLOCK, BUCKET_SHIFT, Format};
 use crate::table::NONE;
 
-/// The columns of one range's body. Built from a range record whose body
+/// One range's body, read in place. Built from a range record whose body
 /// [`Ksym::open`](super::Ksym::open) found inside the bodies section;
 /// the values in it are checked by [`Ksym::verify`](super::Ksym::verify)
 /// only, so every read here is bounds-checked and a damaged value reads
 /// as unknown.
+///
+/// It holds the body's counts only: where each column begins is worked
+/// out when a lookup asks for it, from the counts and the widths, so a
+/// lookup does the few multiplications and additions its columns need
+/// rather than laying out every column (which, held in a struct of
+/// twelve columns, spilled to the stack on every lookup).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Body<'a> {
+    /// From the body's first byte to the end of the bodies section.
+    bytes: &'a [u8],
     pub(super) format: Format,
     pub(super) base_line: u32,
-    pub(super) rows: Offsets<'a>,
-    pub(super) chain: Offsets<'a>,
-    pub(super) lines: Column<'a>,
-    pub(super) file_indexes: Column<'a>,
-    pub(super) files: Column<'a>,
-    /// Per chain entry, its innermost node: an id in the nodes section
-    /// when `format.node` is 0, else 1 + an index of `local`, 0 for none.
-    pub(super) nodes: Column<'a>,
-    /// The range's own inline nodes (none when `format.node` is 0).
-    pub(super) local: LocalNodes<'a>,
+    rows: usize,
+    chains: usize,
+    row_buckets: usize,
+    chain_buckets: usize,
+    local_nodes: usize,
+    /// Where the rows' bucket starts begin: after the base line and counts.
+    header: usize,
 }
 
 /// A range's own inline nodes, as columns: per node, its function (an
@@ -53,20 +58,24 @@ pub(super) struct Position {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Offsets<'a> {
     pub(super) starts: Column<'a>,
-    /// The low bytes, and the bytes after them to the end of the bodies
-    /// section (which `count_at_or_before` reads a block at a time).
-    lows: &'a [u8],
+    /// The low bytes: `len` of them from `lows` in `bytes`, which runs on
+    /// to the end of the bodies section (`count_at_or_before` reads a
+    /// block at a time).
+    bytes: &'a [u8],
+    lows: usize,
     len: usize,
 }
 
-/// `len` values of `width` bytes (0, 1, 2 or 4) at the start of `bytes`,
-/// which runs on to the end of the bodies section: a value is read as the
-/// 4 bytes there, masked to its width, rather than by a branch on the
-/// width, which varies from range to range and would be mispredicted (the
-/// writer pads the section so that the last value has 4 bytes to read).
+/// `len` values of `width` bytes (0, 1, 2 or 4) from byte `start` of
+/// `bytes`, which runs on to the end of the bodies section: a value is
+/// read as the 4 bytes there, masked to its width, rather than by a
+/// branch on the width, which varies from range to range and would be
+/// mispredicted (the writer pads the section so that the last value has
+/// 4 bytes to read).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Column<'a> {
     bytes: &'a [u8],
+    start: usize,
     width: usize,
     len: usize,
 }
@@ -80,15 +89,6 @@ impl LocalNodes<'_> {
 }
 
 impl<'a> Column<'a> {
-    /// Takes a column of `len` values of `width` bytes off the front of
-    /// `rest`; `None` when they do not fit.
-    #[inline(always)]
-    fn take(rest: &mut &'a [u8], len: usize, width: usize) -> Option<Column<'a>> {
-        let bytes = *rest;
-        *rest = rest.get(len.checked_mul(width)?..)?;
-        Some(Column { bytes, width, len })
-    }
-
     /// Number of values.
     pub(super) fn len(&self) -> usize {
         self.len
@@ -101,30 +101,42 @@ impl<'a> Column<'a> {
         if index >= self.len {
             return NONE;
         }
-        let at = index * self.width;
-        let mask = ((1u64 << (8 * self.width)) - 1) as u32;
-        match self.bytes.get(at..at + 4) {
-            Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & mask,
-            // The last bytes of a section not padded (a damaged file).
-            None => {
-                let mut word = [0u8; 4];
-                let end = (at + self.width).min(self.bytes.len());
-                let tail = self.bytes.get(at..end).unwrap_or_default();
-                word[..tail.len()].copy_from_slice(tail);
-                u32::from_le_bytes(word)
-            }
+        self.value_at(self.start + index * self.width)
+    }
+
+    /// Values `index` and `index + 1`, read at once: a bucket's first
+    /// offset and the next bucket's. Both must be in the column.
+    #[inline(always)]
+    fn pair(&self, index: usize) -> (u32, u32) {
+        let at = self.start + index * self.width;
+        let second = self.value_at(at + self.width);
+        (self.value_at(at), second)
+    }
+
+    /// The value at byte `at`: the 4 bytes there, masked to the width.
+    #[inline(always)]
+    fn value_at(&self, at: usize) -> u32 {
+        // The mask of `width` bytes: none for width 0, all for width 4.
+        let mask = (u64::from(u32::MAX) >> (32 - 8 * self.width)) as u32;
+        match self.bytes.get(at..).and_then(|b| b.first_chunk::<4>()) {
+            Some(&b) => u32::from_le_bytes(b) & mask,
+            None => unpadded_value_at(self.bytes, at, self.width),
         }
     }
 }
 
-/// The bucket count of a column of `len` offsets, taken off the front of
-/// `rest` when there is one (when `len` > 0).
-#[inline(always)]
-fn bucket_count(rest: &mut &[u8], len: usize, format: Format) -> Option<usize> {
-    match len {
-        0 => Some(0),
-        _ => Some(Column::take(rest, 1, format.count)?.get(0) as usize),
-    }
+/// [`Column::value_at`] where fewer than 4 bytes are left: the last
+/// bytes of a section not padded (a damaged file). Out of line, and given
+/// plain values rather than the column, so that the common path keeps the
+/// column in registers.
+#[cold]
+#[inline(never)]
+fn unpadded_value_at(bytes: &[u8], at: usize, width: usize) -> u32 {
+    let mut word = [0u8; 4];
+    let end = at.saturating_add(width).min(bytes.len());
+    let tail = bytes.get(at..end).unwrap_or_default();
+    word[..tail.len()].copy_from_slice(tail);
+    u32::from_le_bytes(word)
 }
 
 impl<'a> Body<'a> {
@@ -138,60 +150,181 @@ impl<'a> Body<'a> {
         chains: usize,
         format: Format,
     ) -> Option<Body<'a>> {
-        let mut rest = bodies.get(at..)?;
-        let base_line = match rows {
-            0 => 0,
-            _ => Column::take(&mut rest, 1, 4)?.get(0),
+        let bytes = bodies.get(at..)?;
+        let mut body = Body {
+            bytes,
+            format,
+            base_line: 0,
+            rows,
+            chains,
+            row_buckets: 0,
+            chain_buckets: 0,
+            local_nodes: 0,
+            header: 0,
         };
-        let row_buckets = bucket_count(&mut rest, rows, format)?;
-        let chain_buckets = bucket_count(&mut rest, chains, format)?;
-        let local_nodes = match format.node {
-            0 => 0,
-            _ => bucket_count(&mut rest, chains, format)?,
+        // The header: the base line and the rows' bucket count when there
+        // are rows, the chain's bucket count and node count when there is
+        // a chain (version 2 has no node count).
+        let value = |at: usize, width: usize| {
+            Column {
+                bytes,
+                start: at,
+                width,
+                len: 1,
+            }
+            .get(0)
         };
+        let count = |at: usize| value(at, format.count) as usize;
+        if rows > 0 {
+            body.base_line = value(0, 4);
+            body.row_buckets = count(4);
+            body.header = 4 + format.count;
+        }
+        if chains > 0 {
+            body.chain_buckets = count(body.header);
+            body.header += format.count;
+            if format.node != 0 {
+                body.local_nodes = count(body.header);
+                body.header += format.count;
+            }
+        }
         // Bucket starts take bytes: a count of them with no width would
         // have `verify` walk billions of buckets that are not there.
-        if (row_buckets > 0 && format.row_bucket == 0)
-            || (chain_buckets > 0 && format.chain_bucket == 0)
+        if (body.row_buckets > 0 && format.row_bucket == 0)
+            || (body.chain_buckets > 0 && format.chain_bucket == 0)
         {
             return None;
         }
-        let row_starts = Column::take(&mut rest, row_buckets, format.row_bucket)?;
-        let row_lows = Column::take(&mut rest, rows, 1)?;
-        let chain_starts = Column::take(&mut rest, chain_buckets, format.chain_bucket)?;
-        let chain_lows = Column::take(&mut rest, chains, 1)?;
-        Some(Body {
-            format,
-            base_line,
-            rows: Offsets {
-                starts: row_starts,
-                lows: row_lows.bytes,
-                len: rows,
-            },
-            chain: Offsets {
-                starts: chain_starts,
-                lows: chain_lows.bytes,
-                len: chains,
-            },
-            lines: Column::take(&mut rest, rows, format.line)?,
-            file_indexes: Column::take(&mut rest, rows, format.file)?,
-            files: Column::take(&mut rest, format.files, 4)?,
-            nodes: Column::take(&mut rest, chains, format.node_ref())?,
-            local: LocalNodes {
-                functions: Column::take(&mut rest, local_nodes, 4)?,
-                call_files: Column::take(&mut rest, local_nodes, format.file)?,
-                call_lines: Column::take(&mut rest, local_nodes, format.call_line)?,
-                parents: Column::take(&mut rest, local_nodes, format.node)?,
-            },
-        })
+        // Counts are below 2^32 and widths at most 4: the sums cannot
+        // overflow a 64-bit usize.
+        (body.end() <= bytes.len()).then_some(body)
+    }
+
+    /// The column of `len` values of `width` bytes at byte `start`.
+    #[inline(always)]
+    fn column(&self, start: usize, width: usize, len: usize) -> Column<'a> {
+        Column {
+            bytes: self.bytes,
+            start,
+            width,
+            len,
+        }
+    }
+
+    /// Where each column after the header begins, in the order the writer
+    /// puts them.
+    #[inline(always)]
+    fn row_lows_at(&self) -> usize {
+        self.header + self.row_buckets * self.format.row_bucket
+    }
+    #[inline(always)]
+    fn chain_starts_at(&self) -> usize {
+        self.row_lows_at() + self.rows
+    }
+    #[inline(always)]
+    fn chain_lows_at(&self) -> usize {
+        self.chain_starts_at() + self.chain_buckets * self.format.chain_bucket
+    }
+    #[inline(always)]
+    fn lines_at(&self) -> usize {
+        self.chain_lows_at() + self.chains
+    }
+    #[inline(always)]
+    fn file_indexes_at(&self) -> usize {
+        self.lines_at() + self.rows * self.format.line
+    }
+    #[inline(always)]
+    fn files_at(&self) -> usize {
+        self.file_indexes_at() + self.rows * self.format.file
+    }
+    #[inline(always)]
+    fn nodes_at(&self) -> usize {
+        self.files_at() + self.format.files * 4
+    }
+    #[inline(always)]
+    fn local_at(&self) -> usize {
+        self.nodes_at() + self.chains * self.format.node_ref()
+    }
+    /// The byte after the body's last column.
+    #[inline(always)]
+    fn end(&self) -> usize {
+        let f = &self.format;
+        self.local_at() + self.local_nodes * (4 + f.file + f.call_line + f.node)
+    }
+
+    /// The line rows' offsets.
+    #[inline(always)]
+    pub(super) fn rows(&self) -> Offsets<'a> {
+        Offsets {
+            starts: self.column(self.header, self.format.row_bucket, self.row_buckets),
+            bytes: self.bytes,
+            lows: self.row_lows_at(),
+            len: self.rows,
+        }
+    }
+
+    /// The chain entries' offsets.
+    #[inline(always)]
+    pub(super) fn chain(&self) -> Offsets<'a> {
+        Offsets {
+            starts: self.column(
+                self.chain_starts_at(),
+                self.format.chain_bucket,
+                self.chain_buckets,
+            ),
+            bytes: self.bytes,
+            lows: self.chain_lows_at(),
+            len: self.chains,
+        }
+    }
+
+    /// Per row, its line above the base line.
+    #[inline(always)]
+    pub(super) fn lines(&self) -> Column<'a> {
+        self.column(self.lines_at(), self.format.line, self.rows)
+    }
+
+    /// Per row, its index into the range's file table.
+    #[inline(always)]
+    pub(super) fn file_indexes(&self) -> Column<'a> {
+        self.column(self.file_indexes_at(), self.format.file, self.rows)
+    }
+
+    /// Per chain entry, its innermost node: an id in the nodes section
+    /// when `format.node` is 0, else 1 + an index of
+    /// [`local`](Self::local), 0 for none.
+    #[inline(always)]
+    pub(super) fn nodes(&self) -> Column<'a> {
+        self.column(self.nodes_at(), self.format.node_ref(), self.chains)
+    }
+
+    /// Number of the range's own inline nodes.
+    #[inline(always)]
+    pub(super) fn local_len(&self) -> u32 {
+        self.local_nodes as u32
+    }
+
+    /// The range's own inline nodes (none when `format.node` is 0).
+    #[inline(always)]
+    pub(super) fn local(&self) -> LocalNodes<'a> {
+        let (n, f) = (self.local_nodes, &self.format);
+        let functions = self.local_at();
+        let call_files = functions + 4 * n;
+        let call_lines = call_files + f.file * n;
+        LocalNodes {
+            functions: self.column(functions, 4, n),
+            call_files: self.column(call_files, f.file, n),
+            call_lines: self.column(call_lines, f.call_line, n),
+            parents: self.column(call_lines + f.call_line * n, f.node, n),
+        }
     }
 
     /// Where `offset` stands among the range's rows and chain entries.
     #[inline(always)]
     pub(super) fn position(&self, offset: u32) -> Position {
         Position {
-            rows: self.rows.count_at_or_before(offset),
-            entries: self.chain.count_at_or_before(offset),
+            rows: self.rows().count_at_or_before(offset),
+            entries: self.chain().count_at_or_before(offset),
         }
     }
 
@@ -201,14 +334,15 @@ impl<'a> Body<'a> {
         let Some(row) = at.rows.checked_sub(1) else {
             return (NONE, 0);
         };
-        let line = self.base_line.wrapping_add(self.lines.get(row));
-        (self.file(self.file_indexes.get(row) as usize), line)
+        let line = self.base_line.wrapping_add(self.lines().get(row));
+        (self.file(self.file_indexes().get(row) as usize), line)
     }
 
     /// Entry `index` of the range's file table, or none.
     #[inline(always)]
     pub(super) fn file(&self, index: usize) -> u32 {
-        self.files.get(index)
+        self.column(self.files_at(), 4, self.format.files)
+            .get(index)
     }
 
     /// The innermost inline node at `at` as the chain refers to it (see
@@ -216,7 +350,7 @@ impl<'a> Body<'a> {
     #[inline(always)]
     pub(super) fn node_of(&self, at: Position) -> u32 {
         match at.entries.checked_sub(1) {
-            Some(entry) => self.nodes.get(entry),
+            Some(entry) => self.nodes().get(entry),
             None => NONE,
         }
     }
@@ -244,6 +378,21 @@ impl Offsets<'_> {
         }
     }
 
+    /// Where bucket `bucket` begins and ends: [`bucket_start`] of it and
+    /// of the next, the two read at once where both are stored.
+    ///
+    /// [`bucket_start`]: Self::bucket_start
+    #[inline(always)]
+    fn bucket_bounds(&self, bucket: usize) -> (usize, usize) {
+        match bucket.checked_sub(1) {
+            Some(i) if i + 1 < self.buckets() => {
+                let (lo, hi) = self.starts.pair(i);
+                (lo as usize, hi as usize)
+            }
+            _ => (self.bucket_start(bucket), self.bucket_start(bucket + 1)),
+        }
+    }
+
     /// How many offsets are at or before `offset`: those of the buckets
     /// before its bucket, and those of its bucket whose low byte is at or
     /// below its low byte. A bucket's low bytes ascend, so those are the
@@ -251,8 +400,7 @@ impl Offsets<'_> {
     /// per byte (a bucket holds at most 256 offsets).
     #[inline(always)]
     pub(super) fn count_at_or_before(&self, offset: u32) -> usize {
-        let bucket = (offset >> BUCKET_SHIFT) as usize;
-        let (lo, hi) = (self.bucket_start(bucket), self.bucket_start(bucket + 1));
+        let (lo, hi) = self.bucket_bounds((offset >> BUCKET_SHIFT) as usize);
         let hi = hi.min(self.len);
         let low = offset as u8;
         let mut at = lo;
@@ -260,9 +408,10 @@ impl Offsets<'_> {
             // The bytes after the bucket (of the next one, or of another
             // column, or padding) are read too and make no difference:
             // the count stops at the bucket's end.
-            let Some(block) = self.lows.get(at..).and_then(|b| b.first_chunk::<BLOCK>()) else {
+            let lows = self.bytes.get(self.lows..).unwrap_or_default();
+            let Some(block) = lows.get(at..).and_then(|b| b.first_chunk::<BLOCK>()) else {
                 // A damaged file's section, not padded: byte by byte.
-                let rest = self.lows.get(at..hi).unwrap_or_default();
+                let rest = lows.get(at..hi).unwrap_or_default();
                 return at + rest.iter().take_while(|&&b| b <= low).count();
             };
             let leading = leading_at_or_below(block, low);
@@ -283,7 +432,7 @@ impl Offsets<'_> {
                 bucket += 1;
             }
             let high = u32::try_from(bucket).ok()?.checked_mul(1 << BUCKET_SHIFT)?;
-            Some(high + u32::from(*self.lows.get(i)?))
+            Some(high + u32::from(*self.bytes.get(self.lows + i)?))
         })
     }
 }

@@ -278,10 +278,11 @@ impl<'a> Ksym<'a> {
                 let parent = field(n, 12);
                 node = if parent < node { parent } else { NONE };
             }
-        } else {
+        } else if node.wrapping_sub(1) < body.local_len() {
             // The range's own nodes, in its body: the cache lines the
-            // chain was read from, or the next ones.
-            let local = &body.local;
+            // chain was read from, or the next ones (laid out only where
+            // an inlined call covers the address).
+            let local = body.local();
             while let Some(i) = node.checked_sub(1).filter(|&i| i < local.len()) {
                 let i = i as usize;
                 out.push(Frame::new(&self.names, local.functions.get(i), file, line));
@@ -312,9 +313,9 @@ impl<'a> Ksym<'a> {
 /// use: chain references and parents to nodes that exist (parents before
 /// their children), functions and call files that exist.
 fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
-    let local = &body.local;
+    let local = body.local();
     let n = local.len();
-    (0..body.chain.len()).all(|i| body.nodes.get(i) <= n)
+    (0..body.chain().len()).all(|i| body.nodes().get(i) <= n)
         && (0..n as usize).all(|i| {
             let function = local.functions.get(i);
             (function == NONE || (function as usize) < n_funcs)
@@ -343,23 +344,23 @@ fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -
                 ok
             })
     };
-    let rows = body.rows.len();
+    let rows = body.rows().len();
     let format = body.format;
-    let lines_fit = (0..rows).all(|i| body.base_line.checked_add(body.lines.get(i)).is_some());
-    let indexes_fit = (0..rows).all(|i| (body.file_indexes.get(i) as usize) < format.files);
+    let lines_fit = (0..rows).all(|i| body.base_line.checked_add(body.lines().get(i)).is_some());
+    let indexes_fit = (0..rows).all(|i| (body.file_indexes().get(i) as usize) < format.files);
     let files_exist = (0..format.files).all(|i| {
         let f = body.file(i);
         f == NONE || (f as usize) < n_files
     });
     let nodes_exist = match format.node {
-        0 => (0..body.chain.len()).all(|i| {
-            let n = body.nodes.get(i);
+        0 => (0..body.chain().len()).all(|i| {
+            let n = body.nodes().get(i);
             n == NONE || (n as usize) < n_nodes
         }),
         _ => local_nodes_are_sound(body, names.functions()),
     };
-    ascending(&body.rows)
-        && ascending(&body.chain)
+    ascending(&body.rows())
+        && ascending(&body.chain())
         && lines_fit
         && indexes_fit
         && files_exist
