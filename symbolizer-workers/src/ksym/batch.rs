@@ -2,7 +2,9 @@
 //! of one file. Taken in address order, consecutive addresses mostly fall
 //! in the range of the one before, whose record and body are then read
 //! once for all of them; consecutive addresses at the same line row and
-//! chain entry (the same source line, often) share one answer.
+//! chain entry (the same source line, often) share one answer, found
+//! with one comparison: the answer holds up to the next row or chain
+//! entry.
 
 use super::body::Position;
 use super::read::Located;
@@ -18,40 +20,52 @@ impl<'a> Ksym<'a> {
         let mut frames = Vec::new();
         // Where in `range` the answer in `frames` was read, when it was.
         let mut answered: Option<Position> = None;
-        for (addr, index) in address_order(addrs) {
+        // The answer in `frames` holds for the addresses after the last
+        // one (taken in order) and before this one.
+        let mut holds_until = 0;
+        in_address_order(addrs, |addr, index| {
+            if addr < holds_until {
+                return each(index, &frames);
+            }
             if !range.is_some_and(|r| r.covers(addr)) {
                 range = self.locate(addr);
                 answered = None;
             }
             match &range {
-                None => frames.clear(),
+                None => {
+                    frames.clear();
+                    holds_until = 0;
+                }
                 Some(range) => {
-                    let at = range.position(addr);
+                    let (at, until) = range.position_until(addr);
                     if at.is_none() || at != answered {
                         frames.clear();
                         self.push_frames_at(range, at, &mut frames);
                         answered = at;
                     }
+                    holds_until = until;
                 }
             }
             each(index, &frames);
-        }
+        });
     }
 }
 
-/// `addrs` with their positions, in address order (equal addresses in no
-/// particular order). Sorted as single `u64`s, address above position,
-/// when both fit (file offsets and batch sizes always do): a third of the
-/// time of sorting pairs, measured on 100k addresses.
-fn address_order(addrs: &[u64]) -> Vec<(u64, usize)> {
+/// Calls `each` with every address of `addrs` and its position, in
+/// address order (equal addresses in no particular order). Sorted as
+/// single `u64`s, address above position, when both fit (file offsets and
+/// batch sizes always do): a third of the time of sorting pairs, measured
+/// on 100k addresses; and read back from the sorted keys, with no second
+/// list.
+fn in_address_order(addrs: &[u64], mut each: impl FnMut(u64, usize)) {
     let (Some(&low), Some(&high)) = (addrs.iter().min(), addrs.iter().max()) else {
-        return Vec::new();
+        return;
     };
     let position_bits = usize::BITS - addrs.len().leading_zeros();
     if position_bits >= u64::BITS || (high - low) >> (u64::BITS - position_bits) != 0 {
         let mut order: Vec<(u64, usize)> = addrs.iter().copied().zip(0..).collect();
         order.sort_unstable_by_key(|&(addr, _)| addr);
-        return order;
+        return order.into_iter().for_each(|(addr, i)| each(addr, i));
     }
     let mut packed: Vec<u64> = addrs
         .iter()
@@ -60,15 +74,20 @@ fn address_order(addrs: &[u64]) -> Vec<(u64, usize)> {
         .collect();
     radsort::sort(&mut packed);
     let position_mask = (1u64 << position_bits) - 1;
-    packed
-        .into_iter()
-        .map(|key| ((key >> position_bits) + low, (key & position_mask) as usize))
-        .collect()
+    for key in packed {
+        each((key >> position_bits) + low, (key & position_mask) as usize);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::address_order;
+    use super::in_address_order;
+
+    fn address_order(addrs: &[u64]) -> Vec<(u64, usize)> {
+        let mut order = Vec::new();
+        in_address_order(addrs, |addr, i| order.push((addr, i)));
+        order
+    }
 
     #[test]
     fn addresses_come_in_order_with_their_positions() {

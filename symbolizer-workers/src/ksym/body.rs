@@ -59,7 +59,7 @@ pub(super) struct Position {
 pub(super) struct Offsets<'a> {
     pub(super) starts: Column<'a>,
     /// The low bytes: `len` of them from `lows` in `bytes`, which runs on
-    /// to the end of the bodies section (`count_at_or_before` reads a
+    /// to the end of the bodies section (`count_in_bucket` reads a
     /// block at a time).
     bytes: &'a [u8],
     lows: usize,
@@ -322,10 +322,16 @@ impl<'a> Body<'a> {
     /// Where `offset` stands among the range's rows and chain entries.
     #[inline(always)]
     pub(super) fn position(&self, offset: u32) -> Position {
-        Position {
-            rows: self.rows().count_at_or_before(offset),
-            entries: self.chain().count_at_or_before(offset),
-        }
+        self.position_until(offset).0
+    }
+
+    /// [`position`](Self::position) `offset`, and the offset before which
+    /// the position stays the same (see [`Offsets::count_and_next`]).
+    #[inline(always)]
+    pub(super) fn position_until(&self, offset: u32) -> (Position, u64) {
+        let (rows, next_row) = self.rows().count_and_next(offset);
+        let (entries, next_entry) = self.chain().count_and_next(offset);
+        (Position { rows, entries }, next_row.min(next_entry))
     }
 
     /// (file, line) at `at`: of its last row, (none, 0) before the first.
@@ -393,16 +399,37 @@ impl Offsets<'_> {
         }
     }
 
-    /// How many offsets are at or before `offset`: those of the buckets
+    /// How many offsets are at or before `offset` (those of the buckets
     /// before its bucket, and those of its bucket whose low byte is at or
-    /// below its low byte. A bucket's low bytes ascend, so those are the
+    /// below its low byte), and the offset before which that count stays
+    /// the same: the next offset of
+    /// its bucket, else the next bucket's start (which may hold one), or
+    /// never after the last offset. A batch in address order answers the
+    /// addresses before it without counting again. In a damaged file (not
+    /// ascending) it may be at or before `offset`, which answers none.
+    #[inline(always)]
+    pub(super) fn count_and_next(&self, offset: u32) -> (usize, u64) {
+        let bucket = offset >> BUCKET_SHIFT;
+        let (lo, hi) = self.bucket_bounds(bucket as usize);
+        let hi = hi.min(self.len);
+        let count = self.count_in_bucket(lo, hi, offset as u8);
+        let high = u64::from(bucket) << BUCKET_SHIFT;
+        let next = if count >= self.len {
+            u64::MAX
+        } else if count < hi {
+            high | u64::from(self.bytes.get(self.lows + count).copied().unwrap_or(0))
+        } else {
+            high + (1 << BUCKET_SHIFT)
+        };
+        (count, next)
+    }
+
+    /// The offsets `[lo, hi)` of one bucket with a low byte at or below
+    /// `low`, plus `lo`. A bucket's low bytes ascend, so those are the
     /// leading ones: found [`BLOCK`] bytes at a time, without a branch
     /// per byte (a bucket holds at most 256 offsets).
     #[inline(always)]
-    pub(super) fn count_at_or_before(&self, offset: u32) -> usize {
-        let (lo, hi) = self.bucket_bounds((offset >> BUCKET_SHIFT) as usize);
-        let hi = hi.min(self.len);
-        let low = offset as u8;
+    fn count_in_bucket(&self, lo: usize, hi: usize, low: u8) -> usize {
         let mut at = lo;
         while at < hi {
             // The bytes after the bucket (of the next one, or of another
@@ -423,7 +450,7 @@ impl Offsets<'_> {
         hi.max(lo)
     }
 
-    /// The offset at `index`, as `count_at_or_before` reads the column:
+    /// The offset at `index`, as `count_and_next` reads the column:
     /// for [`Ksym::verify`](super::Ksym::verify).
     pub(super) fn offsets(&self) -> impl Iterator<Item = Option<u32>> + '_ {
         let mut bucket = 0;

@@ -130,6 +130,19 @@ impl<'a> Names<'a> {
         Ok(())
     }
 
+    /// Asks the CPU to start loading function record `index`, which a
+    /// lookup's caller will read next: see [`prefetch`].
+    #[inline(always)]
+    pub(super) fn prefetch_function(&self, index: u32) {
+        prefetch(self.funcs, RECORD * index as usize);
+    }
+
+    /// Asks the CPU to start loading file record `index`: see [`prefetch`].
+    #[inline(always)]
+    pub(super) fn prefetch_file(&self, index: u32) {
+        prefetch(self.files, RECORD * index as usize);
+    }
+
     /// The name of function record `index`; `None` for a record that is
     /// not there.
     #[inline(always)]
@@ -222,4 +235,24 @@ impl<'a> Names<'a> {
             None => Err(KsymError::BadIndex { what, index }),
         }
     }
+}
+
+/// Starts loading the cache line of `bytes[at]` (of the last byte when
+/// `at` is past the end, as for an unknown function: a prefetch is cheaper
+/// than a branch the CPU would mispredict): a lookup knows which records
+/// its caller will read (the function's, the file's) long before the
+/// caller reads them, and in a large file each is a cache miss; started
+/// early, they overlap with the rest of the lookup instead of following it.
+#[inline(always)]
+fn prefetch(bytes: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(last) = bytes.len().checked_sub(1) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let byte: *const u8 = &bytes[at.min(last)];
+        // SAFETY: a prefetch is a hint: it reads nothing into the program
+        // and cannot fault; the address is within `bytes` anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(byte.cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at);
 }

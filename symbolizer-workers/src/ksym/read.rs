@@ -52,6 +52,22 @@ impl Located<'_> {
         let offset = addr.wrapping_sub(self.start) as u32;
         self.body.as_ref().map(|body| body.position(offset))
     }
+
+    /// [`position`](Self::position) of `addr`, which the range covers,
+    /// and the address before which it stays the same: addresses from
+    /// `addr` up to there have the same answer.
+    #[inline(always)]
+    pub(super) fn position_until(&self, addr: u64) -> (Option<Position>, u64) {
+        let offset = addr.wrapping_sub(self.start) as u32;
+        let (at, next) = match &self.body {
+            Some(body) => {
+                let (at, next) = body.position_until(offset);
+                (Some(at), next)
+            }
+            None => (None, u64::MAX),
+        };
+        (at, self.start + next.min(u64::from(self.len)))
+    }
 }
 
 /// The fields of a range record.
@@ -230,10 +246,12 @@ impl<'a> Ksym<'a> {
         let range = ranges.get(after.checked_sub(1)?)?;
         // A page index that verify() would reject (a damaged file)
         // may start the search past `addr`: then nothing covers it.
+        let function = field(range, FUNCTION);
+        self.names.prefetch_function(function);
         let located = Located {
             start: start(range),
             len: field(range, LEN),
-            function: field(range, FUNCTION),
+            function,
             body: self.body(range),
         };
         located.covers(addr).then_some(located)
@@ -265,6 +283,7 @@ impl<'a> Ksym<'a> {
             return;
         };
         let (mut file, mut line) = body.line_of(at);
+        self.names.prefetch_file(file);
         let mut node = body.node_of(at);
         // Parents come before their children (verify() checks), so the
         // walks end; in a damaged file, at the first that does not.
