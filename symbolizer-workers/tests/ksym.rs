@@ -488,9 +488,11 @@ proptest! {
 
 /// Guards the fixes of fuzz finds (`ksym_open`): a damaged page index that
 /// started the range search past the address made `lookup` subtract with
-/// overflow; a page index sound but wrong passed `verify`. Each input under fixtures/fuzz must open or fail cleanly and
-/// answer lookups without panicking, in the version it is written in and
-/// after an upgrade (the fixtures of version 1 go through both readers).
+/// overflow; a page index sound but wrong passed `verify`; a range
+/// ending past `u64::MAX` overflowed where a batch reuses an answer. Each
+/// input under fixtures/fuzz must open or fail cleanly and answer lookups
+/// without panicking, in the version it is written in and after an
+/// upgrade (the fixtures of version 1 go through both readers).
 #[test]
 fn fuzz_finds_stay_fixed() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");

@@ -5,8 +5,11 @@
 //! its header, after which a lookup reads the page index, one range
 //! record, that range's body (its line rows and inline chain, side by
 //! side in fixed-width columns that are searched, not decoded) and walks
-//! up the inline chain, with no allocation. [`Ksym::lookup_many`] answers
-//! many addresses in address order, reading each range once.
+//! up the inline chain, with no allocation; it starts loading the function
+//! and file records its caller reads next (cache misses in a large file)
+//! as soon as it knows them. [`Ksym::lookup_many`] answers many addresses
+//! in address order (radix-sorted), reading each range once and reusing
+//! an answer up to the next line row or chain entry.
 //! [`encode`] writes the same bytes for the same table.
 //!
 //! # Layout (version 3)

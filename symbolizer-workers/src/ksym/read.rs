@@ -66,7 +66,9 @@ impl Located<'_> {
             }
             None => (None, u64::MAX),
         };
-        (at, self.start + next.min(u64::from(self.len)))
+        // Past u64::MAX only in a damaged file, whose range covers every
+        // address from its start on.
+        (at, self.start.saturating_add(next.min(u64::from(self.len))))
     }
 }
 
