@@ -117,10 +117,22 @@ impl<'a> Column<'a> {
     #[inline(always)]
     fn value_at(&self, at: usize) -> u32 {
         // The mask of `width` bytes: none for width 0, all for width 4.
-        let mask = (u64::from(u32::MAX) >> (32 - 8 * self.width)) as u32;
-        match self.bytes.get(at..).and_then(|b| b.first_chunk::<4>()) {
-            Some(&b) => u32::from_le_bytes(b) & mask,
-            None => unpadded_value_at(self.bytes, at, self.width),
+        const MASKS: [u32; 8] = [0, 0xff, 0xffff, 0, u32::MAX, 0, 0, 0];
+        let mask = MASKS[self.width & 7];
+        // One comparison, where slicing 4 bytes off `at` makes two (that
+        // `at` is within, then that 4 bytes are left).
+        if at < self.bytes.len().saturating_sub(3) {
+            // SAFETY: `at + 4 <= self.bytes.len()`, checked just above.
+            let word = unsafe {
+                self.bytes
+                    .as_ptr()
+                    .add(at)
+                    .cast::<[u8; 4]>()
+                    .read_unaligned()
+            };
+            u32::from_le_bytes(word) & mask
+        } else {
+            unpadded_value_at(self.bytes, at, self.width)
         }
     }
 }
@@ -137,6 +149,16 @@ fn unpadded_value_at(bytes: &[u8], at: usize, width: usize) -> u32 {
     let tail = bytes.get(at..end).unwrap_or_default();
     word[..tail.len()].copy_from_slice(tail);
     u32::from_le_bytes(word)
+}
+
+/// [`Offsets::count_in_bucket`] where fewer than [`BLOCK`] bytes are left
+/// (a damaged file's section, not padded): byte by byte.
+#[cold]
+#[inline(never)]
+fn count_unpadded(bytes: &[u8], lows: usize, at: usize, hi: usize, low: u8) -> usize {
+    let lows = bytes.get(lows..).unwrap_or_default();
+    let rest = lows.get(at..hi).unwrap_or_default();
+    at + rest.iter().take_while(|&&b| b <= low).count()
 }
 
 impl<'a> Body<'a> {
@@ -187,13 +209,6 @@ impl<'a> Body<'a> {
                 body.local_nodes = count(body.header);
                 body.header += format.count;
             }
-        }
-        // Bucket starts take bytes: a count of them with no width would
-        // have `verify` walk billions of buckets that are not there.
-        if (body.row_buckets > 0 && format.row_bucket == 0)
-            || (body.chain_buckets > 0 && format.chain_bucket == 0)
-        {
-            return None;
         }
         // Counts are below 2^32 and widths at most 4: the sums cannot
         // overflow a 64-bit usize.
@@ -435,11 +450,8 @@ impl Offsets<'_> {
             // The bytes after the bucket (of the next one, or of another
             // column, or padding) are read too and make no difference:
             // the count stops at the bucket's end.
-            let lows = self.bytes.get(self.lows..).unwrap_or_default();
-            let Some(block) = lows.get(at..).and_then(|b| b.first_chunk::<BLOCK>()) else {
-                // A damaged file's section, not padded: byte by byte.
-                let rest = lows.get(at..hi).unwrap_or_default();
-                return at + rest.iter().take_while(|&&b| b <= low).count();
+            let Some(block) = self.block_at(self.lows + at) else {
+                return count_unpadded(self.bytes, self.lows, at, hi, low);
             };
             let leading = leading_at_or_below(block, low);
             if leading < BLOCK {
@@ -448,6 +460,19 @@ impl Offsets<'_> {
             at += BLOCK;
         }
         hi.max(lo)
+    }
+
+    /// The [`BLOCK`] bytes from byte `at`, when there are as many.
+    #[inline(always)]
+    fn block_at(&self, at: usize) -> Option<&[u8; BLOCK]> {
+        // One comparison, where slicing makes two (see Column::value_at).
+        if at < self.bytes.len().saturating_sub(BLOCK - 1) {
+            // SAFETY: `at + BLOCK <= self.bytes.len()`, checked just
+            // above; an array of bytes has the alignment of a byte.
+            Some(unsafe { &*self.bytes.as_ptr().add(at).cast::<[u8; BLOCK]>() })
+        } else {
+            None
+        }
     }
 
     /// The offset at `index`, as `count_and_next` reads the column:

@@ -113,7 +113,8 @@ impl Format {
         /// Code 0, 1, 2, 3 as width 0, 1, 2, 4.
         #[inline(always)]
         fn width(code: u32) -> usize {
-            (1usize << (code & 3)) >> 1
+            const WIDTHS: [u8; 4] = [0, 1, 2, 4];
+            usize::from(WIDTHS[(code & 3) as usize])
         }
         if word >> 29 != 0 {
             return None;

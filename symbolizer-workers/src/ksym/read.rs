@@ -349,6 +349,14 @@ fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
 /// lookup can use: offsets ascending within the range, lines that do not
 /// overflow, file and node indexes that exist.
 fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -> bool {
+    // Bucket starts take bytes: a count of them with no width would have
+    // the walks below go through billions of buckets that are not there.
+    let format = body.format;
+    if (body.rows().buckets() > 0 && format.row_bucket == 0)
+        || (body.chain().buckets() > 0 && format.chain_bucket == 0)
+    {
+        return false;
+    }
     let n_files = names.files();
     let ascending = |offsets: &Offsets<'_>| {
         let starts_ascend = (1..=offsets.buckets())
@@ -366,7 +374,6 @@ fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -
             })
     };
     let rows = body.rows().len();
-    let format = body.format;
     let lines_fit = (0..rows).all(|i| body.base_line.checked_add(body.lines().get(i)).is_some());
     let indexes_fit = (0..rows).all(|i| (body.file_indexes().get(i) as usize) < format.files);
     let files_exist = (0..format.files).all(|i| {
