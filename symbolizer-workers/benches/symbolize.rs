@@ -19,7 +19,8 @@
 //!
 //! The ELF files measured are `KILN_BENCH_ELF` (colon-separated paths), by
 //! default glibc (with its debug file when `libc6-dbg` is installed) and
-//! this bench binary itself (Rust, `debug = 1`).
+//! this bench binary itself (Rust, `debug = 1`). `KILN_BENCH_LOOP` runs one
+//! loop instead, for a profiler (see [`profile_loop`]).
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -47,12 +48,92 @@ fn main() {
             v
         }
     };
+    if let (Ok(mode), Some(path)) = (std::env::var("KILN_BENCH_LOOP"), paths.first()) {
+        return profile_loop(path, &mode);
+    }
     // `cargo bench` passes `--bench`; `cargo test` runs benches with no
     // such flag, and then a quick pass is enough.
     let quick = !std::env::args().any(|a| a == "--bench");
     for path in paths {
         report(&path, if quick { 2_000 } else { ADDRESSES });
     }
+}
+
+/// The two address sets of `n` addresses each: uniform (a random range,
+/// then a random address in it) and profile-like (90% of the addresses in
+/// 1% of the ranges, a hot set of at least 50: samples concentrate on hot
+/// code). The same for the same file, so runs compare.
+fn address_sets(k: &Ksym<'_>, n: usize) -> (Vec<u64>, Vec<u64>) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let in_range = |rng: &mut Rng, r: usize| {
+        let (start, end) = k.range(r).expect("a range of the file");
+        start + rng.next() % (end - start)
+    };
+    let uniform = (0..n)
+        .map(|_| {
+            let r = (rng.next() % k.len() as u64) as usize;
+            in_range(&mut rng, r)
+        })
+        .collect();
+    let hot: Vec<usize> = (0..(k.len() / 100).max(50))
+        .map(|_| (rng.next() % k.len() as u64) as usize)
+        .collect();
+    let skewed = (0..n)
+        .map(|_| {
+            let r = if rng.next() % 10 < 9 {
+                hot[(rng.next() % hot.len() as u64) as usize]
+            } else {
+                (rng.next() % k.len() as u64) as usize
+            };
+            in_range(&mut rng, r)
+        })
+        .collect();
+    (uniform, skewed)
+}
+
+/// `KILN_BENCH_LOOP=MODE`: instead of the report, one loop over the first
+/// file's profile-like addresses (`uniform` in `MODE` for the uniform
+/// ones), for a profiler to watch: `single` lookups, a `batch`
+/// (`lookup_many` on the distinct addresses) or `owned` (that batch
+/// answered as the symbolizer worker answers it). `KILN_BENCH_PASSES`
+/// passes (default 1); prints the time per address. For instance, the
+/// instructions and mispredicted branches per lookup:
+///
+/// ```text
+/// KILN_BENCH_LOOP=single valgrind --tool=callgrind --branch-sim=yes \
+///   --collect-atstart=no '--toggle-collect=*Ksym*lookup*' \
+///   '--toggle-collect=*Frame*' target/release/deps/symbolize-<hash> --bench
+/// ```
+fn profile_loop(path: &Path, mode: &str) {
+    let extracted = extract(path, &ExtractOptions::default()).expect("the ELF extracts");
+    let file = KsymFile::new(ksym::encode(&extracted.table)).expect("our own ksym opens");
+    let k = file.ksym();
+    let (uniform, skewed) = address_sets(&k, ADDRESSES);
+    let addrs = if mode.contains("uniform") {
+        uniform
+    } else {
+        skewed
+    };
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<u64> = addrs.iter().copied().filter(|&a| seen.insert(a)).collect();
+    let passes: usize = std::env::var("KILN_BENCH_PASSES").map_or(1, |p| p.parse().unwrap_or(1));
+    let (mut time, mut count) = (Duration::ZERO, 0);
+    for _ in 0..passes {
+        if mode.starts_with("single") {
+            time += ksym_pass(|a, f| k.lookup(a, f), &addrs);
+            count += addrs.len();
+        } else if mode.starts_with("owned") {
+            time += owned_pass(&k, &distinct);
+            count += distinct.len();
+        } else {
+            time += batch_pass(&k, &distinct);
+            count += distinct.len();
+        }
+    }
+    println!(
+        "{mode}: {:.1} ns per address ({count} addresses)",
+        time.as_nanos() as f64 / count.max(1) as f64
+    );
 }
 
 /// A deterministic pseudo-random sequence (xorshift), so that runs compare.
@@ -130,29 +211,7 @@ fn report(path: &Path, n: usize) {
         mib(names),
         mib(mangled)
     );
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let uniform: Vec<u64> = (0..n)
-        .map(|_| {
-            let (start, end) = k.range((rng.next() % k.len() as u64) as usize).unwrap();
-            start + rng.next() % (end - start)
-        })
-        .collect();
-    // Profile-like: samples concentrate on hot code. 90% of the addresses
-    // fall in 1% of the ranges (a hot set of at least 50).
-    let hot: Vec<usize> = (0..(k.len() / 100).max(50))
-        .map(|_| (rng.next() % k.len() as u64) as usize)
-        .collect();
-    let skewed: Vec<u64> = (0..n)
-        .map(|_| {
-            let r = if rng.next() % 10 < 9 {
-                hot[(rng.next() % hot.len() as u64) as usize]
-            } else {
-                (rng.next() % k.len() as u64) as usize
-            };
-            let (start, end) = k.range(r).unwrap();
-            start + rng.next() % (end - start)
-        })
-        .collect();
+    let (uniform, skewed) = address_sets(&k, n);
     let (mut best, mut v1_best) = (Duration::MAX, Duration::MAX);
     for _ in 0..20 {
         let t = Instant::now();
