@@ -95,8 +95,9 @@ fn address_sets(k: &Ksym<'_>, n: usize) -> (Vec<u64>, Vec<u64>) {
 /// file's profile-like addresses (`uniform` in `MODE` for the uniform
 /// ones), for a profiler to watch: `single` lookups, a `batch`
 /// (`lookup_many` on the distinct addresses) or `owned` (that batch
-/// answered as the symbolizer worker answers it). `KILN_BENCH_PASSES`
-/// passes (default 1); prints the time per address. For instance, the
+/// answered as the symbolizer worker answers it), in batches of
+/// `KILN_BENCH_BATCH` addresses (default all). `KILN_BENCH_PASSES` passes
+/// (default 1); prints the time per address. For instance, the
 /// instructions and mispredicted branches per lookup:
 ///
 /// ```text
@@ -117,16 +118,21 @@ fn profile_loop(path: &Path, mode: &str) {
     let mut seen = std::collections::HashSet::new();
     let distinct: Vec<u64> = addrs.iter().copied().filter(|&a| seen.insert(a)).collect();
     let passes: usize = std::env::var("KILN_BENCH_PASSES").map_or(1, |p| p.parse().unwrap_or(1));
+    let batch_size: usize = std::env::var("KILN_BENCH_BATCH")
+        .map_or(usize::MAX, |b| b.parse().unwrap_or(usize::MAX))
+        .max(1);
     let (mut time, mut count) = (Duration::ZERO, 0);
     for _ in 0..passes {
         if mode.starts_with("single") {
             time += ksym_pass(|a, f| k.lookup(a, f), &addrs);
             count += addrs.len();
-        } else if mode.starts_with("owned") {
-            time += owned_pass(&k, &distinct);
-            count += distinct.len();
         } else {
-            time += batch_pass(&k, &distinct);
+            for batch in distinct.chunks(batch_size) {
+                time += match mode.starts_with("owned") {
+                    true => owned_pass(&k, batch),
+                    false => batch_pass(&k, batch),
+                };
+            }
             count += distinct.len();
         }
     }
