@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use addr2line::gimli::{Reader, ReaderOffset};
 use kiln_symbolizer_workers::{
-    ExtractOptions, Frame, Ksym, KsymFile, ResolvedFrame, extract, ksym,
+    ExtractOptions, Frame, Ksym, KsymFile, extract, ksym, resolve_chains,
 };
 
 /// Addresses per run: enough to leave every cache warm and the timing
@@ -346,10 +346,7 @@ fn ksym_pass<'a>(lookup: impl Fn(u64, &mut Vec<Frame<'a>>) -> bool, addrs: &[u64
     let t = Instant::now();
     for &a in addrs {
         lookup(a, &mut frames);
-        for f in &frames {
-            sink +=
-                f.function().map_or(0, str::len) + f.line as usize + f.file().map_or(0, str::len);
-        }
+        sink += read(&frames);
     }
     let elapsed = t.elapsed();
     black_box(sink);
@@ -361,35 +358,26 @@ fn ksym_pass<'a>(lookup: impl Fn(u64, &mut Vec<Frame<'a>>) -> bool, addrs: &[u64
 fn batch_pass(k: &Ksym<'_>, addrs: &[u64]) -> Duration {
     let mut sink = 0usize;
     let t = Instant::now();
-    k.lookup_many(addrs, |_, frames| {
-        for f in frames {
-            sink +=
-                f.function().map_or(0, str::len) + f.line as usize + f.file().map_or(0, str::len);
-        }
-    });
+    k.lookup_many(addrs, |_, frames| sink += read(frames));
     let elapsed = t.elapsed();
     black_box(sink);
     elapsed
 }
 
-/// The time `lookup_many` takes to answer `addrs` as the symbolizer
-/// worker does (`service::Symbolizer`): each chain outermost first, each
-/// frame's function name and path as owned strings.
+/// What a caller reads of an answer: each level's function name, file
+/// name and line (summed, so that the reads are not optimized away).
+fn read(frames: &[Frame<'_>]) -> usize {
+    frames
+        .iter()
+        .map(|f| f.function().map_or(0, str::len) + f.line as usize + f.file().map_or(0, str::len))
+        .sum()
+}
+
+/// The time the symbolizer worker (`service::Symbolizer`) takes to answer
+/// `addrs`: `resolve_chains`, chains outermost first with owned names.
 fn owned_pass(k: &Ksym<'_>, addrs: &[u64]) -> Duration {
     let t = Instant::now();
-    let mut chains: Vec<Vec<ResolvedFrame>> = vec![Vec::new(); addrs.len()];
-    k.lookup_many(addrs, |i, frames| {
-        chains[i] = frames
-            .iter()
-            .rev()
-            .map(|f| ResolvedFrame {
-                function: f.function().map(str::to_owned),
-                file: f.path(),
-                line: f.line,
-            })
-            .collect();
-    });
-    drop(black_box(chains));
+    drop(black_box(resolve_chains(k, addrs)));
     t.elapsed()
 }
 

@@ -51,6 +51,7 @@ pub use ksym::{Frame, Ksym, KsymError, KsymFile};
 #[cfg(feature = "service")]
 pub use service::{
     FileAddrs, Resolve, Resolved, ResolvedFrame, Symbolizer, SymbolizerConfig, SymbolsStored,
+    resolve_chains,
 };
 pub use stored::{DecodedSymbols, StoredError, StoredSymbols, build_stored, decode_stored};
 pub use table::{Function, Inline, LineRow, NONE, Range, SourceFile, SymbolTable, join_path};

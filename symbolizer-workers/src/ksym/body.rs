@@ -334,14 +334,9 @@ impl<'a> Body<'a> {
         }
     }
 
-    /// Where `offset` stands among the range's rows and chain entries.
-    #[inline(always)]
-    pub(super) fn position(&self, offset: u32) -> Position {
-        self.position_until(offset).0
-    }
-
-    /// [`position`](Self::position) `offset`, and the offset before which
-    /// the position stays the same (see [`Offsets::count_and_next`]).
+    /// Where `offset` stands among the range's rows and chain entries, and
+    /// the offset before which it stays the same (see
+    /// [`Offsets::count_and_next`]).
     #[inline(always)]
     pub(super) fn position_until(&self, offset: u32) -> (Position, u64) {
         let (rows, next_row) = self.rows().count_and_next(offset);

@@ -49,8 +49,7 @@ impl Located<'_> {
     #[inline(always)]
     pub(super) fn position(&self, addr: u64) -> Option<Position> {
         // `covers` holds: the offset fits the range's u32 length.
-        let offset = addr.wrapping_sub(self.start) as u32;
-        self.body.as_ref().map(|body| body.position(offset))
+        self.position_until(addr).0
     }
 
     /// [`position`](Self::position) of `addr`, which the range covers,

@@ -37,7 +37,7 @@ use kiln_model::FileId;
 use kiln_storage::{ObjectStore, StoreError};
 
 use crate::debuginfod::Debuginfod;
-use crate::ksym::KsymFile;
+use crate::ksym::{Ksym, KsymFile};
 use loader::Loader;
 
 /// How the symbolizer loads and caches.
@@ -116,6 +116,26 @@ impl From<ResolvedFrame> for kiln_model::Symbol {
             line: frame.line,
         }
     }
+}
+
+/// The inline chain of each of `addrs` in `ksym`, outermost first (empty
+/// where no range covers the address), with owned names: what a
+/// [`Resolve`] answers for one file.
+pub fn resolve_chains(ksym: &Ksym<'_>, addrs: &[u64]) -> Vec<Vec<ResolvedFrame>> {
+    let mut chains = vec![Vec::new(); addrs.len()];
+    ksym.lookup_many(addrs, |i, frames| {
+        // ksym answers innermost first; stacks are root first.
+        chains[i] = frames
+            .iter()
+            .rev()
+            .map(|f| ResolvedFrame {
+                function: f.function().map(str::to_owned),
+                file: f.path(),
+                line: f.line,
+            })
+            .collect();
+    });
+    chains
 }
 
 /// Addresses to resolve in one file.
@@ -201,22 +221,7 @@ impl Handler<Resolve> for Symbolizer {
                     .load(&msg.tenant, file.file, file.build_id.as_deref(), deadline)
                     .await?;
                 let ksym = loaded.as_deref().map(KsymFile::ksym);
-                resolved.push(ksym.map(|ksym| {
-                    let mut chains = vec![Vec::new(); file.addrs.len()];
-                    ksym.lookup_many(&file.addrs, |i, frames| {
-                        // ksym answers innermost first; stacks are root first.
-                        chains[i] = frames
-                            .iter()
-                            .rev()
-                            .map(|f| ResolvedFrame {
-                                function: f.function().map(str::to_owned),
-                                file: f.path(),
-                                line: f.line,
-                            })
-                            .collect();
-                    });
-                    chains
-                }));
+                resolved.push(ksym.map(|ksym| resolve_chains(&ksym, &file.addrs)));
             }
             Ok(resolved)
         })
