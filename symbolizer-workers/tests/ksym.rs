@@ -259,9 +259,11 @@ fn rust_legacy_names_are_kept_as_their_hash() {
         files: vec![],
         ranges,
     });
-    let contains = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
-    assert!(!contains(rust) && contains("8f3c2a1b0d9e7f65"));
-    assert!(contains("_ZN3foo3bar17h0123456789abcdefE"));
+    let contains = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
+    // The hash is kept as its 8 bytes, in the function's record.
+    assert!(!contains(rust.as_bytes()) && !contains(b"8f3c2a1b0d9e7f65"));
+    assert!(contains(&0x8f3c_2a1b_0d9e_7f65u64.to_le_bytes()));
+    assert!(contains(b"_ZN3foo3bar17h0123456789abcdefE"));
     let k = Ksym::open(&bytes).unwrap();
     k.verify().unwrap();
     let mut frames = Vec::new();
@@ -324,10 +326,10 @@ fn foreign_and_truncated_bytes_are_refused() {
     other[0] = b'X';
     assert_eq!(Ksym::open(&other).unwrap_err(), KsymError::BadMagic);
     let mut newer = bytes.clone();
-    newer[4] = 4;
+    newer[4] = ksym::VERSION as u8 + 1;
     assert_eq!(
         Ksym::open(&newer).unwrap_err(),
-        KsymError::UnsupportedVersion(4)
+        KsymError::UnsupportedVersion(ksym::VERSION + 1)
     );
     // A version 1 file is named as such, so that the caller upgrades it.
     assert_eq!(
@@ -623,4 +625,209 @@ fn bucket_counts_stay_bounded() {
         Ksym::open(&bad).unwrap().verify().unwrap_err(),
         KsymError::BadLines { range: 0 }
     );
+}
+
+/// A table shaped like a large Rust program's, made up deterministically:
+/// `functions` functions, a third with legacy mangled names that mangling
+/// their names gives back (lower-case hashes), a third whose hashes are
+/// upper-case, a third C++ or unmangled; `files` files; ranges with line
+/// rows every few bytes and inline calls nested three deep, their
+/// functions drawn from the whole table.
+fn rust_like_table(functions: usize, files: usize, ranges: usize) -> SymbolTable {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below.max(1)
+    };
+    let functions = (0..functions)
+        .map(|i| {
+            let (module, name) = (format!("m{}", i % 97), format!("f{i}"));
+            let path = format!("app::{module}::{name}");
+            let hash = next(u64::MAX);
+            let legacy = |hash: String| {
+                format!(
+                    "_ZN3app{}{module}{}{name}17h{hash}E",
+                    module.len(),
+                    name.len()
+                )
+            };
+            let mangled = match i % 6 {
+                0 | 1 => Some(legacy(format!("{hash:016x}"))),
+                2 | 3 => Some(legacy(format!("{hash:016X}"))),
+                4 => Some(format!("_Z{}{name}v", name.len())),
+                _ => None,
+            };
+            Function {
+                name: if i % 6 >= 4 { name } else { path },
+                mangled,
+            }
+        })
+        .collect::<Vec<_>>();
+    let files: Vec<SourceFile> = (0..files)
+        .map(|i| SourceFile {
+            dir: format!("/src/crate{}", i % 13),
+            name: format!("file{i}.rs"),
+        })
+        .collect();
+    let (n_functions, n_files) = (functions.len() as u64, files.len() as u64);
+    let mut start = 0x10_000u64;
+    let ranges = (0..ranges)
+        .map(|_| {
+            let len = 0x40 + next(0x600);
+            let end = start + len;
+            let mut lines = Vec::new();
+            let mut addr = start;
+            while addr < end {
+                // Now and then a line far from the others, as inlining makes.
+                let far = next(4) == 0;
+                lines.push(LineRow {
+                    addr,
+                    file: next(n_files) as u32,
+                    line: 1 + next(if far { 70_000 } else { 300 }) as u32,
+                });
+                addr += 1 + next(12);
+            }
+            // Up to three calls nested in one another, in a few places.
+            let mut inlines = Vec::new();
+            let mut at = start + next(16);
+            while at + 16 < end {
+                let outer_end = (at + 8 + next(0x100)).min(end);
+                let (mut s, mut e) = (at, outer_end);
+                for depth in 1..=1 + next(3) as u32 {
+                    inlines.push(Inline {
+                        start: s,
+                        end: e,
+                        depth,
+                        function: next(n_functions) as u32,
+                        call_file: next(n_files) as u32,
+                        call_line: next(if depth == 1 { 5000 } else { 200 }) as u32,
+                    });
+                    let span = e - s;
+                    if span < 4 {
+                        break;
+                    }
+                    s += next(span / 2);
+                    e -= next((e - s) / 2);
+                }
+                at = outer_end + next(64);
+            }
+            let range = Range {
+                start,
+                end,
+                function: next(n_functions) as u32,
+                lines,
+                inlines,
+            };
+            start = end + next(32);
+            range
+        })
+        .collect();
+    SymbolTable {
+        functions,
+        files,
+        ranges,
+    }
+}
+
+/// A version 3 file (4-byte node functions and file table entries, the
+/// hashes of Rust legacy names as text in the blob) is read as it is, and
+/// answers as the current encoding of the same table does, mangled names
+/// included. The fixture is what version 3's encoder wrote for
+/// `rust_like_table(600, 300, 80)`.
+#[test]
+fn version_3_files_answer_as_the_current_layout() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/v3/rust-like.ksym.zst");
+    let v3 = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
+    assert_eq!(u32::from_le_bytes(v3[4..8].try_into().unwrap()), 3);
+    let current = ksym::encode(&rust_like_table(600, 300, 80));
+    let (old, new) = (Ksym::open(&v3).unwrap(), Ksym::open(&current).unwrap());
+    old.verify().unwrap();
+    new.verify().unwrap();
+    assert_eq!(old.len(), new.len());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut inlined, mut made) = (0, 0);
+    for i in 0..new.len() {
+        let (start, end) = new.range(i).unwrap();
+        for addr in start..end {
+            old.lookup(addr, &mut a);
+            new.lookup(addr, &mut b);
+            assert_eq!(a, b, "{addr:#x}");
+            inlined += usize::from(b.len() > 2);
+            made += b
+                .iter()
+                .filter(|f| matches!(f.mangled(), Some(std::borrow::Cow::Owned(_))))
+                .count();
+        }
+    }
+    assert!(inlined > 1000 && made > 1000, "{inlined} {made}");
+    assert!(
+        current.len() < v3.len(),
+        "{} bytes, {} in version 3",
+        current.len(),
+        v3.len()
+    );
+}
+
+/// Node functions and file table entries take the bytes their values
+/// need (1 to 4, 2 or 4): in a table of 70,000 small ranges, each with a
+/// function and a file of its own and some with a call inlined from
+/// anywhere, every width is written, and every address answers as version
+/// 1's layout (kept for upgrades, read apart) does.
+#[test]
+fn wide_indexes_answer_as_version_1() {
+    const N: u32 = 70_000;
+    let ranges = (0..N)
+        .map(|i| {
+            let start = 0x1000 + 16 * u64::from(i);
+            let row = |addr, file, line| LineRow { addr, file, line };
+            Range {
+                start,
+                end: start + 16,
+                function: i,
+                lines: vec![row(start, i, 1 + i % 100), row(start + 8, (i * 13) % N, 7)],
+                inlines: (i % 10 == 0)
+                    .then_some(Inline {
+                        start: start + 4,
+                        end: start + 12,
+                        depth: 1,
+                        function: (i * 7) % N,
+                        call_file: (i * 13) % N,
+                        call_line: i,
+                    })
+                    .into_iter()
+                    .collect(),
+            }
+        })
+        .collect();
+    let table = SymbolTable {
+        functions: (0..N)
+            .map(|i| Function {
+                name: format!("f{i}"),
+                mangled: None,
+            })
+            .collect(),
+        files: (0..N)
+            .map(|i| SourceFile {
+                dir: "/src".into(),
+                name: format!("{i}.c"),
+            })
+            .collect(),
+        ranges,
+    };
+    let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
+    assert_eq!(ksym::upgrade(&v1).unwrap().as_ref(), &current[..]);
+    let (old, new) = (
+        ksym::v1::Ksym::open(&v1).unwrap(),
+        Ksym::open(&current).unwrap(),
+    );
+    new.verify().unwrap();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for addr in (0x1000..0x1000 + 16 * u64::from(N)).step_by(2) {
+        old.lookup(addr, &mut a);
+        new.lookup(addr, &mut b);
+        assert_eq!(a, b, "{addr:#x}");
+    }
 }

@@ -1,7 +1,7 @@
 //! Inline chains as every ksym version writes them: at every offset of a
 //! range where the set of inlined calls around it changes, the innermost
 //! call's node, each node (function, call file, call line, parent) written
-//! once ([`Nodes`] for the whole file, as version 1 does; version 3 keeps
+//! once ([`Nodes`] for the whole file, as version 1 does; versions 3 and 4 keep
 //! each range's own, in `write.rs`).
 
 use std::collections::HashMap;

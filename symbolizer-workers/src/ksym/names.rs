@@ -1,10 +1,10 @@
 //! The function and file records of a ksym file and the string blob they
-//! point into: what turns a lookup's indexes into names. The same in every
-//! version.
+//! point into: what turns a lookup's indexes into names.
 //!
 //! A function record is (name, mangled name) and a file record is
 //! (directory, file name), each string an (offset, length) pair of `u32`
-//! into the blob, `NONE` for none.
+//! into the blob, `NONE` for none. The top bit of a length is a flag, not
+//! part of it: see [`HASH_IN_RECORD`] and [`DERIVED`].
 
 use crate::table::NONE;
 
@@ -15,10 +15,18 @@ use super::{KsymError, rust_legacy};
 
 /// Bytes of a function or file record.
 const RECORD: usize = 16;
+/// Set in the length of a function's name (version 4): in place of its
+/// mangled name's (offset, length), the record holds the 64-bit hash of
+/// a Rust legacy name, which mangling the function's name with it gives
+/// back (see [`rust_legacy`]). In a large Rust program most functions
+/// are such, and 8 bytes in the record take the place of a 16-character
+/// string in the blob and the 8 bytes that pointed at it.
+pub(super) const HASH_IN_RECORD: u32 = 1 << 31;
 /// Set in the length of a function's mangled name (version 3): the string
-/// is the hash of a Rust legacy name, which mangling the function's name
-/// with it gives back (see [`rust_legacy`]). Lengths never reach it.
-pub(super) const DERIVED: u32 = 1 << 31;
+/// is the hash of a Rust legacy name, as text. Read, no longer written.
+const DERIVED: u32 = 1 << 31;
+/// The flag bit of a length.
+const LEN_FLAG: u32 = 1 << 31;
 /// Blobs up to this size are checked as UTF-8 whole at open: about 0.1 ms
 /// per MiB; beyond a few MiB, lookups check their own strings instead,
 /// keeping open fast.
@@ -95,15 +103,39 @@ impl<'a> Names<'a> {
 
     /// Checks that every string of the records lies within the blob.
     fn check_records(&self) -> Result<(), KsymError> {
-        for i in 0..self.functions() {
-            self.check_string("function", i, self.funcs, RECORD * i, false)?;
-            self.check_string("function", i, self.funcs, RECORD * i + 8, true)?;
-        }
-        for i in 0..self.files() {
-            self.check_string("file", i, self.files, RECORD * i, false)?;
-            self.check_string("file", i, self.files, RECORD * i + 8, false)?;
-        }
-        Ok(())
+        self.string_fields()
+            .try_for_each(|field| self.check_string(&field))
+    }
+
+    /// Where the records hold strings: both halves of each record, but
+    /// for the hash a function record may hold instead of its mangled
+    /// name.
+    fn string_fields(&self) -> impl Iterator<Item = StringField<'a>> + '_ {
+        let funcs = (0..self.functions()).flat_map(move |index| {
+            let at = RECORD * index;
+            let hashed = u32_at(self.funcs, at + 4) & HASH_IN_RECORD != 0;
+            let mangled = (!hashed).then_some(at + 8);
+            std::iter::once(at)
+                .chain(mangled)
+                .map(move |at| StringField {
+                    what: "function",
+                    index,
+                    records: self.funcs,
+                    at,
+                    // A function's mangled name may be none.
+                    none_ok: at % RECORD == 8,
+                })
+        });
+        let files = (0..self.files()).flat_map(move |index| {
+            [RECORD * index, RECORD * index + 8].map(|at| StringField {
+                what: "file",
+                index,
+                records: self.files,
+                at,
+                none_ok: false,
+            })
+        });
+        funcs.chain(files)
     }
 
     /// Number of function records.
@@ -120,11 +152,11 @@ impl<'a> Names<'a> {
     /// [`Names::new`] leaves to lookups.
     pub(super) fn verify(&self) -> Result<(), KsymError> {
         self.check_records()?;
-        for (records, count) in [(self.funcs, self.functions()), (self.files, self.files())] {
-            for at in (0..2 * count).map(|i| 8 * i) {
-                if u32_at(records, at) != NONE && self.string(records, at).is_none() {
-                    return Err(KsymError::BadUtf8);
-                }
+        for field in self.string_fields() {
+            if u32_at(field.records, field.at) != NONE
+                && self.string(field.records, field.at).is_none()
+            {
+                return Err(KsymError::BadUtf8);
             }
         }
         Ok(())
@@ -162,6 +194,14 @@ impl<'a> Names<'a> {
     /// hash when only the hash is (a Rust legacy name).
     pub(super) fn mangled(&self, index: u32) -> Option<Cow<'a, str>> {
         let record = super::fields::records::<RECORD>(self.funcs).get(index as usize)?;
+        if u32_at(record, 4) & HASH_IN_RECORD != 0 {
+            let hash = u64::from(u32_at(record, 8)) | u64::from(u32_at(record, 12)) << 32;
+            let name = self.string(record, 0)?;
+            return Some(Cow::Owned(rust_legacy::mangle(
+                name,
+                &format!("{hash:016x}"),
+            )));
+        }
         let stored = self.string(record, 8)?;
         if u32_at(record, 12) & DERIVED == 0 {
             return Some(Cow::Borrowed(stored));
@@ -171,15 +211,15 @@ impl<'a> Names<'a> {
     }
 
     /// Where the string whose (offset, len) is at `at` in `records` lies
-    /// in the blob, as far as the record says (the [`DERIVED`] flag is not
-    /// part of the length); `None` for none.
+    /// in the blob, as far as the record says (the flag bit is not part of
+    /// the length); `None` for none.
     #[inline(always)]
     fn span(records: &[u8], at: usize) -> Option<(usize, usize)> {
         let off = u32_at(records, at);
         if off == NONE {
             return None;
         }
-        let len = u32_at(records, at + 4) & !DERIVED;
+        let len = u32_at(records, at + 4) & !LEN_FLAG;
         Some((off as usize, (off as usize).checked_add(len as usize)?))
     }
 
@@ -192,11 +232,10 @@ impl<'a> Names<'a> {
             // SAFETY: `text_checked` is set only when check_text() found
             // (on these bytes, or, by assume_text_checked's contract, on
             // the same bytes before) the whole blob UTF-8 and every
-            // string of `funcs` and `files` (the only
-            // records passed here, whole sections or one record of them,
-            // at 8-byte steps; a position past their end reads as NONE
-            // above) to start and end on a character boundary, so `bytes`
-            // is UTF-8. Slicing unchecked spares each lookup two reads
+            // string field of `funcs` and `files` (the only records
+            // passed here, one record of them, at a string field: never
+            // at a hash, which `mangled` reads apart) to start and end on
+            // a character boundary, so `bytes` is UTF-8. Slicing unchecked spares each lookup two reads
             // into the blob per string (its boundary bytes): cache misses
             // for strings the caller may never read (a mangled name, a
             // directory).
@@ -210,31 +249,37 @@ impl<'a> Names<'a> {
     /// [`string`](Self::string) slice without checking. Reads one record
     /// after another, so it costs little next to the UTF-8 check.
     fn strings_on_char_boundaries(&self, text: &str) -> bool {
-        [self.funcs, self.files].iter().all(|records| {
-            (0..records.len() / 8).all(|i| match Self::span(records, 8 * i) {
+        self.string_fields()
+            .all(|field| match Self::span(field.records, field.at) {
                 Some((off, end)) => text.is_char_boundary(off) && text.is_char_boundary(end),
-                None => u32_at(records, 8 * i) == NONE,
+                None => u32_at(field.records, field.at) == NONE,
             })
-        })
     }
 
-    /// Checks the string at `at` in `records` lies within the blob.
-    fn check_string(
-        &self,
-        what: &'static str,
-        index: usize,
-        records: &[u8],
-        at: usize,
-        none_ok: bool,
-    ) -> Result<(), KsymError> {
-        if u32_at(records, at) == NONE && none_ok {
+    /// Checks the string of `field` lies within the blob.
+    fn check_string(&self, field: &StringField<'_>) -> Result<(), KsymError> {
+        if u32_at(field.records, field.at) == NONE && field.none_ok {
             return Ok(());
         }
-        match Self::span(records, at).and_then(|(off, end)| self.blob.get(off..end)) {
+        match Self::span(field.records, field.at).and_then(|(off, end)| self.blob.get(off..end)) {
             Some(_) => Ok(()),
-            None => Err(KsymError::BadIndex { what, index }),
+            None => Err(KsymError::BadIndex {
+                what: field.what,
+                index: field.index,
+            }),
         }
     }
+}
+
+/// A string of the records: at byte `at` of `records`, in record `index`
+/// of those of `what`.
+struct StringField<'a> {
+    what: &'static str,
+    index: usize,
+    records: &'a [u8],
+    at: usize,
+    /// Whether it may be none.
+    none_ok: bool,
 }
 
 /// Starts loading the cache line of `bytes[at]` (of the last byte when

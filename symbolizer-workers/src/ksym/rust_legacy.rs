@@ -21,6 +21,15 @@ pub(super) fn hash_of(mangled: &str) -> Option<&str> {
     (before.ends_with("17h") && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hash)
 }
 
+/// The value of a hash as [`hash_of`] gives it, when writing the value
+/// in lower-case hex gives the hash back (rustc writes them so).
+pub(super) fn hash_value(hash: &str) -> Option<u64> {
+    let lower = hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    u64::from_str_radix(hash, 16)
+        .ok()
+        .filter(|_| lower && hash.len() == HASH_LEN)
+}
+
 /// The legacy mangled name of the function `path` (a demangled name
 /// without its hash, components joined by `::`) with `hash`.
 pub(super) fn mangle(path: &str, hash: &str) -> String {

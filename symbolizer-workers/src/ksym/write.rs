@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::chains;
 use super::layout::*;
-use super::names::DERIVED;
+use super::names::HASH_IN_RECORD;
 use super::pages;
 use super::rust_legacy;
 use crate::table::{NONE, Range, SymbolTable};
@@ -112,6 +112,13 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<
             u64::from(nodes.iter().map(|n| n.call_line).max().unwrap_or(0)),
             true,
         ),
+        function: Format::function_width_for(nodes.iter().map(|n| n.function).max().unwrap_or(0)),
+        // A file index of 0xffff or more (or none) takes 4 bytes.
+        file_entry: if table.iter().all(|&f| f < 0xffff) {
+            2
+        } else {
+            4
+        },
     };
     let put = |out: &mut Vec<u8>, v: u32, width: usize| {
         out.extend_from_slice(&v.to_le_bytes()[..width]);
@@ -138,14 +145,14 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<
     for &i in &row_files {
         put(out, i, format.file);
     }
-    for f in table {
-        out.extend(f.to_le_bytes());
+    for &f in &table {
+        put(out, f, format.file_entry);
     }
     for &(_, node) in chain {
         put(out, node, format.node);
     }
     for n in nodes {
-        out.extend(n.function.to_le_bytes());
+        put(out, n.function, format.function);
     }
     for &i in &call_files {
         put(out, i, format.file);
@@ -208,8 +215,16 @@ struct Str {
     cold: bool,
     offset: u32,
     len: u32,
-    /// A mangled name kept as its hash (see [`rust_legacy`]).
-    derived: bool,
+}
+
+/// A function's mangled name as written.
+#[derive(Clone, Copy)]
+enum Mangled {
+    None,
+    Whole(Str),
+    /// The hash of a Rust legacy name, which mangling the function's name
+    /// with it gives back (see [`rust_legacy`]): kept in the record.
+    Hash(u64),
 }
 
 /// The blob and the records that point into it. Strings a lookup's caller
@@ -222,8 +237,8 @@ struct Strings {
     interned: HashMap<String, Str>,
     hot: Vec<u8>,
     cold: Vec<u8>,
-    funcs: Vec<[Option<Str>; 2]>,
-    files: Vec<[Option<Str>; 2]>,
+    funcs: Vec<(Str, Mangled)>,
+    files: Vec<[Str; 2]>,
 }
 
 impl Strings {
@@ -236,7 +251,6 @@ impl Strings {
             cold,
             offset: to_u32(part.len()),
             len: to_u32(s.len()),
-            derived: false,
         };
         part.extend_from_slice(s.as_bytes());
         self.interned.insert(s.to_owned(), at);
@@ -246,24 +260,31 @@ impl Strings {
     /// The funcs and files sections and the blob.
     fn finish(self) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         let hot_len = to_u32(self.hot.len());
-        let records = |list: &[[Option<Str>; 2]]| {
-            let mut out = Vec::with_capacity(16 * list.len());
-            for s in list.iter().flatten() {
-                let (offset, len) = match s {
-                    Some(s) if s.cold => (hot_len.saturating_add(s.offset), s.len),
-                    Some(s) => (s.offset, s.len),
-                    None => (NONE, 0),
-                };
-                let len = match s {
-                    Some(s) if s.derived => len | DERIVED,
-                    _ => len,
-                };
-                out.extend(offset.to_le_bytes());
-                out.extend(len.to_le_bytes());
-            }
-            out
+        // A string's (offset, len) pair, the cold part placed after the
+        // hot one; the length's top bit left for `flag`.
+        let pair = |s: Str, flag: u32| {
+            let offset = match s.cold {
+                true => hot_len.saturating_add(s.offset),
+                false => s.offset,
+            };
+            (u64::from(s.len | flag) << 32 | u64::from(offset)).to_le_bytes()
         };
-        let (funcs, files) = (records(&self.funcs), records(&self.files));
+        let mut funcs = Vec::with_capacity(16 * self.funcs.len());
+        for &(name, mangled) in &self.funcs {
+            let (flag, second) = match mangled {
+                Mangled::None => (0, u64::from(NONE).to_le_bytes()),
+                Mangled::Whole(s) => (0, pair(s, 0)),
+                Mangled::Hash(hash) => (HASH_IN_RECORD, hash.to_le_bytes()),
+            };
+            funcs.extend(pair(name, flag));
+            funcs.extend(second);
+        }
+        let files: Vec<u8> = self
+            .files
+            .iter()
+            .flatten()
+            .flat_map(|&s| pair(s, 0))
+            .collect();
         let mut blob = self.hot;
         blob.extend_from_slice(&self.cold);
         (funcs, files, blob)
@@ -288,19 +309,19 @@ impl Writer {
             return id;
         }
         let name = self.strings.intern(&func.name, false);
-        let mangled = func
-            .mangled
-            .as_deref()
-            .map(|m| match rust_legacy::hash_of(m) {
-                // Mangling the name again gives this one: its hash is enough.
-                Some(hash) if rust_legacy::mangle(&func.name, hash) == m => Str {
-                    derived: true,
-                    ..self.strings.intern(hash, true)
-                },
-                _ => self.strings.intern(m, true),
-            });
+        let mangled = match func.mangled.as_deref() {
+            None => Mangled::None,
+            // Mangling the name again gives this one: its hash is enough.
+            Some(m) => match rust_legacy::hash_of(m)
+                .filter(|&hash| rust_legacy::mangle(&func.name, hash) == m)
+                .and_then(rust_legacy::hash_value)
+            {
+                Some(hash) => Mangled::Hash(hash),
+                None => Mangled::Whole(self.strings.intern(m, true)),
+            },
+        };
         let id = to_u32(self.strings.funcs.len());
-        self.strings.funcs.push([Some(name), mangled]);
+        self.strings.funcs.push((name, mangled));
         self.func_ids.insert(f, id);
         id
     }
@@ -315,7 +336,7 @@ impl Writer {
         let dir = self.strings.intern(&file.dir, true);
         let name = self.strings.intern(&file.name, false);
         let id = to_u32(self.strings.files.len());
-        self.strings.files.push([Some(dir), Some(name)]);
+        self.strings.files.push([dir, name]);
         self.file_ids.insert(f, id);
         id
     }
