@@ -301,3 +301,37 @@ fn prefetch(bytes: &[u8], at: usize) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (bytes, at);
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::table::{Function, Range, SymbolTable};
+
+    /// A hash in a function record is not a string: the whole-text check
+    /// (what lets lookups slice names unchecked) passes over it, rather
+    /// than failing on it as an (offset, len) pair far outside the blob.
+    #[test]
+    fn records_holding_hashes_pass_the_text_check() {
+        let table = SymbolTable {
+            functions: vec![Function {
+                name: "app::f".into(),
+                mangled: Some("_ZN3app1f17h0123456789abcdefE".into()),
+            }],
+            files: vec![],
+            ranges: vec![Range {
+                start: 0x1000,
+                end: 0x1010,
+                function: 0,
+                lines: vec![],
+                inlines: vec![],
+            }],
+        };
+        let bytes = super::super::encode(&table);
+        let mut k = super::super::Ksym::open(&bytes).unwrap();
+        assert!(k.names.check_text());
+        k.verify().unwrap();
+        let mut frames = Vec::new();
+        k.lookup(0x1000, &mut frames);
+        let mangled = frames[0].mangled();
+        assert_eq!(mangled.as_deref(), Some("_ZN3app1f17h0123456789abcdefE"));
+    }
+}
