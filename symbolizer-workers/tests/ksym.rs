@@ -731,8 +731,8 @@ fn rust_like_table(functions: usize, files: usize, ranges: usize) -> SymbolTable
     }
 }
 
-/// A version 3 file (4-byte node functions and file table entries, the
-/// hashes of Rust legacy names as text in the blob) is read as it is, and
+/// A version 3 file (the hashes of Rust legacy names as text in the blob)
+/// is read as it is, and
 /// answers as the current encoding of the same table does, mangled names
 /// included. The fixture is what version 3's encoder wrote for
 /// `rust_like_table(600, 300, 80)`.
@@ -771,11 +771,10 @@ fn version_3_files_answer_as_the_current_layout() {
     );
 }
 
-/// Node functions and file table entries take the bytes their values
-/// need (1 to 4, 2 or 4): in a table of 70,000 small ranges, each with a
-/// function and a file of its own and some with a call inlined from
-/// anywhere, every width is written, and every address answers as version
-/// 1's layout (kept for upgrades, read apart) does.
+/// Function and file indexes beyond 16 bits, in bodies: in a table of
+/// 70,000 small ranges, each with a function and a file of its own and
+/// some with a call inlined from anywhere, every address answers as
+/// version 1's layout (kept for upgrades, read apart) does.
 #[test]
 fn wide_indexes_answer_as_version_1() {
     const N: u32 = 70_000;

@@ -5,11 +5,9 @@ pub use super::header::MAGIC;
 pub const VERSION: u32 = 4;
 /// The earliest version read as it is. A version 2 file is a version 3
 /// file whose bodies all refer to the shared nodes section (see
-/// [`Format::node`]); a version 3 file is a version 4 file whose bodies
-/// all have 4-byte node functions and file table entries (bits 29-31 of
-/// `format`, 0 in version 3) and whose function records keep no hash in
-/// place of a mangled name (see `names`). Version 1 is
-/// [upgraded](super::upgrade).
+/// [`Format::node`]); a version 3 file is a version 4 file whose function
+/// records keep no hash in place of a mangled name (see `names`).
+/// Version 1 is [upgraded](super::upgrade).
 pub const READS_FROM: u32 = 2;
 
 /// Sections, in header order.
@@ -69,9 +67,8 @@ pub const BODIES_PADDING: usize = BLOCK - 1;
 /// a code 0-3 for 0, 1, 2 or 4 bytes; the number of files in the range's
 /// file table (bits 8-23); whether the body's bucket counts are 4 bytes
 /// rather than 2 (bit 24); the widths of the chain's node references
-/// (bits 25-26), of the range's own inline nodes' call lines (27-28) and
-/// functions (29-30, as a code 0-3 for 4, 3, 2 or 1 bytes); whether the
-/// entries of the range's file table are 2 bytes rather than 4 (bit 31).
+/// (bits 25-26) and of the range's own inline nodes' call lines (27-28).
+/// Other bits are 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Format {
     /// Width of a bucket start of the rows: 0 (no buckets), 1, 2 or 4.
@@ -92,13 +89,6 @@ pub struct Format {
     pub node: usize,
     /// Width of the call lines of the range's own nodes: 0, 1, 2 or 4.
     pub call_line: usize,
-    /// Width of the functions of the range's own nodes (indexes of the
-    /// function records): 1, 2, 3 or 4. Most of a large Rust program's
-    /// inline nodes are in ranges whose functions need 3 bytes.
-    pub function: usize,
-    /// Width of the entries of the range's file table (indexes of the
-    /// file records): 2 or 4.
-    pub file_entry: usize,
 }
 
 /// Most files one range's table may hold (16 bits of `format`).
@@ -116,20 +106,22 @@ impl Format {
             | u32::from(self.count == 4) << 24
             | code(self.node) << 25
             | code(self.call_line) << 27
-            | (4 - self.function.clamp(1, 4) as u32) << 29
-            | u32::from(self.file_entry == 2) << 31
     }
 
-    /// The format of a `format` word (every word is one).
+    /// The format of a `format` word; `None` when bits that must be 0
+    /// are not.
     #[inline(always)]
-    pub fn unpack(word: u32) -> Format {
+    pub fn unpack(word: u32) -> Option<Format> {
         /// Code 0, 1, 2, 3 as width 0, 1, 2, 4.
         #[inline(always)]
         fn width(code: u32) -> usize {
             const WIDTHS: [u8; 4] = [0, 1, 2, 4];
             usize::from(WIDTHS[(code & 3) as usize])
         }
-        Format {
+        if word >> 29 != 0 {
+            return None;
+        }
+        Some(Format {
             row_bucket: width(word),
             line: width(word >> 2),
             file: width(word >> 4),
@@ -138,9 +130,7 @@ impl Format {
             count: if word >> 24 & 1 == 1 { 4 } else { 2 },
             node: width(word >> 25),
             call_line: width(word >> 27),
-            function: 4 - (word >> 29 & 3) as usize,
-            file_entry: if word >> 31 == 1 { 2 } else { 4 },
-        }
+        })
     }
 
     /// Width of the chain's node references: 4 for ids of the nodes
@@ -162,10 +152,5 @@ impl Format {
             0x100..=0xffff => 2,
             _ => 4,
         }
-    }
-
-    /// The width (1 to 4 bytes) of node functions up to `max`.
-    pub fn function_width_for(max: u32) -> usize {
-        (4 - max.leading_zeros() as usize / 8).max(1)
     }
 }

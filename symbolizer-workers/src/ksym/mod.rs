@@ -34,9 +34,10 @@
 //!                          Rust legacy name that mangling the name with
 //!                          its hash gives back, the hash as a u64 in
 //!                          place of the mangled string, and bit 31 of
-//!                          the name's length set (version 3 kept the
-//!                          hash as text in the blob, with bit 31 of the
-//!                          mangled string's length set)
+//!                          the name's length set (or, for a hash not in
+//!                          lower-case hex, the hash as text, and bit 31
+//!                          of the mangled string's length set, as
+//!                          version 3 kept every hash)
 //! files    16 B            dir string | name string
 //! blob     bytes           UTF-8: function and file names first, then
 //!                          mangled names and directories
@@ -67,11 +68,11 @@
 //!                                    innermost inlined call changes
 //! row lines      × rows              line − base_line
 //! row files      × rows              index into the file table
-//! file table     u16 or u32 × files  file indexes (or none: u32), of
-//!                                    the rows and of the nodes' calls
+//! file table     u32 × files         file indexes (or none), of the
+//!                                    rows and of the nodes' calls
 //! chain nodes    × chains            innermost node from that offset on:
 //!                                    1 + its index, 0 for none
-//! node functions 1-4 B × nodes       the range's own inline nodes, in
+//! node functions u32 × nodes         the range's own inline nodes, in
 //! node files     × nodes             columns: function, where it was
 //! node lines     × nodes             called (an index into the file
 //! node parents   × nodes             table, a line), parent (1 + an
@@ -83,10 +84,9 @@
 //! a chain reads the cache lines the chain was read from, and references
 //! take one or two bytes rather than four. Version 2 had that section; a
 //! version 2 body (`format` says so) refers to it with 4-byte ids, and
-//! version 2 files are read as they are. Version 3 wrote node functions
-//! and file table entries in 4 bytes and the hashes of Rust legacy names
-//! as text: 14% more bytes on a large Rust program. Version 3 files are
-//! read as they are too.
+//! version 2 files are read as they are. Version 3 kept the hashes of
+//! Rust legacy names as text in the blob: 9% more bytes on a large Rust
+//! program. Version 3 files are read as they are too.
 //!
 //! A lookup's loads that depend on one another are thus: the page entry,
 //! the range record (pages are small, from 64 bytes, so that a page holds

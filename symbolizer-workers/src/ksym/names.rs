@@ -22,9 +22,10 @@ const RECORD: usize = 16;
 /// are such, and 8 bytes in the record take the place of a 16-character
 /// string in the blob and the 8 bytes that pointed at it.
 pub(super) const HASH_IN_RECORD: u32 = 1 << 31;
-/// Set in the length of a function's mangled name (version 3): the string
-/// is the hash of a Rust legacy name, as text. Read, no longer written.
-const DERIVED: u32 = 1 << 31;
+/// Set in the length of a function's mangled name: the string is the hash
+/// of a Rust legacy name, as text (version 3 kept every hash so; version
+/// 4 only those [`HASH_IN_RECORD`] cannot hold, not in lower-case hex).
+pub(super) const DERIVED: u32 = 1 << 31;
 /// The flag bit of a length.
 const LEN_FLAG: u32 = 1 << 31;
 /// Blobs up to this size are checked as UTF-8 whole at open: about 0.1 ms

@@ -173,8 +173,8 @@ impl<'a> Ksym<'a> {
         Ok(())
     }
 
-    /// The body of `range`, or `None` when it does not lie within the
-    /// bodies section.
+    /// The body of `range`, or `None` when its format is unknown or it
+    /// does not lie within the bodies section.
     #[inline(always)]
     fn body(&self, range: &[u8; RANGE_LEN]) -> Option<Body<'a>> {
         Body::new(
@@ -182,7 +182,7 @@ impl<'a> Ksym<'a> {
             field(range, BODY) as usize,
             field(range, ROWS) as usize,
             field(range, CHAINS) as usize,
-            Format::unpack(field(range, FORMAT)),
+            Format::unpack(field(range, FORMAT))?,
         )
     }
 

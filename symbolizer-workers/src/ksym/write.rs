@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use super::chains;
 use super::layout::*;
-use super::names::HASH_IN_RECORD;
+use super::names::{DERIVED, HASH_IN_RECORD};
 use super::pages;
 use super::rust_legacy;
 use crate::table::{NONE, Range, SymbolTable};
@@ -112,13 +112,6 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<
             u64::from(nodes.iter().map(|n| n.call_line).max().unwrap_or(0)),
             true,
         ),
-        function: Format::function_width_for(nodes.iter().map(|n| n.function).max().unwrap_or(0)),
-        // A file index of 0xffff or more (or none) takes 4 bytes.
-        file_entry: if table.iter().all(|&f| f < 0xffff) {
-            2
-        } else {
-            4
-        },
     };
     let put = |out: &mut Vec<u8>, v: u32, width: usize| {
         out.extend_from_slice(&v.to_le_bytes()[..width]);
@@ -145,14 +138,14 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<
     for &i in &row_files {
         put(out, i, format.file);
     }
-    for &f in &table {
-        put(out, f, format.file_entry);
+    for f in table {
+        out.extend(f.to_le_bytes());
     }
     for &(_, node) in chain {
         put(out, node, format.node);
     }
     for n in nodes {
-        put(out, n.function, format.function);
+        out.extend(n.function.to_le_bytes());
     }
     for &i in &call_files {
         put(out, i, format.file);
@@ -225,6 +218,9 @@ enum Mangled {
     /// The hash of a Rust legacy name, which mangling the function's name
     /// with it gives back (see [`rust_legacy`]): kept in the record.
     Hash(u64),
+    /// Such a hash that its value does not give back (not lower-case hex,
+    /// as rustc writes them): kept as text.
+    HashText(Str),
 }
 
 /// The blob and the records that point into it. Strings a lookup's caller
@@ -275,6 +271,7 @@ impl Strings {
                 Mangled::None => (0, u64::from(NONE).to_le_bytes()),
                 Mangled::Whole(s) => (0, pair(s, 0)),
                 Mangled::Hash(hash) => (HASH_IN_RECORD, hash.to_le_bytes()),
+                Mangled::HashText(s) => (0, pair(s, DERIVED)),
             };
             funcs.extend(pair(name, flag));
             funcs.extend(second);
@@ -314,9 +311,11 @@ impl Writer {
             // Mangling the name again gives this one: its hash is enough.
             Some(m) => match rust_legacy::hash_of(m)
                 .filter(|&hash| rust_legacy::mangle(&func.name, hash) == m)
-                .and_then(rust_legacy::hash_value)
             {
-                Some(hash) => Mangled::Hash(hash),
+                Some(hash) => match rust_legacy::hash_value(hash) {
+                    Some(value) => Mangled::Hash(value),
+                    None => Mangled::HashText(self.strings.intern(hash, true)),
+                },
                 None => Mangled::Whole(self.strings.intern(m, true)),
             },
         };
