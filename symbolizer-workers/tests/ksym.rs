@@ -2,7 +2,7 @@
 //! input (every byte flipped, truncations, arbitrary bytes).
 
 use kiln_symbolizer_workers::{
-    ExtractOptions, Frame, Function, Inline, Ksym, KsymError, LineRow, Range, SourceFile,
+    ExtractOptions, Frame, Function, Inline, Ksym, KsymError, LineRow, NONE, Range, SourceFile,
     SymbolTable, extract, ksym,
 };
 use proptest::prelude::*;
@@ -331,6 +331,10 @@ fn foreign_and_truncated_bytes_are_refused() {
         Ksym::open(&newer).unwrap_err(),
         KsymError::UnsupportedVersion(ksym::VERSION + 1)
     );
+    // Flags this version does not know.
+    let mut flagged = bytes.clone();
+    flagged[12] = 2;
+    assert_eq!(Ksym::open(&flagged).unwrap_err(), KsymError::BadHeader);
     // A version 1 file is named as such, so that the caller upgrades it.
     assert_eq!(
         Ksym::open(&ksym::v1::encode(&table())).unwrap_err(),
@@ -771,29 +775,69 @@ fn version_3_files_answer_as_the_current_layout() {
     );
 }
 
-/// Function and file indexes beyond 16 bits, in bodies: in a table of
-/// 70,000 small ranges, each with a function and a file of its own and
-/// some with a call inlined from anywhere, every address answers as
-/// version 1's layout (kept for upgrades, read apart) does.
+/// Node functions and file table entries in both widths a file can
+/// have: 3 and 2 bytes (narrow: fewer than 2^24 − 1 functions and 2^16 − 1
+/// files), 4 and 4 (wide). In tables of 70,000 small ranges, each with a
+/// function of its own, rows in files from all over (some in none) and
+/// some with a call inlined from anywhere (some of no known function),
+/// every address answers as version 1's layout (kept for upgrades, read
+/// apart) does.
 #[test]
-fn wide_indexes_answer_as_version_1() {
-    const N: u32 = 70_000;
-    let ranges = (0..N)
+fn both_widths_answer_as_version_1() {
+    for (files, header_flags) in [(1_000, 1), (70_000, 0)] {
+        let table = many_indexes_table(70_000, files);
+        let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
+        assert_eq!(ksym::upgrade(&v1).unwrap().as_ref(), &current[..]);
+        assert_eq!(
+            u32::from_le_bytes(current[12..16].try_into().unwrap()),
+            header_flags
+        );
+        let (old, new) = (
+            ksym::v1::Ksym::open(&v1).unwrap(),
+            Ksym::open(&current).unwrap(),
+        );
+        new.verify().unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let (start, _) = new.range(0).unwrap();
+        let (_, end) = new.range(new.len() - 1).unwrap();
+        for addr in (start..end).step_by(2) {
+            old.lookup(addr, &mut a);
+            new.lookup(addr, &mut b);
+            assert_eq!(a, b, "{addr:#x}");
+        }
+        let addrs: Vec<u64> = (start..end).step_by(5).collect();
+        new.lookup_many(&addrs, |i, frames| {
+            old.lookup(addrs[i], &mut a);
+            assert_eq!(a, frames, "{:#x}", addrs[i]);
+        });
+    }
+}
+
+/// A range per function of `functions`, each 16 bytes, rows in files of
+/// `files` (or none), some with a call inlined (of a function, or of
+/// none).
+fn many_indexes_table(functions: u32, files: u32) -> SymbolTable {
+    let ranges = (0..functions)
         .map(|i| {
             let start = 0x1000 + 16 * u64::from(i);
             let row = |addr, file, line| LineRow { addr, file, line };
+            let file = if i % 17 == 0 { NONE } else { (i * 13) % files };
             Range {
                 start,
                 end: start + 16,
                 function: i,
-                lines: vec![row(start, i, 1 + i % 100), row(start + 8, (i * 13) % N, 7)],
+                lines: vec![row(start, i % files, 1 + i % 100), row(start + 8, file, 7)],
                 inlines: (i % 10 == 0)
                     .then_some(Inline {
                         start: start + 4,
                         end: start + 12,
                         depth: 1,
-                        function: (i * 7) % N,
-                        call_file: (i * 13) % N,
+                        function: if i % 170 == 0 {
+                            NONE
+                        } else {
+                            (i * 7) % functions
+                        },
+                        call_file: (i * 13) % files,
                         call_line: i,
                     })
                     .into_iter()
@@ -801,32 +845,19 @@ fn wide_indexes_answer_as_version_1() {
             }
         })
         .collect();
-    let table = SymbolTable {
-        functions: (0..N)
+    SymbolTable {
+        functions: (0..functions)
             .map(|i| Function {
                 name: format!("f{i}"),
                 mangled: None,
             })
             .collect(),
-        files: (0..N)
+        files: (0..files)
             .map(|i| SourceFile {
                 dir: "/src".into(),
                 name: format!("{i}.c"),
             })
             .collect(),
         ranges,
-    };
-    let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
-    assert_eq!(ksym::upgrade(&v1).unwrap().as_ref(), &current[..]);
-    let (old, new) = (
-        ksym::v1::Ksym::open(&v1).unwrap(),
-        Ksym::open(&current).unwrap(),
-    );
-    new.verify().unwrap();
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for addr in (0x1000..0x1000 + 16 * u64::from(N)).step_by(2) {
-        old.lookup(addr, &mut a);
-        new.lookup(addr, &mut b);
-        assert_eq!(a, b, "{addr:#x}");
     }
 }

@@ -7,6 +7,7 @@
 //! entry.
 
 use super::body::Position;
+use super::layout::Widths;
 use super::read::Located;
 use super::{Frame, Ksym};
 
@@ -15,7 +16,18 @@ impl<'a> Ksym<'a> {
     /// calls `each` with an address's position in `addrs` and its frames,
     /// as [`lookup`](Self::lookup) gives them (none when no range covers
     /// it), once per position, in address order.
-    pub fn lookup_many<'s>(&'s self, addrs: &[u64], mut each: impl FnMut(usize, &[Frame<'s>])) {
+    pub fn lookup_many<'s>(&'s self, addrs: &[u64], each: impl FnMut(usize, &[Frame<'s>])) {
+        self.with_widths(|widths| self.lookup_many_in(addrs, widths, each));
+    }
+
+    /// [`lookup_many`](Self::lookup_many) in a file of `widths`.
+    #[inline(always)]
+    fn lookup_many_in<'s>(
+        &'s self,
+        addrs: &[u64],
+        widths: Widths,
+        mut each: impl FnMut(usize, &[Frame<'s>]),
+    ) {
         let mut range: Option<Located<'a>> = None;
         let mut frames = Vec::new();
         // Where in `range` the answer in `frames` was read, when it was.
@@ -28,7 +40,7 @@ impl<'a> Ksym<'a> {
                 return each(index, &frames);
             }
             if !range.is_some_and(|r| r.covers(addr)) {
-                range = self.locate(addr);
+                range = self.locate(addr, widths);
                 answered = None;
             }
             match &range {

@@ -41,6 +41,8 @@ pub(super) struct LocalNodes<'a> {
     pub(super) call_files: Column<'a>,
     pub(super) call_lines: Column<'a>,
     pub(super) parents: Column<'a>,
+    /// The range's file table, which `call_files` index.
+    pub(super) files: Column<'a>,
 }
 
 /// Where an offset stands in a range's body: how many of its line rows
@@ -66,7 +68,7 @@ pub(super) struct Offsets<'a> {
     len: usize,
 }
 
-/// `len` values of `width` bytes (0, 1, 2 or 4) from byte `start` of
+/// `len` values of `width` bytes (0 to 4) from byte `start` of
 /// `bytes`, which runs on to the end of the bodies section: a value is
 /// read as the 4 bytes there, masked to its width, rather than by a
 /// branch on the width, which varies from range to range and would be
@@ -117,7 +119,7 @@ impl<'a> Column<'a> {
     #[inline(always)]
     fn value_at(&self, at: usize) -> u32 {
         // The mask of `width` bytes: none for width 0, all for width 4.
-        const MASKS: [u32; 8] = [0, 0xff, 0xffff, 0, u32::MAX, 0, 0, 0];
+        const MASKS: [u32; 8] = [0, 0xff, 0xffff, 0xff_ffff, u32::MAX, 0, 0, 0];
         let mask = MASKS[self.width & 7];
         // One comparison, where slicing 4 bytes off `at` makes two (that
         // `at` is within, then that 4 bytes are left).
@@ -254,7 +256,7 @@ impl<'a> Body<'a> {
     }
     #[inline(always)]
     fn nodes_at(&self) -> usize {
-        self.files_at() + self.format.files * 4
+        self.files_at() + self.format.files * self.format.file_entry
     }
     #[inline(always)]
     fn local_at(&self) -> usize {
@@ -264,7 +266,7 @@ impl<'a> Body<'a> {
     #[inline(always)]
     fn end(&self) -> usize {
         let f = &self.format;
-        self.local_at() + self.local_nodes * (4 + f.file + f.call_line + f.node)
+        self.local_at() + self.local_nodes * (f.function + f.file + f.call_line + f.node)
     }
 
     /// The line rows' offsets.
@@ -324,13 +326,14 @@ impl<'a> Body<'a> {
     pub(super) fn local(&self) -> LocalNodes<'a> {
         let (n, f) = (self.local_nodes, &self.format);
         let functions = self.local_at();
-        let call_files = functions + 4 * n;
+        let call_files = functions + f.function * n;
         let call_lines = call_files + f.file * n;
         LocalNodes {
-            functions: self.column(functions, 4, n),
+            functions: self.column(functions, f.function, n),
             call_files: self.column(call_files, f.file, n),
             call_lines: self.column(call_lines, f.call_line, n),
             parents: self.column(call_lines + f.call_line * n, f.node, n),
+            files: self.file_table(),
         }
     }
 
@@ -357,8 +360,13 @@ impl<'a> Body<'a> {
     /// Entry `index` of the range's file table, or none.
     #[inline(always)]
     pub(super) fn file(&self, index: usize) -> u32 {
-        self.column(self.files_at(), 4, self.format.files)
-            .get(index)
+        self.file_table().get(index)
+    }
+
+    /// The range's file table: file record indexes (or none).
+    #[inline(always)]
+    fn file_table(&self) -> Column<'a> {
+        self.column(self.files_at(), self.format.file_entry, self.format.files)
     }
 
     /// The innermost inline node at `at` as the chain refers to it (see

@@ -20,7 +20,7 @@ pub enum KsymError {
         "ksym version {0} is an earlier layout: ksym::upgrade rewrites it in version {VERSION}"
     )]
     Outdated(u32),
-    /// The header's own length field is wrong.
+    /// The header's own length field is wrong, or its flags are unknown.
     #[error("corrupt ksym header")]
     BadHeader,
     /// A section extends past the end of the data.

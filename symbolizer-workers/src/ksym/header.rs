@@ -1,6 +1,7 @@
 //! The header of a ksym file, the same in every version but for its
-//! sections: magic, version, header length, then each section's (offset,
-//! record count), so that every section is a whole number of records.
+//! sections: magic, version, header length, a flags word (0 before
+//! version 4), then each section's (offset, record count), so that every
+//! section is a whole number of records.
 
 use super::KsymError;
 use super::fields::u32_at;
@@ -16,19 +17,20 @@ pub(super) struct Sections<const N: usize> {
 }
 
 impl<const N: usize> Sections<N> {
-    /// Header bytes: magic, version, header length, reserved, then an
+    /// Header bytes: magic, version, header length, flags, then an
     /// (offset, count) pair of `u32` per section.
     pub(super) const fn header_len(&self) -> usize {
         16 + 8 * N
     }
 
-    /// The sections of `data`, once its magic and header length match and
-    /// `version` accepts the version it names; each section within `data`.
+    /// The sections of `data` and its flags word, once its magic and
+    /// header length match and `version` accepts the version it names;
+    /// each section within `data`.
     pub(super) fn read<'a>(
         &self,
         data: &'a [u8],
         version: impl FnOnce(u32) -> Result<(), KsymError>,
-    ) -> Result<[&'a [u8]; N], KsymError> {
+    ) -> Result<([&'a [u8]; N], u32), KsymError> {
         if data.len() < self.header_len() {
             return Err(KsymError::TooShort { len: data.len() });
         }
@@ -50,17 +52,19 @@ impl<const N: usize> Sections<N> {
             let end = offset.checked_add(len).ok_or(out.clone())?;
             *section = data.get(offset..end).ok_or(out)?;
         }
-        Ok(sections)
+        Ok((sections, u32_at(data, 12)))
     }
 
-    /// A file of `version` holding `sections` (in header order, each a
-    /// whole number of its records), each section 8-byte aligned.
-    pub(super) fn write(&self, version: u32, sections: [&[u8]; N]) -> Vec<u8> {
+    /// A file of `version` with `flags` holding `sections` (in header
+    /// order, each a whole number of its records), each section 8-byte
+    /// aligned.
+    pub(super) fn write(&self, version: u32, flags: u32, sections: [&[u8]; N]) -> Vec<u8> {
         let to_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         let mut out = vec![0u8; self.header_len()];
         out[..4].copy_from_slice(MAGIC);
         out[4..8].copy_from_slice(&version.to_le_bytes());
         out[8..12].copy_from_slice(&to_u32(self.header_len()).to_le_bytes());
+        out[12..16].copy_from_slice(&flags.to_le_bytes());
         for (i, bytes) in sections.into_iter().enumerate() {
             while !out.len().is_multiple_of(8) {
                 out.push(0);

@@ -5,9 +5,9 @@ pub use super::header::MAGIC;
 pub const VERSION: u32 = 4;
 /// The earliest version read as it is. A version 2 file is a version 3
 /// file whose bodies all refer to the shared nodes section (see
-/// [`Format::node`]); a version 3 file is a version 4 file whose function
-/// records keep no hash in place of a mangled name (see `names`).
-/// Version 1 is [upgraded](super::upgrade).
+/// [`Format::node`]); a version 3 file is a version 4 file of
+/// [`Widths::Wide`] whose function records keep no hash in place of a
+/// mangled name (see `names`). Version 1 is [upgraded](super::upgrade).
 pub const READS_FROM: u32 = 2;
 
 /// Sections, in header order.
@@ -31,6 +31,67 @@ pub(super) const SECTION_TABLE: super::header::Sections<SECTIONS> = super::heade
 /// A range record: start u64 | len u32 | function u32 | body u32 | rows u32
 /// | chains u32 | format u32.
 pub const RANGE_LEN: usize = 32;
+
+/// Set in the header's flags (version 4): the file is [`Widths::Narrow`].
+pub const NARROW: u32 = 1;
+
+/// How wide the bodies' node functions and file table entries are: one
+/// choice for the whole file (its header's flags), so that a lookup reads
+/// them as constants, in a copy of its code per choice. (Chosen per range,
+/// in `format`, they were values a lookup held alongside the others: 11%
+/// more instructions per lookup, spilled to the stack, for 5% fewer bytes
+/// than this.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Widths {
+    /// Node functions in 3 bytes, file table entries in 2: a file with
+    /// fewer than 2^24 − 1 functions and 2^16 − 1 files, which is every
+    /// file but the largest. All ones (0xff_ffff, 0xffff) is none: an
+    /// index past the records, which reads as unknown.
+    Narrow,
+    /// Both in 4 bytes (version 3 and earlier, and files too large for
+    /// [`Narrow`](Self::Narrow)).
+    Wide,
+}
+
+impl Widths {
+    /// The widths of a table of `functions` functions and `files` files.
+    pub fn for_table(functions: usize, files: usize) -> Widths {
+        if functions < 0xff_ffff && files < 0xffff {
+            Widths::Narrow
+        } else {
+            Widths::Wide
+        }
+    }
+
+    /// Bytes of a node's function.
+    #[inline(always)]
+    pub fn function(self) -> usize {
+        match self {
+            Widths::Narrow => 3,
+            Widths::Wide => 4,
+        }
+    }
+
+    /// Bytes of a file table entry.
+    #[inline(always)]
+    pub fn file_entry(self) -> usize {
+        match self {
+            Widths::Narrow => 2,
+            Widths::Wide => 4,
+        }
+    }
+
+    /// Whether `function` (a node's) or `file` (a file table entry) as
+    /// read is none.
+    pub fn is_none_function(self, function: u32) -> bool {
+        function == crate::table::NONE || (self == Widths::Narrow && function == 0xff_ffff)
+    }
+
+    /// See [`is_none_function`](Self::is_none_function).
+    pub fn is_none_file(self, file: u32) -> bool {
+        file == crate::table::NONE || (self == Widths::Narrow && file == 0xffff)
+    }
+}
 
 /// The page index: pages from 64 bytes, about one small function, and at
 /// most 2 entries per range. Small pages let the index point at the one or
@@ -89,6 +150,12 @@ pub struct Format {
     pub node: usize,
     /// Width of the call lines of the range's own nodes: 0, 1, 2 or 4.
     pub call_line: usize,
+    /// Width of the functions of the range's own nodes: the file's
+    /// [`Widths::function`].
+    pub function: usize,
+    /// Width of the entries of the range's file table: the file's
+    /// [`Widths::file_entry`].
+    pub file_entry: usize,
 }
 
 /// Most files one range's table may hold (16 bits of `format`).
@@ -108,10 +175,10 @@ impl Format {
             | code(self.call_line) << 27
     }
 
-    /// The format of a `format` word; `None` when bits that must be 0
-    /// are not.
+    /// The format of a `format` word in a file of `widths`; `None` when
+    /// bits that must be 0 are not.
     #[inline(always)]
-    pub fn unpack(word: u32) -> Option<Format> {
+    pub fn unpack(word: u32, widths: Widths) -> Option<Format> {
         /// Code 0, 1, 2, 3 as width 0, 1, 2, 4.
         #[inline(always)]
         fn width(code: u32) -> usize {
@@ -130,6 +197,8 @@ impl Format {
             count: if word >> 24 & 1 == 1 { 4 } else { 2 },
             node: width(word >> 25),
             call_line: width(word >> 27),
+            function: widths.function(),
+            file_entry: widths.file_entry(),
         })
     }
 

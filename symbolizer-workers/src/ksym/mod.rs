@@ -19,8 +19,12 @@
 //! stored once; "none" is `u32::MAX` ([`NONE`](crate::NONE)).
 //!
 //! ```text
-//! header   "KSYM" | version u32 | header_len u32 | 0 u32
+//! header   "KSYM" | version u32 | header_len u32 | flags u32
 //!          then per section, in this order: offset u32 | count u32
+//!          flags: 1 when the file is narrow (fewer than 2^24 − 1
+//!          functions and 2^16 − 1 files): its node functions take 3
+//!          bytes and its file table entries 2, all ones for none;
+//!          else 0, and both take 4
 //! ranges   32 B × ranges   start u64 | len u32 | function u32 | body u32
 //!                          | rows u32 | chains u32 | format u32
 //! bodies   bytes           per range, at `body`: see below; then 15 zero
@@ -68,11 +72,11 @@
 //!                                    innermost inlined call changes
 //! row lines      × rows              line − base_line
 //! row files      × rows              index into the file table
-//! file table     u32 × files         file indexes (or none), of the
+//! file table     u16 or u32 × files  file indexes (or none), of the
 //!                                    rows and of the nodes' calls
 //! chain nodes    × chains            innermost node from that offset on:
 //!                                    1 + its index, 0 for none
-//! node functions u32 × nodes         the range's own inline nodes, in
+//! node functions u24 or u32 × nodes  the range's own inline nodes, in
 //! node files     × nodes             columns: function, where it was
 //! node lines     × nodes             called (an index into the file
 //! node parents   × nodes             table, a line), parent (1 + an
@@ -85,8 +89,15 @@
 //! take one or two bytes rather than four. Version 2 had that section; a
 //! version 2 body (`format` says so) refers to it with 4-byte ids, and
 //! version 2 files are read as they are. Version 3 kept the hashes of
-//! Rust legacy names as text in the blob: 9% more bytes on a large Rust
-//! program. Version 3 files are read as they are too.
+//! Rust legacy names as text in the blob, and node functions and file
+//! table entries in 4 bytes: 14% more bytes on a large Rust program.
+//! Version 3 files are read as they are too (as wide files).
+//!
+//! Narrow or wide is one choice per file, not per range, so that each
+//! lookup reads those widths as constants: [`Ksym::lookup`] and
+//! [`Ksym::lookup_many`] each have a copy per choice. Chosen per range
+//! (in `format`), they made lookups 11% more instructions: values held
+//! alongside the others, spilled to the stack.
 //!
 //! A lookup's loads that depend on one another are thus: the page entry,
 //! the range record (pages are small, from 64 bytes, so that a page holds

@@ -23,6 +23,9 @@ pub struct Ksym<'a> {
     page_entries: &'a [[u8; 4]],
     page_base: u64,
     page_shift: u32,
+    /// The file's widths of node functions and file table entries, which
+    /// each lookup passes down as a constant (see [`Widths`]).
+    widths: Widths,
 }
 
 /// A range record read for lookups in it: its bounds, its function and
@@ -96,11 +99,17 @@ impl<'a> Ksym<'a> {
     /// version 1 file gives [`KsymError::Outdated`]: [`upgrade`](super::upgrade)
     /// it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
-        let sections = SECTION_TABLE.read(data, |version| match version {
+        let (sections, flags) = SECTION_TABLE.read(data, |version| match version {
             READS_FROM..=VERSION => Ok(()),
             1..READS_FROM => Err(KsymError::Outdated(version)),
             _ => Err(KsymError::UnsupportedVersion(version)),
         })?;
+        // Before version 4 the flags word was reserved, and every file wide.
+        let widths = match (u32_at(data, 4), flags) {
+            (..4, _) | (_, 0) => Widths::Wide,
+            (_, NARROW) => Widths::Narrow,
+            _ => return Err(KsymError::BadHeader),
+        };
         let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB]);
         let mut k = Ksym {
             ranges: sections[RANGES],
@@ -111,6 +120,7 @@ impl<'a> Ksym<'a> {
             page_entries: &[],
             page_base: 0,
             page_shift: 0,
+            widths,
         };
         pages::check_shift(k.pages, k.len(), PAGE_LAYOUT)?;
         if let Some(first) = records::<RANGE_LEN>(k.ranges).first() {
@@ -145,7 +155,7 @@ impl<'a> Ksym<'a> {
             }
             prev_end = end;
             check("range", r, field(range, FUNCTION), n_funcs, true)?;
-            if self.body(range).is_none() {
+            if self.body(range, self.widths).is_none() {
                 return Err(KsymError::BadLines { range: r });
             }
         }
@@ -163,27 +173,39 @@ impl<'a> Ksym<'a> {
         self.names.verify()?;
         let n_nodes = self.nodes.len() / 16;
         for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
-            let Some(body) = self.body(range) else {
+            let Some(body) = self.body(range, self.widths) else {
                 return Err(KsymError::BadLines { range: r });
             };
-            if !body_is_sound(&body, field(range, LEN), &self.names, n_nodes) {
+            if !body_is_sound(&body, field(range, LEN), self, n_nodes) {
                 return Err(KsymError::BadLines { range: r });
             }
         }
         Ok(())
     }
 
-    /// The body of `range`, or `None` when its format is unknown or it
+    /// The body of `range` in a file of `widths` (the file's, passed as
+    /// a constant by lookups), or `None` when its format is unknown or it
     /// does not lie within the bodies section.
     #[inline(always)]
-    fn body(&self, range: &[u8; RANGE_LEN]) -> Option<Body<'a>> {
+    fn body(&self, range: &[u8; RANGE_LEN], widths: Widths) -> Option<Body<'a>> {
         Body::new(
             self.bodies,
             field(range, BODY) as usize,
             field(range, ROWS) as usize,
             field(range, CHAINS) as usize,
-            Format::unpack(field(range, FORMAT))?,
+            Format::unpack(field(range, FORMAT), widths)?,
         )
+    }
+
+    /// Calls `f` with the file's widths as a constant: each arm is a copy
+    /// of `f`'s code in which the widths of node functions and file table
+    /// entries are known.
+    #[inline(always)]
+    pub(super) fn with_widths<R>(&self, f: impl FnOnce(Widths) -> R) -> R {
+        match self.widths {
+            Widths::Narrow => f(Widths::Narrow),
+            Widths::Wide => f(Widths::Wide),
+        }
     }
 
     /// The size in bytes of each section, by name: for size reports.
@@ -223,7 +245,8 @@ impl<'a> Ksym<'a> {
     /// covers `addr`. Does not allocate once `out` has room for the chain.
     pub fn lookup<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> bool {
         out.clear();
-        self.lookup_into(addr, out).is_some()
+        self.with_widths(|widths| self.lookup_into(addr, widths, out))
+            .is_some()
     }
 
     /// [`lookup`](Self::lookup), with `None` for an address no range
@@ -231,16 +254,21 @@ impl<'a> Ksym<'a> {
     /// range record, its body (rows, chain and inline nodes in a few
     /// adjacent cache lines), then, as the caller reads names, each
     /// frame's function and file records.
-    #[inline]
-    fn lookup_into<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> Option<()> {
-        let range = self.locate(addr)?;
+    #[inline(always)]
+    fn lookup_into<'s>(
+        &'s self,
+        addr: u64,
+        widths: Widths,
+        out: &mut Vec<Frame<'s>>,
+    ) -> Option<()> {
+        let range = self.locate(addr, widths)?;
         self.push_frames(&range, addr, out);
         Some(())
     }
 
-    /// The range that covers `addr`, if any.
+    /// The range that covers `addr`, if any, in a file of `widths`.
     #[inline(always)]
-    pub(super) fn locate(&self, addr: u64) -> Option<Located<'a>> {
+    pub(super) fn locate(&self, addr: u64, widths: Widths) -> Option<Located<'a>> {
         let (lo, hi) = self.page(addr)?;
         let ranges = records::<RANGE_LEN>(self.ranges).get(lo..hi)?;
         let after = scan_point(ranges, |r| start(r) <= addr);
@@ -253,7 +281,7 @@ impl<'a> Ksym<'a> {
             start: start(range),
             len: field(range, LEN),
             function,
-            body: self.body(range),
+            body: self.body(range, widths),
         };
         located.covers(addr).then_some(located)
     }
@@ -306,7 +334,7 @@ impl<'a> Ksym<'a> {
             while let Some(i) = node.checked_sub(1).filter(|&i| i < local.len()) {
                 let i = i as usize;
                 out.push(Frame::new(&self.names, local.functions.get(i), file, line));
-                file = body.file(local.call_files.get(i) as usize);
+                file = local.files.get(local.call_files.get(i) as usize);
                 line = local.call_lines.get(i);
                 let parent = local.parents.get(i);
                 node = if parent < node { parent } else { 0 };
@@ -332,13 +360,13 @@ impl<'a> Ksym<'a> {
 /// Whether a body's own inline nodes (version 3 on) are ones a lookup can
 /// use: chain references and parents to nodes that exist (parents before
 /// their children), functions and call files that exist.
-fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
+fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize, widths: Widths) -> bool {
     let local = body.local();
     let n = local.len();
     (0..body.chain().len()).all(|i| body.nodes().get(i) <= n)
         && (0..n as usize).all(|i| {
             let function = local.functions.get(i);
-            (function == NONE || (function as usize) < n_funcs)
+            (widths.is_none_function(function) || (function as usize) < n_funcs)
                 && (local.call_files.get(i) as usize) < body.format.files
                 && (local.parents.get(i) as usize) <= i
         })
@@ -347,7 +375,7 @@ fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
 /// Whether every value in `body` (of a range of `len` bytes) is one a
 /// lookup can use: offsets ascending within the range, lines that do not
 /// overflow, file and node indexes that exist.
-fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -> bool {
+fn body_is_sound(body: &Body<'_>, len: u32, k: &Ksym<'_>, n_nodes: usize) -> bool {
     // Bucket starts take bytes: a count of them with no width would have
     // the walks below go through billions of buckets that are not there.
     let format = body.format;
@@ -356,7 +384,7 @@ fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -
     {
         return false;
     }
-    let n_files = names.files();
+    let n_files = k.names.files();
     let ascending = |offsets: &Offsets<'_>| {
         let starts_ascend = (1..=offsets.buckets())
             .try_fold(0, |prev, b| {
@@ -377,14 +405,14 @@ fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -
     let indexes_fit = (0..rows).all(|i| (body.file_indexes().get(i) as usize) < format.files);
     let files_exist = (0..format.files).all(|i| {
         let f = body.file(i);
-        f == NONE || (f as usize) < n_files
+        k.widths.is_none_file(f) || (f as usize) < n_files
     });
     let nodes_exist = match format.node {
         0 => (0..body.chain().len()).all(|i| {
             let n = body.nodes().get(i);
             n == NONE || (n as usize) < n_nodes
         }),
-        _ => local_nodes_are_sound(body, names.functions()),
+        _ => local_nodes_are_sound(body, k.names.functions(), k.widths),
     };
     ascending(&body.rows())
         && ascending(&body.chain())

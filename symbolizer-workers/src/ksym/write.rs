@@ -16,6 +16,8 @@ use crate::table::{NONE, Range, SymbolTable};
 /// A range longer than 4 GiB is cut to 4 GiB.
 pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let mut w = Writer::default();
+    // Function and file records are at most the table's.
+    let widths = Widths::for_table(table.functions.len(), table.files.len());
     let mut ranges = Vec::with_capacity(table.ranges.len() * RANGE_LEN);
     let mut bodies = Vec::new();
     for range in &table.ranges {
@@ -24,7 +26,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         let rows = w.rows(table, range, len);
         let (chain, nodes) = w.chain(table, range);
         let body = to_u32(bodies.len());
-        let format = write_body(&rows, &chain, &nodes, &mut bodies);
+        let format = write_body(&rows, &chain, &nodes, widths, &mut bodies);
         ranges.extend(range.start.to_le_bytes());
         for v in [
             len,
@@ -43,8 +45,13 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let pages = pages::build(table, PAGE_LAYOUT);
     let (funcs, files, blob) = w.strings.finish();
 
+    let flags = match widths {
+        Widths::Narrow => NARROW,
+        Widths::Wide => 0,
+    };
     SECTION_TABLE.write(
         VERSION,
+        flags,
         [
             &ranges,
             &bodies,
@@ -79,7 +86,13 @@ struct Row {
 /// Writes the body of a range (see the layout in [`super`]) and returns
 /// the format that reads it: each column as narrow as its values allow.
 /// `chain` refers to `nodes` as 1 + an index.
-fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<u8>) -> Format {
+fn write_body(
+    rows: &[Row],
+    chain: &[(u32, u32)],
+    nodes: &[Node],
+    widths: Widths,
+    out: &mut Vec<u8>,
+) -> Format {
     let mut table: Vec<u32> = Vec::new();
     let mut index: HashMap<u32, u32> = HashMap::new();
     let mut file_index = |file: u32| {
@@ -112,6 +125,8 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<
             u64::from(nodes.iter().map(|n| n.call_line).max().unwrap_or(0)),
             true,
         ),
+        function: widths.function(),
+        file_entry: widths.file_entry(),
     };
     let put = |out: &mut Vec<u8>, v: u32, width: usize| {
         out.extend_from_slice(&v.to_le_bytes()[..width]);
@@ -138,14 +153,15 @@ fn write_body(rows: &[Row], chain: &[(u32, u32)], nodes: &[Node], out: &mut Vec<
     for &i in &row_files {
         put(out, i, format.file);
     }
+    // None (all ones) as all ones of the width.
     for f in table {
-        out.extend(f.to_le_bytes());
+        put(out, f, format.file_entry);
     }
     for &(_, node) in chain {
         put(out, node, format.node);
     }
     for n in nodes {
-        out.extend(n.function.to_le_bytes());
+        put(out, n.function, format.function);
     }
     for &i in &call_files {
         put(out, i, format.file);

@@ -29,7 +29,7 @@ impl<'a> Ksym<'a> {
     /// lookups need no checks that can fail. Corrupt input gives an error,
     /// never a panic; the time taken is linear in the size.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
-        let sections = SECTION_TABLE.read(data, |version| match version {
+        let (sections, _) = SECTION_TABLE.read(data, |version| match version {
             VERSION => Ok(()),
             _ => Err(KsymError::UnsupportedVersion(version)),
         })?;

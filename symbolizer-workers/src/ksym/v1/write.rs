@@ -48,6 +48,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let pages = pages::build(table, PAGE_LAYOUT);
     SECTION_TABLE.write(
         VERSION,
+        0,
         [
             &starts,
             &ranges,
