@@ -18,8 +18,9 @@
 //! - ksym size (raw and zstd) against the DWARF it came from.
 //!
 //! The ELF files measured are `KILN_BENCH_ELF` (colon-separated paths), by
-//! default glibc (with its debug file when `libc6-dbg` is installed) and
-//! this bench binary itself (Rust, `debug = 1`). `KILN_BENCH_LOOP` runs one
+//! default glibc (with its debug file when `libc6-dbg` is installed), the
+//! C++ program of the tests' fixtures (`-O2 -g`, deep template inlining)
+//! and this bench binary itself (Rust, `debug = 1`). `KILN_BENCH_LOOP` runs one
 //! loop instead, for a profiler (see [`profile_loop`]).
 
 use std::hint::black_box;
@@ -44,6 +45,7 @@ fn main() {
                 .map(PathBuf::from)
                 .filter(|p| p.exists())
                 .collect();
+            v.extend(cpp_fixture());
             v.extend(std::env::current_exe().ok());
             v
         }
@@ -57,6 +59,16 @@ fn main() {
     for path in paths {
         report(&path, if quick { 2_000 } else { ADDRESSES });
     }
+}
+
+/// The C++ program of the tests' fixtures, written out of its committed
+/// zstd file into the temporary directory.
+fn cpp_fixture() -> Option<PathBuf> {
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2/shapes.elf.zst");
+    let elf = zstd::decode_all(&std::fs::read(committed).ok()?[..]).ok()?;
+    let path = std::env::temp_dir().join("kiln-bench-shapes-cpp-O2-g");
+    std::fs::write(&path, elf).ok()?;
+    Some(path)
 }
 
 /// The two address sets of `n` addresses each: uniform (a random range,
