@@ -107,42 +107,71 @@ impl<'a> Column<'a> {
     }
 
     /// Values `index` and `index + 1`, read at once: a bucket's first
-    /// offset and the next bucket's. Both must be in the column.
+    /// offset and the next bucket's; [`NONE`] for both unless both are in
+    /// the column (its callers check that first, so this check is folded
+    /// into theirs).
     #[inline(always)]
     fn pair(&self, index: usize) -> (u32, u32) {
+        if index.saturating_add(1) >= self.len {
+            return (NONE, NONE);
+        }
         let at = self.start + index * self.width;
         let second = self.value_at(at + self.width);
         (self.value_at(at), second)
     }
 
     /// The value at byte `at`: the 4 bytes there, masked to the width.
+    /// `at` is a value's in the column, which lies within its body, and
+    /// [`Body::new`] made sure that 4 bytes can be read at the body's end:
+    /// no bounds check here, where lookups spend most of their reads.
     #[inline(always)]
     fn value_at(&self, at: usize) -> u32 {
-        // The mask of `width` bytes: none for width 0, all for width 4.
-        const MASKS: [u32; 8] = [0, 0xff, 0xffff, 0xff_ffff, u32::MAX, 0, 0, 0];
-        let mask = MASKS[self.width & 7];
-        // One comparison, where slicing 4 bytes off `at` makes two (that
-        // `at` is within, then that 4 bytes are left).
-        if at < self.bytes.len().saturating_sub(3) {
-            // SAFETY: `at + 4 <= self.bytes.len()`, checked just above.
-            let word = unsafe {
-                self.bytes
-                    .as_ptr()
-                    .add(at)
-                    .cast::<[u8; 4]>()
-                    .read_unaligned()
-            };
-            u32::from_le_bytes(word) & mask
-        } else {
-            unpadded_value_at(self.bytes, at, self.width)
-        }
+        debug_assert!(at + 4 <= self.bytes.len());
+        // SAFETY: every column is built by `Body::column` inside its body:
+        // `start + len * width <= end` (the columns are laid out one after
+        // another up to `Body::end`), and `value_at` is only given the
+        // position of a value of the column (`get` and `pair` check
+        // their indexes are below `len`), so `at <= end`; `Body::new`
+        // returns a body only when `end + READ_PAST_END <= bytes.len()`,
+        // so the 4 bytes from `at` are within `bytes`.
+        let word = unsafe {
+            self.bytes
+                .as_ptr()
+                .add(at)
+                .cast::<[u8; 4]>()
+                .read_unaligned()
+        };
+        u32::from_le_bytes(word) & mask(self.width)
     }
 }
 
-/// [`Column::value_at`] where fewer than 4 bytes are left: the last
-/// bytes of a section not padded (a damaged file). Out of line, and given
-/// plain values rather than the column, so that the common path keeps the
-/// column in registers.
+/// The mask of `width` bytes: none for width 0, all for width 4.
+#[inline(always)]
+fn mask(width: usize) -> u32 {
+    const MASKS: [u32; 8] = [0, 0xff, 0xffff, 0xff_ffff, u32::MAX, 0, 0, 0];
+    MASKS[width & 7]
+}
+
+/// Bytes a column read may take past its body's last byte: a value is read
+/// as the 4 bytes where it starts. The writer pads the bodies section
+/// for it; a body too close to the end of an unpadded one (a damaged
+/// file) is not read.
+const READ_PAST_END: usize = 4;
+
+/// The value of `width` bytes at `at` in `bytes`, where it may not be all
+/// there (a body's header, read before its end is known): 0 for bytes
+/// past the end.
+#[inline(always)]
+fn checked_value_at(bytes: &[u8], at: usize, width: usize) -> u32 {
+    match bytes.get(at..).and_then(|b| b.first_chunk::<4>()) {
+        Some(&word) => u32::from_le_bytes(word) & mask(width),
+        None => unpadded_value_at(bytes, at, width),
+    }
+}
+
+/// [`checked_value_at`] where fewer than 4 bytes are left: the last bytes
+/// of a section not padded (a damaged file). Out of line: the common path
+/// stays short.
 #[cold]
 #[inline(never)]
 fn unpadded_value_at(bytes: &[u8], at: usize, width: usize) -> u32 {
@@ -189,15 +218,7 @@ impl<'a> Body<'a> {
         // The header: the base line and the rows' bucket count when there
         // are rows, the chain's bucket count and node count when there is
         // a chain (version 2 has no node count).
-        let value = |at: usize, width: usize| {
-            Column {
-                bytes,
-                start: at,
-                width,
-                len: 1,
-            }
-            .get(0)
-        };
+        let value = |at: usize, width: usize| checked_value_at(bytes, at, width);
         let count = |at: usize| value(at, format.count) as usize;
         if rows > 0 {
             body.base_line = value(0, 4);
@@ -213,8 +234,9 @@ impl<'a> Body<'a> {
             }
         }
         // Counts are below 2^32 and widths at most 4: the sums cannot
-        // overflow a 64-bit usize.
-        (body.end() <= bytes.len()).then_some(body)
+        // overflow a 64-bit usize. Column reads rely on the bytes after
+        // the end being there (see `Column::value_at`).
+        (body.end() + READ_PAST_END <= bytes.len()).then_some(body)
     }
 
     /// The column of `len` values of `width` bytes at byte `start`.
