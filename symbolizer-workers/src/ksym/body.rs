@@ -8,8 +8,8 @@ use crate::table::NONE;
 /// One range's body, read in place. Built from a range record whose body
 /// [`Ksym::open`](super::Ksym::open) found inside the bodies section;
 /// the values in it are checked by [`Ksym::verify`](super::Ksym::verify)
-/// only, so every read here is bounds-checked and a damaged value reads
-/// as unknown.
+/// only, so every read here stays within the body (whose bounds
+/// [`Body::new`] checks once) and a damaged value reads as unknown.
 ///
 /// It holds the body's counts only: where each column begins is worked
 /// out when a lookup asks for it, from the counts and the widths, so a
