@@ -396,6 +396,26 @@ fn nodes_refer_only_to_earlier_parents() {
     }
 }
 
+/// Checks that `old` and `new` (ksym bytes of two layouts of one table)
+/// verify and answer every address of every range alike, and gives each
+/// answer to `each`.
+fn assert_same_answers(old: &[u8], new: &[u8], mut each: impl FnMut(&[Frame<'_>])) {
+    let (old, new) = (Ksym::open(old).unwrap(), Ksym::open(new).unwrap());
+    old.verify().unwrap();
+    new.verify().unwrap();
+    assert_eq!(old.len(), new.len());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..new.len() {
+        let (start, end) = new.range(i).unwrap();
+        for addr in start..end {
+            old.lookup(addr, &mut a);
+            new.lookup(addr, &mut b);
+            assert_eq!(a, b, "{addr:#x}");
+            each(&b);
+        }
+    }
+}
+
 /// A version 2 file (its inline nodes in one section shared by every
 /// range) is read as it is, and answers as the current encoding of the
 /// same ELF does: a C++ program with deep template inlining, and the file
@@ -415,21 +435,10 @@ fn version_2_files_answer_as_the_current_layout() {
         ksym::upgrade(&v2),
         Ok(std::borrow::Cow::Borrowed(_))
     ));
-    let (old, new) = (Ksym::open(&v2).unwrap(), Ksym::open(&current).unwrap());
-    old.verify().unwrap();
-    new.verify().unwrap();
-    assert_eq!(old.len(), new.len());
-    let (mut a, mut b) = (Vec::new(), Vec::new());
     let mut inlined = 0;
-    for i in 0..new.len() {
-        let (start, end) = new.range(i).unwrap();
-        for addr in start..end {
-            old.lookup(addr, &mut a);
-            new.lookup(addr, &mut b);
-            assert_eq!(a, b, "{addr:#x}");
-            inlined += usize::from(b.len() > 2);
-        }
-    }
+    assert_same_answers(&v2, &current, |frames| {
+        inlined += usize::from(frames.len() > 2);
+    });
     assert!(
         inlined > 100,
         "the fixture has deep inlining: {inlined} addresses"
@@ -747,25 +756,14 @@ fn version_3_files_answer_as_the_current_layout() {
     let v3 = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
     assert_eq!(u32::from_le_bytes(v3[4..8].try_into().unwrap()), 3);
     let current = ksym::encode(&rust_like_table(600, 300, 80));
-    let (old, new) = (Ksym::open(&v3).unwrap(), Ksym::open(&current).unwrap());
-    old.verify().unwrap();
-    new.verify().unwrap();
-    assert_eq!(old.len(), new.len());
-    let (mut a, mut b) = (Vec::new(), Vec::new());
     let (mut inlined, mut made) = (0, 0);
-    for i in 0..new.len() {
-        let (start, end) = new.range(i).unwrap();
-        for addr in start..end {
-            old.lookup(addr, &mut a);
-            new.lookup(addr, &mut b);
-            assert_eq!(a, b, "{addr:#x}");
-            inlined += usize::from(b.len() > 2);
-            made += b
-                .iter()
-                .filter(|f| matches!(f.mangled(), Some(std::borrow::Cow::Owned(_))))
-                .count();
-        }
-    }
+    assert_same_answers(&v3, &current, |frames| {
+        inlined += usize::from(frames.len() > 2);
+        made += frames
+            .iter()
+            .filter(|f| matches!(f.mangled(), Some(std::borrow::Cow::Owned(_))))
+            .count();
+    });
     assert!(inlined > 1000 && made > 1000, "{inlined} {made}");
     assert!(
         current.len() < v3.len(),
