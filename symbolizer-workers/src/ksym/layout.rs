@@ -80,17 +80,12 @@ impl Widths {
             Widths::Wide => 4,
         }
     }
+}
 
-    /// Whether `function` (a node's) or `file` (a file table entry) as
-    /// read is none.
-    pub fn is_none_function(self, function: u32) -> bool {
-        function == crate::table::NONE || (self == Widths::Narrow && function == 0xff_ffff)
-    }
-
-    /// See [`is_none_function`](Self::is_none_function).
-    pub fn is_none_file(self, file: u32) -> bool {
-        file == crate::table::NONE || (self == Widths::Narrow && file == 0xffff)
-    }
+/// Whether `value`, read from a column of `width` bytes, is none: `NONE`,
+/// or all ones of a narrower width (how a narrow file writes none).
+pub fn reads_as_none(value: u32, width: usize) -> bool {
+    value == crate::table::NONE || (width < 4 && value == (1 << (8 * width)) - 1)
 }
 
 /// The page index: pages from 64 bytes, about one small function, and at

@@ -94,10 +94,8 @@
 //! Version 3 files are read as they are too (as wide files).
 //!
 //! Narrow or wide is one choice per file, not per range, so that each
-//! lookup reads those widths as constants: [`Ksym::lookup`] and
-//! [`Ksym::lookup_many`] each have a copy per choice. Chosen per range
-//! (in `format`), they made lookups 11% more instructions: values held
-//! alongside the others, spilled to the stack.
+//! lookup reads those widths as constants (see `layout::Widths`):
+//! [`Ksym::lookup`] and [`Ksym::lookup_many`] each have a copy per choice.
 //!
 //! A lookup's loads that depend on one another are thus: the page entry,
 //! the range record (pages are small, from 64 bytes, so that a page holds

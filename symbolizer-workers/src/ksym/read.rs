@@ -176,7 +176,7 @@ impl<'a> Ksym<'a> {
             let Some(body) = self.body(range, self.widths) else {
                 return Err(KsymError::BadLines { range: r });
             };
-            if !body_is_sound(&body, field(range, LEN), self, n_nodes) {
+            if !body_is_sound(&body, field(range, LEN), &self.names, n_nodes) {
                 return Err(KsymError::BadLines { range: r });
             }
         }
@@ -360,13 +360,13 @@ impl<'a> Ksym<'a> {
 /// Whether a body's own inline nodes (version 3 on) are ones a lookup can
 /// use: chain references and parents to nodes that exist (parents before
 /// their children), functions and call files that exist.
-fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize, widths: Widths) -> bool {
+fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
     let local = body.local();
     let n = local.len();
     (0..body.chain().len()).all(|i| body.nodes().get(i) <= n)
         && (0..n as usize).all(|i| {
             let function = local.functions.get(i);
-            (widths.is_none_function(function) || (function as usize) < n_funcs)
+            (reads_as_none(function, body.format.function) || (function as usize) < n_funcs)
                 && (local.call_files.get(i) as usize) < body.format.files
                 && (local.parents.get(i) as usize) <= i
         })
@@ -375,7 +375,7 @@ fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize, widths: Widths) -> boo
 /// Whether every value in `body` (of a range of `len` bytes) is one a
 /// lookup can use: offsets ascending within the range, lines that do not
 /// overflow, file and node indexes that exist.
-fn body_is_sound(body: &Body<'_>, len: u32, k: &Ksym<'_>, n_nodes: usize) -> bool {
+fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -> bool {
     // Bucket starts take bytes: a count of them with no width would have
     // the walks below go through billions of buckets that are not there.
     let format = body.format;
@@ -384,7 +384,7 @@ fn body_is_sound(body: &Body<'_>, len: u32, k: &Ksym<'_>, n_nodes: usize) -> boo
     {
         return false;
     }
-    let n_files = k.names.files();
+    let n_files = names.files();
     let ascending = |offsets: &Offsets<'_>| {
         let starts_ascend = (1..=offsets.buckets())
             .try_fold(0, |prev, b| {
@@ -405,14 +405,14 @@ fn body_is_sound(body: &Body<'_>, len: u32, k: &Ksym<'_>, n_nodes: usize) -> boo
     let indexes_fit = (0..rows).all(|i| (body.file_indexes().get(i) as usize) < format.files);
     let files_exist = (0..format.files).all(|i| {
         let f = body.file(i);
-        k.widths.is_none_file(f) || (f as usize) < n_files
+        reads_as_none(f, format.file_entry) || (f as usize) < n_files
     });
     let nodes_exist = match format.node {
         0 => (0..body.chain().len()).all(|i| {
             let n = body.nodes().get(i);
             n == NONE || (n as usize) < n_nodes
         }),
-        _ => local_nodes_are_sound(body, k.names.functions(), k.widths),
+        _ => local_nodes_are_sound(body, names.functions()),
     };
     ascending(&body.rows())
         && ascending(&body.chain())
