@@ -68,7 +68,9 @@ fi
 tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU; libkiln_cuda.so is tested without one within unit+integration: a C host dlopens it, CUPTI replayed)"
 tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up)"
 if command -v cargo-nextest >/dev/null; then
-  cargo nextest run --workspace --locked --no-fail-fast
+  # Without backtraces a failing test's output ends with its panic
+  # message, which is the part a CI log keeps.
+  RUST_BACKTRACE=0 cargo nextest run --workspace --locked --no-fail-fast
   # nextest does not run doctests.
   cargo test --workspace --locked --doc
 else
