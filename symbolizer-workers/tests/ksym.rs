@@ -276,6 +276,58 @@ fn rust_legacy_names_are_kept_as_their_hash() {
     );
 }
 
+/// A string that begins another (`foo::bar` in `foo::bar::{{closure}}`,
+/// `a.c` in `a.cc`) is stored once, inside the longer one; each still
+/// reads back as itself, the empty name too.
+#[test]
+fn strings_that_begin_others_are_read_from_them() {
+    let names = ["foo::bar", "", "foo::bar::{{closure}}", "foo::b", "zed"];
+    let functions = names
+        .iter()
+        .map(|&name| Function {
+            name: name.into(),
+            mangled: None,
+        })
+        .collect();
+    let files = ["a.c", "a.cc", "b.h"]
+        .iter()
+        .map(|&name| SourceFile {
+            dir: "/src".into(),
+            name: name.into(),
+        })
+        .collect();
+    let ranges = (0..names.len())
+        .map(|i| Range {
+            start: 0x1000 + 0x100 * i as u64,
+            end: 0x1080 + 0x100 * i as u64,
+            function: i as u32,
+            lines: vec![LineRow {
+                addr: 0x1000 + 0x100 * i as u64,
+                file: (i % 3) as u32,
+                line: 7,
+            }],
+            inlines: vec![],
+        })
+        .collect();
+    let bytes = ksym::encode(&SymbolTable {
+        functions,
+        files,
+        ranges,
+    });
+    let count = |s: &[u8]| bytes.windows(s.len()).filter(|w| *w == s).count();
+    assert_eq!(count(b"foo::b"), 1);
+    assert_eq!(count(b"a.c"), 1);
+    let k = Ksym::open(&bytes).unwrap();
+    k.verify().unwrap();
+    let mut frames = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        k.lookup(0x1010 + 0x100 * i as u64, &mut frames);
+        assert_eq!(frames[0].function(), Some(*name), "function {i}");
+        let file = ["a.c", "a.cc", "b.h"][i % 3];
+        assert_eq!(frames[0].file(), Some(file), "file of function {i}");
+    }
+}
+
 /// Every mangled name of this test program (Rust, legacy mangling) reads
 /// back as extraction found it, most of them made again from their hash.
 #[test]
