@@ -383,9 +383,13 @@ fn foreign_and_truncated_bytes_are_refused() {
         Ksym::open(&newer).unwrap_err(),
         KsymError::UnsupportedVersion(ksym::VERSION + 1)
     );
-    // Flags this version does not know.
+    // Flags this version does not know, and compact records (flag 2) in
+    // a version 4 file.
     let mut flagged = bytes.clone();
+    flagged[12] = 4;
+    assert_eq!(Ksym::open(&flagged).unwrap_err(), KsymError::BadHeader);
     flagged[12] = 2;
+    flagged[4] = 4;
     assert_eq!(Ksym::open(&flagged).unwrap_err(), KsymError::BadHeader);
     // A version 1 file is named as such, so that the caller upgrades it.
     assert_eq!(
@@ -434,7 +438,8 @@ fn nodes_refer_only_to_earlier_parents() {
     // `mid` (none) and `inner` (1 + mid's index); make inner its own.
     let mut bytes = ksym::encode(&table());
     let ranges = section_offset(&bytes, 0);
-    let second_body = u32::from_le_bytes(bytes[ranges + 48..ranges + 52].try_into().unwrap());
+    // The second (compact, 24-byte) range record's body is at its byte 12.
+    let second_body = u32::from_le_bytes(bytes[ranges + 36..ranges + 40].try_into().unwrap());
     let inner_parent = section_offset(&bytes, 1) + second_body as usize - 1;
     assert_eq!(bytes[inner_parent], 1, "inner's parent is mid");
     bytes[inner_parent] = 2;
@@ -680,12 +685,12 @@ fn bucket_counts_stay_bounded() {
     );
 
     // The first range's body: base line u32, then its row bucket count
-    // (u16), then the chain's; its format word is at byte 28 of its
-    // record, the row bucket width in bits 0-1.
+    // (u16), then the chain's; its format word is at byte 16 of its
+    // (compact) record, the row bucket width in bits 0-1.
     let mut bad = ksym::encode(&table());
     let (ranges, bodies) = (section_offset(&bad, 0), section_offset(&bad, 1));
     bad[bodies + 4..bodies + 6].copy_from_slice(&u16::MAX.to_le_bytes());
-    bad[ranges + 28] &= !3;
+    bad[ranges + 16] &= !3;
     assert_eq!(
         Ksym::open(&bad).unwrap().verify().unwrap_err(),
         KsymError::BadLines { range: 0 }
@@ -796,46 +801,58 @@ fn rust_like_table(functions: usize, files: usize, ranges: usize) -> SymbolTable
     }
 }
 
-/// A version 3 file (the hashes of Rust legacy names as text in the blob)
-/// is read as it is, and
-/// answers as the current encoding of the same table does, mangled names
-/// included. The fixture is what version 3's encoder wrote for
-/// `rust_like_table(600, 300, 80)`.
+/// Files of earlier versions are read as they are, and answer as the
+/// current encoding of the same table does, mangled names included:
+/// version 3 (the hashes of Rust legacy names as text in the blob, node
+/// functions and file table entries in 4 bytes) and version 4 (range
+/// records of 32 bytes, holding the counts of rows and chain entries).
+/// The fixtures are what those versions' encoders wrote for
+/// `rust_like_table(600, 300, 80)`; each is larger than the current
+/// encoding.
 #[test]
-fn version_3_files_answer_as_the_current_layout() {
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/v3/rust-like.ksym.zst");
-    let v3 = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
-    assert_eq!(u32::from_le_bytes(v3[4..8].try_into().unwrap()), 3);
+fn earlier_versions_answer_as_the_current_layout() {
     let current = ksym::encode(&rust_like_table(600, 300, 80));
-    let (mut inlined, mut made) = (0, 0);
-    assert_same_answers(&v3, &current, |frames| {
-        inlined += usize::from(frames.len() > 2);
-        made += frames
-            .iter()
-            .filter(|f| matches!(f.mangled(), Some(std::borrow::Cow::Owned(_))))
-            .count();
-    });
-    assert!(inlined > 1000 && made > 1000, "{inlined} {made}");
-    assert!(
-        current.len() < v3.len(),
-        "{} bytes, {} in version 3",
-        current.len(),
-        v3.len()
-    );
+    for version in [3, 4] {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("tests/fixtures/v{version}/rust-like.ksym.zst"));
+        let old = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
+        assert_eq!(u32::from_le_bytes(old[4..8].try_into().unwrap()), version);
+        let (mut inlined, mut made) = (0, 0);
+        assert_same_answers(&old, &current, |frames| {
+            inlined += usize::from(frames.len() > 2);
+            made += frames
+                .iter()
+                .filter(|f| matches!(f.mangled(), Some(std::borrow::Cow::Owned(_))))
+                .count();
+        });
+        assert!(inlined > 1000 && made > 1000, "{inlined} {made}");
+        assert!(
+            current.len() < old.len(),
+            "{} bytes, {} in version {version}",
+            current.len(),
+            old.len()
+        );
+    }
 }
 
-/// Node functions and file table entries in both widths a file can
-/// have: 3 and 2 bytes (narrow: fewer than 2^24 − 1 functions and 2^16 − 1
-/// files), 4 and 4 (wide). In tables of 70,000 small ranges, each with a
+/// Every layout a file can have: node functions and file table entries
+/// in 3 and 2 bytes (narrow: fewer than 2^24 − 1 functions and 2^16 − 1
+/// files) or 4 and 4 (wide), and range records of 20 bytes (compact: code
+/// below 4 GiB) or 32. In tables of 70,000 small ranges, each with a
 /// function of its own, rows in files from all over (some in none) and
 /// some with a call inlined from anywhere (some of no known function),
 /// every address answers as version 1's layout (kept for upgrades, read
 /// apart) does.
 #[test]
-fn both_widths_answer_as_version_1() {
-    for (files, header_flags) in [(1_000, 1), (70_000, 0)] {
-        let table = many_indexes_table(70_000, files);
+fn every_layout_answers_as_version_1() {
+    let (narrow, compact) = (1, 2);
+    for (files, base, header_flags) in [
+        (1_000, 0, narrow | compact),
+        (70_000, 0, compact),
+        (1_000, 1 << 32, narrow),
+        (70_000, 1 << 32, 0),
+    ] {
+        let table = many_indexes_table(70_000, files, base);
         let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
         assert_eq!(ksym::upgrade(&v1).unwrap().as_ref(), &current[..]);
         assert_eq!(
@@ -863,13 +880,65 @@ fn both_widths_answer_as_version_1() {
     }
 }
 
-/// A range per function of `functions`, each 16 bytes, rows in files of
-/// `files` (or none), some with a call inlined (of a function, or of
-/// none).
-fn many_indexes_table(functions: u32, files: u32) -> SymbolTable {
+/// A range with more line rows and chain entries than a compact record
+/// counts (65,535) is written as several ranges of the same function,
+/// which answer every address as the one range did (version 1 has no such
+/// limit); the line in effect where a piece begins carries over.
+#[test]
+fn ranges_too_long_to_count_are_written_in_pieces() {
+    let (start, len) = (0x10_000u64, 0x60_000u64);
+    let range = Range {
+        start,
+        end: start + len,
+        function: 0,
+        // A row every 5 bytes, an inlined call every 4: 78,644 rows and
+        // 196,608 chain entries. The halves begin between rows.
+        lines: (start..start + len)
+            .step_by(5)
+            .map(|addr| LineRow {
+                addr,
+                file: (addr % 2) as u32,
+                line: (addr % 1000) as u32 + 1,
+            })
+            .collect(),
+        inlines: (start..start + len)
+            .step_by(4)
+            .map(|at| Inline {
+                start: at,
+                end: at + 2,
+                depth: 1,
+                function: 1 + (at % 3) as u32,
+                call_file: 1,
+                call_line: (at % 70) as u32,
+            })
+            .collect(),
+    };
+    let mut table = table();
+    table.ranges = vec![range];
+    let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
+    let (old, new) = (
+        ksym::v1::Ksym::open(&v1).unwrap(),
+        Ksym::open(&current).unwrap(),
+    );
+    new.verify().unwrap();
+    assert!(new.len() > 1, "{} ranges", new.len());
+    assert_eq!(new.range(0).unwrap().0, start);
+    assert_eq!(new.range(new.len() - 1).unwrap().1, start + len);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for addr in start - 1..start + len + 1 {
+        old.lookup(addr, &mut a);
+        new.lookup(addr, &mut b);
+        assert_eq!(a, b, "{addr:#x}");
+    }
+}
+
+/// A range per function of `functions`, each 16 bytes from `base` on,
+/// rows in files of `files` (or none), some with a call inlined (of a
+/// function, or of none).
+fn many_indexes_table(functions: u32, files: u32, base: u64) -> SymbolTable {
     let ranges = (0..functions)
         .map(|i| {
-            let start = 0x1000 + 16 * u64::from(i);
+            let start = base + 0x1000 + 16 * u64::from(i);
             let row = |addr, file, line| LineRow { addr, file, line };
             let file = if i % 17 == 0 { NONE } else { (i * 13) % files };
             Range {

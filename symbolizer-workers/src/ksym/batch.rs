@@ -7,8 +7,8 @@
 //! entry.
 
 use super::body::Position;
-use super::layout::Widths;
-use super::read::Located;
+use super::layout::FileLayout;
+use super::read::{Located, with_layout};
 use super::{Frame, Ksym};
 
 impl<'a> Ksym<'a> {
@@ -17,15 +17,15 @@ impl<'a> Ksym<'a> {
     /// as [`lookup`](Self::lookup) gives them (none when no range covers
     /// it), once per position, in address order.
     pub fn lookup_many<'s>(&'s self, addrs: &[u64], each: impl FnMut(usize, &[Frame<'s>])) {
-        self.with_widths(|widths| self.lookup_many_in(addrs, widths, each));
+        with_layout!(self, |layout| self.lookup_many_in(addrs, layout, each));
     }
 
-    /// [`lookup_many`](Self::lookup_many) in a file of `widths`.
+    /// [`lookup_many`](Self::lookup_many) in a file of `layout`.
     #[inline(always)]
     fn lookup_many_in<'s>(
         &'s self,
         addrs: &[u64],
-        widths: Widths,
+        layout: FileLayout,
         mut each: impl FnMut(usize, &[Frame<'s>]),
     ) {
         let mut range: Option<Located<'a>> = None;
@@ -40,7 +40,7 @@ impl<'a> Ksym<'a> {
                 return each(index, &frames);
             }
             if !range.is_some_and(|r| r.covers(addr)) {
-                range = self.locate(addr, widths);
+                range = self.locate(addr, layout);
                 answered = None;
             }
             match &range {

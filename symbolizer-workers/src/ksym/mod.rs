@@ -12,21 +12,28 @@
 //! an answer up to the next line row or chain entry.
 //! [`encode`] writes the same bytes for the same table.
 //!
-//! # Layout (version 4)
+//! # Layout (version 5)
 //!
 //! All integers little-endian; sections start 8-aligned. A string is an
 //! (offset u32, len u32) pair into `blob`, where each distinct string is
-//! stored once; "none" is `u32::MAX` ([`NONE`](crate::NONE)).
+//! stored once (a string that begins another is read from that one's
+//! bytes); "none" is `u32::MAX` ([`NONE`](crate::NONE)).
 //!
 //! ```text
 //! header   "KSYM" | version u32 | header_len u32 | flags u32
 //!          then per section, in this order: offset u32 | count u32
-//!          flags: 1 when the file is narrow (fewer than 2^24 − 1
-//!          functions and 2^16 − 1 files): its node functions take 3
-//!          bytes and its file table entries 2, all ones for none;
-//!          else 0, and both take 4
-//! ranges   32 B × ranges   start u64 | len u32 | function u32 | body u32
-//!                          | rows u32 | chains u32 | format u32
+//!          flags: bit 0 (NARROW) when the file has fewer than 2^24 − 1
+//!          functions and 2^16 − 1 files: its node functions take 3
+//!          bytes and its file table entries 2, all ones for none, else
+//!          both take 4; bit 1 (COMPACT) when every range ends below
+//!          4 GiB: its range records take 24 bytes, else 32
+//! ranges   24 B × ranges   compact: start u32 | len u32 | function u32
+//!                          | body u32 | format u32 | rows u16
+//!                          | chains u16 (a range with more rows or
+//!                          chain entries is written as several)
+//!          32 B × ranges   else: start u64 | len u32 | function u32
+//!                          | body u32 | rows u32 | chains u32
+//!                          | format u32
 //! bodies   bytes           per range, at `body`: see below; then 15 zero
 //!                          bytes (lookups read values 4 bytes at a time,
 //!                          low bytes 16 at a time)
@@ -91,11 +98,14 @@
 //! version 2 files are read as they are. Version 3 kept the hashes of
 //! Rust legacy names as text in the blob, and node functions and file
 //! table entries in 4 bytes: 14% more bytes on a large Rust program.
-//! Version 3 files are read as they are too (as wide files).
+//! Version 4 kept every range record in 32 bytes: 4.5% more on a large
+//! Rust program. Version 3 and 4 files are read as they are too (as wide
+//! files, and as files of 32-byte records).
 //!
-//! Narrow or wide is one choice per file, not per range, so that each
-//! lookup reads those widths as constants (see `layout::Widths`):
-//! [`Ksym::lookup`] and [`Ksym::lookup_many`] each have a copy per choice.
+//! Narrow or wide, and compact or not, are choices per file, not per
+//! range, so that each lookup reads those widths and that record size as
+//! constants (see `layout::FileLayout`): [`Ksym::lookup`] and
+//! [`Ksym::lookup_many`] each have a copy per layout.
 //!
 //! A lookup's loads that depend on one another are thus: the page entry,
 //! the range record (pages are small, from 64 bytes, so that a page holds
@@ -125,6 +135,7 @@ mod header;
 mod layout;
 mod names;
 mod pages;
+mod ranges;
 mod read;
 mod rust_legacy;
 mod upgrade;

@@ -6,8 +6,52 @@ use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
 use super::names::Names;
 use super::pages;
+use super::ranges::{RangeRecord, record};
 use super::{Frame, KsymError};
 use crate::table::NONE;
+
+/// Evaluates `$body` with `$layout` bound to `$k`'s layout as a constant:
+/// each arm is a copy of `$body`'s code (of the `#[inline(always)]`
+/// functions it calls) in which the widths of node functions and file
+/// table entries, and the size of range records, are known. A macro
+/// rather than a function taking a closure: with four arms, the compiler
+/// called one copy of the closure with the layout as a value.
+macro_rules! with_layout {
+    ($k:expr, |$layout:ident| $body:expr) => {{
+        use $crate::ksym::layout::{FileLayout, Records, Widths};
+        match ($k.layout.widths, $k.layout.records) {
+            (Widths::Narrow, Records::Compact) => {
+                let $layout = FileLayout {
+                    widths: Widths::Narrow,
+                    records: Records::Compact,
+                };
+                $body
+            }
+            (Widths::Narrow, Records::Full) => {
+                let $layout = FileLayout {
+                    widths: Widths::Narrow,
+                    records: Records::Full,
+                };
+                $body
+            }
+            (Widths::Wide, Records::Compact) => {
+                let $layout = FileLayout {
+                    widths: Widths::Wide,
+                    records: Records::Compact,
+                };
+                $body
+            }
+            (Widths::Wide, Records::Full) => {
+                let $layout = FileLayout {
+                    widths: Widths::Wide,
+                    records: Records::Full,
+                };
+                $body
+            }
+        }
+    }};
+}
+pub(super) use with_layout;
 
 /// A ksym file, read in place.
 #[derive(Debug, Clone, Copy)]
@@ -23,9 +67,10 @@ pub struct Ksym<'a> {
     page_entries: &'a [[u8; 4]],
     page_base: u64,
     page_shift: u32,
-    /// The file's widths of node functions and file table entries, which
-    /// each lookup passes down as a constant (see [`Widths`]).
-    widths: Widths,
+    /// The file's widths of node functions and file table entries and
+    /// its range records' layout, which each lookup passes down as
+    /// constants (see [`Widths`] and [`Records`]).
+    pub(super) layout: FileLayout,
 }
 
 /// A range record read for lookups in it: its bounds, its function and
@@ -74,20 +119,6 @@ impl Located<'_> {
     }
 }
 
-/// The fields of a range record.
-#[inline]
-fn start(range: &[u8; RANGE_LEN]) -> u64 {
-    u64::from_le_bytes([
-        range[0], range[1], range[2], range[3], range[4], range[5], range[6], range[7],
-    ])
-}
-const LEN: usize = 8;
-const FUNCTION: usize = 12;
-const BODY: usize = 16;
-const ROWS: usize = 20;
-const CHAINS: usize = 24;
-const FORMAT: usize = 28;
-
 impl<'a> Ksym<'a> {
     /// Opens ksym bytes in constant time (but for small files, whose
     /// strings it checks once to read them faster): the header and the
@@ -99,17 +130,18 @@ impl<'a> Ksym<'a> {
     /// version 1 file gives [`KsymError::Outdated`]: [`upgrade`](super::upgrade)
     /// it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
-        let (sections, flags) = SECTION_TABLE.read(data, |version| match version {
+        // The flags say how long a range record is, which sizes the
+        // ranges section: they are read first (0 when the header is short,
+        // which `read` then refuses).
+        let (version, flags) = (u32_at(data, 4), u32_at(data, 12));
+        let layout = FileLayout::from_flags(version, flags);
+        let sized_by = layout.map_or(Records::Full, |l| l.records);
+        let (sections, _) = section_table(sized_by).read(data, |version| match version {
             READS_FROM..=VERSION => Ok(()),
             1..READS_FROM => Err(KsymError::Outdated(version)),
             _ => Err(KsymError::UnsupportedVersion(version)),
         })?;
-        // Before version 4 the flags word was reserved, and every file wide.
-        let widths = match (u32_at(data, 4), flags) {
-            (..4, _) | (_, 0) => Widths::Wide,
-            (_, NARROW) => Widths::Narrow,
-            _ => return Err(KsymError::BadHeader),
-        };
+        let layout = layout.ok_or(KsymError::BadHeader)?;
         let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB]);
         let mut k = Ksym {
             ranges: sections[RANGES],
@@ -120,13 +152,13 @@ impl<'a> Ksym<'a> {
             page_entries: &[],
             page_base: 0,
             page_shift: 0,
-            widths,
+            layout,
         };
         pages::check_shift(k.pages, k.len(), PAGE_LAYOUT)?;
-        if let Some(first) = records::<RANGE_LEN>(k.ranges).first() {
+        if let Some((first, _)) = k.range(0) {
             // check_shift() checked the shift is below 64 and entries follow.
             k.page_shift = u32_at(k.pages, 0);
-            k.page_base = start(first) >> k.page_shift << k.page_shift;
+            k.page_base = first >> k.page_shift << k.page_shift;
             k.page_entries = records::<4>(&k.pages[4..]);
         }
         Ok(k)
@@ -135,6 +167,15 @@ impl<'a> Ksym<'a> {
     /// Checks the fixed-size records: indexes within their sections,
     /// ranges sorted, parents before their children, the page index.
     fn check_records(&self) -> Result<(), KsymError> {
+        match self.layout.records {
+            Records::Full => self.check_records_of::<FULL_RANGE_LEN>(),
+            Records::Compact => self.check_records_of::<COMPACT_RANGE_LEN>(),
+        }
+    }
+
+    /// [`check_records`](Self::check_records) with range records of `N`
+    /// bytes.
+    fn check_records_of<const N: usize>(&self) -> Result<(), KsymError> {
         let n_funcs = self.names.functions();
         let n_files = self.names.files();
         for (i, node) in records::<16>(self.nodes).iter().enumerate() {
@@ -144,9 +185,10 @@ impl<'a> Ksym<'a> {
             check("inline node", i, field(node, 12), i, true)?;
         }
         let mut prev_end = 0u64;
-        for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
-            let start = start(range);
-            let len = u64::from(field(range, LEN));
+        for (r, range) in records::<N>(self.ranges).iter().enumerate() {
+            let range = RangeRecord(range);
+            let start = range.start();
+            let len = u64::from(range.len());
             let end = start
                 .checked_add(len)
                 .ok_or(KsymError::Unsorted { index: r })?;
@@ -154,8 +196,8 @@ impl<'a> Ksym<'a> {
                 return Err(KsymError::Unsorted { index: r });
             }
             prev_end = end;
-            check("range", r, field(range, FUNCTION), n_funcs, true)?;
-            if self.body(range, self.widths).is_none() {
+            check("range", r, range.function(), n_funcs, true)?;
+            if self.body(range, self.layout.widths).is_none() {
                 return Err(KsymError::BadLines { range: r });
             }
         }
@@ -171,12 +213,21 @@ impl<'a> Ksym<'a> {
     pub fn verify(&self) -> Result<(), KsymError> {
         self.check_records()?;
         self.names.verify()?;
+        match self.layout.records {
+            Records::Full => self.verify_bodies::<FULL_RANGE_LEN>(),
+            Records::Compact => self.verify_bodies::<COMPACT_RANGE_LEN>(),
+        }
+    }
+
+    /// Checks every body, of range records of `N` bytes.
+    fn verify_bodies<const N: usize>(&self) -> Result<(), KsymError> {
         let n_nodes = self.nodes.len() / 16;
-        for (r, range) in records::<RANGE_LEN>(self.ranges).iter().enumerate() {
-            let Some(body) = self.body(range, self.widths) else {
+        for (r, range) in records::<N>(self.ranges).iter().enumerate() {
+            let range = RangeRecord(range);
+            let Some(body) = self.body(range, self.layout.widths) else {
                 return Err(KsymError::BadLines { range: r });
             };
-            if !body_is_sound(&body, field(range, LEN), &self.names, n_nodes) {
+            if !body_is_sound(&body, range.len(), &self.names, n_nodes) {
                 return Err(KsymError::BadLines { range: r });
             }
         }
@@ -187,25 +238,15 @@ impl<'a> Ksym<'a> {
     /// a constant by lookups), or `None` when its format is unknown or it
     /// does not lie within the bodies section.
     #[inline(always)]
-    fn body(&self, range: &[u8; RANGE_LEN], widths: Widths) -> Option<Body<'a>> {
+    fn body<const N: usize>(&self, range: RangeRecord<'_, N>, widths: Widths) -> Option<Body<'a>> {
+        let (rows, chains) = range.counts();
         Body::new(
             self.bodies,
-            field(range, BODY) as usize,
-            field(range, ROWS) as usize,
-            field(range, CHAINS) as usize,
-            Format::unpack(field(range, FORMAT), widths)?,
+            range.body() as usize,
+            rows,
+            chains,
+            Format::unpack(range.format(), widths)?,
         )
-    }
-
-    /// Calls `f` with the file's widths as a constant: each arm is a copy
-    /// of `f`'s code in which the widths of node functions and file table
-    /// entries are known.
-    #[inline(always)]
-    pub(super) fn with_widths<R>(&self, f: impl FnOnce(Widths) -> R) -> R {
-        match self.widths {
-            Widths::Narrow => f(Widths::Narrow),
-            Widths::Wide => f(Widths::Wide),
-        }
     }
 
     /// The size in bytes of each section, by name: for size reports.
@@ -219,12 +260,13 @@ impl<'a> Ksym<'a> {
             self.names.blob.len(),
             self.pages.len(),
         ];
-        std::array::from_fn(|i| (SECTION_TABLE.names[i], lens[i]))
+        let names = section_table(self.layout.records).names;
+        std::array::from_fn(|i| (names[i], lens[i]))
     }
 
     /// Number of address ranges.
     pub fn len(&self) -> usize {
-        self.ranges.len() / RANGE_LEN
+        self.ranges.len() / self.layout.records.len()
     }
 
     /// Whether there are no ranges at all.
@@ -234,9 +276,13 @@ impl<'a> Ksym<'a> {
 
     /// The `[start, end)` of range `i`, for callers that sample addresses.
     pub fn range(&self, i: usize) -> Option<(u64, u64)> {
-        let range = records::<RANGE_LEN>(self.ranges).get(i)?;
-        let start = start(range);
-        Some((start, start.saturating_add(u64::from(field(range, LEN)))))
+        let (start, len) = match self.layout.records {
+            Records::Full => record::<FULL_RANGE_LEN>(self.ranges, i).map(|r| (r.start(), r.len())),
+            Records::Compact => {
+                record::<COMPACT_RANGE_LEN>(self.ranges, i).map(|r| (r.start(), r.len()))
+            }
+        }?;
+        Some((start, start.saturating_add(u64::from(len))))
     }
 
     /// Symbolizes `addr` (a file-relative virtual address): fills `out`
@@ -245,8 +291,7 @@ impl<'a> Ksym<'a> {
     /// covers `addr`. Does not allocate once `out` has room for the chain.
     pub fn lookup<'s>(&'s self, addr: u64, out: &mut Vec<Frame<'s>>) -> bool {
         out.clear();
-        self.with_widths(|widths| self.lookup_into(addr, widths, out))
-            .is_some()
+        with_layout!(self, |layout| self.lookup_into(addr, layout, out)).is_some()
     }
 
     /// [`lookup`](Self::lookup), with `None` for an address no range
@@ -258,28 +303,37 @@ impl<'a> Ksym<'a> {
     fn lookup_into<'s>(
         &'s self,
         addr: u64,
-        widths: Widths,
+        layout: FileLayout,
         out: &mut Vec<Frame<'s>>,
     ) -> Option<()> {
-        let range = self.locate(addr, widths)?;
+        let range = self.locate(addr, layout)?;
         self.push_frames(&range, addr, out);
         Some(())
     }
 
-    /// The range that covers `addr`, if any, in a file of `widths`.
+    /// The range that covers `addr`, if any, in a file of `layout`.
     #[inline(always)]
-    pub(super) fn locate(&self, addr: u64, widths: Widths) -> Option<Located<'a>> {
+    pub(super) fn locate(&self, addr: u64, layout: FileLayout) -> Option<Located<'a>> {
+        match layout.records {
+            Records::Full => self.locate_in::<FULL_RANGE_LEN>(addr, layout.widths),
+            Records::Compact => self.locate_in::<COMPACT_RANGE_LEN>(addr, layout.widths),
+        }
+    }
+
+    /// [`locate`](Self::locate) among range records of `N` bytes.
+    #[inline(always)]
+    fn locate_in<const N: usize>(&self, addr: u64, widths: Widths) -> Option<Located<'a>> {
         let (lo, hi) = self.page(addr)?;
-        let ranges = records::<RANGE_LEN>(self.ranges).get(lo..hi)?;
-        let after = scan_point(ranges, |r| start(r) <= addr);
-        let range = ranges.get(after.checked_sub(1)?)?;
+        let ranges = records::<N>(self.ranges).get(lo..hi)?;
+        let after = scan_point(ranges, |r| RangeRecord(r).start() <= addr);
+        let range = RangeRecord(ranges.get(after.checked_sub(1)?)?);
         // A page index that verify() would reject (a damaged file)
         // may start the search past `addr`: then nothing covers it.
-        let function = field(range, FUNCTION);
+        let function = range.function();
         self.names.prefetch_function(function);
         let located = Located {
-            start: start(range),
-            len: field(range, LEN),
+            start: range.start(),
+            len: range.len(),
             function,
             body: self.body(range, widths),
         };

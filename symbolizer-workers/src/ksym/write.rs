@@ -7,7 +7,7 @@ use super::layout::*;
 use super::names::{DERIVED, HASH_IN_RECORD};
 use super::pages;
 use super::rust_legacy;
-use crate::table::{NONE, Range, SymbolTable};
+use crate::table::{Inline, LineRow, NONE, Range, SymbolTable};
 
 /// Encodes `table` (ranges sorted and not overlapping, as extraction
 /// makes them) as a ksym file. The same table always gives the same
@@ -17,41 +17,34 @@ use crate::table::{NONE, Range, SymbolTable};
 pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let mut w = Writer::default();
     // Function and file records are at most the table's.
-    let widths = Widths::for_table(table.functions.len(), table.files.len());
-    let mut ranges = Vec::with_capacity(table.ranges.len() * RANGE_LEN);
-    let mut bodies = Vec::new();
+    let layout = FileLayout {
+        widths: Widths::for_table(table.functions.len(), table.files.len()),
+        records: Records::for_end(table.ranges.iter().map(|r| r.end).max().unwrap_or(0)),
+    };
+    let mut out = Ranges {
+        layout,
+        records: Vec::with_capacity(table.ranges.len() * layout.records.len()),
+        bodies: Vec::new(),
+        bounds: Vec::with_capacity(table.ranges.len()),
+    };
     for range in &table.ranges {
-        let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
-        let function = w.function(table, range.function);
-        let rows = w.rows(table, range, len);
-        let (chain, nodes) = w.chain(table, range);
-        let body = to_u32(bodies.len());
-        let format = write_body(&rows, &chain, &nodes, widths, &mut bodies);
-        ranges.extend(range.start.to_le_bytes());
-        for v in [
-            len,
-            function,
-            body,
-            to_u32(rows.len()),
-            to_u32(chain.len()),
-            format.pack(),
-        ] {
-            ranges.extend(v.to_le_bytes());
-        }
+        w.range(table, range, &mut out);
     }
+    let Ranges {
+        records: ranges,
+        mut bodies,
+        bounds,
+        ..
+    } = out;
     // Lookups read a body's values 4 bytes at a time, and its low bytes a
     // block at a time: the last body needs bytes after it.
     bodies.extend([0; BODIES_PADDING]);
-    let pages = pages::build(table, PAGE_LAYOUT);
+    let pages = pages::build_over(&bounds, PAGE_LAYOUT);
     let (funcs, files, blob) = w.strings.finish();
 
-    let flags = match widths {
-        Widths::Narrow => NARROW,
-        Widths::Wide => 0,
-    };
-    SECTION_TABLE.write(
+    section_table(layout.records).write(
         VERSION,
-        flags,
+        layout.flags(),
         [
             &ranges,
             &bodies,
@@ -63,6 +56,60 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
             &pages,
         ],
     )
+}
+
+/// The range records and bodies written so far, and the bounds of those
+/// ranges (for the page index).
+struct Ranges {
+    layout: FileLayout,
+    records: Vec<u8>,
+    bodies: Vec<u8>,
+    bounds: Vec<(u64, u64)>,
+}
+
+/// `range` cut at `mid` (inside it) into two ranges that answer every
+/// address as it does: the second begins with the line row in effect at
+/// `mid`, and each keeps the part of each inlined call within it.
+fn split(range: &Range, mid: u64) -> [Range; 2] {
+    let cut = range.lines.partition_point(|r| r.addr < mid);
+    let (before, after) = range.lines.split_at(cut);
+    let mut second = Vec::with_capacity(after.len() + 1);
+    if let Some(&last) = before.last()
+        && after.first().is_none_or(|r| r.addr != mid)
+    {
+        second.push(LineRow { addr: mid, ..last });
+    }
+    second.extend_from_slice(after);
+    let within = |start: u64, end: u64| -> Vec<Inline> {
+        range
+            .inlines
+            .iter()
+            .filter_map(|i| {
+                let (s, e) = (i.start.max(start), i.end.min(end));
+                (s < e).then_some(Inline {
+                    start: s,
+                    end: e,
+                    ..*i
+                })
+            })
+            .collect()
+    };
+    [
+        Range {
+            start: range.start,
+            end: mid,
+            function: range.function,
+            lines: before.to_vec(),
+            inlines: within(range.start, mid),
+        },
+        Range {
+            start: mid,
+            end: range.end,
+            function: range.function,
+            lines: second,
+            inlines: within(mid, range.end),
+        },
+    ]
 }
 
 /// One of a range's inline nodes as written: a call of `function` from
@@ -365,6 +412,42 @@ struct Writer {
 }
 
 impl Writer {
+    /// Writes `range`'s record and body to `out`. In a compact layout, a
+    /// range with more line rows or chain entries than its record counts
+    /// (none seen in real programs) is written as its two halves, each
+    /// again so: rows and chain entries are at distinct offsets, so the
+    /// halves end up small enough.
+    fn range(&mut self, table: &SymbolTable, range: &Range, out: &mut Ranges) {
+        let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
+        let function = self.function(table, range.function);
+        let rows = self.rows(table, range, len);
+        let (chain, nodes) = self.chain(table, range);
+        let counts = [rows.len(), chain.len()];
+        if out.layout.records == Records::Compact && counts.iter().any(|&c| c > MAX_COMPACT_COUNT) {
+            for half in split(range, range.start + u64::from(len / 2)) {
+                self.range(table, &half, out);
+            }
+            return;
+        }
+        let body = to_u32(out.bodies.len());
+        let format = write_body(&rows, &chain, &nodes, out.layout.widths, &mut out.bodies).pack();
+        let fields = match out.layout.records {
+            Records::Compact => {
+                out.records.extend((range.start as u32).to_le_bytes());
+                let counts = (counts[0] | counts[1] << 16) as u32;
+                [len, function, body, format, counts].to_vec()
+            }
+            Records::Full => {
+                out.records.extend(range.start.to_le_bytes());
+                let [rows, chains] = counts.map(to_u32);
+                [len, function, body, rows, chains, format].to_vec()
+            }
+        };
+        out.records
+            .extend(fields.iter().flat_map(|v| v.to_le_bytes()));
+        out.bounds.push((range.start, range.start + u64::from(len)));
+    }
+
     fn function(&mut self, table: &SymbolTable, f: u32) -> u32 {
         let Some(func) = table.functions.get(f as usize) else {
             return NONE;
