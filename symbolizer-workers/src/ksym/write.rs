@@ -415,15 +415,19 @@ impl Writer {
     /// Writes `range`'s record and body to `out`. In a compact layout, a
     /// range with more line rows or chain entries than its record counts
     /// (none seen in real programs) is written as its two halves, each
-    /// again so: rows and chain entries are at distinct offsets, so the
-    /// halves end up small enough.
+    /// again so, until they are small enough.
     fn range(&mut self, table: &SymbolTable, range: &Range, out: &mut Ranges) {
         let len = u32::try_from(range.end.saturating_sub(range.start)).unwrap_or(u32::MAX);
         let function = self.function(table, range.function);
         let rows = self.rows(table, range, len);
         let (chain, nodes) = self.chain(table, range);
         let counts = [rows.len(), chain.len()];
-        if out.layout.records == Records::Compact && counts.iter().any(|&c| c > MAX_COMPACT_COUNT) {
+        // Rows and chain entries lie at distinct offsets, so a range with
+        // too many is at least 2 bytes long, and its halves are shorter.
+        if out.layout.records == Records::Compact
+            && counts.iter().any(|&c| c > MAX_COMPACT_COUNT)
+            && len >= 2
+        {
             for half in split(range, range.start + u64::from(len / 2)) {
                 self.range(table, &half, out);
             }
@@ -434,7 +438,8 @@ impl Writer {
         let fields = match out.layout.records {
             Records::Compact => {
                 out.records.extend((range.start as u32).to_le_bytes());
-                let counts = (counts[0] | counts[1] << 16) as u32;
+                let [rows, chains] = counts.map(|c| c.min(MAX_COMPACT_COUNT) as u32);
+                let counts = rows | chains << 16;
                 [len, function, body, format, counts].to_vec()
             }
             Records::Full => {
