@@ -234,6 +234,7 @@ fn batches_answer_as_single_lookups() {
 #[test]
 fn rust_legacy_names_are_kept_as_their_hash() {
     let rust = "_ZN70_$LT$alloc..vec..Vec$LT$T$C$A$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h8f3c2a1b0d9e7f65E";
+    let thin_lto = "_ZN4core3fmt5Write10write_char17h59e2772cb10c86c5E.llvm.8692768016756014912";
     let functions = vec![
         Function {
             name: "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop".into(),
@@ -244,8 +245,13 @@ fn rust_legacy_names_are_kept_as_their_hash() {
             name: "renamed".into(),
             mangled: Some("_ZN3foo3bar17h0123456789abcdefE".into()),
         },
+        // A name ThinLTO made visible across code units.
+        Function {
+            name: "core::fmt::Write::write_char".into(),
+            mangled: Some(thin_lto.into()),
+        },
     ];
-    let ranges = (0..2)
+    let ranges = (0..3)
         .map(|i| Range {
             start: 0x1000 + 0x100 * i,
             end: 0x1080 + 0x100 * i,
@@ -264,6 +270,9 @@ fn rust_legacy_names_are_kept_as_their_hash() {
     assert!(!contains(rust.as_bytes()) && !contains(b"8f3c2a1b0d9e7f65"));
     assert!(contains(&0x8f3c_2a1b_0d9e_7f65u64.to_le_bytes()));
     assert!(contains(b"_ZN3foo3bar17h0123456789abcdefE"));
+    // The ThinLTO name as its hash and suffix only.
+    assert!(!contains(b"_ZN4core3fmt5Write"));
+    assert!(contains(b"59e2772cb10c86c5.llvm.8692768016756014912"));
     let k = Ksym::open(&bytes).unwrap();
     k.verify().unwrap();
     let mut frames = Vec::new();
@@ -274,6 +283,8 @@ fn rust_legacy_names_are_kept_as_their_hash() {
         frames[0].mangled().as_deref(),
         Some("_ZN3foo3bar17h0123456789abcdefE")
     );
+    k.lookup(0x1210, &mut frames);
+    assert_eq!(frames[0].mangled().as_deref(), Some(thin_lto));
 }
 
 /// A string that begins another (`foo::bar` in `foo::bar::{{closure}}`,

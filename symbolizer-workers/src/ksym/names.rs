@@ -24,7 +24,8 @@ const RECORD: usize = 16;
 pub(super) const HASH_IN_RECORD: u32 = 1 << 31;
 /// Set in the length of a function's mangled name: the string is the hash
 /// of a Rust legacy name, as text (version 3 kept every hash so; version
-/// 4 only those [`HASH_IN_RECORD`] cannot hold, not in lower-case hex).
+/// 4 only those [`HASH_IN_RECORD`] cannot hold, not in lower-case hex),
+/// then (version 5) what followed it, a `.llvm.` suffix.
 pub(super) const DERIVED: u32 = 1 << 31;
 /// The flag bit of a length.
 const LEN_FLAG: u32 = 1 << 31;
@@ -208,7 +209,7 @@ impl<'a> Names<'a> {
             return Some(Cow::Borrowed(stored));
         }
         let name = self.string(record, 0)?;
-        Some(Cow::Owned(rust_legacy::mangle(name, stored)))
+        Some(Cow::Owned(rust_legacy::mangle_derived(name, stored)))
     }
 
     /// Where the string whose (offset, len) is at `at` in `records` lies

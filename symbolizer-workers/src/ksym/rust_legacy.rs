@@ -6,8 +6,11 @@
 //! demangled one: in a large Rust binary mangled names are most of the
 //! strings, and read only when asked for. The writer keeps the hash only
 //! where mangling the demangled name gives back exactly the name it was
-//! given, so a name this does not cover (a `.llvm.` suffix, a component
-//! with `::` of its own, v0 mangling) is kept whole.
+//! given, so a name this does not cover (a component with `::` of its
+//! own, v0 mangling) is kept whole. A `.llvm.<digits>` suffix, which
+//! ThinLTO adds to the names of functions it makes visible across code
+//! units (a twentieth of the functions of Kiln's release build), is kept
+//! as text after the hash: see [`derivation`] and [`mangle_derived`].
 
 /// Characters of a legacy hash: `h` and 16 hex digits.
 const HASH_LEN: usize = 16;
@@ -19,6 +22,30 @@ pub(super) fn hash_of(mangled: &str) -> Option<&str> {
     let hash = body.get(body.len().checked_sub(HASH_LEN)?..)?;
     let before = body.get(..body.len() - HASH_LEN)?;
     (before.ends_with("17h") && hash.bytes().all(|b| b.is_ascii_hexdigit())).then_some(hash)
+}
+
+/// The suffix ThinLTO puts after the names of the local functions it
+/// makes visible across code units: `.llvm.` and a number.
+const LLVM_SUFFIX: &str = ".llvm.";
+
+/// How `mangled` is made from the demangled `name`, when it is a legacy
+/// name that [`mangle_derived`] gives back: its hash and what follows
+/// the hash's `E` (a `.llvm.` suffix, or nothing).
+pub(super) fn derivation<'m>(name: &str, mangled: &'m str) -> Option<(&'m str, &'m str)> {
+    let at = mangled.find(LLVM_SUFFIX).unwrap_or(mangled.len());
+    let (base, suffix) = mangled.split_at(at);
+    let hash = hash_of(base)?;
+    (mangle(name, hash) == base).then_some((hash, suffix))
+}
+
+/// The legacy mangled name of `path` from `text`, which ksym keeps in
+/// place of the name: a hash, then whatever followed it (see
+/// [`derivation`]).
+pub(super) fn mangle_derived(path: &str, text: &str) -> String {
+    match text.split_at_checked(HASH_LEN) {
+        Some((hash, suffix)) => mangle(path, hash) + suffix,
+        None => mangle(path, text),
+    }
 }
 
 /// The value of a hash as [`hash_of`] gives it, when writing the value
@@ -145,6 +172,23 @@ mod tests {
         assert_eq!(
             hash_of("_ZN3foo17h0123456789abcdefE"),
             Some("0123456789abcdef")
+        );
+    }
+
+    /// A ThinLTO suffix follows the hash; without a whole hash in front
+    /// (a damaged file's text) the text is mangled as the hash.
+    #[test]
+    fn llvm_suffixes_are_kept_after_the_hash() {
+        let mangled = "_ZN4core3ptr13drop_in_place17h0123456789abcdefE.llvm.123";
+        let name = "core::ptr::drop_in_place";
+        let (hash, suffix) = derivation(name, mangled).expect("derived");
+        assert_eq!((hash, suffix), ("0123456789abcdef", ".llvm.123"));
+        assert_eq!(mangle_derived(name, &format!("{hash}{suffix}")), mangled);
+        assert_eq!(derivation("core::ptr::other", mangled), None);
+        assert_eq!(
+            mangle_derived("f", "abc"),
+            "_ZN1f17habcE",
+            "a short text is mangled as a hash"
         );
     }
 }

@@ -282,7 +282,8 @@ enum Mangled {
     /// with it gives back (see [`rust_legacy`]): kept in the record.
     Hash(u64),
     /// Such a hash that its value does not give back (not lower-case hex,
-    /// as rustc writes them): kept as text.
+    /// as rustc writes them), or one with a `.llvm.` suffix after it: kept
+    /// as text, the suffix after the hash.
     HashText(Str),
 }
 
@@ -464,13 +465,13 @@ impl Writer {
         let mangled = match func.mangled.as_deref() {
             None => Mangled::None,
             // Mangling the name again gives this one: its hash is enough.
-            Some(m) => match rust_legacy::hash_of(m)
-                .filter(|&hash| rust_legacy::mangle(&func.name, hash) == m)
-            {
-                Some(hash) => match rust_legacy::hash_value(hash) {
-                    Some(value) => Mangled::Hash(value),
-                    None => Mangled::HashText(self.strings.intern(hash, true)),
-                },
+            Some(m) => match rust_legacy::derivation(&func.name, m) {
+                Some((hash, "")) if let Some(value) = rust_legacy::hash_value(hash) => {
+                    Mangled::Hash(value)
+                }
+                Some((hash, suffix)) => {
+                    Mangled::HashText(self.strings.intern(&format!("{hash}{suffix}"), true))
+                }
                 None => Mangled::Whole(self.strings.intern(m, true)),
             },
         };
