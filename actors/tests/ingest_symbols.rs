@@ -42,7 +42,7 @@ fn chains(elf: &Path, function: &str) -> Vec<(u64, Vec<Symbol>)> {
                 .iter()
                 .rev()
                 .map(|f| Symbol {
-                    function: f.function().unwrap_or_default().to_owned(),
+                    function: f.function().unwrap_or_default().into_owned(),
                     file: f.path(),
                     line: f.line,
                 })

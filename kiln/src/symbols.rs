@@ -357,7 +357,7 @@ pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
 /// `--no-demangle`, when it has one.
 fn name<'a>(f: &Frame<'a>, no_demangle: bool) -> Option<Cow<'a, str>> {
     let mangled = no_demangle.then(|| f.mangled()).flatten();
-    mangled.or(f.function().map(Cow::Borrowed))
+    mangled.or(f.function())
 }
 
 /// One frame of `kiln symbols resolve --json`, named `function`.

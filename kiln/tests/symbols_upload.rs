@@ -41,7 +41,7 @@ fn inlined_address(elf: &Path) -> (u64, Vec<String>) {
             let chain = frames
                 .iter()
                 .rev()
-                .map(|f| f.function().unwrap().to_owned())
+                .map(|f| f.function().unwrap().into_owned())
                 .collect();
             return (addr, chain);
         }

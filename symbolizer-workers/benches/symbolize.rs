@@ -381,7 +381,9 @@ fn batch_pass(k: &Ksym<'_>, addrs: &[u64]) -> Duration {
 fn read(frames: &[Frame<'_>]) -> usize {
     frames
         .iter()
-        .map(|f| f.function().map_or(0, str::len) + f.line as usize + f.file().map_or(0, str::len))
+        .map(|f| {
+            f.function().map_or(0, |n| n.len()) + f.line as usize + f.file().map_or(0, str::len)
+        })
         .sum()
 }
 

@@ -26,7 +26,7 @@
 //! symbols.lookup(0x4a20, &mut frames);
 //! for frame in &frames {
 //!     // Innermost (inlined) function first.
-//!     println!("{} at {}:{}", frame.function().unwrap_or("??"), frame.file().unwrap_or("??"), frame.line);
+//!     println!("{} at {}:{}", frame.function().as_deref().unwrap_or("??"), frame.file().unwrap_or("??"), frame.line);
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -145,7 +145,7 @@ mod tests {
         let mut frames = Vec::new();
         let symbols = decoded.file.ksym();
         symbols.lookup(0x1020, &mut frames);
-        assert_eq!(frames[0].function(), Some("main"));
+        assert_eq!(frames[0].function().as_deref(), Some("main"));
         assert_eq!(frames[0].path().as_deref(), Some("/src/main.c"));
         assert_eq!(frames[0].line, 7);
     }

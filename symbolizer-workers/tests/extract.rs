@@ -78,7 +78,10 @@ fn inline_chains_and_lines_come_out_of_a_real_program() {
         let (start, end) = k.range(i).unwrap();
         for a in start..end {
             k.lookup(a, &mut frames);
-            let names: Vec<_> = frames.iter().map(|f| f.function().unwrap_or("?")).collect();
+            let names: Vec<_> = frames
+                .iter()
+                .map(|f| f.function().unwrap_or("?".into()))
+                .collect();
             if names == ["sq", "sum_sq", "work"] {
                 assert!(
                     frames.iter().all(|f| f.file() == Some("p.c") && f.line > 0),

@@ -169,7 +169,7 @@ fn stripped_go_binary_resolves_lines_like_go_tool_addr2line() {
         let got = frames.last().and_then(|outer| {
             let inner = frames.first()?;
             Some((
-                outer.function()?.to_owned(),
+                outer.function()?.into_owned(),
                 inner.path().unwrap_or_default(),
                 inner.line,
             ))
@@ -236,7 +236,7 @@ fn stripped_go_binary_names_functions_like_go_tool_nm() {
         // The symbol table marks assembly functions with their ABI
         // (`runtime.abort.abi0`); the runtime's own table, which
         // `go tool addr2line` and tracebacks use, does not.
-        if got == Some(name.trim_end_matches(".abi0")) {
+        if got.as_deref() == Some(name.trim_end_matches(".abi0")) {
             agree += 1;
         } else if disagreements.len() < 10 {
             disagreements.push(format!("{addr:#x}: nm {name}, kiln {got:?}"));

@@ -106,7 +106,7 @@ fn chain(k: &Ksym<'_>, addr: u64) -> Vec<(String, String, u32)> {
         .iter()
         .map(|f: &Frame<'_>| {
             (
-                f.function().unwrap_or("?").to_owned(),
+                f.function().as_deref().unwrap_or("?").to_owned(),
                 f.path().unwrap_or_default(),
                 f.line,
             )
@@ -333,10 +333,68 @@ fn strings_that_begin_others_are_read_from_them() {
     let mut frames = Vec::new();
     for (i, name) in names.iter().enumerate() {
         k.lookup(0x1010 + 0x100 * i as u64, &mut frames);
-        assert_eq!(frames[0].function(), Some(*name), "function {i}");
+        assert_eq!(frames[0].function().as_deref(), Some(*name), "function {i}");
         let file = ["a.c", "a.cc", "b.h"][i % 3];
         assert_eq!(frames[0].file(), Some(file), "file of function {i}");
     }
+}
+
+/// A C++ name that demangling its mangled name gives back is not stored:
+/// it reads back demangled, once per file through a `KsymFile` (borrowed
+/// from it), or each time from bare bytes. A name that demangling does
+/// not give back is stored as it is.
+#[test]
+fn names_that_demangling_gives_back_are_not_stored() {
+    let functions = vec![
+        Function {
+            name: "std::vector<int, std::allocator<int> >::push_back(int const&)".into(),
+            mangled: Some("_ZNSt6vectorIiSaIiEE9push_backERKi".into()),
+        },
+        Function {
+            name: "renamed".into(),
+            mangled: Some("_ZN2ns1gEi".into()),
+        },
+    ];
+    let ranges = (0..2)
+        .map(|i| Range {
+            start: 0x1000 + 0x100 * i,
+            end: 0x1080 + 0x100 * i,
+            function: i as u32,
+            lines: vec![],
+            inlines: vec![],
+        })
+        .collect();
+    let bytes = ksym::encode(&SymbolTable {
+        functions,
+        files: vec![],
+        ranges,
+    });
+    let contains = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
+    assert!(!contains(b"push_back(int const&)"));
+    assert!(contains(b"_ZNSt6vectorIiSaIiEE9push_backERKi"));
+    assert!(contains(b"renamed") && contains(b"_ZN2ns1gEi"));
+    let expect = |k: &Ksym<'_>, owned: bool| {
+        let mut frames = Vec::new();
+        k.lookup(0x1010, &mut frames);
+        let name = frames[0].function().unwrap();
+        assert_eq!(
+            name,
+            "std::vector<int, std::allocator<int> >::push_back(int const&)"
+        );
+        assert_eq!(matches!(name, std::borrow::Cow::Owned(_)), owned);
+        assert_eq!(
+            frames[0].mangled().as_deref(),
+            Some("_ZNSt6vectorIiSaIiEE9push_backERKi")
+        );
+        k.lookup(0x1110, &mut frames);
+        assert_eq!(frames[0].function().as_deref(), Some("renamed"));
+    };
+    let bare = Ksym::open(&bytes).unwrap();
+    bare.verify().unwrap();
+    expect(&bare, true);
+    let file = kiln_symbolizer_workers::KsymFile::new(bytes.clone()).unwrap();
+    expect(&file.ksym(), false);
+    expect(&file.ksym(), false);
 }
 
 /// Every mangled name of this test program (Rust, legacy mangling) reads

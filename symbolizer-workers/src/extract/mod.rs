@@ -2,7 +2,7 @@
 //! found) to a [`SymbolTable`].
 
 mod debugfile;
-mod demangle;
+pub(crate) mod demangle;
 mod dwarf;
 mod elf;
 mod gopclntab;

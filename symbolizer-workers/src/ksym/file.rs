@@ -1,6 +1,7 @@
 //! A ksym file held in memory for many lookups, as the symbolizer's
 //! loader keeps it.
 
+use super::names::Demangled;
 use super::{Ksym, KsymError};
 
 /// Ksym bytes whose strings were checked whole once, when they were
@@ -14,6 +15,8 @@ pub struct KsymFile {
     /// capacity to shed it).
     bytes: Vec<u8>,
     text_checked: bool,
+    /// The names the file keeps only as mangled ones, demangled once.
+    demangled: Demangled,
 }
 
 impl KsymFile {
@@ -22,10 +25,13 @@ impl KsymFile {
     /// strings whole: linear in the strings' size (about 0.1 ms per MiB).
     /// Strings that fail the check are checked as each lookup reads them.
     pub fn new(bytes: Vec<u8>) -> Result<KsymFile, KsymError> {
-        let text_checked = Ksym::open(&bytes)?.names.check_text();
+        let mut ksym = Ksym::open(&bytes)?;
+        let text_checked = ksym.names.check_text();
+        let demangled = Demangled::for_names(&ksym.names);
         Ok(KsymFile {
             bytes,
             text_checked,
+            demangled,
         })
     }
 
@@ -37,6 +43,7 @@ impl KsymFile {
             // not changed since (nothing here hands out `&mut` to them).
             unsafe { ksym.names.assume_text_checked() };
         }
+        ksym.names.demangled = Some(&self.demangled);
         ksym
     }
 

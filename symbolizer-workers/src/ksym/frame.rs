@@ -32,8 +32,11 @@ impl<'a> Frame<'a> {
         }
     }
 
-    /// Function name (demangled); `None` when unknown.
-    pub fn function(&self) -> Option<&'a str> {
+    /// Function name (demangled); `None` when unknown. Borrowed from the
+    /// file, but for a name it keeps only as a mangled one (C++, mostly),
+    /// which is demangled when read: once per file through a
+    /// [`KsymFile`](super::KsymFile), which keeps it, else each time.
+    pub fn function(&self) -> Option<Cow<'a, str>> {
         self.names.function(self.function)
     }
 

@@ -4,11 +4,13 @@
 //! A function record is (name, mangled name) and a file record is
 //! (directory, file name), each string an (offset, length) pair of `u32`
 //! into the blob, `NONE` for none. The top bit of a length is a flag, not
-//! part of it: see [`HASH_IN_RECORD`] and [`DERIVED`].
+//! part of it: see [`HASH_IN_RECORD`] and [`DERIVED`]; so is the next bit
+//! of a function name's length: see [`DEMANGLED`].
 
 use crate::table::NONE;
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use super::fields::u32_at;
 use super::{KsymError, rust_legacy};
@@ -27,6 +29,13 @@ pub(super) const HASH_IN_RECORD: u32 = 1 << 31;
 /// 4 only those [`HASH_IN_RECORD`] cannot hold, not in lower-case hex),
 /// then (version 5) what followed it, a `.llvm.` suffix.
 pub(super) const DERIVED: u32 = 1 << 31;
+/// Set in the length of a function's name (version 5): the name is not
+/// stored, as demangling the function's mangled name (which is) gives it
+/// back, which the writer checked; the name's offset is its slot in a
+/// [`Demangled`] cache instead. A demangled C++ name is about three times
+/// its mangled form (its templates written out where the mangled one
+/// refers back to them), and the two were four fifths of a C++ file.
+pub(super) const DEMANGLED: u32 = 1 << 30;
 /// The flag bit of a length.
 const LEN_FLAG: u32 = 1 << 31;
 /// Blobs up to this size are checked as UTF-8 whole at open: about 0.1 ms
@@ -46,6 +55,32 @@ pub(super) struct Names<'a> {
     /// every string record within it, starting and ending on character
     /// boundaries: strings are then sliced without being checked again.
     text_checked: bool,
+    /// Where names kept only as mangled ones are demangled once (see
+    /// [`DEMANGLED`]); without it, they are demangled each time they are
+    /// read.
+    pub(super) demangled: Option<&'a Demangled>,
+}
+
+/// The names of a file's functions that it keeps only as mangled names
+/// (see [`DEMANGLED`]), each demangled when first read and kept for the
+/// file's other readers: what [`KsymFile`](super::KsymFile) holds beside
+/// the file's bytes, so that a name reads in a lookup as any other does.
+#[derive(Debug, Default)]
+pub(super) struct Demangled {
+    slots: Box<[OnceLock<Box<str>>]>,
+}
+
+impl Demangled {
+    /// Empty slots for the names of `names` kept only as mangled ones: as
+    /// many as it has such records (which number their slots from 0).
+    pub(super) fn for_names(names: &Names<'_>) -> Demangled {
+        let count = (0..names.functions())
+            .filter(|&i| u32_at(names.funcs, RECORD * i + 4) & DEMANGLED != 0)
+            .count();
+        Demangled {
+            slots: (0..count).map(|_| OnceLock::new()).collect(),
+        }
+    }
 }
 
 impl<'a> Names<'a> {
@@ -75,6 +110,7 @@ impl<'a> Names<'a> {
             files,
             blob,
             text_checked: false,
+            demangled: None,
         };
         let records = (funcs.len() + files.len()) / RECORD;
         if blob.len() <= CHECK_BLOB_AT_OPEN && records <= CHECK_RECORDS_AT_OPEN {
@@ -111,22 +147,21 @@ impl<'a> Names<'a> {
 
     /// Where the records hold strings: both halves of each record, but
     /// for the hash a function record may hold instead of its mangled
-    /// name.
+    /// name, and the slot it may hold instead of its name.
     fn string_fields(&self) -> impl Iterator<Item = StringField<'a>> + '_ {
         let funcs = (0..self.functions()).flat_map(move |index| {
             let at = RECORD * index;
-            let hashed = u32_at(self.funcs, at + 4) & HASH_IN_RECORD != 0;
-            let mangled = (!hashed).then_some(at + 8);
-            std::iter::once(at)
-                .chain(mangled)
-                .map(move |at| StringField {
-                    what: "function",
-                    index,
-                    records: self.funcs,
-                    at,
-                    // A function's mangled name may be none.
-                    none_ok: at % RECORD == 8,
-                })
+            let flags = u32_at(self.funcs, at + 4);
+            let name = (flags & DEMANGLED == 0).then_some(at);
+            let mangled = (flags & HASH_IN_RECORD == 0).then_some(at + 8);
+            name.into_iter().chain(mangled).map(move |at| StringField {
+                what: "function",
+                index,
+                records: self.funcs,
+                at,
+                // A function's mangled name may be none.
+                none_ok: at % RECORD == 8,
+            })
         });
         let files = (0..self.files()).flat_map(move |index| {
             [RECORD * index, RECORD * index + 8].map(|at| StringField {
@@ -180,9 +215,39 @@ impl<'a> Names<'a> {
     /// The name of function record `index`; `None` for a record that is
     /// not there.
     #[inline(always)]
-    pub(super) fn function(&self, index: u32) -> Option<&'a str> {
+    pub(super) fn function(&self, index: u32) -> Option<Cow<'a, str>> {
         let record = super::fields::records::<RECORD>(self.funcs).get(index as usize)?;
-        self.string(record, 0)
+        if u32_at(record, 4) & DEMANGLED != 0 {
+            // Demangled before: in its slot, two loads away.
+            let slot = self
+                .demangled
+                .and_then(|d| d.slots.get(u32_at(record, 0) as usize));
+            if let Some(name) = slot.and_then(OnceLock::get) {
+                return Some(Cow::Borrowed(name));
+            }
+            return self.demangled_name(record);
+        }
+        self.string(record, 0).map(Cow::Borrowed)
+    }
+
+    /// The name of a function `record` keeps only as its mangled name:
+    /// from its slot of the [`Demangled`] cache, demangled there when
+    /// first read, or demangled now without one (or for a slot that is not
+    /// there, in a damaged file).
+    #[cold]
+    #[inline(never)]
+    fn demangled_name(&self, record: &[u8; RECORD]) -> Option<Cow<'a, str>> {
+        let mangled = self.string(record, 8)?;
+        let demangle = || {
+            crate::extract::demangle::demangle(mangled)
+                .unwrap_or_else(|| mangled.to_owned())
+                .into_boxed_str()
+        };
+        let slot = u32_at(record, 0) as usize;
+        match self.demangled.and_then(|d| d.slots.get(slot)) {
+            Some(cell) => Some(Cow::Borrowed(cell.get_or_init(demangle))),
+            None => Some(Cow::Owned(demangle().into_string())),
+        }
     }
 
     /// The string at byte `at` (0 or 8) of file record `index`.

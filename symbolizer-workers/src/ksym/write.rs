@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use super::chains;
 use super::layout::*;
-use super::names::{DERIVED, HASH_IN_RECORD};
+use super::names::{DEMANGLED, DERIVED, HASH_IN_RECORD};
 use super::pages;
 use super::rust_legacy;
+use crate::extract::demangle;
 use crate::table::{Inline, LineRow, NONE, Range, SymbolTable};
 
 /// Encodes `table` (ranges sorted and not overlapping, as extraction
@@ -273,6 +274,15 @@ struct Str {
     len: u32,
 }
 
+/// A function's name as written.
+#[derive(Clone, Copy)]
+enum Name {
+    Stored(Str),
+    /// Not stored, as demangling the mangled name gives it: its slot in a
+    /// reader's cache of demangled names, numbered from 0.
+    Demangled(u32),
+}
+
 /// A function's mangled name as written.
 #[derive(Clone, Copy)]
 enum Mangled {
@@ -299,7 +309,9 @@ struct Strings {
     interned: HashMap<String, Str>,
     hot: Vec<u8>,
     cold: Vec<u8>,
-    funcs: Vec<(Str, Mangled)>,
+    funcs: Vec<(Name, Mangled)>,
+    /// Names not stored (see [`Name::Demangled`]) so far.
+    demangled: u32,
     files: Vec<[Str; 2]>,
 }
 
@@ -341,7 +353,12 @@ impl Strings {
                 Mangled::Hash(hash) => (HASH_IN_RECORD, hash.to_le_bytes()),
                 Mangled::HashText(s) => (0, pair(s, DERIVED)),
             };
-            funcs.extend(pair(name, flag));
+            match name {
+                Name::Stored(name) => funcs.extend(pair(name, flag)),
+                Name::Demangled(slot) => {
+                    funcs.extend((u64::from(DEMANGLED) << 32 | u64::from(slot)).to_le_bytes())
+                }
+            }
             funcs.extend(second);
         }
         let files: Vec<u8> = self
@@ -461,7 +478,6 @@ impl Writer {
         if let Some(&id) = self.func_ids.get(&f) {
             return id;
         }
-        let name = self.strings.intern(&func.name, false);
         let mangled = match func.mangled.as_deref() {
             None => Mangled::None,
             // Mangling the name again gives this one: its hash is enough.
@@ -474,6 +490,17 @@ impl Writer {
                 }
                 None => Mangled::Whole(self.strings.intern(m, true)),
             },
+        };
+        // A name that demangling the mangled one gives back (C++, Rust v0)
+        // is not stored: readers demangle it (see `names::DEMANGLED`).
+        let name = match (func.mangled.as_deref(), mangled) {
+            (Some(m), Mangled::Whole(_))
+                if demangle::demangle(m).as_deref() == Some(func.name.as_str()) =>
+            {
+                self.strings.demangled += 1;
+                Name::Demangled(self.strings.demangled - 1)
+            }
+            _ => Name::Stored(self.strings.intern(&func.name, false)),
         };
         let id = to_u32(self.strings.funcs.len());
         self.strings.funcs.push((name, mangled));

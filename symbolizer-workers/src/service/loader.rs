@@ -408,7 +408,7 @@ mod tests {
         let mut frames = Vec::new();
         let symbols = loaded.ksym();
         symbols.lookup(0x1010, &mut frames);
-        assert_eq!(frames[0].function(), Some("main"));
+        assert_eq!(frames[0].function().as_deref(), Some("main"));
 
         let stored = objects.get(&key).await.unwrap().unwrap();
         let stored = zstd::decode_all(&stored[..]).unwrap();

@@ -29,6 +29,7 @@
 mod expiring;
 mod loader;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,7 +130,7 @@ pub fn resolve_chains(ksym: &Ksym<'_>, addrs: &[u64]) -> Vec<Vec<ResolvedFrame>>
             .iter()
             .rev()
             .map(|f| ResolvedFrame {
-                function: f.function().map(str::to_owned),
+                function: f.function().map(Cow::into_owned),
                 file: f.path(),
                 line: f.line,
             })
