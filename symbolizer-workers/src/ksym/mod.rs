@@ -46,9 +46,14 @@
 //!                          its hash gives back, the hash as a u64 in
 //!                          place of the mangled string, and bit 31 of
 //!                          the name's length set (or, for a hash not in
-//!                          lower-case hex, the hash as text, and bit 31
-//!                          of the mangled string's length set, as
-//!                          version 3 kept every hash)
+//!                          lower-case hex or followed by a `.llvm.`
+//!                          suffix, the hash and suffix as text, and bit
+//!                          31 of the mangled string's length set, as
+//!                          version 3 kept every hash); for a name that
+//!                          demangling the mangled one gives back, a
+//!                          slot number in place of the name's offset,
+//!                          and bit 30 of its length set (see
+//!                          `names::DEMANGLED`)
 //! files    16 B            dir string | name string
 //! blob     bytes           UTF-8: function and file names first, then
 //!                          mangled names and directories
