@@ -231,6 +231,25 @@ fn batches_answer_as_single_lookups() {
 /// A Rust legacy mangled name is kept as its hash when mangling its
 /// demangled name gives it back, and read back whole; other names are kept
 /// as they are.
+/// `functions` encoded with a range each, 0x80 bytes at 0x1000 + 0x100 × its
+/// index, without lines.
+fn encode_functions(functions: Vec<Function>) -> Vec<u8> {
+    let ranges = (0..functions.len() as u64)
+        .map(|i| Range {
+            start: 0x1000 + 0x100 * i,
+            end: 0x1080 + 0x100 * i,
+            function: i as u32,
+            lines: vec![],
+            inlines: vec![],
+        })
+        .collect();
+    ksym::encode(&SymbolTable {
+        functions,
+        files: vec![],
+        ranges,
+    })
+}
+
 #[test]
 fn rust_legacy_names_are_kept_as_their_hash() {
     let rust = "_ZN70_$LT$alloc..vec..Vec$LT$T$C$A$GT$$u20$as$u20$core..ops..drop..Drop$GT$4drop17h8f3c2a1b0d9e7f65E";
@@ -251,20 +270,7 @@ fn rust_legacy_names_are_kept_as_their_hash() {
             mangled: Some(thin_lto.into()),
         },
     ];
-    let ranges = (0..3)
-        .map(|i| Range {
-            start: 0x1000 + 0x100 * i,
-            end: 0x1080 + 0x100 * i,
-            function: i as u32,
-            lines: vec![],
-            inlines: vec![],
-        })
-        .collect();
-    let bytes = ksym::encode(&SymbolTable {
-        functions,
-        files: vec![],
-        ranges,
-    });
+    let bytes = encode_functions(functions);
     let contains = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
     // The hash is kept as its 8 bytes, in the function's record.
     assert!(!contains(rust.as_bytes()) && !contains(b"8f3c2a1b0d9e7f65"));
@@ -355,20 +361,7 @@ fn names_that_demangling_gives_back_are_not_stored() {
             mangled: Some("_ZN2ns1gEi".into()),
         },
     ];
-    let ranges = (0..2)
-        .map(|i| Range {
-            start: 0x1000 + 0x100 * i,
-            end: 0x1080 + 0x100 * i,
-            function: i as u32,
-            lines: vec![],
-            inlines: vec![],
-        })
-        .collect();
-    let bytes = ksym::encode(&SymbolTable {
-        functions,
-        files: vec![],
-        ranges,
-    });
+    let bytes = encode_functions(functions);
     let contains = |s: &[u8]| bytes.windows(s.len()).any(|w| w == s);
     assert!(!contains(b"push_back(int const&)"));
     assert!(contains(b"_ZNSt6vectorIiSaIiEE9push_backERKi"));
