@@ -6,7 +6,7 @@ use super::layout::FULL_RANGE_LEN;
 
 /// A range record of `N` bytes: [`FULL_RANGE_LEN`] for `Records::Full`,
 /// `COMPACT_RANGE_LEN` for `Records::Compact`.
-/// Lookups read records with `N` a constant (see `Ksym::with_layout`), so
+/// Lookups read records with `N` a constant (see `read::with_layout!`), so
 /// where each field lies is a constant too.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct RangeRecord<'r, const N: usize>(pub(super) &'r [u8; N]);
