@@ -18,7 +18,7 @@ impl<const N: usize> RangeRecord<'_, N> {
     #[inline(always)]
     pub(super) fn start(self) -> u64 {
         match Self::FULL {
-            true => u64::from_le_bytes(*self.0.first_chunk::<8>().expect("32-byte record")),
+            true => u64::from(field(self.0, 0)) | u64::from(field(self.0, 4)) << 32,
             false => u64::from(field(self.0, 0)),
         }
     }

@@ -453,17 +453,16 @@ impl Writer {
         }
         let body = to_u32(out.bodies.len());
         let format = write_body(&rows, &chain, &nodes, out.layout.widths, &mut out.bodies).pack();
-        let fields = match out.layout.records {
+        let fields: &[u32] = match out.layout.records {
             Records::Compact => {
                 out.records.extend((range.start as u32).to_le_bytes());
                 let [rows, chains] = counts.map(|c| c.min(MAX_COMPACT_COUNT) as u32);
-                let counts = rows | chains << 16;
-                [len, function, body, format, counts].to_vec()
+                &[len, function, body, format, rows | chains << 16]
             }
             Records::Full => {
                 out.records.extend(range.start.to_le_bytes());
                 let [rows, chains] = counts.map(to_u32);
-                [len, function, body, rows, chains, format].to_vec()
+                &[len, function, body, rows, chains, format]
             }
         };
         out.records
@@ -497,8 +496,9 @@ impl Writer {
             (Some(m), Mangled::Whole(_))
                 if demangle::demangle(m).as_deref() == Some(func.name.as_str()) =>
             {
+                let slot = self.strings.demangled;
                 self.strings.demangled += 1;
-                Name::Demangled(self.strings.demangled - 1)
+                Name::Demangled(slot)
             }
             _ => Name::Stored(self.strings.intern(&func.name, false)),
         };
