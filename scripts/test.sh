@@ -9,6 +9,22 @@ cd "$(dirname "$0")/.."
 
 tier() { printf '\n== TIER %-22s %s\n' "$1" "$2"; }
 
+# A CI run builds everything once, from nothing: incremental-compilation
+# caches would only cost disk (about 9 GiB for this workspace).
+if [ -n "${CI:-}" ]; then
+  export CARGO_INCREMENTAL=0
+fi
+# A full debug build with tests, the fuzz build and the UI take about
+# 35 GiB; the last CI failure that was not a test was a full disk, so say
+# up front how much room there is.
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+free_gib=$(df -P -BG "$target_dir" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+tier "disk" "${free_gib} GiB free for $target_dir (a build from nothing needs about 35 GiB)"
+if [ "$free_gib" -lt 35 ]; then
+  echo "test.sh: warning: only ${free_gib} GiB free under $target_dir; the build may fail with 'No space left on device'" >&2
+fi
+
 scripts/setup.sh
 
 tier "format" "RUN (cargo fmt --check)"
