@@ -2,6 +2,7 @@
 //! loader keeps it.
 
 use super::names::Demangled;
+use super::packed::Blocks;
 use super::{Ksym, KsymError};
 
 /// Ksym bytes whose strings were checked whole once, when they were
@@ -17,6 +18,8 @@ pub struct KsymFile {
     text_checked: bool,
     /// The names the file keeps only as mangled ones, demangled once.
     demangled: Demangled,
+    /// The blocks of mangled names, decompressed once.
+    blocks: Blocks,
 }
 
 impl KsymFile {
@@ -28,10 +31,17 @@ impl KsymFile {
         let mut ksym = Ksym::open(&bytes)?;
         let text_checked = ksym.names.check_text();
         let demangled = Demangled::for_names(&ksym.names);
+        let blocks = ksym
+            .names
+            .packed
+            .as_ref()
+            .map(Blocks::for_packed)
+            .unwrap_or_default();
         Ok(KsymFile {
             bytes,
             text_checked,
             demangled,
+            blocks,
         })
     }
 
@@ -44,6 +54,7 @@ impl KsymFile {
             unsafe { ksym.names.assume_text_checked() };
         }
         ksym.names.demangled = Some(&self.demangled);
+        ksym.names.blocks = Some(&self.blocks);
         ksym
     }
 

@@ -2,13 +2,15 @@
 
 pub use super::header::MAGIC;
 /// Bumped whenever the meaning of any byte changes.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// The earliest version read as it is. A version 2 file is a version 3
 /// file whose bodies all refer to the shared nodes section (see
 /// [`Format::node`]); a version 3 file is a version 4 file of
 /// [`Widths::Wide`] whose function records keep no hash in place of a
 /// mangled name (see `names`); a version 4 file is a version 5 file of
-/// [`Records::Full`]. Version 1 is [upgraded](super::upgrade).
+/// [`Records::Full`]; a version 5 file is a version 6 file whose mangled
+/// names are in the blob, uncompressed (see [`MANGLED`]). Version 1 is
+/// [upgraded](super::upgrade).
 pub const READS_FROM: u32 = 2;
 
 /// Sections, in header order.
@@ -19,16 +21,24 @@ pub const FUNCS: usize = 3;
 pub const FILES: usize = 4;
 pub const BLOB: usize = 5;
 pub const PAGES: usize = 6;
-pub const SECTIONS: usize = 7;
+/// Version 6 on: mangled names, compressed in blocks (see
+/// `names::packed`); before, they were in the blob.
+pub const MANGLED: usize = 7;
+pub const SECTIONS: usize = 8;
 
-/// The sections of a file of `records`, in header order: names and
-/// record sizes in bytes.
-pub(super) const fn section_table(records: Records) -> super::header::Sections<SECTIONS> {
+/// The sections of a file of `version` and `records`, in header order:
+/// names and record sizes in bytes (versions 2 to 5 have no
+/// [`MANGLED`] section).
+pub(super) const fn section_table(
+    version: u32,
+    records: Records,
+) -> super::header::Sections<SECTIONS> {
     super::header::Sections {
         names: [
-            "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
+            "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages", "mangled",
         ],
-        record: [records.len(), 1, 16, 16, 16, 1, 4],
+        record: [records.len(), 1, 16, 16, 16, 1, 4, 1],
+        in_header: if version < 6 { MANGLED } else { SECTIONS },
     }
 }
 

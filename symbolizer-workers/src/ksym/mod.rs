@@ -139,6 +139,7 @@ mod frame;
 mod header;
 mod layout;
 mod names;
+mod packed;
 mod pages;
 mod ranges;
 mod read;

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use super::fields::u32_at;
+use super::packed::{Blocks, Packed};
 use super::{KsymError, rust_legacy};
 
 /// Bytes of a function or file record.
@@ -51,6 +52,13 @@ pub(super) struct Names<'a> {
     pub(super) funcs: &'a [u8],
     pub(super) files: &'a [u8],
     pub(super) blob: &'a [u8],
+    /// Where mangled names are (version 6 on): compressed, apart from
+    /// the blob; `None` when they are in the blob (versions 2 to 5).
+    pub(super) packed: Option<Packed<'a>>,
+    /// Where the blocks of [`packed`](Self::packed) are kept once
+    /// decompressed; without it, a block is decompressed each time a
+    /// name in it is read.
+    pub(super) blocks: Option<&'a Blocks>,
     /// Whether [`check_text`](Self::check_text) found the blob UTF-8 and
     /// every string record within it, starting and ending on character
     /// boundaries: strings are then sliced without being checked again.
@@ -91,8 +99,9 @@ impl<'a> Names<'a> {
         funcs: &'a [u8],
         files: &'a [u8],
         blob: &'a [u8],
+        packed: Option<Packed<'a>>,
     ) -> Result<Names<'a>, KsymError> {
-        let mut names = Names::new(funcs, files, blob);
+        let mut names = Names::new(funcs, files, blob, packed);
         names.check_records()?;
         if blob.len() <= CHECK_BLOB_AT_OPEN {
             names.check_text();
@@ -104,11 +113,18 @@ impl<'a> Names<'a> {
     /// blob reads as unknown. A small blob (with few records) is checked
     /// whole as with [`open`](Self::open), where that costs little,
     /// for the fast path of [`string`](Self::string).
-    pub(super) fn new(funcs: &'a [u8], files: &'a [u8], blob: &'a [u8]) -> Names<'a> {
+    pub(super) fn new(
+        funcs: &'a [u8],
+        files: &'a [u8],
+        blob: &'a [u8],
+        packed: Option<Packed<'a>>,
+    ) -> Names<'a> {
         let mut names = Names {
             funcs,
             files,
             blob,
+            packed,
+            blocks: None,
             text_checked: false,
             demangled: None,
         };
@@ -161,6 +177,7 @@ impl<'a> Names<'a> {
                 at,
                 // A function's mangled name may be none.
                 none_ok: at % RECORD == 8,
+                packed: at % RECORD == 8 && self.packed.is_some(),
             })
         });
         let files = (0..self.files()).flat_map(move |index| {
@@ -170,6 +187,7 @@ impl<'a> Names<'a> {
                 records: self.files,
                 at,
                 none_ok: false,
+                packed: false,
             })
         });
         funcs.chain(files)
@@ -189,10 +207,21 @@ impl<'a> Names<'a> {
     /// [`Names::new`] leaves to lookups.
     pub(super) fn verify(&self) -> Result<(), KsymError> {
         self.check_records()?;
-        for field in self.string_fields() {
-            if u32_at(field.records, field.at) != NONE
-                && self.string(field.records, field.at).is_none()
-            {
+        if let Some(packed) = &self.packed {
+            packed.verify()?;
+        }
+        // Each block decompressed once, for the names in it.
+        let blocks = self.packed.as_ref().map(Blocks::for_packed);
+        let names = Names {
+            blocks: blocks.as_ref(),
+            ..*self
+        };
+        for field in names.string_fields() {
+            let read = match field.packed {
+                true => names.packed_string(field.records, field.at).is_some(),
+                false => names.string(field.records, field.at).is_some(),
+            };
+            if u32_at(field.records, field.at) != NONE && !read {
                 return Err(KsymError::BadUtf8);
             }
         }
@@ -237,10 +266,10 @@ impl<'a> Names<'a> {
     #[cold]
     #[inline(never)]
     fn demangled_name(&self, record: &[u8; RECORD]) -> Option<Cow<'a, str>> {
-        let mangled = self.string(record, 8)?;
+        let mangled = self.stored_mangled(record)?;
         let demangle = || {
-            crate::extract::demangle::demangle(mangled)
-                .unwrap_or_else(|| mangled.to_owned())
+            crate::extract::demangle::demangle(&mangled)
+                .unwrap_or_else(|| mangled.to_string())
                 .into_boxed_str()
         };
         let slot = u32_at(record, 0) as usize;
@@ -269,12 +298,33 @@ impl<'a> Names<'a> {
                 &format!("{hash:016x}"),
             )));
         }
-        let stored = self.string(record, 8)?;
+        let stored = self.stored_mangled(record)?;
         if u32_at(record, 12) & DERIVED == 0 {
-            return Some(Cow::Borrowed(stored));
+            return Some(stored);
         }
         let name = self.string(record, 0)?;
-        Some(Cow::Owned(rust_legacy::mangle_derived(name, stored)))
+        Some(Cow::Owned(rust_legacy::mangle_derived(name, &stored)))
+    }
+
+    /// The mangled name (or hash text) function `record` keeps, in the
+    /// blob or compressed (version 6 on).
+    fn stored_mangled(&self, record: &[u8]) -> Option<Cow<'a, str>> {
+        match self.packed {
+            None => self.string(record, 8).map(Cow::Borrowed),
+            Some(_) => self.packed_string(record, 8),
+        }
+    }
+
+    /// The compressed string whose (offset, len) is at `at` in `records`
+    /// (the flag bit is not part of the length); `None` for none or when
+    /// the file keeps none compressed.
+    fn packed_string(&self, records: &[u8], at: usize) -> Option<Cow<'a, str>> {
+        let packed = self.packed.as_ref()?;
+        let offset = u32_at(records, at);
+        if offset == NONE {
+            return None;
+        }
+        packed.string(offset, u32_at(records, at + 4) & !LEN_FLAG, self.blocks)
     }
 
     /// Where the string whose (offset, len) is at `at` in `records` lies
@@ -302,7 +352,8 @@ impl<'a> Names<'a> {
             // string field of `funcs` and `files` (the only records
             // passed here, one record of them, at a string field: never
             // at a hash, which `mangled` reads apart) to start and end on
-            // a character boundary, so `bytes` is UTF-8. Slicing unchecked spares each lookup two reads
+            // a character boundary, so `bytes` is UTF-8 (a mangled name
+            // kept compressed is read by `packed_string`, never here). Slicing unchecked spares each lookup two reads
             // into the blob per string (its boundary bytes): cache misses
             // for strings the caller may never read (a mangled name, a
             // directory).
@@ -317,6 +368,7 @@ impl<'a> Names<'a> {
     /// after another, so it costs little next to the UTF-8 check.
     fn strings_on_char_boundaries(&self, text: &str) -> bool {
         self.string_fields()
+            .filter(|field| !field.packed)
             .all(|field| match Self::span(field.records, field.at) {
                 Some((off, end)) => text.is_char_boundary(off) && text.is_char_boundary(end),
                 None => u32_at(field.records, field.at) == NONE,
@@ -328,7 +380,11 @@ impl<'a> Names<'a> {
         if u32_at(field.records, field.at) == NONE && field.none_ok {
             return Ok(());
         }
-        match Self::span(field.records, field.at).and_then(|(off, end)| self.blob.get(off..end)) {
+        let within = Self::span(field.records, field.at).filter(|&(off, end)| match field.packed {
+            true => end <= self.packed.map_or(0, |p| p.text_len()),
+            false => self.blob.get(off..end).is_some(),
+        });
+        match within {
             Some(_) => Ok(()),
             None => Err(KsymError::BadIndex {
                 what: field.what,
@@ -347,6 +403,9 @@ struct StringField<'a> {
     at: usize,
     /// Whether it may be none.
     none_ok: bool,
+    /// Whether it is compressed (see [`Names::packed`]) rather than in
+    /// the blob.
+    packed: bool,
 }
 
 /// Starts loading the cache line of `bytes[at]` (of the last byte when

@@ -5,6 +5,7 @@ use super::body::{Body, Offsets, Position};
 use super::fields::{check, field, records, scan_point, u32_at};
 use super::layout::*;
 use super::names::Names;
+use super::packed::Packed;
 use super::pages;
 use super::ranges::{RangeRecord, record};
 use super::{Frame, KsymError};
@@ -136,13 +137,18 @@ impl<'a> Ksym<'a> {
         let (version, flags) = (u32_at(data, 4), u32_at(data, 12));
         let layout = FileLayout::from_flags(version, flags);
         let sized_by = layout.map_or(Records::Full, |l| l.records);
-        let (sections, _) = section_table(sized_by).read(data, |version| match version {
-            READS_FROM..=VERSION => Ok(()),
-            1..READS_FROM => Err(KsymError::Outdated(version)),
-            _ => Err(KsymError::UnsupportedVersion(version)),
-        })?;
+        let (sections, _) =
+            section_table(version, sized_by).read(data, |version| match version {
+                READS_FROM..=VERSION => Ok(()),
+                1..READS_FROM => Err(KsymError::Outdated(version)),
+                _ => Err(KsymError::UnsupportedVersion(version)),
+            })?;
         let layout = layout.ok_or(KsymError::BadHeader)?;
-        let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB]);
+        let packed = match version {
+            6.. => Some(Packed::open(sections[MANGLED])?),
+            _ => None,
+        };
+        let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB], packed);
         let mut k = Ksym {
             ranges: sections[RANGES],
             bodies: sections[BODIES],
@@ -259,8 +265,9 @@ impl<'a> Ksym<'a> {
             self.names.files.len(),
             self.names.blob.len(),
             self.pages.len(),
+            self.names.packed.map_or(0, |p| p.len),
         ];
-        let names = section_table(self.layout.records).names;
+        let names = section_table(VERSION, self.layout.records).names;
         std::array::from_fn(|i| (names[i], lens[i]))
     }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use super::chains;
 use super::layout::*;
 use super::names::{DEMANGLED, DERIVED, HASH_IN_RECORD};
+use super::packed;
 use super::pages;
 use super::rust_legacy;
 use crate::extract::demangle;
@@ -41,9 +42,9 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
     // block at a time: the last body needs bytes after it.
     bodies.extend([0; BODIES_PADDING]);
     let pages = pages::build_over(&bounds, PAGE_LAYOUT);
-    let (funcs, files, blob) = w.strings.finish();
+    let (funcs, files, blob, mangled) = w.strings.finish();
 
-    section_table(layout.records).write(
+    section_table(VERSION, layout.records).write(
         VERSION,
         layout.flags(),
         [
@@ -55,6 +56,7 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
             &files,
             &blob,
             &pages,
+            &mangled,
         ],
     )
 }
@@ -264,14 +266,26 @@ fn to_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
-/// A string as written: in the hot or the cold part of the blob, at an
-/// offset within that part, until [`Strings::finish`] places the cold
-/// part after the hot one.
+/// A string as written: in a part, at an offset within that part, until
+/// [`Strings::finish`] places the parts.
 #[derive(Clone, Copy)]
 struct Str {
-    cold: bool,
+    part: Part,
     offset: u32,
     len: u32,
+}
+
+/// Where a string is written.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Part {
+    /// The start of the blob: what a lookup's caller reads (function and
+    /// file names).
+    Hot,
+    /// The blob after the hot part: directories.
+    Cold,
+    /// The mangled names section, compressed (see [`packed`]): mangled
+    /// names, and the hash text of Rust legacy names.
+    Mangled,
 }
 
 /// A function's name as written.
@@ -297,18 +311,20 @@ enum Mangled {
     HashText(Str),
 }
 
-/// The blob and the records that point into it. Strings a lookup's caller
-/// reads (function and file names) go in the hot part, the others
-/// (mangled names, directories) in the cold part after it, so that the
-/// cache lines a profile's names come from hold no others. Each distinct
-/// string is stored once, where it is first used, unless it begins
-/// another string of its part: then it is read from there (see
-/// [`share_prefixes`]).
+/// The blob, the mangled names section and the records that point into
+/// them. Strings a lookup's caller reads (function and file names) go in
+/// the hot part of the blob, directories in the cold part after it, so
+/// that the cache lines a profile's names come from hold no others;
+/// mangled names go in their own section, compressed. Each distinct
+/// string is stored once, unless it begins another string of its part:
+/// then it is read from there (see [`share_prefixes`]).
 #[derive(Default)]
 struct Strings {
-    interned: HashMap<String, Str>,
+    /// Per part, its strings so far.
+    interned: [HashMap<String, Str>; 3],
     hot: Vec<u8>,
     cold: Vec<u8>,
+    mangled: Vec<u8>,
     funcs: Vec<(Name, Mangled)>,
     /// Names not stored (see [`Name::Demangled`]) so far.
     demangled: u32,
@@ -316,32 +332,51 @@ struct Strings {
 }
 
 impl Strings {
-    fn intern(&mut self, s: &str, cold: bool) -> Str {
-        if let Some(&at) = self.interned.get(s) {
+    /// `s` in `part` (where readers look for it: the same text may be in
+    /// two parts, as a C function's name that is its own mangled name).
+    fn intern(&mut self, s: &str, part: Part) -> Str {
+        if let Some(&at) = self.interned[part as usize].get(s) {
             return at;
         }
-        let part = if cold { &mut self.cold } else { &mut self.hot };
+        let bytes = match part {
+            Part::Hot => &mut self.hot,
+            Part::Cold => &mut self.cold,
+            Part::Mangled => &mut self.mangled,
+        };
         let at = Str {
-            cold,
-            offset: to_u32(part.len()),
+            part,
+            offset: to_u32(bytes.len()),
             len: to_u32(s.len()),
         };
-        part.extend_from_slice(s.as_bytes());
-        self.interned.insert(s.to_owned(), at);
+        bytes.extend_from_slice(s.as_bytes());
+        self.interned[part as usize].insert(s.to_owned(), at);
         at
     }
 
-    /// The funcs and files sections and the blob.
-    fn finish(self) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
-        let (hot, hot_moves) = share_prefixes(&self.hot, &self.interned, false);
-        let (cold, cold_moves) = share_prefixes(&self.cold, &self.interned, true);
+    /// The funcs and files sections, the blob and the mangled names
+    /// section.
+    fn finish(self) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
+        let (hot, hot_moves) =
+            share_prefixes(&self.hot, &self.interned[Part::Hot as usize], Part::Hot);
+        let (cold, cold_moves) =
+            share_prefixes(&self.cold, &self.interned[Part::Cold as usize], Part::Cold);
+        let (mangled, mangled_moves) = share_prefixes(
+            &self.mangled,
+            &self.interned[Part::Mangled as usize],
+            Part::Mangled,
+        );
+        let mut starts: Vec<u32> = mangled_moves.values().copied().collect();
+        starts.sort_unstable();
+        starts.dedup();
+        let mangled = packed::pack(&mangled, starts.into_iter().map(|s| s as usize));
         let hot_len = to_u32(hot.len());
         // A string's (offset, len) pair, the cold part placed after the
         // hot one; the length's top bit left for `flag`.
         let pair = |s: Str, flag: u32| {
-            let offset = match s.cold {
-                true => hot_len.saturating_add(cold_moves[&key(s)]),
-                false => hot_moves[&key(s)],
+            let offset = match s.part {
+                Part::Hot => hot_moves[&key(s)],
+                Part::Cold => hot_len.saturating_add(cold_moves[&key(s)]),
+                Part::Mangled => mangled_moves[&key(s)],
             };
             (u64::from(s.len | flag) << 32 | u64::from(offset)).to_le_bytes()
         };
@@ -369,28 +404,26 @@ impl Strings {
             .collect();
         let mut blob = hot;
         blob.extend_from_slice(&cold);
-        (funcs, files, blob)
+        (funcs, files, blob, mangled)
     }
 }
 
-/// One part of the blob (`cold` says which) without the strings that
-/// begin another of its strings, each of which is read from the start of
-/// the longest string it begins instead (`foo::bar` from
+/// The strings of `which` part (`bytes`, whose strings are `interned`) without those that begin
+/// another of its strings, each of which is read from the start of the
+/// longest string it begins instead (`foo::bar` from
 /// `foo::bar::{{closure}}`: 6% of a large Rust program's names). Returns
 /// the part and where each string of `part`, by (offset, len), moved to
 /// (an empty string may share its offset with the next string). A string
 /// and its host are both valid UTF-8, so the host has a character
-/// boundary where the string ends.
+/// boundary where the string ends. The strings stay in the order they
+/// were first used, but for mangled names, which are sorted: what
+/// compresses them best (neighbours share their prefixes).
 fn share_prefixes(
-    part: &[u8],
+    bytes: &[u8],
     interned: &HashMap<String, Str>,
-    cold: bool,
+    which: Part,
 ) -> (Vec<u8>, HashMap<(u32, u32), u32>) {
-    let mut strings: Vec<(&str, Str)> = interned
-        .iter()
-        .filter(|(_, at)| at.cold == cold)
-        .map(|(s, &at)| (s.as_str(), at))
-        .collect();
+    let mut strings: Vec<(&str, Str)> = interned.iter().map(|(s, &at)| (s.as_str(), at)).collect();
     // In sorted order a string that begins others is followed by one of
     // them, so the longest string each begins is found from the end.
     strings.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -400,10 +433,13 @@ fn share_prefixes(
             host[i] = host[i + 1];
         }
     }
-    // The strings that stay, in the order they were first used.
+    // The strings that stay, in the order they were first used (sorted
+    // already, for mangled names).
     let mut kept: Vec<usize> = (0..strings.len()).filter(|&i| host[i] == i).collect();
-    kept.sort_unstable_by_key(|&i| strings[i].1.offset);
-    let mut out = Vec::with_capacity(part.len());
+    if which != Part::Mangled {
+        kept.sort_unstable_by_key(|&i| strings[i].1.offset);
+    }
+    let mut out = Vec::with_capacity(bytes.len());
     let mut moved = HashMap::with_capacity(strings.len());
     for &i in &kept {
         moved.insert(key(strings[i].1), to_u32(out.len()));
@@ -484,10 +520,14 @@ impl Writer {
                 Some((hash, "")) if let Some(value) = rust_legacy::hash_value(hash) => {
                     Mangled::Hash(value)
                 }
-                Some((hash, suffix)) => {
-                    Mangled::HashText(self.strings.intern(&format!("{hash}{suffix}"), true))
-                }
-                None => Mangled::Whole(self.strings.intern(m, true)),
+                Some((hash, suffix)) => Mangled::HashText(
+                    self.strings
+                        .intern(&format!("{hash}{suffix}"), Part::Mangled),
+                ),
+                // Longer than a compressed block may be: not kept (none
+                // seen comes near).
+                None if m.len() > packed::MAX_STRING => Mangled::None,
+                None => Mangled::Whole(self.strings.intern(m, Part::Mangled)),
             },
         };
         // A name that demangling the mangled one gives back (C++, Rust v0)
@@ -500,7 +540,7 @@ impl Writer {
                 self.strings.demangled += 1;
                 Name::Demangled(slot)
             }
-            _ => Name::Stored(self.strings.intern(&func.name, false)),
+            _ => Name::Stored(self.strings.intern(&func.name, Part::Hot)),
         };
         let id = to_u32(self.strings.funcs.len());
         self.strings.funcs.push((name, mangled));
@@ -515,8 +555,8 @@ impl Writer {
         if let Some(&id) = self.file_ids.get(&f) {
             return id;
         }
-        let dir = self.strings.intern(&file.dir, true);
-        let name = self.strings.intern(&file.name, false);
+        let dir = self.strings.intern(&file.dir, Part::Cold);
+        let name = self.strings.intern(&file.name, Part::Hot);
         let id = to_u32(self.strings.files.len());
         self.strings.files.push([dir, name]);
         self.file_ids.insert(f, id);

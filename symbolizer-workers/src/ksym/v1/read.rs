@@ -33,7 +33,7 @@ impl<'a> Ksym<'a> {
             VERSION => Ok(()),
             _ => Err(KsymError::UnsupportedVersion(version)),
         })?;
-        let names = Names::open(sections[FUNCS], sections[FILES], sections[BLOB])?;
+        let names = Names::open(sections[FUNCS], sections[FILES], sections[BLOB], None)?;
         let k = Ksym {
             starts: sections[STARTS],
             ranges: sections[RANGES],
