@@ -1,8 +1,9 @@
 //! `ksym::upgrade`, `Ksym::open`, `verify` and lookups on arbitrary bytes:
 //! an error or an answer, never a panic, a hang or an out-of-bounds read.
-//! Seeds in `fuzz/seeds/ksym_open` are real ksym files, of versions 5
-//! (compact range records; one of a C++ program, whose names are read by
-//! demangling its mangled ones), 4 (32-byte records; one of each with Rust
+//! Seeds in `fuzz/seeds/ksym_open` are real ksym files, of versions 6
+//! (mangled names compressed in blocks; one of a C++ program, whose names
+//! are read by demangling its mangled ones), 5 (compact range records,
+//! mangled names in the blob), 4 (32-byte records; one of each with Rust
 //! legacy hashes in its function records), 3 and 2 (read as they are:
 //! version 2's bodies refer to shared nodes) and 1 (which the upgrade
 //! reads whole), so mutations reach past the header checks of both

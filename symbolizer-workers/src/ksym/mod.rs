@@ -12,12 +12,13 @@
 //! an answer up to the next line row or chain entry.
 //! [`encode`] writes the same bytes for the same table.
 //!
-//! # Layout (version 5)
+//! # Layout (version 6)
 //!
 //! All integers little-endian; sections start 8-aligned. A string is an
-//! (offset u32, len u32) pair into `blob`, where each distinct string is
-//! stored once (a string that begins another is read from that one's
-//! bytes); "none" is `u32::MAX` ([`NONE`](crate::NONE)).
+//! (offset u32, len u32) pair into `blob`, or for a mangled name into the
+//! text of the `mangled` section, where each distinct string is stored
+//! once (a string that begins another is read from that one's bytes);
+//! "none" is `u32::MAX` ([`NONE`](crate::NONE)).
 //!
 //! ```text
 //! header   "KSYM" | version u32 | header_len u32 | flags u32
@@ -56,10 +57,14 @@
 //!                          `names::DEMANGLED`)
 //! files    16 B            dir string | name string
 //! blob     bytes           UTF-8: function and file names first, then
-//!                          mangled names and directories
+//!                          directories (and before version 6, mangled
+//!                          names)
 //! pages    4 B             page shift u32, then per page of 2^shift bytes
 //!                          from the first range's page: the first range
 //!                          ending after the page start
+//! mangled  bytes           version 6 on: mangled names (and hash texts),
+//!                          sorted, zstd-compressed in blocks of about
+//!                          16 KiB (see `packed`)
 //! ```
 //!
 //! A range's body holds its line rows and its inline chain as columns,
@@ -104,8 +109,10 @@
 //! Rust legacy names as text in the blob, and node functions and file
 //! table entries in 4 bytes: 14% more bytes on a large Rust program.
 //! Version 4 kept every range record in 32 bytes: 4.5% more on a large
-//! Rust program. Version 3 and 4 files are read as they are too (as wide
-//! files, and as files of 32-byte records).
+//! Rust program. Version 5 kept mangled names uncompressed in the blob:
+//! twice the bytes for a C++ program. Version 3, 4 and 5 files are read
+//! as they are too (as wide files, as files of 32-byte records, and with
+//! mangled names in the blob).
 //!
 //! Narrow or wide, and compact or not, are choices per file, not per
 //! range, so that each lookup reads those widths and that record size as
