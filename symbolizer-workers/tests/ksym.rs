@@ -405,6 +405,9 @@ fn names_that_demangling_gives_back_are_not_stored() {
     let file = kiln_symbolizer_workers::KsymFile::new(bytes.clone()).unwrap();
     expect(&file.ksym(), false);
     expect(&file.ksym(), false);
+    // The mangled names' text, once decompressed, is counted.
+    let text = "_ZNSt6vectorIiSaIiEE9push_backERKi_ZN2ns1gEi".len();
+    assert_eq!(file.memory(), bytes.len() + text);
 }
 
 /// Every mangled name of this test program (Rust, legacy mangling) reads

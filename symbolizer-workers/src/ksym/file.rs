@@ -62,4 +62,17 @@ impl KsymFile {
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
     }
+
+    /// The bytes this file holds, and may come to hold as lookups read
+    /// it: its own, and the text of its mangled names once decompressed
+    /// (at most the `mangled` section's text; a C++ file's is about six
+    /// times the section). The names demangled from them are not counted:
+    /// how long they are is known only once they are made.
+    pub fn memory(&self) -> usize {
+        let text = Ksym::open(&self.bytes)
+            .ok()
+            .and_then(|k| k.names.packed)
+            .map_or(0, |p| p.text_len());
+        self.bytes.len().saturating_add(text)
+    }
 }

@@ -29,13 +29,15 @@ const MISSING_CAPACITY: usize = 1 << 16;
 
 type Key = (String, FileId);
 
-/// Weighs cached files by their bytes, so the bound is on memory.
+/// Weighs cached files by the memory they hold, or may come to hold as
+/// their mangled names are decompressed (see [`KsymFile::memory`]), so
+/// the bound is on memory.
 #[derive(Debug, Clone, Copy)]
 struct ByBytes;
 
 impl quick_cache::Weighter<Key, Arc<KsymFile>> for ByBytes {
     fn weight(&self, _: &Key, file: &Arc<KsymFile>) -> u64 {
-        file.bytes().len().max(1) as u64
+        file.memory().max(1) as u64
     }
 }
 
