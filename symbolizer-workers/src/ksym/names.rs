@@ -1,5 +1,6 @@
-//! The function and file records of a ksym file and the string blob they
-//! point into: what turns a lookup's indexes into names.
+//! The function and file records of a ksym file and the strings they
+//! point into (the blob, and from version 6 on the compressed mangled
+//! names of `packed`): what turns a lookup's indexes into names.
 //!
 //! A function record is (name, mangled name) and a file record is
 //! (directory, file name), each string an (offset, length) pair of `u32`
