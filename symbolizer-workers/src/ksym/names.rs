@@ -208,11 +208,11 @@ impl<'a> Names<'a> {
     /// [`Names::new`] leaves to lookups.
     pub(super) fn verify(&self) -> Result<(), KsymError> {
         self.check_records()?;
-        if let Some(packed) = &self.packed {
-            packed.verify()?;
-        }
-        // Each block decompressed once, for the names in it.
+        // Each block decompressed once, checked, then read for its names.
         let blocks = self.packed.as_ref().map(Blocks::for_packed);
+        if let (Some(packed), Some(blocks)) = (&self.packed, &blocks) {
+            packed.verify(blocks)?;
+        }
         let names = Names {
             blocks: blocks.as_ref(),
             ..*self

@@ -153,9 +153,14 @@ impl<'a> Packed<'a> {
         }
     }
 
-    /// Checks every block decompresses to the text its table says.
-    pub(super) fn verify(&self) -> Result<(), KsymError> {
-        match (0..self.blocks()).all(|i| self.decompress(i).is_some()) {
+    /// Checks every block decompresses to the text its table says,
+    /// keeping each in `cache` for the names read next.
+    pub(super) fn verify(&self, cache: &Blocks) -> Result<(), KsymError> {
+        let decompressed = |i: usize| match cache.slots.get(i) {
+            Some(slot) => slot.get_or_init(|| self.decompress(i)).is_some(),
+            None => self.decompress(i).is_some(),
+        };
+        match (0..self.blocks()).all(decompressed) {
             true => Ok(()),
             false => Err(KsymError::SectionOutOfBounds { section: "mangled" }),
         }
@@ -242,8 +247,8 @@ mod tests {
             text.len()
         );
         assert_eq!(packed.text_len(), text.len());
-        packed.verify().unwrap();
         let cache = Blocks::for_packed(&packed);
+        packed.verify(&cache).unwrap();
         for (s, &at) in strings.iter().zip(&starts) {
             let (at, len) = (at as u32, s.len() as u32);
             assert_eq!(packed.string(at, len, None).as_deref(), Some(s.as_str()));
@@ -271,7 +276,7 @@ mod tests {
         section[4..8].copy_from_slice(&11u32.to_le_bytes());
         let packed = Packed::open(&section).unwrap();
         assert_eq!(packed.string(5, 5, None), None);
-        assert!(packed.verify().is_err());
+        assert!(packed.verify(&Blocks::for_packed(&packed)).is_err());
         // A block count the section cannot hold.
         section[..4].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Packed::open(&section).is_err());
