@@ -1,12 +1,14 @@
 //! The running library: CUPTI's callbacks, the queue to the aggregator
-//! thread, the ticker that flushes and snapshots, PC sampling's duty
-//! cycle, and the exit handshake.
+//! thread, the ticker that flushes and snapshots, PC sampling's watchdog,
+//! and the exit handshake.
 //!
 //! CUDA threads only ever do a `try_send` on a bounded queue (a full queue
 //! drops the event and counts it), read a timestamp and call the launch
-//! marker: nothing they do can block on Kiln. All state lives in one
-//! process-wide [`Runtime`], because CUPTI's buffer callbacks carry no
-//! user data.
+//! marker; with PC sampling on, they also read PCs from CUPTI now and then
+//! at the exit of a launch, never waiting for another thread to do so
+//! (see [`crate::pcsampling::control`]). Nothing they do can block on
+//! Kiln. All state lives in one process-wide [`Runtime`], because CUPTI's
+//! buffer callbacks carry no user data.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -17,13 +19,15 @@ use std::time::{Duration, Instant};
 
 use crate::aggregate::Limits;
 use crate::cupti::abi::{self, CallbackData, ModuleResourceData, ResourceData};
-use crate::cupti::{ContextHandle, Cupti};
+use crate::cupti::{ContextHandle, Cupti, ErrorLog};
 use crate::join::Launch;
 use crate::log::{Level, log};
-use crate::pcsampling::{DutyCycle, PcSample, PcSamplingBuffers};
+use crate::pcsampling::PcSample;
+use crate::pcsampling::control::{DrainPolicy, PcOutput, PcSampler, PcSamplingSettings};
 use crate::pipeline::{Pipeline, ProducerCounts};
 use crate::socket::{DEFAULT_SOCKET_PATH, SnapshotSender};
 use crate::timeline::TimelineWriter;
+use crate::watchdog::{Watchdog, WatchedCall};
 use crate::wire::{Snapshot, StallReasonName};
 
 /// What the library does, from the environment ([`Config::from_env`]).
@@ -38,7 +42,7 @@ pub struct Config {
     /// Timeline size cap (`KILN_CUDA_TIMELINE_MAX_MB`, default 1024).
     pub timeline_max_bytes: u64,
     /// PC sampling (`KILN_CUDA_PC_SAMPLING=1`), off by default.
-    pub pc_sampling: Option<PcSamplingConfig>,
+    pub pc_sampling: Option<PcSamplingSettings>,
     /// Aggregation table sizes.
     pub limits: Limits,
     /// Events the queue to the aggregator holds.
@@ -52,18 +56,6 @@ pub struct Config {
     /// Register an `atexit` handler that flushes and sends the last
     /// snapshot (off in tests, which call [`shutdown`]).
     pub flush_at_exit: bool,
-}
-
-/// PC sampling settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PcSamplingConfig {
-    /// On/off times (`KILN_CUDA_PC_SAMPLING_ON_MS`, `…_OFF_MS`).
-    pub duty: DutyCycle,
-    /// Sampling period exponent, 2^n cycles (`KILN_CUDA_PC_SAMPLING_PERIOD`,
-    /// 5..=31); CUPTI's default when unset.
-    pub period: Option<u32>,
-    /// PCs read per `cuptiPCSamplingGetData` call.
-    pub max_pcs: usize,
 }
 
 impl Default for Config {
@@ -108,18 +100,23 @@ impl Config {
             config.timeline_max_bytes = mb << 20;
         }
         if var("KILN_CUDA_PC_SAMPLING").is_some_and(|v| matches!(v.trim(), "1" | "true" | "on")) {
-            let default = DutyCycle::default();
-            config.pc_sampling = Some(PcSamplingConfig {
-                duty: DutyCycle {
-                    on: number("KILN_CUDA_PC_SAMPLING_ON_MS")
-                        .map_or(default.on, Duration::from_millis),
-                    off: number("KILN_CUDA_PC_SAMPLING_OFF_MS")
-                        .map_or(default.off, Duration::from_millis),
-                },
+            let default = PcSamplingSettings::default();
+            let millis = |name, default: Duration| {
+                number(name)
+                    .filter(|ms| *ms > 0)
+                    .map_or(default, Duration::from_millis)
+            };
+            config.pc_sampling = Some(PcSamplingSettings {
                 period: number("KILN_CUDA_PC_SAMPLING_PERIOD")
                     .and_then(|p| u32::try_from(p).ok())
-                    .filter(|p| (5..=31).contains(p)),
-                max_pcs: 10_000,
+                    .filter(|p| (5..=31).contains(p))
+                    .or(default.period),
+                drain: DrainPolicy {
+                    interval: millis("KILN_CUDA_PC_SAMPLING_DRAIN_MS", default.drain.interval),
+                    ..default.drain
+                },
+                call_bound: millis("KILN_CUDA_PC_SAMPLING_CALL_BOUND_MS", default.call_bound),
+                ..default
             });
         }
         config
@@ -217,11 +214,6 @@ impl BufferPool {
     }
 }
 
-struct PcContext {
-    ctx: ContextHandle,
-    buffers: PcSamplingBuffers,
-}
-
 #[derive(Default)]
 struct Counts {
     launches: AtomicU64,
@@ -231,12 +223,17 @@ struct Counts {
 }
 
 impl Counts {
-    fn producer(&self) -> ProducerCounts {
+    fn producer(&self, errors: &ErrorLog, pc: Option<&PcSampler>) -> ProducerCounts {
+        let pc = pc.map(PcSampler::counts).unwrap_or_default();
         ProducerCounts {
             launches: self.launches.load(Ordering::Relaxed),
             events_dropped: self.events_dropped.load(Ordering::Relaxed),
             buffers_refused: self.buffers_refused.load(Ordering::Relaxed),
             snapshots_dropped: self.snapshots_dropped.load(Ordering::Relaxed),
+            pc_drains: pc.drains,
+            pc_drains_skipped: pc.drains_skipped,
+            cupti_errors: errors.count(),
+            pc_sampling_watchdog_trips: pc.watchdog_trips,
         }
     }
 }
@@ -248,7 +245,8 @@ pub struct Runtime {
     events: SyncSender<Event>,
     counts: Counts,
     pool: BufferPool,
-    pc_contexts: Mutex<Vec<PcContext>>,
+    errors: Arc<ErrorLog>,
+    pc: Option<PcSampler>,
     stopping: AtomicBool,
 }
 
@@ -266,13 +264,18 @@ pub fn start(cupti: Arc<dyn Cupti>, config: Config) -> Result<(), StartError> {
         ),
         None => None,
     };
+    let errors = Arc::new(ErrorLog::default());
+    let pc = config
+        .pc_sampling
+        .map(|settings| PcSampler::new(cupti.clone(), settings, errors.clone()));
     let runtime = Runtime {
         cupti,
         config,
         events: tx,
         counts: Counts::default(),
         pool,
-        pc_contexts: Mutex::new(Vec::new()),
+        errors,
+        pc,
         stopping: AtomicBool::new(false),
     };
     if RUNTIME.set(runtime).is_err() {
@@ -291,8 +294,9 @@ pub fn start(cupti: Arc<dyn Cupti>, config: Config) -> Result<(), StartError> {
         );
     }
     spawn("kiln-cuda-tick", move || tick(rt))?;
-    if let Some(pc) = rt.config.pc_sampling {
-        spawn("kiln-cuda-pcs", move || pc_sampling_cycle(rt, pc.duty))?;
+    if let Some(pc) = &rt.pc {
+        // Only atomics: this thread never calls CUPTI.
+        spawn("kiln-cuda-watch", move || watch(rt, pc.watchdog()))?;
     }
     if rt.config.flush_at_exit {
         // SAFETY: registers a plain extern "C" function.
@@ -304,10 +308,15 @@ pub fn start(cupti: Arc<dyn Cupti>, config: Config) -> Result<(), StartError> {
             "collecting kernels; snapshots every {:?} to {}{}",
             rt.config.snapshot_interval,
             rt.config.socket_path.display(),
-            if rt.config.pc_sampling.is_some() {
-                "; PC sampling on"
-            } else {
-                ""
+            match rt.config.pc_sampling {
+                Some(pc) => format!(
+                    "; PC sampling on (period 2^{} cycles, read every {:?} at launch exits, calls bounded to {:?})",
+                    pc.period
+                        .map_or_else(|| "CUPTI's default".to_owned(), |p| p.to_string()),
+                    pc.drain.interval,
+                    pc.call_bound
+                ),
+                None => String::new(),
             }
         ),
     );
@@ -321,11 +330,12 @@ pub fn shutdown() {
     if rt.stopping.swap(true, Ordering::AcqRel) {
         return;
     }
-    if rt.config.pc_sampling.is_some() {
-        collect_pc_samples(rt, false);
+    if let Some(pc) = &rt.pc {
+        pc.finish(&|output| rt.send(output.into()));
     }
-    if let Err(e) = rt.cupti.flush_all(true) {
-        log(Level::Debug, format_args!("at exit: {e}"));
+    if let Err(e) = rt.flush_all(true) {
+        rt.errors
+            .report(&e, "kernels still in CUPTI's buffers at exit are lost");
     }
     let (ack_tx, ack_rx) = sync_channel(1);
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -379,7 +389,23 @@ impl Runtime {
         }
     }
 
+    /// `cuptiActivityFlushAll`, watched when PC sampling is on.
+    fn flush_all(&self, forced: bool) -> Result<(), crate::cupti::CuptiError> {
+        let _watch = self
+            .pc
+            .as_ref()
+            .map(|pc| pc.watchdog().watch(WatchedCall::ActivityFlushAll));
+        self.cupti.flush_all(forced)
+    }
+
     fn on_launch(&self, data: &CallbackData, cbid: u32) {
+        if data.callback_site == abi::API_EXIT {
+            if let Some(pc) = &self.pc {
+                let ctx = ContextHandle(data.context as usize);
+                pc.on_launch_exit(ctx, &|output| self.send(output.into()));
+            }
+            return;
+        }
         if data.callback_site != abi::API_ENTER {
             return;
         }
@@ -434,98 +460,51 @@ impl Runtime {
                     crc,
                     image: image.to_vec(),
                 });
+                if let Some(pc) = &self.pc {
+                    pc.on_module_loaded(ctx, &|output| self.send(output.into()));
+                }
             }
             abi::resource_cbid::CONTEXT_CREATED => {
-                if let Some(pc) = self.config.pc_sampling {
-                    self.enable_pc_sampling(ctx, pc);
+                if let Some(pc) = &self.pc {
+                    pc.on_context_created(ctx, &|output| self.send(output.into()));
                 }
             }
             abi::resource_cbid::CONTEXT_DESTROY_STARTING => {
-                let removed = self.pc_contexts.lock().ok().and_then(|mut list| {
-                    let at = list.iter().position(|c| c.ctx == ctx)?;
-                    Some(list.swap_remove(at))
-                });
-                if let Some(mut pc) = removed {
-                    let _ = self.cupti.pc_sampling_run(ctx, false);
-                    self.read_pc_samples(&mut pc);
-                    let _ = self.cupti.pc_sampling_disable(ctx);
+                if let Some(pc) = &self.pc {
+                    pc.on_context_destroying(ctx, &|output| self.send(output.into()));
                 }
             }
             _ => {}
         }
     }
+}
 
-    /// CUPTI asks for PC sampling to be enabled in the context-created
-    /// callback, on the thread that created the context.
-    fn enable_pc_sampling(&self, ctx: ContextHandle, pc: PcSamplingConfig) {
-        let setup = || -> Result<PcContext, crate::cupti::CuptiError> {
-            let reasons = self.cupti.pc_sampling_enable(ctx)?;
-            let mut buffers = PcSamplingBuffers::new(pc.max_pcs, reasons.len().max(1));
-            self.cupti
-                .pc_sampling_configure(ctx, &mut buffers, pc.period)?;
-            self.send(Event::StallReasons(reasons));
-            Ok(PcContext { ctx, buffers })
-        };
-        match setup() {
-            Ok(context) => {
-                if let Ok(mut list) = self.pc_contexts.lock() {
-                    list.push(context);
-                }
-            }
-            Err(e) => log(Level::Warn, format_args!("PC sampling stays off: {e}")),
-        }
-    }
-
-    fn read_pc_samples(&self, pc: &mut PcContext) {
-        // Bounded: a context cannot keep this thread reading forever.
-        for _ in 0..64 {
-            if let Err(e) = self.cupti.pc_sampling_get_data(pc.ctx, &mut pc.buffers) {
-                log(Level::Debug, format_args!("{e}"));
-                return;
-            }
-            let mut samples = Vec::new();
-            pc.buffers.read(&mut samples);
-            let data = *pc.buffers.data();
-            self.cupti.pc_sampling_release(&mut pc.buffers);
-            self.send(Event::PcSamples {
-                samples,
-                dropped: data.dropped_samples,
-            });
-            if data.remaining_num_pcs == 0 {
-                return;
-            }
+impl From<PcOutput> for Event {
+    fn from(output: PcOutput) -> Self {
+        match output {
+            PcOutput::StallReasons(reasons) => Event::StallReasons(reasons),
+            PcOutput::Samples { samples, dropped } => Event::PcSamples { samples, dropped },
         }
     }
 }
 
-/// Turns sampling on for every context (`on`) or stops it and reads what
-/// was sampled.
-fn collect_pc_samples(rt: &Runtime, on: bool) {
-    let Ok(mut list) = rt.pc_contexts.lock() else {
-        return;
-    };
-    for pc in list.iter_mut() {
-        if on {
-            let _ = rt.cupti.pc_sampling_run(pc.ctx, true);
-        } else {
-            let _ = rt.cupti.pc_sampling_run(pc.ctx, false);
-            rt.read_pc_samples(pc);
-        }
-    }
-}
-
-fn pc_sampling_cycle(rt: &'static Runtime, duty: DutyCycle) {
+/// The watchdog's thread: looks for a CUPTI call running past its bound
+/// and says so once; the sampler stops calling CUPTI from then on.
+fn watch(rt: &'static Runtime, watchdog: &'static Watchdog) {
     while !rt.stopping.load(Ordering::Acquire) {
-        std::thread::sleep(duty.off);
-        if rt.stopping.load(Ordering::Acquire) {
+        std::thread::sleep(Watchdog::POLL);
+        if let Some(overdue) = watchdog.check() {
+            log(
+                Level::Error,
+                format_args!(
+                    "{} has not returned after {:?} (bound {:?}): PC sampling is off for this process",
+                    overdue.call.name(),
+                    overdue.running_for,
+                    watchdog.bound()
+                ),
+            );
             return;
         }
-        collect_pc_samples(rt, true);
-        std::thread::sleep(duty.on);
-        if rt.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        collect_pc_samples(rt, false);
     }
 }
 
@@ -535,8 +514,9 @@ fn tick(rt: &'static Runtime) {
         if rt.stopping.load(Ordering::Acquire) {
             return;
         }
-        if let Err(e) = rt.cupti.flush_all(false) {
-            log(Level::Debug, format_args!("{e}"));
+        if let Err(e) = rt.flush_all(false) {
+            rt.errors
+                .report(&e, "kernels wait in CUPTI's buffers until a later flush");
         }
         // This thread is Kiln's own: waiting for room is fine.
         if rt.events.send(Event::Tick).is_err() {
@@ -559,7 +539,10 @@ fn aggregate(rt: &'static Runtime, events: Receiver<Event>, timeline: Option<Tim
     while let Ok(event) = events.recv() {
         match event {
             Event::Tick => {
-                let snapshot = pipeline.snapshot(rt.cupti.timestamp_ns(), rt.counts.producer());
+                let snapshot = pipeline.snapshot(
+                    rt.cupti.timestamp_ns(),
+                    rt.counts.producer(&rt.errors, rt.pc.as_ref()),
+                );
                 delivery.deliver(&snapshot);
             }
             Event::Finish(ack) => {
@@ -568,8 +551,10 @@ fn aggregate(rt: &'static Runtime, events: Receiver<Event>, timeline: Option<Tim
                 while let Ok(event) = events.try_recv() {
                     take_in(rt, &mut pipeline, event);
                 }
-                let snapshot =
-                    pipeline.final_snapshot(rt.cupti.timestamp_ns(), rt.counts.producer());
+                let snapshot = pipeline.final_snapshot(
+                    rt.cupti.timestamp_ns(),
+                    rt.counts.producer(&rt.errors, rt.pc.as_ref()),
+                );
                 delivery.deliver(&snapshot);
                 let _ = ack.send(());
                 return;
@@ -742,7 +727,8 @@ mod tests {
                     "KILN_CUDA_TIMELINE" => "/tmp/t.jsonl",
                     "KILN_CUDA_PC_SAMPLING" => "1",
                     "KILN_CUDA_PC_SAMPLING_PERIOD" => "40",
-                    "KILN_CUDA_PC_SAMPLING_ON_MS" => "100",
+                    "KILN_CUDA_PC_SAMPLING_DRAIN_MS" => "100",
+                    "KILN_CUDA_PC_SAMPLING_CALL_BOUND_MS" => "0",
                     _ => return None,
                 }
                 .to_owned(),
@@ -754,8 +740,10 @@ mod tests {
         assert_eq!(c.timeline, Some(PathBuf::from("/tmp/t.jsonl")));
         let pc = c.pc_sampling.unwrap();
         assert_eq!(pc.period, None, "40 is outside 5..=31");
-        assert_eq!(pc.duty.on, Duration::from_millis(100));
-        assert_eq!(pc.duty.off, DutyCycle::default().off);
+        assert_eq!(pc.drain.interval, Duration::from_millis(100));
+        let default = PcSamplingSettings::default();
+        assert_eq!(pc.call_bound, default.call_bound, "a bound of 0 is refused");
+        assert_eq!(pc.drain.pending_pcs, default.drain.pending_pcs);
 
         let c = Config::from_vars(|_| None);
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));

@@ -13,7 +13,7 @@
 //! Environment: `KILN_GPU_SOCKET` (default `/run/kiln/gpu.sock`),
 //! `KILN_CUPTI_PATH`, `KILN_CUDA_SNAPSHOT_MS`, `KILN_CUDA_TIMELINE` (a file
 //! for `kiln export perfetto`), `KILN_CUDA_PC_SAMPLING=1` (with
-//! `…_ON_MS`, `…_OFF_MS`, `…_PERIOD`), `KILN_CUDA_LOG`.
+//! `…_PERIOD`, `…_DRAIN_MS`, `…_CALL_BOUND_MS`), `KILN_CUDA_LOG`.
 //!
 //! The same crate is an rlib for the agent and the CLI:
 //!
@@ -40,6 +40,7 @@ pub mod pipeline;
 pub mod sass;
 pub mod socket;
 pub mod timeline;
+pub mod watchdog;
 pub mod wire;
 
 use std::panic::catch_unwind;

@@ -137,6 +137,10 @@ impl Pipeline {
         counters.events_dropped = producer.events_dropped;
         counters.buffers_refused = producer.buffers_refused;
         counters.snapshots_dropped = producer.snapshots_dropped;
+        counters.pc_drains = producer.pc_drains;
+        counters.pc_drains_skipped = producer.pc_drains_skipped;
+        counters.cupti_errors = producer.cupti_errors;
+        counters.pc_sampling_watchdog_trips = producer.pc_sampling_watchdog_trips;
         let start = self.interval_start_ns;
         self.interval_start_ns = now_ns;
         let names = &mut self.names;
@@ -194,6 +198,14 @@ pub struct ProducerCounts {
     pub buffers_refused: u64,
     /// Snapshots not delivered.
     pub snapshots_dropped: u64,
+    /// PC reads that returned.
+    pub pc_drains: u64,
+    /// PC reads skipped (another thread was reading the context).
+    pub pc_drains_skipped: u64,
+    /// CUPTI calls that failed.
+    pub cupti_errors: u64,
+    /// 1 once the watchdog turned PC sampling off.
+    pub pc_sampling_watchdog_trips: u64,
 }
 
 /// Names are looked up once per address; the cache is bounded by the

@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 /// First bytes of every frame.
 pub const WIRE_MAGIC: [u8; 4] = *b"KGPU";
 /// The payload's layout version.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 /// Largest payload a reader accepts.
 pub const MAX_FRAME_BYTES: u32 = 64 << 20;
 /// Bytes before the payload.
@@ -139,6 +139,19 @@ pub struct Counters {
     pub cubins_dropped: u64,
     /// Snapshots not delivered (agent absent or too slow).
     pub snapshots_dropped: u64,
+    /// `cuptiPCSamplingGetData` calls that returned PCs (on the program's
+    /// own threads, at launch exits, module loads, context teardown, exit).
+    pub pc_drains: u64,
+    /// Drains not done because the context's buffers were all in use or
+    /// another thread was draining it (the samples stay in CUPTI until the
+    /// next one).
+    pub pc_drains_skipped: u64,
+    /// CUPTI calls made by Kiln that failed (each call and code is also
+    /// logged once).
+    pub cupti_errors: u64,
+    /// 1 once the watchdog has turned PC sampling off for this process
+    /// because a CUPTI call made by Kiln took longer than its bound.
+    pub pc_sampling_watchdog_trips: u64,
 }
 
 /// Why a frame could not be read or written.
@@ -273,9 +286,13 @@ mod tests {
         ));
 
         let mut newer = frame.clone();
-        newer[4..8].copy_from_slice(&2u32.to_le_bytes());
+        newer[4..8].copy_from_slice(&(WIRE_VERSION + 1).to_le_bytes());
         let err = Snapshot::read_from(&mut newer.as_slice()).unwrap_err();
-        assert!(err.to_string().contains("version 2"), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("version {}", WIRE_VERSION + 1)),
+            "{err}"
+        );
 
         let mut huge = frame.clone();
         huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());

@@ -7,236 +7,43 @@
 //!
 //! One test per file: the runtime is process-wide.
 
+mod support;
+
 use std::collections::HashMap;
-use std::ffi::{CString, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kiln_cuda::activity::synth;
-use kiln_cuda::cupti::abi::{
-    self, BufferCompletedFunc, BufferRequestedFunc, CallbackData, CallbackFunc, ModuleResourceData,
-    PcSamplingStallReason, ResourceData,
-};
-use kiln_cuda::cupti::{ContextHandle, CuptiError};
-use kiln_cuda::injection::{self, Config, PcSamplingConfig};
-use kiln_cuda::pcsampling::{DutyCycle, PcSamplingBuffers};
-use kiln_cuda::wire::StallReasonName;
-use kiln_cuda::{
-    Cupti, FoldOptions, Snapshot, SnapshotListener, StallReasonTable, WeightUnit, fold_snapshot,
-};
+use kiln_cuda::cupti::abi::{self, ModuleResourceData};
+use kiln_cuda::injection::{self, Config};
+use kiln_cuda::pcsampling::control::{DrainPolicy, PcSamplingSettings};
+use kiln_cuda::{FoldOptions, StallReasonTable, WeightUnit, fold_snapshot};
 use kiln_model::FrameKind;
+use support::{FakeCupti, GetDataFaults, KERNEL_NAME_PTR, SAMPLES_AT_DISABLE, SAMPLES_PER_PC};
 
-const KERNEL_NAME_PTR: u64 = 0xa000;
-
-/// Plays CUPTI: keeps what the library registered and calls it back.
-#[derive(Default)]
-struct ReplayCupti {
-    requested: Mutex<Option<BufferRequestedFunc>>,
-    completed: Mutex<Option<BufferCompletedFunc>>,
-    callback: Mutex<Option<CallbackFunc>>,
-    clock: Mutex<u64>,
-    pc_name: Option<CString>,
-    pc_rounds: Mutex<u32>,
-}
-
-impl ReplayCupti {
-    fn callback(&self) -> CallbackFunc {
-        self.callback.lock().unwrap().expect("subscribed")
-    }
-
-    fn resource(&self, cbid: u32, ctx: usize, descriptor: *mut c_void) {
-        let data = ResourceData {
-            context: ctx as *mut c_void,
-            resource_handle: std::ptr::null_mut(),
-            resource_descriptor: descriptor,
-        };
-        // SAFETY: the library's callback, with the resource domain's data.
-        unsafe {
-            (self.callback())(
-                std::ptr::null_mut(),
-                abi::domain::RESOURCE,
-                cbid,
-                (&raw const data).cast(),
-            )
-        };
-    }
-
-    fn launch(&self, correlation_id: u32, cbid: u32) {
-        let data = CallbackData {
-            callback_site: abi::API_ENTER,
-            _pad0: 0,
-            function_name: c"cuLaunchKernel".as_ptr(),
-            function_params: std::ptr::null(),
-            function_return_value: std::ptr::null_mut(),
-            symbol_name: std::ptr::null(),
-            context: std::ptr::null_mut(),
-            context_uid: 1,
-            _pad1: 0,
-            correlation_data: std::ptr::null_mut(),
-            correlation_id,
-            _pad2: 0,
-        };
-        let callback = self.callback();
-        // SAFETY: the driver-API domain's data.
-        unsafe {
-            callback(
-                std::ptr::null_mut(),
-                abi::domain::DRIVER_API,
-                cbid,
-                (&raw const data).cast(),
-            )
-        };
-        // The exit site is ignored.
-        let exit = CallbackData {
-            callback_site: 1,
-            ..data
-        };
-        unsafe {
-            callback(
-                std::ptr::null_mut(),
-                abi::domain::DRIVER_API,
-                cbid,
-                (&raw const exit).cast(),
-            )
-        };
-    }
-
-    /// Asks for a buffer, fills it with `records`, hands it back.
-    fn complete_buffer(&self, records: &[u8]) {
-        let requested = self.requested.lock().unwrap().expect("registered");
-        let completed = self.completed.lock().unwrap().expect("registered");
-        let (mut ptr, mut size, mut max) = (std::ptr::null_mut(), 0usize, 0usize);
-        // SAFETY: valid out-pointers, as CUPTI passes.
-        unsafe { requested(&mut ptr, &mut size, &mut max) };
-        assert!(!ptr.is_null() && size >= records.len());
-        assert_eq!(ptr as usize % 8, 0, "activity buffers are 8-byte aligned");
-        // SAFETY: the library gave `size` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(records.as_ptr(), ptr, records.len());
-            completed(std::ptr::null_mut(), 0, ptr, size, records.len());
-        }
-    }
-}
-
-impl Cupti for ReplayCupti {
-    fn enable_kernel_activity(
-        &self,
-        requested: BufferRequestedFunc,
-        completed: BufferCompletedFunc,
-    ) -> Result<(), CuptiError> {
-        *self.requested.lock().unwrap() = Some(requested);
-        *self.completed.lock().unwrap() = Some(completed);
-        Ok(())
-    }
-
-    fn subscribe(&self, callback: CallbackFunc) -> Result<(), CuptiError> {
-        *self.callback.lock().unwrap() = Some(callback);
-        Ok(())
-    }
-
-    fn flush_all(&self, _forced: bool) -> Result<(), CuptiError> {
-        Ok(())
-    }
-
-    fn timestamp_ns(&self) -> u64 {
-        let mut clock = self.clock.lock().unwrap();
-        *clock += 10;
-        *clock
-    }
-
-    fn kernel_name(&self, name_ptr: u64) -> Option<String> {
-        (name_ptr == KERNEL_NAME_PTR).then(|| "_Z5k_addPfS_".to_owned())
-    }
-
-    fn cubin_crc(&self, cubin: &[u8]) -> Option<u64> {
-        Some(cubin.len() as u64 * 1000 + 7)
-    }
-
-    fn pc_sampling_enable(&self, ctx: ContextHandle) -> Result<Vec<StallReasonName>, CuptiError> {
-        assert_eq!(ctx, ContextHandle(0x1234));
-        Ok(vec![
-            StallReasonName {
-                index: 3,
-                name: "smsp__pcsamp_warps_issue_stalled_long_scoreboard".into(),
-            },
-            StallReasonName {
-                index: 8,
-                name: "smsp__pcsamp_warps_issue_stalled_math_pipe_throttle".into(),
-            },
-        ])
-    }
-
-    fn pc_sampling_configure(
-        &self,
-        _ctx: ContextHandle,
-        buffers: &mut PcSamplingBuffers,
-        period: Option<u32>,
-    ) -> Result<(), CuptiError> {
-        assert_eq!(buffers.stall_reasons_per_pc(), 2);
-        assert_eq!(period, Some(12));
-        Ok(())
-    }
-
-    fn pc_sampling_run(&self, _ctx: ContextHandle, _on: bool) -> Result<(), CuptiError> {
-        Ok(())
-    }
-
-    /// Every call returns the same two PCs of `_Z5k_addPfS_`.
-    fn pc_sampling_get_data(
-        &self,
-        _ctx: ContextHandle,
-        buffers: &mut PcSamplingBuffers,
-    ) -> Result<(), CuptiError> {
-        *self.pc_rounds.lock().unwrap() += 1;
-        let name = self.pc_name.as_ref().unwrap().as_ptr().cast_mut();
-        for (i, pc) in buffers.pcs_mut()[..2].iter_mut().enumerate() {
-            pc.function_name = name;
-            pc.cubin_crc = 4007;
-            pc.pc_offset = 0x10 * (i as u64 + 1);
-            pc.stall_reason_count = 1;
-            // SAFETY: two slots per PC were allocated.
-            unsafe {
-                *pc.stall_reason = PcSamplingStallReason {
-                    stall_reason_index: if i == 0 { 3 } else { 8 },
-                    samples: 5,
-                };
-            }
-        }
-        buffers.set_filled(2);
-        Ok(())
-    }
-
-    fn pc_sampling_disable(&self, _ctx: ContextHandle) -> Result<(), CuptiError> {
-        Ok(())
-    }
-}
+const CTX: usize = 0x1234;
 
 #[test]
 fn replayed_cupti_reaches_the_agent_socket() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("gpu.sock");
     let timeline = dir.path().join("timeline.jsonl");
-    let listener = SnapshotListener::bind(&socket).unwrap();
-    let reader = std::thread::spawn(move || {
-        let stream = listener.accept().unwrap();
-        stream.map(|s| s.unwrap()).collect::<Vec<Snapshot>>()
-    });
+    let (socket, reader) = support::listen(dir.path());
 
-    let cupti = Arc::new(ReplayCupti {
-        pc_name: Some(CString::new("_Z5k_addPfS_").unwrap()),
-        ..ReplayCupti::default()
-    });
+    let cupti = Arc::new(FakeCupti::new(GetDataFaults::default()));
     let config = Config {
         socket_path: socket.clone(),
         snapshot_interval: Duration::from_millis(50),
         timeline: Some(timeline.clone()),
-        pc_sampling: Some(PcSamplingConfig {
-            duty: DutyCycle {
-                on: Duration::from_millis(5),
-                off: Duration::from_millis(5),
-            },
+        pc_sampling: Some(PcSamplingSettings {
             period: Some(12),
             max_pcs: 16,
+            // Every launch exit reads.
+            drain: DrainPolicy {
+                interval: Duration::ZERO,
+                pending_pcs: 1,
+            },
+            ..PcSamplingSettings::default()
         }),
         flush_at_exit: false,
         ..Config::default()
@@ -249,7 +56,7 @@ fn replayed_cupti_reaches_the_agent_socket() {
 
     cupti.resource(
         abi::resource_cbid::CONTEXT_CREATED,
-        0x1234,
+        CTX,
         std::ptr::null_mut(),
     );
     let cubin = vec![0x7fu8; 4];
@@ -261,7 +68,7 @@ fn replayed_cupti_reaches_the_agent_socket() {
     };
     cupti.resource(
         abi::resource_cbid::MODULE_LOADED,
-        0x1234,
+        CTX,
         (&raw mut module).cast(),
     );
 
@@ -271,7 +78,7 @@ fn replayed_cupti_reaches_the_agent_socket() {
         let cupti = cupti.clone();
         std::thread::spawn(move || {
             for (id, cbid) in ids {
-                cupti.launch(id, cbid);
+                cupti.launch(CTX, id, cbid);
             }
             // SAFETY: no preconditions.
             unsafe { libc::gettid() as u32 }
@@ -341,20 +148,23 @@ fn replayed_cupti_reaches_the_agent_socket() {
         (4007, cubin.as_slice())
     );
 
-    // PC samples: 5 per PC per round, as many rounds as the duty cycle
-    // and the exit ran.
-    let rounds = u64::from(*cupti.pc_rounds.lock().unwrap());
-    assert!(rounds >= 1);
+    // PC samples: every GetData's (at the module load and each of the
+    // four launch exits, then at exit before Disable) and what Disable
+    // left in the configured buffer, nothing lost or counted twice.
+    assert_eq!(cupti.violations(), Vec::<String>::new());
+    let rounds = cupti.get_data_ok.load(Ordering::Relaxed);
+    assert!(rounds >= 6, "{rounds} reads");
+    assert_eq!(last.counters.pc_drains, rounds);
+    assert_eq!(cupti.disables.load(Ordering::Relaxed), 1);
+    let totals = support::pc_totals(&snapshots);
+    let per_pc = u64::from(SAMPLES_PER_PC) * rounds;
+    assert_eq!(totals[&(0x10, 3)], per_pc);
+    assert_eq!(totals[&(0x20, 8)], per_pc);
+    assert_eq!(totals[&(0x30, 3)], u64::from(SAMPLES_AT_DISABLE));
     let mut stalls = StallReasonTable::default();
-    let mut samples_by_offset: HashMap<u64, u64> = HashMap::new();
     for s in &snapshots {
         stalls.update(s);
-        for p in &s.pc_samples {
-            *samples_by_offset.entry(p.pc_offset).or_default() += p.samples;
-        }
     }
-    assert_eq!(samples_by_offset[&0x10], 5 * rounds);
-    assert_eq!(samples_by_offset[&0x20], 5 * rounds);
     assert_eq!(stalls.name(8), "math_pipe_throttle");
 
     // Folded, the last snapshot's PC samples hang under the kernel.

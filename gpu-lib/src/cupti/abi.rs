@@ -85,6 +85,8 @@ pub mod resource_cbid {
 
 /// `CUPTI_API_ENTER`: the callback site before the driver call runs.
 pub const API_ENTER: u32 = 0;
+/// `CUPTI_API_EXIT`: the callback site after the driver call returned.
+pub const API_EXIT: u32 = 1;
 
 /// `CUpti_CallbackFunc`.
 pub type CallbackFunc =
@@ -343,14 +345,29 @@ pub struct PcSamplingConfigurationInfoParams {
 pub mod pc_sampling_attr {
     /// Sampling period, 2^n cycles, n in 5..=31 (u32).
     pub const SAMPLING_PERIOD: u32 = 1;
+    /// The stall reasons to collect: a count (size_t) and a pointer to
+    /// their indices (u32 array).
+    pub const STALL_REASON: u32 = 2;
     /// Scratch buffer size in bytes (size_t).
     pub const SCRATCH_BUFFER_SIZE: u32 = 3;
+    /// Hardware buffer size in bytes (size_t; CUPTI's default 512 MiB).
+    pub const HARDWARE_BUFFER_SIZE: u32 = 4;
+    /// [`COLLECTION_MODE_CONTINUOUS`](super::PC_SAMPLING_COLLECTION_MODE_CONTINUOUS)
+    /// or kernel-serialized (u32).
+    pub const COLLECTION_MODE: u32 = 5;
     /// 1: collection runs only between `cuptiPCSamplingStart` and `Stop`
-    /// (u32), which is how Kiln duty-cycles.
+    /// (u32). Kiln sets 0: Start and Stop take a driver lock that a
+    /// launching thread holds, so calling them while the program launches
+    /// deadlocks (seen on an H200, CUDA 13.0).
     pub const ENABLE_START_STOP_CONTROL: u32 = 6;
-    /// Where `cuptiPCSamplingGetData` writes (pointer).
+    /// Where CUPTI copies what is left at `cuptiPCSamplingDisable`
+    /// (pointer to a `CUpti_PCSamplingData`).
     pub const SAMPLING_DATA_BUFFER: u32 = 8;
 }
+
+/// `CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS`: kernels run
+/// concurrently, as without a profiler.
+pub const PC_SAMPLING_COLLECTION_MODE_CONTINUOUS: u64 = 1;
 
 #[cfg(test)]
 mod tests {

@@ -7,10 +7,13 @@
 //! or synthesized buffers where no GPU exists.
 
 pub mod abi;
+mod errors;
 mod loader;
 mod real;
 
 use std::ffi::c_void;
+
+pub use errors::ErrorLog;
 
 pub use loader::{LoadError, candidate_paths, load_library};
 pub use real::{OpenError, RealCupti};
@@ -86,34 +89,42 @@ pub trait Cupti: Send + Sync {
 
     /// Turns PC sampling on for a context and returns CUPTI's stall reason
     /// table (`cuptiPCSamplingEnable`, `…GetNumStallReasons`,
-    /// `…GetStallReasons`).
+    /// `…GetStallReasons`). Called in the context-created callback, on the
+    /// thread creating the context.
     fn pc_sampling_enable(&self, ctx: ContextHandle) -> Result<Vec<StallReasonName>, CuptiError>;
 
-    /// Configures an enabled context: start/stop control on, the output
-    /// buffers, and the sampling period (2^`period` cycles) when given
-    /// (`cuptiPCSamplingSetConfigurationAttribute`).
+    /// Configures an enabled context (`cuptiPCSamplingSetConfigurationAttribute`):
+    /// continuous collection with start/stop control off (sampling runs
+    /// from here to `Disable`), every stall reason in `setup`, `configured`
+    /// as the buffer CUPTI fills at `Disable`, and the sampling period
+    /// when given.
     fn pc_sampling_configure(
         &self,
         ctx: ContextHandle,
-        buffers: &mut PcSamplingBuffers,
-        period: Option<u32>,
+        configured: &mut PcSamplingBuffers,
+        setup: &PcSamplingSetup<'_>,
     ) -> Result<(), CuptiError>;
 
-    /// Starts (`true`) or stops a sampling range (`cuptiPCSamplingStart`,
-    /// `cuptiPCSamplingStop`).
-    fn pc_sampling_run(&self, ctx: ContextHandle, on: bool) -> Result<(), CuptiError>;
-
-    /// Fills `buffers` with the PCs sampled so far (`cuptiPCSamplingGetData`).
+    /// Fills `buffers` with PCs sampled since the last call
+    /// (`cuptiPCSamplingGetData`). Called only on the program's threads,
+    /// from CUPTI callbacks or at exit (see
+    /// [`crate::pcsampling::control`]).
     fn pc_sampling_get_data(
         &self,
         ctx: ContextHandle,
         buffers: &mut PcSamplingBuffers,
     ) -> Result<(), CuptiError>;
 
-    /// Releases what CUPTI allocated in the last `pc_sampling_get_data`
-    /// (the function names it strdup'ed). The default does nothing.
-    fn pc_sampling_release(&self, _buffers: &mut PcSamplingBuffers) {}
-
-    /// Turns PC sampling off for a context (`cuptiPCSamplingDisable`).
+    /// Turns PC sampling off for a context (`cuptiPCSamplingDisable`);
+    /// CUPTI copies what it still holds into the configured buffer.
     fn pc_sampling_disable(&self, ctx: ContextHandle) -> Result<(), CuptiError>;
+}
+
+/// How a context's PC sampling is configured.
+#[derive(Debug, Clone, Copy)]
+pub struct PcSamplingSetup<'a> {
+    /// Sampling period, 2^n cycles (5..=31); CUPTI's default when `None`.
+    pub period: Option<u32>,
+    /// The stall reason indices to collect (all CUPTI reported).
+    pub stall_reasons: &'a [u32],
 }

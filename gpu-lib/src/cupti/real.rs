@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use libloading::os::unix::Library;
 
 use super::abi::{self, CuptiResult};
-use super::{ContextHandle, Cupti, CuptiError, LoadError};
+use super::{ContextHandle, Cupti, CuptiError, LoadError, PcSamplingSetup};
 use crate::pcsampling::PcSamplingBuffers;
 use crate::wire::StallReasonName;
 
@@ -38,11 +38,11 @@ type GetResultString =
 type ParamsCall = unsafe extern "C" fn(params: *mut c_void) -> CuptiResult;
 
 /// The PC Sampling API (CUDA 11.3+), absent from older libraries.
+/// `cuptiPCSamplingStart`/`Stop` are not among them: Kiln never calls
+/// them (see `pcsampling::control`).
 struct PcSamplingFns {
     enable: ParamsCall,
     disable: ParamsCall,
-    start: ParamsCall,
-    stop: ParamsCall,
     get_data: ParamsCall,
     get_num_stall_reasons: ParamsCall,
     get_stall_reasons: ParamsCall,
@@ -120,8 +120,6 @@ impl RealCupti {
             Some(PcSamplingFns {
                 enable: optional!("cuptiPCSamplingEnable")?,
                 disable: optional!("cuptiPCSamplingDisable")?,
-                start: optional!("cuptiPCSamplingStart")?,
-                stop: optional!("cuptiPCSamplingStop")?,
                 get_data: optional!("cuptiPCSamplingGetData")?,
                 get_num_stall_reasons: optional!("cuptiPCSamplingGetNumStallReasons")?,
                 get_stall_reasons: optional!("cuptiPCSamplingGetStallReasons")?,
@@ -357,27 +355,43 @@ impl Cupti for RealCupti {
     fn pc_sampling_configure(
         &self,
         ctx: ContextHandle,
-        buffers: &mut PcSamplingBuffers,
-        period: Option<u32>,
+        configured: &mut PcSamplingBuffers,
+        setup: &PcSamplingSetup<'_>,
     ) -> Result<(), CuptiError> {
+        use abi::pc_sampling_attr as attr;
         let pc = self.pc()?;
-        let attr = |attribute_type, value: u64| abi::PcSamplingConfigurationInfo {
+        let info = |attribute_type, data: [u64; 3]| abi::PcSamplingConfigurationInfo {
             attribute_type,
             attribute_status: 0,
-            data: [value, 0, 0],
+            data,
         };
         let mut info = vec![
-            attr(abi::pc_sampling_attr::ENABLE_START_STOP_CONTROL, 1),
-            attr(
-                abi::pc_sampling_attr::SAMPLING_DATA_BUFFER,
-                buffers.data_mut() as usize as u64,
+            // Sampling runs from Enable to Disable: Start and Stop deadlock
+            // against launching threads.
+            info(attr::ENABLE_START_STOP_CONTROL, [0, 0, 0]),
+            info(
+                attr::COLLECTION_MODE,
+                [abi::PC_SAMPLING_COLLECTION_MODE_CONTINUOUS, 0, 0],
+            ),
+            info(
+                attr::STALL_REASON,
+                [
+                    setup.stall_reasons.len() as u64,
+                    setup.stall_reasons.as_ptr() as usize as u64,
+                    0,
+                ],
+            ),
+            info(
+                attr::SAMPLING_DATA_BUFFER,
+                [configured.data_mut() as usize as u64, 0, 0],
             ),
         ];
-        if let Some(period) = period {
-            info.push(attr(
-                abi::pc_sampling_attr::SAMPLING_PERIOD,
-                u64::from(period),
-            ));
+        if let Some(period) = setup.period {
+            info.push(abi::PcSamplingConfigurationInfo {
+                attribute_type: attr::SAMPLING_PERIOD,
+                attribute_status: 0,
+                data: [u64::from(period), 0, 0],
+            });
         }
         let mut params = abi::PcSamplingConfigurationInfoParams {
             head: abi::PcSamplingContextParams {
@@ -388,19 +402,22 @@ impl Cupti for RealCupti {
             num_attributes: info.len(),
             info: info.as_mut_ptr(),
         };
-        // SAFETY: the params struct of this call; the data buffer outlives
-        // sampling on this context (the runtime keeps it until disable).
+        // SAFETY: the params struct of this call; the stall reason indices
+        // and the configured buffer outlive sampling on this context (the
+        // context's state keeps them until after Disable).
         self.check("cuptiPCSamplingSetConfigurationAttribute", unsafe {
             (pc.set_configuration_attribute)((&raw mut params).cast())
-        })
-    }
-
-    fn pc_sampling_run(&self, ctx: ContextHandle, on: bool) -> Result<(), CuptiError> {
-        let pc = self.pc()?;
-        if on {
-            self.ctx_call("cuptiPCSamplingStart", pc.start, ctx)
-        } else {
-            self.ctx_call("cuptiPCSamplingStop", pc.stop, ctx)
+        })?;
+        // CUPTI says per attribute which one it refused.
+        match info
+            .iter()
+            .find(|i| i.attribute_status != abi::CUPTI_SUCCESS)
+        {
+            Some(refused) => self.check(
+                "cuptiPCSamplingSetConfigurationAttribute (an attribute)",
+                refused.attribute_status,
+            ),
+            None => Ok(()),
         }
     }
 
@@ -423,18 +440,6 @@ impl Cupti for RealCupti {
         self.check("cuptiPCSamplingGetData", unsafe {
             (pc.get_data)((&raw mut params).cast())
         })
-    }
-
-    fn pc_sampling_release(&self, buffers: &mut PcSamplingBuffers) {
-        // cupti_pcsampling.h: "it is user's responsibility to free" each
-        // record's function name, with free().
-        for pc in buffers.pcs_mut() {
-            if !pc.function_name.is_null() {
-                // SAFETY: CUPTI malloc'ed the name and hands ownership over.
-                unsafe { libc::free(pc.function_name.cast()) };
-                pc.function_name = std::ptr::null_mut();
-            }
-        }
     }
 
     fn pc_sampling_disable(&self, ctx: ContextHandle) -> Result<(), CuptiError> {

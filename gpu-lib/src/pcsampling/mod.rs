@@ -1,13 +1,16 @@
 //! PC sampling: what CUPTI's PC Sampling API returns, read into owned
-//! [`PcSample`]s, the stall reason names, and the duty cycle.
+//! [`PcSample`]s, and the stall reason names; [`control`] says when and on
+//! which thread Kiln calls the API.
 //!
 //! PC sampling is opt-in (`KILN_CUDA_PC_SAMPLING=1`): it costs the
-//! workload more than kernel tracing. It runs duty-cycled, on for
-//! [`DutyCycle::on`] then off for [`DutyCycle::off`], with CUPTI's
-//! start/stop control, so its cost is bounded by the ratio.
+//! workload more than kernel tracing. It runs for each context's whole
+//! life, and its cost is set by the sampling period (2^n cycles per
+//! sample per SM), not by switching it on and off: CUPTI's start/stop
+//! calls deadlock against a launching program (see [`control`]).
+
+pub mod control;
 
 use std::ffi::CStr;
-use std::time::Duration;
 
 use crate::cupti::abi::{PcSamplingData, PcSamplingPcData, PcSamplingStallReason};
 
@@ -37,6 +40,12 @@ pub struct PcSample {
 /// `data.pc_data` must point to `data.collect_num_pcs` entries, each with
 /// a `stall_reason` array of `max_stall_reasons` entries (or null), and a
 /// `function_name` that is null or a NUL-terminated string.
+///
+/// The names are copied, never freed: CUPTI may share one name between
+/// records, and between this call's records and a later call's, so
+/// freeing it is only safe when nothing will read a record again — at
+/// exit, where it no longer matters. They are bounded by the program's
+/// distinct kernels.
 pub unsafe fn read_pc_data(
     data: &PcSamplingData,
     max_stall_reasons: usize,
@@ -150,8 +159,8 @@ impl PcSamplingBuffers {
         unsafe { read_pc_data(&self.data, self.stall_reasons, out) }
     }
 
-    /// Each filled PC, mutable: for the code that frees CUPTI's names and
-    /// for tests that fill the buffers as CUPTI would.
+    /// Each PC slot, mutable: for tests that fill the buffers as CUPTI
+    /// would.
     pub fn pcs_mut(&mut self) -> &mut [PcSamplingPcData] {
         &mut self._pcs
     }
@@ -165,24 +174,46 @@ impl PcSamplingBuffers {
     pub fn set_filled(&mut self, pcs: usize) {
         self.data.total_num_pcs = pcs;
     }
+
+    /// Sets how many PCs CUPTI still holds (as CUPTI does).
+    pub fn set_remaining(&mut self, pcs: usize) {
+        self.data.remaining_num_pcs = pcs;
+    }
+
+    /// Empties the buffers before CUPTI fills them again, so that a call
+    /// that fails leaves nothing to be read twice.
+    pub fn clear(&mut self) {
+        self.data.total_num_pcs = 0;
+        self.data.remaining_num_pcs = 0;
+        self.data.dropped_samples = 0;
+        self.data.hardware_buffer_full = 0;
+    }
+
+    /// Where the header lives, for [`PendingHint`].
+    pub fn header(&self) -> PendingHint {
+        PendingHint(&raw const *self.data)
+    }
 }
 
-/// On and off times of PC sampling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DutyCycle {
-    /// Sampling time per cycle.
-    pub on: Duration,
-    /// Pause per cycle.
-    pub off: Duration,
-}
+/// Reads `remainingNumPcs` of a header CUPTI may be writing at any time
+/// (the one given at configuration): a hint of how many PCs wait to be
+/// read, never more than that.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingHint(*const PcSamplingData);
 
-impl Default for DutyCycle {
-    /// 1 s on, 4 s off: 20 % of the time.
-    fn default() -> Self {
-        Self {
-            on: Duration::from_secs(1),
-            off: Duration::from_secs(4),
-        }
+// SAFETY: only a volatile read of one integer field goes through the
+// pointer; the buffers it points into live as long as their context's
+// state, which outlives every reader.
+unsafe impl Send for PendingHint {}
+// SAFETY: as above.
+unsafe impl Sync for PendingHint {}
+
+impl PendingHint {
+    /// PCs CUPTI says it holds.
+    pub fn pending(self) -> usize {
+        // SAFETY: the header is alive (see the Send impl); a torn or stale
+        // value only makes a drain come earlier or later.
+        unsafe { std::ptr::read_volatile(&raw const (*self.0).remaining_num_pcs) }
     }
 }
 
