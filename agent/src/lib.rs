@@ -61,6 +61,15 @@
 //!   processes without tables, and everything when
 //!   [`AgentConfig::unwind_tables`] is off.
 //!
+//! # Without eBPF
+//!
+//! [`GpuAgent`] (`kiln-agent --no-ebpf`) loads no program and opens no perf
+//! event, so it runs unprivileged (a container without CAP_BPF): it only
+//! receives the snapshots of CUDA processes running `libkiln_cuda.so` and
+//! sends them, with kernels rooted at the kernel frame under process and
+//! thread labels, since launching CPU stacks come from the eBPF uprobe.
+//! Both agents send through the same loop (`run.rs`).
+//!
 //! # One cgroup
 //!
 //! With [`AgentConfig::cgroup`] the programs drop, first thing, the
@@ -98,10 +107,12 @@ mod batcher;
 mod cgroup;
 mod fileid;
 pub mod gpu;
+mod gpu_agent;
 mod kafka_sink;
 mod kallsyms;
 mod procfs;
 mod row_space;
+mod run;
 mod sampler;
 mod sink;
 mod unwind;
@@ -114,7 +125,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_model::Batch;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, warn};
 
 pub use batcher::{
     BROKEN_CHAIN_FRAME, IDLE_FRAME, PROCESS_GONE_MODULE, SAMPLES_LOST_FRAME, STACK_LOST_FRAME,
@@ -122,6 +133,8 @@ pub use batcher::{
 };
 pub use cgroup::{Cgroup, CgroupError, cgroup2_mount};
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
+pub use gpu::GpuReport;
+pub use gpu_agent::{GpuAgent, GpuAgentConfig};
 pub use kafka_sink::{KAFKA_PUBLISH_TIMEOUT, KafkaSink, KafkaSinkError, KafkaTransport};
 pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 /// Where CUDA processes running libkiln_cuda.so send GPU profiles unless
@@ -199,14 +212,7 @@ impl AgentConfig {
                 self.frequency_hz
             )));
         }
-        if self.interval < MIN_INTERVAL || self.interval > MAX_INTERVAL {
-            return Err(AgentError::Config(format!(
-                "interval must be {}..={}, got {}",
-                humantime::format_duration(MIN_INTERVAL),
-                humantime::format_duration(MAX_INTERVAL),
-                humantime::format_duration(self.interval)
-            )));
-        }
+        check_interval(self.interval)?;
         if !UNWIND_TABLE_ROWS.contains(&self.unwind_table_rows) {
             return Err(AgentError::Config(format!(
                 "unwind table rows must be {}..={}, got {}",
@@ -215,9 +221,7 @@ impl AgentConfig {
                 self.unwind_table_rows
             )));
         }
-        if self.host.is_empty() {
-            return Err(AgentError::Config("host name is empty".into()));
-        }
+        check_host(&self.host)?;
         self.resolve_cgroup()?;
         Ok(())
     }
@@ -226,6 +230,27 @@ impl AgentConfig {
     fn resolve_cgroup(&self) -> Result<Option<Cgroup>, CgroupError> {
         self.cgroup.as_deref().map(Cgroup::resolve).transpose()
     }
+}
+
+/// Checks an interval between batches (either agent's).
+fn check_interval(interval: Duration) -> Result<(), AgentError> {
+    if interval < MIN_INTERVAL || interval > MAX_INTERVAL {
+        return Err(AgentError::Config(format!(
+            "interval must be {}..={}, got {}",
+            humantime::format_duration(MIN_INTERVAL),
+            humantime::format_duration(MAX_INTERVAL),
+            humantime::format_duration(interval)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the host name sent with batches (either agent's).
+fn check_host(host: &str) -> Result<(), AgentError> {
+    if host.is_empty() {
+        return Err(AgentError::Config("host name is empty".into()));
+    }
+    Ok(())
 }
 
 /// Why the agent could not start or run.
@@ -243,6 +268,16 @@ pub enum AgentError {
     /// The sink could not take a batch; the error holds the batch.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The GPU socket could not be made to listen on (`/run/kiln` needs
+    /// root to create; `--gpu-socket` moves it).
+    #[error("cannot listen for GPU profiles at {}", path.display())]
+    GpuSocket {
+        /// The socket's path.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What one [`Agent::tick`] did.
@@ -605,11 +640,7 @@ impl Agent {
         }
         self.record_gpu_launches();
         if let Some(gpu) = &mut self.gpu {
-            // GPU batches carry their whole dictionary: no delivery
-            // bookkeeping.
-            for gpu_batch in gpu.batches(nanos(SystemTime::now())) {
-                sink.send(&gpu_batch)?;
-            }
+            gpu.send(sink, nanos(SystemTime::now()))?;
         }
         Ok(TickReport {
             samples: batch.sample_count(),
@@ -622,39 +653,33 @@ impl Agent {
     /// sampled since the last tick. Sink failures are logged and do not
     /// stop the agent; sampler failures do.
     pub fn run(&mut self, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<(), AgentError> {
-        let mut next = Instant::now() + self.config.interval;
-        loop {
-            // Sleep in short steps so a stop request is seen promptly, and
-            // take the GPU launches at each: their ring buffer holds a few
-            // seconds of a busy training loop's, not a whole interval's.
-            while !stop.load(Ordering::Relaxed) && Instant::now() < next {
-                std::thread::sleep((next - Instant::now()).min(Duration::from_millis(200)));
-                self.record_gpu_launches();
-            }
-            let stopping = stop.load(Ordering::Relaxed);
-            let started = Instant::now();
-            match self.tick(sink) {
-                Ok(report) => debug!(
-                    samples = report.samples,
-                    new_stacks = report.new_stacks,
-                    delivery = ?report.delivery,
-                    took_ms = started.elapsed().as_millis() as u64,
-                    processes = self.batcher.processes(),
-                    "batch"
-                ),
-                Err(AgentError::Sink(e)) => error!(error = %e, "batch not delivered: dropped"),
-                Err(e) => return Err(e),
-            }
-            if stopping {
-                info!("stopped");
-                return Ok(());
-            }
-            next += self.config.interval;
-            // After a long stall, do not fire a burst of catch-up ticks.
-            if next < Instant::now() {
-                next = Instant::now() + self.config.interval;
-            }
-        }
+        run::run(self, sink, stop)
+    }
+}
+
+impl run::Periodic for Agent {
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// Takes the GPU launches: their ring buffer holds a few seconds of a
+    /// busy training loop's, not a whole interval's.
+    fn meanwhile(&mut self) {
+        self.record_gpu_launches();
+    }
+
+    fn send_batches(&mut self, sink: &mut dyn Sink) -> Result<(), AgentError> {
+        let started = Instant::now();
+        let report = self.tick(sink)?;
+        debug!(
+            samples = report.samples,
+            new_stacks = report.new_stacks,
+            delivery = ?report.delivery,
+            took_ms = started.elapsed().as_millis() as u64,
+            processes = self.batcher.processes(),
+            "batch"
+        );
+        Ok(())
     }
 }
 

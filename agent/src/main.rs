@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kiln_agent::{Agent, AgentConfig, HttpSink, KafkaSink, Sink, Spool};
+use kiln_agent::{Agent, AgentConfig, GpuAgent, GpuAgentConfig, HttpSink, KafkaSink, Sink, Spool};
 use kiln_ingest_bus::BusUrl;
 use tracing_subscriber::EnvFilter;
 
 /// Kiln's eBPF profiling agent: samples every process on this host and
-/// sends the stacks to a Kiln backend.
+/// sends the stacks to a Kiln backend. With --no-ebpf, sends only the GPU
+/// profiles of CUDA processes running libkiln_cuda.so, unprivileged.
 #[derive(Debug, Parser)]
 #[command(name = "kiln-agent", version)]
 struct Args {
@@ -88,6 +89,21 @@ struct Args {
     #[arg(long, env = "KILN_NO_GPU")]
     no_gpu: bool,
 
+    /// Load no eBPF program and open no perf event: only receive the GPU
+    /// profiles of CUDA processes running libkiln_cuda.so on --gpu-socket
+    /// and send them every --interval. Needs no privilege (for hosts and
+    /// containers without CAP_BPF), but profiles no CPU, and kernels are
+    /// not placed under the CPU stacks that launched them (those come from
+    /// eBPF): they are rooted at the kernel, under process and thread
+    /// labels. The sampling flags (--frequency, --cgroup, unwinding,
+    /// symbol upload) do not apply.
+    #[arg(
+        long,
+        env = "KILN_NO_EBPF",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    no_ebpf: bool,
+
     /// Profile only the processes in this cgroup v2 directory and the
     /// cgroups below it (a container's, or a systemd unit's such as
     /// /sys/fs/cgroup/system.slice/nginx.service); by default, every
@@ -120,55 +136,39 @@ fn main() -> ExitCode {
 }
 
 fn try_main(args: Args) -> anyhow::Result<()> {
-    let url = args.server.trim();
+    let url = args.server.trim().to_owned();
     let kafka = url.starts_with("kafka://");
     if !(kafka || url.starts_with("http://") || url.starts_with("https://")) {
         bail!("--server must be an http://, https:// or kafka:// URL, got {url:?}");
     }
+    if args.no_ebpf && args.no_gpu {
+        bail!(
+            "--no-ebpf and --no-gpu (or KILN_NO_EBPF and KILN_NO_GPU) leave nothing to profile: \
+             without eBPF the agent only receives GPU profiles; drop one of them"
+        );
+    }
+    let host = args.host.clone().unwrap_or_else(kiln_agent::host_name);
+    if args.no_ebpf {
+        return without_ebpf(&args, &url, host);
+    }
     let config = AgentConfig {
         frequency_hz: args.frequency,
         interval: args.interval,
-        host: args.host.unwrap_or_else(kiln_agent::host_name),
+        host,
         unwind_tables: !args.no_eh_frame,
         unwind_table_rows: args.unwind_table_rows,
-        cgroup: args.cgroup,
+        cgroup: args.cgroup.clone(),
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;
-    let spool = if args.spool_max_bytes == 0 {
-        None
-    } else {
-        Some(
-            Spool::open(&args.spool_dir, args.spool_max_bytes).with_context(|| {
-                format!("opening the spool directory {}", args.spool_dir.display())
-            })?,
-        )
-    };
-    let mut sink: Box<dyn Sink> = if kafka {
-        let BusUrl::Kafka(options) = url.parse().context("--server")? else {
-            bail!("--server {url:?} is not a kafka:// URL");
-        };
-        Box::new(
-            KafkaSink::kafka(options, &args.tenant, &args.project, &config.host, spool)
-                .context("--tenant or --project")?,
-        )
-    } else {
-        Box::new(HttpSink::new(url, spool))
-    };
+    let mut sink = open_sink(&args, &url, &config.host)?;
     let symbols_server = if kafka {
         args.symbols_server.as_deref()
     } else {
-        Some(url)
+        Some(url.as_str())
     };
 
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe; the cast is how libc takes a handler.
-        unsafe {
-            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
-        }
-    }
-
+    stop_on_signals();
     let mut agent = Agent::start(config).context("starting the sampler")?;
     match symbols_server {
         Some(server) if !args.no_symbol_upload => agent
@@ -192,4 +192,68 @@ fn try_main(args: Args) -> anyhow::Result<()> {
     );
     agent.run(sink.as_mut(), &STOP)?;
     Ok(())
+}
+
+/// `--no-ebpf`: GPU profiles only, no privilege needed.
+fn without_ebpf(args: &Args, url: &str, host: String) -> anyhow::Result<()> {
+    let config = GpuAgentConfig {
+        interval: args.interval,
+        host,
+        socket: args.gpu_socket.clone(),
+    };
+    config.validate()?;
+    if let Some(cgroup) = &args.cgroup {
+        tracing::warn!(
+            cgroup = %cgroup.display(),
+            "--cgroup does not apply with --no-ebpf: GPU profiles are not filtered by cgroup"
+        );
+    }
+    let mut sink = open_sink(args, url, &config.host)?;
+    stop_on_signals();
+    let mut agent = GpuAgent::start(config)?;
+    tracing::info!(
+        server = url,
+        gpu_socket = %agent.config().socket.display(),
+        interval = %humantime::format_duration(agent.config().interval),
+        "kiln-agent without eBPF: no eBPF program loaded, no perf event opened, no CPU \
+         profiled; sending the GPU profiles of CUDA processes running libkiln_cuda.so \
+         (kernels rooted at the kernel, under process and thread labels)"
+    );
+    agent.run(sink.as_mut(), &STOP)?;
+    Ok(())
+}
+
+/// The HTTP or Kafka sink `--server` names, with the spool.
+fn open_sink(args: &Args, url: &str, host: &str) -> anyhow::Result<Box<dyn Sink>> {
+    let spool = if args.spool_max_bytes == 0 {
+        None
+    } else {
+        Some(
+            Spool::open(&args.spool_dir, args.spool_max_bytes).with_context(|| {
+                format!("opening the spool directory {}", args.spool_dir.display())
+            })?,
+        )
+    };
+    Ok(if url.starts_with("kafka://") {
+        let BusUrl::Kafka(options) = url.parse().context("--server")? else {
+            bail!("--server {url:?} is not a kafka:// URL");
+        };
+        Box::new(
+            KafkaSink::kafka(options, &args.tenant, &args.project, host, spool)
+                .context("--tenant or --project")?,
+        )
+    } else {
+        Box::new(HttpSink::new(url, spool))
+    })
+}
+
+/// Sets [`STOP`] on SIGINT and SIGTERM.
+fn stop_on_signals() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; the cast is how libc takes a handler.
+        unsafe {
+            libc::signal(signal, on_signal as *const () as libc::sighandler_t);
+        }
+    }
 }

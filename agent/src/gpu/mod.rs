@@ -14,19 +14,32 @@
 //! uprobe (`kiln_gpu_launch` in `profiler.bpf.c`) that the agent attaches
 //! to `kiln_cuda_launch_marker(correlation_id, tid)` in every
 //! `libkiln_cuda.so` it sees mapped; kernels whose launch it did not see
-//! are rooted at the kernel, under the process and thread labels.
+//! (all of them without eBPF, `kiln-agent --no-ebpf`) are rooted at the
+//! kernel, under the process and thread labels.
+//!
+//! Kernel-time samples carry `host`, `pid`, `process`, `tid` and `thread`
+//! labels, as CPU samples do; PC-sample ones all but `tid` and `thread` (a
+//! PC sample has no thread).
+//! Names are read from this host's `/proc` when a snapshot arrives, while
+//! the process most likely still runs (its last snapshot comes from an
+//! `atexit` handler); so the agent must see the CUDA processes' pid
+//! namespace for names, and a thread that ended before its kernels were
+//! reported has its `tid` label only.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use kiln_cuda::sass::CubinStore;
+use kiln_cuda::wire::KernelAggregate;
 use kiln_cuda::{
     FoldOptions, Snapshot, SnapshotListener, StallReasonTable, WeightUnit, fold_snapshot,
 };
 use kiln_model::{Batch, BatchBuilder, Frame, LabelSet, label_names};
+
+use crate::sink::{Sink, SinkError};
 
 /// Snapshots held between two batches; more and the oldest go.
 pub const MAX_QUEUED_SNAPSHOTS: usize = 256;
@@ -40,8 +53,65 @@ pub const GPU_WEIGHT_LABEL: &str = "gpu_weight";
 
 #[derive(Debug, Default)]
 struct Queue {
-    snapshots: VecDeque<Snapshot>,
+    snapshots: VecDeque<Received>,
     dropped: AtomicU64,
+}
+
+/// A snapshot and the names of its process and threads, read when it
+/// arrived.
+#[derive(Debug)]
+struct Received {
+    snapshot: Snapshot,
+    names: Names,
+}
+
+/// A CUDA process's name and its threads' (`/proc/<pid>/comm`,
+/// `/proc/<pid>/task/<tid>/comm`), `None` where it could not be read.
+#[derive(Debug, Clone, Default)]
+struct Names {
+    process: Option<String>,
+    threads: HashMap<u32, Option<String>>,
+}
+
+impl Names {
+    /// Reads the names `snapshot` needs that are not known yet: the
+    /// process's until it is found, each thread's once (a thread gone by
+    /// now stays unnamed; `/proc/<pid>/task/<tid>` only holds threads of
+    /// that process, so a reused tid elsewhere is never taken for it).
+    fn learn(&mut self, snapshot: &Snapshot) {
+        let pid = snapshot.pid;
+        if self.process.is_none() {
+            self.process = read_comm(&format!("/proc/{pid}/comm"));
+        }
+        for kernel in &snapshot.kernels {
+            if kernel.tid != 0 {
+                self.threads
+                    .entry(kernel.tid)
+                    .or_insert_with(|| read_comm(&format!("/proc/{pid}/task/{}/comm", kernel.tid)));
+            }
+        }
+    }
+
+    fn thread(&self, tid: u32) -> Option<&str> {
+        self.threads.get(&tid)?.as_deref()
+    }
+}
+
+fn read_comm(path: &str) -> Option<String> {
+    let comm = std::fs::read_to_string(path).ok()?;
+    let comm = comm.trim_end_matches('\n');
+    (!comm.is_empty()).then(|| comm.to_owned())
+}
+
+/// What [`GpuReceiver::send`] handed the sink.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuReport {
+    /// Batches sent (0 to 2).
+    pub batches: usize,
+    /// GPU kernel time in them, ns.
+    pub kernel_ns: u64,
+    /// PC samples in them.
+    pub pc_samples: u64,
 }
 
 /// CPU stacks of recent launches, by (pid, correlation id), bounded.
@@ -120,14 +190,13 @@ impl GpuReceiver {
     /// kernel-time batch first, then the PC-sample batch, each only when
     /// it has samples.
     pub fn batches(&mut self, now_ns: i64) -> Vec<Batch> {
-        let snapshots: Vec<Snapshot> = match self.queue.lock() {
+        let received: Vec<Received> = match self.queue.lock() {
             Ok(mut q) => q.snapshots.drain(..).collect(),
             Err(_) => return Vec::new(),
         };
         let mut time = BatchBuilder::new(self.host.clone(), now_ns, 1);
         let mut samples = BatchBuilder::new(self.host.clone(), now_ns, 0);
-        let (mut any_time, mut any_samples) = (false, false);
-        for snapshot in &snapshots {
+        for Received { snapshot, names } in &received {
             for cubin in &snapshot.cubins {
                 self.cubins.borrow_mut().add(cubin);
             }
@@ -141,37 +210,80 @@ impl GpuReceiver {
             };
             let launch_stacks = &self.launch_stacks;
             let pid = snapshot.pid;
-            let stacks = fold_snapshot(snapshot, stalls, &options, |_tid, correlation_id| {
-                launch_stacks.get(pid, correlation_id)
-            });
-            let pid_label = snapshot.pid.to_string();
-            for stack in stacks {
-                let labels = LabelSet::new()
-                    .with(label_names::PID, pid_label.as_str())
-                    .with(label_names::DEVICE_KIND, "gpu")
-                    .with(GPU_WEIGHT_LABEL, stack.unit.as_str());
-                let builder = match stack.unit {
-                    WeightUnit::Nanoseconds => {
-                        any_time = true;
-                        &mut time
-                    }
-                    WeightUnit::Samples => {
-                        any_samples = true;
-                        &mut samples
-                    }
+            let launch_stack = |_tid, correlation_id| launch_stacks.get(pid, correlation_id);
+            let mut process = LabelSet::new()
+                .with(label_names::HOST, self.host.as_str())
+                .with(label_names::PID, pid.to_string())
+                .with(label_names::DEVICE_KIND, "gpu");
+            if let Some(name) = &names.process {
+                process.insert(label_names::PROCESS, name.as_str());
+            }
+            // Kernel time, one launching thread at a time, so that each
+            // thread's kernels carry its labels.
+            for (tid, kernels) in by_thread(snapshot) {
+                let part = Snapshot {
+                    pid,
+                    kernels,
+                    ..Snapshot::default()
                 };
-                builder.add(now_ns, &stack.frames, &labels, stack.weight);
+                let mut labels = process
+                    .clone()
+                    .with(GPU_WEIGHT_LABEL, WeightUnit::Nanoseconds.as_str());
+                if tid != 0 {
+                    labels.insert(label_names::TID, tid.to_string());
+                    if let Some(name) = names.thread(tid) {
+                        labels.insert(label_names::THREAD, name);
+                    }
+                }
+                for stack in fold_snapshot(&part, stalls, &options, launch_stack) {
+                    if stack.unit == WeightUnit::Nanoseconds {
+                        time.add(now_ns, &stack.frames, &labels, stack.weight);
+                    }
+                }
+            }
+            // PC samples, spread over wherever their kernel's time went,
+            // every thread's: the whole snapshot is folded for them.
+            if !snapshot.pc_samples.is_empty() {
+                let labels = process.with(GPU_WEIGHT_LABEL, WeightUnit::Samples.as_str());
+                for stack in fold_snapshot(snapshot, stalls, &options, launch_stack) {
+                    if stack.unit == WeightUnit::Samples {
+                        samples.add(now_ns, &stack.frames, &labels, stack.weight);
+                    }
+                }
             }
         }
-        let mut out = Vec::new();
-        if any_time {
-            out.push(time.finish());
-        }
-        if any_samples {
-            out.push(samples.finish());
-        }
-        out
+        [time.finish(), samples.finish()]
+            .into_iter()
+            .filter(|batch| !batch.samples.is_empty())
+            .collect()
     }
+
+    /// Hands the batches of every queued snapshot ([`GpuReceiver::batches`])
+    /// to `sink`. GPU batches carry their whole dictionary, so there is no
+    /// delivery bookkeeping: spooled is as good as delivered. Stops at the
+    /// first batch the sink cannot take (the error holds it).
+    pub fn send(&mut self, sink: &mut dyn Sink, now_ns: i64) -> Result<GpuReport, SinkError> {
+        let mut report = GpuReport::default();
+        for batch in self.batches(now_ns) {
+            sink.send(&batch)?;
+            report.batches += 1;
+            if batch.period_ns == 0 {
+                report.pc_samples += batch.sample_count();
+            } else {
+                report.kernel_ns += batch.sample_count();
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// The snapshot's kernels by launching thread (0: launch not seen).
+fn by_thread(snapshot: &Snapshot) -> BTreeMap<u32, Vec<KernelAggregate>> {
+    let mut threads: BTreeMap<u32, Vec<KernelAggregate>> = BTreeMap::new();
+    for kernel in &snapshot.kernels {
+        threads.entry(kernel.tid).or_default().push(kernel.clone());
+    }
+    threads
 }
 
 fn accept(listener: SnapshotListener, queue: Arc<Mutex<Queue>>) {
@@ -183,6 +295,8 @@ fn accept(listener: SnapshotListener, queue: Arc<Mutex<Queue>>) {
         let spawned = std::thread::Builder::new()
             .name("kiln-gpu-read".into())
             .spawn(move || {
+                // One connection is one process: its names are kept.
+                let mut names = Names::default();
                 for snapshot in stream {
                     let snapshot = match snapshot {
                         Ok(snapshot) => snapshot,
@@ -191,12 +305,17 @@ fn accept(listener: SnapshotListener, queue: Arc<Mutex<Queue>>) {
                             return;
                         }
                     };
+                    names.learn(&snapshot);
+                    let received = Received {
+                        snapshot,
+                        names: names.clone(),
+                    };
                     let Ok(mut q) = queue.lock() else { return };
                     if q.snapshots.len() >= MAX_QUEUED_SNAPSHOTS {
                         q.snapshots.pop_front();
                         q.dropped.fetch_add(1, Ordering::Relaxed);
                     }
-                    q.snapshots.push_back(snapshot);
+                    q.snapshots.push_back(received);
                 }
             });
         if let Err(e) = spawned {
