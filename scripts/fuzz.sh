@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for a few seconds (default 30): the batch decoder,
-# each import parser and the CUPTI activity buffer parser (gpu_*). Installs
+# each import parser, the CUPTI activity buffer parser and the GPU
+# library's snapshot frame reader (gpu_*), and the symbol readers. Installs
 # cargo-fuzz and the nightly toolchain it needs when they are missing.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]

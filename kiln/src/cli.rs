@@ -38,6 +38,10 @@ pub enum Command {
     /// Export what Kiln recorded to other tools' formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Look at what the CUDA injection library (libkiln_cuda.so) sends,
+    /// without the agent: for debugging the library and its CUPTI use.
+    #[command(subcommand)]
+    Gpu(GpuCommand),
     /// Distributed mode: accept agent batches and imports onto the bus.
     Gateway(GatewayArgs),
     /// Distributed mode: write batches from the bus to the store (run as
@@ -275,6 +279,52 @@ pub enum ExportCommand {
     /// ui.perfetto.dev opens: kernels per device and stream, their launches
     /// on the CPU threads, grid, block and correlation id.
     Perfetto(PerfettoArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// Listen where libkiln_cuda.so sends its snapshots (instead of the
+    /// agent) and print what they hold, decoded with the agent's own reader.
+    ///
+    /// Run the CUDA programs with CUDA_INJECTION64_PATH=…/libkiln_cuda.so
+    /// and KILN_GPU_SOCKET set to --socket; each process is one connection.
+    /// Every snapshot is printed as it arrives, and at the end, per
+    /// connection: pids, snapshot sequences (and gaps), kernels with their
+    /// launches, GPU time and launching threads, PC samples per function,
+    /// stall reason and SASS instruction (named by nvdisasm from the cubins
+    /// the library sent, when nvdisasm is on the PATH or in KILN_NVDISASM),
+    /// every library counter, and the stacks the agent would fold them into
+    /// (without their CPU part: that comes from the agent's eBPF uprobe).
+    ///
+    /// Stops once --connections connections have closed, or at --timeout.
+    /// Exit status 0 when at least one process connected and every frame
+    /// decoded; 1 otherwise, naming the frame and connection at fault (a
+    /// connection that sends a bad frame is closed; the others go on).
+    Dump(GpuDumpArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuDumpArgs {
+    /// The socket to listen on (what the CUDA processes have in
+    /// KILN_GPU_SOCKET). A stale socket file is replaced; one an agent is
+    /// listening on is not.
+    #[arg(long, env = "KILN_GPU_SOCKET", default_value = kiln_cuda::socket::DEFAULT_SOCKET_PATH)]
+    pub socket: PathBuf,
+
+    /// Also write a JSON summary here, one object per connection (the GPU
+    /// check kit's verify.py reads it).
+    #[arg(long, value_name = "SUMMARY.json")]
+    pub json: Option<PathBuf>,
+
+    /// Accept this many connections (CUDA processes), refuse later ones,
+    /// and stop once they have all closed.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub connections: u32,
+
+    /// Stop after this long even if connections are still open (`120s`,
+    /// `2m`); what arrived until then is reported.
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
 }
 
 #[derive(Debug, Args)]

@@ -4,6 +4,7 @@
 mod cli;
 mod client;
 mod export;
+mod gpu_dump;
 mod local_agent;
 mod roles;
 mod symbols;
@@ -36,6 +37,7 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Symbols(cli::SymbolsCommand::Upload(args)) => symbols::upload(args),
         Command::Symbols(cli::SymbolsCommand::Crawl(args)) => symbols::crawl(args),
         Command::Export(cli::ExportCommand::Perfetto(args)) => export::perfetto(args),
+        Command::Gpu(cli::GpuCommand::Dump(args)) => gpu_dump::run(args),
         Command::Gateway(args) => roles::gateway(args),
         Command::Worker(args) => roles::worker(args),
         Command::Query(args) => roles::query(args),

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Everything one call to a GPU machine should measure, in one go, after
+# scripts/gpucheck/prepare.sh assembled ./gpucheck (run from the repo root
+# on the GPU machine; results under $OUT, default ./out):
+#
+#   1. the kit's own check (gpucheck/device.sh: ABI, exact kernel counts,
+#      timeline, Perfetto, PC sampling, PyTorch), decoded by `kiln gpu dump`;
+#   2. the CUPTI constants this library added since the kit was written;
+#   3. PC sampling at several sampling periods: each run's overhead against
+#      a baseline run in the same minute, its samples, and whether it ended
+#      (a run alive after 60 s is a hang: its threads' stacks are kept);
+#   4. the library's host cost per launch (the kit's launch.cu, 200k empty
+#      kernels from 1 and 8 threads), without and with PC sampling;
+#   5. the kit's end-to-end run with `kiln up` (eBPF agent), if time is left.
+#
+# Each step has a time limit; BUDGET_S (default 420) bounds the whole.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$PWD
+K=$ROOT/gpucheck
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+BUDGET_S=${BUDGET_S:-420}
+exec > >(tee -a "$OUT/field.log") 2>&1
+left() { echo $((BUDGET_S - SECONDS)); }
+section() { printf '\n#### %s (t=%ss)\n' "$1" "$SECONDS"; }
+
+for f in device.sh work.cu launch.cu libkiln_cuda.so kiln snapdump; do
+  [ -e "$K/$f" ] || { echo "field.sh: $K/$f is missing; run scripts/gpucheck/prepare.sh first"; exit 1; }
+done
+NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(readlink -f "$NVCC")")")}
+export PATH="$CUDA_HOME/bin:$PATH"
+GPU_CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+ARCH=sm_${GPU_CC:-90}
+
+section "1. the kit's device check"
+OUT=$OUT/device timeout 300 bash "$K/device.sh" >/dev/null 2>&1
+echo "device.sh exit $?"
+sed -n '/^== SUMMARY/,$p' "$OUT/device/device.log"
+
+section "2. CUPTI constants added since the kit"
+INC=""
+for d in "$CUDA_HOME/extras/CUPTI/include" "$CUDA_HOME/include" "$CUDA_HOME"/targets/*/include; do
+  [ -f "$d/cupti_pcsampling.h" ] && { INC=$d; break; }
+done
+cat >"$OUT/abi_extra.c" <<'EOF'
+#include <stddef.h>
+#include <stdio.h>
+#include <cupti.h>
+#include <cupti_pcsampling.h>
+#define VAL(name, want) do { long v = (long)(name); printf("%-70s %ld %s\n", #name, v, v == (want) ? "ok" : "MISMATCH"); bad += v != (want); } while (0)
+int main(void) {
+  int bad = 0;
+  VAL(CUPTI_API_EXIT, 1);
+  VAL(CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_STALL_REASON, 2);
+  VAL(CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_HARDWARE_BUFFER_SIZE, 4);
+  VAL(CUPTI_PC_SAMPLING_CONFIGURATION_ATTR_TYPE_COLLECTION_MODE, 5);
+  VAL(CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS, 1);
+  VAL(offsetof(CUpti_PCSamplingConfigurationInfo, attributeData.stallReasonData.stallReasonCount), 8);
+  VAL(offsetof(CUpti_PCSamplingConfigurationInfo, attributeData.stallReasonData.pStallReasonIndex), 16);
+  VAL(offsetof(CUpti_PCSamplingData, remainingNumPcs), 40);
+  VAL(offsetof(CUpti_CallbackData, context), 40);
+  printf("ABI EXTRA: %s\n", bad ? "FAIL" : "PASS");
+  return bad;
+}
+EOF
+if [ -n "$INC" ] && cc -I"$INC" -I"$CUDA_HOME/include" "$OUT/abi_extra.c" -o "$OUT/abi_extra" 2>"$OUT/abi_extra.err"; then
+  "$OUT/abi_extra"
+else
+  echo "ABI EXTRA: SKIP (could not compile against ${INC:-no CUPTI headers}: $(head -3 "$OUT/abi_extra.err" 2>/dev/null))"
+fi
+
+section "3. PC sampling periods: overhead, samples, no hang"
+S=$OUT/periods
+mkdir -p "$S"
+nvcc -O2 -lineinfo -arch="$ARCH" -o "$S/work" "$K/work.cu" >"$S/nvcc.txt" 2>&1 || echo "nvcc work.cu failed: $(tail -2 "$S/nvcc.txt")"
+# run NAME [VAR=VALUE...]: a work run; a snapshot listener when injected;
+# wall ms and the work phase from its output; stacks if alive after 60 s.
+run() {
+  local name=$1 pid sp="" t0 t1
+  shift
+  if [ $# -gt 0 ]; then
+    rm -f /tmp/kiln-field.sock
+    "$K/snapdump" /tmp/kiln-field.sock "$S/$name.json" 1 90 >"$S/$name.dump.txt" 2>&1 &
+    sp=$!
+    for _ in $(seq 50); do [ -S /tmp/kiln-field.sock ] && break; sleep 0.1; done
+  fi
+  t0=$(date +%s%N)
+  env "$@" KILN_GPU_SOCKET=/tmp/kiln-field.sock KILN_CUDA_SNAPSHOT_MS=500 "$S/work" 2000 >"$S/$name.out" 2>"$S/$name.log" &
+  pid=$!
+  for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $pid 2>/dev/null; then
+    for t in /proc/$pid/task/*; do echo "== $t $(cat "$t/comm") $(cat "$t/wchan")"; cat "$t/stack" 2>/dev/null | head -6; done >"$S/$name.hang.txt" 2>&1
+    command -v gdb >/dev/null && timeout 40 gdb -batch -p $pid -ex "thread apply all bt 20" >>"$S/$name.hang.txt" 2>&1
+    kill -9 $pid
+    echo "$name: HUNG (stacks in periods/$name.hang.txt)"
+  fi
+  wait $pid
+  local rc=$?
+  t1=$(date +%s%N)
+  if [ -n "$sp" ]; then
+    for _ in $(seq 100); do kill -0 $sp 2>/dev/null || break; sleep 0.1; done
+    kill $sp 2>/dev/null
+    wait $sp 2>/dev/null
+  fi
+  local samples
+  samples=$(python3 -c '
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception:
+    print("no summary"); sys.exit()
+conns = d.get("connections", [d]) if isinstance(d, dict) else d
+tot = pcs = 0; fns = {}; ctr = {}
+for c in conns:
+    pc = c.get("pc", {}) if isinstance(c, dict) else {}
+    tot += pc.get("total_samples", 0); pcs += pc.get("distinct_pcs", 0)
+    for k, v in (pc.get("by_function") or {}).items(): fns[k] = fns.get(k, 0) + (v if isinstance(v, int) else 0)
+    ctr = c.get("counters", ctr)
+keys = ("pc_drains", "pc_drains_skipped", "cupti_errors", "pc_sampling_watchdog_trips", "pc_samples_dropped_by_hw")
+print(f"samples={tot} pcs={pcs} by_function={fns} " + " ".join(f"{k}={ctr.get(k)}" for k in keys))
+' "$S/$name.json" 2>&1)
+  printf '%-10s exit=%s wall_ms=%s %s | %s\n' "$name" "$rc" $(((t1 - t0) / 1000000)) \
+    "$(grep -o 'work phase [0-9.]* ms' "$S/$name.out")" "${samples:-}"
+  grep -h '^kiln-cuda' "$S/$name.log" | sort | uniq -c | head -5 | cut -c1-220
+}
+INJ=(CUDA_INJECTION64_PATH="$K/libkiln_cuda.so" KILN_CUDA_LOG=info)
+[ -f "$OUT/device/cupti_override" ] && INJ+=(KILN_CUPTI_PATH="$(cat "$OUT/device/cupti_override")")
+run base1
+run traced "${INJ[@]}"
+for p in default 20 17 14; do
+  [ "$(left)" -gt 150 ] || { echo "period $p: skipped, time"; continue; }
+  if [ $p = default ]; then
+    run pcs_$p "${INJ[@]}" KILN_CUDA_PC_SAMPLING=1
+  else
+    run pcs_$p "${INJ[@]}" KILN_CUDA_PC_SAMPLING=1 KILN_CUDA_PC_SAMPLING_PERIOD=$p
+  fi
+done
+run base2
+
+section "4. host cost per launch (200k empty kernels)"
+if [ "$(left)" -gt 120 ] && nvcc -O2 -arch="$ARCH" -o "$OUT/launch" "$K/launch.cu" >"$OUT/launch_nvcc.txt" 2>&1; then
+  for t in 1 8; do
+    for r in 1 2; do
+      echo "t=$t base      $(timeout 60 "$OUT/launch" 200000 $t)"
+      echo "t=$t kiln      $(CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_GPU_SOCKET=/tmp/none.sock timeout 60 "$OUT/launch" 200000 $t 2>/dev/null)"
+      echo "t=$t kiln+pcs  $(CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_GPU_SOCKET=/tmp/none.sock KILN_CUDA_PC_SAMPLING=1 timeout 60 "$OUT/launch" 200000 $t 2>/dev/null)"
+    done
+  done | tee "$OUT/launch.txt"
+else
+  echo "skipped (time, or launch.cu did not build: $(tail -2 "$OUT/launch_nvcc.txt" 2>/dev/null))"
+fi
+
+section "5. end to end with kiln up (eBPF agent)"
+if [ "$(left)" -gt 100 ]; then
+  OUT=$OUT/e2e timeout $(($(left) - 20)) bash "$K/e2e.sh" 2>&1 | tail -14 | cut -c1-400
+else
+  echo "skipped: $(left) s left"
+fi
+rm -rf "$OUT/e2e/bin" "$OUT/device/bin" "$OUT/launch" "$S/work" "$OUT/abi_extra"
+echo
+echo "field.sh done in ${SECONDS}s"
