@@ -80,6 +80,21 @@ impl Config {
     /// Reads the `KILN_*` variables; values that do not parse keep the
     /// default.
     pub fn from_env() -> Self {
+        for gone in [
+            "KILN_CUDA_PC_SAMPLING_ON_MS",
+            "KILN_CUDA_PC_SAMPLING_OFF_MS",
+        ] {
+            if std::env::var_os(gone).is_some() {
+                log(
+                    Level::Warn,
+                    format_args!(
+                        "{gone} is no longer read: PC sampling runs for each context's whole life \
+                         (switching it on and off deadlocked launching programs); \
+                         KILN_CUDA_PC_SAMPLING_PERIOD sets its cost"
+                    ),
+                );
+            }
+        }
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
@@ -739,7 +754,7 @@ mod tests {
         assert_eq!(c.snapshot_interval, Duration::from_millis(250));
         assert_eq!(c.timeline, Some(PathBuf::from("/tmp/t.jsonl")));
         let pc = c.pc_sampling.unwrap();
-        assert_eq!(pc.period, None, "40 is outside 5..=31");
+        assert_eq!(pc.period, Some(20), "40 is outside 5..=31: the default stays");
         assert_eq!(pc.drain.interval, Duration::from_millis(100));
         let default = PcSamplingSettings::default();
         assert_eq!(pc.call_bound, default.call_bound, "a bound of 0 is refused");

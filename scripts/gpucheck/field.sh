@@ -49,6 +49,7 @@ cat >"$OUT/abi_extra.c" <<'EOF'
 #include <stdio.h>
 #include <cupti.h>
 #include <cupti_pcsampling.h>
+#include <generated_cuda_meta.h>
 #define VAL(name, want) do { long v = (long)(name); printf("%-70s %ld %s\n", #name, v, v == (want) ? "ok" : "MISMATCH"); bad += v != (want); } while (0)
 int main(void) {
   int bad = 0;
@@ -61,6 +62,34 @@ int main(void) {
   VAL(offsetof(CUpti_PCSamplingConfigurationInfo, attributeData.stallReasonData.pStallReasonIndex), 16);
   VAL(offsetof(CUpti_PCSamplingData, remainingNumPcs), 40);
   VAL(offsetof(CUpti_CallbackData, context), 40);
+  VAL(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, 243);
+  VAL(CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, 244);
+  VAL(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, 245);
+  VAL(offsetof(cuMemAlloc_v2_params, bytesize), 8);
+  VAL(offsetof(cuMemAllocPitch_v2_params, Height), 24);
+  /* Printed for the next library change (GPU memory by call path). */
+#define SHOW(x) printf("%-70s %ld\n", #x, (long)(x))
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemCreate);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemRelease);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemMap);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemUnmap);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize);
+  SHOW(CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz);
+  SHOW(sizeof(cuMemAllocAsync_params));
+  SHOW(offsetof(cuMemAllocAsync_params, hStream));
+  SHOW(offsetof(cuMemAllocManaged_params, flags));
+  SHOW(sizeof(cuMemFreeAsync_params));
+  SHOW(offsetof(cuMemCreate_params, size));
+  SHOW(offsetof(cuMemMap_params, size));
+  SHOW(offsetof(cuMemUnmap_params, size));
   printf("ABI EXTRA: %s\n", bad ? "FAIL" : "PASS");
   return bad;
 }

@@ -35,9 +35,10 @@
 //! a change that breaks one fails there, without a GPU.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use super::contexts::{self, ContextTable};
 use super::{PcSample, PcSamplingBuffers, PendingHint};
 use crate::cupti::{ContextHandle, Cupti, CuptiError, ErrorLog, PcSamplingSetup};
 use crate::log::{Level, log};
@@ -80,7 +81,8 @@ pub enum PcOutput {
 /// PC sampling settings of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PcSamplingSettings {
-    /// Sampling period exponent, 2^n cycles; CUPTI's default when unset.
+    /// Sampling period exponent, 2^n cycles (`KILN_CUDA_PC_SAMPLING_PERIOD`,
+    /// 5..=31, default 20); CUPTI's default when `None`.
     pub period: Option<u32>,
     /// PCs read per `cuptiPCSamplingGetData` call.
     pub max_pcs: usize,
@@ -93,7 +95,11 @@ pub struct PcSamplingSettings {
 impl Default for PcSamplingSettings {
     fn default() -> Self {
         Self {
-            period: None,
+            // 2^20 cycles: on an H200 (3 s workload, 8,263 launches) the
+            // work took 1.02x its untraced time with 0.9 M samples at 325
+            // PCs; at 2^17 1.05x, at CUPTI's default 1.08x and the
+            // hardware buffer overflowed (field.sh, 2026-11-26).
+            period: Some(20),
             max_pcs: 10_000,
             drain: DrainPolicy {
                 interval: Duration::from_millis(500),
@@ -122,6 +128,12 @@ struct PcContext {
     retired: AtomicBool,
 }
 
+impl PcContext {
+    fn live(&self) -> bool {
+        !self.retired.load(Ordering::Acquire)
+    }
+}
+
 /// Counts of what PC sampling did, for the snapshot's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PcCounts {
@@ -137,7 +149,7 @@ pub struct PcCounts {
 pub struct PcSampler {
     cupti: Arc<dyn Cupti>,
     settings: PcSamplingSettings,
-    contexts: RwLock<Vec<Arc<PcContext>>>,
+    contexts: ContextTable<PcContext>,
     watchdog: Watchdog,
     errors: Arc<ErrorLog>,
     drains: AtomicU64,
@@ -153,7 +165,7 @@ impl PcSampler {
         Self {
             cupti,
             settings,
-            contexts: RwLock::new(Vec::new()),
+            contexts: ContextTable::default(),
             watchdog: Watchdog::new(settings.call_bound),
             errors,
             drains: AtomicU64::new(0),
@@ -196,7 +208,7 @@ impl PcSampler {
                 .pc_sampling_configure(ctx, &mut configured, &setup)
             {
                 // Enabled but not configured: give the context back.
-                let _ = self.cupti.pc_sampling_disable(ctx);
+                self.disable(ctx);
                 return Err(e);
             }
             out(PcOutput::StallReasons(reasons));
@@ -210,14 +222,28 @@ impl PcSampler {
                 retired: AtomicBool::new(false),
             })
         };
+        let started = Instant::now();
         match setup() {
             Ok(context) => {
-                if let Ok(mut contexts) = self.contexts.write() {
-                    contexts.push(Arc::new(context));
+                if self.contexts.insert(ctx.0, context).is_err() {
+                    log(
+                        Level::Warn,
+                        format_args!(
+                            "PC sampling off for context {:#x}: this process already sampled {} contexts",
+                            ctx.0,
+                            contexts::MAX
+                        ),
+                    );
+                    self.disable(ctx);
+                    return;
                 }
                 log(
                     Level::Info,
-                    format_args!("PC sampling on for context {:#x}", ctx.0),
+                    format_args!(
+                        "PC sampling on for context {:#x} (enabling and configuring took {:?})",
+                        ctx.0,
+                        started.elapsed()
+                    ),
                 );
             }
             Err(e) => self
@@ -249,7 +275,7 @@ impl PcSampler {
             return;
         };
         context.last_drain_ns.store(now, Ordering::Relaxed);
-        self.get_data(&context, &mut buffers, out);
+        self.get_data(context, &mut buffers, out);
     }
 
     /// Rule 3: a module was loaded into `ctx`; CUPTI wants what it holds
@@ -265,43 +291,57 @@ impl PcSampler {
             self.drains_skipped.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        self.drain_fully(&context, &mut buffers, out);
+        self.drain_fully(context, &mut buffers, out);
     }
 
     /// Rule 5: the context-destroy-starting callback.
     pub fn on_context_destroying(&self, ctx: ContextHandle, out: &dyn Fn(PcOutput)) {
-        let removed = self.contexts.write().ok().and_then(|mut contexts| {
-            let at = contexts.iter().position(|c| c.ctx == ctx)?;
-            Some(contexts.swap_remove(at))
-        });
-        if let Some(context) = removed {
-            self.tear_down(&context, out);
+        if let Some(context) = self.find(ctx) {
+            self.tear_down(context, out);
         }
     }
 
     /// Rule 5 at exit: every context still alive.
     pub fn finish(&self, out: &dyn Fn(PcOutput)) {
-        let contexts = self
-            .contexts
-            .write()
-            .map(|mut c| std::mem::take(&mut *c))
-            .unwrap_or_default();
-        for context in contexts {
-            self.tear_down(&context, out);
+        for context in self.contexts.all().filter(|c| c.live()) {
+            self.tear_down(context, out);
         }
     }
 
-    fn find(&self, ctx: ContextHandle) -> Option<Arc<PcContext>> {
-        // try_read: a thread adding or removing a context holds the lock
-        // for a push or a remove; a launch exit never waits for it.
-        let contexts = self.contexts.try_read().ok()?;
-        let context = contexts.iter().find(|c| c.ctx == ctx)?;
-        (!context.retired.load(Ordering::Acquire)).then(|| context.clone())
+    /// The live context under `ctx`, with loads only (see [`contexts`]).
+    fn find(&self, ctx: ContextHandle) -> Option<&PcContext> {
+        self.contexts.find(ctx.0).find(|c| c.live())
+    }
+
+    /// `Disable`, watched; true when it succeeded.
+    fn disable(&self, ctx: ContextHandle) -> bool {
+        let started = Instant::now();
+        let disabled = {
+            let _watch = self.watchdog.watch(WatchedCall::PcSamplingDisable);
+            self.cupti.pc_sampling_disable(ctx)
+        };
+        match disabled {
+            Ok(()) => {
+                log(
+                    Level::Info,
+                    format_args!(
+                        "PC sampling off for context {:#x} (disabling took {:?})",
+                        ctx.0,
+                        started.elapsed()
+                    ),
+                );
+                true
+            }
+            Err(e) => {
+                self.errors
+                    .report(&e, "PCs CUPTI still held for this context are lost");
+                false
+            }
+        }
     }
 
     fn tear_down(&self, context: &PcContext, out: &dyn Fn(PcOutput)) {
-        context.retired.store(true, Ordering::Release);
-        if self.watchdog.tripped() {
+        if context.retired.swap(true, Ordering::AcqRel) || self.watchdog.tripped() {
             return;
         }
         // A launch exit on another thread may be reading; teardown is
@@ -310,23 +350,15 @@ impl PcSampler {
             return;
         };
         self.drain_fully(context, &mut buffers, out);
-        if self.watchdog.tripped() {
+        if self.watchdog.tripped() || !self.disable(context.ctx) {
             return;
         }
-        let disabled = {
-            let _watch = self.watchdog.watch(WatchedCall::PcSamplingDisable);
-            self.cupti.pc_sampling_disable(context.ctx)
-        };
-        match disabled {
-            Ok(()) => {
-                if let Ok(configured) = context.configured.lock() {
-                    self.send(&configured, out);
-                }
-            }
-            Err(e) => self
-                .errors
-                .report(&e, "PCs CUPTI still held for this context are lost"),
+        if let Ok(mut configured) = context.configured.lock() {
+            self.send(&configured, out);
+            // The slot stays (see `contexts`); its buffers go.
+            *configured = PcSamplingBuffers::new(0, 1);
         }
+        *buffers = PcSamplingBuffers::new(0, 1);
     }
 
     fn drain_fully(

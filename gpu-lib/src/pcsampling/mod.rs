@@ -8,6 +8,7 @@
 //! sample per SM), not by switching it on and off: CUPTI's start/stop
 //! calls deadlock against a launching program (see [`control`]).
 
+mod contexts;
 pub mod control;
 
 use std::ffi::CStr;
