@@ -110,6 +110,7 @@ pub mod gpu;
 mod gpu_agent;
 mod kafka_sink;
 mod kallsyms;
+mod nvml;
 mod procfs;
 mod row_space;
 mod run;
@@ -140,6 +141,10 @@ pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 /// Where CUDA processes running libkiln_cuda.so send GPU profiles unless
 /// `KILN_GPU_SOCKET` says otherwise (the library's default too).
 pub use kiln_cuda::socket::DEFAULT_SOCKET_PATH as DEFAULT_GPU_SOCKET;
+pub use nvml::{
+    DeviceReading, GPU_SAMPLE_INTERVAL, GpuMetricsSampler, GpuPoint, GpuProcess, GpuReadings,
+    MAX_GPU_PROCESSES, MAX_QUEUED_GPU_READINGS, NVML_PATH_ENV, Nvml, NvmlError,
+};
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{

@@ -35,7 +35,10 @@ pub fn kind_hue(kind: FrameKind) -> f64 {
         | FrameKind::Ruby
         | FrameKind::Php
         | FrameKind::Dotnet => 110.0,
-        FrameKind::GpuKernel | FrameKind::GpuInstruction | FrameKind::GpuStall => 275.0,
+        FrameKind::GpuKernel
+        | FrameKind::GpuInstruction
+        | FrameKind::GpuStall
+        | FrameKind::GpuMemory => 275.0,
         FrameKind::Idle | FrameKind::Truncated => 210.0,
         FrameKind::Label => 190.0,
     }

@@ -260,6 +260,8 @@ impl Aggregator {
             stall_reasons,
             cubins: std::mem::take(&mut self.cubins),
             counters: self.counters,
+            // Filled by the pipeline, which tracks memory.
+            ..Snapshot::default()
         };
         self.sequence += 1;
         snapshot

@@ -2,8 +2,12 @@
 //! `<launching CPU stack> → gpu_kernel → gpu_instruction → gpu_stall`.
 //!
 //! Kernel stacks weigh GPU time in ns ([`WeightUnit::Nanoseconds`]);
-//! instruction stacks weigh PC samples ([`WeightUnit::Samples`]). The agent
-//! keeps the two apart (a label on the samples), since they do not add up.
+//! instruction stacks weigh PC samples ([`WeightUnit::Samples`]); device
+//! memory stacks, `<allocating CPU stack> → gpu_memory`, weigh bytes
+//! allocated in the interval ([`WeightUnit::AllocatedBytes`]) or live at
+//! its end ([`WeightUnit::LiveBytes`]: a gauge, whose one interval is read,
+//! not a sum over many). The agent keeps the units apart (a label on the
+//! samples), since they do not add up.
 //!
 //! The launching stack of a kernel aggregate comes from its exemplar
 //! correlation ids (see [`crate::wire::KernelAggregate`]): its time is split
@@ -24,6 +28,10 @@ pub enum WeightUnit {
     Nanoseconds,
     /// PC samples.
     Samples,
+    /// Device memory bytes allocated during the interval.
+    AllocatedBytes,
+    /// Device memory bytes live at the interval's end.
+    LiveBytes,
 }
 
 impl WeightUnit {
@@ -32,6 +40,8 @@ impl WeightUnit {
         match self {
             WeightUnit::Nanoseconds => "nanoseconds",
             WeightUnit::Samples => "samples",
+            WeightUnit::AllocatedBytes => "allocated_bytes",
+            WeightUnit::LiveBytes => "live_bytes",
         }
     }
 }
@@ -162,8 +172,28 @@ pub fn fold_snapshot(
             });
         }
     }
+    for (aggregates, unit) in [
+        (&snapshot.memory_allocated, WeightUnit::AllocatedBytes),
+        (&snapshot.memory_live, WeightUnit::LiveBytes),
+    ] {
+        for memory in aggregates.iter().filter(|m| m.bytes > 0) {
+            let mut frames = match memory.correlation_id {
+                0 => Vec::new(),
+                id => launch_stack(memory.tid, id).unwrap_or_default(),
+            };
+            frames.push(Frame::named(FrameKind::GpuMemory, MEMORY_FRAME));
+            out.push(FoldedStack {
+                frames,
+                weight: memory.bytes,
+                unit,
+            });
+        }
+    }
     out
 }
+
+/// The leaf of a device memory stack.
+pub const MEMORY_FRAME: &str = "GPU device memory";
 
 fn kernel_frame(name: &str) -> Frame {
     Frame::named(FrameKind::GpuKernel, name)
@@ -363,5 +393,60 @@ mod tests {
             u64::MAX
         );
         assert!(apportion(5, &[]).is_empty());
+    }
+
+    #[test]
+    fn memory_hangs_under_the_allocating_call() {
+        use crate::wire::MemoryAggregate;
+        let s = Snapshot {
+            memory_allocated: vec![
+                MemoryAggregate {
+                    tid: 10,
+                    correlation_id: 5,
+                    bytes: 4096,
+                    count: 2,
+                },
+                MemoryAggregate {
+                    tid: 10,
+                    correlation_id: 0,
+                    bytes: 100,
+                    count: 1,
+                },
+            ],
+            memory_live: vec![MemoryAggregate {
+                tid: 10,
+                correlation_id: 5,
+                bytes: 2048,
+                count: 1,
+            }],
+            ..Snapshot::default()
+        };
+        let stacks = fold_snapshot(
+            &s,
+            &StallReasonTable::default(),
+            &FoldOptions::default(),
+            |tid, id| (tid == 10 && id == 5).then(|| vec![native("main"), native("cudaMalloc")]),
+        );
+        let leaf = Frame::named(FrameKind::GpuMemory, MEMORY_FRAME);
+        assert_eq!(
+            stacks,
+            vec![
+                FoldedStack {
+                    frames: vec![native("main"), native("cudaMalloc"), leaf.clone()],
+                    weight: 4096,
+                    unit: WeightUnit::AllocatedBytes,
+                },
+                FoldedStack {
+                    frames: vec![leaf.clone()],
+                    weight: 100,
+                    unit: WeightUnit::AllocatedBytes,
+                },
+                FoldedStack {
+                    frames: vec![native("main"), native("cudaMalloc"), leaf],
+                    weight: 2048,
+                    unit: WeightUnit::LiveBytes,
+                },
+            ]
+        );
     }
 }

@@ -22,6 +22,7 @@ use crate::cupti::abi::{self, CallbackData, ModuleResourceData, ResourceData};
 use crate::cupti::{ContextHandle, Cupti, ErrorLog};
 use crate::join::Launch;
 use crate::log::{Level, log};
+use crate::memory::MemoryEvent;
 use crate::pcsampling::PcSample;
 use crate::pcsampling::control::{DrainPolicy, PcOutput, PcSampler, PcSamplingSettings};
 use crate::pipeline::{Pipeline, ProducerCounts};
@@ -162,6 +163,7 @@ enum Event {
         crc: u64,
         image: Vec<u8>,
     },
+    Memory(MemoryEvent),
     PcSamples {
         samples: Vec<PcSample>,
         dropped: u64,
@@ -439,6 +441,53 @@ impl Runtime {
         }));
     }
 
+    /// A device memory call returned: its allocation (with the launch
+    /// marker, so that the agent captures the allocating stack under the
+    /// call's correlation id) or its free.
+    fn on_memory(&self, data: &CallbackData, cbid: u32) {
+        if data.callback_site != abi::API_EXIT || data.function_params.is_null() {
+            return;
+        }
+        // A call that failed allocated or freed nothing.
+        if !data.function_return_value.is_null()
+            // SAFETY: at exit CUPTI points it to the call's CUresult.
+            && unsafe { *(data.function_return_value as *const i32) } != 0
+        {
+            return;
+        }
+        // SAFETY: each call's params struct, as CUPTI passes it; the out
+        // pointers were written by the call that just returned.
+        let event = unsafe {
+            match cbid {
+                abi::driver_cbid::MEM_ALLOC_V2 => {
+                    let p = &*(data.function_params as *const abi::MemAllocParams);
+                    (!p.dptr.is_null()).then(|| (*p.dptr, p.bytesize as u64))
+                }
+                abi::driver_cbid::MEM_ALLOC_PITCH_V2 => {
+                    let p = &*(data.function_params as *const abi::MemAllocPitchParams);
+                    (!p.dptr.is_null() && !p.pitch.is_null())
+                        .then(|| (*p.dptr, (*p.pitch as u64).saturating_mul(p.height as u64)))
+                }
+                abi::driver_cbid::MEM_FREE_V2 => {
+                    let p = &*(data.function_params as *const abi::MemFreeParams);
+                    self.send(Event::Memory(MemoryEvent::Free { address: p.dptr }));
+                    None
+                }
+                _ => None,
+            }
+        };
+        if let Some((address, bytes)) = event {
+            let tid = current_tid();
+            crate::kiln_cuda_launch_marker(data.correlation_id, tid);
+            self.send(Event::Memory(MemoryEvent::Alloc {
+                correlation_id: data.correlation_id,
+                tid,
+                address,
+                bytes,
+            }));
+        }
+    }
+
     fn on_resource(&self, data: &ResourceData, cbid: u32) {
         let ctx = ContextHandle(data.context as usize);
         match cbid {
@@ -593,6 +642,7 @@ fn take_in(rt: &Runtime, pipeline: &mut Pipeline, event: Event) {
             unsafe { rt.pool.give_back(buffer.ptr) };
         }
         Event::Cubin { crc, image } => pipeline.on_cubin(crc, image),
+        Event::Memory(event) => pipeline.on_memory(event),
         Event::PcSamples { samples, dropped } => pipeline.on_pc_samples(&samples, dropped),
         Event::StallReasons(reasons) => pipeline.on_stall_reasons(reasons),
         Event::Tick | Event::Finish(_) => {}
@@ -704,6 +754,10 @@ unsafe extern "C" fn on_callback(
             return;
         }
         match domain {
+            abi::domain::DRIVER_API if abi::driver_cbid::MEMORY.contains(&cbid) => {
+                // SAFETY: the driver-API domain passes a CUpti_CallbackData.
+                rt.on_memory(unsafe { &*(cbdata as *const CallbackData) }, cbid);
+            }
             abi::domain::DRIVER_API if abi::driver_cbid::ALL.contains(&cbid) => {
                 // SAFETY: the driver-API domain passes a CUpti_CallbackData.
                 rt.on_launch(unsafe { &*(cbdata as *const CallbackData) }, cbid);
@@ -754,7 +808,11 @@ mod tests {
         assert_eq!(c.snapshot_interval, Duration::from_millis(250));
         assert_eq!(c.timeline, Some(PathBuf::from("/tmp/t.jsonl")));
         let pc = c.pc_sampling.unwrap();
-        assert_eq!(pc.period, Some(20), "40 is outside 5..=31: the default stays");
+        assert_eq!(
+            pc.period,
+            Some(20),
+            "40 is outside 5..=31: the default stays"
+        );
         assert_eq!(pc.drain.interval, Duration::from_millis(100));
         let default = PcSamplingSettings::default();
         assert_eq!(pc.call_bound, default.call_bound, "a bound of 0 is refused");

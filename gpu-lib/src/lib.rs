@@ -34,6 +34,7 @@ mod fold;
 pub mod injection;
 pub mod join;
 mod log;
+pub mod memory;
 pub mod pcsampling;
 pub mod perfetto;
 pub mod pipeline;
@@ -48,7 +49,8 @@ use std::sync::{Arc, Once};
 
 pub use cupti::{Cupti, CuptiError, RealCupti};
 pub use fold::{
-    FoldOptions, FoldedStack, InstructionNamer, StallReasonTable, WeightUnit, fold_snapshot,
+    FoldOptions, FoldedStack, InstructionNamer, MEMORY_FRAME, StallReasonTable, WeightUnit,
+    fold_snapshot,
 };
 pub use socket::{SnapshotListener, SnapshotSender, SnapshotStream};
 pub use wire::{Snapshot, WireError};

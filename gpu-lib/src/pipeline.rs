@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::activity::{self, ParseStats, Record};
 use crate::aggregate::{Aggregator, Limits};
 use crate::join::{Joined, Joiner, Launch};
+use crate::memory::{MemoryEvent, MemoryLimits, MemoryTracker};
 use crate::pcsampling::PcSample;
 use crate::timeline::{TimelineKernel, TimelineWriter};
 use crate::wire::{Snapshot, StallReasonName};
@@ -27,6 +28,7 @@ pub struct Pipeline {
     timeline: Option<TimelineWriter>,
     interval_start_ns: u64,
     scratch: Vec<Joined>,
+    memory: MemoryTracker,
 }
 
 impl Pipeline {
@@ -43,6 +45,7 @@ impl Pipeline {
             timeline: None,
             interval_start_ns: 0,
             scratch: Vec::new(),
+            memory: MemoryTracker::new(MemoryLimits::default()),
         }
     }
 
@@ -85,6 +88,11 @@ impl Pipeline {
             self.aggregator.add_pc_sample(sample);
         }
         self.aggregator.counters_mut().pc_samples_dropped_by_hw += dropped_by_hw;
+    }
+
+    /// Takes in a device memory allocation or free.
+    pub fn on_memory(&mut self, event: MemoryEvent) {
+        self.memory.on_event(event);
     }
 
     /// Sets the stall reason table.
@@ -145,9 +153,14 @@ impl Pipeline {
         self.interval_start_ns = now_ns;
         let names = &mut self.names;
         let resolve = &self.resolve;
-        self.aggregator.snapshot(self.pid, start, now_ns, |ptr| {
+        let mut snapshot = self.aggregator.snapshot(self.pid, start, now_ns, |ptr| {
             kernel_name(names, resolve, ptr)
-        })
+        });
+        let memory = self.memory.report();
+        snapshot.memory_allocated = memory.allocated;
+        snapshot.memory_live = memory.live;
+        snapshot.memory = memory.stats;
+        snapshot
     }
 
     /// Takes in what the joiner emitted; the vector is kept for reuse so

@@ -47,6 +47,51 @@ pub struct Snapshot {
     pub cubins: Vec<Cubin>,
     /// What the library had to drop or could not join, since it started.
     pub counters: Counters,
+    /// Device memory allocated during the interval, per allocating call.
+    pub memory_allocated: Vec<MemoryAggregate>,
+    /// Device memory live at the interval's end, per allocating call.
+    pub memory_live: Vec<MemoryAggregate>,
+    /// The process's device memory totals.
+    pub memory: MemoryStats,
+}
+
+/// Device memory of one allocating call (a correlation id, whose CPU stack
+/// the agent's uprobe captured) on one thread; correlation id 0 gathers
+/// what the per-snapshot bound left without its call.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
+pub struct MemoryAggregate {
+    /// The allocating thread.
+    pub tid: u32,
+    /// The allocating call's correlation id.
+    pub correlation_id: u32,
+    /// Bytes.
+    pub bytes: u64,
+    /// Allocations.
+    pub count: u64,
+}
+
+/// A process's device memory, from the allocation calls Kiln watches.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize,
+)]
+pub struct MemoryStats {
+    /// Bytes live now.
+    pub live_bytes: u64,
+    /// The most bytes live at once during the interval.
+    pub peak_live_bytes: u64,
+    /// Allocations since the library started.
+    pub allocations: u64,
+    /// Bytes allocated since the library started.
+    pub allocated_bytes: u64,
+    /// Frees since the library started.
+    pub frees: u64,
+    /// Frees of addresses not tracked (allocated before the library, or
+    /// by a call it does not watch).
+    pub unknown_frees: u64,
+    /// Allocations not tracked because the live table was full.
+    pub untracked_allocations: u64,
 }
 
 /// Kernel time of one kernel launched from one thread on one device.
@@ -262,6 +307,17 @@ mod tests {
             counters: Counters {
                 launches: 2,
                 ..Counters::default()
+            },
+            memory_allocated: vec![MemoryAggregate {
+                tid: 7,
+                correlation_id: 3,
+                bytes: 1 << 20,
+                count: 1,
+            }],
+            memory_live: Vec::new(),
+            memory: MemoryStats {
+                live_bytes: 1 << 20,
+                ..MemoryStats::default()
             },
         }
     }

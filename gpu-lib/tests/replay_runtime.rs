@@ -97,6 +97,13 @@ fn replayed_cupti_reaches_the_agent_socket() {
     .join()
     .unwrap();
 
+    // Device memory: 1 MiB and 4 KiB allocated, the 4 KiB freed, and an
+    // allocation that failed (nothing to count).
+    cupti.mem_alloc(CTX, 500, 0x7000_0000, 1 << 20, 0);
+    cupti.mem_alloc(CTX, 501, 0x7100_0000, 4096, 0);
+    cupti.mem_alloc(CTX, 502, 0x7200_0000, 1 << 30, 2);
+    cupti.mem_free(CTX, 503, 0x7100_0000);
+
     // Completions arrive in two buffers, out of launch order, plus one
     // kernel whose launch was never seen (id 77).
     let mut first = Vec::new();
@@ -147,6 +154,31 @@ fn replayed_cupti_reaches_the_agent_socket() {
         (cubins[0].crc, cubins[0].image.as_slice()),
         (4007, cubin.as_slice())
     );
+
+    // Device memory: allocated per allocating call, live at the end, and
+    // the process's totals.
+    let allocated: HashMap<u32, u64> = snapshots
+        .iter()
+        .flat_map(|s| &s.memory_allocated)
+        .map(|m| (m.correlation_id, m.bytes))
+        .collect();
+    assert_eq!(allocated, HashMap::from([(500, 1 << 20), (501, 4096)]));
+    let live: Vec<(u32, u64)> = last
+        .memory_live
+        .iter()
+        .map(|m| (m.correlation_id, m.bytes))
+        .collect();
+    assert_eq!(live, vec![(500, 1 << 20)]);
+    assert_eq!(last.memory.live_bytes, 1 << 20);
+    assert_eq!(last.memory.allocations, 2);
+    assert_eq!(last.memory.frees, 1);
+    assert_eq!(last.memory.unknown_frees, 0);
+    let peak = snapshots
+        .iter()
+        .map(|s| s.memory.peak_live_bytes)
+        .max()
+        .unwrap();
+    assert_eq!(peak, (1 << 20) + 4096);
 
     // PC samples: every GetData's (at the module load and each of the
     // four launch exits, then at exit before Disable) and what Disable

@@ -52,11 +52,14 @@ pub enum FrameKind {
     /// A synthetic frame naming a label value (a query that groups by a
     /// label puts these at the root). Agents never send them.
     Label = 13,
+    /// GPU device memory allocated at the call below it; its weight is
+    /// bytes.
+    GpuMemory = 14,
 }
 
 impl FrameKind {
     /// Every kind, in wire order.
-    pub const ALL: [FrameKind; 14] = [
+    pub const ALL: [FrameKind; 15] = [
         FrameKind::Native,
         FrameKind::Kernel,
         FrameKind::Python,
@@ -71,6 +74,7 @@ impl FrameKind {
         FrameKind::Idle,
         FrameKind::Truncated,
         FrameKind::Label,
+        FrameKind::GpuMemory,
     ];
 
     /// The kind with wire number `n`, if there is one.
@@ -95,6 +99,7 @@ impl FrameKind {
             FrameKind::Idle => "idle",
             FrameKind::Truncated => "truncated",
             FrameKind::Label => "label",
+            FrameKind::GpuMemory => "gpu_memory",
         }
     }
 }
@@ -117,6 +122,7 @@ impl From<&ArchivedFrameKind> for FrameKind {
             ArchivedFrameKind::Idle => FrameKind::Idle,
             ArchivedFrameKind::Truncated => FrameKind::Truncated,
             ArchivedFrameKind::Label => FrameKind::Label,
+            ArchivedFrameKind::GpuMemory => FrameKind::GpuMemory,
         }
     }
 }

@@ -49,7 +49,7 @@ cat >"$OUT/abi_extra.c" <<'EOF'
 #include <stdio.h>
 #include <cupti.h>
 #include <cupti_pcsampling.h>
-#include <generated_cuda_meta.h>
+/* cupti.h brings generated_cuda_meta.h (the driver calls' params). */
 #define VAL(name, want) do { long v = (long)(name); printf("%-70s %ld %s\n", #name, v, v == (want) ? "ok" : "MISMATCH"); bad += v != (want); } while (0)
 int main(void) {
   int bad = 0;

@@ -106,12 +106,14 @@ fn read_comm(path: &str) -> Option<String> {
 /// What [`GpuReceiver::send`] handed the sink.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GpuReport {
-    /// Batches sent (0 to 2).
+    /// Batches sent (0 to 4).
     pub batches: usize,
     /// GPU kernel time in them, ns.
     pub kernel_ns: u64,
     /// PC samples in them.
     pub pc_samples: u64,
+    /// Device memory bytes allocated, in them.
+    pub allocated_bytes: u64,
 }
 
 /// CPU stacks of recent launches, by (pid, correlation id), bounded.
@@ -186,16 +188,19 @@ impl GpuReceiver {
             .unwrap_or(0)
     }
 
-    /// Folds every queued snapshot into batches stamped `now_ns`: the
-    /// kernel-time batch first, then the PC-sample batch, each only when
-    /// it has samples.
-    pub fn batches(&mut self, now_ns: i64) -> Vec<Batch> {
+    /// Folds every queued snapshot into batches stamped `now_ns`: kernel
+    /// time, PC samples, device memory allocated, device memory live at the
+    /// snapshot's end; each only when it has samples, each with its unit in
+    /// the `gpu_weight` label.
+    pub fn batches(&mut self, now_ns: i64) -> Vec<(WeightUnit, Batch)> {
         let received: Vec<Received> = match self.queue.lock() {
             Ok(mut q) => q.snapshots.drain(..).collect(),
             Err(_) => return Vec::new(),
         };
         let mut time = BatchBuilder::new(self.host.clone(), now_ns, 1);
         let mut samples = BatchBuilder::new(self.host.clone(), now_ns, 0);
+        let mut allocated = BatchBuilder::new(self.host.clone(), now_ns, 0);
+        let mut live = BatchBuilder::new(self.host.clone(), now_ns, 0);
         for Received { snapshot, names } in &received {
             for cubin in &snapshot.cubins {
                 self.cubins.borrow_mut().add(cubin);
@@ -242,20 +247,41 @@ impl GpuReceiver {
                 }
             }
             // PC samples, spread over wherever their kernel's time went,
-            // every thread's: the whole snapshot is folded for them.
-            if !snapshot.pc_samples.is_empty() {
-                let labels = process.with(GPU_WEIGHT_LABEL, WeightUnit::Samples.as_str());
+            // every thread's: the whole snapshot is folded for them; and
+            // device memory, under the allocating calls.
+            let has_memory =
+                !snapshot.memory_allocated.is_empty() || !snapshot.memory_live.is_empty();
+            if !snapshot.pc_samples.is_empty() || has_memory {
+                let label =
+                    |unit: WeightUnit| process.clone().with(GPU_WEIGHT_LABEL, unit.as_str());
+                let units = [
+                    (WeightUnit::Samples, label(WeightUnit::Samples)),
+                    (
+                        WeightUnit::AllocatedBytes,
+                        label(WeightUnit::AllocatedBytes),
+                    ),
+                    (WeightUnit::LiveBytes, label(WeightUnit::LiveBytes)),
+                ];
                 for stack in fold_snapshot(snapshot, stalls, &options, launch_stack) {
-                    if stack.unit == WeightUnit::Samples {
-                        samples.add(now_ns, &stack.frames, &labels, stack.weight);
-                    }
+                    let (builder, labels) = match stack.unit {
+                        WeightUnit::Samples => (&mut samples, &units[0].1),
+                        WeightUnit::AllocatedBytes => (&mut allocated, &units[1].1),
+                        WeightUnit::LiveBytes => (&mut live, &units[2].1),
+                        WeightUnit::Nanoseconds => continue,
+                    };
+                    builder.add(now_ns, &stack.frames, labels, stack.weight);
                 }
             }
         }
-        [time.finish(), samples.finish()]
-            .into_iter()
-            .filter(|batch| !batch.samples.is_empty())
-            .collect()
+        [
+            (WeightUnit::Nanoseconds, time.finish()),
+            (WeightUnit::Samples, samples.finish()),
+            (WeightUnit::AllocatedBytes, allocated.finish()),
+            (WeightUnit::LiveBytes, live.finish()),
+        ]
+        .into_iter()
+        .filter(|(_, batch)| !batch.samples.is_empty())
+        .collect()
     }
 
     /// Hands the batches of every queued snapshot ([`GpuReceiver::batches`])
@@ -264,13 +290,15 @@ impl GpuReceiver {
     /// first batch the sink cannot take (the error holds it).
     pub fn send(&mut self, sink: &mut dyn Sink, now_ns: i64) -> Result<GpuReport, SinkError> {
         let mut report = GpuReport::default();
-        for batch in self.batches(now_ns) {
+        for (unit, batch) in self.batches(now_ns) {
             sink.send(&batch)?;
             report.batches += 1;
-            if batch.period_ns == 0 {
-                report.pc_samples += batch.sample_count();
-            } else {
-                report.kernel_ns += batch.sample_count();
+            let total = batch.sample_count();
+            match unit {
+                WeightUnit::Nanoseconds => report.kernel_ns += total,
+                WeightUnit::Samples => report.pc_samples += total,
+                WeightUnit::AllocatedBytes => report.allocated_bytes += total,
+                WeightUnit::LiveBytes => {}
             }
         }
         Ok(report)
@@ -329,7 +357,7 @@ mod tests {
     use std::time::Duration;
 
     use kiln_cuda::SnapshotSender;
-    use kiln_cuda::wire::{KernelAggregate, PcSampleAggregate, StallReasonName};
+    use kiln_cuda::wire::{KernelAggregate, MemoryAggregate, PcSampleAggregate, StallReasonName};
     use kiln_model::FrameKind;
 
     use super::*;
@@ -369,6 +397,28 @@ mod tests {
                 index: 2,
                 name: "smsp__pcsamp_warps_issue_stalled_barrier".into(),
             }],
+            // cudaMalloc'ed from the same stack as the launch (id 5), and
+            // from an unknown one (id 6): rooted at the memory frame.
+            memory_allocated: vec![
+                MemoryAggregate {
+                    tid: 10,
+                    correlation_id: 5,
+                    bytes: 1 << 20,
+                    count: 1,
+                },
+                MemoryAggregate {
+                    tid: 10,
+                    correlation_id: 6,
+                    bytes: 512,
+                    count: 1,
+                },
+            ],
+            memory_live: vec![MemoryAggregate {
+                tid: 10,
+                correlation_id: 5,
+                bytes: 1 << 20,
+                count: 1,
+            }],
             ..Snapshot::default()
         };
         SnapshotSender::new(&socket).send(&snapshot).unwrap();
@@ -382,12 +432,29 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(batches.len(), 2);
-        let time = &batches[0];
+        let units: Vec<WeightUnit> = batches.iter().map(|(unit, _)| *unit).collect();
+        assert_eq!(
+            units,
+            [
+                WeightUnit::Nanoseconds,
+                WeightUnit::Samples,
+                WeightUnit::AllocatedBytes,
+                WeightUnit::LiveBytes
+            ]
+        );
+        let time = &batches[0].1;
         assert_eq!(time.period_ns, 1);
         assert_eq!(time.sample_count(), 5000);
-        let samples = &batches[1];
+        let samples = &batches[1].1;
         assert_eq!(samples.sample_count(), 9);
+        let allocated = &batches[2].1;
+        assert_eq!(allocated.sample_count(), (1 << 20) + 512);
+        let live = &batches[3].1;
+        assert_eq!(live.sample_count(), 1 << 20);
+        let memory = Frame::named(FrameKind::GpuMemory, kiln_cuda::MEMORY_FRAME);
+        let live_frames: Vec<&Frame> = live.frames.iter().map(|f| &f.frame).collect();
+        assert!(live_frames.contains(&&Frame::named(FrameKind::Native, "train_step")));
+        assert!(live_frames.contains(&&memory));
         let frames: Vec<&Frame> = time.frames.iter().map(|f| &f.frame).collect();
         assert!(frames.contains(&&Frame::named(FrameKind::Native, "train_step")));
         assert!(frames.contains(&&Frame::named(FrameKind::GpuKernel, "gemm")));

@@ -71,6 +71,56 @@ pub mod driver_cbid {
         LAUNCH_KERNEL_EX,
         LAUNCH_KERNEL_EX_PTSZ,
     ];
+
+    /// `cuMemAlloc_v2` (what `cudaMalloc` calls).
+    pub const MEM_ALLOC_V2: u32 = 243;
+    /// `cuMemAllocPitch_v2`.
+    pub const MEM_ALLOC_PITCH_V2: u32 = 244;
+    /// `cuMemFree_v2` (what `cudaFree` calls).
+    pub const MEM_FREE_V2: u32 = 245;
+
+    /// The device memory calls Kiln watches.
+    pub const MEMORY: [u32; 3] = [MEM_ALLOC_V2, MEM_ALLOC_PITCH_V2, MEM_FREE_V2];
+
+    /// Every driver call Kiln subscribes to.
+    pub fn subscribed() -> impl Iterator<Item = u32> {
+        ALL.into_iter().chain(MEMORY)
+    }
+}
+
+/// `cuMemAlloc_v2_params`: where the driver writes the new address, and
+/// the size asked for.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemAllocParams {
+    /// `CUdeviceptr *dptr`.
+    pub dptr: *mut u64,
+    /// `size_t bytesize`.
+    pub bytesize: usize,
+}
+
+/// `cuMemAllocPitch_v2_params`: the allocation is `*pitch * height` bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemAllocPitchParams {
+    /// `CUdeviceptr *dptr`.
+    pub dptr: *mut u64,
+    /// `size_t *pPitch`, written by the driver.
+    pub pitch: *mut usize,
+    /// `size_t WidthInBytes`.
+    pub width_in_bytes: usize,
+    /// `size_t Height`.
+    pub height: usize,
+    /// `unsigned int ElementSizeBytes`.
+    pub element_size_bytes: u32,
+}
+
+/// `cuMemFree_v2_params`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemFreeParams {
+    /// `CUdeviceptr dptr`.
+    pub dptr: u64,
 }
 
 /// `CUpti_CallbackIdResource` values.
@@ -385,6 +435,12 @@ mod tests {
         assert_eq!(offset_of!(CallbackData, context_uid), 48);
         assert_eq!(offset_of!(CallbackData, correlation_data), 56);
         assert_eq!(offset_of!(CallbackData, correlation_id), 64);
+
+        // Checked against generated_cuda_meta.h on an H200 (field.sh).
+        assert_eq!(offset_of!(MemAllocParams, bytesize), 8);
+        assert_eq!(offset_of!(MemAllocPitchParams, height), 24);
+        assert_eq!(size_of::<MemAllocPitchParams>(), 40);
+        assert_eq!(size_of::<MemFreeParams>(), 8);
 
         assert_eq!(size_of::<ResourceData>(), 24);
         assert_eq!(offset_of!(ResourceData, resource_descriptor), 16);

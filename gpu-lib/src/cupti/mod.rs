@@ -60,7 +60,8 @@ pub trait Cupti: Send + Sync {
     ) -> Result<(), CuptiError>;
 
     /// Subscribes `callback` to the driver's launch calls
-    /// ([`abi::driver_cbid::ALL`]) and to the resource domain (contexts,
+    /// and device memory calls ([`abi::driver_cbid::subscribed`]) and to
+    /// the resource domain (contexts,
     /// modules) (`cuptiSubscribe`, `cuptiEnableCallback`,
     /// `cuptiEnableDomain`).
     fn subscribe(&self, callback: abi::CallbackFunc) -> Result<(), CuptiError>;

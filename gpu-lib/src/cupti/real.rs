@@ -214,7 +214,7 @@ impl Cupti for RealCupti {
         self.check("cuptiSubscribe", unsafe {
             (self.subscribe)(&mut subscriber, callback, std::ptr::null_mut())
         })?;
-        for cbid in abi::driver_cbid::ALL {
+        for cbid in abi::driver_cbid::subscribed() {
             // SAFETY: a valid subscriber and ids from the header.
             self.check("cuptiEnableCallback", unsafe {
                 (self.enable_callback)(1, subscriber, abi::domain::DRIVER_API, cbid)

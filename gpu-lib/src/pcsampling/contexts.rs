@@ -91,7 +91,10 @@ mod tests {
         table.insert(0x10, "a").unwrap();
         table.insert(0x20, "b").unwrap();
         table.insert(0x10, "a again").unwrap();
-        assert_eq!(table.find(0x10).copied().collect::<Vec<_>>(), ["a", "a again"]);
+        assert_eq!(
+            table.find(0x10).copied().collect::<Vec<_>>(),
+            ["a", "a again"]
+        );
         assert_eq!(table.find(0x20).copied().collect::<Vec<_>>(), ["b"]);
         assert_eq!(table.find(0x30).count(), 0);
         assert_eq!(table.all().count(), 3);

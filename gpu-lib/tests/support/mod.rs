@@ -188,6 +188,85 @@ impl FakeCupti {
         }
     }
 
+    /// A driver call with `params` from this thread: enter and exit
+    /// callbacks, the exit with `result` as the call's CUresult.
+    pub fn driver_call(
+        &self,
+        ctx: usize,
+        correlation_id: u32,
+        cbid: u32,
+        params: *const c_void,
+        result: i32,
+    ) {
+        let mut result = result;
+        let data = CallbackData {
+            callback_site: abi::API_ENTER,
+            _pad0: 0,
+            function_name: c"cuMemAlloc_v2".as_ptr(),
+            function_params: params,
+            function_return_value: (&raw mut result).cast(),
+            symbol_name: std::ptr::null(),
+            context: ctx as *mut c_void,
+            context_uid: 1,
+            _pad1: 0,
+            correlation_data: std::ptr::null_mut(),
+            correlation_id,
+            _pad2: 0,
+        };
+        let exit = CallbackData {
+            callback_site: abi::API_EXIT,
+            ..data
+        };
+        let callback = self.callback();
+        for data in [&data, &exit] {
+            // SAFETY: the driver-API domain's data, params of the call.
+            unsafe {
+                callback(
+                    std::ptr::null_mut(),
+                    abi::domain::DRIVER_API,
+                    cbid,
+                    (data as *const CallbackData).cast(),
+                )
+            };
+        }
+    }
+
+    /// `cuMemAlloc_v2` returning `address`, or failing when `result` is
+    /// not 0.
+    pub fn mem_alloc(
+        &self,
+        ctx: usize,
+        correlation_id: u32,
+        address: u64,
+        bytes: usize,
+        result: i32,
+    ) {
+        let mut out = address;
+        let params = abi::MemAllocParams {
+            dptr: &raw mut out,
+            bytesize: bytes,
+        };
+        self.driver_call(
+            ctx,
+            correlation_id,
+            abi::driver_cbid::MEM_ALLOC_V2,
+            (&raw const params).cast(),
+            result,
+        );
+    }
+
+    /// `cuMemFree_v2` of `address`.
+    pub fn mem_free(&self, ctx: usize, correlation_id: u32, address: u64) {
+        let params = abi::MemFreeParams { dptr: address };
+        self.driver_call(
+            ctx,
+            correlation_id,
+            abi::driver_cbid::MEM_FREE_V2,
+            (&raw const params).cast(),
+            0,
+        );
+    }
+
     /// Holds a launch "in the driver" until the guard drops.
     pub fn launch_in_flight(&self) -> InFlight<'_> {
         self.launches_in_flight.fetch_add(1, Ordering::AcqRel);
