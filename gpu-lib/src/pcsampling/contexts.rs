@@ -66,17 +66,24 @@ impl<T> ContextTable<T> {
     /// Every value under `handle`, oldest first (a handle the driver
     /// reused after a context was destroyed has several).
     pub fn find(&self, handle: usize) -> impl Iterator<Item = &T> {
-        self.slots
-            .iter()
+        self.claimed()
             .filter(move |slot| slot.key.load(Ordering::Acquire) == handle)
             .filter_map(|slot| slot.value.get())
     }
 
-    /// Every value.
-    pub fn all(&self) -> impl Iterator<Item = &T> {
+    /// The slots claimed so far. Slots are claimed in order and never
+    /// freed, so they are a prefix: a lookup reads as many slots as the
+    /// process has had contexts, not [`MAX`].
+    fn claimed(&self) -> impl Iterator<Item = &Slot<T>> {
         self.slots
             .iter()
-            .filter(|slot| !matches!(slot.key.load(Ordering::Acquire), 0 | CLAIMED))
+            .take_while(|slot| slot.key.load(Ordering::Acquire) != 0)
+    }
+
+    /// Every value.
+    pub fn all(&self) -> impl Iterator<Item = &T> {
+        self.claimed()
+            .filter(|slot| slot.key.load(Ordering::Acquire) != CLAIMED)
             .filter_map(|slot| slot.value.get())
     }
 }
