@@ -58,6 +58,15 @@ export async function importCollapsed(url, text, labels = {}) {
   return body;
 }
 
+/** Posts an encoded agent batch (what `kiln-agent` sends) to the server;
+ * resolves once it is durable (not yet queryable). */
+export async function postBatch(url, bytes) {
+  const response = await fetch(`${url}/api/v1/ingest`, { method: 'POST', body: bytes });
+  const body = await response.json();
+  if (!response.ok) throw new Error(`ingest failed: ${response.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
 /** Headless Debian Chromium with a fresh profile directory. */
 export async function launchBrowser() {
   const profile = mkdtempSync(join(tmpdir(), 'kiln-chromium-'));

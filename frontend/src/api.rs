@@ -52,6 +52,68 @@ pub struct TimelinePoint {
 /// `GET /api/v1/labels`: name → value → samples.
 pub type Labels = BTreeMap<String, BTreeMap<String, u64>>;
 
+/// `GET /api/v1/metrics/names`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MetricNames {
+    /// The metrics with readings in the range, sorted.
+    pub names: Vec<String>,
+}
+
+/// `GET /api/v1/metrics`: one metric's series.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MetricSeriesSet {
+    /// The metric (`gpu.utilization_percent`).
+    pub name: String,
+    /// Start of the range, ns since the epoch.
+    pub from_ns: i64,
+    /// End of the range.
+    pub to_ns: i64,
+    /// Width of a point.
+    pub step_ns: i64,
+    /// One per label set, sorted by labels.
+    pub series: Vec<MetricSeries>,
+}
+
+/// One series of a [`MetricSeriesSet`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MetricSeries {
+    /// Its labels (`host`, `gpu`, `gpu_name`, …).
+    pub labels: BTreeMap<String, String>,
+    /// Its points in time order; steps without readings are left out.
+    pub points: Vec<MetricValue>,
+}
+
+/// One step of a [`MetricSeries`].
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct MetricValue {
+    /// Start of the step.
+    pub t_ns: i64,
+    /// Average of the readings in it.
+    pub value: f64,
+}
+
+/// Every metric's series for an API query string (range and label
+/// filters): the names the range holds, then each one's series, fetched
+/// together; metrics none of whose series match the filters are left out.
+pub async fn metric_series(query: &str) -> Result<Vec<MetricSeriesSet>, String> {
+    let names: MetricNames =
+        parse_json(get_bytes(&format!("/api/v1/metrics/names?{query}")).await?)?;
+    let fetches = names.names.iter().map(|name| async move {
+        let name = form_urlencoded::Serializer::new(String::new())
+            .append_pair("name", name)
+            .finish();
+        let url = format!("/api/v1/metrics?{name}&{query}");
+        parse_json::<MetricSeriesSet>(get_bytes(&url).await?)
+    });
+    let sets = futures_util::future::try_join_all(fetches).await?;
+    Ok(sets.into_iter().filter(|s| !s.series.is_empty()).collect())
+}
+
+/// Reads a JSON answer of the API.
+pub fn parse_json<T: for<'de> Deserialize<'de>>(bytes: Vec<u8>) -> Result<T, String> {
+    serde_json::from_slice(&bytes).map_err(|e| format!("unexpected answer from the API: {e}"))
+}
+
 /// GETs `url` and returns the body, or an error naming the status and the
 /// server's message.
 pub async fn get_bytes(url: &str) -> Result<Vec<u8>, String> {

@@ -1,5 +1,5 @@
-//! The page: toolbar, timeline, flamegraph, side panels; all settings in
-//! the URL, all data from the API.
+//! The page: toolbar, CPU over time and the metric charts, flamegraph,
+//! side panels; all settings in the URL, all data from the API.
 
 use std::sync::Arc;
 
@@ -10,13 +10,14 @@ use leptos::task::spawn_local;
 use regex::Regex;
 use wasm_bindgen::JsCast;
 
-use crate::api::{self, Labels, Timeline, TopRow};
+use crate::api::{self, Labels, MetricSeriesSet, Timeline, TopRow, parse_json};
 use crate::canvas::Paint;
 use crate::diff::Diff;
 use crate::figures;
 use crate::flame_view::{CanvasHandle, Flame};
 use crate::graph::Graph;
 use crate::load::Load;
+use crate::metrics_panel::MetricCharts;
 use crate::panels::{LabelFilters, TimelineChart, TopTable};
 use crate::sandwich::sandwich;
 use crate::search::{Search, matched_share};
@@ -39,19 +40,36 @@ fn fetch_into<T, Q>(
     query: Memo<Option<Q>>,
     target: RwSignal<Load<T>>,
     url: impl Fn(&Q) -> String + Send + Sync + 'static,
-    parse: impl Fn(Vec<u8>) -> Result<T, String> + Copy + 'static,
+    parse: impl Fn(Vec<u8>) -> Result<T, String> + Copy + Send + Sync + 'static,
 ) where
     T: Send + Sync + 'static,
     Q: Clone + PartialEq + Send + Sync + 'static,
+{
+    load_into(query, target, move |q| {
+        let url = url(q);
+        async move { api::get_bytes(&url).await.and_then(parse) }
+    });
+}
+
+/// Runs `load` whenever `query` changes and keeps the latest answer
+/// (answers to superseded queries are dropped).
+fn load_into<T, Q, F>(
+    query: Memo<Option<Q>>,
+    target: RwSignal<Load<T>>,
+    load: impl Fn(&Q) -> F + Send + Sync + 'static,
+) where
+    T: Send + Sync + 'static,
+    Q: Clone + PartialEq + Send + Sync + 'static,
+    F: Future<Output = Result<T, String>> + 'static,
 {
     Effect::new(move |_| {
         let Some(q) = query.get() else {
             return;
         };
         target.set(Load::Loading);
-        let url = url(&q);
+        let loading = load(&q);
         spawn_local(async move {
-            let result = api::get_bytes(&url).await.and_then(parse);
+            let result = loading.await;
             if query.get_untracked().as_ref() == Some(&q) {
                 target.set(match result {
                     Ok(value) => Load::Ready(value),
@@ -67,10 +85,6 @@ fn parse_graph(bytes: Vec<u8>) -> Result<Arc<Graph>, String> {
     Graph::from_bytes(&bytes)
         .map(|graph| Arc::new(graph.with_load_ms(crate::canvas::now_ms() - started)))
         .map_err(|e| format!("the server sent a flamegraph this page cannot read: {e}"))
-}
-
-fn parse_json<T: for<'de> serde::Deserialize<'de>>(bytes: Vec<u8>) -> Result<T, String> {
-    serde_json::from_slice(&bytes).map_err(|e| format!("unexpected answer from the API: {e}"))
 }
 
 /// Compiles a hide/merge pattern; an empty one is off.
@@ -133,6 +147,13 @@ pub fn App() -> impl IntoView {
         |q| format!("/api/v1/labels?{q}"),
         parse_json,
     );
+    let metrics = RwSignal::new(Load::<Vec<MetricSeriesSet>>::Loading);
+    load_into(api_query, metrics, |q| {
+        let q = q.clone();
+        async move { api::metric_series(&q).await }
+    });
+    // The pointer's place over the time charts, shared by all of them.
+    let hover = RwSignal::new(None::<f64>);
 
     // Rewrites, search, diff, sandwich.
     let rewrite_settings =
@@ -466,7 +487,10 @@ pub fn App() -> impl IntoView {
                 <a class="export-speedscope" href=export_href("speedscope") download="kiln.speedscope.json">"speedscope"</a>
             </span>
         </section>
-        <TimelineChart data=timeline.into() on_brush=on_brush />
+        <section class="charts">
+            <TimelineChart data=timeline.into() on_brush=on_brush hover=hover />
+            <MetricCharts data=metrics.into() on_brush=on_brush hover=hover />
+        </section>
         <main class="workspace">
             <section class="flame-column">
                 <div class="status">

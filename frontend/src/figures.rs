@@ -1,4 +1,4 @@
-//! Figures as people read them.
+//! Figures as people read them: cores, and metric values in their units.
 
 /// Cores with precision that fits the size: `2.4`, `0.35`, `0.0028`,
 /// `2.8e-5` (a profile of one process over a day is often far below a
@@ -18,9 +18,122 @@ pub fn cores(cores: f64) -> String {
     }
 }
 
+/// What a metric's values are, from the end of its name
+/// (`gpu.memory_used_bytes` → bytes), as Kiln's agent names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// `_percent`.
+    Percent,
+    /// `_bytes`.
+    Bytes,
+    /// `_bytes_per_second`.
+    BytesPerSecond,
+    /// `_mhz`.
+    Megahertz,
+    /// `_watts`.
+    Watts,
+    /// `_celsius`.
+    Celsius,
+    /// Anything else: a plain number.
+    Number,
+}
+
+impl Unit {
+    /// The unit of metric `name`.
+    pub fn of_metric(name: &str) -> Unit {
+        let ends = |suffix: &str| name.ends_with(suffix);
+        if ends("_bytes_per_second") {
+            Unit::BytesPerSecond
+        } else if ends("_bytes") {
+            Unit::Bytes
+        } else if ends("_percent") {
+            Unit::Percent
+        } else if ends("_mhz") {
+            Unit::Megahertz
+        } else if ends("_watts") {
+            Unit::Watts
+        } else if ends("_celsius") {
+            Unit::Celsius
+        } else {
+            Unit::Number
+        }
+    }
+
+    /// `value` in this unit, short: `87%`, `1.5 GiB`, `12 MiB/s`, `1980
+    /// MHz`, `250 W`, `64 °C`, `0.35`.
+    pub fn format(self, value: f64) -> String {
+        match self {
+            Unit::Percent => format!("{}%", short(value)),
+            Unit::Bytes => binary(value, ""),
+            Unit::BytesPerSecond => binary(value, "/s"),
+            Unit::Megahertz => format!("{} MHz", short(value)),
+            Unit::Watts => format!("{} W", short(value)),
+            Unit::Celsius => format!("{} °C", short(value)),
+            Unit::Number => short(value),
+        }
+    }
+}
+
+/// Three significant digits or whole numbers, whichever is longer:
+/// `1980`, `87.5`, `0.352`, `2.5e-5`.
+fn short(value: f64) -> String {
+    let magnitude = value.abs();
+    let text = if magnitude == 0.0 {
+        "0".to_owned()
+    } else if magnitude >= 100.0 {
+        format!("{value:.0}")
+    } else if magnitude >= 10.0 {
+        format!("{value:.1}")
+    } else if magnitude >= 0.01 {
+        format!("{value:.2}")
+    } else {
+        return format!("{value:.1e}");
+    };
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// Bytes with a binary prefix: `512 B`, `1.5 KiB`, `80 GiB`.
+fn binary(value: f64, per: &str) -> String {
+    const PREFIXES: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut scaled = value;
+    let mut prefix = 0;
+    while scaled.abs() >= 1024.0 && prefix + 1 < PREFIXES.len() {
+        scaled /= 1024.0;
+        prefix += 1;
+    }
+    format!("{} {}{per}", short(scaled), PREFIXES[prefix])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metric_units_come_from_the_name_and_read_short() {
+        let unit = Unit::of_metric;
+        assert_eq!(unit("gpu.utilization_percent").format(87.5), "87.5%");
+        assert_eq!(unit("gpu.utilization_percent").format(100.0), "100%");
+        assert_eq!(
+            unit("gpu.memory_used_bytes").format(80.0 * 1024f64.powi(3)),
+            "80 GiB"
+        );
+        assert_eq!(unit("gpu.memory_used_bytes").format(1536.0), "1.5 KiB");
+        assert_eq!(unit("gpu.memory_used_bytes").format(512.0), "512 B");
+        assert_eq!(
+            unit("gpu.pcie_rx_bytes_per_second").format(12.0 * 1024.0 * 1024.0),
+            "12 MiB/s"
+        );
+        assert_eq!(unit("gpu.sm_clock_mhz").format(1980.0), "1980 MHz");
+        assert_eq!(unit("gpu.power_watts").format(250.25), "250 W");
+        assert_eq!(unit("gpu.temperature_celsius").format(64.0), "64 °C");
+        assert_eq!(unit("agent.coverage").format(0.352), "0.35");
+        assert_eq!(unit("x").format(0.0), "0");
+        assert_eq!(unit("x").format(2.5e-5), "2.5e-5");
+    }
 
     #[test]
     fn precision_follows_the_size() {

@@ -9,12 +9,14 @@
 pub mod api;
 pub mod app;
 pub mod canvas;
+pub mod chart;
 pub mod diff;
 pub mod figures;
 pub mod flame_view;
 pub mod graph;
 pub mod layout;
 pub mod load;
+pub mod metrics_panel;
 pub mod palette;
 pub mod panels;
 pub mod sandwich;

@@ -1,5 +1,5 @@
 //! The panels around the flamegraph: top functions, CPU over time with a
-//! brush, label filters.
+//! brush (the brush area the metric charts share), label filters.
 
 use std::collections::BTreeMap;
 
@@ -112,12 +112,24 @@ pub fn TopTable(rows: Signal<Load<Vec<TopRow>>>, on_pick: Callback<String>) -> i
     }
 }
 
-/// CPU over time in cores; dragging across it calls `on_brush` with the
-/// picked range in unix seconds.
+/// A chart area over the query's time range that picks a range by
+/// dragging (calling `on_brush` with it in unix seconds) and shows a line
+/// at the pointer's time, shared with every other such area through
+/// `hover`, so that CPU over time and the metric charts read together.
 #[component]
-pub fn TimelineChart(
-    data: Signal<Load<Timeline>>,
+pub fn BrushArea(
+    /// The range across the area's width, `(from_ns, to_ns)`; `None`
+    /// while it is not known (dragging then picks nothing).
+    range: Signal<Option<(i64, i64)>>,
+    /// Called with the picked range, unix seconds.
     on_brush: Callback<(f64, f64)>,
+    /// The pointer's place as a fraction (0 to 1) of the width, shared by
+    /// the areas that draw the same range.
+    hover: RwSignal<Option<f64>>,
+    /// CSS class of the area (it sizes it).
+    class: &'static str,
+    /// What is drawn in the area.
+    children: Children,
 ) -> impl IntoView {
     let box_ref = NodeRef::<html::Div>::new();
     let brush = RwSignal::new(None::<(f64, f64)>);
@@ -132,8 +144,10 @@ pub fn TimelineChart(
         brush.set(Some((at, at)));
     };
     let on_move = move |e: web_sys::MouseEvent| {
+        let at = fraction(&e);
+        hover.set(Some(at));
         if let Some((start, _)) = brush.get_untracked() {
-            brush.set(Some((start, fraction(&e))));
+            brush.set(Some((start, at)));
         }
     };
     let on_up = move |_| {
@@ -141,17 +155,61 @@ pub fn TimelineChart(
             return;
         };
         brush.set(None);
-        let Some(timeline) = data.get_untracked().ready().cloned() else {
+        let Some((from_ns, to_ns)) = range.get_untracked() else {
             return;
         };
         let (lo, hi) = (a.min(b), a.max(b));
         if hi - lo < 0.005 {
             return;
         }
-        let span = (timeline.to_ns - timeline.from_ns) as f64;
-        let at = |f: f64| (timeline.from_ns as f64 + f * span) / 1e9;
+        let span = (to_ns - from_ns) as f64;
+        let at = |f: f64| (from_ns as f64 + f * span) / 1e9;
         on_brush.run((at(lo), at(hi)));
     };
+    view! {
+        <div
+            class=class
+            node_ref=box_ref
+            on:mousedown=on_down
+            on:mousemove=on_move
+            on:mouseup=on_up
+            on:mouseleave=move |_| hover.set(None)
+        >
+            {children()}
+            {move || {
+                brush
+                    .get()
+                    .map(|(a, b)| {
+                        view! {
+                            <div
+                                class="brush"
+                                style:left=format!("{}%", a.min(b) * 100.0)
+                                style:width=format!("{}%", (a - b).abs() * 100.0)
+                            ></div>
+                        }
+                    })
+            }}
+            {move || {
+                hover
+                    .get()
+                    .map(|at| {
+                        view! { <div class="hover-line" style:left=format!("{}%", at * 100.0)></div> }
+                    })
+            }}
+        </div>
+    }
+}
+
+/// CPU over time in cores; dragging across it calls `on_brush` with the
+/// picked range in unix seconds.
+#[component]
+pub fn TimelineChart(
+    data: Signal<Load<Timeline>>,
+    on_brush: Callback<(f64, f64)>,
+    /// The pointer's time, shared with the metric charts.
+    hover: RwSignal<Option<f64>>,
+) -> impl IntoView {
+    let range = Signal::derive(move || data.with(|d| d.ready().map(|t| (t.from_ns, t.to_ns))));
     let shape = move || {
         let Some(t) = data.get().ready().cloned() else {
             return (String::new(), 0.0);
@@ -177,30 +235,11 @@ pub fn TimelineChart(
                     {move || format!("peak {} cores · drag to pick a range", figures::cores(shape().1))}
                 </span>
             </div>
-            <div
-                class="timeline-box"
-                node_ref=box_ref
-                on:mousedown=on_down
-                on:mousemove=on_move
-                on:mouseup=on_up
-            >
+            <BrushArea range=range on_brush=on_brush hover=hover class="timeline-box">
                 <svg class="timeline" viewBox="0 0 1000 100" preserveAspectRatio="none">
                     <path class="timeline-area" d=move || shape().0></path>
                 </svg>
-                {move || {
-                    brush
-                        .get()
-                        .map(|(a, b)| {
-                            view! {
-                                <div
-                                    class="brush"
-                                    style:left=format!("{}%", a.min(b) * 100.0)
-                                    style:width=format!("{}%", (a - b).abs() * 100.0)
-                                ></div>
-                            }
-                        })
-                }}
-            </div>
+            </BrushArea>
         </div>
     }
 }

@@ -459,7 +459,7 @@ impl Runtime {
         // pointers were written by the call that just returned.
         let event = unsafe {
             match cbid {
-                abi::driver_cbid::MEM_ALLOC_V2 => {
+                id if abi::driver_cbid::MEMORY_ALLOC.contains(&id) => {
                     let p = &*(data.function_params as *const abi::MemAllocParams);
                     (!p.dptr.is_null()).then(|| (*p.dptr, p.bytesize as u64))
                 }
@@ -468,7 +468,7 @@ impl Runtime {
                     (!p.dptr.is_null() && !p.pitch.is_null())
                         .then(|| (*p.dptr, (*p.pitch as u64).saturating_mul(p.height as u64)))
                 }
-                abi::driver_cbid::MEM_FREE_V2 => {
+                id if abi::driver_cbid::MEMORY_FREE.contains(&id) => {
                     let p = &*(data.function_params as *const abi::MemFreeParams);
                     self.send(Event::Memory(MemoryEvent::Free { address: p.dptr }));
                     None

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use kiln_cuda::wire::{Counters, Cubin, KernelAggregate, PcSampleAggregate, StallReasonName};
+use kiln_cuda::wire::{
+    Counters, Cubin, KernelAggregate, MemoryAggregate, MemoryStats, PcSampleAggregate,
+    StallReasonName,
+};
 use kiln_cuda::{Snapshot, SnapshotSender};
 use serde_json::Value;
 
@@ -81,6 +84,27 @@ fn process_snapshots() -> Vec<Snapshot> {
             kernels: 7,
             pc_drains: 1,
             ..Counters::default()
+        },
+        // 1 MiB allocated under launch 3; peak 1.5 MiB in the interval.
+        memory_allocated: vec![MemoryAggregate {
+            tid: 7,
+            correlation_id: 3,
+            bytes: 1 << 20,
+            count: 1,
+        }],
+        memory_live: vec![MemoryAggregate {
+            tid: 7,
+            correlation_id: 3,
+            bytes: 1 << 20,
+            count: 1,
+        }],
+        memory: MemoryStats {
+            live_bytes: 1 << 20,
+            peak_live_bytes: 3 << 19,
+            allocations: 2,
+            allocated_bytes: 3 << 19,
+            frees: 1,
+            ..MemoryStats::default()
         },
     };
     let counters = Counters {
@@ -259,6 +283,9 @@ fn dumps_two_connections_and_names_the_bad_frame() {
         (good["cubins"].clone(), good["cubin_bytes"].clone()),
         (1.into(), 14.into())
     );
+    // The highest interval peak, and the last snapshot's live bytes.
+    assert_eq!(good["memory"]["peak_live_bytes"], 3 << 19);
+    assert_eq!(good["folded"]["allocated_bytes"]["weight"], 1 << 20);
     let counters = &good["counters"];
     assert_eq!(counters["launches"], 10);
     assert_eq!(counters["kernels"], 10);

@@ -6,7 +6,7 @@
 //! ```text
 //! offset  size  field
 //!      0     4  magic "KLNB"
-//!      4     2  format version, little endian (1)
+//!      4     2  format version, little endian (2)
 //!      6     2  flags, must be 0
 //!      8     …  zstd(rkyv(Batch))
 //! ```
@@ -14,18 +14,28 @@
 //! The header stays readable without decompressing, so a consumer can refuse
 //! a version it does not know with a clear error (and keep the bytes) before
 //! touching the payload.
+//!
+//! Versions: 1 had no metric points; 2 (this build's) appends
+//! [`Batch::metrics`]. Version 1 payloads, from older agents and their
+//! spools, are still read: [`Batch::decode`] converts them to the current
+//! struct with no metrics (module `v1` keeps their layout).
+
+mod v1;
 
 use std::collections::HashMap;
 
 use crate::frame::Frame;
 use crate::ids::{FileId, FrameId, LabelSetId, StackId};
 use crate::labels::LabelSet;
+use crate::metric::{MAX_METRIC_POINTS, MetricError, MetricPoint, check_metric_value};
 use crate::stack::{Sample, stack_id};
 
 /// First four bytes of every encoded batch.
 pub const BATCH_MAGIC: [u8; 4] = *b"KLNB";
-/// The batch format version this build writes and reads.
-pub const BATCH_VERSION: u16 = 1;
+/// The batch format version this build writes.
+pub const BATCH_VERSION: u16 = 2;
+/// The oldest batch format version this build reads.
+pub const OLDEST_BATCH_VERSION: u16 = 1;
 /// Size of the fixed header before the compressed payload.
 pub const BATCH_HEADER_LEN: usize = 8;
 /// Largest decompressed payload accepted, against decompression bombs.
@@ -104,6 +114,9 @@ pub struct Batch {
     pub executables: Vec<Executable>,
     /// The samples.
     pub samples: Vec<Sample>,
+    /// Metric points (since version 2), their label sets in `label_sets`
+    /// as for samples.
+    pub metrics: Vec<MetricPoint>,
 }
 
 /// Why a batch could not be decoded.
@@ -123,7 +136,8 @@ pub enum BatchError {
     },
     /// A format version this build does not read.
     #[error(
-        "batch format version {found} is not supported (this build reads version {BATCH_VERSION})"
+        "batch format version {found} is not supported \
+         (this build reads versions {OLDEST_BATCH_VERSION} to {BATCH_VERSION})"
     )]
     UnsupportedVersion {
         /// The version in the header.
@@ -152,6 +166,21 @@ pub enum BatchError {
         /// The id carried in the batch.
         id: String,
     },
+    /// A metric point has an invalid name or a value that is not finite.
+    #[error("batch metric point {index}: {source}")]
+    InvalidMetric {
+        /// Its position in [`Batch::metrics`].
+        index: usize,
+        /// What is wrong with it.
+        #[source]
+        source: MetricError,
+    },
+    /// More metric points than [`MAX_METRIC_POINTS`].
+    #[error("batch holds {count} metric points, more than the {MAX_METRIC_POINTS} allowed")]
+    TooManyMetrics {
+        /// Points in the batch.
+        count: usize,
+    },
 }
 
 /// Reads and checks the header; returns the version.
@@ -164,7 +193,7 @@ pub fn batch_version(bytes: &[u8]) -> Result<u16, BatchError> {
         return Err(BatchError::BadMagic { found: magic });
     }
     let version = u16::from_le_bytes([bytes[4], bytes[5]]);
-    if version != BATCH_VERSION {
+    if !(OLDEST_BATCH_VERSION..=BATCH_VERSION).contains(&version) {
         return Err(BatchError::UnsupportedVersion { found: version });
     }
     let flags = u16::from_le_bytes([bytes[6], bytes[7]]);
@@ -205,6 +234,22 @@ impl Batch {
         Ok(())
     }
 
+    /// Checks every metric point (name, finite value) and their number,
+    /// so that stores only ever see valid points.
+    pub fn verify_metrics(&self) -> Result<(), BatchError> {
+        if self.metrics.len() > MAX_METRIC_POINTS {
+            return Err(BatchError::TooManyMetrics {
+                count: self.metrics.len(),
+            });
+        }
+        for (index, point) in self.metrics.iter().enumerate() {
+            point
+                .check()
+                .map_err(|source| BatchError::InvalidMetric { index, source })?;
+        }
+        Ok(())
+    }
+
     /// Total sample count.
     pub fn sample_count(&self) -> u64 {
         self.samples.iter().map(|s| s.count).sum()
@@ -234,9 +279,11 @@ mod codec {
             out
         }
 
-        /// Decodes and validates a batch; checks dictionary ids too.
+        /// Decodes and validates a batch of any version this build reads
+        /// (an older one is converted to the current struct); checks
+        /// dictionary ids and metric points too.
         pub fn decode(bytes: &[u8]) -> Result<Batch, BatchError> {
-            batch_version(bytes)?;
+            let version = batch_version(bytes)?;
             let mut payload = rkyv::util::AlignedVec::<16>::new();
             let mut decoder = zstd::stream::Decoder::new(&bytes[BATCH_HEADER_LEN..])
                 .map_err(BatchError::Decompress)?;
@@ -251,16 +298,23 @@ mod codec {
                 }
                 payload.extend_from_slice(&chunk[..n]);
             }
-            let batch = rkyv::from_bytes::<Batch, rkyv::rancor::Error>(&payload)
-                .map_err(|e| BatchError::Archive(e.to_string()))?;
+            let archive = |e: rkyv::rancor::Error| BatchError::Archive(e.to_string());
+            let batch = match version {
+                1 => rkyv::from_bytes::<v1::BatchV1, rkyv::rancor::Error>(&payload)
+                    .map(Batch::from)
+                    .map_err(archive)?,
+                _ => rkyv::from_bytes::<Batch, rkyv::rancor::Error>(&payload).map_err(archive)?,
+            };
             batch.verify_ids()?;
+            batch.verify_metrics()?;
             Ok(batch)
         }
     }
 }
 
-/// Builds a [`Batch`] from whole stacks, interning frames, stacks and label
-/// sets, and summing samples that share (time, stack, labels).
+/// Builds a [`Batch`] from whole stacks and metric readings, interning
+/// frames, stacks and label sets, summing samples that share (time, stack,
+/// labels), and keeping one value per metric point (name, labels, time).
 #[derive(Debug, Default)]
 pub struct BatchBuilder {
     batch: Batch,
@@ -269,6 +323,8 @@ pub struct BatchBuilder {
     label_sets: HashMap<LabelSetId, ()>,
     samples: HashMap<(i64, StackId, LabelSetId), u64>,
     sample_order: Vec<(i64, StackId, LabelSetId)>,
+    /// Each point's position in `batch.metrics`.
+    metrics: HashMap<(String, LabelSetId, i64), usize>,
 }
 
 impl BatchBuilder {
@@ -306,19 +362,84 @@ impl BatchBuilder {
                 frames: ids,
             });
         }
-        let label_id = labels.id();
-        if self.label_sets.insert(label_id, ()).is_none() {
-            self.batch.label_sets.push(LabelSetEntry {
-                id: label_id,
-                labels: labels.clone(),
-            });
-        }
+        let label_id = self.intern_labels(labels);
         let key = (timestamp_ns, stack, label_id);
         let slot = self.samples.entry(key).or_insert_with(|| {
             self.sample_order.push(key);
             0
         });
         *slot += count;
+    }
+
+    /// Adds the reading `value` of metric `name` for the series `labels` at
+    /// `timestamp_ns` (a GPU's utilization, labelled by host, gpu and
+    /// gpu_name). A second reading of the same (name, labels, time)
+    /// replaces the first: stores keep one value per point.
+    ///
+    /// Refuses, leaving the batch as it was, a name that breaks
+    /// [`check_metric_name`](crate::check_metric_name), a value that is not
+    /// finite, and a point beyond [`MAX_METRIC_POINTS`] in one batch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use kiln_model::{BatchBuilder, LabelSet, label_names, metric_names};
+    ///
+    /// let mut b = BatchBuilder::new("host-a", 0, 10_000_000);
+    /// let gpu = LabelSet::new()
+    ///     .with(label_names::HOST, "host-a")
+    ///     .with(label_names::GPU, "0")
+    ///     .with(label_names::GPU_NAME, "NVIDIA H100 80GB HBM3");
+    /// b.metric(metric_names::GPU_UTILIZATION, &gpu, 1_700_000_000_000_000_000, 87.0)?;
+    /// assert!(b.metric("GPU util", &gpu, 0, 1.0).is_err());
+    /// assert!(b.metric(metric_names::GPU_POWER, &gpu, 0, f64::NAN).is_err());
+    /// assert_eq!(b.finish().metrics.len(), 1);
+    /// # Ok::<(), kiln_model::MetricError>(())
+    /// ```
+    pub fn metric(
+        &mut self,
+        name: &str,
+        labels: &LabelSet,
+        timestamp_ns: i64,
+        value: f64,
+    ) -> Result<(), MetricError> {
+        crate::metric::check_metric_name(name)?;
+        check_metric_value(name, value)?;
+        let label_id = labels.id();
+        let key = (name.to_owned(), label_id, timestamp_ns);
+        if let Some(&at) = self.metrics.get(&key) {
+            self.batch.metrics[at].value = value;
+            return Ok(());
+        }
+        if self.batch.metrics.len() >= MAX_METRIC_POINTS {
+            return Err(MetricError::TooMany);
+        }
+        self.intern_labels(labels);
+        self.metrics.insert(key, self.batch.metrics.len());
+        self.batch.metrics.push(MetricPoint {
+            name: name.to_owned(),
+            labels: label_id,
+            timestamp_ns,
+            value,
+        });
+        Ok(())
+    }
+
+    /// Number of metric points so far.
+    pub fn metric_count(&self) -> usize {
+        self.batch.metrics.len()
+    }
+
+    /// The id of `labels`, adding its entry to the batch the first time.
+    fn intern_labels(&mut self, labels: &LabelSet) -> LabelSetId {
+        let id = labels.id();
+        if self.label_sets.insert(id, ()).is_none() {
+            self.batch.label_sets.push(LabelSetEntry {
+                id,
+                labels: labels.clone(),
+            });
+        }
+        id
     }
 
     /// Records an executable the frames point into.
@@ -374,11 +495,23 @@ mod tests {
                 0..12,
             ),
             any::<u64>(),
+            prop::collection::vec(
+                (
+                    "[a-z0-9_.]{1,20}",
+                    arb_labels(),
+                    any::<i64>(),
+                    any::<f64>().prop_filter("finite", |v| v.is_finite()),
+                ),
+                0..8,
+            ),
         )
-            .prop_map(|(samples, period)| {
+            .prop_map(|(samples, period, metrics)| {
                 let mut b = BatchBuilder::new("host-a", 1, period);
                 for (ts, frames, labels, count) in samples {
                     b.add(ts, &frames, &labels, count);
+                }
+                for (name, labels, ts, value) in metrics {
+                    b.metric(&name, &labels, ts, value).unwrap();
                 }
                 b.finish()
             })
@@ -396,8 +529,11 @@ mod tests {
         fn arbitrary_bytes_never_panic(mut bytes in prop::collection::vec(any::<u8>(), 0..512)) {
             let _ = Batch::decode(&bytes);
             if bytes.len() >= 8 {
-                bytes[..8].copy_from_slice(&[b'K', b'L', b'N', b'B', 1, 0, 0, 0]);
-                let _ = Batch::decode(&bytes);
+                for version in OLDEST_BATCH_VERSION..=BATCH_VERSION {
+                    let [lo, hi] = version.to_le_bytes();
+                    bytes[..8].copy_from_slice(&[b'K', b'L', b'N', b'B', lo, hi, 0, 0]);
+                    let _ = Batch::decode(&bytes);
+                }
             }
         }
     }
@@ -409,6 +545,96 @@ mod tests {
         let err = Batch::decode(&bytes).unwrap_err();
         assert!(matches!(err, BatchError::UnsupportedVersion { found: 9 }));
         assert!(err.to_string().contains("version 9"));
+        assert!(err.to_string().contains("versions 1 to 2"), "{err}");
+        bytes[4] = 0;
+        assert!(matches!(
+            Batch::decode(&bytes),
+            Err(BatchError::UnsupportedVersion { found: 0 })
+        ));
+    }
+
+    fn gpu_labels(index: &str) -> LabelSet {
+        LabelSet::new()
+            .with(crate::label_names::HOST, "h")
+            .with(crate::label_names::GPU, index)
+    }
+
+    /// Guards "the same point written twice is one point" at the source:
+    /// the builder keeps the later reading, and shares label sets with
+    /// samples.
+    #[test]
+    fn builder_keeps_one_value_per_metric_point() {
+        let mut b = BatchBuilder::new("h", 0, 1);
+        let gpu0 = gpu_labels("0");
+        b.add(5, &[Frame::named(FrameKind::Native, "main")], &gpu0, 1);
+        b.metric("gpu.power_watts", &gpu0, 5, 100.0).unwrap();
+        b.metric("gpu.power_watts", &gpu0, 5, 120.0).unwrap();
+        b.metric("gpu.power_watts", &gpu0, 6, 130.0).unwrap();
+        b.metric("gpu.power_watts", &gpu_labels("1"), 5, 90.0)
+            .unwrap();
+        b.metric("gpu.sm_clock_mhz", &gpu0, 5, 1980.0).unwrap();
+        assert_eq!(b.metric_count(), 4);
+        let batch = b.finish();
+        assert_eq!(batch.label_sets.len(), 2);
+        let values: Vec<f64> = batch.metrics.iter().map(|p| p.value).collect();
+        assert_eq!(values, [120.0, 130.0, 90.0, 1980.0]);
+        assert_eq!(batch.metrics[0].labels, gpu0.id());
+        assert_eq!(Batch::decode(&batch.encode()).unwrap(), batch);
+    }
+
+    #[test]
+    fn builder_refuses_bad_points_and_leaves_the_batch_alone() {
+        let mut b = BatchBuilder::new("h", 0, 1);
+        let labels = gpu_labels("0");
+        let err = b.metric("GPU Util", &labels, 0, 1.0).unwrap_err();
+        assert!(err.to_string().contains("invalid metric name"), "{err}");
+        let err = b.metric("gpu.power_watts", &labels, 0, f64::INFINITY);
+        assert!(matches!(err, Err(MetricError::NotFinite { .. })));
+        let batch = b.finish();
+        assert!(batch.metrics.is_empty() && batch.label_sets.is_empty());
+    }
+
+    #[test]
+    fn builder_caps_points_per_batch() {
+        let mut b = BatchBuilder::new("h", 0, 1);
+        let labels = LabelSet::new();
+        for ts in 0..MAX_METRIC_POINTS as i64 {
+            b.metric("m", &labels, ts, 1.0).unwrap();
+        }
+        assert_eq!(b.metric("m", &labels, -1, 1.0), Err(MetricError::TooMany));
+        // Replacing a point already in the batch is still fine.
+        b.metric("m", &labels, 0, 2.0).unwrap();
+    }
+
+    /// A hand-made batch (not from the builder) with a bad point is
+    /// refused on decoding, naming the point and the problem.
+    #[test]
+    fn decode_refuses_invalid_metric_points() {
+        let point = |name: &str, value: f64| MetricPoint {
+            name: name.into(),
+            labels: LabelSetId(1),
+            timestamp_ns: 0,
+            value,
+        };
+        let mut batch = BatchBuilder::new("h", 0, 1).finish();
+        batch.metrics = vec![point("ok", 1.0), point("", 1.0)];
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(
+            matches!(err, BatchError::InvalidMetric { index: 1, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("metric point 1"), "{err}");
+        batch.metrics = vec![point("ok", f64::NAN)];
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(
+            err.to_string().contains("NaN is not a finite number"),
+            "{err}"
+        );
+        batch.metrics = vec![point("ok", 1.0); MAX_METRIC_POINTS + 1];
+        assert!(matches!(
+            Batch::decode(&batch.encode()),
+            Err(BatchError::TooManyMetrics { .. })
+        ));
     }
 
     #[test]

@@ -24,6 +24,13 @@ pub mod names {
     pub const NAMESPACE: &str = "namespace";
     /// Which processor the samples ran on: `cpu` or `gpu`.
     pub const DEVICE_KIND: &str = "device_kind";
+    /// A GPU's index on its host (NVML's device index), for GPU metrics.
+    pub const GPU: &str = "gpu";
+    /// A GPU's product name (`NVIDIA H100 80GB HBM3`), for GPU metrics.
+    pub const GPU_NAME: &str = "gpu_name";
+    /// A GPU's NVML UUID (`GPU-…`), stable across reboots and index
+    /// changes, for GPU metrics.
+    pub const GPU_UUID: &str = "gpu_uuid";
 }
 
 /// A set of labels, kept sorted by name with one value per name, so that

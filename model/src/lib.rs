@@ -6,7 +6,9 @@
 //!   address) or named.
 //! - [`LabelSet`]: where a sample came from (host, process, thread, …).
 //! - [`Batch`]: what agents and imports send, in a versioned rkyv + zstd
-//!   envelope ([`Batch::encode`], [`Batch::decode`]).
+//!   envelope ([`Batch::encode`], [`Batch::decode`]): samples, and
+//!   [`MetricPoint`]s (GPU utilization, clocks, …) added with
+//!   [`BatchBuilder::metric`].
 //! - [`flamewire`]: the flamegraph wire format the UI reads zero-copy.
 //! - [`Envelope`]: a batch as it travels on the ingest bus, with its
 //!   tenant and project, and the rule their names follow
@@ -32,13 +34,14 @@ pub mod flamewire;
 mod frame;
 mod ids;
 mod labels;
+mod metric;
 mod stack;
 #[cfg(test)]
 mod test_strategies;
 
 pub use batch::{
     BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, Batch, BatchBuilder, BatchError, Executable,
-    FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, StackEntry, batch_version,
+    FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, OLDEST_BATCH_VERSION, StackEntry, batch_version,
 };
 pub use envelope::{
     ENVELOPE_MAGIC, ENVELOPE_VERSION, Envelope, EnvelopeError, MAX_SCOPE_NAME_LEN, ScopeNameError,
@@ -47,4 +50,8 @@ pub use envelope::{
 pub use frame::{Frame, FrameKind, Symbol};
 pub use ids::{FileId, FrameId, LabelSetId, ParseIdError, StackId};
 pub use labels::{LabelSet, names as label_names};
+pub use metric::{
+    MAX_METRIC_NAME_LEN, MAX_METRIC_POINTS, MetricError, MetricPoint, check_metric_name,
+    names as metric_names,
+};
 pub use stack::{NANOS_PER_HOUR, Sample, stack_id};

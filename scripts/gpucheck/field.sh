@@ -11,7 +11,9 @@
 #      (a run alive after 60 s is a hang: its threads' stacks are kept);
 #   4. the library's host cost per launch (the kit's launch.cu, 200k empty
 #      kernels from 1 and 8 threads), without and with PC sampling;
-#   5. the kit's end-to-end run with `kiln up` (eBPF agent), if time is left.
+#   5. end to end with `kiln up` (eBPF agent, NVML): the kit's workload and
+#      a PyTorch loop injected; their kernels under the launching stacks,
+#      GPU memory by call path, and the GPU metric series, from the API.
 #
 # Each step has a time limit; BUDGET_S (default 420) bounds the whole.
 set -u
@@ -147,8 +149,10 @@ for c in conns:
     tot += pc.get("total_samples", 0); pcs += pc.get("distinct_pcs", 0)
     for k, v in (pc.get("by_function") or {}).items(): fns[k] = fns.get(k, 0) + (v if isinstance(v, int) else 0)
     ctr = c.get("counters", ctr)
+    mem = c.get("memory", {})
 keys = ("pc_drains", "pc_drains_skipped", "cupti_errors", "pc_sampling_watchdog_trips", "pc_samples_dropped_by_hw")
-print(f"samples={tot} pcs={pcs} by_function={fns} " + " ".join(f"{k}={ctr.get(k)}" for k in keys))
+print(f"samples={tot} pcs={pcs} by_function={fns} " + " ".join(f"{k}={ctr.get(k)}" for k in keys)
+      + f" memory: allocations={mem.get('allocations')} bytes={mem.get('allocated_bytes')} live={mem.get('live_bytes')} frees={mem.get('frees')}")
 ' "$S/$name.json" 2>&1)
   printf '%-10s exit=%s wall_ms=%s %s | %s\n' "$name" "$rc" $(((t1 - t0) / 1000000)) \
     "$(grep -o 'work phase [0-9.]* ms' "$S/$name.out")" "${samples:-}"
@@ -158,7 +162,7 @@ INJ=(CUDA_INJECTION64_PATH="$K/libkiln_cuda.so" KILN_CUDA_LOG=info)
 [ -f "$OUT/device/cupti_override" ] && INJ+=(KILN_CUPTI_PATH="$(cat "$OUT/device/cupti_override")")
 run base1
 run traced "${INJ[@]}"
-for p in default 20 17 14; do
+for p in default 17; do
   [ "$(left)" -gt 150 ] || { echo "period $p: skipped, time"; continue; }
   if [ $p = default ]; then
     run pcs_$p "${INJ[@]}" KILN_CUDA_PC_SAMPLING=1
@@ -181,12 +185,56 @@ else
   echo "skipped (time, or launch.cu did not build: $(tail -2 "$OUT/launch_nvcc.txt" 2>/dev/null))"
 fi
 
-section "5. end to end with kiln up (eBPF agent)"
-if [ "$(left)" -gt 100 ]; then
-  OUT=$OUT/e2e timeout $(($(left) - 20)) bash "$K/e2e.sh" 2>&1 | tail -14 | cut -c1-400
+section "5. end to end: kiln up (eBPF agent, NVML), the workload and PyTorch injected"
+E=$OUT/e2e
+mkdir -p "$E" /run/kiln
+if [ "$(left)" -gt 90 ]; then
+  "$K/kiln" up --listen 127.0.0.1:7070 --data-dir /tmp/kiln-field-data >"$E/kiln.log" 2>&1 &
+  kp=$!
+  for _ in $(seq 60); do curl -s -o /dev/null http://127.0.0.1:7070/healthz && break; sleep 0.5; done
+  sleep 4
+  t0=$(date +%s)
+  CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_CUDA_SNAPSHOT_MS=1000 timeout 60 "$S/work" 2000 >"$E/work.out" 2>"$E/work.log"
+  echo "work exit $?"
+  CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_CUDA_SNAPSHOT_MS=1000 timeout 90 python3 - >"$E/torch.out" 2>&1 <<'PY'
+import torch
+def allocate_weights():
+    return [torch.randn(2048, 2048, device="cuda") for _ in range(8)]
+def train_step(ws, x):
+    for w in ws:
+        x = torch.relu(x @ w)
+        x = x / (x.norm() + 1)
+    return x
+ws = allocate_weights()
+x = torch.randn(2048, 2048, device="cuda")
+for _ in range(50):
+    x = train_step(ws, x)
+torch.cuda.synchronize(); print("torch done")
+PY
+  echo "torch: $(tail -1 "$E/torch.out")"
+  sleep 12
+  Q="from=$((t0 - 5))&to=$(($(date +%s) + 5))"
+  api() { curl -s "http://127.0.0.1:7070/api/v1/$1" >"$E/$2"; }
+  api "flamegraph?$Q&format=collapsed&gpu_weight=nanoseconds" kernels.collapsed
+  api "flamegraph?$Q&format=collapsed&gpu_weight=allocated_bytes" allocated.collapsed
+  api "flamegraph?$Q&format=collapsed&gpu_weight=live_bytes" live.collapsed
+  api "metrics/names?$Q" metric_names.json
+  api "metrics?$Q&name=gpu.utilization_percent" gpu_util.json
+  api "metrics?$Q&name=gpu.process_peak_live_bytes" peak.json
+  kill $kp; wait $kp 2>/dev/null
+  echo "kernel stacks: $(wc -l <"$E/kernels.collapsed"); under main/path_a/path_b: $(grep -c 'path_a\|path_b' "$E/kernels.collapsed"); torch kernels under train_step: $(grep -c 'train_step' "$E/kernels.collapsed")"
+  echo "-- GPU memory allocated by call path (top 6):"
+  sort -t' ' -k2 -n -r "$E/allocated.collapsed" | head -6 | sed -E 's/^(.{0,80}).*;([^;]*;[^;]*;[^;]*) ([0-9]+)$/\1 ... \2 \3/' | cut -c1-400
+  echo "-- GPU memory live (top 3):"
+  sort -t' ' -k2 -n -r "$E/live.collapsed" | head -3 | cut -c1-300
+  echo "-- metric names: $(cut -c1-600 "$E/metric_names.json")"
+  echo "-- gpu.utilization_percent: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); s=d.get("series", d if isinstance(d, list) else []); print(len(s), "series;", [ (x.get("labels"), len(x.get("points", [])), max([p[1] if isinstance(p, list) else p.get("value", 0) for p in x.get("points", [])] or [0])) for x in s][:2])' "$E/gpu_util.json" 2>&1 | cut -c1-500)"
+  echo "-- peak live bytes: $(cut -c1-400 "$E/peak.json")"
+  grep -i "nvml\|gpu metrics" "$E/kiln.log" | head -3 | cut -c1-300
 else
   echo "skipped: $(left) s left"
 fi
 rm -rf "$OUT/e2e/bin" "$OUT/device/bin" "$OUT/launch" "$S/work" "$OUT/abi_extra"
+tar czf /tmp/field-all.tgz -C "$OUT" --exclude=field-all.tgz . 2>/dev/null && mv /tmp/field-all.tgz "$OUT/field-all.tgz"
 echo
 echo "field.sh done in ${SECONDS}s"

@@ -123,6 +123,11 @@ pub enum StoreError {
         name: String,
     },
 
+    /// A metric point's name breaks `[a-z0-9_.]{1,128}`, or its value is
+    /// not finite.
+    #[error("invalid metric point")]
+    InvalidMetric(#[source] kiln_model::MetricError),
+
     /// An argument other than a name is out of its allowed range.
     #[error("invalid {what}: {reason}")]
     InvalidArgument {

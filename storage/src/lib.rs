@@ -2,8 +2,9 @@
 //! [`ObjectStore`] traits, their embedded implementations, and the
 //! conformance suites every implementation passes.
 //!
-//! - [`ProfileStore`]: samples and the frame, stack, label-set and
-//!   executable dictionaries, keyed by tenant (and project) first.
+//! - [`ProfileStore`]: samples, metric points and the frame, stack,
+//!   label-set and executable dictionaries, keyed by tenant (and project)
+//!   first.
 //!   [`EmbeddedProfileStore`] keeps them in an LSM tree (fjall) in one
 //!   directory, [`PostgresProfileStore`] in a PostgreSQL database,
 //!   [`ScyllaProfileStore`] in a ScyllaDB keyspace, all with the same keys.
@@ -77,7 +78,7 @@ pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey, SymbolSt
 pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
 pub use postgres::{PostgresMetadataStore, PostgresProfileStore};
-pub use profile::{ProfileStore, StoredFrame, StoredSample};
+pub use profile::{ProfileStore, StoredFrame, StoredMetricPoint, StoredSample};
 pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};
 pub use scylla::{ScyllaProfileStore, ScyllaUrl};

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use kiln_model::{
     Executable, FileId, Frame, FrameEntry, FrameId, LabelSet, LabelSetEntry, LabelSetId,
-    StackEntry, StackId, Symbol,
+    MetricPoint, StackEntry, StackId, Symbol,
 };
 
 use crate::error::StoreError;
@@ -40,6 +40,31 @@ impl StoredSample {
             })
             .collect()
     }
+}
+
+/// One stored reading of a metric series, as a scan of one metric name
+/// returns it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoredMetricPoint {
+    /// Nanoseconds since the Unix epoch.
+    pub timestamp_ns: i64,
+    /// The series' label set.
+    pub labels: LabelSetId,
+    /// The reading.
+    pub value: f64,
+}
+
+/// Checks metric points before a store writes them: their names go into
+/// keys, so every store refuses what `Batch::decode` would.
+pub(crate) fn check_metric_points(points: &[MetricPoint]) -> Result<(), StoreError> {
+    points
+        .iter()
+        .try_for_each(|p| p.check().map_err(StoreError::InvalidMetric))
+}
+
+/// Checks the metric name a scan asks for.
+pub(crate) fn check_metric_name(name: &str) -> Result<(), StoreError> {
+    kiln_model::check_metric_name(name).map_err(StoreError::InvalidMetric)
 }
 
 /// One row of the frames table (DESIGN.md: `kind, file_id, addr | symbol
@@ -82,7 +107,9 @@ pub(crate) fn hour_of(timestamp_ns: i64) -> i64 {
 }
 
 /// Where profiles live: the `samples`, `stacks`, `frames`, `labelsets` and
-/// `executables` tables of DESIGN.md's storage schema.
+/// `executables` tables of DESIGN.md's storage schema, and the metric
+/// series beside them (`metrics`, keyed `((tenant, project, name, hour),
+/// ts, labelset_id)`, and `metric_names`, the names each hour holds).
 ///
 /// Implementations: [`EmbeddedProfileStore`](crate::EmbeddedProfileStore)
 /// (an LSM in one directory), [`PostgresProfileStore`](crate::PostgresProfileStore),
@@ -163,6 +190,46 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<StoredSample>, StoreError>;
+
+    /// Writes metric points. A point's key is (scope, name, hour,
+    /// timestamp, labels): writing the same key again REPLACES its value, so
+    /// a replayed batch leaves one point, not two. As for samples, which of
+    /// two values one call gives for the same key is kept is unspecified.
+    /// Also records each point's (hour, name) for
+    /// [`metric_names`](Self::metric_names).
+    ///
+    /// Refuses the whole call with [`StoreError::InvalidMetric`] when a
+    /// point's name breaks `kiln_model::check_metric_name` or its value is
+    /// not finite.
+    async fn put_metric_points(
+        &self,
+        scope: &Scope,
+        points: &[MetricPoint],
+    ) -> Result<(), StoreError>;
+
+    /// The scope's points of metric `name` with `from_ns <= timestamp_ns <
+    /// to_ns`, every series (label set) of it, in no particular order.
+    /// Empty when `from_ns >= to_ns`. Label filters are the caller's: it
+    /// resolves the label sets.
+    async fn scan_metric_points(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredMetricPoint>, StoreError>;
+
+    /// The names of the scope's metrics with points in the hours that
+    /// `[from_ns, to_ns)` touches, sorted and distinct. The index is kept
+    /// per hour, so a name whose points in the first or last hour all lie
+    /// outside the range is listed too (its scan is then empty). Empty when
+    /// `from_ns >= to_ns`.
+    async fn metric_names(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<String>, StoreError>;
 
     /// Makes every write that returned `Ok` durable (fsync). The ingest
     /// pipeline calls it before committing bus offsets.

@@ -21,6 +21,7 @@
 //!                                                                            outermost first)
 //! labelset      n:varint  n × (name:str  value:str)
 //! executable    name:str  build_id:opt      (the file id is the key)
+//! metric point  value:8 (the f64's bits, BE)  (name, time, labels are the key)
 //!
 //! varint = unsigned LEB128, at most 10 bytes
 //! str    = len:varint  UTF-8 bytes
@@ -55,6 +56,21 @@ pub(crate) fn decode_sample(bytes: &[u8]) -> Result<(u64, u64), DecodeError> {
     let period_ns = r.varint("period_ns")?;
     r.finish()?;
     Ok((count, period_ns))
+}
+
+/// A metric point's value: the f64's bits, so every value (the sign of
+/// zero too) comes back exactly.
+pub(crate) fn encode_metric_value(value: f64) -> Vec<u8> {
+    let mut w = Writer::new(9);
+    w.bytes(&value.to_bits().to_be_bytes());
+    w.0
+}
+
+pub(crate) fn decode_metric_value(bytes: &[u8]) -> Result<f64, DecodeError> {
+    let mut r = Reader::new(bytes)?;
+    let value = f64::from_bits(u64::from_be_bytes(r.array("metric value")?));
+    r.finish()?;
+    Ok(value)
 }
 
 pub(crate) fn encode_stack(frames: &[FrameId]) -> Vec<u8> {
@@ -496,17 +512,19 @@ mod tests {
                     build_id: Some("ab".into()),
                 }),
             ),
+            (5, encode_metric_value(-1.5e-300)),
         ]
     }
 
     /// Runs every decoder on `bytes`; none may panic.
-    fn decode_all(bytes: &[u8]) -> [bool; 5] {
+    fn decode_all(bytes: &[u8]) -> [bool; 6] {
         [
             decode_sample(bytes).is_ok(),
             decode_stack(bytes).is_ok(),
             decode_frame(bytes).is_ok(),
             decode_label_set(bytes).is_ok(),
             decode_executable(FileId(1), bytes).is_ok(),
+            decode_metric_value(bytes).is_ok(),
         ]
     }
 
@@ -545,6 +563,15 @@ mod tests {
                 period_ns,
             };
             prop_assert_eq!(decode_sample(&encode_sample(&sample)).unwrap(), (count, period_ns));
+        }
+
+        /// Every f64, the sign of zero and NaN payloads included, comes
+        /// back bit for bit.
+        #[test]
+        fn metric_values_round_trip(bits: u64) {
+            let value = f64::from_bits(bits);
+            let back = decode_metric_value(&encode_metric_value(value)).unwrap();
+            prop_assert_eq!(back.to_bits(), bits);
         }
 
         /// Guards "damaged data gives an error, never a panic".

@@ -32,6 +32,8 @@ pub(crate) struct Accepted {
     samples: u64,
     /// Distinct stacks accepted.
     stacks: usize,
+    /// Metric points accepted.
+    metric_points: usize,
     /// Whether the samples were already queryable when this answer was
     /// sent (imports wait for that; agent batches do not).
     queryable: bool,
@@ -93,6 +95,7 @@ pub(crate) async fn import(
         format: Some(format.to_string()),
         samples: imported.samples,
         stacks: imported.stacks,
+        metric_points: 0,
         queryable,
     }))
 }
@@ -126,6 +129,7 @@ pub(crate) async fn ingest(
         format: None,
         samples: batch.sample_count(),
         stacks: batch.stacks.len(),
+        metric_points: batch.metrics.len(),
         queryable: false,
     }))
 }

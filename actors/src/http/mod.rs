@@ -8,6 +8,8 @@
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores |
 //! | GET | `/api/v1/labels?from&to` | label names and values |
+//! | GET | `/api/v1/metrics?name&from&to&step` | one metric's series (labels, points averaged per step, ≤ 1000 per series) |
+//! | GET | `/api/v1/metrics/names?from&to` | the metric names a range holds |
 //! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 |
 //! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored |
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols, else 404 |
@@ -32,6 +34,7 @@ mod error;
 mod index;
 mod ingest;
 mod internal;
+mod metrics;
 mod params;
 mod query;
 mod symbols;
@@ -50,6 +53,7 @@ pub use admin::{AdminToken, AdminTokenError};
 pub use assets::{set_ui_dir, ui_dir};
 pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
+pub use metrics::{MAX_METRIC_POINTS_PER_SERIES, MAX_METRIC_RANGE};
 pub use params::{now_ns, parse_time};
 
 /// Largest request body accepted (imports of big captures).
@@ -157,6 +161,8 @@ fn query_routes(cfg: &mut web::ServiceConfig) {
         .route("/api/v1/top", web::get().to(query::top))
         .route("/api/v1/timeline", web::get().to(query::timeline))
         .route("/api/v1/labels", web::get().to(query::labels))
+        .route("/api/v1/metrics", web::get().to(metrics::series))
+        .route("/api/v1/metrics/names", web::get().to(metrics::names))
         .route("/", web::get().to(index::page))
         .route("/{file}", web::get().to(assets::file));
 }

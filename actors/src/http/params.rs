@@ -55,10 +55,19 @@ pub fn parse_time(text: &str, now_ns: i64) -> Result<i64, String> {
 pub(crate) const RESERVED: &[&str] = &["from", "to", "format", "limit", "step"];
 
 /// Builds the range of a query from its parameters: `from`, `to`, and every
-/// other parameter not in `reserved` as a label filter.
+/// other parameter not in [`RESERVED`] as a label filter.
 pub(crate) fn query_range(
     scope: Scope,
     params: &BTreeMap<String, String>,
+) -> Result<QueryRange, ApiError> {
+    query_range_reserving(scope, params, RESERVED)
+}
+
+/// [`query_range`] for a route whose own parameters are `reserved`.
+pub(crate) fn query_range_reserving(
+    scope: Scope,
+    params: &BTreeMap<String, String>,
+    reserved: &[&str],
 ) -> Result<QueryRange, ApiError> {
     let now = now_ns();
     let time = |name: &str, default: i64| match params.get(name) {
@@ -81,8 +90,24 @@ pub(crate) fn query_range(
         scope,
         from_ns,
         to_ns,
-        filters: label_params(params, RESERVED)?,
+        filters: label_params(params, reserved)?,
     })
+}
+
+/// `step`, a duration (`10s`, `1m`) in nanoseconds, when given.
+pub(crate) fn step_param(params: &BTreeMap<String, String>) -> Result<Option<i64>, ApiError> {
+    params
+        .get("step")
+        .map(|text| {
+            humantime::parse_duration(text)
+                .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+                .map_err(|e| {
+                    ApiError::bad_request(format!(
+                        "step: {text:?} is not a duration (e.g. 10s): {e}"
+                    ))
+                })
+        })
+        .transpose()
 }
 
 /// Every parameter not in `reserved`, as `(label, value)`.

@@ -9,7 +9,7 @@ use kiln_model::flamewire::{FlameGraph, FlamewireError, Tree, access};
 use super::AppState;
 use super::encoding::flamewire_response;
 use super::error::ApiError;
-use super::params::query_range;
+use super::params::{query_range, step_param};
 use crate::query::{FlamegraphQuery, LabelsQuery, TimelineQuery, TopQuery};
 
 /// The `format`s of `/api/v1/flamegraph`.
@@ -119,15 +119,8 @@ pub(crate) async fn timeline(
 ) -> Result<HttpResponse, ApiError> {
     let range = query_range(state.scope.clone(), &params)?;
     let span = range.to_ns - range.from_ns;
-    let step_ns = match params.get("step") {
-        None => (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000),
-        Some(text) => humantime::parse_duration(text)
-            .map_err(|e| {
-                ApiError::bad_request(format!("step: {text:?} is not a duration (e.g. 10s): {e}"))
-            })?
-            .as_nanos()
-            .min(i64::MAX as u128) as i64,
-    };
+    let step_ns =
+        step_param(&params)?.unwrap_or_else(|| (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000));
     if step_ns <= 0 || span / step_ns > MAX_TIMELINE_POINTS {
         return Err(ApiError::bad_request(format!(
             "step: {step_ns} ns gives more than {MAX_TIMELINE_POINTS} points over the range; use a larger step"

@@ -1,4 +1,5 @@
-//! `Writer`: decoded batches → the profile store, made durable in one sync.
+//! `Writer`: decoded batches (samples and metric points) → the profile
+//! store, made durable in one sync.
 
 use std::sync::Arc;
 
@@ -55,5 +56,8 @@ async fn write_one(store: &dyn ProfileStore, batch: &Symbolized) -> Result<(), S
     store.put_label_sets(tenant, &b.label_sets).await?;
     store.put_executables(tenant, &b.executables).await?;
     let samples = StoredSample::of_batch(b);
-    store.put_samples(scope, &samples).await
+    store.put_samples(scope, &samples).await?;
+    // Metric points refer to label sets only, written above. Their keys
+    // are deterministic too, so a replayed poll rewrites the same points.
+    store.put_metric_points(scope, &b.metrics).await
 }

@@ -1,5 +1,6 @@
 //! `Aggregator`: scans one partition (an hour of one tenant's project) and
-//! sums its samples per stack, per time bucket and per label set.
+//! sums its samples per stack, per time bucket and per label set, or one
+//! metric's points per series and step (`metrics`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use kiln_storage::{ProfileStore, StoreError};
 
 use super::QueryRange;
 use super::cache::BoundedCache;
+use super::metrics::{MetricPartial, MetricScan, run_metric_scan};
 
 /// What a scan adds up besides per-stack counts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,7 +77,7 @@ impl Partial {
 
 /// Label sets are immutable (content-addressed), so cached ones never go
 /// stale.
-type LabelCache = BoundedCache<(String, LabelSetId), Arc<LabelSet>>;
+pub(super) type LabelCache = BoundedCache<(String, LabelSetId), Arc<LabelSet>>;
 
 /// Entries in an aggregator's label-set cache.
 const LABEL_CACHE_SIZE: usize = 200_000;
@@ -108,6 +110,16 @@ impl Handler<Scan> for Aggregator {
         let store = self.store.clone();
         let labels = self.labels.clone();
         Box::pin(async move { run_scan(&*store, &labels, scan).await })
+    }
+}
+
+impl Handler<MetricScan> for Aggregator {
+    type Result = ResponseFuture<Result<MetricPartial, StoreError>>;
+
+    fn handle(&mut self, scan: MetricScan, _: &mut Context<Self>) -> Self::Result {
+        let store = self.store.clone();
+        let labels = self.labels.clone();
+        Box::pin(async move { run_metric_scan(&*store, &labels, scan).await })
     }
 }
 
@@ -151,7 +163,9 @@ async fn run_scan(
     Ok(partial)
 }
 
-async fn load_label_sets(
+/// The label sets of `ids`, from the cache or else the store; ids the
+/// store lacks are left out.
+pub(super) async fn load_label_sets(
     store: &dyn ProfileStore,
     cache: &Mutex<LabelCache>,
     tenant: &str,

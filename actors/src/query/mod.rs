@@ -10,6 +10,7 @@
 
 mod aggregator;
 mod cache;
+mod metrics;
 mod peers;
 mod rendezvous;
 mod resolve;
@@ -33,6 +34,7 @@ use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
 use resolve::Resolver;
 
 pub use aggregator::Tally;
+pub use metrics::{MetricNamesQuery, MetricSeries, MetricSeriesSet, MetricValue, MetricsQuery};
 pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
 pub use peers::{
     CLUSTER_SECRET_HEADER, ClusterSecret, DEFAULT_PEER_TIMEOUT, PEER_RETRY_AFTER, PeerConfigError,
@@ -166,6 +168,8 @@ pub struct QueryCoordinator {
 
 #[derive(Debug)]
 struct Cluster {
+    /// The store, for what needs no aggregator (the metric names index).
+    store: Arc<dyn ProfileStore>,
     aggregators: Vec<Addr<Aggregator>>,
     /// Node names for rendezvous hashing, one per aggregator.
     names: Vec<String>,
@@ -272,6 +276,7 @@ impl QueryCoordinator {
         let names = (0..addrs.len()).map(|i| format!("local-{i}")).collect();
         QueryCoordinator {
             cluster: Arc::new(Cluster {
+                store: store.clone(),
                 aggregators: addrs,
                 names,
                 resolver: Resolver::new(store, symbolizer),
@@ -329,8 +334,13 @@ impl Cluster {
 
     /// Runs a scan on the aggregator of this node that owns its partition.
     async fn scan_here(&self, key: &[u8], scan: Scan) -> Result<Partial, QueryError> {
+        Ok(self.owner(key).send(scan).await??)
+    }
+
+    /// The aggregator of this node that owns partition `key`.
+    fn owner(&self, key: &[u8]) -> &Addr<Aggregator> {
         let node = rendezvous::pick(key, &self.names).expect("at least one aggregator");
-        Ok(self.aggregators[node].send(scan).await??)
+        &self.aggregators[node]
     }
 }
 
@@ -479,6 +489,48 @@ impl Handler<LabelsQuery> for QueryCoordinator {
             };
             let partial = cluster.gather(&range, want).await?;
             Ok(views::label_values(&partial))
+        })
+    }
+}
+
+impl Handler<MetricsQuery> for QueryCoordinator {
+    type Result = ResponseFuture<Result<MetricSeriesSet, QueryError>>;
+
+    fn handle(&mut self, q: MetricsQuery, _: &mut Context<Self>) -> Self::Result {
+        let cluster = self.cluster.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let step_ns = q.step_ns.max(1);
+            let scan = |scan: metrics::MetricScan| {
+                let owner = cluster.owner(&partition_key(&scan.range)).clone();
+                async move { Ok(owner.send(scan).await??) }
+            };
+            let partial = metrics::gather(&q.range, &q.name, step_ns, scan).await?;
+            let set = metrics::series(&q.range, &q.name, step_ns, partial);
+            tracing::debug!(
+                metric = q.name,
+                series = set.series.len(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "metric series built"
+            );
+            Ok(set)
+        })
+    }
+}
+
+impl Handler<MetricNamesQuery> for QueryCoordinator {
+    type Result = ResponseFuture<Result<Vec<String>, QueryError>>;
+
+    fn handle(
+        &mut self,
+        MetricNamesQuery(range): MetricNamesQuery,
+        _: &mut Context<Self>,
+    ) -> Self::Result {
+        let store = self.cluster.store.clone();
+        Box::pin(async move {
+            Ok(store
+                .metric_names(&range.scope, range.from_ns, range.to_ns)
+                .await?)
         })
     }
 }

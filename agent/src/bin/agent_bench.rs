@@ -101,6 +101,8 @@ fn burners_only(batch: &Batch, pids: &HashSet<String>) -> Batch {
         source: batch.source.clone(),
         sent_at_ns: batch.sent_at_ns,
         period_ns: batch.period_ns,
+        // The sampler's batches carry no metric points.
+        metrics: Vec::new(),
         frames: frame_entries,
         stacks: stack_entries,
         label_sets: batch

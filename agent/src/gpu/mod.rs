@@ -39,6 +39,7 @@ use kiln_cuda::{
 };
 use kiln_model::{Batch, BatchBuilder, Frame, LabelSet, label_names};
 
+use crate::nvml::GpuMetricsSampler;
 use crate::sink::{Sink, SinkError};
 
 /// Snapshots held between two batches; more and the oldest go.
@@ -114,6 +115,18 @@ pub struct GpuReport {
     pub pc_samples: u64,
     /// Device memory bytes allocated, in them.
     pub allocated_bytes: u64,
+    /// Metric points in them.
+    pub metric_points: u64,
+}
+
+/// A snapshot's end as a batch timestamp: CUPTI's clock is the wall
+/// clock's; one far from `now_ns` (a clock that is not) gives `now_ns`.
+fn snapshot_time(end_ns: u64, now_ns: i64) -> i64 {
+    const DAY_NS: i64 = 86_400 * 1_000_000_000;
+    i64::try_from(end_ns)
+        .ok()
+        .filter(|end| (end - now_ns).abs() < DAY_NS)
+        .unwrap_or(now_ns)
 }
 
 /// CPU stacks of recent launches, by (pid, correlation id), bounded.
@@ -149,6 +162,26 @@ pub struct GpuReceiver {
     cubins: RefCell<CubinStore>,
     launch_stacks: LaunchStacks,
     host: String,
+    /// NVML's readings every second, where NVML is (see `crate::nvml`).
+    nvml: Option<GpuMetricsSampler>,
+}
+
+/// What a GPU batch holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuBatchKind {
+    /// Stacks weighing this unit.
+    Profile(WeightUnit),
+    /// Metric series: NVML's per-GPU readings and each process's device
+    /// memory (live and interval peak).
+    Metrics,
+}
+
+/// Metric names of a process's device memory, from the library's snapshots.
+pub mod memory_metrics {
+    /// Bytes live at the snapshot's end (labels host, pid, process).
+    pub const LIVE: &str = "gpu.process_live_bytes";
+    /// The most bytes live at once during the snapshot's interval.
+    pub const PEAK: &str = "gpu.process_peak_live_bytes";
 }
 
 impl GpuReceiver {
@@ -167,6 +200,7 @@ impl GpuReceiver {
             cubins: RefCell::new(CubinStore::new(MAX_CUBIN_BYTES)),
             launch_stacks: LaunchStacks::default(),
             host: host.into(),
+            nvml: GpuMetricsSampler::start_if_available(),
         })
     }
 
@@ -192,7 +226,7 @@ impl GpuReceiver {
     /// time, PC samples, device memory allocated, device memory live at the
     /// snapshot's end; each only when it has samples, each with its unit in
     /// the `gpu_weight` label.
-    pub fn batches(&mut self, now_ns: i64) -> Vec<(WeightUnit, Batch)> {
+    pub fn batches(&mut self, now_ns: i64) -> Vec<(GpuBatchKind, Batch)> {
         let received: Vec<Received> = match self.queue.lock() {
             Ok(mut q) => q.snapshots.drain(..).collect(),
             Err(_) => return Vec::new(),
@@ -201,6 +235,8 @@ impl GpuReceiver {
         let mut samples = BatchBuilder::new(self.host.clone(), now_ns, 0);
         let mut allocated = BatchBuilder::new(self.host.clone(), now_ns, 0);
         let mut live = BatchBuilder::new(self.host.clone(), now_ns, 0);
+        let mut metrics = BatchBuilder::new(self.host.clone(), now_ns, 0);
+        self.add_nvml_readings(&mut metrics);
         for Received { snapshot, names } in &received {
             for cubin in &snapshot.cubins {
                 self.cubins.borrow_mut().add(cubin);
@@ -251,6 +287,16 @@ impl GpuReceiver {
             // device memory, under the allocating calls.
             let has_memory =
                 !snapshot.memory_allocated.is_empty() || !snapshot.memory_live.is_empty();
+            if snapshot.memory.allocations > 0 {
+                let at = snapshot_time(snapshot.end_ns, now_ns);
+                for (name, bytes) in [
+                    (memory_metrics::LIVE, snapshot.memory.live_bytes),
+                    (memory_metrics::PEAK, snapshot.memory.peak_live_bytes),
+                ] {
+                    // Byte counts are finite: a refusal cannot happen.
+                    let _ = metrics.metric(name, &process, at, bytes as f64);
+                }
+            }
             if !snapshot.pc_samples.is_empty() || has_memory {
                 let label =
                     |unit: WeightUnit| process.clone().with(GPU_WEIGHT_LABEL, unit.as_str());
@@ -274,14 +320,38 @@ impl GpuReceiver {
             }
         }
         [
-            (WeightUnit::Nanoseconds, time.finish()),
-            (WeightUnit::Samples, samples.finish()),
-            (WeightUnit::AllocatedBytes, allocated.finish()),
-            (WeightUnit::LiveBytes, live.finish()),
+            (
+                GpuBatchKind::Profile(WeightUnit::Nanoseconds),
+                time.finish(),
+            ),
+            (GpuBatchKind::Profile(WeightUnit::Samples), samples.finish()),
+            (
+                GpuBatchKind::Profile(WeightUnit::AllocatedBytes),
+                allocated.finish(),
+            ),
+            (GpuBatchKind::Profile(WeightUnit::LiveBytes), live.finish()),
+            (GpuBatchKind::Metrics, metrics.finish()),
         ]
         .into_iter()
-        .filter(|(_, batch)| !batch.samples.is_empty())
+        .filter(|(_, batch)| !batch.samples.is_empty() || !batch.metrics.is_empty())
         .collect()
+    }
+
+    /// NVML's readings since the last batch, as metric points labelled by
+    /// host and GPU (and pid for per-process memory).
+    fn add_nvml_readings(&self, metrics: &mut BatchBuilder) {
+        let Some(nvml) = &self.nvml else { return };
+        for (at, readings) in nvml.take() {
+            for (name, labels, value) in readings.points() {
+                let mut set = LabelSet::new().with(label_names::HOST, self.host.as_str());
+                for (label, value) in labels {
+                    set.insert(label, value);
+                }
+                if let Err(e) = metrics.metric(name, &set, at, value) {
+                    tracing::debug!(metric = name, error = %e, "GPU metric point not sent");
+                }
+            }
+        }
     }
 
     /// Hands the batches of every queued snapshot ([`GpuReceiver::batches`])
@@ -290,15 +360,18 @@ impl GpuReceiver {
     /// first batch the sink cannot take (the error holds it).
     pub fn send(&mut self, sink: &mut dyn Sink, now_ns: i64) -> Result<GpuReport, SinkError> {
         let mut report = GpuReport::default();
-        for (unit, batch) in self.batches(now_ns) {
+        for (kind, batch) in self.batches(now_ns) {
             sink.send(&batch)?;
             report.batches += 1;
             let total = batch.sample_count();
-            match unit {
-                WeightUnit::Nanoseconds => report.kernel_ns += total,
-                WeightUnit::Samples => report.pc_samples += total,
-                WeightUnit::AllocatedBytes => report.allocated_bytes += total,
-                WeightUnit::LiveBytes => {}
+            match kind {
+                GpuBatchKind::Profile(WeightUnit::Nanoseconds) => report.kernel_ns += total,
+                GpuBatchKind::Profile(WeightUnit::Samples) => report.pc_samples += total,
+                GpuBatchKind::Profile(WeightUnit::AllocatedBytes) => {
+                    report.allocated_bytes += total
+                }
+                GpuBatchKind::Profile(WeightUnit::LiveBytes) => {}
+                GpuBatchKind::Metrics => report.metric_points += batch.metrics.len() as u64,
             }
         }
         Ok(report)
@@ -357,7 +430,9 @@ mod tests {
     use std::time::Duration;
 
     use kiln_cuda::SnapshotSender;
-    use kiln_cuda::wire::{KernelAggregate, MemoryAggregate, PcSampleAggregate, StallReasonName};
+    use kiln_cuda::wire::{
+        KernelAggregate, MemoryAggregate, MemoryStats, PcSampleAggregate, StallReasonName,
+    };
     use kiln_model::FrameKind;
 
     use super::*;
@@ -419,6 +494,12 @@ mod tests {
                 bytes: 1 << 20,
                 count: 1,
             }],
+            memory: MemoryStats {
+                live_bytes: 1 << 20,
+                peak_live_bytes: 1 << 20,
+                allocations: 2,
+                ..MemoryStats::default()
+            },
             ..Snapshot::default()
         };
         SnapshotSender::new(&socket).send(&snapshot).unwrap();
@@ -432,14 +513,15 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let units: Vec<WeightUnit> = batches.iter().map(|(unit, _)| *unit).collect();
+        let kinds: Vec<GpuBatchKind> = batches.iter().map(|(kind, _)| *kind).collect();
         assert_eq!(
-            units,
+            kinds,
             [
-                WeightUnit::Nanoseconds,
-                WeightUnit::Samples,
-                WeightUnit::AllocatedBytes,
-                WeightUnit::LiveBytes
+                GpuBatchKind::Profile(WeightUnit::Nanoseconds),
+                GpuBatchKind::Profile(WeightUnit::Samples),
+                GpuBatchKind::Profile(WeightUnit::AllocatedBytes),
+                GpuBatchKind::Profile(WeightUnit::LiveBytes),
+                GpuBatchKind::Metrics,
             ]
         );
         let time = &batches[0].1;
@@ -455,6 +537,22 @@ mod tests {
         let live_frames: Vec<&Frame> = live.frames.iter().map(|f| &f.frame).collect();
         assert!(live_frames.contains(&&Frame::named(FrameKind::Native, "train_step")));
         assert!(live_frames.contains(&&memory));
+        // The process's live and peak bytes, as metric points at `now`
+        // (the snapshot's clock is not the wall clock here).
+        let metrics = &batches[4].1;
+        let mut points: Vec<(&str, f64)> = metrics
+            .metrics
+            .iter()
+            .map(|m| (m.name.as_str(), m.value))
+            .collect();
+        points.sort_by(|a, b| a.0.cmp(b.0));
+        assert_eq!(
+            points,
+            [
+                (memory_metrics::LIVE, f64::from(1u32 << 20)),
+                (memory_metrics::PEAK, f64::from(1u32 << 20))
+            ]
+        );
         let frames: Vec<&Frame> = time.frames.iter().map(|f| &f.frame).collect();
         assert!(frames.contains(&&Frame::named(FrameKind::Native, "train_step")));
         assert!(frames.contains(&&Frame::named(FrameKind::GpuKernel, "gemm")));

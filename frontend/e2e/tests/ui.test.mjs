@@ -1,8 +1,12 @@
 // End-to-end tests of Kiln's web UI in headless Chromium: a real `kiln up`,
 // a known imported profile, and the page driven as a user would.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { importCollapsed, launchBrowser, screenshot, startKiln } from '../support.mjs';
+import {
+  importCollapsed, launchBrowser, postBatch, repoRoot, screenshot, startKiln,
+} from '../support.mjs';
 
 // 100 samples; node names are unique so the tests can find each frame.
 const BEFORE = [
@@ -335,5 +339,73 @@ describe('export and looks', () => {
     await page.locator('.error-state').waitFor();
     assert.match(await page.locator('.error-state').textContent(), /Could not load the flamegraph.*from.*not a time/);
     await screenshot(page, 'error-state');
+  });
+});
+
+describe('metric charts', () => {
+  // An agent batch from a host with two GPUs and one training process:
+  // utilization and memory of each GPU and the process's GPU memory every
+  // second for ten minutes from 1700000400 (kiln/tests/metrics.rs builds
+  // it and checks its values through the API), and 1140 CPU samples.
+  const batch = join(repoRoot, 'frontend', 'e2e', 'fixtures', 'gpu-metrics.batch');
+  const from = 1700000400;
+  const to = from + 600;
+  const chart = (name) => `.metric-chart[data-metric="${name}"]`;
+  const lines = (name) => page.locator(`${chart(name)} path.metric-line`).count();
+
+  test('GPU metrics draw one chart per metric and one line per GPU, filtered like the flamegraph', async () => {
+    // A range without metrics has no metrics panel.
+    await page.goto(`${kiln.url}/?from=now-10m`);
+    await waitForGraph(200);
+    assert.equal(await page.locator('.metrics-panel').count(), 0);
+
+    const accepted = await postBatch(kiln.url, readFileSync(batch));
+    assert.equal(accepted.metric_points, 3000);
+    // Agent batches are answered once durable: wait until written.
+    const names = `${kiln.url}/api/v1/metrics/names?from=${from}&to=${to}`;
+    for (let i = 0; ; i++) {
+      const body = await (await fetch(names)).json();
+      if (body.names.length === 3) break;
+      assert.ok(i < 300, `metrics never became queryable: ${JSON.stringify(body)}`);
+      await sleep(100);
+    }
+
+    await page.goto(`${kiln.url}/?from=${from}&to=${to}`);
+    await waitForGraph(1140);
+    await page.locator(`${chart('gpu.utilization_percent')} path.metric-line`).first().waitFor();
+    assert.equal(await page.locator('.metric-chart').count(), 3);
+    assert.equal(await lines('gpu.utilization_percent'), 2);
+    assert.equal(await lines('gpu.memory_used_bytes'), 2);
+    assert.equal(await lines('gpu.process_memory_used_bytes'), 1);
+    const legend = await page.locator(`${chart('gpu.utilization_percent')} .metric-legend`).textContent();
+    assert.match(legend, /gpu=0 .*%.*gpu=1 .*%/);
+    // The charts share CPU over time's axis: same width, and the pointer's
+    // line shows on every chart.
+    const cpu = await page.locator('.timeline-box').boundingBox();
+    const util = await page.locator(`${chart('gpu.utilization_percent')} .metric-box`).boundingBox();
+    assert.ok(Math.abs(cpu.x - util.x) < 1 && Math.abs(cpu.width - util.width) < 1,
+      `CPU chart ${cpu.x}+${cpu.width}, metric chart ${util.x}+${util.width}`);
+    await page.mouse.move(util.x + util.width / 2, util.y + util.height / 2);
+    await page.locator('.timeline-box .hover-line').waitFor();
+    assert.equal(await page.locator('.metric-box .hover-line').count(), 3);
+    await screenshot(page, 'metric-charts');
+
+    // Dragging across a metric chart picks the range, as on CPU over time.
+    await page.mouse.move(util.x + util.width * 0.1, util.y + util.height / 2);
+    await page.mouse.down();
+    await page.mouse.move(util.x + util.width * 0.4, util.y + util.height / 2, { steps: 4 });
+    await page.mouse.up();
+    await page.waitForFunction((f) => Number(new URL(location).searchParams.get('from')) > f, from + 30);
+    const picked = new URL(page.url()).searchParams;
+    assert.ok(Math.abs(Number(picked.get('from')) - (from + 60)) < 10, `from ${picked.get('from')}`);
+    assert.ok(Math.abs(Number(picked.get('to')) - (from + 240)) < 10, `to ${picked.get('to')}`);
+
+    // Label filters narrow the series: GPU 1 only, and the process's memory
+    // (on GPU 0) has no series left, so its chart goes.
+    await page.goto(`${kiln.url}/?from=${from}&to=${to}&label.gpu=1`);
+    await page.waitForFunction(() => document.querySelectorAll('.metric-chart').length === 2);
+    assert.equal(await lines('gpu.utilization_percent'), 1);
+    assert.equal(await page.locator(`${chart('gpu.utilization_percent')} path.metric-line`).getAttribute('data-series'), 'gpu=1');
+    assert.equal(await page.locator(chart('gpu.process_memory_used_bytes')).count(), 0);
   });
 });

@@ -78,9 +78,49 @@ pub mod driver_cbid {
     pub const MEM_ALLOC_PITCH_V2: u32 = 244;
     /// `cuMemFree_v2` (what `cudaFree` calls).
     pub const MEM_FREE_V2: u32 = 245;
+    /// `cuMemAllocManaged` (`cudaMallocManaged`).
+    pub const MEM_ALLOC_MANAGED: u32 = 371;
+    /// `cuMemAllocAsync` (`cudaMallocAsync`, stream-ordered pools).
+    pub const MEM_ALLOC_ASYNC: u32 = 598;
+    /// `cuMemAllocAsync_ptsz`.
+    pub const MEM_ALLOC_ASYNC_PTSZ: u32 = 599;
+    /// `cuMemFreeAsync`.
+    pub const MEM_FREE_ASYNC: u32 = 600;
+    /// `cuMemFreeAsync_ptsz`.
+    pub const MEM_FREE_ASYNC_PTSZ: u32 = 601;
+    /// `cuMemAllocFromPoolAsync`.
+    pub const MEM_ALLOC_FROM_POOL_ASYNC: u32 = 611;
+    /// `cuMemAllocFromPoolAsync_ptsz`.
+    pub const MEM_ALLOC_FROM_POOL_ASYNC_PTSZ: u32 = 612;
 
-    /// The device memory calls Kiln watches.
-    pub const MEMORY: [u32; 3] = [MEM_ALLOC_V2, MEM_ALLOC_PITCH_V2, MEM_FREE_V2];
+    /// Calls whose params start with `CUdeviceptr *dptr; size_t bytesize`
+    /// ([`super::MemAllocParams`]).
+    pub const MEMORY_ALLOC: [u32; 6] = [
+        MEM_ALLOC_V2,
+        MEM_ALLOC_MANAGED,
+        MEM_ALLOC_ASYNC,
+        MEM_ALLOC_ASYNC_PTSZ,
+        MEM_ALLOC_FROM_POOL_ASYNC,
+        MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+    ];
+    /// Calls whose params start with `CUdeviceptr dptr`
+    /// ([`super::MemFreeParams`]).
+    pub const MEMORY_FREE: [u32; 3] = [MEM_FREE_V2, MEM_FREE_ASYNC, MEM_FREE_ASYNC_PTSZ];
+
+    /// The device memory calls Kiln watches (values checked against an
+    /// H200's CUDA 13.0 headers by `scripts/gpucheck/field.sh`).
+    pub const MEMORY: [u32; 10] = [
+        MEM_ALLOC_V2,
+        MEM_ALLOC_PITCH_V2,
+        MEM_FREE_V2,
+        MEM_ALLOC_MANAGED,
+        MEM_ALLOC_ASYNC,
+        MEM_ALLOC_ASYNC_PTSZ,
+        MEM_FREE_ASYNC,
+        MEM_FREE_ASYNC_PTSZ,
+        MEM_ALLOC_FROM_POOL_ASYNC,
+        MEM_ALLOC_FROM_POOL_ASYNC_PTSZ,
+    ];
 
     /// Every driver call Kiln subscribes to.
     pub fn subscribed() -> impl Iterator<Item = u32> {
@@ -89,7 +129,8 @@ pub mod driver_cbid {
 }
 
 /// `cuMemAlloc_v2_params`: where the driver writes the new address, and
-/// the size asked for.
+/// the size asked for; also the head of `cuMemAllocManaged_params`,
+/// `cuMemAllocAsync_params` and `cuMemAllocFromPoolAsync_params`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct MemAllocParams {
@@ -115,7 +156,7 @@ pub struct MemAllocPitchParams {
     pub element_size_bytes: u32,
 }
 
-/// `cuMemFree_v2_params`.
+/// `cuMemFree_v2_params`; also the head of `cuMemFreeAsync_params`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct MemFreeParams {

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kiln_cuda::sass::CubinStore;
-use kiln_cuda::wire::Counters;
+use kiln_cuda::wire::{Counters, MemoryStats};
 use kiln_cuda::{FoldOptions, Snapshot, StallReasonTable, fold_snapshot};
 use kiln_model::Frame;
 
@@ -71,6 +71,9 @@ pub struct Connection {
     /// The library's counters as of the last snapshot (they are
     /// cumulative since it started).
     pub counters: Counters,
+    /// Device memory as of the last snapshot, with the highest interval
+    /// peak seen.
+    pub memory: MemoryStats,
     /// Folded stacks, as the agent builds them: (unit, `kind:name;…`) →
     /// weight.
     pub folded: BTreeMap<(&'static str, String), u64>,
@@ -110,6 +113,12 @@ impl Connection {
             cubins.borrow_mut().add(c);
         }
         self.counters = snapshot.counters;
+        let peak = self
+            .memory
+            .peak_live_bytes
+            .max(snapshot.memory.peak_live_bytes);
+        self.memory = snapshot.memory;
+        self.memory.peak_live_bytes = peak;
         self.stalls.update(snapshot);
         let options = FoldOptions {
             instruction_name: Some(Box::new(|crc: u64, function: &str, pc: u64| {
@@ -408,6 +417,7 @@ mod tests {
                 pc_drains: sequence + 1,
                 ..Counters::default()
             },
+            ..Snapshot::default()
         }
     }
 

@@ -193,6 +193,18 @@ pub fn print_connection(
         .map(|(name, value)| format!("{name} {value}"))
         .collect();
     wrapped(out, "    ", &counters)?;
+    let m = &conn.memory;
+    writeln!(
+        out,
+        "  device memory: {} bytes live, peak {} in an interval; {} allocations ({} bytes), {} frees ({} of untracked addresses), {} allocations untracked",
+        m.live_bytes,
+        m.peak_live_bytes,
+        m.allocations,
+        m.allocated_bytes,
+        m.frees,
+        m.unknown_frees,
+        m.untracked_allocations
+    )?;
 
     writeln!(
         out,
@@ -323,6 +335,15 @@ pub fn connection_json(index: usize, conn: &Connection, pc: &PcSummary) -> Value
         "cubins": conn.cubins,
         "cubin_bytes": conn.cubin_bytes,
         "counters": counters_json(&conn.counters),
+        "memory": {
+            "live_bytes": conn.memory.live_bytes,
+            "peak_live_bytes": conn.memory.peak_live_bytes,
+            "allocations": conn.memory.allocations,
+            "allocated_bytes": conn.memory.allocated_bytes,
+            "frees": conn.memory.frees,
+            "unknown_frees": conn.memory.unknown_frees,
+            "untracked_allocations": conn.memory.untracked_allocations,
+        },
         "folded": folded,
     })
 }

@@ -25,6 +25,7 @@
 //! ```
 
 mod metadata;
+mod metrics;
 mod object;
 mod profile;
 

@@ -5,6 +5,11 @@ use kiln_model::{
     NANOS_PER_HOUR, StackEntry, StackId, Symbol, stack_id,
 };
 
+use super::metrics::{
+    invalid_metric_points_are_refused, many_metric_points_come_back_exactly, metric_names_by_hour,
+    metric_points_round_trip, metric_rewrite_replaces_not_adds, metric_scan_bounds_are_exact,
+    metrics_are_isolated, series_keep_their_label_sets,
+};
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
 use crate::profile::{ProfileStore, StoredFrame, StoredSample};
 use crate::scope::Scope;
@@ -15,12 +20,22 @@ use crate::scope::Scope;
 /// Covers round trips of every table, missing ids, replace-not-add of
 /// samples, exact scan bounds (across hours, negative and extreme
 /// timestamps), frame symbols, tenant and project isolation, empty inputs and a 50 000-row
-/// scan.
+/// scan; and the same for metric points (`metrics.rs`): exact values per
+/// name and series, replace-not-add, scan bounds, the names index per hour,
+/// isolation, refusal of invalid points, a 90 000-point scan.
 pub async fn profile_store(store: &dyn ProfileStore) {
     run_checks!(
         "ProfileStore",
         store,
         [
+            metric_points_round_trip,
+            metric_rewrite_replaces_not_adds,
+            series_keep_their_label_sets,
+            metric_scan_bounds_are_exact,
+            metric_names_by_hour,
+            metrics_are_isolated,
+            invalid_metric_points_are_refused,
+            many_metric_points_come_back_exactly,
             frames_round_trip,
             frame_symbols_are_replaced_on_rewrite,
             stacks_round_trip,

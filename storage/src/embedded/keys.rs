@@ -8,6 +8,12 @@
 //!
 //! samples             len(tenant):u8  tenant  len(project):u8  project
 //!                     hour:8  shard:2 BE  timestamp_ns:8  stack_id:16 BE  labelset_id:16 BE
+//!
+//! metrics             len(tenant):u8  tenant  len(project):u8  project
+//!                     len(name):u8  name  hour:8  timestamp_ns:8  labelset_id:16 BE
+//!
+//! metric_names        len(tenant):u8  tenant  len(project):u8  project
+//!                     hour:8  len(name):u8  name
 //! ```
 //!
 //! Why this shape:
@@ -37,8 +43,16 @@
 //!   for the same encoding as the timestamp.
 //! - **stack, labels last**, so the same (time, stack, labels) is the same
 //!   key and writing it again replaces its value (idempotent replay).
+//! - **Metrics: the name before the time**, as in the ScyllaDB partition
+//!   key `(tenant, project, name, hour)`: a query reads one metric's
+//!   series over a range, which is one key range ([`metric_range`]); the
+//!   names are length-prefixed like tenants, so one name's keys never run
+//!   into another's. `metric_names` keys put the hour first so that the
+//!   names of a range of hours are one key range too. Metric names are at
+//!   most 128 bytes (`kiln_model::check_metric_name`), so one byte holds
+//!   the length.
 
-use kiln_model::{LabelSetId, StackId};
+use kiln_model::{LabelSetId, MAX_METRIC_NAME_LEN, StackId};
 
 use crate::error::DecodeError;
 use crate::profile::{StoredSample, hour_of};
@@ -115,6 +129,111 @@ pub(crate) fn decode_sample_key(
     let stack = StackId::from_be_bytes(stack.try_into().unwrap_or_default());
     let labels = LabelSetId::from_be_bytes(labels.try_into().unwrap_or_default());
     Ok((ts, stack, labels))
+}
+
+/// Bytes of a metric key after its scope and name: hour, timestamp, labels.
+const METRIC_TAIL_LEN: usize = 8 + 8 + 16;
+
+/// The prefix every key of metric `name` (valid, checked by the caller)
+/// in the scope of `scope_prefix` starts with.
+pub(crate) fn metric_prefix(scope_prefix: &[u8], name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(scope_prefix.len() + 1 + name.len());
+    key.extend_from_slice(scope_prefix);
+    push_metric_name(&mut key, name);
+    key
+}
+
+/// The key of one metric point under its metric's prefix.
+pub(crate) fn metric_key(prefix: &[u8], timestamp_ns: i64, labels: LabelSetId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + METRIC_TAIL_LEN);
+    push_metric_time(&mut key, prefix, timestamp_ns);
+    key.extend_from_slice(&labels.to_be_bytes());
+    key
+}
+
+/// The key range holding exactly the points under `prefix` with `from_ns
+/// <= timestamp_ns < to_ns`, or `None` when that is empty (exact as
+/// [`sample_range`] is: the hour grows with the timestamp).
+pub(crate) fn metric_range(prefix: &[u8], from_ns: i64, to_ns: i64) -> Option<(Vec<u8>, Vec<u8>)> {
+    if from_ns >= to_ns {
+        return None;
+    }
+    let mut start = Vec::with_capacity(prefix.len() + 16);
+    push_metric_time(&mut start, prefix, from_ns);
+    let mut end = Vec::with_capacity(prefix.len() + 16);
+    push_metric_time(&mut end, prefix, to_ns);
+    Some((start, end))
+}
+
+/// A metric key's time and labels; `prefix_len` is the length of its
+/// metric prefix.
+pub(crate) fn decode_metric_key(
+    key: &[u8],
+    prefix_len: usize,
+) -> Result<(i64, LabelSetId), DecodeError> {
+    let tail = key
+        .get(prefix_len..)
+        .filter(|tail| tail.len() == METRIC_TAIL_LEN)
+        .ok_or(DecodeError::KeyLength {
+            len: key.len(),
+            expected: prefix_len + METRIC_TAIL_LEN,
+        })?;
+    // The length is checked above, so these splits cannot fail.
+    let (ts, labels) = tail[8..].split_at(8);
+    let ts = from_ordered(ts.try_into().unwrap_or_default());
+    let labels = LabelSetId::from_be_bytes(labels.try_into().unwrap_or_default());
+    Ok((ts, labels))
+}
+
+/// The `metric_names` key saying that metric `name` has points in `hour`.
+pub(crate) fn metric_name_key(scope_prefix: &[u8], hour: i64, name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(scope_prefix.len() + 9 + name.len());
+    key.extend_from_slice(scope_prefix);
+    key.extend_from_slice(&ordered(hour));
+    push_metric_name(&mut key, name);
+    key
+}
+
+/// The `metric_names` key range of hours `first..=last`.
+pub(crate) fn metric_name_range(scope_prefix: &[u8], first: i64, last: i64) -> (Vec<u8>, Vec<u8>) {
+    let bound = |hour: i64| [scope_prefix, &ordered(hour)].concat();
+    // Hours are timestamps / 1 h, far from i64::MAX: `last + 1` cannot
+    // overflow.
+    (bound(first), bound(last + 1))
+}
+
+/// The metric name of a `metric_names` key.
+pub(crate) fn decode_metric_name_key(
+    key: &[u8],
+    scope_prefix_len: usize,
+) -> Result<String, DecodeError> {
+    let rest = key.get(scope_prefix_len + 8..).unwrap_or_default();
+    let expected = scope_prefix_len + 9 + rest.first().map_or(0, |&n| n as usize);
+    let name = match rest.split_first() {
+        Some((&len, name)) if name.len() == len as usize => name,
+        _ => {
+            return Err(DecodeError::KeyLength {
+                len: key.len(),
+                expected,
+            });
+        }
+    };
+    String::from_utf8(name.to_vec()).map_err(|_| DecodeError::NotUtf8 {
+        field: "metric name",
+    })
+}
+
+fn push_metric_name(key: &mut Vec<u8>, name: &str) {
+    debug_assert!(!name.is_empty() && name.len() <= MAX_METRIC_NAME_LEN);
+    key.push(name.len() as u8);
+    key.extend_from_slice(name.as_bytes());
+}
+
+/// Metric prefix, hour and timestamp: everything before the labels.
+fn push_metric_time(key: &mut Vec<u8>, prefix: &[u8], timestamp_ns: i64) {
+    key.extend_from_slice(prefix);
+    key.extend_from_slice(&ordered(hour_of(timestamp_ns)));
+    key.extend_from_slice(&ordered(timestamp_ns));
 }
 
 fn push_name(key: &mut Vec<u8>, name: &str) {
@@ -261,6 +380,60 @@ mod tests {
                 (ts, StackId(ids[0]), LabelSetId(ids[1]))
             );
         }
+    }
+
+    proptest! {
+        /// A metric's range holds a point exactly when from <= ts < to,
+        /// and never a point of another metric, even one whose name
+        /// starts with this one's.
+        #[test]
+        fn metric_ranges_are_exact_and_per_name(ts: i64, from: i64, to: i64, labels: u128) {
+            let scope = scope("t", "p");
+            let (gpu, gpu_x) = (metric_prefix(&scope, "gpu"), metric_prefix(&scope, "gpu.x"));
+            let key = metric_key(&gpu, ts, LabelSetId(labels));
+            let other = metric_key(&gpu_x, ts, LabelSetId(labels));
+            let (inside, other_inside) = match metric_range(&gpu, from, to) {
+                Some((start, end)) => (
+                    start <= key && key < end,
+                    start <= other && other < end,
+                ),
+                None => (false, false),
+            };
+            prop_assert_eq!(inside, from <= ts && ts < to);
+            prop_assert!(!other_inside);
+            prop_assert_eq!(
+                decode_metric_key(&key, gpu.len()).unwrap(),
+                (ts, LabelSetId(labels))
+            );
+        }
+
+        #[test]
+        fn metric_name_keys_decode_and_sort_by_hour(
+            (a, b) in (-1_000_000i64..1_000_000, -1_000_000i64..1_000_000),
+            name in "[a-z0-9_.]{1,128}",
+        ) {
+            let scope = scope("t", "p");
+            let ka = metric_name_key(&scope, a, &name);
+            prop_assert_eq!(decode_metric_name_key(&ka, scope.len()).unwrap(), name.clone());
+            let kb = metric_name_key(&scope, b, "x");
+            if a != b {
+                prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            }
+            let (start, end) = metric_name_range(&scope, a, a);
+            prop_assert!(start <= ka && ka < end);
+        }
+    }
+
+    #[test]
+    fn damaged_metric_keys_are_refused() {
+        let scope = scope("t", "p");
+        let prefix = metric_prefix(&scope, "m");
+        let key = metric_key(&prefix, 5, LabelSetId(2));
+        assert!(decode_metric_key(&key[..key.len() - 1], prefix.len()).is_err());
+        let name = metric_name_key(&scope, 3, "abc");
+        assert!(decode_metric_name_key(&name[..name.len() - 1], scope.len()).is_err());
+        assert!(decode_metric_name_key(&[name.as_slice(), b"d"].concat(), scope.len()).is_err());
+        assert!(decode_metric_name_key(&[], scope.len()).is_err());
     }
 
     #[test]

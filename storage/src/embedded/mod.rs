@@ -12,17 +12,23 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use kiln_model::{
-    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, StackEntry, StackId,
+    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, MetricPoint, StackEntry,
+    StackId,
 };
 
 use crate::error::{DecodeError, StoreError};
-use crate::profile::{ProfileStore, StoredFrame, StoredSample};
+use crate::profile::{
+    ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
+    check_metric_points, hour_of,
+};
 use crate::scope::Scope;
 use crate::values;
 
 /// The storage format this build writes and reads: the key layout of
 /// [`keys`] and the value encodings of [`crate::values`]. Raise it when either
-/// changes meaning; a store of another version is refused at open.
+/// changes meaning; a store of another version is refused at open. (Adding
+/// a table, as the metric tables were, changes no existing key: a store
+/// without them opens with them empty.)
 const FORMAT_VERSION: u32 = 1;
 
 /// Keyspace holding store-wide metadata (the format version).
@@ -78,10 +84,12 @@ struct Tables {
     frames: Keyspace,
     label_sets: Keyspace,
     executables: Keyspace,
+    metrics: Keyspace,
+    metric_names: Keyspace,
 }
 
-/// The tables. All but `Samples` are dictionaries, keyed by tenant and a
-/// 16-byte id.
+/// The tables. `Frames` to `Executables` are dictionaries, keyed by tenant
+/// and a 16-byte id.
 #[derive(Debug, Clone, Copy)]
 enum Table {
     Samples,
@@ -89,6 +97,8 @@ enum Table {
     Stacks,
     LabelSets,
     Executables,
+    Metrics,
+    MetricNames,
 }
 
 impl Table {
@@ -99,6 +109,8 @@ impl Table {
             Table::Stacks => &tables.stacks,
             Table::LabelSets => &tables.label_sets,
             Table::Executables => &tables.executables,
+            Table::Metrics => &tables.metrics,
+            Table::MetricNames => &tables.metric_names,
         }
     }
 
@@ -110,6 +122,8 @@ impl Table {
             Table::Stacks => "stack",
             Table::LabelSets => "label set",
             Table::Executables => "executable",
+            Table::Metrics => "metric point",
+            Table::MetricNames => "metric name",
         }
     }
 }
@@ -139,6 +153,8 @@ impl EmbeddedProfileStore {
             frames: keyspace("frames")?,
             label_sets: keyspace("labelsets")?,
             executables: keyspace("executables")?,
+            metrics: keyspace("metrics")?,
+            metric_names: keyspace("metric_names")?,
             db,
         };
         tracing::debug!(path = %dir.display(), "opened embedded profile store");
@@ -161,20 +177,15 @@ impl EmbeddedProfileStore {
         tokio::task::spawn_blocking(move || work(&tables)).await?
     }
 
-    /// Writes rows into one keyspace in one atomic batch.
-    async fn put_rows(
-        &self,
-        table: Table,
-        rows: Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<(), StoreError> {
+    /// Writes rows `(table, key, value)` in one atomic batch.
+    async fn put_rows(&self, rows: Vec<(Table, Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
         }
         self.run(move |tables| {
-            let keyspace = table.keyspace(tables);
             let mut batch = tables.db.batch();
-            for (key, value) in rows {
-                batch.insert(keyspace, key, value);
+            for (table, key, value) in rows {
+                batch.insert(table.keyspace(tables), key, value);
             }
             batch
                 .commit()
@@ -192,9 +203,9 @@ impl EmbeddedProfileStore {
     ) -> Result<(), StoreError> {
         Scope::validate_tenant(tenant)?;
         let rows = rows
-            .map(|(id, value)| (keys::dict_key(tenant, id), value))
+            .map(|(id, value)| (table, keys::dict_key(tenant, id), value))
             .collect();
-        self.put_rows(table, rows).await
+        self.put_rows(rows).await
     }
 
     /// Reads dictionary rows in the order of `ids`, decoding each with
@@ -318,9 +329,40 @@ impl ProfileStore for EmbeddedProfileStore {
         let prefix = keys::scope_prefix(scope);
         let rows = samples
             .iter()
-            .map(|s| (keys::sample_key(&prefix, s), values::encode_sample(s)))
+            .map(|s| {
+                let key = keys::sample_key(&prefix, s);
+                (Table::Samples, key, values::encode_sample(s))
+            })
             .collect();
-        self.put_rows(Table::Samples, rows).await
+        self.put_rows(rows).await
+    }
+
+    async fn put_metric_points(
+        &self,
+        scope: &Scope,
+        points: &[MetricPoint],
+    ) -> Result<(), StoreError> {
+        check_metric_points(points)?;
+        let scope_prefix = keys::scope_prefix(scope);
+        // One name index row per (hour, name), in the same atomic batch as
+        // the points.
+        let names: std::collections::BTreeSet<(i64, &str)> = points
+            .iter()
+            .map(|p| (hour_of(p.timestamp_ns), p.name.as_str()))
+            .collect();
+        let mut rows: Vec<(Table, Vec<u8>, Vec<u8>)> = names
+            .into_iter()
+            .map(|(hour, name)| {
+                let key = keys::metric_name_key(&scope_prefix, hour, name);
+                (Table::MetricNames, key, Vec::new())
+            })
+            .collect();
+        for p in points {
+            let prefix = keys::metric_prefix(&scope_prefix, &p.name);
+            let key = keys::metric_key(&prefix, p.timestamp_ns, p.labels);
+            rows.push((Table::Metrics, key, values::encode_metric_value(p.value)));
+        }
+        self.put_rows(rows).await
     }
 
     async fn get_frames(
@@ -404,6 +446,77 @@ impl ProfileStore for EmbeddedProfileStore {
                 });
             }
             Ok(samples)
+        })
+        .await
+    }
+
+    async fn scan_metric_points(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredMetricPoint>, StoreError> {
+        check_metric_name(name)?;
+        let prefix = keys::metric_prefix(&keys::scope_prefix(scope), name);
+        let Some((start, end)) = keys::metric_range(&prefix, from_ns, to_ns) else {
+            return Ok(Vec::new());
+        };
+        self.run(move |tables| {
+            let mut points = Vec::new();
+            for row in tables.metrics.range(start..end) {
+                let (key, value) = row
+                    .into_inner()
+                    .map_err(|e| StoreError::fjall("scan metric points", e))?;
+                let corrupt = |reason| StoreError::Corrupt {
+                    what: Table::Metrics.row(),
+                    key: hex(&key),
+                    reason,
+                };
+                let (timestamp_ns, labels) =
+                    keys::decode_metric_key(&key, prefix.len()).map_err(corrupt)?;
+                let value = values::decode_metric_value(&value).map_err(corrupt)?;
+                points.push(StoredMetricPoint {
+                    timestamp_ns,
+                    labels,
+                    value,
+                });
+            }
+            Ok(points)
+        })
+        .await
+    }
+
+    async fn metric_names(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let scope_prefix = keys::scope_prefix(scope);
+        // `to_ns` is exclusive; `to_ns - 1` cannot overflow as `to_ns > from_ns`.
+        let (start, end) =
+            keys::metric_name_range(&scope_prefix, hour_of(from_ns), hour_of(to_ns - 1));
+        self.run(move |tables| {
+            let mut names = std::collections::BTreeSet::new();
+            for row in tables.metric_names.range(start..end) {
+                let key = row
+                    .key()
+                    .map_err(|e| StoreError::fjall("scan metric names", e))?;
+                let name =
+                    keys::decode_metric_name_key(&key, scope_prefix.len()).map_err(|reason| {
+                        StoreError::Corrupt {
+                            what: Table::MetricNames.row(),
+                            key: hex(&key),
+                            reason,
+                        }
+                    })?;
+                names.insert(name);
+            }
+            Ok(names.into_iter().collect())
         })
         .await
     }

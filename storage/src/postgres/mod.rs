@@ -224,7 +224,8 @@ fn redact(url: &str) -> String {
 }
 
 /// A [`ProfileStore`](crate::ProfileStore) in a PostgreSQL database: the
-/// `samples`, `frames`, `stacks`, `labelsets` and `executables` tables
+/// `samples`, `frames`, `stacks`, `labelsets`, `executables`, `metrics`
+/// and `metric_names` tables
 /// (`storage/src/postgres/schema.rs` holds every statement and the
 /// reasoning behind the schema).
 ///
@@ -398,7 +399,10 @@ mod tests {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(tables, 9, "kiln_schema and the eight tables of version 1");
+        assert_eq!(
+            tables, 11,
+            "kiln_schema, the eight tables of version 1 and the two of version 2"
+        );
 
         admin
             .batch_execute(&format!("UPDATE {schema}.kiln_schema SET version = 99"))
@@ -416,6 +420,57 @@ mod tests {
             Err(StoreError::IncompatibleSchema { found: 99, .. }) => {}
             other => panic!("migrate a newer schema: {other:?}"),
         }
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    /// Guards the upgrade of a database an older Kiln migrated: a database
+    /// at version 1 (no metric tables) gains them, its rows kept.
+    #[tokio::test]
+    async fn a_version_1_database_is_upgraded() {
+        use crate::ProfileStore;
+        use kiln_model::{LabelSetId, MetricPoint};
+
+        let Some((schema, url, admin)) = private_schema().await else {
+            return;
+        };
+        admin
+            .batch_execute(&format!(
+                "SET search_path = {schema}; {}; {}",
+                schema::CREATE_VERSION_TABLE,
+                schema::MIGRATIONS[0]
+            ))
+            .await
+            .unwrap();
+        admin
+            .execute(
+                &format!("INSERT INTO {schema}.kiln_schema (version) VALUES (1)"),
+                &[],
+            )
+            .await
+            .unwrap();
+        let store = PostgresProfileStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let version: i32 = admin
+            .query_one(&format!("SELECT version FROM {schema}.kiln_schema"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, latest_version());
+        let scope = crate::Scope::new("t", "p").unwrap();
+        let point = MetricPoint {
+            name: "gpu.power_watts".into(),
+            labels: LabelSetId(1),
+            timestamp_ns: 5,
+            value: 250.5,
+        };
+        store.put_metric_points(&scope, &[point]).await.unwrap();
+        assert_eq!(
+            store.metric_names(&scope, 0, 10).await.unwrap(),
+            ["gpu.power_watts"]
+        );
         admin
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
             .await

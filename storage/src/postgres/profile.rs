@@ -5,14 +5,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use kiln_model::{
-    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, StackEntry, StackId,
+    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, MetricPoint, StackEntry,
+    StackId,
 };
 use uuid::Uuid;
 
 use super::schema::{self, Dict};
 use super::{Params, PostgresProfileStore};
 use crate::error::{DecodeError, StoreError};
-use crate::profile::{ProfileStore, StoredFrame, StoredSample, hour_of};
+use crate::profile::{
+    ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
+    check_metric_points, hour_of,
+};
 use crate::scope::Scope;
 use crate::values;
 
@@ -24,6 +28,10 @@ const CHUNK_ROWS: usize = 10_000;
 
 /// A sample row's key within its scope, in primary-key order.
 type SampleKey = (i64, i64, u128, u128);
+
+/// A metric row's key within its scope, in primary-key order: name, hour,
+/// ts, labels.
+type MetricKey<'a> = (&'a str, i64, i64, u128);
 
 impl PostgresProfileStore {
     /// Upserts dictionary rows `(id, encoded value)` of `tenant`.
@@ -175,6 +183,159 @@ impl ProfileStore for PostgresProfileStore {
         self.db
             .execute_batches("write samples", schema::UPSERT_SAMPLES, batches)
             .await
+    }
+
+    async fn put_metric_points(
+        &self,
+        scope: &Scope,
+        points: &[MetricPoint],
+    ) -> Result<(), StoreError> {
+        check_metric_points(points)?;
+        // Sorted and unique by key (see schema's "Writes"); for a key given
+        // twice the later value wins.
+        let rows: Vec<(MetricKey<'_>, f64)> = points
+            .iter()
+            .map(|p| {
+                let key = (
+                    p.name.as_str(),
+                    hour_of(p.timestamp_ns),
+                    p.timestamp_ns,
+                    p.labels.0,
+                );
+                (key, p.value)
+            })
+            .collect::<BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let tenant = || Box::new(scope.tenant().to_owned());
+        let project = || Box::new(scope.project().to_owned());
+        // The name index first, as ScyllaDB's hours: a name listed whose
+        // points a failed write left out costs one empty scan.
+        let names: BTreeSet<(i64, &str)> = rows.iter().map(|((n, h, ..), _)| (*h, *n)).collect();
+        let names: Params = vec![
+            tenant(),
+            project(),
+            Box::new(names.iter().map(|(h, _)| *h).collect::<Vec<i64>>()),
+            Box::new(
+                names
+                    .iter()
+                    .map(|(_, n)| (*n).to_owned())
+                    .collect::<Vec<String>>(),
+            ),
+        ];
+        self.db
+            .execute_batches(
+                "write metric names",
+                schema::INSERT_METRIC_NAMES,
+                vec![names],
+            )
+            .await?;
+        let batches = rows
+            .chunks(CHUNK_ROWS)
+            .map(|chunk| -> Params {
+                vec![
+                    tenant(),
+                    project(),
+                    Box::new(
+                        chunk
+                            .iter()
+                            .map(|r| r.0.0.to_owned())
+                            .collect::<Vec<String>>(),
+                    ),
+                    Box::new(chunk.iter().map(|r| r.0.1).collect::<Vec<i64>>()),
+                    Box::new(chunk.iter().map(|r| r.0.2).collect::<Vec<i64>>()),
+                    Box::new(
+                        chunk
+                            .iter()
+                            .map(|r| Uuid::from_u128(r.0.3))
+                            .collect::<Vec<Uuid>>(),
+                    ),
+                    Box::new(chunk.iter().map(|r| r.1).collect::<Vec<f64>>()),
+                ]
+            })
+            .collect();
+        self.db
+            .execute_batches("write metric points", schema::UPSERT_METRICS, batches)
+            .await
+    }
+
+    async fn scan_metric_points(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredMetricPoint>, StoreError> {
+        check_metric_name(name)?;
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let op = "scan metric points";
+        let pg = |e| StoreError::postgres(op, e);
+        let (first_hour, last_hour) = (hour_of(from_ns), hour_of(to_ns - 1));
+        let client = self.db.client(op).await?;
+        let statement = client
+            .prepare_cached(schema::SCAN_METRICS)
+            .await
+            .map_err(pg)?;
+        let rows = client
+            .query(
+                &statement,
+                &[
+                    &scope.tenant(),
+                    &scope.project(),
+                    &name,
+                    &first_hour,
+                    &last_hour,
+                    &from_ns,
+                    &to_ns,
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredMetricPoint {
+                    timestamp_ns: row.try_get(0)?,
+                    labels: LabelSetId(row.try_get::<_, Uuid>(1)?.as_u128()),
+                    value: row.try_get(2)?,
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(pg)
+    }
+
+    async fn metric_names(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let op = "read metric names";
+        let pg = |e| StoreError::postgres(op, e);
+        let (first_hour, last_hour) = (hour_of(from_ns), hour_of(to_ns - 1));
+        let client = self.db.client(op).await?;
+        let statement = client
+            .prepare_cached(schema::SELECT_METRIC_NAMES)
+            .await
+            .map_err(pg)?;
+        let rows = client
+            .query(
+                &statement,
+                &[&scope.tenant(), &scope.project(), &first_hour, &last_hour],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|row| row.try_get::<_, String>(0))
+            .collect::<Result<_, _>>()
+            .map_err(pg)
     }
 
     async fn get_frames(

@@ -46,6 +46,16 @@
 //!   a (tenant, project, hour range, ts range) scan; and rows of many
 //!   tenants interleave on the heap, so BRIN ranges over `ts` would be
 //!   wide and unselective.
+//! - **`metrics`** keeps one metric point per row, primary key
+//!   `(tenant, project, name, hour, ts, labelset_id)`: DESIGN.md's
+//!   `((tenant, project, name, hour), ts, labelset_id)`, the key the
+//!   embedded and ScyllaDB stores use. The name leads the time because a
+//!   query reads one metric over a range, which the index then answers
+//!   as one range scan. The value is `double precision` (IEEE 754, the
+//!   f64 the agent sent, exactly). **`metric_names`** `(tenant, project,
+//!   hour, name)` lists the names each hour holds, for the UI's list of
+//!   charts: a `SELECT DISTINCT name` over `metrics` would read every point
+//!   of the range.
 //! - **No foreign keys from profile tables to `tenants`**: ingest writes
 //!   millions of rows, each FK check is an index probe, and the tenant is
 //!   checked once, when the gateway verifies the API key. The metadata
@@ -109,7 +119,7 @@ ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, migrated_at = 
 
 /// The schema's versions: entry `i` takes a database from version `i` to
 /// `i + 1`. Only ever appended to; a released entry never changes.
-pub(super) const MIGRATIONS: &[&str] = &[V1];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// Version 1: the profile tables and the metadata tables.
 const V1: &str = "
@@ -188,6 +198,28 @@ CREATE TABLE IF NOT EXISTS api_keys (
 );
 ";
 
+/// Version 2: metric series.
+const V2: &str = "
+CREATE TABLE IF NOT EXISTS metrics (
+    tenant      text             NOT NULL,
+    project     text             NOT NULL,
+    name        text             NOT NULL,  -- [a-z0-9_.]{1,128}
+    hour        bigint           NOT NULL,  -- ts.div_euclid(1 h), floor division
+    ts          bigint           NOT NULL,  -- ns since the Unix epoch
+    labelset_id uuid             NOT NULL,
+    value       double precision NOT NULL,
+    PRIMARY KEY (tenant, project, name, hour, ts, labelset_id)
+);
+
+CREATE TABLE IF NOT EXISTS metric_names (
+    tenant  text   NOT NULL,
+    project text   NOT NULL,
+    hour    bigint NOT NULL,
+    name    text   NOT NULL,
+    PRIMARY KEY (tenant, project, hour, name)
+);
+";
+
 // ---------------------------------------------------------------- samples
 
 /// Upserts samples of one scope. `$1` tenant, `$2` project, `$3` shard,
@@ -209,6 +241,40 @@ pub(super) const SCAN_SAMPLES: &str = "
 SELECT ts, stack_id, labelset_id, count, period_ns
 FROM samples
 WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4 AND ts >= $5 AND ts < $6";
+
+// ---------------------------------------------------------------- metrics
+
+/// Upserts metric points of one scope. `$1` tenant, `$2` project, then one
+/// array per column, all of one length.
+pub(super) const UPSERT_METRICS: &str = "
+INSERT INTO metrics AS m (tenant, project, name, hour, ts, labelset_id, value)
+SELECT $1::text, $2::text, u.name, u.hour, u.ts, u.labelset_id, u.value
+FROM UNNEST($3::text[], $4::bigint[], $5::bigint[], $6::uuid[], $7::float8[])
+    AS u (name, hour, ts, labelset_id, value)
+ON CONFLICT (tenant, project, name, hour, ts, labelset_id) DO UPDATE
+    SET value = EXCLUDED.value
+    WHERE m.value IS DISTINCT FROM EXCLUDED.value";
+
+/// Records that metrics `$4` have points in hours `$3` of scope `$1`/`$2`;
+/// a pair already recorded is left alone.
+pub(super) const INSERT_METRIC_NAMES: &str = "
+INSERT INTO metric_names (tenant, project, hour, name)
+SELECT $1::text, $2::text, u.hour, u.name FROM UNNEST($3::bigint[], $4::text[]) AS u (hour, name)
+ON CONFLICT DO NOTHING";
+
+/// Points of metric `$3` of a scope with `$6 <= ts < $7`, `$4..=$5` being
+/// the hours those bounds fall in (as [`SCAN_SAMPLES`]).
+pub(super) const SCAN_METRICS: &str = "
+SELECT ts, labelset_id, value
+FROM metrics
+WHERE tenant = $1 AND project = $2 AND name = $3 AND hour BETWEEN $4 AND $5
+    AND ts >= $6 AND ts < $7";
+
+/// The distinct metric names of a scope's hours `$3..=$4`, sorted.
+pub(super) const SELECT_METRIC_NAMES: &str = "
+SELECT DISTINCT name FROM metric_names
+WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4
+ORDER BY name";
 
 // ------------------------------------------------------------ dictionaries
 

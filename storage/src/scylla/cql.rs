@@ -46,6 +46,19 @@
 //!   samples live, and the writer does not know when that ends.
 //! - **Ids are `uuid`** (128-bit, `Uuid::from_u128`), **unsigned 64-bit
 //!   values `bigint`** holding the same 64 bits, as in the PostgreSQL store.
+//! - **`metrics`**, partition `(tenant, project, name, hour, shard)`,
+//!   clustering `(ts, labelset_id)`, value a `double`: DESIGN.md's
+//!   `((tenant, project, name, hour), ts, labelset_id)`, with the series
+//!   spread over the keyspace's `sample_shards` by label-set id (as
+//!   samples are by stack id), since a fleet's GPUs reading every second
+//!   make one metric-hour large: 8 000 GPUs give 29 M points an hour, about
+//!   1.5 GB, some 90 MB per partition with 16 shards. A query reads one
+//!   metric over a range: its hours' partitions, every shard. TWCS, TTL
+//!   and grace as `samples`.
+//! - **`metric_names`**, partition `(tenant, project)`, clustering
+//!   `(hour, name)`: which metrics each hour holds, like `sample_hours`
+//!   (and with its TTL); it gives both the UI's list of metrics and the
+//!   hours a metric's scan visits.
 //! - **`kiln_schema`**: the schema version and the keyspace's sample shard
 //!   count, one row.
 //!
@@ -81,8 +94,9 @@
 //! different shard counts would leave the later one's count. A keyspace
 //! at a newer version than [`SCHEMA_VERSION`] is refused.
 
-/// The schema version this build writes and reads.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+/// The schema version this build writes and reads: 2 added `metrics` and
+/// `metric_names`.
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 /// Creates the keyspace `keyspace` (validated by `url`) with
 /// `replication_factor` replicas in every datacenter.
@@ -123,6 +137,32 @@ pub(super) fn create_tables(sample_ttl_secs: u32) -> Vec<String> {
 ) WITH default_time_to_live = {sample_ttl_secs}
   AND gc_grace_seconds = 10800"
         ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS metrics (
+    tenant      text,
+    project     text,
+    name        text,     -- [a-z0-9_.]{{1,128}}
+    hour        bigint,   -- ts.div_euclid(1 h), floor division
+    shard       smallint, -- layout::shard_of(labelset_id)
+    ts          bigint,   -- ns since the Unix epoch
+    labelset_id uuid,
+    value       double,
+    PRIMARY KEY ((tenant, project, name, hour, shard), ts, labelset_id)
+) WITH compaction = {{'class': 'TimeWindowCompactionStrategy',
+                      'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}}
+  AND default_time_to_live = {sample_ttl_secs}
+  AND gc_grace_seconds = 10800"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS metric_names (
+    tenant  text,
+    project text,
+    hour    bigint,
+    name    text,
+    PRIMARY KEY ((tenant, project), hour, name)
+) WITH default_time_to_live = {sample_ttl_secs}
+  AND gc_grace_seconds = 10800"
+        ),
         dictionary_table("frames", "frame_id"),
         dictionary_table("stacks", "stack_id"),
         dictionary_table("labelsets", "labelset_id"),
@@ -147,7 +187,8 @@ fn dictionary_table(table: &str, id: &str) -> String {
     )
 }
 
-/// Records version `?` and shard count `?`; written when no row exists.
+/// Records version `?` and shard count `?`; written when no row exists,
+/// and again (same shard count) when a migration raises the version.
 pub(super) const INIT_SCHEMA_ROW: &str =
     "INSERT INTO kiln_schema (name, version, sample_shards) VALUES ('kiln', ?, ?)";
 
@@ -172,6 +213,23 @@ pub(super) const SELECT_SAMPLE_HOURS: &str =
 /// `? <= ts < ?`.
 pub(super) const SCAN_SAMPLES: &str = "SELECT ts, stack_id, labelset_id, sample_count, period_ns \
     FROM samples WHERE tenant = ? AND project = ? AND hour = ? AND shard = ? \
+    AND ts >= ? AND ts < ?";
+
+/// One metric point; the key columns first, as in the table.
+pub(super) const INSERT_METRIC: &str = "INSERT INTO metrics \
+    (tenant, project, name, hour, shard, ts, labelset_id, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// Marks metric `?` of a scope as holding points in hour `?`.
+pub(super) const INSERT_METRIC_NAME: &str =
+    "INSERT INTO metric_names (tenant, project, hour, name) VALUES (?, ?, ?, ?)";
+
+/// `(hour, name)` of a scope's metrics in hours `[?, ?]` (inclusive).
+pub(super) const SELECT_METRIC_NAMES: &str = "SELECT hour, name FROM metric_names \
+    WHERE tenant = ? AND project = ? AND hour >= ? AND hour <= ?";
+
+/// `(ts, labelset_id, value)` of one metric partition with `? <= ts < ?`.
+pub(super) const SCAN_METRICS: &str = "SELECT ts, labelset_id, value FROM metrics \
+    WHERE tenant = ? AND project = ? AND name = ? AND hour = ? AND shard = ? \
     AND ts >= ? AND ts < ?";
 
 /// The dictionary tables, each with its upsert and its read by id.
@@ -239,6 +297,10 @@ mod tests {
             INSERT_SAMPLE_HOUR,
             SELECT_SAMPLE_HOURS,
             SCAN_SAMPLES,
+            INSERT_METRIC,
+            INSERT_METRIC_NAME,
+            SELECT_METRIC_NAMES,
+            SCAN_METRICS,
         ];
         for dict in Dict::ALL {
             statements.push(dict.upsert());
@@ -256,7 +318,12 @@ mod tests {
     /// prepare with a column left unbound.
     #[test]
     fn inserts_bind_every_column() {
-        let mut inserts = vec![INSERT_SAMPLE, INSERT_SAMPLE_HOUR];
+        let mut inserts = vec![
+            INSERT_SAMPLE,
+            INSERT_SAMPLE_HOUR,
+            INSERT_METRIC,
+            INSERT_METRIC_NAME,
+        ];
         inserts.extend(Dict::ALL.map(Dict::upsert));
         for insert in inserts {
             let (columns, values) = insert.split_once("VALUES").unwrap();
@@ -272,7 +339,21 @@ mod tests {
         for column in ["tenant = ?", "project = ?", "hour = ?", "shard = ?"] {
             assert!(SCAN_SAMPLES.contains(column), "{column}");
         }
-        for statement in [SCAN_SAMPLES, SELECT_SAMPLE_HOURS] {
+        for column in [
+            "tenant = ?",
+            "project = ?",
+            "name = ?",
+            "hour = ?",
+            "shard = ?",
+        ] {
+            assert!(SCAN_METRICS.contains(column), "{column}");
+        }
+        for statement in [
+            SCAN_SAMPLES,
+            SELECT_SAMPLE_HOURS,
+            SCAN_METRICS,
+            SELECT_METRIC_NAMES,
+        ] {
             assert!(!statement.contains("ALLOW FILTERING"));
         }
     }
@@ -289,7 +370,15 @@ mod tests {
         assert!(samples.contains("TimeWindowCompactionStrategy"));
         assert!(samples.contains("default_time_to_live = 86400"));
         assert!(tables[1].contains("default_time_to_live = 86400"));
-        assert_eq!(tables.len(), 7);
+        let metrics = &tables[2];
+        assert!(
+            metrics.contains("PRIMARY KEY ((tenant, project, name, hour, shard), ts, labelset_id)")
+        );
+        assert!(metrics.contains("TimeWindowCompactionStrategy"));
+        assert!(metrics.contains("default_time_to_live = 86400"));
+        assert!(tables[3].contains("PRIMARY KEY ((tenant, project), hour, name)"));
+        assert!(tables[3].contains("default_time_to_live = 86400"));
+        assert_eq!(tables.len(), 9);
         for table in &tables {
             assert!(table.starts_with("CREATE TABLE IF NOT EXISTS"), "{table}");
         }

@@ -1,10 +1,10 @@
-//! Where sample rows go: the shard of a stack, the partitions of a write,
-//! and the batches each partition's rows are sent in. Pure functions, so
-//! that the partitioning is tested without a server.
+//! Where sample and metric rows go: the shard of a stack or series, the
+//! partitions of a write, and the batches each partition's rows are sent
+//! in. Pure functions, so that the partitioning is tested without a server.
 
 use std::collections::BTreeMap;
 
-use kiln_model::StackId;
+use kiln_model::MetricPoint;
 
 use crate::profile::{StoredSample, hour_of};
 
@@ -16,46 +16,86 @@ pub(super) const BATCH_ROWS: usize = 200;
 /// The partition of a sample row within its scope: `(hour, shard)`.
 pub(super) type Partition = (i64, i16);
 
-/// The shard of `stack` among `shards` (> 0): stack ids are content
-/// hashes, uniform in every bit, so folding the two halves and taking the
-/// remainder spreads stacks evenly, and a stack's rows of one hour stay in
-/// one partition.
-pub(super) fn shard_of(stack: StackId, shards: i16) -> i16 {
+/// The partition of a metric row within its scope: `(name, hour, shard)`.
+pub(super) type MetricPartition<'a> = (&'a str, i64, i16);
+
+/// The shard of a stack or label-set id among `shards` (> 0): ids are
+/// content hashes, uniform in every bit, so folding the two halves and
+/// taking the remainder spreads them evenly, and one stack's (one
+/// series') rows of an hour stay in one partition.
+pub(super) fn shard_of(id: u128, shards: i16) -> i16 {
     debug_assert!(shards > 0);
-    let folded = (stack.0 as u64) ^ ((stack.0 >> 64) as u64);
+    let folded = (id as u64) ^ ((id >> 64) as u64);
     // The remainder is below `shards`, an i16, so it fits.
     (folded % shards.max(1) as u64) as i16
 }
 
 /// One partition's rows, at most [`BATCH_ROWS`], in key order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct SampleBatch {
-    pub(super) partition: Partition,
-    pub(super) rows: Vec<StoredSample>,
+pub(super) struct RowBatch<P, R> {
+    pub(super) partition: P,
+    pub(super) rows: Vec<R>,
 }
 
-/// Groups `samples` by partition and cuts each group into batches. Rows
-/// with the same key (timestamp, stack, labels) are written once, the last
-/// given winning, as in the other stores.
-pub(super) fn sample_batches(samples: &[StoredSample], shards: i16) -> Vec<SampleBatch> {
-    let mut partitions: BTreeMap<Partition, BTreeMap<(i64, u128, u128), StoredSample>> =
-        BTreeMap::new();
-    for sample in samples {
-        let partition = (hour_of(sample.timestamp_ns), shard_of(sample.stack, shards));
-        partitions.entry(partition).or_default().insert(
-            (sample.timestamp_ns, sample.stack.0, sample.labels.0),
-            *sample,
-        );
+/// A batch of sample rows.
+pub(super) type SampleBatch = RowBatch<Partition, StoredSample>;
+
+/// A batch of metric points.
+pub(super) type MetricBatch<'a> = RowBatch<MetricPartition<'a>, &'a MetricPoint>;
+
+/// Groups `rows` by the partition `place` gives each, keeps one row per
+/// key (the last given winning, as in the other stores), and cuts each
+/// partition's rows, in key order, into batches.
+fn batches_by_partition<P: Ord + Clone, K: Ord, R: Clone>(
+    rows: impl IntoIterator<Item = R>,
+    place: impl Fn(&R) -> (P, K),
+) -> Vec<RowBatch<P, R>> {
+    let mut partitions: BTreeMap<P, BTreeMap<K, R>> = BTreeMap::new();
+    for row in rows {
+        let (partition, key) = place(&row);
+        partitions.entry(partition).or_default().insert(key, row);
     }
     let mut batches = Vec::new();
     for (partition, rows) in partitions {
-        let rows: Vec<StoredSample> = rows.into_values().collect();
-        batches.extend(rows.chunks(BATCH_ROWS).map(|chunk| SampleBatch {
-            partition,
+        let rows: Vec<R> = rows.into_values().collect();
+        batches.extend(rows.chunks(BATCH_ROWS).map(|chunk| RowBatch {
+            partition: partition.clone(),
             rows: chunk.to_vec(),
         }));
     }
     batches
+}
+
+/// Groups `samples` by partition and cuts each group into batches. Rows
+/// with the same key (timestamp, stack, labels) are written once, the last
+/// given winning.
+pub(super) fn sample_batches(samples: &[StoredSample], shards: i16) -> Vec<SampleBatch> {
+    batches_by_partition(samples.iter().copied(), |s| {
+        let partition = (hour_of(s.timestamp_ns), shard_of(s.stack.0, shards));
+        (partition, (s.timestamp_ns, s.stack.0, s.labels.0))
+    })
+}
+
+/// Groups metric `points` by partition (name, hour, shard of the label
+/// set) and cuts each group into batches; a key (timestamp, labels) given
+/// twice is written once, the last given winning.
+pub(super) fn metric_batches(points: &[MetricPoint], shards: i16) -> Vec<MetricBatch<'_>> {
+    batches_by_partition(points, |p| {
+        let hour = hour_of(p.timestamp_ns);
+        let partition = (p.name.as_str(), hour, shard_of(p.labels.0, shards));
+        (partition, (p.timestamp_ns, p.labels.0))
+    })
+}
+
+/// The distinct `(hour, name)` pairs of a metric write, in order.
+pub(super) fn metric_hours_of<'a>(batches: &[MetricBatch<'a>]) -> Vec<(i64, &'a str)> {
+    let mut pairs: Vec<(i64, &str)> = batches
+        .iter()
+        .map(|b| (b.partition.1, b.partition.0))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    pairs
 }
 
 /// The distinct hours of a write, in order.
@@ -77,7 +117,7 @@ pub(super) fn from_bigint(value: i64) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use kiln_model::{LabelSetId, NANOS_PER_HOUR};
+    use kiln_model::{LabelSetId, NANOS_PER_HOUR, StackId};
     use proptest::prelude::*;
 
     use super::*;
@@ -98,12 +138,12 @@ mod tests {
         for i in 0..16_000u128 {
             // Ids as content hashes look: mixed bits.
             let id = i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
-            seen[shard_of(StackId(id), 16) as usize] += 1;
+            seen[shard_of(id, 16) as usize] += 1;
         }
         assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
-        assert_eq!(shard_of(StackId(u128::MAX), 1), 0);
-        assert_eq!(shard_of(StackId(u128::MAX), 4_096), 0);
-        assert_eq!(shard_of(StackId(5), 4_096), 5);
+        assert_eq!(shard_of(u128::MAX, 1), 0);
+        assert_eq!(shard_of(u128::MAX, 4_096), 0);
+        assert_eq!(shard_of(5, 4_096), 5);
     }
 
     #[test]
@@ -118,7 +158,7 @@ mod tests {
             assert!(!batch.rows.is_empty() && batch.rows.len() <= BATCH_ROWS);
             for row in &batch.rows {
                 assert_eq!(hour_of(row.timestamp_ns), batch.partition.0);
-                assert_eq!(shard_of(row.stack, 4), batch.partition.1);
+                assert_eq!(shard_of(row.stack.0, 4), batch.partition.1);
             }
             total += batch.rows.len();
         }
@@ -132,6 +172,57 @@ mod tests {
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].rows, [sample(7, 1, 2), sample(8, 1, 3)]);
         assert!(sample_batches(&[], 16).is_empty());
+    }
+
+    fn point(name: &str, timestamp_ns: i64, labels: u128, value: f64) -> MetricPoint {
+        MetricPoint {
+            name: name.into(),
+            labels: LabelSetId(labels),
+            timestamp_ns,
+            value,
+        }
+    }
+
+    /// Metric batches hold one (name, hour, shard) each, keep the last
+    /// value of a repeated point, and list each (hour, name) once.
+    #[test]
+    fn metric_batches_hold_one_partition_each() {
+        let h = NANOS_PER_HOUR;
+        let mut points: Vec<MetricPoint> = (0..900)
+            .map(|i| {
+                point(
+                    ["a", "b"][i % 2],
+                    (i as i64 % 3) * h + i as i64,
+                    i as u128,
+                    1.0,
+                )
+            })
+            .collect();
+        points.push(point("a", 0, 0, 7.0));
+        let batches = metric_batches(&points, 4);
+        let mut total = 0;
+        for batch in &batches {
+            assert!(!batch.rows.is_empty() && batch.rows.len() <= BATCH_ROWS);
+            for row in &batch.rows {
+                let (name, hour, shard) = batch.partition;
+                assert_eq!(row.name, name);
+                assert_eq!(hour_of(row.timestamp_ns), hour);
+                assert_eq!(shard_of(row.labels.0, 4), shard);
+            }
+            total += batch.rows.len();
+        }
+        assert_eq!(total, 900);
+        let first = batches
+            .iter()
+            .flat_map(|b| &b.rows)
+            .find(|p| p.timestamp_ns == 0 && p.labels.0 == 0)
+            .unwrap();
+        assert_eq!(first.value, 7.0);
+        let pairs = metric_hours_of(&batches);
+        assert_eq!(
+            pairs,
+            [(0, "a"), (0, "b"), (1, "a"), (1, "b"), (2, "a"), (2, "b")]
+        );
     }
 
     #[test]

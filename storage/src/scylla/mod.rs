@@ -30,9 +30,9 @@ use cql::Dict;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A [`ProfileStore`](crate::ProfileStore) in a ScyllaDB (or Cassandra)
-/// keyspace: DESIGN.md's `samples`, `frames`, `stacks`, `labelsets` and
-/// `executables` tables, and `sample_hours`, the index of which hours hold
-/// samples (`storage/src/scylla/cql.rs` holds every statement and the
+/// keyspace: DESIGN.md's `samples`, `frames`, `stacks`, `labelsets`,
+/// `executables` and `metrics` tables, and `sample_hours` and
+/// `metric_names`, the indexes of which hours hold samples and metrics (`storage/src/scylla/cql.rs` holds every statement and the
 /// reasoning behind the schema).
 ///
 /// Create the keyspace once with [`migrate`](Self::migrate) (`kiln store
@@ -73,6 +73,10 @@ struct Statements {
     insert_sample_hour: PreparedStatement,
     select_sample_hours: PreparedStatement,
     scan_samples: PreparedStatement,
+    insert_metric: PreparedStatement,
+    insert_metric_name: PreparedStatement,
+    select_metric_names: PreparedStatement,
+    scan_metrics: PreparedStatement,
     upserts: [PreparedStatement; 4],
     selects: [PreparedStatement; 4],
 }
@@ -100,6 +104,10 @@ impl Statements {
             insert_sample_hour: prepare(cql::INSERT_SAMPLE_HOUR).await?,
             select_sample_hours: prepare(cql::SELECT_SAMPLE_HOURS).await?,
             scan_samples: prepare(cql::SCAN_SAMPLES).await?,
+            insert_metric: prepare(cql::INSERT_METRIC).await?,
+            insert_metric_name: prepare(cql::INSERT_METRIC_NAME).await?,
+            select_metric_names: prepare(cql::SELECT_METRIC_NAMES).await?,
+            scan_metrics: prepare(cql::SCAN_METRICS).await?,
             upserts: four(upserts),
             selects: four(selects),
         })
@@ -123,13 +131,23 @@ impl ScyllaProfileStore {
     pub async fn connect(url: &str) -> Result<ScyllaProfileStore, StoreError> {
         let url = ScyllaUrl::parse(url)?;
         let session = open_session(&url, Some(&url.keyspace)).await?;
-        let Some((version, sample_shards)) = read_schema_row(&session).await? else {
-            return Err(StoreError::scylla(
+        let not_migrated = |found| {
+            StoreError::scylla(
                 "connect",
-                NotMigrated(url.keyspace.clone()),
-            ));
+                NotMigrated {
+                    keyspace: url.keyspace.clone(),
+                    found,
+                },
+            )
+        };
+        let Some((version, sample_shards)) = read_schema_row(&session).await? else {
+            return Err(not_migrated(None));
         };
         check_version(version)?;
+        if version < cql::SCHEMA_VERSION {
+            // Its statements would not prepare (missing tables); say why.
+            return Err(not_migrated(Some(version)));
+        }
         if sample_shards < 1 {
             return Err(StoreError::Corrupt {
                 what: "schema row",
@@ -191,6 +209,14 @@ impl ScyllaProfileStore {
             }
             Some((version, shards)) => {
                 check_version(version)?;
+                if version < cql::SCHEMA_VERSION {
+                    // The new tables exist now (created above); record
+                    // the version, keeping the shard count.
+                    session
+                        .query_unpaged(cql::INIT_SCHEMA_ROW, (cql::SCHEMA_VERSION, shards))
+                        .await
+                        .map_err(|e| StoreError::scylla(op, e))?;
+                }
                 if shards != url.sample_shards {
                     tracing::warn!(
                         keyspace = %url.keyspace,
@@ -270,7 +296,14 @@ fn check_version(found: i32) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The keyspace has no `kiln_schema` row yet.
+/// The keyspace has no `kiln_schema` row yet, or an older version's.
 #[derive(Debug, thiserror::Error)]
-#[error("keyspace {0:?} is not migrated; run `kiln store migrate` first")]
-struct NotMigrated(String);
+#[error(
+    "keyspace {keyspace:?} is not migrated{}; run `kiln store migrate` first",
+    found.map(|v| format!(" to schema version {} (it is at {v})", cql::SCHEMA_VERSION)).unwrap_or_default()
+)]
+struct NotMigrated {
+    keyspace: String,
+    /// The version it is at, when it has one.
+    found: Option<i32>,
+}

@@ -8,15 +8,19 @@ use ::scylla::statement::batch::{Batch, BatchType};
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use kiln_model::{
-    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, StackEntry, StackId,
+    Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, MetricPoint, StackEntry,
+    StackId,
 };
 use uuid::Uuid;
 
 use super::ScyllaProfileStore;
 use super::cql::Dict;
-use super::layout::{self, SampleBatch};
+use super::layout::{self, MetricBatch, SampleBatch};
 use crate::error::{DecodeError, StoreError};
-use crate::profile::{ProfileStore, StoredFrame, StoredSample, hour_of};
+use crate::profile::{
+    ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
+    check_metric_points, hour_of,
+};
 use crate::scope::Scope;
 use crate::values;
 
@@ -26,6 +30,9 @@ const IN_FLIGHT: usize = 64;
 
 /// A scan's row: `(ts, stack_id, labelset_id, sample_count, period_ns)`.
 type SampleRow = (i64, Uuid, Uuid, i64, i64);
+
+/// A metric scan's row: `(ts, labelset_id, value)`.
+type MetricRow = (i64, Uuid, f64);
 
 impl ScyllaProfileStore {
     /// Upserts dictionary rows `(id, encoded value)` of `tenant`.
@@ -118,6 +125,97 @@ impl ScyllaProfileStore {
             .await
             .map_err(|e| StoreError::scylla("write samples", e))?;
         Ok(())
+    }
+
+    /// Writes one metric partition's rows as one unlogged batch.
+    async fn put_metric_batch(
+        &self,
+        scope: &Scope,
+        batch: &MetricBatch<'_>,
+    ) -> Result<(), StoreError> {
+        let statement = &self.inner.statements.insert_metric;
+        let (name, hour, shard) = batch.partition;
+        let mut cql_batch = Batch::new(BatchType::Unlogged);
+        let mut values = Vec::with_capacity(batch.rows.len());
+        for row in &batch.rows {
+            cql_batch.append_statement(statement.clone());
+            values.push((
+                scope.tenant(),
+                scope.project(),
+                name,
+                hour,
+                shard,
+                row.timestamp_ns,
+                Uuid::from_u128(row.labels.0),
+                row.value,
+            ));
+        }
+        self.inner
+            .session
+            .batch(&cql_batch, values)
+            .await
+            .map_err(|e| StoreError::scylla("write metric points", e))?;
+        Ok(())
+    }
+
+    /// The `(hour, name)` pairs of `scope`'s metrics in hours `[first, last]`.
+    async fn metric_hours(
+        &self,
+        scope: &Scope,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let op = "read the hours that hold metrics";
+        self.inner
+            .session
+            .execute_iter(
+                self.inner.statements.select_metric_names.clone(),
+                (scope.tenant(), scope.project(), first, last),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<(i64, String)>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))
+    }
+
+    /// The points of one metric partition with `from_ns <= ts < to_ns`.
+    async fn scan_metric_partition(
+        &self,
+        scope: &Scope,
+        (name, hour, shard): layout::MetricPartition<'_>,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredMetricPoint>, StoreError> {
+        let op = "scan metric points";
+        self.inner
+            .session
+            .execute_iter(
+                self.inner.statements.scan_metrics.clone(),
+                (
+                    scope.tenant(),
+                    scope.project(),
+                    name,
+                    hour,
+                    shard,
+                    from_ns,
+                    to_ns,
+                ),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<MetricRow>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .map_ok(|(ts, labels, value)| StoredMetricPoint {
+                timestamp_ns: ts,
+                labels: LabelSetId(labels.as_u128()),
+                value,
+            })
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))
     }
 
     /// The hours in `[first, last]` that hold samples of `scope`.
@@ -254,6 +352,77 @@ impl ProfileStore for ScyllaProfileStore {
             .map(|batch| self.put_sample_batch(scope, batch))
             .collect();
         run_all(writes).await.map(drop)
+    }
+
+    async fn put_metric_points(
+        &self,
+        scope: &Scope,
+        points: &[MetricPoint],
+    ) -> Result<(), StoreError> {
+        check_metric_points(points)?;
+        let batches = layout::metric_batches(points, self.inner.sample_shards);
+        if batches.is_empty() {
+            return Ok(());
+        }
+        // The name index first, as the sample hours.
+        let session = &self.inner.session;
+        let insert_name = &self.inner.statements.insert_metric_name;
+        let names: Vec<_> = layout::metric_hours_of(&batches)
+            .into_iter()
+            .map(|(hour, name)| async move {
+                session
+                    .execute_unpaged(insert_name, (scope.tenant(), scope.project(), hour, name))
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::scylla("write metric names", e))
+            })
+            .collect();
+        run_all(names).await?;
+        let writes: Vec<_> = batches
+            .iter()
+            .map(|batch| self.put_metric_batch(scope, batch))
+            .collect();
+        run_all(writes).await.map(drop)
+    }
+
+    async fn scan_metric_points(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredMetricPoint>, StoreError> {
+        check_metric_name(name)?;
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let hours = self
+            .metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .await?;
+        let mut scans = Vec::new();
+        for (hour, _) in hours.iter().filter(|(_, n)| n == name) {
+            for shard in 0..self.inner.sample_shards {
+                scans.push(self.scan_metric_partition(scope, (name, *hour, shard), from_ns, to_ns));
+            }
+        }
+        let parts = run_all(scans).await?;
+        Ok(parts.into_iter().flatten().collect())
+    }
+
+    async fn metric_names(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let hours = self
+            .metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .await?;
+        let names: BTreeSet<String> = hours.into_iter().map(|(_, name)| name).collect();
+        Ok(names.into_iter().collect())
     }
 
     async fn get_frames(
