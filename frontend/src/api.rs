@@ -52,45 +52,7 @@ pub struct TimelinePoint {
 /// `GET /api/v1/labels`: name → value → samples.
 pub type Labels = BTreeMap<String, BTreeMap<String, u64>>;
 
-/// `GET /api/v1/metrics/names`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct MetricNames {
-    /// The metrics with readings in the range, sorted.
-    pub names: Vec<String>,
-}
-
-/// `GET /api/v1/metrics`: one metric's series.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct MetricSeriesSet {
-    /// The metric (`gpu.utilization_percent`).
-    pub name: String,
-    /// Start of the range, ns since the epoch.
-    pub from_ns: i64,
-    /// End of the range.
-    pub to_ns: i64,
-    /// Width of a point.
-    pub step_ns: i64,
-    /// One per label set, sorted by labels.
-    pub series: Vec<MetricSeries>,
-}
-
-/// One series of a [`MetricSeriesSet`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct MetricSeries {
-    /// Its labels (`host`, `gpu`, `gpu_name`, …).
-    pub labels: BTreeMap<String, String>,
-    /// Its points in time order; steps without readings are left out.
-    pub points: Vec<MetricValue>,
-}
-
-/// One step of a [`MetricSeries`].
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-pub struct MetricValue {
-    /// Start of the step.
-    pub t_ns: i64,
-    /// Average of the readings in it.
-    pub value: f64,
-}
+pub use kiln_model::{MetricNames, MetricSeries, MetricSeriesSet, MetricValue};
 
 /// Every metric's series for an API query string (range and label
 /// filters): the names the range holds, then each one's series, fetched

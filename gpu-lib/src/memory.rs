@@ -142,36 +142,14 @@ impl MemoryTracker {
     /// by allocating call, largest first, bounded), and the totals. The
     /// live table stays.
     pub fn report(&mut self) -> MemoryReport {
-        let allocated = bounded(
-            self.allocated
-                .drain()
-                .map(|((tid, correlation_id), (bytes, count))| MemoryAggregate {
-                    tid,
-                    correlation_id,
-                    bytes,
-                    count,
-                })
-                .collect(),
-            self.limits.per_snapshot,
-        );
+        let allocated = bounded(aggregates(self.allocated.drain()), self.limits.per_snapshot);
         let mut by_call: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
         for live in self.live.values() {
             let entry = by_call.entry((live.tid, live.correlation_id)).or_default();
             entry.0 = entry.0.saturating_add(live.bytes);
             entry.1 += 1;
         }
-        let live = bounded(
-            by_call
-                .into_iter()
-                .map(|((tid, correlation_id), (bytes, count))| MemoryAggregate {
-                    tid,
-                    correlation_id,
-                    bytes,
-                    count,
-                })
-                .collect(),
-            self.limits.per_snapshot,
-        );
+        let live = bounded(aggregates(by_call), self.limits.per_snapshot);
         let report = MemoryReport {
             allocated,
             live,
@@ -181,6 +159,19 @@ impl MemoryTracker {
         self.stats.peak_live_bytes = self.stats.live_bytes;
         report
     }
+}
+
+/// ((tid, correlation id), (bytes, count)) pairs as aggregates.
+fn aggregates(by_call: impl IntoIterator<Item = ((u32, u32), (u64, u64))>) -> Vec<MemoryAggregate> {
+    by_call
+        .into_iter()
+        .map(|((tid, correlation_id), (bytes, count))| MemoryAggregate {
+            tid,
+            correlation_id,
+            bytes,
+            count,
+        })
+        .collect()
 }
 
 /// The `limit` largest aggregates (ties by thread and call, so the order

@@ -2,6 +2,10 @@
 //! clocks, memory, power; later the agent's own coverage), one series per
 //! (metric name, label set).
 
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
 use crate::ids::LabelSetId;
 
 /// Longest metric name, in bytes. Short enough for a one-byte length
@@ -225,4 +229,51 @@ mod tests {
         assert_ne!(p(0.0), p(-0.0));
         assert_eq!(p(1.5), p(1.5));
     }
+}
+
+/// The answer to `GET /api/v1/metrics`: one metric's series over a range,
+/// as the query node writes it and the UI reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSeriesSet {
+    /// The metric (`gpu.utilization_percent`).
+    pub name: String,
+    /// Start of the range (and of the first step), ns since the epoch.
+    pub from_ns: i64,
+    /// End of the range (exclusive).
+    pub to_ns: i64,
+    /// Width of each point: point `t_ns` averages the readings in
+    /// `[t_ns, t_ns + step_ns)`.
+    pub step_ns: i64,
+    /// One series per label set, sorted by labels.
+    pub series: Vec<MetricSeries>,
+}
+
+/// One series of a [`MetricSeriesSet`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricSeries {
+    /// Its labels (`host`, `gpu`, `gpu_name`, …).
+    pub labels: BTreeMap<String, String>,
+    /// One point per step that holds readings, in time order; steps
+    /// without readings are left out (gaps, not zeros).
+    pub points: Vec<MetricValue>,
+}
+
+/// One step of a [`MetricSeries`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MetricValue {
+    /// Start of the step.
+    pub t_ns: i64,
+    /// Average of the readings in the step.
+    pub value: f64,
+}
+
+/// The answer to `GET /api/v1/metrics/names`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricNames {
+    /// Start of the range, ns since the epoch.
+    pub from_ns: i64,
+    /// End of the range.
+    pub to_ns: i64,
+    /// The metrics with readings in the hours the range touches, sorted.
+    pub names: Vec<String>,
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use serde::Serialize;
+use kiln_model::MetricNames;
 
 use super::AppState;
 use super::error::ApiError;
@@ -74,15 +74,6 @@ pub(crate) async fn series(
     Ok(HttpResponse::Ok().json(set))
 }
 
-/// The answer to `GET /api/v1/metrics/names`.
-#[derive(Debug, Serialize)]
-struct Names {
-    from_ns: i64,
-    to_ns: i64,
-    /// Sorted, distinct.
-    names: Vec<String>,
-}
-
 /// `GET /api/v1/metrics/names?from=T&to=T`: the metrics with readings in
 /// the hours the range touches (label filters, if given, are not applied).
 pub(crate) async fn names(
@@ -96,7 +87,7 @@ pub(crate) async fn names(
         .send(MetricNamesQuery(range))
         .await
         .map_err(QueryError::from)??;
-    Ok(HttpResponse::Ok().json(Names {
+    Ok(HttpResponse::Ok().json(MetricNames {
         from_ns,
         to_ns,
         names,

@@ -11,14 +11,13 @@
 //! scans stay on the asking node (the store is shared; the peer wire
 //! protocol carries sample scans only).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use actix::Message;
 use futures_util::{StreamExt, TryStreamExt, stream};
-use kiln_model::{LabelSet, LabelSetId};
+use kiln_model::{LabelSet, LabelSetId, MetricSeries, MetricSeriesSet, MetricValue};
 use kiln_storage::{ProfileStore, StoreError};
-use serde::Serialize;
 
 use super::QueryRange;
 use super::aggregator::{LabelCache, load_label_sets};
@@ -44,41 +43,6 @@ pub struct MetricsQuery {
 #[derive(Debug, Message)]
 #[rtype(result = "Result<Vec<String>, super::QueryError>")]
 pub struct MetricNamesQuery(pub QueryRange);
-
-/// The answer to `GET /api/v1/metrics`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MetricSeriesSet {
-    /// The metric.
-    pub name: String,
-    /// Start of the range (and of the first step), ns since the epoch.
-    pub from_ns: i64,
-    /// End of the range (exclusive).
-    pub to_ns: i64,
-    /// Width of each point: point `t_ns` averages the readings in
-    /// `[t_ns, t_ns + step_ns)`.
-    pub step_ns: i64,
-    /// One series per label set, sorted by labels.
-    pub series: Vec<MetricSeries>,
-}
-
-/// One series of a [`MetricSeriesSet`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MetricSeries {
-    /// Its labels (`host`, `gpu`, `gpu_name`, …).
-    pub labels: BTreeMap<String, String>,
-    /// One point per step that holds readings, in time order; steps
-    /// without readings are left out (gaps, not zeros).
-    pub points: Vec<MetricValue>,
-}
-
-/// One step of a [`MetricSeries`].
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct MetricValue {
-    /// Start of the step.
-    pub t_ns: i64,
-    /// Average of the readings in the step.
-    pub value: f64,
-}
 
 /// Sum and number of readings in one step.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

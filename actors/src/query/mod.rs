@@ -34,7 +34,7 @@ use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
 use resolve::Resolver;
 
 pub use aggregator::Tally;
-pub use metrics::{MetricNamesQuery, MetricSeries, MetricSeriesSet, MetricValue, MetricsQuery};
+pub use metrics::{MetricNamesQuery, MetricsQuery};
 pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
 pub use peers::{
     CLUSTER_SECRET_HEADER, ClusterSecret, DEFAULT_PEER_TIMEOUT, PEER_RETRY_AFTER, PeerConfigError,
@@ -494,7 +494,7 @@ impl Handler<LabelsQuery> for QueryCoordinator {
 }
 
 impl Handler<MetricsQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<MetricSeriesSet, QueryError>>;
+    type Result = ResponseFuture<Result<kiln_model::MetricSeriesSet, QueryError>>;
 
     fn handle(&mut self, q: MetricsQuery, _: &mut Context<Self>) -> Self::Result {
         let cluster = self.cluster.clone();

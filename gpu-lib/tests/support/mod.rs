@@ -49,8 +49,8 @@ pub const SAMPLES_AT_DISABLE: u32 = 7;
 /// Where the calling thread is, as CUPTI would know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Site {
-    LaunchEnter,
-    LaunchExit,
+    DriverEnter,
+    DriverExit,
     Resource(u32),
 }
 
@@ -153,39 +153,8 @@ impl FakeCupti {
     /// A launch on `ctx` from this thread: the enter and exit callbacks,
     /// with the launch "in the driver" in between.
     pub fn launch(&self, ctx: usize, correlation_id: u32, cbid: u32) {
-        let data = CallbackData {
-            callback_site: abi::API_ENTER,
-            _pad0: 0,
-            function_name: c"cuLaunchKernel".as_ptr(),
-            function_params: std::ptr::null(),
-            function_return_value: std::ptr::null_mut(),
-            symbol_name: std::ptr::null(),
-            context: ctx as *mut c_void,
-            context_uid: 1,
-            _pad1: 0,
-            correlation_data: std::ptr::null_mut(),
-            correlation_id,
-            _pad2: 0,
-        };
-        let exit = CallbackData {
-            callback_site: abi::API_EXIT,
-            ..data
-        };
-        let callback = self.callback();
         let _in_flight = self.launch_in_flight();
-        for (site, data) in [(Site::LaunchEnter, &data), (Site::LaunchExit, &exit)] {
-            Self::in_site(site, || {
-                // SAFETY: the driver-API domain's data.
-                unsafe {
-                    callback(
-                        std::ptr::null_mut(),
-                        abi::domain::DRIVER_API,
-                        cbid,
-                        (data as *const CallbackData).cast(),
-                    )
-                }
-            });
-        }
+        self.driver_call(ctx, correlation_id, cbid, std::ptr::null(), 0);
     }
 
     /// A driver call with `params` from this thread: enter and exit
@@ -202,7 +171,7 @@ impl FakeCupti {
         let data = CallbackData {
             callback_site: abi::API_ENTER,
             _pad0: 0,
-            function_name: c"cuMemAlloc_v2".as_ptr(),
+            function_name: c"cuDriverCall".as_ptr(),
             function_params: params,
             function_return_value: (&raw mut result).cast(),
             symbol_name: std::ptr::null(),
@@ -218,16 +187,19 @@ impl FakeCupti {
             ..data
         };
         let callback = self.callback();
-        for data in [&data, &exit] {
-            // SAFETY: the driver-API domain's data, params of the call.
-            unsafe {
-                callback(
-                    std::ptr::null_mut(),
-                    abi::domain::DRIVER_API,
-                    cbid,
-                    (data as *const CallbackData).cast(),
-                )
-            };
+        for (site, data) in [(Site::DriverEnter, &data), (Site::DriverExit, &exit)] {
+            Self::in_site(site, || {
+                // SAFETY: the driver-API domain's data, with the call's
+                // params.
+                unsafe {
+                    callback(
+                        std::ptr::null_mut(),
+                        abi::domain::DRIVER_API,
+                        cbid,
+                        (data as *const CallbackData).cast(),
+                    )
+                }
+            });
         }
     }
 
