@@ -81,7 +81,7 @@ else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
 fi
 
-tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU; libkiln_cuda.so is tested without one within unit+integration: a C host dlopens it, CUPTI replayed)"
+tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU: scripts/gpucheck/prepare.sh, then scripts/gpucheck/field.sh on one; without one, within unit+integration: libkiln_cuda.so under a fake CUPTI that enforces CUPTI's PC-sampling rules, a C host through a stand-in libcupti to kiln-agent --no-ebpf and a backend, NVML through a stand-in libnvidia-ml)"
 tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up)"
 if command -v cargo-nextest >/dev/null; then
   # Without backtraces a failing test's output ends with its panic
