@@ -95,10 +95,12 @@ pub struct PcSamplingSettings {
 impl Default for PcSamplingSettings {
     fn default() -> Self {
         Self {
-            // 2^20 cycles: on an H200 (3 s workload, 8,263 launches) the
-            // work took 1.02x its untraced time with 0.9 M samples at 325
-            // PCs; at 2^17 1.05x, at CUPTI's default 1.08x and the
-            // hardware buffer overflowed (field.sh, 2026-11-26).
+            // 2^20 cycles: on an H200 CUPTI's default period overflowed
+            // the hardware buffer (CUPTI_ERROR_OUT_OF_MEMORY on reads) and
+            // 2^20 did not, with 0.9 M samples over 3 s of work. The
+            // workload's overhead (1.08x, median of rounds) did not move
+            // with the period (2^17, 2^20) or how often the launching
+            // threads read (100 ms to 2 s): it is CUPTI's, while enabled.
             period: Some(20),
             max_pcs: 10_000,
             drain: DrainPolicy {
