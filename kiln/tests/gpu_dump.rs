@@ -123,6 +123,8 @@ fn process_snapshots() -> Vec<Snapshot> {
         stall_reasons: Vec::new(),
         cubins: Vec::new(),
         counters,
+        // Allocated is per interval; live and the totals carry on.
+        memory_allocated: Vec::new(),
         ..first.clone()
     };
     let third = Snapshot {
