@@ -27,21 +27,23 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// The cdylib next to this test's `deps/` directory; built on demand when
-/// the test runs without it (e.g. under nextest's filtered builds).
+/// The cdylib, built (or found up to date) by cargo in a target directory
+/// of its own: a cdylib's rlib has no hash in its name, so building
+/// `-p kiln-gpu` alone (other features unified) in the workspace's
+/// directory would overwrite the `deps/libkiln_cuda.rlib` that other
+/// crates, and their doctests, were built against (E0460).
 fn cdylib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let lib = profile_dir.join("libkiln_cuda.so");
-    if !lib.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "kiln-gpu", "--lib"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("CARGO_TARGET_DIR", profile_dir.parent().unwrap())
-            .status()
-            .unwrap();
-        assert!(status.success(), "cargo build -p kiln-gpu failed");
-    }
+    let target_dir = exe.parent().unwrap().parent().unwrap().parent().unwrap();
+    let own_dir = target_dir.join("c-host-cdylib");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "kiln-gpu", "--lib"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", &own_dir)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo build -p kiln-gpu failed");
+    let lib = own_dir.join("debug").join("libkiln_cuda.so");
     assert!(lib.exists(), "{} not built", lib.display());
     lib
 }
