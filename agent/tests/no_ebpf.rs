@@ -43,26 +43,8 @@ const REQUIRED_CUPTI: [&str; 8] = [
 /// The uid and gid the agent runs as when the test is root.
 const NOBODY: u32 = 65534;
 
-/// The cdylib, built (or found up to date) by cargo: a copy left from
-/// before a change to gpu-lib would speak an older snapshot version than
-/// the agent. Built in a target directory of its own: a cdylib's rlib
-/// has no hash in its name, so building `-p kiln-gpu` alone (other
-/// features unified) in the workspace's directory would overwrite the
-/// `deps/libkiln_cuda.rlib` that later builds, doctests among them, link.
 fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let target_dir = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-    let own_dir = target_dir.join("no-ebpf-cdylib");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "kiln-gpu", "--lib"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", &own_dir)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cargo build -p kiln-gpu failed");
-    let lib = own_dir.join("debug").join("libkiln_cuda.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib
+    kiln_test_support::kiln_cuda_cdylib("no-ebpf-cdylib")
 }
 
 /// A Kiln backend in this process, as `kiln up` runs it (no local agent:

@@ -27,25 +27,8 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// The cdylib, built (or found up to date) by cargo in a target directory
-/// of its own: a cdylib's rlib has no hash in its name, so building
-/// `-p kiln-gpu` alone (other features unified) in the workspace's
-/// directory would overwrite the `deps/libkiln_cuda.rlib` that other
-/// crates, and their doctests, were built against (E0460).
 fn cdylib() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let target_dir = exe.parent().unwrap().parent().unwrap().parent().unwrap();
-    let own_dir = target_dir.join("c-host-cdylib");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "kiln-gpu", "--lib"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", &own_dir)
-        .status()
-        .unwrap();
-    assert!(status.success(), "cargo build -p kiln-gpu failed");
-    let lib = own_dir.join("debug").join("libkiln_cuda.so");
-    assert!(lib.exists(), "{} not built", lib.display());
-    lib
+    kiln_test_support::kiln_cuda_cdylib("c-host-cdylib")
 }
 
 #[test]

@@ -91,3 +91,32 @@ pub fn strip(full: &Path, stripped: &Path) {
         .arg(full)
         .arg(stripped));
 }
+
+/// `libkiln_cuda.so`, built (or found up to date) by cargo for a test.
+///
+/// Built in `target/<own_dir>`, not the workspace's target directory: a
+/// cdylib's rlib has no hash in its file name, so building `-p kiln-gpu`
+/// alone (other features unified) there would overwrite the
+/// `deps/libkiln_cuda.rlib` that other crates, and their doctests, were
+/// built against (E0460). Always asked of cargo, so a copy from before a
+/// change to gpu-lib is never used.
+pub fn kiln_cuda_cdylib(own_dir: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/debug/deps/<test> → target
+    let target_dir = exe
+        .ancestors()
+        .nth(3)
+        .expect("a test binary under target/<profile>/deps");
+    let own_dir = target_dir.join(own_dir);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "kiln-gpu", "--lib"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .env("CARGO_TARGET_DIR", &own_dir)
+        .status()
+        .expect("running cargo");
+    assert!(status.success(), "cargo build -p kiln-gpu failed");
+    let lib = own_dir.join("debug").join("libkiln_cuda.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    lib
+}
