@@ -52,8 +52,8 @@ impl ApiKey {
     }
 
     /// What a store keeps of the key.
-    pub(crate) fn hash(&self) -> [u8; 32] {
-        Sha256::digest(self.0.as_bytes()).into()
+    pub fn hash(&self) -> KeyHash {
+        KeyHash(Sha256::digest(self.0.as_bytes()).into())
     }
 
     /// The part of the key stored in the clear.
@@ -68,16 +68,43 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-/// The SHA-256 a store keeps of a key, or `None` when `key` does not have
-/// the shape of a key (so it cannot be one, and no lookup is needed).
-pub(crate) fn hash(key: &str) -> Option<[u8; 32]> {
-    let well_formed = key.len() == KEY_LEN
-        && key.starts_with(KEY_PREFIX)
-        && key[KEY_PREFIX.len()..]
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    well_formed.then(|| Sha256::digest(key.as_bytes()).into())
+/// The SHA-256 of a key: all a store keeps of it, and what a UI session
+/// names its key by (so the session cookie never holds the key itself).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyHash(pub [u8; 32]);
+
+impl KeyHash {
+    /// The hash of `key`, or `None` when `key` does not have the shape of
+    /// a key (so it cannot be one, and no lookup is needed).
+    pub fn of_key(key: &str) -> Option<KeyHash> {
+        let well_formed = key.len() == KEY_LEN
+            && key.starts_with(KEY_PREFIX)
+            && key[KEY_PREFIX.len()..]
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        well_formed.then(|| KeyHash(Sha256::digest(key.as_bytes()).into()))
+    }
+
+    /// Lowercase hex, 64 digits.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The hash written by [`to_hex`](Self::to_hex), or `None`.
+    pub fn from_hex(text: &str) -> Option<KeyHash> {
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(KeyHash(bytes))
+    }
 }
+
+/// Shows a few digits only: enough to tell hashes apart in a log.
+impl fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyHash({}…)", &self.to_hex()[..8])
+    }
+}
+
 
 #[cfg(test)]
 mod tests {
@@ -90,21 +117,24 @@ mod tests {
         let b = ApiKey::generate().unwrap();
         assert_ne!(a, b);
         assert_eq!(a.expose().len(), KEY_LEN);
-        assert_eq!(hash(a.expose()), Some(a.hash()));
+        assert_eq!(KeyHash::of_key(a.expose()), Some(a.hash()));
         assert_eq!(a.prefix(), &a.expose()[..12]);
         assert!(!format!("{a:?}").contains(&a.expose()[PREFIX_LEN..]));
+        let hash = a.hash();
+        assert_eq!(KeyHash::from_hex(&hash.to_hex()), Some(hash));
+        assert_eq!(KeyHash::from_hex("zz"), None);
     }
 
     #[test]
     fn malformed_keys_have_no_hash() {
         let key = ApiKey::generate().unwrap();
         let k = key.expose();
-        assert!(hash("").is_none());
-        assert!(hash(&k[..KEY_LEN - 1]).is_none());
-        assert!(hash(&format!("{k}0")).is_none());
-        assert!(hash(&k.to_uppercase()).is_none());
-        assert!(hash(&k.replacen("kiln_", "klin_", 1)).is_none());
+        assert!(KeyHash::of_key("").is_none());
+        assert!(KeyHash::of_key(&k[..KEY_LEN - 1]).is_none());
+        assert!(KeyHash::of_key(&format!("{k}0")).is_none());
+        assert!(KeyHash::of_key(&k.to_uppercase()).is_none());
+        assert!(KeyHash::of_key(&k.replacen("kiln_", "klin_", 1)).is_none());
         // Multi-byte characters must not make the slicing above panic.
-        assert!(hash(&format!("kiln_{}", "é".repeat(32))).is_none());
+        assert!(KeyHash::of_key(&format!("kiln_{}", "é".repeat(32))).is_none());
     }
 }

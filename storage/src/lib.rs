@@ -8,9 +8,10 @@
 //!   [`EmbeddedProfileStore`] keeps them in an LSM tree (fjall) in one
 //!   directory, [`PostgresProfileStore`] in a PostgreSQL database,
 //!   [`ScyllaProfileStore`] in a ScyllaDB keyspace, all with the same keys.
-//! - [`MetadataStore`]: tenants, projects, API keys (stored hashed) and the
-//!   symbol status of executables. [`PostgresMetadataStore`] keeps them in
-//!   PostgreSQL; an embedded one is still to come.
+//! - [`MetadataStore`]: tenants, projects, API keys (stored hashed, with
+//!   their [`Roles`]) and per-tenant [`TenantLimits`].
+//!   [`EmbeddedMetadataStore`] keeps them in one file,
+//!   [`PostgresMetadataStore`] in PostgreSQL.
 //! - [`ObjectStore`]: whole blobs under validated [`ObjectKey`]s, such as
 //!   symbol files. [`LocalObjectStore`] keeps them as files under a
 //!   directory, [`S3ObjectStore`] in an S3 bucket (AWS, MinIO, Garage).
@@ -54,11 +55,14 @@
 //! # }
 //! ```
 
+mod access;
 mod api_key;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod embedded;
+mod embedded_metadata;
 mod error;
+mod limits;
 mod local_dir;
 mod metadata;
 mod object;
@@ -70,11 +74,14 @@ mod scope;
 mod scylla;
 mod values;
 
-pub use api_key::ApiKey;
+pub use access::{Grant, Role, Roles, UnknownRole};
+pub use api_key::{ApiKey, KeyHash};
 pub use embedded::EmbeddedProfileStore;
+pub use embedded_metadata::EmbeddedMetadataStore;
 pub use error::{DecodeError, StoreError};
 pub use local_dir::LocalObjectStore;
-pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey, SymbolStatus};
+pub use limits::TenantLimits;
+pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey};
 pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
 pub use postgres::{PostgresMetadataStore, PostgresProfileStore};

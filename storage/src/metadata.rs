@@ -1,45 +1,15 @@
-//! The `MetadataStore` trait: tenants, projects, API keys, and the symbol
-//! status of executables.
+//! The `MetadataStore` trait: tenants, projects, API keys and per-tenant
+//! limits.
 
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use kiln_model::FileId;
 
-use crate::api_key::ApiKey;
+use crate::access::{Grant, Roles};
+use crate::api_key::{ApiKey, KeyHash};
 use crate::error::StoreError;
+use crate::limits::TenantLimits;
 use crate::scope::Scope;
-
-/// Where an executable's symbols stand. The numbers are stored: never
-/// renumbered, only added to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SymbolStatus {
-    /// Nobody has looked for symbols yet (every executable starts here).
-    Pending = 0,
-    /// A symbol file is in the object store.
-    Symbolized = 1,
-    /// Symbols were looked for (upload, debuginfod, distro crawl) and not
-    /// found.
-    Missing = 2,
-}
-
-impl SymbolStatus {
-    /// The status with stored number `n`.
-    pub fn from_number(n: i16) -> Option<SymbolStatus> {
-        match n {
-            0 => Some(SymbolStatus::Pending),
-            1 => Some(SymbolStatus::Symbolized),
-            2 => Some(SymbolStatus::Missing),
-            _ => None,
-        }
-    }
-
-    /// The stored number.
-    pub fn number(self) -> i16 {
-        self as i16
-    }
-}
 
 /// An API key as listed: everything but the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +22,13 @@ pub struct ApiKeyInfo {
     pub label: String,
     /// Its first characters, to tell keys apart (`kiln_1a2b3c4`).
     pub prefix: String,
+    /// What it may do.
+    pub roles: Roles,
     /// When it was created.
     pub created_at: SystemTime,
+    /// When a request last presented it, as recorded (callers record at
+    /// most about once a minute per key); `None` when never.
+    pub last_used: Option<SystemTime>,
     /// Whether it has been revoked.
     pub revoked: bool,
 }
@@ -71,13 +46,12 @@ pub struct NewApiKey {
 /// Longest API key label, in bytes.
 pub const MAX_LABEL_LEN: usize = 200;
 
-/// Tenants, projects and API keys: who may write and read which scope; and
-/// the symbol status of executables, which the symbolizer workers keep.
+/// Tenants, projects, API keys and per-tenant limits: who may write and
+/// read which scope, and how much.
 ///
-/// Implementations: `PostgresMetadataStore`. An embedded one (for
-/// `kiln up`, in the fjall database) is still to come; until then a
-/// single-process server runs with one fixed scope and no keys. Both are
-/// meant to pass `conformance::metadata_store` (feature `conformance`).
+/// Implementations: [`EmbeddedMetadataStore`](crate::EmbeddedMetadataStore)
+/// (one file, for `kiln up`) and [`PostgresMetadataStore`](crate::PostgresMetadataStore).
+/// Both pass `conformance::metadata_store` (feature `conformance`).
 ///
 /// Tenant and project names are checked as [`Scope`] checks them.
 #[async_trait]
@@ -96,10 +70,16 @@ pub trait MetadataStore: Send + Sync + std::fmt::Debug + 'static {
     /// The tenant's project names, sorted (empty for an unknown tenant).
     async fn list_projects(&self, tenant: &str) -> Result<Vec<String>, StoreError>;
 
-    /// Creates an API key granting `scope`, which must exist
+    /// Creates an API key granting `roles` on `scope`, which must exist
     /// ([`StoreError::NotFound`] otherwise). `label` is free text of at
-    /// most [`MAX_LABEL_LEN`] bytes without control characters.
-    async fn create_api_key(&self, scope: &Scope, label: &str) -> Result<NewApiKey, StoreError>;
+    /// most [`MAX_LABEL_LEN`] bytes without control characters; `roles`
+    /// must not be empty.
+    async fn create_api_key(
+        &self,
+        scope: &Scope,
+        label: &str,
+        roles: Roles,
+    ) -> Result<NewApiKey, StoreError>;
 
     /// The tenant's keys, revoked ones included, oldest first.
     async fn list_api_keys(&self, tenant: &str) -> Result<Vec<ApiKeyInfo>, StoreError>;
@@ -108,35 +88,37 @@ pub trait MetadataStore: Send + Sync + std::fmt::Debug + 'static {
     /// key of that id (never created, another tenant's, or already revoked).
     async fn revoke_api_key(&self, tenant: &str, id: i64) -> Result<bool, StoreError>;
 
-    /// The scope a key grants, or `None` when it grants nothing (unknown,
+    /// What the key with hash `hash` grants, or `None` when it grants
+    /// nothing (unknown or revoked).
+    async fn grant_of(&self, hash: &KeyHash) -> Result<Option<Grant>, StoreError>;
+
+    /// What `key` grants, or `None` when it grants nothing (unknown,
     /// malformed or revoked). The one way a request gets its tenant.
-    async fn verify_api_key(&self, key: &str) -> Result<Option<Scope>, StoreError>;
+    async fn verify_api_key(&self, key: &str) -> Result<Option<Grant>, StoreError> {
+        // A string not shaped like a key is refused without a lookup.
+        match KeyHash::of_key(key) {
+            Some(hash) => self.grant_of(&hash).await,
+            None => Ok(None),
+        }
+    }
 
-    /// Sets the symbol status of the tenant's executable `file_id`; `false`
-    /// when the tenant has no such executable.
-    async fn set_symbol_status(
+    /// Records that the tenant's key `id` was presented at `at` (shown as
+    /// [`ApiKeyInfo::last_used`]). Unknown keys are ignored.
+    async fn record_key_use(&self, tenant: &str, id: i64, at: SystemTime)
+    -> Result<(), StoreError>;
+
+    /// Sets the tenant's limits (replacing all of them: a `None` field
+    /// means the server's default); [`StoreError::NotFound`] when the
+    /// tenant does not exist.
+    async fn set_tenant_limits(
         &self,
         tenant: &str,
-        file_id: FileId,
-        status: SymbolStatus,
-    ) -> Result<bool, StoreError>;
+        limits: &TenantLimits,
+    ) -> Result<(), StoreError>;
 
-    /// Up to `limit` of the tenant's executables with `status`, in file id
-    /// order: the symbolizer's work queue (`Pending` ones to look up).
-    async fn executables_with_status(
-        &self,
-        tenant: &str,
-        status: SymbolStatus,
-        limit: u32,
-    ) -> Result<Vec<FileId>, StoreError>;
-
-    /// Symbol status of the tenant's executables, in the order of `ids`,
-    /// `None` where the tenant has no such executable.
-    async fn symbol_status(
-        &self,
-        tenant: &str,
-        ids: &[FileId],
-    ) -> Result<Vec<Option<SymbolStatus>>, StoreError>;
+    /// The tenant's limits (all `None` when never set);
+    /// [`StoreError::NotFound`] when the tenant does not exist.
+    async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits, StoreError>;
 }
 
 /// Checks an API key label against [`MetadataStore::create_api_key`]'s rules.
@@ -157,21 +139,20 @@ pub(crate) fn validate_label(label: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Checks a new key's roles: a key that may do nothing is a mistake.
+pub(crate) fn validate_roles(roles: Roles) -> Result<(), StoreError> {
+    match roles.is_empty() {
+        true => Err(StoreError::InvalidArgument {
+            what: "api key roles",
+            reason: "a key needs at least one role (ingest, read, admin)".to_owned(),
+        }),
+        false => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn symbol_status_numbers_round_trip() {
-        for status in [
-            SymbolStatus::Pending,
-            SymbolStatus::Symbolized,
-            SymbolStatus::Missing,
-        ] {
-            assert_eq!(SymbolStatus::from_number(status.number()), Some(status));
-        }
-        assert_eq!(SymbolStatus::from_number(3), None);
-    }
 
     #[test]
     fn labels_are_checked() {

@@ -48,9 +48,9 @@ async fn postgres_metadata_store_conforms() {
     let Some(url) = server() else { return };
     let profiles = store(&url).await;
     let metadata = PostgresMetadataStore::connect(&url).await.expect("connect");
-    conformance::metadata_store(&metadata, &profiles).await;
+    conformance::metadata_store(&metadata).await;
     // And through the profile store's own pool.
-    conformance::metadata_store(&profiles.metadata(), &profiles).await;
+    conformance::metadata_store(&profiles.metadata()).await;
 }
 
 /// Guards "migrate is idempotent and safe to race": several processes'

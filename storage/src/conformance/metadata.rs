@@ -1,32 +1,31 @@
 //! The `MetadataStore` conformance suite.
 
-use kiln_model::{Executable, FileId};
+use std::time::{Duration, SystemTime};
 
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
+use crate::access::{Role, Roles};
+use crate::api_key::KeyHash;
 use crate::error::StoreError;
-use crate::metadata::{MetadataStore, SymbolStatus};
-use crate::profile::ProfileStore;
+use crate::limits::TenantLimits;
+use crate::metadata::MetadataStore;
 use crate::scope::Scope;
 
-/// The two stores of one database: executables are written through the
-/// profile store and their symbol status kept through the metadata store.
+/// The store under test.
 #[derive(Clone, Copy)]
 struct Stores<'a> {
     metadata: &'a dyn MetadataStore,
-    profiles: &'a dyn ProfileStore,
 }
 
-/// Runs every `MetadataStore` check against `metadata`, with `profiles` the
-/// profile store on the same database; panics naming each check that
-/// failed.
+/// Runs every `MetadataStore` check against `metadata`; panics naming each
+/// check that failed.
 ///
 /// Covers tenant and project creation (duplicates, missing parents,
 /// invalid names), API keys (verification to exactly their scope, wrong,
 /// malformed and revoked keys refused, the secret never listed, tenants
-/// unable to see or revoke each other's keys) and symbol status (per
-/// tenant, kept across rewrites, listed as a work queue).
-pub async fn metadata_store(metadata: &dyn MetadataStore, profiles: &dyn ProfileStore) {
-    let stores = Stores { metadata, profiles };
+/// unable to see or revoke each other's keys), key roles and last use,
+/// and tenant limits.
+pub async fn metadata_store(metadata: &dyn MetadataStore) {
+    let stores = Stores { metadata };
     run_checks!(
         "MetadataStore",
         stores,
@@ -38,7 +37,8 @@ pub async fn metadata_store(metadata: &dyn MetadataStore, profiles: &dyn Profile
             wrong_keys_are_refused,
             revoked_keys_are_refused,
             tenants_cannot_touch_each_others_keys,
-            symbol_status_is_kept_per_tenant,
+            keys_keep_their_roles_and_last_use,
+            tenant_limits_are_kept,
         ]
     );
 }
@@ -150,7 +150,7 @@ async fn invalid_names_and_labels_are_refused(s: Stores<'_>, names: &Names) -> C
     )?;
     let scope = tenant_with_project(s, names, "a").await?;
     failed_with(
-        s.metadata.create_api_key(&scope, "bad\nlabel").await,
+        s.metadata.create_api_key(&scope, "bad\nlabel", Roles::INGEST_READ).await,
         |e| matches!(e, StoreError::InvalidArgument { .. }),
         "an api key label with a line break",
     )?;
@@ -167,7 +167,7 @@ async fn api_keys_verify_to_their_scope(s: Stores<'_>, names: &Names) -> Check {
     s.metadata.create_project(&other).await?;
     failed_with(
         s.metadata
-            .create_api_key(&names.scope("a", "nope"), "x")
+            .create_api_key(&names.scope("a", "nope"), "x", Roles::INGEST_READ)
             .await,
         |e| {
             matches!(
@@ -181,16 +181,16 @@ async fn api_keys_verify_to_their_scope(s: Stores<'_>, names: &Names) -> Check {
         "a key for a project that does not exist",
     )?;
 
-    let web = s.metadata.create_api_key(&scope, "prod agents").await?;
-    let api = s.metadata.create_api_key(&other, "").await?;
+    let web = s.metadata.create_api_key(&scope, "prod agents", Roles::INGEST_READ).await?;
+    let api = s.metadata.create_api_key(&other, "", Roles::INGEST_READ).await?;
     ensure!(web.key != api.key, "two keys are equal");
     ensure_eq!(
-        s.metadata.verify_api_key(web.key.expose()).await?,
+        s.metadata.verify_api_key(web.key.expose()).await?.map(|g| g.scope),
         Some(scope.clone()),
         "scope of the first key"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(api.key.expose()).await?,
+        s.metadata.verify_api_key(api.key.expose()).await?.map(|g| g.scope),
         Some(other.clone()),
         "scope of the second key"
     );
@@ -217,7 +217,7 @@ async fn api_keys_verify_to_their_scope(s: Stores<'_>, names: &Names) -> Check {
 
 async fn wrong_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
     let scope = tenant_with_project(s, names, "a").await?;
-    let new = s.metadata.create_api_key(&scope, "k").await?;
+    let new = s.metadata.create_api_key(&scope, "k", Roles::INGEST_READ).await?;
     let key = new.key.expose();
     // The same key with its last digit changed, still well formed.
     let last = key.as_bytes()[key.len() - 1];
@@ -238,13 +238,13 @@ async fn wrong_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
     ];
     for candidate in &wrong {
         ensure_eq!(
-            s.metadata.verify_api_key(candidate).await?,
+            s.metadata.verify_api_key(candidate).await?.map(|g| g.scope),
             None,
             "verification of the wrong key {candidate:?}"
         );
     }
     ensure_eq!(
-        s.metadata.verify_api_key(key).await?,
+        s.metadata.verify_api_key(key).await?.map(|g| g.scope),
         Some(scope),
         "the right key after wrong ones"
     );
@@ -253,8 +253,8 @@ async fn wrong_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
 
 async fn revoked_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
     let scope = tenant_with_project(s, names, "a").await?;
-    let kept = s.metadata.create_api_key(&scope, "kept").await?;
-    let revoked = s.metadata.create_api_key(&scope, "revoked").await?;
+    let kept = s.metadata.create_api_key(&scope, "kept", Roles::INGEST_READ).await?;
+    let revoked = s.metadata.create_api_key(&scope, "revoked", Roles::INGEST_READ).await?;
     ensure!(
         s.metadata
             .revoke_api_key(scope.tenant(), revoked.info.id)
@@ -262,12 +262,12 @@ async fn revoked_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
         "revoking a live key returned false"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(revoked.key.expose()).await?,
+        s.metadata.verify_api_key(revoked.key.expose()).await?.map(|g| g.scope),
         None,
         "a revoked key"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(kept.key.expose()).await?,
+        s.metadata.verify_api_key(kept.key.expose()).await?.map(|g| g.scope),
         Some(scope.clone()),
         "a key beside a revoked one"
     );
@@ -295,10 +295,10 @@ async fn revoked_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
 async fn tenants_cannot_touch_each_others_keys(s: Stores<'_>, names: &Names) -> Check {
     let a = tenant_with_project(s, names, "a").await?;
     let b = tenant_with_project(s, names, "ab").await?;
-    let key_a = s.metadata.create_api_key(&a, "a").await?;
-    let key_b = s.metadata.create_api_key(&b, "b").await?;
+    let key_a = s.metadata.create_api_key(&a, "a", Roles::INGEST_READ).await?;
+    let key_b = s.metadata.create_api_key(&b, "b", Roles::INGEST_READ).await?;
     ensure_eq!(
-        s.metadata.verify_api_key(key_b.key.expose()).await?,
+        s.metadata.verify_api_key(key_b.key.expose()).await?.map(|g| g.scope),
         Some(b.clone()),
         "tenant b's key"
     );
@@ -307,7 +307,7 @@ async fn tenants_cannot_touch_each_others_keys(s: Stores<'_>, names: &Names) -> 
         "tenant b revoked tenant a's key by its id"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(key_a.key.expose()).await?,
+        s.metadata.verify_api_key(key_a.key.expose()).await?.map(|g| g.scope),
         Some(a.clone()),
         "tenant a's key after tenant b tried to revoke it"
     );
@@ -329,107 +329,117 @@ async fn tenants_cannot_touch_each_others_keys(s: Stores<'_>, names: &Names) -> 
     Ok(())
 }
 
-async fn symbol_status_is_kept_per_tenant(s: Stores<'_>, names: &Names) -> Check {
-    let (a, b) = (names.tenant("a"), names.tenant("b"));
-    let exe = Executable {
-        file_id: FileId(0xe8e),
-        name: "app".into(),
-        build_id: None,
-    };
-    s.profiles
-        .put_executables(&a, std::slice::from_ref(&exe))
+async fn keys_keep_their_roles_and_last_use(s: Stores<'_>, names: &Names) -> Check {
+    let scope = tenant_with_project(s, names, "a").await?;
+    failed_with(
+        s.metadata.create_api_key(&scope, "none", Roles::NONE).await,
+        |e| matches!(e, StoreError::InvalidArgument { .. }),
+        "a key with no role",
+    )?;
+    let reader = s
+        .metadata
+        .create_api_key(&scope, "ui", Roles::of(&[Role::Read]))
         .await?;
-    s.profiles
-        .put_executables(&b, std::slice::from_ref(&exe))
+    let admin = s
+        .metadata
+        .create_api_key(&scope, "ops", Roles::of(&[Role::Admin, Role::Read]))
         .await?;
-    let missing = FileId(0x404);
+    let grant = s
+        .metadata
+        .verify_api_key(reader.key.expose())
+        .await?
+        .ok_or_else(|| Failure("a new read key does not verify".into()))?;
+    ensure_eq!(grant.roles, Roles::of(&[Role::Read]), "a read key's roles");
+    ensure_eq!(grant.key_id, reader.info.id, "a read key's id");
     ensure_eq!(
         s.metadata
-            .symbol_status(&a, &[exe.file_id, missing])
-            .await?,
-        vec![Some(SymbolStatus::Pending), None],
-        "status of a new executable and of a missing one"
-    );
-    ensure!(
-        s.metadata
-            .set_symbol_status(&a, exe.file_id, SymbolStatus::Symbolized)
-            .await?,
-        "setting the status of an existing executable returned false"
-    );
-    ensure!(
-        !s.metadata
-            .set_symbol_status(&a, missing, SymbolStatus::Missing)
-            .await?,
-        "setting the status of a missing executable returned true"
+            .grant_of(&admin.key.hash())
+            .await?
+            .map(|g| g.roles),
+        Some(Roles::of(&[Role::Read, Role::Admin])),
+        "an admin key's roles, looked up by hash"
     );
     ensure_eq!(
-        s.metadata.symbol_status(&b, &[exe.file_id]).await?,
-        vec![Some(SymbolStatus::Pending)],
-        "another tenant's executable with the same file id"
+        s.metadata.grant_of(&KeyHash([7; 32])).await?,
+        None,
+        "an unknown hash"
     );
-    // Writing the executable again (a replayed batch) keeps the status.
-    let renamed = Executable {
-        name: "app-2".into(),
-        ..exe.clone()
-    };
-    s.profiles
-        .put_executables(&a, std::slice::from_ref(&renamed))
+    ensure_eq!(reader.info.last_used, None, "last use of a new key");
+    // Stores may keep microseconds only: use a whole second.
+    let used = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    s.metadata
+        .record_key_use(scope.tenant(), reader.info.id, used)
         .await?;
-    ensure_eq!(
-        s.metadata
-            .symbol_status(&a, &[exe.file_id, exe.file_id])
-            .await?,
-        vec![Some(SymbolStatus::Symbolized); 2],
-        "status after the executable was written again"
-    );
-    ensure_eq!(
-        s.profiles.get_executables(&a, &[exe.file_id]).await?,
-        vec![Some(renamed)],
-        "the executable written again"
-    );
-    // The work queue: what is pending, per tenant, in file id order.
-    let more = [FileId(0xe8f), FileId(0x1)];
-    let others: Vec<Executable> = more
-        .iter()
-        .map(|&file_id| Executable {
-            file_id,
-            name: "lib".into(),
-            build_id: None,
-        })
+    // Another tenant's id, and an id never given: nothing happens.
+    s.metadata
+        .record_key_use(&names.tenant("zz"), reader.info.id, used)
+        .await?;
+    s.metadata.record_key_use(scope.tenant(), 999_999, used).await?;
+    let listed: Vec<(Roles, Option<SystemTime>)> = s
+        .metadata
+        .list_api_keys(scope.tenant())
+        .await?
+        .into_iter()
+        .map(|k| (k.roles, k.last_used))
         .collect();
-    s.profiles.put_executables(&a, &others).await?;
     ensure_eq!(
+        listed,
+        vec![
+            (Roles::of(&[Role::Read]), Some(used)),
+            (Roles::of(&[Role::Read, Role::Admin]), None),
+        ],
+        "(roles, last use) of the listed keys"
+    );
+    Ok(())
+}
+
+async fn tenant_limits_are_kept(s: Stores<'_>, names: &Names) -> Check {
+    let tenant = names.tenant("a");
+    failed_with(
+        s.metadata.tenant_limits(&tenant).await,
+        |e| matches!(e, StoreError::NotFound { what: "tenant", .. }),
+        "limits of a tenant that does not exist",
+    )?;
+    failed_with(
         s.metadata
-            .executables_with_status(&a, SymbolStatus::Pending, 10)
-            .await?,
-        vec![FileId(0x1), FileId(0xe8f)],
-        "pending executables of tenant a"
+            .set_tenant_limits(&tenant, &TenantLimits::default())
+            .await,
+        |e| matches!(e, StoreError::NotFound { what: "tenant", .. }),
+        "setting limits of a tenant that does not exist",
+    )?;
+    s.metadata.create_tenant(&tenant).await?;
+    s.metadata.create_tenant(&names.tenant("b")).await?;
+    ensure_eq!(
+        s.metadata.tenant_limits(&tenant).await?,
+        TenantLimits::default(),
+        "limits never set"
+    );
+    let limits = TenantLimits {
+        ingest_samples_per_s: Some(50_000),
+        ingest_bytes_per_s: Some(u64::MAX / 4),
+        max_concurrent_queries: Some(3),
+        retention_days: Some(30),
+    };
+    s.metadata.set_tenant_limits(&tenant, &limits).await?;
+    ensure_eq!(
+        s.metadata.tenant_limits(&tenant).await?,
+        limits,
+        "limits as set"
     );
     ensure_eq!(
-        s.metadata
-            .executables_with_status(&a, SymbolStatus::Pending, 1)
-            .await?,
-        vec![FileId(0x1)],
-        "pending executables of tenant a, limited to one"
+        s.metadata.tenant_limits(&names.tenant("b")).await?,
+        TenantLimits::default(),
+        "another tenant's limits"
     );
+    let fewer = TenantLimits {
+        retention_days: Some(7),
+        ..TenantLimits::default()
+    };
+    s.metadata.set_tenant_limits(&tenant, &fewer).await?;
     ensure_eq!(
-        s.metadata
-            .executables_with_status(&a, SymbolStatus::Symbolized, 10)
-            .await?,
-        vec![exe.file_id],
-        "symbolized executables of tenant a"
-    );
-    ensure_eq!(
-        s.metadata
-            .executables_with_status(&b, SymbolStatus::Pending, 10)
-            .await?,
-        vec![exe.file_id],
-        "pending executables of tenant b"
-    );
-    ensure_eq!(
-        s.metadata.symbol_status(&a, &[]).await?,
-        Vec::<Option<SymbolStatus>>::new(),
-        "status of no executables"
+        s.metadata.tenant_limits(&tenant).await?,
+        fewer,
+        "limits set again replace all of them"
     );
     Ok(())
 }

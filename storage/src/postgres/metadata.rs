@@ -1,19 +1,18 @@
-//! [`MetadataStore`] on PostgreSQL: tenants, projects and API keys, through
-//! the statements of [`schema`].
+//! [`MetadataStore`] on PostgreSQL: tenants, projects, API keys and tenant
+//! limits, through the statements of [`schema`].
 
-use std::collections::HashMap;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use kiln_model::FileId;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use uuid::Uuid;
 
 use super::{PostgresMetadataStore, schema};
-use crate::api_key::{self, ApiKey};
+use crate::access::{Grant, Roles};
+use crate::api_key::{ApiKey, KeyHash};
 use crate::error::{DecodeError, StoreError};
-use crate::metadata::{ApiKeyInfo, MetadataStore, NewApiKey, SymbolStatus, validate_label};
+use crate::limits::TenantLimits;
+use crate::metadata::{ApiKeyInfo, MetadataStore, NewApiKey, validate_label, validate_roles};
 use crate::scope::Scope;
 
 #[async_trait]
@@ -78,8 +77,14 @@ impl MetadataStore for PostgresMetadataStore {
             .map_err(|e| StoreError::postgres(op, e))
     }
 
-    async fn create_api_key(&self, scope: &Scope, label: &str) -> Result<NewApiKey, StoreError> {
+    async fn create_api_key(
+        &self,
+        scope: &Scope,
+        label: &str,
+        roles: Roles,
+    ) -> Result<NewApiKey, StoreError> {
         validate_label(label)?;
+        validate_roles(roles)?;
         let op = "create an api key";
         let key = ApiKey::generate()?;
         let hash = key.hash();
@@ -91,9 +96,10 @@ impl MetadataStore for PostgresMetadataStore {
             &[
                 &scope.tenant(),
                 &scope.project(),
-                &&hash[..],
+                &&hash.0[..],
                 &key.prefix(),
                 &label,
+                &i16::from(roles.bits()),
             ],
         )
         .await
@@ -110,7 +116,9 @@ impl MetadataStore for PostgresMetadataStore {
             scope: scope.clone(),
             label: label.to_owned(),
             prefix: key.prefix().to_owned(),
+            roles,
             created_at: row.try_get(1).map_err(pg)?,
+            last_used: None,
             revoked: false,
         };
         Ok(NewApiKey { key, info })
@@ -127,12 +135,15 @@ impl MetadataStore for PostgresMetadataStore {
         rows.iter()
             .map(|row| {
                 let project: String = row.try_get(1).map_err(pg)?;
+                let id = row.try_get(0).map_err(pg)?;
                 Ok(ApiKeyInfo {
-                    id: row.try_get(0).map_err(pg)?,
+                    id,
                     scope: Scope::new(tenant, project)?,
                     label: row.try_get(2).map_err(pg)?,
                     prefix: row.try_get(3).map_err(pg)?,
+                    roles: roles_of(tenant, id, row.try_get(6).map_err(pg)?)?,
                     created_at: row.try_get::<_, SystemTime>(4).map_err(pg)?,
+                    last_used: row.try_get(7).map_err(pg)?,
                     revoked: row.try_get(5).map_err(pg)?,
                 })
             })
@@ -149,16 +160,11 @@ impl MetadataStore for PostgresMetadataStore {
         Ok(revoked > 0)
     }
 
-    async fn verify_api_key(&self, key: &str) -> Result<Option<Scope>, StoreError> {
-        // A string that is not shaped like a key is refused without asking
-        // the database.
-        let Some(hash) = api_key::hash(key) else {
-            return Ok(None);
-        };
+    async fn grant_of(&self, hash: &KeyHash) -> Result<Option<Grant>, StoreError> {
         let op = "verify an api key";
         let pg = |e| StoreError::postgres(op, e);
         let client = self.db.client(op).await?;
-        let rows = prepared_query(&client, schema::VERIFY_API_KEY, &[&&hash[..]])
+        let rows = prepared_query(&client, schema::GRANT_OF_KEY, &[&&hash.0[..]])
             .await
             .map_err(pg)?;
         let Some(row) = rows.first() else {
@@ -166,84 +172,127 @@ impl MetadataStore for PostgresMetadataStore {
         };
         let tenant: String = row.try_get(0).map_err(pg)?;
         let project: String = row.try_get(1).map_err(pg)?;
-        Scope::new(tenant, project).map(Some)
+        let key_id: i64 = row.try_get(3).map_err(pg)?;
+        Ok(Some(Grant {
+            roles: roles_of(&tenant, key_id, row.try_get(2).map_err(pg)?)?,
+            scope: Scope::new(tenant, project)?,
+            key_id,
+        }))
     }
 
-    async fn set_symbol_status(
+    async fn record_key_use(
         &self,
         tenant: &str,
-        file_id: FileId,
-        status: SymbolStatus,
-    ) -> Result<bool, StoreError> {
+        id: i64,
+        at: SystemTime,
+    ) -> Result<(), StoreError> {
         Scope::validate_tenant(tenant)?;
-        let op = "set a symbol status";
+        let op = "record an api key's use";
         let client = self.db.client(op).await?;
-        let updated = prepared_execute(
+        prepared_execute(&client, schema::RECORD_KEY_USE, &[&tenant, &id, &at])
+            .await
+            .map_err(|e| StoreError::postgres(op, e))?;
+        Ok(())
+    }
+
+    async fn set_tenant_limits(
+        &self,
+        tenant: &str,
+        limits: &TenantLimits,
+    ) -> Result<(), StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let op = "set tenant limits";
+        let big = |value: Option<u64>, what: &'static str| {
+            value
+                .map(|v| {
+                    i64::try_from(v).map_err(|_| StoreError::InvalidArgument {
+                        what,
+                        reason: format!("{v} is above the largest storable value {}", i64::MAX),
+                    })
+                })
+                .transpose()
+        };
+        let small = |value: Option<u32>, what: &'static str| {
+            value
+                .map(|v| {
+                    i32::try_from(v).map_err(|_| StoreError::InvalidArgument {
+                        what,
+                        reason: format!("{v} is above the largest storable value {}", i32::MAX),
+                    })
+                })
+                .transpose()
+        };
+        let samples = big(limits.ingest_samples_per_s, "ingest_samples_per_s")?;
+        let bytes = big(limits.ingest_bytes_per_s, "ingest_bytes_per_s")?;
+        let queries = small(limits.max_concurrent_queries, "max_concurrent_queries")?;
+        let retention = small(limits.retention_days, "retention_days")?;
+        let client = self.db.client(op).await?;
+        prepared_execute(
             &client,
-            schema::SET_SYMBOL_STATUS,
-            &[&tenant, &Uuid::from_u128(file_id.0), &status.number()],
+            schema::UPSERT_TENANT_LIMITS,
+            &[&tenant, &samples, &bytes, &queries, &retention],
         )
         .await
-        .map_err(|e| StoreError::postgres(op, e))?;
-        Ok(updated > 0)
+        .map_err(|e| match e.code() {
+            Some(&SqlState::FOREIGN_KEY_VIOLATION) => StoreError::NotFound {
+                what: "tenant",
+                name: tenant.to_owned(),
+            },
+            _ => StoreError::postgres(op, e),
+        })?;
+        Ok(())
     }
 
-    async fn executables_with_status(
-        &self,
-        tenant: &str,
-        status: SymbolStatus,
-        limit: u32,
-    ) -> Result<Vec<FileId>, StoreError> {
+    async fn tenant_limits(&self, tenant: &str) -> Result<TenantLimits, StoreError> {
         Scope::validate_tenant(tenant)?;
-        let op = "list executables by symbol status";
+        let op = "read tenant limits";
         let pg = |e| StoreError::postgres(op, e);
         let client = self.db.client(op).await?;
-        let rows = prepared_query(
-            &client,
-            schema::EXECUTABLES_WITH_STATUS,
-            &[&tenant, &status.number(), &i64::from(limit)],
-        )
-        .await
-        .map_err(pg)?;
-        rows.iter()
-            .map(|row| Ok(FileId(row.try_get::<_, Uuid>(0).map_err(pg)?.as_u128())))
-            .collect()
-    }
-
-    async fn symbol_status(
-        &self,
-        tenant: &str,
-        ids: &[FileId],
-    ) -> Result<Vec<Option<SymbolStatus>>, StoreError> {
-        Scope::validate_tenant(tenant)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let op = "read symbol status";
-        let pg = |e| StoreError::postgres(op, e);
-        let uuids: Vec<Uuid> = ids.iter().map(|id| Uuid::from_u128(id.0)).collect();
-        let client = self.db.client(op).await?;
-        let rows = prepared_query(&client, schema::SYMBOL_STATUS, &[&tenant, &uuids])
+        let rows = prepared_query(&client, schema::TENANT_LIMITS, &[&tenant])
             .await
             .map_err(pg)?;
-        let mut found = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let id = row.try_get::<_, Uuid>(0).map_err(pg)?.as_u128();
-            let number: i16 = row.try_get(1).map_err(pg)?;
-            let status = SymbolStatus::from_number(number).ok_or(StoreError::Corrupt {
-                what: "symbol status",
-                key: format!("{tenant}/{id:032x}"),
-                reason: DecodeError::OutOfRange {
-                    field: "symbol status",
-                    // A negative number shows as its u64 bits; it is out of
-                    // range either way.
-                    value: number as u64,
-                },
-            })?;
-            found.insert(id, status);
-        }
-        Ok(ids.iter().map(|id| found.get(&id.0).copied()).collect())
+        let Some(row) = rows.first() else {
+            return Err(StoreError::NotFound {
+                what: "tenant",
+                name: tenant.to_owned(),
+            });
+        };
+        // Written from u64 and u32 values, so never negative; a negative
+        // one (written by hand) reads as no limit rather than a huge one.
+        let big = |i| -> Result<Option<u64>, StoreError> {
+            Ok(row
+                .try_get::<_, Option<i64>>(i)
+                .map_err(pg)?
+                .and_then(|v| u64::try_from(v).ok()))
+        };
+        let small = |i| -> Result<Option<u32>, StoreError> {
+            Ok(row
+                .try_get::<_, Option<i32>>(i)
+                .map_err(pg)?
+                .and_then(|v| u32::try_from(v).ok()))
+        };
+        Ok(TenantLimits {
+            ingest_samples_per_s: big(0)?,
+            ingest_bytes_per_s: big(1)?,
+            max_concurrent_queries: small(2)?,
+            retention_days: small(3)?,
+        })
     }
+}
+
+/// A key's stored roles, or `Corrupt` naming the key.
+fn roles_of(tenant: &str, id: i64, bits: i16) -> Result<Roles, StoreError> {
+    u8::try_from(bits)
+        .ok()
+        .and_then(Roles::from_bits)
+        .ok_or_else(|| StoreError::Corrupt {
+            what: "api key roles",
+            key: format!("{tenant}/{id}"),
+            reason: DecodeError::OutOfRange {
+                field: "roles",
+                value: bits as u64,
+            },
+        })
 }
 
 /// Prepares (once per connection) and executes `sql`.

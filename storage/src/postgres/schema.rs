@@ -119,7 +119,7 @@ ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, migrated_at = 
 
 /// The schema's versions: entry `i` takes a database from version `i` to
 /// `i + 1`. Only ever appended to; a released entry never changes.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Version 1: the profile tables and the metadata tables.
 const V1: &str = "
@@ -217,6 +217,22 @@ CREATE TABLE IF NOT EXISTS metric_names (
     hour    bigint NOT NULL,
     name    text   NOT NULL,
     PRIMARY KEY (tenant, project, hour, name)
+);
+";
+
+/// Version 3: key roles and last use, per-tenant limits. Keys made before
+/// roles existed get ingest and read (bits 0b011, `Roles::INGEST_READ`):
+/// what every key could do then.
+const V3: &str = "
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS roles smallint NOT NULL DEFAULT 3;
+ALTER TABLE api_keys ADD COLUMN IF NOT EXISTS last_used_at timestamptz;
+
+CREATE TABLE IF NOT EXISTS tenant_limits (
+    tenant                 text   PRIMARY KEY REFERENCES tenants (tenant) ON DELETE CASCADE,
+    ingest_samples_per_s   bigint,
+    ingest_bytes_per_s     bigint,
+    max_concurrent_queries integer,
+    retention_days         integer
 );
 ";
 
@@ -375,11 +391,11 @@ pub(super) const LIST_PROJECTS: &str =
 /// Stores a key's hash; a foreign-key violation when the project does not
 /// exist.
 pub(super) const INSERT_API_KEY: &str = "
-INSERT INTO api_keys (tenant, project, key_hash, prefix, label) VALUES ($1, $2, $3, $4, $5)
+INSERT INTO api_keys (tenant, project, key_hash, prefix, label, roles) VALUES ($1, $2, $3, $4, $5, $6)
 RETURNING id, created_at";
 
 pub(super) const LIST_API_KEYS: &str = "
-SELECT id, project, label, prefix, created_at, revoked_at IS NOT NULL
+SELECT id, project, label, prefix, created_at, revoked_at IS NOT NULL, roles, last_used_at
 FROM api_keys WHERE tenant = $1 ORDER BY id";
 
 /// Revokes tenant `$1`'s live key `$2`. The tenant in the condition keeps a
@@ -387,17 +403,26 @@ FROM api_keys WHERE tenant = $1 ORDER BY id";
 pub(super) const REVOKE_API_KEY: &str = "
 UPDATE api_keys SET revoked_at = now() WHERE tenant = $1 AND id = $2 AND revoked_at IS NULL";
 
-/// The scope a live key with hash `$1` grants.
-pub(super) const VERIFY_API_KEY: &str =
-    "SELECT tenant, project FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
+/// What a live key with hash `$1` grants.
+pub(super) const GRANT_OF_KEY: &str =
+    "SELECT tenant, project, roles, id FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL";
 
-pub(super) const SET_SYMBOL_STATUS: &str =
-    "UPDATE executables SET symbol_status = $3 WHERE tenant = $1 AND file_id = $2";
+/// Records the use of tenant `$1`'s key `$2` at `$3`.
+pub(super) const RECORD_KEY_USE: &str =
+    "UPDATE api_keys SET last_used_at = $3 WHERE tenant = $1 AND id = $2";
 
-pub(super) const SYMBOL_STATUS: &str = "SELECT file_id, symbol_status FROM executables WHERE tenant = $1 AND file_id = ANY($2::uuid[])";
+/// Sets tenant `$1`'s limits; a foreign-key violation when it does not exist.
+pub(super) const UPSERT_TENANT_LIMITS: &str = "
+INSERT INTO tenant_limits (tenant, ingest_samples_per_s, ingest_bytes_per_s, max_concurrent_queries, retention_days)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant) DO UPDATE SET
+    ingest_samples_per_s = EXCLUDED.ingest_samples_per_s,
+    ingest_bytes_per_s = EXCLUDED.ingest_bytes_per_s,
+    max_concurrent_queries = EXCLUDED.max_concurrent_queries,
+    retention_days = EXCLUDED.retention_days";
 
-/// Up to `$3` of tenant `$1`'s executables in status `$2`, served by the
-/// `executables_by_symbol_status` index.
-pub(super) const EXECUTABLES_WITH_STATUS: &str = "
-SELECT file_id FROM executables WHERE tenant = $1 AND symbol_status = $2
-ORDER BY file_id LIMIT $3";
+/// Tenant `$1` and its limits (`NULL`s when never set); no row when the
+/// tenant does not exist.
+pub(super) const TENANT_LIMITS: &str = "
+SELECT l.ingest_samples_per_s, l.ingest_bytes_per_s, l.max_concurrent_queries, l.retention_days
+FROM tenants t LEFT JOIN tenant_limits l ON l.tenant = t.tenant WHERE t.tenant = $1";
