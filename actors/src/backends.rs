@@ -10,6 +10,8 @@
 //! | `--store` | `file:///DIR` | [`EmbeddedProfileStore`] (one process) |
 //! | `--objects` | `s3://BUCKET?endpoint=URL[&region=…]` | [`S3ObjectStore`] |
 //! | `--objects` | `file:///DIR` | [`LocalObjectStore`] (shared by processes on one machine) |
+//! | `--metadata` | `postgres://USER@HOST:PORT/DB` | [`PostgresMetadataStore`] (tenants, keys, limits) |
+//! | `--metadata` | `file:///PATH/metadata.json` | [`EmbeddedMetadataStore`] (one process) |
 //!
 //! The embedded bus and store lock their directory, so they serve one
 //! process; several processes need Kafka and PostgreSQL (or ScyllaDB).
@@ -21,8 +23,9 @@ use std::sync::Arc;
 pub use kiln_ingest_bus::BusUrl;
 use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{
-    EmbeddedProfileStore, LocalObjectStore, ObjectStore, PostgresProfileStore, ProfileStore,
-    S3ObjectStore, ScyllaProfileStore, StoreError,
+    EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
+    PostgresMetadataStore, PostgresProfileStore, ProfileStore, S3ObjectStore, ScyllaProfileStore,
+    StoreError,
 };
 
 /// Partitions of an embedded bus created through a `file://` URL.
@@ -85,6 +88,62 @@ pub enum ObjectsUrl {
     S3(String),
     /// `file:///DIR`: files under a local directory.
     Local(PathBuf),
+}
+
+/// A metadata store (tenants, keys, limits), named by URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MetadataUrl {
+    /// `postgres://…`: PostgreSQL (its schema is the profile store's:
+    /// `kiln store migrate` makes both).
+    Postgres(String),
+    /// `file:///PATH`: the embedded store's JSON document.
+    Embedded(PathBuf),
+}
+
+impl FromStr for MetadataUrl {
+    type Err = BackendError;
+
+    fn from_str(url: &str) -> Result<MetadataUrl, BackendError> {
+        match url.split_once("://") {
+            Some(("postgres" | "postgresql", _)) => Ok(MetadataUrl::Postgres(url.to_owned())),
+            Some(("file", rest)) => file_dir("--metadata", url, rest).map(MetadataUrl::Embedded),
+            _ => Err(BackendError::BadUrl {
+                flag: "--metadata",
+                url: url.to_owned(),
+                reason: "expected postgres://USER@HOST:PORT/DB or file:///PATH/metadata.json"
+                    .into(),
+            }),
+        }
+    }
+}
+
+impl MetadataUrl {
+    /// Connects to (opens) the metadata store.
+    pub async fn open(&self) -> Result<Arc<dyn MetadataStore>, BackendError> {
+        let error = |source| BackendError::Store {
+            what: "the metadata store",
+            url: self.to_string(),
+            source,
+        };
+        Ok(match self {
+            MetadataUrl::Postgres(url) => {
+                Arc::new(PostgresMetadataStore::connect(url).await.map_err(error)?)
+            }
+            MetadataUrl::Embedded(path) => {
+                Arc::new(EmbeddedMetadataStore::open(path).map_err(error)?)
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for MetadataUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MetadataUrl::Postgres(url) => f.write_str(&without_password(url)),
+            MetadataUrl::Embedded(path) => write!(f, "file://{}", path.display()),
+        }
+    }
 }
 
 /// The directory of a `file:///DIR` URL.
@@ -297,6 +356,19 @@ mod tests {
             ObjectsUrl::Local("/o".into())
         );
         assert!(reason::<ObjectsUrl>("gs://b").contains("expected s3://"));
+    }
+
+    #[test]
+    fn metadata_urls() {
+        assert_eq!(
+            "file:///var/kiln/metadata.json"
+                .parse::<MetadataUrl>()
+                .unwrap(),
+            MetadataUrl::Embedded("/var/kiln/metadata.json".into())
+        );
+        let url: MetadataUrl = "postgres://kiln:pw@db/kiln".parse().unwrap();
+        assert_eq!(url.to_string(), "postgres://kiln:***@db/kiln");
+        assert!(reason::<MetadataUrl>("scylla://h/k").contains("bad --metadata URL"));
     }
 
     #[test]

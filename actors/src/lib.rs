@@ -25,7 +25,26 @@ pub mod query;
 pub mod roles;
 mod server;
 
+/// Entry points for the fuzz targets (`fuzz/`) into decoders that are
+/// otherwise crate-private. Not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes a peer's scan (`POST /internal/v1/scan`'s body,
+    /// `query/wire.rs`): its scope as `tenant/project`, or the error.
+    pub fn decode_scan(bytes: &[u8]) -> Result<String, String> {
+        crate::query::decode_scan(bytes)
+            .map(|scan| {
+                format!(
+                    "{}/{}",
+                    scan.range.scope.tenant(),
+                    scan.range.scope.project()
+                )
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
 pub use server::{
-    ADMIN_TOKEN_FILE, DEFAULT_PROJECT, DEFAULT_TENANT, EmbeddedOptions, Running, ServerError,
-    start_embedded,
+    ADMIN_TOKEN_FILE, API_KEY_FILE, BUS_KEY_FILE, DEFAULT_PROJECT, DEFAULT_TENANT, EmbeddedOptions,
+    METADATA_FILE, Running, ServerError, start_embedded,
 };

@@ -10,24 +10,28 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kiln_ingest_bus::{Bus, BusError};
-use kiln_storage::{ObjectStore, ProfileStore};
+use kiln_storage::{MetadataStore, ObjectStore, ProfileStore};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
-use crate::http::{AdminToken, AppState, IngestState};
+use crate::envelope::BusKey;
+use crate::http::{AdminToken, AppState, Auth, IngestState, QuotaDefaults};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes};
-use crate::server::{Routes, Running, ServerError, default_scope, serve};
+use crate::server::{Routes, Running, ServerError, serve};
 
-/// Where and how a role serves HTTP.
+/// Where and how a role serves HTTP, and whom it lets in.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// Address to serve on (port 0 picks a free one).
     pub listen: SocketAddr,
     /// HTTP worker threads.
     pub workers: usize,
-    /// What writes to the global symbol store must present; `None`: they
-    /// are refused (give every node of a deployment the same token).
+    /// The operator's token (tenants, limits, global symbols); `None`:
+    /// those routes are refused. Give every node of a deployment the same
+    /// token: the UI's sessions are signed with a key derived from it.
     pub admin_token: Option<AdminToken>,
+    /// Limits of tenants that have none set.
+    pub quota: QuotaDefaults,
 }
 
 impl HttpOptions {
@@ -38,39 +42,55 @@ impl HttpOptions {
             listen,
             workers: cores,
             admin_token: None,
+            quota: QuotaDefaults::default(),
+        }
+    }
+
+    /// What the handlers share, credentials checked against `metadata`.
+    fn state(
+        &self,
+        query: actix::Addr<QueryCoordinator>,
+        objects: Arc<dyn ObjectStore>,
+        metadata: Arc<dyn MetadataStore>,
+    ) -> AppState {
+        AppState {
+            query,
+            objects,
+            auth: Auth::new(metadata, self.admin_token.clone()),
+            defaults: self.quota,
         }
     }
 }
 
-/// Starts a gateway: the ingest and import endpoints publish to `bus`, and
-/// imports wait for the workers by following their consumer group's
-/// committed offsets on the bus. When the bus cannot take a batch, the
+/// Starts a gateway: the ingest and import endpoints publish to `bus`
+/// (each record signed with `bus_key`, under the scope of the caller's key
+/// from `metadata`), and imports wait for the workers by following their
+/// consumer group's committed offsets on the bus. When the bus cannot take a batch, the
 /// endpoints answer 503 with `Retry-After`, and agents spool and retry.
 ///
 /// Symbol uploads are served here too (agents upload where they send);
 /// they are stored in `objects`, and `query_nodes`, when given, are told
 /// of them, so their queries show the new names at once. The `store`
 /// backs the small query coordinator that such uploads notify.
+///
+/// Records are signed with `bus_key`, which the workers must share.
 pub async fn start_gateway(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    metadata: Arc<dyn MetadataStore>,
     query_nodes: Option<QueryNodes>,
     http: HttpOptions,
+    bus_key: BusKey,
 ) -> Result<Running, ServerError> {
     let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
     let query = match query_nodes {
         None => QueryCoordinator::start(store, objects.clone(), 1),
         Some(nodes) => QueryCoordinator::start_notifying(store, objects.clone(), 1, nodes)?,
     };
-    let state = AppState {
-        query,
-        objects,
-        scope: default_scope()?,
-        admin: http.admin_token,
-    };
+    let state = http.state(query, objects, metadata);
     serve(
-        Routes::Gateway(state, IngestState { bus, progress }),
+        Routes::Gateway(state, IngestState::new(bus, progress, bus_key)),
         http.listen,
         http.workers,
     )
@@ -83,14 +103,19 @@ pub async fn start_gateway(
 /// go to the others, which write the uncommitted batches again
 /// (idempotently). Frames are symbolized on the way where `objects` has
 /// their symbols (`symbolizer` says how).
+///
+/// It stores only records signed with `bus_key`, the key every gateway of
+/// the deployment signs with (`--bus-key`, `KILN_BUS_KEY`); others are
+/// dead-lettered.
 pub async fn start_worker(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     symbolizer: SymbolizerConfig,
+    bus_key: BusKey,
 ) -> Result<IngestProgress, BusError> {
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
-    ingest::start(bus, store, objects, symbolizer).await
+    ingest::start(bus, store, objects, symbolizer, bus_key).await
 }
 
 /// Starts a query node: the query API over `store`, its scans spread over
@@ -102,6 +127,7 @@ pub async fn start_worker(
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
+    metadata: Arc<dyn MetadataStore>,
     aggregators: usize,
     symbolizer: SymbolizerConfig,
     peers: Option<PeerOptions>,
@@ -119,11 +145,6 @@ pub async fn start_query(
             (query, Some(secret))
         }
     };
-    let state = AppState {
-        query,
-        objects,
-        scope: default_scope()?,
-        admin: http.admin_token,
-    };
+    let state = http.state(query, objects, metadata);
     serve(Routes::Query(state, cluster), http.listen, http.workers)
 }

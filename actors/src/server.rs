@@ -5,23 +5,38 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use actix_web::middleware::{Compress, Logger};
+use actix_web::middleware::{Compress, Logger, from_fn};
 use actix_web::{App, HttpServer};
 use kiln_ingest_bus::{BusError, EmbeddedBus};
-use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope, StoreError};
+use kiln_storage::{
+    EmbeddedMetadataStore, EmbeddedProfileStore, KeyHash, LocalObjectStore, MetadataStore, Roles,
+    Scope, StoreError,
+};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
-use crate::http::{self, AdminToken, AdminTokenError, AppState, IngestState};
+use crate::envelope::{BusKey, BusKeyError, SecretFileError, load_or_create_secret_file};
+use crate::http::{self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults};
 use crate::ingest;
 use crate::query::{ClusterSecret, QueryCoordinator};
 
-/// Tenant used until tenancy lands.
+/// The tenant `kiln up` makes for its own use.
 pub const DEFAULT_TENANT: &str = "default";
-/// Project used until tenancy lands.
+/// The project `kiln up` makes for its own use.
 pub const DEFAULT_PROJECT: &str = "default";
 /// The file in the data directory that keeps the admin token `kiln up`
 /// made, when it was given none.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+/// The file in the data directory that keeps the key `kiln up`'s gateway
+/// signs bus records with and its worker verifies them with.
+pub const BUS_KEY_FILE: &str = "bus-key";
+/// The file in the data directory that keeps `kiln up`'s own API key (on
+/// the default tenant and project, every role): its agent sends with it,
+/// and the CLI on the same machine finds it there.
+pub const API_KEY_FILE: &str = "api-key";
+/// The file in the data directory holding tenants, projects and keys.
+pub const METADATA_FILE: &str = "metadata.json";
+/// How long a stopping server waits for requests in flight.
+const SHUTDOWN_TIMEOUT_S: u64 = 5;
 
 /// How to run the embedded server.
 #[derive(Debug, Clone)]
@@ -38,10 +53,12 @@ pub struct EmbeddedOptions {
     pub http_workers: usize,
     /// How frames are symbolized (cache size, debuginfod servers).
     pub symbolizer: SymbolizerConfig,
-    /// What writes to the global symbol store must present; `None`: the
-    /// one kept in [`ADMIN_TOKEN_FILE`] under the data directory (made on
-    /// first start).
+    /// The operator's token (tenants, limits, global symbols); `None`:
+    /// the one kept in [`ADMIN_TOKEN_FILE`] under the data directory (made
+    /// on first start).
     pub admin_token: Option<AdminToken>,
+    /// Limits of tenants that have none set.
+    pub quota: QuotaDefaults,
 }
 
 impl EmbeddedOptions {
@@ -56,6 +73,7 @@ impl EmbeddedOptions {
             http_workers: cores,
             symbolizer: SymbolizerConfig::from_env(),
             admin_token: None,
+            quota: QuotaDefaults::default(),
         }
     }
 }
@@ -84,6 +102,17 @@ pub enum ServerError {
     /// The admin token could not be read or made.
     #[error(transparent)]
     AdminToken(#[from] AdminTokenError),
+    /// The bus key could not be read or made.
+    #[error(transparent)]
+    BusKey(#[from] BusKeyError),
+    /// The local API key file could not be read or written.
+    #[error("api key file {path}: {reason}")]
+    ApiKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The HTTP listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
@@ -102,10 +131,17 @@ pub struct Running {
     pub local_addr: SocketAddr,
     /// Resolves when the server stops (on SIGINT/SIGTERM).
     pub server: actix_web::dev::Server,
+    /// `/login?code=…`: a one-time link that logs a browser in to the UI
+    /// (`kiln up` only).
+    pub login_path: Option<String>,
 }
 
 /// Opens everything under `options.data_dir` and starts serving. Must run
 /// inside an actix system (`actix_rt::System`).
+///
+/// On first start it makes the default tenant and project, the operator's
+/// admin token ([`ADMIN_TOKEN_FILE`]) and its own API key
+/// ([`API_KEY_FILE`]), all kept in the data directory for the next start.
 pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerError> {
     let dir = &options.data_dir;
     std::fs::create_dir_all(dir).map_err(|source| ServerError::DataDir {
@@ -115,11 +151,15 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let bus = Arc::new(EmbeddedBus::open(&dir.join("bus"), options.bus_partitions)?);
     let store = Arc::new(EmbeddedProfileStore::open(&dir.join("profiles"))?);
     let objects = Arc::new(LocalObjectStore::open(&dir.join("objects"))?);
+    let metadata: Arc<dyn MetadataStore> =
+        Arc::new(EmbeddedMetadataStore::open(&dir.join(METADATA_FILE))?);
 
     let admin = match options.admin_token {
         Some(token) => token,
         None => AdminToken::load_or_create(&dir.join(ADMIN_TOKEN_FILE))?,
     };
+    let bus_key = BusKey::load_or_create(&dir.join(BUS_KEY_FILE))?;
+    let local_key = local_api_key(&*metadata, &dir.join(API_KEY_FILE)).await?;
 
     // One symbolizer for ingest and queries: an upload tells it at once,
     // so frames ingested right after it are written symbolized.
@@ -129,26 +169,72 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         store.clone(),
         objects.clone(),
         symbolizer.clone(),
+        bus_key.clone(),
     )
     .await?;
     let query = QueryCoordinator::start_with_symbolizer(store, symbolizer, options.aggregators);
+    let auth = Auth::new(metadata, Some(admin));
+    let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {
         query,
         objects,
-        scope: default_scope()?,
-        admin: Some(admin),
+        auth,
+        defaults: options.quota,
     };
-    let ingest = IngestState { bus, progress };
-    serve(
+    let ingest = IngestState::new(bus, progress, bus_key);
+    let mut running = serve(
         Routes::All(state, ingest),
         options.listen,
         options.http_workers,
-    )
+    )?;
+    running.login_path = Some(login_path);
+    Ok(running)
 }
 
-/// The tenant and project every request gets until tenancy lands.
+/// The scope `kiln up` makes for itself.
 pub(crate) fn default_scope() -> Result<Scope, StoreError> {
     Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)
+}
+
+/// `kiln up`'s own key: the one in `path` when it still verifies, else a
+/// new one (every role, on the default tenant and project, made first when
+/// missing) written there, readable by its owner only. Returns its hash.
+async fn local_api_key(
+    metadata: &dyn MetadataStore,
+    path: &std::path::Path,
+) -> Result<KeyHash, ServerError> {
+    let file_error = |reason: String| ServerError::ApiKeyFile {
+        path: path.to_owned(),
+        reason,
+    };
+    if let Ok(text) = std::fs::read_to_string(path)
+        && metadata.verify_api_key(text.trim()).await?.is_some()
+    {
+        return KeyHash::of_key(text.trim()).ok_or_else(|| file_error("not a key".into()));
+    }
+    // Missing, revoked, or from another data directory: make a new one.
+    let scope = default_scope()?;
+    match metadata.create_tenant(scope.tenant()).await {
+        Ok(()) | Err(StoreError::AlreadyExists { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match metadata.create_project(&scope).await {
+        Ok(()) | Err(StoreError::AlreadyExists { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let roles = Roles::of(&kiln_storage::Role::ALL);
+    let new = metadata.create_api_key(&scope, "kiln up", roles).await?;
+    let key = new.key;
+    if path.exists() {
+        std::fs::remove_file(path).map_err(|e| file_error(e.to_string()))?;
+    }
+    load_or_create_secret_file::<()>(path, || Ok(key.expose().to_owned())).map_err(|e| {
+        file_error(match e {
+            SecretFileError::Io(e) => e.to_string(),
+            SecretFileError::Make(()) => "cannot make a key".into(),
+        })
+    })?;
+    Ok(key.hash())
 }
 
 /// Which routes a process serves.
@@ -182,11 +268,15 @@ pub(crate) fn serve(
     let server = HttpServer::new(move || {
         let routes = routes.clone();
         App::new()
+            // The last wrapped runs first: log, compress, then authenticate.
+            .wrap(from_fn(http::auth::authenticate))
             .wrap(Compress::default())
             .wrap(Logger::new("%r %s %b %Dms").log_target("kiln::http"))
             .configure(|cfg| routes.configure(cfg))
     })
     .workers(workers.max(1))
+    // A query in flight must not hold a stopping server for long.
+    .shutdown_timeout(SHUTDOWN_TIMEOUT_S)
     .bind(listen)
     .map_err(|source| ServerError::Listen {
         addr: listen,
@@ -196,5 +286,6 @@ pub(crate) fn serve(
     Ok(Running {
         local_addr,
         server: server.run(),
+        login_path: None,
     })
 }

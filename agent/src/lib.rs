@@ -5,9 +5,10 @@
 //! counts, turns addresses into file-relative frames (`/proc/<pid>/maps`,
 //! ELF load segments, GNU build ids) and kernel symbols (`/proc/kallsyms`),
 //! and hands a [`kiln_model::Batch`] to a [`Sink`] — by default the backend's
-//! `POST /api/v1/ingest` ([`HttpSink`]), or, for trusted agents inside the
-//! cluster, the ingest bus's Kafka topic ([`KafkaSink`]); both spool to
-//! disk while the backend is away.
+//! `POST /api/v1/ingest` ([`HttpSink`]), a gateway, which spools to disk
+//! while the backend is away. (Agents never publish to the ingest bus
+//! themselves: workers store only records a gateway authenticated and
+//! signed.)
 //!
 //! Frames are root first. A native frame's address is a file-relative
 //! virtual address; for every frame but the leaf it is the return address
@@ -108,7 +109,6 @@ mod cgroup;
 mod fileid;
 pub mod gpu;
 mod gpu_agent;
-mod kafka_sink;
 mod kallsyms;
 mod nvml;
 mod procfs;
@@ -136,7 +136,6 @@ pub use cgroup::{Cgroup, CgroupError, cgroup2_mount};
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
 pub use gpu::GpuReport;
 pub use gpu_agent::{GpuAgent, GpuAgentConfig};
-pub use kafka_sink::{KAFKA_PUBLISH_TIMEOUT, KafkaSink, KafkaSinkError, KafkaTransport};
 pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 /// Where CUDA processes running libkiln_cuda.so send GPU profiles unless
 /// `KILN_GPU_SOCKET` says otherwise (the library's default too).
@@ -557,15 +556,16 @@ impl Agent {
     }
 
     /// Uploads the symbols of the files it samples to the backend at
-    /// `server`, each once per run, from a background thread, preferring a
+    /// `server` (with `api_key`, a key with the ingest role), each once per run, from a background thread, preferring a
     /// file's separate debug file under `debug_dirs` (see
     /// [`SymbolUploader`]). Off until called.
     pub fn upload_symbols_to(
         &mut self,
         server: &str,
+        api_key: Option<&str>,
         debug_dirs: Vec<std::path::PathBuf>,
     ) -> std::io::Result<()> {
-        self.uploader = Some(SymbolUploader::start(server, debug_dirs)?);
+        self.uploader = Some(SymbolUploader::start(server, api_key, debug_dirs)?);
         Ok(())
     }
 

@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kiln_agent::{Agent, AgentConfig, GpuAgent, GpuAgentConfig, HttpSink, KafkaSink, Sink, Spool};
-use kiln_ingest_bus::BusUrl;
+use kiln_agent::{Agent, AgentConfig, GpuAgent, GpuAgentConfig, HttpSink, Sink, Spool};
 use tracing_subscriber::EnvFilter;
 
 /// Kiln's eBPF profiling agent: samples every process on this host and
@@ -18,23 +17,17 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "kiln-agent", version)]
 struct Args {
-    /// Where batches go: a Kiln backend, http(s)://HOST:PORT (`kiln up`
-    /// listens on 7070 by default; or a gateway), or the ingest bus's
-    /// Kafka topic, kafka://HOST:PORT[,HOST:PORT…][/TOPIC], for trusted
-    /// agents inside the cluster (no credential is checked there: the
-    /// batches go to --tenant and --project).
+    /// Where batches (and symbol uploads) go: a Kiln backend,
+    /// http(s)://HOST:PORT (`kiln up` listens on 7070 by default; or a
+    /// gateway).
     #[arg(long, env = "KILN_SERVER", default_value = "http://127.0.0.1:7070")]
     server: String,
-    /// With a kafka:// server: the tenant the batches belong to.
-    #[arg(long, env = "KILN_TENANT", default_value = "default")]
-    tenant: String,
-    /// With a kafka:// server: the tenant's project.
-    #[arg(long, env = "KILN_PROJECT", default_value = "default")]
-    project: String,
-    /// With a kafka:// server: the Kiln HTTP endpoint (a gateway) that
-    /// symbols are uploaded to; without it, no symbols are uploaded.
-    #[arg(long, env = "KILN_SYMBOLS_SERVER")]
-    symbols_server: Option<String>,
+    /// The API key batches and symbol uploads are sent with: a key with the
+    /// ingest role (`kiln tenant create` or `kiln key create --roles
+    /// ingest` print one). The backend puts what it receives under the
+    /// key's tenant and project.
+    #[arg(long, env = "KILN_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
     /// Samples per second on each CPU (1..=1000).
     #[arg(long, env = "KILN_FREQUENCY", default_value_t = kiln_agent::DEFAULT_FREQUENCY_HZ)]
     frequency: u64,
@@ -137,9 +130,11 @@ fn main() -> ExitCode {
 
 fn try_main(args: Args) -> anyhow::Result<()> {
     let url = args.server.trim().to_owned();
-    let kafka = url.starts_with("kafka://");
-    if !(kafka || url.starts_with("http://") || url.starts_with("https://")) {
-        bail!("--server must be an http://, https:// or kafka:// URL, got {url:?}");
+    if url.starts_with("kafka://") {
+        bail!("{KAFKA_REMOVED} (--server {url:?})");
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        bail!("--server must be an http:// or https:// URL, got {url:?}");
     }
     if args.no_ebpf && args.no_gpu {
         bail!(
@@ -161,21 +156,14 @@ fn try_main(args: Args) -> anyhow::Result<()> {
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;
-    let mut sink = open_sink(&args, &url, &config.host)?;
-    let symbols_server = if kafka {
-        args.symbols_server.as_deref()
-    } else {
-        Some(url.as_str())
-    };
+    let mut sink = open_sink(&args, &url)?;
 
     stop_on_signals();
     let mut agent = Agent::start(config).context("starting the sampler")?;
-    match symbols_server {
-        Some(server) if !args.no_symbol_upload => agent
-            .upload_symbols_to(server, args.debug_dirs.clone())
-            .context("starting the symbol upload thread")?,
-        Some(_) => {}
-        None => tracing::info!("no --symbols-server: symbols are not uploaded"),
+    if !args.no_symbol_upload {
+        agent
+            .upload_symbols_to(&url, args.api_key.as_deref(), args.debug_dirs.clone())
+            .context("starting the symbol upload thread")?;
     }
     if !args.no_gpu
         && let Err(e) = agent.receive_gpu_from(&args.gpu_socket)
@@ -208,7 +196,7 @@ fn without_ebpf(args: &Args, url: &str, host: String) -> anyhow::Result<()> {
             "--cgroup does not apply with --no-ebpf: GPU profiles are not filtered by cgroup"
         );
     }
-    let mut sink = open_sink(args, url, &config.host)?;
+    let mut sink = open_sink(args, url)?;
     stop_on_signals();
     let mut agent = GpuAgent::start(config)?;
     tracing::info!(
@@ -223,8 +211,12 @@ fn without_ebpf(args: &Args, url: &str, host: String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The HTTP or Kafka sink `--server` names, with the spool.
-fn open_sink(args: &Args, url: &str, host: &str) -> anyhow::Result<Box<dyn Sink>> {
+/// Why `--server kafka://…` is refused.
+const KAFKA_REMOVED: &str = "agents send to a gateway over HTTP(S); publishing straight to \
+     Kafka was removed because the bus only accepts records a gateway authenticated";
+
+/// The HTTP sink `--server` names, with the spool.
+fn open_sink(args: &Args, url: &str) -> anyhow::Result<Box<dyn Sink>> {
     let spool = if args.spool_max_bytes == 0 {
         None
     } else {
@@ -234,17 +226,7 @@ fn open_sink(args: &Args, url: &str, host: &str) -> anyhow::Result<Box<dyn Sink>
             })?,
         )
     };
-    Ok(if url.starts_with("kafka://") {
-        let BusUrl::Kafka(options) = url.parse().context("--server")? else {
-            bail!("--server {url:?} is not a kafka:// URL");
-        };
-        Box::new(
-            KafkaSink::kafka(options, &args.tenant, &args.project, host, spool)
-                .context("--tenant or --project")?,
-        )
-    } else {
-        Box::new(HttpSink::new(url, spool))
-    })
+    Ok(Box::new(HttpSink::new(url, args.api_key.as_deref(), spool)))
 }
 
 /// Sets [`STOP`] on SIGINT and SIGTERM.

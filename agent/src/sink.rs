@@ -2,7 +2,7 @@
 //! batches to a [`Transport`] and keeps them in the bounded disk [`Spool`]
 //! while the backend is away, replaying them in order; and the HTTP
 //! transport that posts to the backend's `POST /api/v1/ingest`
-//! ([`HttpSink`]). The Kafka transport is in `kafka_sink`.
+//! ([`HttpSink`]).
 
 use std::fs;
 use std::io::{self, Write};
@@ -229,22 +229,34 @@ impl<T: Transport> Sink for SpoolingSink<T> {
 pub type HttpSink = SpoolingSink<HttpTransport>;
 
 impl HttpSink {
-    /// A sink posting to `<server>/api/v1/ingest`, with an optional spool.
-    pub fn new(server: &str, spool: Option<Spool>) -> Self {
-        SpoolingSink::with_transport(HttpTransport::new(server), spool)
+    /// A sink posting to `<server>/api/v1/ingest` with `api_key` (a key
+    /// with the ingest role), with an optional spool.
+    pub fn new(server: &str, api_key: Option<&str>, spool: Option<Spool>) -> Self {
+        SpoolingSink::with_transport(HttpTransport::new(server, api_key), spool)
     }
 }
 
 /// `POST /api/v1/ingest` with the encoded batch as the body.
-#[derive(Debug)]
 pub struct HttpTransport {
     agent: ureq::Agent,
     url: String,
+    /// `Bearer KEY`, when the agent has a key.
+    authorization: Option<String>,
+}
+
+/// Hides the key.
+impl std::fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("url", &self.url)
+            .field("api_key", &self.authorization.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 impl HttpTransport {
-    /// A transport posting to `<server>/api/v1/ingest`.
-    pub fn new(server: &str) -> Self {
+    /// A transport posting to `<server>/api/v1/ingest` with `api_key`.
+    pub fn new(server: &str, api_key: Option<&str>) -> Self {
         let agent = ureq::Agent::config_builder()
             .timeout_connect(Some(Duration::from_secs(3)))
             .timeout_global(Some(Duration::from_secs(30)))
@@ -254,17 +266,21 @@ impl HttpTransport {
         HttpTransport {
             agent,
             url: format!("{}/api/v1/ingest", server.trim_end_matches('/')),
+            authorization: api_key.map(|key| format!("Bearer {key}")),
         }
     }
 }
 
 impl Transport for HttpTransport {
     fn try_send(&mut self, batch: &[u8]) -> Attempt {
-        let response = self
+        let mut request = self
             .agent
             .post(&self.url)
-            .header("content-type", "application/octet-stream")
-            .send(batch);
+            .header("content-type", "application/octet-stream");
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let response = request.send(batch);
         match response {
             Err(e) => Attempt::Retry(e.to_string()),
             Ok(mut r) => {
@@ -279,7 +295,9 @@ impl Transport for HttpTransport {
                     .chars()
                     .take(500)
                     .collect();
-                if status >= 500 || status == 429 || status == 408 {
+                // A refused credential is kept (spooled) too: once the key
+                // is fixed, the batches are delivered.
+                if status >= 500 || matches!(status, 401 | 403 | 408 | 429) {
                     Attempt::Retry(format!("HTTP {status}: {message}"))
                 } else {
                     Attempt::Refused(format!("HTTP {status}: {message}"))
@@ -475,7 +493,7 @@ mod tests {
     fn spooled_batches_are_replayed_in_order() {
         let (url, delivered) = backend(vec![503, 503]);
         let dir = tempfile::tempdir().unwrap();
-        let mut sink = HttpSink::new(&url, Some(Spool::open(dir.path(), 1 << 20).unwrap()));
+        let mut sink = HttpSink::new(&url, None, Some(Spool::open(dir.path(), 1 << 20).unwrap()));
         assert_eq!(sink.send(&batch(1)).unwrap(), Delivery::Spooled);
         // The spool is not empty: the replay of batch 1 gets the second
         // 503, so batch 2 queues behind it.
@@ -493,7 +511,7 @@ mod tests {
     #[test]
     fn refused_batch_is_returned() {
         let (url, _delivered) = backend(vec![400]);
-        let mut sink = HttpSink::new(&url, None);
+        let mut sink = HttpSink::new(&url, None, None);
         match sink.send(&batch(7)) {
             Err(SinkError::Rejected {
                 reason,
@@ -515,13 +533,14 @@ mod tests {
         let batch = Batch::default();
         let mut sink = HttpSink::new(
             "http://127.0.0.1:9",
+            None,
             Some(Spool::open(dir.path(), 1 << 20).unwrap()),
         );
         assert_eq!(sink.send(&batch).unwrap(), Delivery::Spooled);
         assert_eq!(sink.send(&batch).unwrap(), Delivery::Spooled);
         assert_eq!(sink.spool.as_ref().unwrap().files().unwrap().len(), 2);
 
-        let mut bare = HttpSink::new("http://127.0.0.1:9", None);
+        let mut bare = HttpSink::new("http://127.0.0.1:9", None, None);
         match bare.send(&batch) {
             Err(SinkError::Unavailable { batch: bytes, .. }) => {
                 assert_eq!(Batch::decode(&bytes).unwrap(), batch)

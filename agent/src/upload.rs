@@ -150,13 +150,18 @@ impl SymbolUploader {
     /// Starts the upload thread, sending to the backend at `server` and
     /// looking for separate debug files under `debug_dirs` (in order). The
     /// thread ends when the uploader is dropped and nothing waits.
-    pub fn start(server: &str, debug_dirs: Vec<PathBuf>) -> std::io::Result<SymbolUploader> {
+    pub fn start(
+        server: &str,
+        api_key: Option<&str>,
+        debug_dirs: Vec<PathBuf>,
+    ) -> std::io::Result<SymbolUploader> {
         let shared = Arc::new(Shared::default());
         let base = format!("{}/api/v1/symbols", server.trim_end_matches('/'));
+        let authorization = api_key.map(|key| format!("Bearer {key}"));
         let jobs = shared.clone();
         std::thread::Builder::new()
             .name("kiln-symbols".into())
-            .spawn(move || upload_all(&base, &debug_dirs, &jobs))?;
+            .spawn(move || upload_all(&base, authorization.as_deref(), &debug_dirs, &jobs))?;
         Ok(SymbolUploader { shared })
     }
 
@@ -175,7 +180,7 @@ impl Drop for SymbolUploader {
     }
 }
 
-fn upload_all(base: &str, debug_dirs: &[PathBuf], jobs: &Shared) {
+fn upload_all(base: &str, authorization: Option<&str>, debug_dirs: &[PathBuf], jobs: &Shared) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(3)))
@@ -183,7 +188,7 @@ fn upload_all(base: &str, debug_dirs: &[PathBuf], jobs: &Shared) {
         .build()
         .into();
     while let Some(job) = jobs.next_job() {
-        match upload(&agent, base, debug_dirs, &job) {
+        match upload(&agent, base, authorization, debug_dirs, &job) {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
             Ok(Outcome::Uploaded(path)) => {
                 info!(file_id = %job.file_id, path = %path.display(), "symbols uploaded");
@@ -214,11 +219,16 @@ enum UploadError {
 fn upload(
     agent: &ureq::Agent,
     base: &str,
+    authorization: Option<&str>,
     debug_dirs: &[PathBuf],
     job: &Job,
 ) -> Result<Outcome, UploadError> {
     let url = format!("{base}/{}", job.file_id);
-    let response = agent.head(&url).call()?;
+    let mut head = agent.head(&url);
+    if let Some(authorization) = authorization {
+        head = head.header("authorization", authorization);
+    }
+    let response = head.call()?;
     match response.status().as_u16() {
         200 => return Ok(Outcome::Present),
         404 => {}
@@ -230,7 +240,11 @@ fn upload(
         }
     }
     let (path, data) = read_file(job, debug_dirs)?;
-    let mut response = agent.put(&url).send(&data[..])?;
+    let mut put = agent.put(&url);
+    if let Some(authorization) = authorization {
+        put = put.header("authorization", authorization);
+    }
+    let mut response = put.send(&data[..])?;
     let status = response.status().as_u16();
     if status != 200 {
         let body = response.body_mut().read_to_string().unwrap_or_default();

@@ -92,6 +92,12 @@ async fn get(url: &str) -> Result<Response, String> {
         .await
         .map_err(|e| format!("cannot reach Kiln ({}): is `kiln up` running?", js_text(e)))?
         .unchecked_into();
+    if response.status() == 401 {
+        // No session, or it expired or its key was revoked: log in (the
+        // page comes back here after).
+        let _ = window.location().set_href("/login");
+        return Err("not logged in: opening the login page".to_owned());
+    }
     if !response.ok() {
         let message = body_text(&response).await.unwrap_or_default();
         return Err(format!(

@@ -52,6 +52,144 @@ pub enum Command {
     /// Manage a shared profile store.
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Tenants and their limits (the operator, with the admin token).
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+    /// API keys: make, list and revoke them.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant with a project, and print a new key with ingest and
+    /// read rights on it as the last line of output.
+    Create(TenantCreateArgs),
+    /// List the tenants and their projects.
+    List(OperatorArgs),
+    /// Show a tenant's limits: as set, and as they apply.
+    Limits(TenantNameArgs),
+    /// Set a tenant's limits. Every limit not given goes back to the
+    /// server's default.
+    SetLimits(SetLimitsArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Make a key; its secret is printed once, as the last line.
+    Create(KeyCreateArgs),
+    /// List keys (never their secrets).
+    List(KeyListArgs),
+    /// Revoke a key by its id: requests with it are refused from then on
+    /// (on other nodes within 10 s).
+    Revoke(KeyRevokeArgs),
+}
+
+/// The server and the operator's credential.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+
+    /// The server's admin token. Default: the one `kiln up` keeps in
+    /// DATA_DIR/admin-token, when this machine has it.
+    #[arg(long, env = "KILN_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TenantCreateArgs {
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+
+    /// The tenant's first project.
+    #[arg(long, default_value = "default")]
+    pub project: String,
+
+    /// The tenant's name: lowercase letters, digits, '-' and '_'.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct TenantNameArgs {
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+
+    /// The tenant.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct SetLimitsArgs {
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+
+    /// Samples per second the tenant may send (all its agents and imports).
+    #[arg(long)]
+    pub ingest_samples_per_s: Option<u64>,
+
+    /// Request bytes per second the tenant may send, as sent (compressed).
+    #[arg(long)]
+    pub ingest_bytes_per_s: Option<u64>,
+
+    /// Queries of the tenant's that may run at once on one query node.
+    #[arg(long)]
+    pub max_concurrent_queries: Option<u32>,
+
+    /// Days back the tenant's queries may read.
+    #[arg(long)]
+    pub retention_days: Option<u32>,
+
+    /// The tenant.
+    pub name: String,
+}
+
+/// Whose keys: a tenant named with the admin token (the operator), or
+/// without `--tenant`, the tenant of `--api-key` (a key with the admin role).
+#[derive(Debug, Args)]
+pub struct KeyScopeArgs {
+    #[command(flatten)]
+    pub operator: OperatorArgs,
+
+    /// The tenant (needs the admin token). Without it: the tenant of
+    /// --api-key, which must have the admin role.
+    #[arg(long)]
+    pub tenant: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyCreateArgs {
+    #[command(flatten)]
+    pub scope: KeyScopeArgs,
+
+    /// The project the key grants. Default: the operator's "default", or
+    /// the project of --api-key.
+    #[arg(long)]
+    pub project: Option<String>,
+
+    /// What the key may do: ingest (agents, imports, symbol uploads), read
+    /// (queries, the UI), admin (the tenant's keys), comma-separated.
+    #[arg(long, default_value = "ingest,read")]
+    pub roles: String,
+
+    /// What the key is for, shown in listings.
+    #[arg(long, default_value = "")]
+    pub label: String,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyListArgs {
+    #[command(flatten)]
+    pub scope: KeyScopeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct KeyRevokeArgs {
+    #[command(flatten)]
+    pub scope: KeyScopeArgs,
+
+    /// The key's id (`kiln key list` shows it).
+    pub id: i64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,6 +245,39 @@ impl DebuginfodArg {
     }
 }
 
+/// The limits of tenants that have none of their own (`kiln tenant
+/// set-limits` sets a tenant's).
+#[derive(Debug, Args)]
+pub struct QuotaArgs {
+    /// Samples per second a tenant may send, by default.
+    #[arg(long, env = "KILN_DEFAULT_INGEST_SAMPLES_PER_S", default_value_t = kiln_actors::http::QuotaDefaults::default().ingest_samples_per_s)]
+    pub default_ingest_samples_per_s: u64,
+
+    /// Request bytes per second a tenant may send (as sent), by default.
+    #[arg(long, env = "KILN_DEFAULT_INGEST_BYTES_PER_S", default_value_t = kiln_actors::http::QuotaDefaults::default().ingest_bytes_per_s)]
+    pub default_ingest_bytes_per_s: u64,
+
+    /// Queries a tenant may run at once on one query node, by default.
+    #[arg(long, env = "KILN_DEFAULT_MAX_CONCURRENT_QUERIES", default_value_t = kiln_actors::http::QuotaDefaults::default().max_concurrent_queries)]
+    pub default_max_concurrent_queries: u32,
+
+    /// Days back a tenant's queries may read, by default (none: all data).
+    #[arg(long, env = "KILN_DEFAULT_RETENTION_DAYS")]
+    pub default_retention_days: Option<u32>,
+}
+
+impl QuotaArgs {
+    /// The defaults given.
+    pub fn defaults(&self) -> kiln_actors::http::QuotaDefaults {
+        kiln_actors::http::QuotaDefaults {
+            ingest_samples_per_s: self.default_ingest_samples_per_s,
+            ingest_bytes_per_s: self.default_ingest_bytes_per_s,
+            max_concurrent_queries: self.default_max_concurrent_queries,
+            retention_days: self.default_retention_days,
+        }
+    }
+}
+
 /// `--admin-token` of the processes that serve symbol uploads.
 #[derive(Debug, Args)]
 pub struct AdminTokenArg {
@@ -159,7 +330,13 @@ pub struct GatewayArgs {
     )]
     pub cluster_secret: Option<String>,
     #[command(flatten)]
+    pub metadata: MetadataArg,
+    #[command(flatten)]
+    pub bus_key: BusKeyArg,
+    #[command(flatten)]
     pub admin: AdminTokenArg,
+    #[command(flatten)]
+    pub quota: QuotaArgs,
 }
 
 #[derive(Debug, Args)]
@@ -169,7 +346,39 @@ pub struct WorkerArgs {
     #[command(flatten)]
     pub stores: StoresArgs,
     #[command(flatten)]
+    pub bus_key: BusKeyArg,
+    #[command(flatten)]
     pub debuginfod: DebuginfodArg,
+}
+
+/// `--metadata`: where tenants, keys and limits live (gateways and query
+/// nodes check every request's key there).
+#[derive(Debug, Args)]
+pub struct MetadataArg {
+    /// The metadata store: postgres://USER@HOST:PORT/DB (its schema is
+    /// made by `kiln store migrate --store` on the same database), or
+    /// file:///PATH/metadata.json (one process only).
+    #[arg(long, env = "KILN_METADATA", value_parser = parse_metadata_url)]
+    pub metadata: kiln_actors::backends::MetadataUrl,
+}
+
+/// `--bus-key`: what gateways sign bus records with and workers check.
+#[derive(Debug, Args)]
+pub struct BusKeyArg {
+    /// The key bus records are signed with (HMAC-SHA256): the same on
+    /// every gateway and worker, at least 16 characters. A worker stores
+    /// only records signed with it, so the tenant a record names is the
+    /// one a gateway authenticated. Prefer the environment variable.
+    #[arg(long, env = "KILN_BUS_KEY", hide_env_values = true)]
+    pub bus_key: String,
+}
+
+impl BusKeyArg {
+    /// The key given, checked.
+    pub fn key(&self) -> anyhow::Result<kiln_actors::envelope::BusKey> {
+        use anyhow::Context;
+        kiln_actors::envelope::BusKey::new(&self.bus_key).context("--bus-key")
+    }
 }
 
 #[derive(Debug, Args)]
@@ -188,7 +397,11 @@ pub struct QueryArgs {
     #[command(flatten)]
     pub debuginfod: DebuginfodArg,
     #[command(flatten)]
+    pub metadata: MetadataArg,
+    #[command(flatten)]
     pub admin: AdminTokenArg,
+    #[command(flatten)]
+    pub quota: QuotaArgs,
 }
 
 /// `--peers` and what goes with it: query nodes that share scans.
@@ -240,6 +453,11 @@ fn parse_bus_url(text: &str) -> Result<kiln_actors::backends::BusUrl, String> {
 }
 
 fn parse_store_url(text: &str) -> Result<kiln_actors::backends::StoreUrl, String> {
+    text.parse()
+        .map_err(|e: kiln_actors::backends::BackendError| e.to_string())
+}
+
+fn parse_metadata_url(text: &str) -> Result<kiln_actors::backends::MetadataUrl, String> {
     text.parse()
         .map_err(|e: kiln_actors::backends::BackendError| e.to_string())
 }
@@ -445,6 +663,9 @@ pub struct UpArgs {
 
     #[command(flatten)]
     pub admin: AdminTokenArg,
+
+    #[command(flatten)]
+    pub quota: QuotaArgs,
 }
 
 #[derive(Debug, Args)]
@@ -452,6 +673,12 @@ pub struct ServerArg {
     /// URL of the Kiln server.
     #[arg(long, env = "KILN_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
+
+    /// The API key to send (`kiln tenant create` and `kiln key create`
+    /// print one). Default: the key a local `kiln up` keeps in
+    /// DATA_DIR/api-key, when this machine has it.
+    #[arg(long, env = "KILN_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
 }
 
 /// Profile file formats `kiln import` reads.

@@ -9,7 +9,130 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kiln_formats::Format;
 use ureq::Agent;
 
-use crate::cli::{FlamegraphArgs, ImportArgs, ImportFormat, OutputFormat};
+use crate::cli::{FlamegraphArgs, ImportArgs, ImportFormat, OutputFormat, ServerArg};
+
+/// A running Kiln and the credential every request to it carries.
+#[derive(Debug, Clone)]
+pub(crate) struct Server {
+    agent: Agent,
+    base: String,
+    bearer: Option<String>,
+}
+
+impl Server {
+    /// The server of `arg`, with its `--api-key` or else the key a local
+    /// `kiln up` keeps ([`kiln_actors::API_KEY_FILE`]).
+    pub(crate) fn with_api_key(arg: &ServerArg) -> anyhow::Result<Server> {
+        let bearer = match &arg.api_key {
+            Some(key) => Some(key.clone()),
+            None => local_secret(kiln_actors::API_KEY_FILE)?,
+        };
+        Ok(Server::with_bearer(arg, bearer))
+    }
+
+    /// The server of `arg`, presenting `bearer` (an API key or the admin
+    /// token).
+    pub(crate) fn with_bearer(arg: &ServerArg, bearer: Option<String>) -> Server {
+        Server {
+            agent: agent(),
+            base: arg.server.clone(),
+            bearer,
+        }
+    }
+
+    /// The server's URL, for messages.
+    pub(crate) fn name(&self) -> &str {
+        &self.base
+    }
+
+    /// `base + path?query`.
+    pub(crate) fn url(&self, path: &str, query: &[(&str, &str)]) -> String {
+        url(&self.base, path, query)
+    }
+
+    fn authorize<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.bearer {
+            Some(bearer) => request.header("Authorization", format!("Bearer {bearer}")),
+            None => request,
+        }
+    }
+
+    pub(crate) fn get(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+        self.authorize(self.agent.get(self.url(path, query)))
+    }
+
+    pub(crate) fn head(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+        self.authorize(self.agent.head(self.url(path, &[])))
+    }
+
+    pub(crate) fn delete(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+        self.authorize(self.agent.delete(self.url(path, &[])))
+    }
+
+    pub(crate) fn post(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        self.authorize(self.agent.post(self.url(path, query)))
+    }
+
+    pub(crate) fn put(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        self.authorize(self.agent.put(self.url(path, &[])))
+    }
+
+    /// Whether `HEAD path` finds something (200) or not (404). A `HEAD`
+    /// answer has no body to explain a refusal, so 401 and 403 are
+    /// explained here.
+    pub(crate) fn exists(&self, path: &str) -> anyhow::Result<bool> {
+        let response = self
+            .head(path)
+            .call()
+            .with_context(|| format!("asking {}", self.name()))?;
+        match response.status().as_u16() {
+            200 => Ok(true),
+            404 => Ok(false),
+            status @ (401 | 403) => Err(Refused(format!(
+                "server answered {status}: {} (give a key with --api-key or KILN_API_KEY; \
+                 global writes need --admin-token)",
+                match self.bearer {
+                    None => "no credential was sent",
+                    Some(_) => "the credential sent was refused",
+                }
+            ))
+            .into()),
+            status => Err(failure(status, "")),
+        }
+    }
+}
+
+/// The server refused the credential: every other request would be
+/// refused the same way, so a loop over files stops at once.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Refused(pub String);
+
+/// A secret a local `kiln up` keeps in its data directory (`file`), when
+/// this machine has one: `KILN_DATA_DIR`, else the user's data directory.
+pub(crate) fn local_secret(file: &str) -> anyhow::Result<Option<String>> {
+    let dir = match std::env::var_os("KILN_DATA_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => match crate::up::default_data_dir() {
+            Ok(dir) => dir,
+            Err(_) => return Ok(None),
+        },
+    };
+    let path = dir.join(file);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text.trim().to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
 
 /// An HTTP agent that hands 4xx/5xx answers back as responses, so that the
 /// server's error message can be shown.
@@ -57,9 +180,9 @@ fn serde_json_error(body: &str) -> Option<String> {
 }
 
 pub fn import(args: ImportArgs) -> anyhow::Result<()> {
-    let agent = agent();
+    let server = Server::with_api_key(&args.server)?;
     each_file(&args.files, "import", |path| {
-        import_one(&agent, &args, path)
+        import_one(&server, &args, path)
     })
 }
 
@@ -86,7 +209,7 @@ pub fn each_file(
     Ok(())
 }
 
-fn import_one(agent: &Agent, args: &ImportArgs, path: &Path) -> anyhow::Result<String> {
+fn import_one(server: &Server, args: &ImportArgs, path: &Path) -> anyhow::Result<String> {
     let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let format = match args.format {
         ImportFormat::Auto => Format::detect(&body),
@@ -103,13 +226,11 @@ fn import_one(agent: &Agent, args: &ImportArgs, path: &Path) -> anyhow::Result<S
     for (name, value) in &args.labels {
         query.push((name, value));
     }
-    let url = url(&args.server.server, "/api/v1/import", &query);
-
     let text = send_with_progress(
-        agent.post(&url),
+        server.post("/api/v1/import", &query),
         &body,
         format!("uploading {} ({format_name})", path.display()),
-        &args.server.server,
+        server.name(),
     )?;
     Ok(text.trim().to_owned())
 }
@@ -156,11 +277,11 @@ pub fn flamegraph(args: FlamegraphArgs) -> anyhow::Result<()> {
     for (name, value) in &args.filters {
         query.push((name, value));
     }
-    let url = url(&args.server.server, "/api/v1/flamegraph", &query);
-    let mut response = agent()
-        .get(&url)
+    let server = Server::with_api_key(&args.server)?;
+    let mut response = server
+        .get("/api/v1/flamegraph", &query)
         .call()
-        .with_context(|| format!("asking {}", args.server.server))?;
+        .with_context(|| format!("asking {}", server.name()))?;
     let status = response.status().as_u16();
     let mut body = Vec::new();
     response

@@ -33,10 +33,18 @@ pub fn config(frequency_hz: u64, cgroup: Option<PathBuf>) -> anyhow::Result<Agen
     Ok(config)
 }
 
-/// Starts the agent, sending to the server at `addr`. When the agent
-/// cannot start (no root, no BPF), says why and returns `None`: the server
-/// is useful without it.
+/// Starts the agent, sending to the server at `addr` with `kiln up`'s own
+/// key (read from the data directory). When the agent cannot start (no
+/// root, no BPF), says why and returns `None`: the server is useful
+/// without it.
 pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<LocalAgent> {
+    let api_key = match std::fs::read_to_string(data_dir.join(kiln_actors::API_KEY_FILE)) {
+        Ok(key) => key.trim().to_owned(),
+        Err(e) => {
+            warn!(error = %e, "not profiling this machine: kiln up's api key is unreadable");
+            return None;
+        }
+    };
     let frequency_hz = config.frequency_hz;
     let mut agent = match Agent::start(config) {
         Ok(agent) => agent,
@@ -56,7 +64,7 @@ pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<L
     // The files it samples get symbols on this server without a step of
     // the user's own.
     let debug_dirs = vec![std::path::PathBuf::from(kiln_agent::DEFAULT_DEBUG_DIR)];
-    if let Err(e) = agent.upload_symbols_to(&server, debug_dirs) {
+    if let Err(e) = agent.upload_symbols_to(&server, Some(&api_key), debug_dirs) {
         warn!(error = %e, "the local agent will not upload symbols");
     }
     // CUDA processes started with CUDA_INJECTION64_PATH=libkiln_cuda.so
@@ -72,7 +80,7 @@ pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<L
     let thread = {
         let stop = stop.clone();
         let mut agent = agent;
-        let mut sink = HttpSink::new(&server, spool);
+        let mut sink = HttpSink::new(&server, Some(&api_key), spool);
         std::thread::Builder::new()
             .name("kiln-agent".into())
             .spawn(move || {

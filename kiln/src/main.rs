@@ -8,6 +8,7 @@ mod gpu_dump;
 mod local_agent;
 mod roles;
 mod symbols;
+mod tenants;
 mod up;
 
 use std::process::ExitCode;
@@ -42,6 +43,8 @@ fn try_main(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(args) => roles::worker(args),
         Command::Query(args) => roles::query(args),
         Command::Store(cli::StoreCommand::Migrate(args)) => roles::migrate(args),
+        Command::Tenant(command) => tenants::tenant(command),
+        Command::Key(command) => tenants::key(command),
     }
 }
 

@@ -23,12 +23,16 @@ pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     };
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
+        let bus_key = args.bus_key.key()?;
         let (store, objects) = open_stores(&args.stores).await?;
+        let metadata = args.metadata.metadata.open().await?;
         let mut http = HttpOptions::new(args.listen);
         http.admin_token = args.admin.token()?;
-        let running = roles::start_gateway(bus, store, objects, query_nodes, http)
-            .await
-            .context("starting the gateway")?;
+        http.quota = args.quota.defaults();
+        let running =
+            roles::start_gateway(bus, store, objects, metadata, query_nodes, http, bus_key)
+                .await
+                .context("starting the gateway")?;
         println!("Kiln gateway is up: http://{}/", running.local_addr);
         println!("  bus:     {}", args.bus.bus);
         running.server.await.context("serving HTTP")
@@ -38,9 +42,16 @@ pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
 pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
+        let bus_key = args.bus_key.key()?;
         let (store, objects) = open_stores(&args.stores).await?;
-        roles::start_worker(bus, store, objects, args.debuginfod.symbolizer_config())
-            .await
+        roles::start_worker(
+            bus,
+            store,
+            objects,
+            args.debuginfod.symbolizer_config(),
+            bus_key,
+        )
+        .await
             .context("joining the workers' consumer group")?;
         println!("Kiln worker is up");
         println!("  bus:     {}", args.bus.bus);
@@ -55,13 +66,15 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
     let peers = peer_options(args.peers)?;
     actix_rt::System::new().block_on(async move {
         let (store, objects) = open_stores(&args.stores).await?;
+        let metadata = args.metadata.metadata.open().await?;
         let mut http = HttpOptions::new(args.listen);
         let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
         http.workers = http.workers.max(1);
         http.admin_token = args.admin.token()?;
+        http.quota = args.quota.defaults();
         let symbolizer = args.debuginfod.symbolizer_config();
         let running =
-            roles::start_query(store, objects, aggregators, symbolizer, peers.clone(), http)
+            roles::start_query(store, objects, metadata, aggregators, symbolizer, peers.clone(), http)
                 .await
                 .context("starting the query node")?;
         println!("Kiln query node is up: http://{}/", running.local_addr);

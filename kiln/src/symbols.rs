@@ -10,46 +10,34 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kiln_symbolizer_workers::{
     DebugDirs, DebugMember, ExtractOptions, Frame, Ksym, debug_files_in_deb, extract, file_id, ksym,
 };
-use ureq::Agent;
-
 use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
-use crate::client::{agent, each_file, failure, send_with_progress, url};
+use crate::client::{Refused, Server, each_file, failure, local_secret, send_with_progress};
 
 /// `kiln symbols upload`: for each file, asks whether the server has its
 /// symbols (`HEAD`) and sends the file when not (`PUT`); the server
 /// extracts the symbols itself. Exits non-zero when any file failed.
 pub fn upload(args: UploadArgs) -> anyhow::Result<()> {
-    let agent = agent();
+    let server = Server::with_api_key(&args.server)?;
     each_file(&args.files, "upload", |path| {
-        upload_one(&agent, &args, path)
+        upload_one(&server, &args, path)
     })
 }
 
-fn upload_one(agent: &Agent, args: &UploadArgs, path: &Path) -> anyhow::Result<String> {
+fn upload_one(server: &Server, args: &UploadArgs, path: &Path) -> anyhow::Result<String> {
     let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     // The same id the agent gives the file, so the symbols meet its frames.
     let id = file_id(&body);
-    let url = url(&args.server.server, &format!("/api/v1/symbols/{id}"), &[]);
-    if !args.force {
-        let response = agent
-            .head(&url)
-            .call()
-            .with_context(|| format!("asking {}", args.server.server))?;
-        match response.status().as_u16() {
-            200 => {
-                return Ok(format!(
-                    "{id} already has symbols (skipped; --force uploads)"
-                ));
-            }
-            404 => {}
-            status => return Err(failure(status, "")),
-        }
+    let path_of_id = format!("/api/v1/symbols/{id}");
+    if !args.force && server.exists(&path_of_id)? {
+        return Ok(format!(
+            "{id} already has symbols (skipped; --force uploads)"
+        ));
     }
     let text = send_with_progress(
-        agent.put(&url),
+        server.put(&path_of_id),
         &body,
         format!("uploading {}", path.display()),
-        &args.server.server,
+        server.name(),
     )?;
     let stored: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     let ranges = stored["ranges"].as_u64().unwrap_or(0);
@@ -80,13 +68,16 @@ struct CrawlTally {
 /// the same [`FileId`](kiln_symbolizer_workers::file_id) the agent gives
 /// the stripped library. Exits non-zero when any file or package failed.
 pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
-    let token = admin_token(&args)?;
+    let token = match &args.admin_token {
+        Some(token) => Some(token.clone()),
+        None => local_secret(kiln_actors::ADMIN_TOKEN_FILE)?,
+    };
+    let server = Server::with_bearer(&args.server, token);
     let downloads = Downloads::create()?;
     let mut debs = Vec::new();
     for source in &args.sources {
         debs.extend(debs_of(source, downloads.path())?);
     }
-    let agent = crate::client::agent();
     let mut tally = CrawlTally::default();
     for deb in &debs {
         let mut members = Vec::new();
@@ -105,7 +96,7 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
         let name = deb.file_name().unwrap_or_default().to_string_lossy();
         bar.set_message(name.into_owned());
         for member in members {
-            match crawl_one(&agent, &args, token.as_deref(), &member) {
+            match crawl_one(&server, &args, &member) {
                 Ok(true) => tally.uploaded += 1,
                 Ok(false) => tally.present += 1,
                 // Every other file would be refused the same way.
@@ -132,67 +123,20 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server refused the admin token (or its absence): the message is
-/// the server's, which says what to do.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Refused(String);
-
-/// The admin token to send: `--admin-token` (or `KILN_ADMIN_TOKEN`), else
-/// the one a local `kiln up` keeps in its data directory, if there is one.
-fn admin_token(args: &CrawlArgs) -> anyhow::Result<Option<String>> {
-    if let Some(token) = &args.admin_token {
-        return Ok(Some(token.clone()));
-    }
-    let dir = match std::env::var_os("KILN_DATA_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => match crate::up::default_data_dir() {
-            Ok(dir) => dir,
-            Err(_) => return Ok(None),
-        },
-    };
-    let path = dir.join(kiln_actors::ADMIN_TOKEN_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(text.trim().to_owned())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading the admin token in {}", path.display())),
-    }
-}
 
 /// Uploads one debug file to the global store; `false` when the store had
 /// its symbols already.
-fn crawl_one(
-    agent: &Agent,
-    args: &CrawlArgs,
-    token: Option<&str>,
-    member: &DebugMember,
-) -> anyhow::Result<bool> {
+fn crawl_one(server: &Server, args: &CrawlArgs, member: &DebugMember) -> anyhow::Result<bool> {
     let id = file_id(&member.data);
-    let url = crate::client::url(
-        &args.server.server,
-        &format!("/api/v1/symbols/global/{id}"),
-        &[],
-    );
-    if !args.force {
-        let response = agent
-            .head(&url)
-            .call()
-            .with_context(|| format!("asking {}", args.server.server))?;
-        match response.status().as_u16() {
-            200 => return Ok(false),
-            404 => {}
-            status => return Err(failure(status, "")),
-        }
+    let path = format!("/api/v1/symbols/global/{id}");
+    if !args.force && server.exists(&path)? {
+        return Ok(false);
     }
-    let mut request = agent
-        .put(&url)
-        .header("Content-Type", "application/octet-stream");
-    if let Some(token) = token {
-        request = request.header("Authorization", format!("Bearer {token}"));
-    }
-    let mut response = request
+    let mut response = server
+        .put(&path)
+        .header("Content-Type", "application/octet-stream")
         .send(&member.data[..])
-        .with_context(|| format!("sending to {}", args.server.server))?;
+        .with_context(|| format!("sending to {}", server.name()))?;
     let status = response.status().as_u16();
     if status != 200 {
         let text = response.body_mut().read_to_string().unwrap_or_default();

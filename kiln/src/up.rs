@@ -26,6 +26,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut options = EmbeddedOptions::new(data_dir.clone(), args.listen);
     options.symbolizer = args.debuginfod.symbolizer_config();
     options.admin_token = args.admin.token()?;
+    options.quota = args.quota.defaults();
     let token_note = match options.admin_token {
         Some(_) => "from --admin-token".to_owned(),
         None => format!("in {}", data_dir.join(ADMIN_TOKEN_FILE).display()),
@@ -35,7 +36,15 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("starting Kiln with data in {}", data_dir.display()))?;
         println!("Kiln is up: http://{}/", running.local_addr);
+        if let Some(login) = &running.login_path {
+            // The one-time link logs a browser in without typing a key.
+            println!("  login:  http://{}{login}", running.local_addr);
+        }
         println!("  data:   {}", data_dir.display());
+        println!(
+            "  key:    {} (kiln import, kiln flamegraph and kiln symbols on this machine use it)",
+            data_dir.join(kiln_actors::API_KEY_FILE).display()
+        );
         let ui_dir = kiln_actors::http::ui_dir();
         if !ui_dir.join("index.html").is_file() {
             println!(
@@ -47,7 +56,9 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             "  import: kiln import --server http://{} FILE",
             running.local_addr
         );
-        println!("  admin:  token {token_note} (global symbol writes: kiln symbols crawl)");
+        println!(
+            "  admin:  token {token_note} (kiln tenant, kiln key, kiln symbols crawl)"
+        );
         let agent = agent_config
             .and_then(|config| local_agent::start(config, running.local_addr, &data_dir));
         if agent.is_some() {

@@ -12,6 +12,15 @@ pub struct Server {
     child: Child,
     pub url: String,
     pub data_dir: PathBuf,
+    /// `/login?code=…`, the one-time login link `kiln up` printed.
+    login_path: Option<String>,
+    /// The API key `kiln up` made for itself (every role, on the default
+    /// tenant and project), from `data_dir/api-key`: what [`Server::get`],
+    /// [`Server::post`] and [`Server::get_encoded`] send.
+    pub key: String,
+    /// The operator's admin token, from `data_dir/admin-token` (or as given
+    /// with `--admin-token`).
+    pub admin_token: String,
 }
 
 impl Server {
@@ -51,13 +60,64 @@ impl Server {
                 break rest.trim_end_matches('/').to_owned();
             }
         };
+        // The login link is the next line.
+        let login_path = lines.next().and_then(Result::ok).and_then(|line| {
+            let link = line.trim().strip_prefix("login:")?.trim().to_owned();
+            link.strip_prefix(&url).map(str::to_owned)
+        });
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
+        // Both are written before the server listens, so before its URL.
+        let key = read_secret(&data_dir.join(kiln_actors::API_KEY_FILE));
+        // A token given (flag, then environment) is not kept in the file.
+        let given = extra
+            .iter()
+            .position(|a| *a == "--admin-token")
+            .map(|i| extra[i + 1].to_owned())
+            .or_else(|| {
+                env.iter()
+                    .find(|(name, _)| *name == "KILN_ADMIN_TOKEN")
+                    .map(|(_, value)| value.to_string())
+            })
+            .or_else(|| std::env::var("KILN_ADMIN_TOKEN").ok());
+        let admin_token =
+            given.unwrap_or_else(|| read_secret(&data_dir.join(kiln_actors::ADMIN_TOKEN_FILE)));
         Server {
             child,
             url,
             data_dir: data_dir.to_owned(),
+            login_path,
+            key,
+            admin_token,
         }
+    }
+
+    /// `Authorization: Bearer` with the server's own API key.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.key)
+    }
+
+    /// A `kiln` command (`kiln import`, `kiln symbols upload`, …) that
+    /// finds this server's API key and admin token the way it would on the
+    /// same machine: in the server's data directory (`KILN_DATA_DIR`).
+    pub fn cli(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        command
+            .env("KILN_LOG", "warn")
+            .env("KILN_DATA_DIR", &self.data_dir)
+            .env_remove("KILN_API_KEY")
+            .env_remove("KILN_ADMIN_TOKEN");
+        command
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The one-time login link's path and query, as `kiln up` printed it.
+    pub fn login_path(&self) -> Option<&str> {
+        self.login_path.as_deref()
     }
 
     /// Stops the server the way Ctrl-C does, and waits for it.
@@ -76,6 +136,7 @@ impl Server {
     pub fn get(&self, path_and_query: &str) -> (u16, String) {
         let mut response = agent()
             .get(format!("{}{path_and_query}", self.url))
+            .header("authorization", self.bearer())
             .call()
             .expect("GET");
         let status = response.status().as_u16();
@@ -97,6 +158,7 @@ impl Server {
     ) -> (u16, Option<String>, Vec<u8>) {
         let mut response = agent()
             .get(format!("{}{path_and_query}", self.url))
+            .header("authorization", self.bearer())
             .header("accept-encoding", accept_encoding)
             .call()
             .expect("GET");
@@ -117,6 +179,7 @@ impl Server {
     pub fn post(&self, path_and_query: &str, body: &[u8]) -> Result<(u16, String), ureq::Error> {
         let mut response = agent()
             .post(format!("{}{path_and_query}", self.url))
+            .header("authorization", self.bearer())
             .send(body)?;
         let status = response.status().as_u16();
         let mut text = String::new();
@@ -148,6 +211,19 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A secret `kiln up` keeps in its data directory, trimmed.
+fn read_secret(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| {
+            panic!(
+                "kiln up is serving, yet {} cannot be read: {e}",
+                path.display()
+            )
+        })
+        .trim()
+        .to_owned()
 }
 
 fn agent() -> ureq::Agent {

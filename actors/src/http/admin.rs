@@ -1,5 +1,6 @@
-//! The admin credential: a bearer token that writes to what every tenant
-//! shares (today: the global symbol store) must present.
+//! The admin credential: the operator's bearer token. It creates tenants
+//! and sets their limits, and writes to what every tenant shares (the
+//! global symbol store); it belongs to no tenant and reads no profiles.
 //!
 //! A server is given its token (`--admin-token`, `KILN_ADMIN_TOKEN`), or
 //! `kiln up` makes one and keeps it in its data directory
@@ -12,11 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use actix_web::HttpRequest;
-use actix_web::http::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
-
-use super::error::ApiError;
 
 /// What a generated token starts with, so that a leaked one is easy to
 /// grep for.
@@ -105,7 +102,7 @@ impl AdminToken {
 
     /// Whether `presented` is the token. Both are hashed first, so the
     /// comparison's time says nothing about how much of a guess was right.
-    fn matches(&self, presented: &str) -> bool {
+    pub(crate) fn matches(&self, presented: &str) -> bool {
         Sha256::digest(self.0.as_bytes()) == Sha256::digest(presented.as_bytes())
     }
 }
@@ -120,79 +117,9 @@ fn owner_only_file(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// Lets the request through when it carries `Authorization: Bearer
-/// <token>` with the server's admin token: 401 when it carries none (or
-/// not as a bearer token), 403 when it is wrong or the server has none.
-pub(crate) fn require(
-    configured: Option<&AdminToken>,
-    request: &HttpRequest,
-    what: &str,
-) -> Result<(), ApiError> {
-    let Some(token) = configured else {
-        return Err(ApiError::Forbidden(format!(
-            "{what} is disabled on this server: it has no admin token (start it with --admin-token or KILN_ADMIN_TOKEN)"
-        )));
-    };
-    let Some(header) = request.headers().get(AUTHORIZATION) else {
-        return Err(ApiError::Unauthorized(format!(
-            "{what} needs the admin token: send \"Authorization: Bearer <token>\" (kiln symbols crawl --admin-token, or KILN_ADMIN_TOKEN)"
-        )));
-    };
-    let presented = header
-        .to_str()
-        .ok()
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
-        None => Err(ApiError::Unauthorized(format!(
-            "{what} needs the admin token as \"Authorization: Bearer <token>\"; the Authorization header is not a bearer token"
-        ))),
-        Some(presented) if token.matches(presented) => Ok(()),
-        Some(_) => Err(ApiError::Forbidden(format!(
-            "{what}: the admin token is wrong"
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use actix_web::test::TestRequest;
-
     use super::*;
-
-    fn status(result: Result<(), ApiError>) -> Option<u16> {
-        use actix_web::ResponseError;
-        result.err().map(|e| e.status_code().as_u16())
-    }
-
-    #[test]
-    fn bearer_token_is_checked() {
-        let token = AdminToken::new("0123456789abcdef").unwrap();
-        let with = |value: &str| {
-            TestRequest::default()
-                .insert_header((AUTHORIZATION, value))
-                .to_http_request()
-        };
-        let none = TestRequest::default().to_http_request();
-        assert_eq!(status(require(Some(&token), &none, "w")), Some(401));
-        assert_eq!(
-            status(require(Some(&token), &with("Basic abc"), "w")),
-            Some(401)
-        );
-        assert_eq!(
-            status(require(Some(&token), &with("Bearer 0123456789abcdeF"), "w")),
-            Some(403)
-        );
-        assert_eq!(
-            status(require(Some(&token), &with("Bearer 0123456789abcdef"), "w")),
-            None
-        );
-        // No token configured: refused whatever is presented.
-        assert_eq!(
-            status(require(None, &with("Bearer 0123456789abcdef"), "w")),
-            Some(403)
-        );
-    }
 
     #[test]
     fn short_or_spaced_tokens_are_refused() {

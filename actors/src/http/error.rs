@@ -19,6 +19,25 @@ pub enum ApiError {
     /// The credential is wrong, or the server allows no one this request.
     #[error("{0}")]
     Forbidden(String),
+    /// What the request names does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// What the request would create exists already.
+    #[error("{0}")]
+    Conflict(String),
+    /// The request body is larger than the route accepts (compressed or
+    /// decompressed); the message names the limit.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The caller is over a rate or concurrency limit; retry after
+    /// `retry_after_s` seconds.
+    #[error("{message}")]
+    TooManyRequests {
+        /// Which limit, its value, and how it is changed.
+        message: String,
+        /// Seconds until a retry can succeed (`Retry-After`).
+        retry_after_s: u64,
+    },
     /// The ingest bus cannot take the batch now; the client should retry.
     #[error("{0}")]
     Unavailable(String),
@@ -30,6 +49,22 @@ pub enum ApiError {
 impl ApiError {
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::BadRequest(message.into())
+    }
+}
+
+impl From<kiln_storage::StoreError> for ApiError {
+    /// A store's refusal of what the caller sent is the caller's error; a
+    /// failing store is ours.
+    fn from(e: kiln_storage::StoreError) -> Self {
+        use kiln_storage::StoreError as E;
+        match e {
+            E::InvalidName { .. } | E::InvalidArgument { .. } | E::InvalidMetric(_) => {
+                ApiError::BadRequest(e.to_string())
+            }
+            E::NotFound { .. } => ApiError::NotFound(e.to_string()),
+            E::AlreadyExists { .. } => ApiError::Conflict(e.to_string()),
+            _ => ApiError::Internal(e.to_string()),
+        }
     }
 }
 
@@ -48,6 +83,10 @@ impl ResponseError for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -58,6 +97,9 @@ impl ResponseError for ApiError {
         match self {
             ApiError::Unavailable(_) => {
                 response.insert_header(("Retry-After", "5"));
+            }
+            ApiError::TooManyRequests { retry_after_s, .. } => {
+                response.insert_header(("Retry-After", retry_after_s.max(&1).to_string()));
             }
             ApiError::Unauthorized(_) => {
                 response.insert_header(("WWW-Authenticate", "Bearer"));

@@ -3,17 +3,27 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_formats::{Format, ImportOptions};
 use kiln_model::{Batch, BatchError, LabelSet};
-use kiln_storage::ObjectKey;
+use kiln_storage::{ObjectKey, Scope};
 use serde::Serialize;
 use tracing::warn;
 
+use super::auth::extract::Ingester;
+use super::body::{self, BodyLimit, IMPORT_BODY, INGEST_BODY};
 use super::error::ApiError;
 use super::params::{label_params, now_ns};
+use super::quota::Metered;
 use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
+
+/// Largest refused batch kept aside for a newer backend; larger ones are
+/// only logged. With [`MAX_REFUSED_PER_HOUR`] this bounds what a tenant's
+/// refused batches can store per gateway: 64 MiB an hour.
+const MAX_REFUSED_BYTES: usize = 4 << 20;
+/// Refused batches kept per tenant and hour on one gateway.
+const MAX_REFUSED_PER_HOUR: u32 = 16;
 
 /// Sampling frequency assumed for imports that do not carry one.
 const DEFAULT_IMPORT_HZ: f64 = 100.0;
@@ -45,10 +55,12 @@ pub(crate) struct Accepted {
 /// written (or after 30 s, with `queryable: false`: they are durable and will
 /// be written).
 pub(crate) async fn import(
+    Ingester(scope): Ingester,
     state: web::Data<AppState>,
     ingest: web::Data<IngestState>,
     params: web::Query<BTreeMap<String, String>>,
-    body: web::Bytes,
+    request: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let format: Format = params
         .get("format")
@@ -79,13 +91,19 @@ pub(crate) async fn import(
         labels,
         ..ImportOptions::new(now_ns())
     };
+    let body = ingest
+        .read_metered(&state, &scope, &request, payload, IMPORT_BODY)
+        .await?;
     // Parsing is CPU-bound: keep it off the server's event loop.
     let imported = web::block(move || kiln_formats::import(format, &body, &options))
         .await
         .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
+    ingest
+        .admit_samples(&state, &scope, imported.batch.sample_count())
+        .await?;
     let published = ingest
-        .publish(&state, &imported.batch.source, &imported.batch.encode())
+        .publish(&scope, &imported.batch.source, &imported.batch.encode())
         .await?;
     let queryable = ingest
         .progress
@@ -103,10 +121,15 @@ pub(crate) async fn import(
 /// `POST /api/v1/ingest` with an encoded [`Batch`] as the body: what agents
 /// send. Answers once the batch is durable on the bus.
 pub(crate) async fn ingest(
+    Ingester(scope): Ingester,
     state: web::Data<AppState>,
     ingest: web::Data<IngestState>,
-    body: web::Bytes,
+    request: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let body = ingest
+        .read_metered(&state, &scope, &request, payload, INGEST_BODY)
+        .await?;
     let bytes = body.clone();
     let decoded = web::block(move || Batch::decode(&bytes))
         .await
@@ -119,12 +142,15 @@ pub(crate) async fn ingest(
                 BatchError::UnsupportedVersion { .. } | BatchError::UnsupportedFlags { .. }
             ) {
                 // A newer agent: keep its batch for a newer backend.
-                state.keep_refused(&body).await;
+                ingest.keep_refused(&state, &scope, &body).await;
             }
             return Err(ApiError::bad_request(format!("batch refused: {e}")));
         }
     };
-    ingest.publish(&state, &batch.source, &body).await?;
+    ingest
+        .admit_samples(&state, &scope, batch.sample_count())
+        .await?;
+    ingest.publish(&scope, &batch.source, &body).await?;
     Ok(HttpResponse::Ok().json(Accepted {
         format: None,
         samples: batch.sample_count(),
@@ -135,19 +161,67 @@ pub(crate) async fn ingest(
 }
 
 impl IngestState {
-    /// Publishes an encoded batch for the caller's scope; durable on return.
-    async fn publish(
+    /// Reads a request body under `limit`, metered against the tenant's
+    /// bytes-per-second quota as sent (before decompression).
+    async fn read_metered(
         &self,
         state: &AppState,
+        scope: &Scope,
+        request: &HttpRequest,
+        payload: web::Payload,
+        limit: BodyLimit,
+    ) -> Result<web::Bytes, ApiError> {
+        let limits = state.auth.tenant_limits(scope.tenant()).await?;
+        let rate = limits
+            .ingest_bytes_per_s
+            .unwrap_or(state.defaults.ingest_bytes_per_s);
+        let sent = request
+            .headers()
+            .get(actix_web::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        // Refuse before reading when the length is declared; else meter
+        // what was read.
+        if let Some(sent) = sent {
+            self.quota
+                .admit(scope.tenant(), Metered::Bytes, rate, sent)?;
+        }
+        let body = body::read(request, payload, limit).await?;
+        if sent.is_none() {
+            self.quota
+                .admit(scope.tenant(), Metered::Bytes, rate, body.len() as u64)?;
+        }
+        Ok(body)
+    }
+
+    /// Admits `samples` against the tenant's samples-per-second quota.
+    async fn admit_samples(
+        &self,
+        state: &AppState,
+        scope: &Scope,
+        samples: u64,
+    ) -> Result<(), ApiError> {
+        let limits = state.auth.tenant_limits(scope.tenant()).await?;
+        let rate = limits
+            .ingest_samples_per_s
+            .unwrap_or(state.defaults.ingest_samples_per_s);
+        self.quota
+            .admit(scope.tenant(), Metered::Samples, rate, samples)
+    }
+
+    /// Publishes an encoded batch for `scope`; durable on return.
+    async fn publish(
+        &self,
+        scope: &Scope,
         source: &str,
         batch: &[u8],
     ) -> Result<kiln_ingest_bus::Published, ApiError> {
         let header = EnvelopeHeader {
-            scope: state.scope.clone(),
+            scope: scope.clone(),
             received_at_ns: now_ns(),
         };
         self.bus
-            .publish(&header.bus_key(source), header.wrap(batch))
+            .publish(&header.bus_key(source), header.wrap(batch, &self.bus_key))
             .await
             .map_err(|e| {
                 // The cause (a timeout, a broker's refusal), not just "could
@@ -161,17 +235,35 @@ impl IngestState {
     }
 }
 
-impl AppState {
-    /// Keeps a batch the gateway refused for its version.
-    async fn keep_refused(&self, body: &[u8]) {
+impl IngestState {
+    /// Keeps a batch refused for its version (a newer agent's) under the
+    /// tenant, for a newer backend to read; at most [`MAX_REFUSED_BYTES`]
+    /// each and [`MAX_REFUSED_PER_HOUR`] per tenant, so refusals cannot
+    /// fill the object store.
+    async fn keep_refused(&self, state: &AppState, scope: &Scope, body: &[u8]) {
+        let tenant = scope.tenant();
+        if body.len() > MAX_REFUSED_BYTES {
+            warn!(
+                tenant,
+                bytes = body.len(),
+                "a refused batch is too large to keep"
+            );
+            return;
+        }
+        if !self.refused.take(tenant) {
+            warn!(
+                tenant,
+                "refused batches of this tenant are not kept this hour (cap reached)"
+            );
+            return;
+        }
         let name = format!(
-            "tenants/{}/refused/{}-{:016x}.batch",
-            self.scope.tenant(),
+            "tenants/{tenant}/refused/{}-{:016x}.batch",
             now_ns(),
             xxhash_rust::xxh3::xxh3_64(body)
         );
         let stored = match ObjectKey::new(&name) {
-            Ok(key) => self
+            Ok(key) => state
                 .objects
                 .put(&key, body.to_vec().into())
                 .await
@@ -181,5 +273,29 @@ impl AppState {
         if let Err(e) = stored {
             warn!(error = %e, key = name, "could not keep a refused batch");
         }
+    }
+}
+
+/// How many refused batches each tenant has kept in the current hour.
+#[derive(Debug, Default)]
+pub struct RefusedKept {
+    counts: std::sync::Mutex<(i64, std::collections::HashMap<String, u32>)>,
+}
+
+impl RefusedKept {
+    /// Whether `tenant` may keep one more refused batch this hour (and
+    /// counts it when so).
+    fn take(&self, tenant: &str) -> bool {
+        let hour = now_ns().div_euclid(kiln_model::NANOS_PER_HOUR);
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if counts.0 != hour {
+            *counts = (hour, Default::default());
+        }
+        let kept = counts.1.entry(tenant.to_owned()).or_default();
+        if *kept >= MAX_REFUSED_PER_HOUR {
+            return false;
+        }
+        *kept += 1;
+        true
     }
 }

@@ -8,16 +8,22 @@ use actix_web::{HttpResponse, web};
 use kiln_model::MetricNames;
 
 use super::AppState;
+use super::auth::extract::Reader;
 use super::error::ApiError;
-use super::params::{RESERVED, query_range_reserving, step_param};
-use crate::query::{MetricNamesQuery, MetricsQuery, QueryError, QueryRange};
+use super::params::{RESERVED, admit, query_range_reserving, step_param};
+use crate::query::{
+    Admission, MetricNamesQuery, MetricsQuery, QueryError, QueryRange, Reads, SpanLimit,
+};
 
 /// Points a series has at most: longer ranges are averaged per step.
 pub const MAX_METRIC_POINTS_PER_SERIES: i64 = 1_000;
 
-/// Longest range a metric query reads. Points are stored raw (no rollups
-/// yet), so a query reads every reading of its range: 31 days of one
-/// reading a second is 2.7 M points per series.
+/// Longest span of points a metric query reads. Points are stored raw (no
+/// rollups yet), so a query reads every reading of its range: 31 days of
+/// one reading a second is 2.7 M points per series. A longer range is
+/// narrowed to the hours holding the metric's points first (as every
+/// query's is, `crate::query::QueryOptions`), so only metrics whose
+/// points span more are refused.
 pub const MAX_METRIC_RANGE: Duration = Duration::from_secs(31 * 24 * 3600);
 
 /// The narrowest step chosen when none is asked for: agents read metrics
@@ -31,6 +37,7 @@ type Params = web::Query<BTreeMap<String, String>>;
 /// the average of the readings in its step. Without `step`, the step is the
 /// range ÷ 1000 rounded up to whole seconds (at least 1 s).
 pub(crate) async fn series(
+    Reader(scope): Reader,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
@@ -41,11 +48,25 @@ pub(crate) async fn series(
         )
     })?;
     kiln_model::check_metric_name(name).map_err(|e| ApiError::bad_request(format!("name: {e}")))?;
-    let range = metric_range(&state, &params)?;
-    // Positive: `metric_range` checked from < to.
-    let span = (range.to_ns - range.from_ns) as u64;
+    let range = metric_range(scope, &params)?;
+    let step = step_param(&params)?;
+    let days = MAX_METRIC_RANGE.as_secs() / 86_400;
+    let stricter = SpanLimit {
+        max: MAX_METRIC_RANGE,
+        advice: format!(
+            "metrics are read over at most {days} days at a time (they have no rollups yet); \
+             narrow from and to"
+        ),
+    };
+    let reads = Reads::Metric(name.clone());
+    let Admission {
+        range,
+        permit: _permit,
+    } = admit(&state, range, reads, Some(stricter)).await?;
+    // Positive: `metric_range` checked from < to, and admission keeps it.
+    let span = range.to_ns.saturating_sub(range.from_ns) as u64;
     let max_points = MAX_METRIC_POINTS_PER_SERIES as u64;
-    let step_ns = match step_param(&params)? {
+    let step_ns = match step {
         Some(step) => step,
         None => {
             let seconds = span
@@ -77,10 +98,15 @@ pub(crate) async fn series(
 /// `GET /api/v1/metrics/names?from=T&to=T`: the metrics with readings in
 /// the hours the range touches (label filters, if given, are not applied).
 pub(crate) async fn names(
+    Reader(scope): Reader,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
-    let range = metric_range(&state, &params)?;
+    let range = metric_range(scope, &params)?;
+    let Admission {
+        range,
+        permit: _permit,
+    } = admit(&state, range, Reads::MetricNames, None).await?;
     let (from_ns, to_ns) = (range.from_ns, range.to_ns);
     let names = state
         .query
@@ -94,23 +120,12 @@ pub(crate) async fn names(
     }))
 }
 
-/// The range and filters of a metric query, at most [`MAX_METRIC_RANGE`]
-/// long.
+/// The range and filters of a metric query (its length is admission's
+/// business).
 fn metric_range(
-    state: &AppState,
+    scope: kiln_storage::Scope,
     params: &BTreeMap<String, String>,
 ) -> Result<QueryRange, ApiError> {
     let reserved: Vec<&str> = RESERVED.iter().copied().chain(["name"]).collect();
-    let range = query_range_reserving(state.scope.clone(), params, &reserved)?;
-    let span = range.to_ns.saturating_sub(range.from_ns);
-    if span > MAX_METRIC_RANGE.as_nanos() as i64 {
-        // In days: humantime would say "1month 13h 26m 24s" for 31 days.
-        let days = |ns: f64| ns / 86_400e9;
-        return Err(ApiError::bad_request(format!(
-            "the range is {:.1} days long; metrics are read over at most {} days at a time",
-            days(span as f64),
-            days(MAX_METRIC_RANGE.as_nanos() as f64),
-        )));
-    }
-    Ok(range)
+    query_range_reserving(scope, params, &reserved)
 }

@@ -1,25 +1,35 @@
 //! Kiln's HTTP API (actix-web).
 //!
-//! | method | path | what |
-//! |---|---|---|
-//! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file |
-//! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) |
-//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope` | flamegraph |
-//! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) |
-//! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores |
-//! | GET | `/api/v1/labels?from&to` | label names and values |
-//! | GET | `/api/v1/metrics?name&from&to&step` | one metric's series (labels, points averaged per step, ≤ 1000 per series) |
-//! | GET | `/api/v1/metrics/names?from&to` | the metric names a range holds |
-//! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 |
-//! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored |
-//! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols, else 404 |
-//! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl); needs the [`AdminToken`] |
-//! | GET | `/healthz` | liveness |
-//! | POST | `/internal/v1/scan` | query nodes only (cluster secret): a peer's partition scan |
-//! | POST | `/internal/v1/symbols-stored` | query nodes only (cluster secret): a peer stored symbols |
-//! | GET | `/internal/v1/scan-counts` | query nodes only (cluster secret): scans run, sent, served |
-//! | GET | `/`, `/{file}` | the web UI (see [`set_ui_dir`]) |
+//! Every `/api/` route needs a credential ([`auth`]): a tenant's API key
+//! (`Authorization: Bearer kiln_…`), the UI's session cookie, or for the
+//! operator's routes the admin token. The scope of every read and write is
+//! the credential's; nothing takes a tenant from the request. The role
+//! each route needs is in the last column.
 //!
+//! | method | path | what | role |
+//! |---|---|---|---|
+//! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file | ingest |
+//! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) | ingest |
+//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope` | flamegraph | read |
+//! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
+//! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |
+//! | GET | `/api/v1/labels?from&to` | label names and values | read |
+//! | GET | `/api/v1/metrics?name&from&to&step` | one metric's series | read |
+//! | GET | `/api/v1/metrics/names?from&to` | the metric names a range holds | read |
+//! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 | ingest |
+//! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored | ingest |
+//! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols | ingest |
+//! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) | admin token |
+//! | … | `/api/v1/admin/…`, `/api/v1/keys…`, `/api/v1/whoami` | tenants, keys, limits ([`tenants`]) | admin token / admin / any |
+//! | GET, POST | `/login`, POST `/logout` | the UI's login ([`login`]) | none |
+//! | GET | `/healthz` | liveness | none |
+//! | POST | `/internal/v1/scan` | query nodes only (cluster secret): a peer's partition scan | secret |
+//! | POST | `/internal/v1/symbols-stored` | query nodes only (cluster secret): a peer stored symbols | secret |
+//! | GET | `/internal/v1/scan-counts` | query nodes only (cluster secret): scans run, sent, served | secret |
+//! | GET | `/`, `/{file}` | the web UI (see [`set_ui_dir`]) | none |
+//!
+//! Bodies are read under a limit per route ([`body`]), decompressed under
+//! the same limit; ingest is metered per tenant ([`quota`]).
 //! Responses are gzip- or zstd-coded as the client accepts; Flamewire goes
 //! zstd-coded whenever the client takes zstd (`encoding`).
 //!
@@ -29,49 +39,52 @@
 
 mod admin;
 mod assets;
+pub mod auth;
+pub mod body;
 mod encoding;
 mod error;
 mod index;
-mod ingest;
+pub mod ingest;
 mod internal;
+pub mod login;
 mod metrics;
 mod params;
 mod query;
+pub mod quota;
 mod symbols;
+pub mod tenants;
 
 use std::sync::Arc;
 
 use actix::Addr;
 use actix_web::web;
 use kiln_ingest_bus::Bus;
-use kiln_storage::{ObjectStore, Scope};
+use kiln_storage::ObjectStore;
 
 use crate::ingest::IngestProgress;
 use crate::query::{ClusterSecret, QueryCoordinator};
 
 pub use admin::{AdminToken, AdminTokenError};
 pub use assets::{set_ui_dir, ui_dir};
+pub use auth::Auth;
 pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
 pub use metrics::{MAX_METRIC_POINTS_PER_SERIES, MAX_METRIC_RANGE};
 pub use params::{now_ns, parse_time};
+pub use quota::{IngestQuota, QuotaDefaults};
 
-/// Largest request body accepted (imports of big captures).
-pub const MAX_BODY_BYTES: usize = 512 * 1024 * 1024;
-
-/// What every handler shares: the query side and the object store.
+/// What every handler shares: the query side, the object store, and who
+/// may do what.
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The query cluster (also told when symbols are uploaded).
     pub query: Addr<QueryCoordinator>,
     /// Symbol files, and batches kept aside.
     pub objects: Arc<dyn ObjectStore>,
-    /// The tenant and project of every request, until tenancy lands (then
-    /// it comes from the caller's credential).
-    pub scope: Scope,
-    /// What writes to the global symbol store must present; `None`: they
-    /// are refused.
-    pub admin: Option<AdminToken>,
+    /// Credentials: keys, sessions, the admin token, tenant limits.
+    pub auth: Auth,
+    /// The limits of tenants that have none set.
+    pub defaults: QuotaDefaults,
 }
 
 /// What the write endpoints need besides [`AppState`]: only a process that
@@ -82,6 +95,30 @@ pub struct IngestState {
     pub bus: Arc<dyn Bus>,
     /// How far ingest has got, for imports to wait on.
     pub progress: IngestProgress,
+    /// Each tenant's ingest buckets on this process.
+    pub quota: Arc<IngestQuota>,
+    /// How many refused batches each tenant kept this hour.
+    pub refused: Arc<ingest::RefusedKept>,
+    /// What bus records are signed with, for the workers to verify.
+    pub bus_key: crate::envelope::BusKey,
+}
+
+impl IngestState {
+    /// Ingest onto `bus`, records signed with `bus_key`, with fresh quota
+    /// buckets.
+    pub fn new(
+        bus: Arc<dyn Bus>,
+        progress: IngestProgress,
+        bus_key: crate::envelope::BusKey,
+    ) -> Self {
+        IngestState {
+            bus,
+            progress,
+            quota: Arc::default(),
+            refused: Arc::default(),
+            bus_key,
+        }
+    }
 }
 
 /// Registers all of Kiln's routes: what `kiln up` serves.
@@ -135,8 +172,48 @@ fn internal_routes(cfg: &mut web::ServiceConfig, secret: ClusterSecret) {
 }
 
 fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
-    cfg.app_data(web::Data::new(state))
-        .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+    cfg.app_data(web::Data::new(state.auth.clone()))
+        .app_data(web::Data::new(state.defaults))
+        .app_data(web::Data::new(state))
+        .route("/login", web::get().to(login::page))
+        .route("/login", web::post().to(login::with_key))
+        .route("/logout", web::post().to(login::logout))
+        .route("/api/v1/whoami", web::get().to(tenants::whoami))
+        .route(
+            "/api/v1/admin/tenants",
+            web::get().to(tenants::list_tenants),
+        )
+        .route(
+            "/api/v1/admin/tenants",
+            web::post().to(tenants::create_tenant),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/projects",
+            web::post().to(tenants::create_project),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/limits",
+            web::get().to(tenants::get_limits),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/limits",
+            web::put().to(tenants::set_limits),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/keys",
+            web::get().to(tenants::operator_list_keys),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/keys",
+            web::post().to(tenants::operator_create_key),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/keys/{id}",
+            web::delete().to(tenants::operator_revoke_key),
+        )
+        .route("/api/v1/keys", web::get().to(tenants::list_keys))
+        .route("/api/v1/keys", web::post().to(tenants::create_key))
+        .route("/api/v1/keys/{id}", web::delete().to(tenants::revoke_key))
         .route(
             "/api/v1/symbols/global/{file_id}",
             web::head().to(symbols::exists_global),

@@ -5,8 +5,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kiln_storage::Scope;
 
+use super::AppState;
 use super::error::ApiError;
-use crate::query::QueryRange;
+use crate::query::{
+    Admission, Admit, QUERY_RETRY_AFTER, QueryError, QueryRange, Reads, Refusal, SpanLimit,
+};
 
 /// Default range when `from` is not given: the last hour.
 const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
@@ -94,6 +97,75 @@ pub(crate) fn query_range_reserving(
     })
 }
 
+/// Admits a query of `range` (reading `reads`; `stricter` a span limit
+/// below the server's, for costlier kinds of query): with the tenant's
+/// limits (its own, else the server's defaults), no more of its queries
+/// run at once than `max_concurrent_queries` (429 beyond, with
+/// `Retry-After`), nothing older than `retention_days` is read, and a range
+/// longer than the server's maximum is narrowed to its data or refused
+/// (400). Hold the returned permit until the answer is built.
+pub(crate) async fn admit(
+    state: &AppState,
+    range: QueryRange,
+    reads: Reads,
+    stricter: Option<SpanLimit>,
+) -> Result<Admission, ApiError> {
+    let limits = state
+        .auth
+        .tenant_limits(range.scope.tenant())
+        .await?
+        .or(state.defaults.limits());
+    let range = within_retention(range, limits.retention_days, now_ns())?;
+    let max_concurrent = limits
+        .max_concurrent_queries
+        .unwrap_or(state.defaults.max_concurrent_queries);
+    let admit = Admit {
+        range,
+        reads,
+        max_concurrent,
+        stricter,
+    };
+    let admitted = state.query.send(admit).await.map_err(QueryError::from)?;
+    Ok(admitted?)
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Failed(e) => e.into(),
+            Refusal::TooManyQueries { .. } => ApiError::TooManyRequests {
+                message: refusal.to_string(),
+                retry_after_s: QUERY_RETRY_AFTER.as_secs(),
+            },
+            Refusal::RangeTooLong { .. } => ApiError::BadRequest(refusal.to_string()),
+        }
+    }
+}
+
+/// `range` less what lies before the tenant's retention (`days` before
+/// `now_ns`), or a 400 when nothing is left.
+fn within_retention(
+    mut range: QueryRange,
+    days: Option<u32>,
+    now_ns: i64,
+) -> Result<QueryRange, ApiError> {
+    const DAY_NS: i64 = 86_400_000_000_000;
+    let Some(days) = days else {
+        return Ok(range);
+    };
+    let oldest = now_ns.saturating_sub(i64::from(days).saturating_mul(DAY_NS));
+    if range.to_ns <= oldest {
+        return Err(ApiError::bad_request(format!(
+            "the range ends {:.1} days ago, before the oldest data tenant {:?} keeps \
+             ({days} days, its retention_days)",
+            (now_ns.saturating_sub(range.to_ns)) as f64 / DAY_NS as f64,
+            range.scope.tenant(),
+        )));
+    }
+    range.from_ns = range.from_ns.max(oldest);
+    Ok(range)
+}
+
 /// `step`, a duration (`10s`, `1m`) in nanoseconds, when given.
 pub(crate) fn step_param(params: &BTreeMap<String, String>) -> Result<Option<i64>, ApiError> {
     params
@@ -155,6 +227,56 @@ mod tests {
         );
         let err = parse_time("yesterday", NOW).unwrap_err();
         assert!(err.contains("RFC 3339"), "{err}");
+    }
+
+    /// Retention narrows a range's start, and refuses a range entirely
+    /// older than it.
+    #[test]
+    fn retention_cuts_the_start_of_ranges() {
+        const DAY: i64 = 86_400_000_000_000;
+        let range = |from_ns, to_ns| QueryRange {
+            scope: Scope::new("t", "p").unwrap(),
+            from_ns,
+            to_ns,
+            filters: vec![],
+        };
+        let kept = within_retention(range(0, NOW), Some(30), NOW).unwrap();
+        assert_eq!((kept.from_ns, kept.to_ns), (NOW - 30 * DAY, NOW));
+        let kept = within_retention(range(NOW - DAY, NOW), Some(30), NOW).unwrap();
+        assert_eq!(kept.from_ns, NOW - DAY);
+        assert_eq!(
+            within_retention(range(0, NOW), None, NOW).unwrap(),
+            range(0, NOW)
+        );
+        let err = within_retention(range(0, NOW - 31 * DAY), Some(30), NOW).unwrap_err();
+        assert!(err.to_string().contains("retention_days"), "{err}");
+    }
+
+    /// Refusals keep their status: 429 with a retry time, 400.
+    #[test]
+    fn refusals_map_to_their_statuses() {
+        use actix_web::ResponseError;
+        use actix_web::http::StatusCode;
+
+        let busy = ApiError::from(Refusal::TooManyQueries {
+            tenant: "t".into(),
+            limit: 8,
+        });
+        assert_eq!(busy.status_code(), StatusCode::TOO_MANY_REQUESTS);
+        let response = busy.error_response();
+        assert_eq!(response.headers().get("retry-after").unwrap(), "1");
+        let long = ApiError::from(Refusal::RangeTooLong {
+            asked: (0, NOW),
+            data: (0, NOW),
+            max: crate::query::DEFAULT_MAX_QUERY_RANGE,
+            advice: "narrow it".into(),
+        });
+        assert_eq!(long.status_code(), StatusCode::BAD_REQUEST);
+        let text = long.to_string();
+        assert!(
+            text.contains("400.0 days") && text.contains("narrow it"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1,4 +1,10 @@
 //! Read endpoints: flamegraph, top functions, CPU over time, labels.
+//!
+//! Every query is admitted first ([`admit`]): a per-tenant limit on
+//! queries running at once (429), and a maximum span of data read (400;
+//! a longer range is first narrowed to the hours that hold data, so an
+//! all-time query over a few days of profiles is answered). A query whose
+//! client goes away stops scanning.
 
 use std::collections::BTreeMap;
 
@@ -7,10 +13,11 @@ use kiln_formats::export;
 use kiln_model::flamewire::{FlameGraph, FlamewireError, Tree, access};
 
 use super::AppState;
+use super::auth::extract::Reader;
 use super::encoding::flamewire_response;
 use super::error::ApiError;
-use super::params::{query_range, step_param};
-use crate::query::{FlamegraphQuery, LabelsQuery, TimelineQuery, TopQuery};
+use super::params::{admit, query_range, step_param};
+use crate::query::{Admission, FlamegraphQuery, LabelsQuery, Reads, TimelineQuery, TopQuery};
 
 /// The `format`s of `/api/v1/flamegraph`.
 const FLAMEGRAPH_FORMATS: &[&str] = &["collapsed", "json", "flamewire", "pprof", "speedscope"];
@@ -27,6 +34,7 @@ type Params = web::Query<BTreeMap<String, String>>;
 /// `format=flamewire` goes zstd-coded to clients that accept zstd
 /// ([`flamewire_response`]).
 pub(crate) async fn flamegraph(
+    Reader(scope): Reader,
     req: HttpRequest,
     state: web::Data<AppState>,
     params: Params,
@@ -38,7 +46,12 @@ pub(crate) async fn flamegraph(
             FLAMEGRAPH_FORMATS.join(", ")
         )));
     }
-    let range = query_range(state.scope.clone(), &params)?;
+    let range = query_range(scope, &params)?;
+    // The permit is held until the answer is serialized (it costs too).
+    let Admission {
+        range,
+        permit: _permit,
+    } = admit(&state, range, Reads::Samples, None).await?;
     let wire = state
         .query
         .send(FlamegraphQuery(range))
@@ -89,6 +102,7 @@ pub(crate) async fn flamegraph(
 
 /// `GET /api/v1/top?from=T&to=T[&limit=N][&LABEL=VALUE…]`
 pub(crate) async fn top(
+    Reader(scope): Reader,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
@@ -102,7 +116,11 @@ pub(crate) async fn top(
                 ApiError::bad_request(format!("limit: {text:?} is not a number from 1 to 100000"))
             })?,
     };
-    let range = query_range(state.scope.clone(), &params)?;
+    let range = query_range(scope, &params)?;
+    let Admission {
+        range,
+        permit: _permit,
+    } = admit(&state, range, Reads::Samples, None).await?;
     let rows = state
         .query
         .send(TopQuery { range, limit })
@@ -112,18 +130,32 @@ pub(crate) async fn top(
 }
 
 /// `GET /api/v1/timeline?from=T&to=T[&step=DURATION][&LABEL=VALUE…]`: CPU
-/// over time in cores.
+/// over time in cores, at most [`MAX_TIMELINE_POINTS`] points; without
+/// `step`, [`DEFAULT_TIMELINE_POINTS`] over the range (at least 1 s each).
+/// The range is the admitted one: an all-time range is narrowed to the
+/// data first, so its default step is the data's span / 240, not 130
+/// years / 240.
 pub(crate) async fn timeline(
+    Reader(scope): Reader,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
-    let range = query_range(state.scope.clone(), &params)?;
-    let span = range.to_ns - range.from_ns;
-    let step_ns =
-        step_param(&params)?.unwrap_or_else(|| (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000));
+    let range = query_range(scope, &params)?;
+    let step = step_param(&params)?;
+    let Admission {
+        range,
+        permit: _permit,
+    } = admit(&state, range, Reads::Samples, None).await?;
+    // Positive: `query_range` checked from < to, and admission keeps it.
+    let span = range.to_ns.saturating_sub(range.from_ns);
+    let step_ns = step.unwrap_or_else(|| (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000));
     if step_ns <= 0 || span / step_ns > MAX_TIMELINE_POINTS {
+        let at_least = (span / MAX_TIMELINE_POINTS).max(1) as u64;
         return Err(ApiError::bad_request(format!(
-            "step: {step_ns} ns gives more than {MAX_TIMELINE_POINTS} points over the range; use a larger step"
+            "step: {} gives more than {MAX_TIMELINE_POINTS} points over the range; use at least \
+             {} (or leave step out)",
+            humantime::format_duration(std::time::Duration::from_nanos(step_ns.max(0) as u64)),
+            humantime::format_duration(std::time::Duration::from_nanos(at_least)),
         )));
     }
     let timeline = state
@@ -137,10 +169,15 @@ pub(crate) async fn timeline(
 /// `GET /api/v1/labels?from=T&to=T`: label names and values seen, with sample
 /// counts, for filter pickers.
 pub(crate) async fn labels(
+    Reader(scope): Reader,
     state: web::Data<AppState>,
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
-    let range = query_range(state.scope.clone(), &params)?;
+    let range = query_range(scope, &params)?;
+    let Admission {
+        range,
+        permit: _permit,
+    } = admit(&state, range, Reads::Samples, None).await?;
     let labels = state
         .query
         .send(LabelsQuery(range))

@@ -9,20 +9,34 @@
 //! well-formed, whatever the client sent.
 //!
 //! Global writes change what every tenant sees, so they need the admin
-//! token ([`super::admin`]): 401 without it, 403 with a wrong one or on a
-//! server that has none. Tenant uploads go under the caller's tenant only.
+//! token ([`super::auth::extract::Operator`]). Tenant uploads need a key
+//! with the ingest role and go under that key's tenant only.
+//!
+//! An upload is held in memory while its symbols are built, so at most
+//! [`MAX_CONCURRENT_UPLOADS`] are read at once per process; the others
+//! wait their turn.
 
 use std::path::Path;
+use std::sync::LazyLock;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_model::FileId;
-use kiln_storage::ObjectKey;
+use kiln_storage::{ObjectKey, Scope};
 use kiln_symbolizer_workers::{StoredError, build_stored, file_id};
 use serde::Serialize;
+use tokio::sync::Semaphore;
 
+use super::AppState;
+use super::auth::extract::{Ingester, Operator};
+use super::body::{self, SYMBOLS_BODY};
 use super::error::ApiError;
-use super::{AppState, admin};
 use crate::query::SymbolsStored;
+
+/// Symbol uploads read and built at once in one process: each may hold
+/// up to [`SYMBOLS_BODY`]'s limit in memory.
+pub const MAX_CONCURRENT_UPLOADS: usize = 2;
+
+static UPLOADS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(MAX_CONCURRENT_UPLOADS));
 
 /// What a `PUT` stored.
 #[derive(Debug, Serialize)]
@@ -44,21 +58,22 @@ fn parse_id(text: &str) -> Result<FileId, ApiError> {
     })
 }
 
-fn tenant_key(state: &AppState, id: FileId) -> Result<ObjectKey, ApiError> {
-    ObjectKey::tenant_symbols(state.scope.tenant(), id)
+fn tenant_key(scope: &Scope, id: FileId) -> Result<ObjectKey, ApiError> {
+    ObjectKey::tenant_symbols(scope.tenant(), id)
         .map_err(|e| ApiError::Internal(format!("symbol key: {e}")))
 }
 
 /// `HEAD /api/v1/symbols/{file_id}`: 200 when symbols for the file exist
 /// for the caller's tenant or globally, else 404.
 pub(crate) async fn exists(
+    Ingester(scope): Ingester,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path)?;
     any_exists(
         &state,
-        &[tenant_key(&state, id)?, ObjectKey::global_symbols(id)],
+        &[tenant_key(&scope, id)?, ObjectKey::global_symbols(id)],
     )
     .await
 }
@@ -66,6 +81,7 @@ pub(crate) async fn exists(
 /// `HEAD /api/v1/symbols/global/{file_id}`: 200 when the global store has
 /// symbols for the file, else 404.
 pub(crate) async fn exists_global(
+    _: Ingester,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
@@ -91,31 +107,37 @@ async fn any_exists(state: &AppState, keys: &[ObjectKey]) -> Result<HttpResponse
 /// checks and stores its symbols for the caller's tenant. Idempotent: the
 /// same file gives the same bytes.
 pub(crate) async fn upload(
+    Ingester(scope): Ingester,
     state: web::Data<AppState>,
     path: web::Path<String>,
-    body: web::Bytes,
+    request: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path)?;
-    let key = tenant_key(&state, id)?;
-    let tenant = Some(state.scope.tenant().to_owned());
-    store(&state, id, key, tenant, body).await
+    let key = tenant_key(&scope, id)?;
+    let tenant = Some(scope.tenant().to_owned());
+    store(&state, id, key, tenant, &request, payload).await
 }
 
 /// `PUT /api/v1/symbols/global/{file_id}`: as [`upload`], into the global
 /// store that every tenant's queries fall back to; needs the admin token.
 pub(crate) async fn upload_global(
+    _: Operator,
     state: web::Data<AppState>,
     request: HttpRequest,
     path: web::Path<String>,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    admin::require(
-        state.admin.as_ref(),
-        &request,
-        "writing to the global symbol store",
-    )?;
     let id = parse_id(&path)?;
-    store(&state, id, ObjectKey::global_symbols(id), None, body).await
+    store(
+        &state,
+        id,
+        ObjectKey::global_symbols(id),
+        None,
+        &request,
+        payload,
+    )
+    .await
 }
 
 /// Builds the symbols of `body` (which must be file `id`), stores them
@@ -125,8 +147,14 @@ async fn store(
     id: FileId,
     key: ObjectKey,
     tenant: Option<String>,
-    body: web::Bytes,
+    request: &HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let _turn = UPLOADS
+        .acquire()
+        .await
+        .map_err(|e| ApiError::Internal(format!("upload queue: {e}")))?;
+    let body = body::read(request, payload, SYMBOLS_BODY).await?;
     // Extraction and compression are CPU-bound: off the event loop.
     let built = web::block(move || build(id, &body))
         .await

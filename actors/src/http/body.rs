@@ -1,0 +1,195 @@
+//! Request bodies read under a limit per route, on the wire and after
+//! decompression. actix's own decoder inflates each received chunk whole
+//! before anyone can count it: a 16 KB zstd chunk of zeros becomes
+//! hundreds of MiB. Here the body is taken as sent (bounded), then
+//! decompressed through a reader that stops one byte past the route's
+//! limit, so memory never exceeds the limit, and the answer is a 413 that
+//! names it.
+
+use std::io::Read;
+
+use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use actix_web::{HttpRequest, web};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+
+use super::error::ApiError;
+
+/// What one route accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit {
+    /// What the body is, for messages (`an agent batch`).
+    pub what: &'static str,
+    /// Largest body after decompression, in bytes.
+    pub max_bytes: usize,
+}
+
+/// `POST /api/v1/ingest`: one agent batch. Agents send one every few
+/// seconds, typically well under a MiB.
+pub const INGEST_BODY: BodyLimit = BodyLimit {
+    what: "an agent batch",
+    max_bytes: 64 << 20,
+};
+
+/// `POST /api/v1/import`: a profile file (pprof, perf script, collapsed).
+pub const IMPORT_BODY: BodyLimit = BodyLimit {
+    what: "an imported profile",
+    max_bytes: 256 << 20,
+};
+
+/// `PUT /api/v1/symbols/…`: an ELF or debug file. Large: the debug files
+/// of big libraries run to hundreds of MiB.
+pub const SYMBOLS_BODY: BodyLimit = BodyLimit {
+    what: "a symbol upload",
+    max_bytes: 1 << 30,
+};
+
+/// The JSON bodies of the admin routes.
+pub const ADMIN_BODY: BodyLimit = BodyLimit {
+    what: "an admin request",
+    max_bytes: 64 << 10,
+};
+
+/// How a body is compressed (`Content-Encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Coding {
+    Identity,
+    Gzip,
+    Deflate,
+    Zstd,
+}
+
+fn coding(request: &HttpRequest) -> Result<Coding, ApiError> {
+    let Some(value) = request.headers().get(CONTENT_ENCODING) else {
+        return Ok(Coding::Identity);
+    };
+    match value.to_str().unwrap_or("").trim() {
+        "" | "identity" => Ok(Coding::Identity),
+        "gzip" | "x-gzip" => Ok(Coding::Gzip),
+        "deflate" => Ok(Coding::Deflate),
+        "zstd" => Ok(Coding::Zstd),
+        other => Err(ApiError::bad_request(format!(
+            "Content-Encoding {other:?} is not accepted (identity, gzip, deflate, zstd)"
+        ))),
+    }
+}
+
+/// Reads the body of `request`, decompressed as its `Content-Encoding`
+/// says, refusing it (413) as soon as it is longer than `limit`, sent or
+/// decompressed.
+pub(crate) async fn read(
+    request: &HttpRequest,
+    payload: web::Payload,
+    limit: BodyLimit,
+) -> Result<Bytes, ApiError> {
+    let coding = coding(request)?;
+    let sent = read_sent(request, payload, limit).await?;
+    if coding == Coding::Identity {
+        return Ok(sent);
+    }
+    // Decompression is CPU-bound: off the event loop.
+    web::block(move || inflate(coding, &sent, limit))
+        .await
+        .map_err(|e| ApiError::Internal(format!("decompression worker failed: {e}")))?
+}
+
+fn too_large(limit: BodyLimit) -> ApiError {
+    ApiError::PayloadTooLarge(format!(
+        "{} may be at most {} bytes ({} MiB), sent or decompressed",
+        limit.what,
+        limit.max_bytes,
+        limit.max_bytes >> 20
+    ))
+}
+
+/// The body as sent, at most `limit.max_bytes` of it.
+async fn read_sent(
+    request: &HttpRequest,
+    payload: web::Payload,
+    limit: BodyLimit,
+) -> Result<Bytes, ApiError> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit.max_bytes) {
+        return Err(too_large(limit));
+    }
+    let mut stream = payload.into_inner();
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| ApiError::bad_request(format!("reading {} failed: {e}", limit.what)))?;
+        if body.len() + chunk.len() > limit.max_bytes {
+            return Err(too_large(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Decompresses `sent`, reading at most one byte past the limit.
+fn inflate(coding: Coding, sent: &[u8], limit: BodyLimit) -> Result<Bytes, ApiError> {
+    let reader: Box<dyn Read> = match coding {
+        Coding::Identity => Box::new(sent),
+        Coding::Gzip => Box::new(flate2::read::MultiGzDecoder::new(sent)),
+        Coding::Deflate => Box::new(flate2::read::ZlibDecoder::new(sent)),
+        Coding::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(sent)
+                .map_err(|e| ApiError::bad_request(format!("{} is not zstd: {e}", limit.what)))?,
+        ),
+    };
+    let mut out = Vec::new();
+    reader
+        .take(limit.max_bytes as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| {
+            ApiError::bad_request(format!(
+                "{} does not decompress ({coding:?}): {e}",
+                limit.what
+            ))
+        })?;
+    if out.len() > limit.max_bytes {
+        return Err(too_large(limit));
+    }
+    Ok(out.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: BodyLimit = BodyLimit {
+        what: "a test body",
+        max_bytes: 1 << 20,
+    };
+
+    /// Guards "a decompression bomb costs the limit, not its size".
+    #[test]
+    fn bombs_stop_at_the_limit() {
+        let zeros = vec![0u8; 64 << 20];
+        let bomb = zstd::encode_all(&zeros[..], 19).unwrap();
+        assert!(bomb.len() < 64 << 10, "{} bytes", bomb.len());
+        let err = inflate(Coding::Zstd, &bomb, SMALL).unwrap_err();
+        assert!(err.to_string().contains("at most 1048576 bytes"), "{err}");
+
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &zeros).unwrap();
+        let bomb = gz.finish().unwrap();
+        assert!(inflate(Coding::Gzip, &bomb, SMALL).is_err());
+    }
+
+    #[test]
+    fn bodies_within_the_limit_decompress() {
+        let text = b"main;work 7\n".repeat(1000);
+        let z = zstd::encode_all(&text[..], 3).unwrap();
+        assert_eq!(&inflate(Coding::Zstd, &z, SMALL).unwrap()[..], &text[..]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &text).unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(&inflate(Coding::Gzip, &gz, SMALL).unwrap()[..], &text[..]);
+        let err = inflate(Coding::Zstd, b"not zstd", SMALL).unwrap_err();
+        assert!(err.to_string().contains("zstd"), "{err}");
+    }
+}

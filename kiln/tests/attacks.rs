@@ -1,0 +1,501 @@
+//! The attack suite: a real `kiln up`, attacked the ways the security
+//! review found open (issue 18). Each case checks that the attack gets a
+//! fast, clear 4xx (or, for the all-time query, a correct answer), that
+//! the server's memory stays bounded, and that it keeps serving.
+
+mod support;
+
+use std::io::Read;
+use std::time::Duration;
+
+use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
+use support::Server;
+
+/// Every route a tenant's key (or the admin token) opens, with a body
+/// where the route takes one.
+const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/v1/flamegraph?from=now-1h&format=collapsed"),
+    ("GET", "/api/v1/top?from=now-1h"),
+    ("GET", "/api/v1/timeline?from=now-1h"),
+    ("GET", "/api/v1/labels?from=now-1h"),
+    ("GET", "/api/v1/metrics?name=gpu.power_watts&from=now-1h"),
+    ("GET", "/api/v1/metrics/names?from=now-1h"),
+    ("POST", "/api/v1/import?format=collapsed"),
+    ("POST", "/api/v1/ingest"),
+    ("HEAD", "/api/v1/symbols/0123456789abcdef0123456789abcdef"),
+    ("PUT", "/api/v1/symbols/0123456789abcdef0123456789abcdef"),
+    ("HEAD", "/api/v1/symbols/global/0123456789abcdef0123456789abcdef"),
+    ("PUT", "/api/v1/symbols/global/0123456789abcdef0123456789abcdef"),
+    ("GET", "/api/v1/whoami"),
+    ("GET", "/api/v1/keys"),
+    ("POST", "/api/v1/keys"),
+    ("DELETE", "/api/v1/keys/1"),
+    ("GET", "/api/v1/admin/tenants"),
+    ("POST", "/api/v1/admin/tenants"),
+    ("GET", "/api/v1/admin/tenants/default/limits"),
+    ("PUT", "/api/v1/admin/tenants/default/limits"),
+    ("GET", "/api/v1/admin/tenants/default/keys"),
+    ("POST", "/api/v1/admin/tenants/default/keys"),
+    ("DELETE", "/api/v1/admin/tenants/default/keys/1"),
+    ("POST", "/api/v1/admin/tenants/default/projects"),
+];
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// One request: `headers` besides the bearer, `body` for methods that
+/// take one. Returns the status and the body's text.
+fn call(
+    server: &Server,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let url = format!("{}{path}", server.url);
+    let agent = agent();
+    let mut headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(bearer) = bearer {
+        headers.push(("authorization".into(), format!("Bearer {bearer}")));
+    }
+    let result = match method {
+        "GET" | "HEAD" | "DELETE" => {
+            let mut request = match method {
+                "GET" => agent.get(&url),
+                "HEAD" => agent.head(&url),
+                _ => agent.delete(&url),
+            };
+            for (k, v) in &headers {
+                request = request.header(k, v);
+            }
+            request.call()
+        }
+        _ => {
+            let mut request = match method {
+                "POST" => agent.post(&url),
+                _ => agent.put(&url),
+            };
+            for (k, v) in &headers {
+                request = request.header(k, v);
+            }
+            request.send(body)
+        }
+    };
+    let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = response.status().as_u16();
+    let mut text = String::new();
+    let _ = response.body_mut().as_reader().read_to_string(&mut text);
+    (status, text)
+}
+
+fn local_secret(server: &Server, file: &str) -> String {
+    std::fs::read_to_string(server.data_dir.join(file))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .trim()
+        .to_owned()
+}
+
+/// Makes a tenant with the admin token; its key (ingest and read).
+fn tenant(server: &Server, admin: &str, name: &str) -> String {
+    let (status, text) = call(
+        server,
+        "POST",
+        "/api/v1/admin/tenants",
+        Some(admin),
+        &[("content-type", "application/json")],
+        format!(r#"{{"tenant":"{name}"}}"#).as_bytes(),
+    );
+    assert_eq!(status, 201, "creating tenant {name}: {text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    answer["key"].as_str().expect("a key").to_owned()
+}
+
+/// A key of the tenant `key` belongs to, with `roles` (the admin token
+/// makes it).
+fn key_with(server: &Server, admin: &str, tenant: &str, roles: &str) -> (String, i64) {
+    let (status, text) = call(
+        server,
+        "POST",
+        &format!("/api/v1/admin/tenants/{tenant}/keys"),
+        Some(admin),
+        &[],
+        format!(r#"{{"roles":"{roles}","label":"attack suite"}}"#).as_bytes(),
+    );
+    assert_eq!(status, 201, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (
+        answer["key"].as_str().unwrap().to_owned(),
+        answer["id"].as_i64().unwrap(),
+    )
+}
+
+/// Resident memory of a process, in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS in kB");
+    kb * 1024
+}
+
+/// Guards "no route answers without a valid credential".
+#[test]
+fn every_route_refuses_missing_wrong_and_revoked_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let admin = local_secret(&server, "admin-token");
+    let acme = tenant(&server, &admin, "acme");
+    let (revoked, revoked_id) = key_with(&server, &admin, "acme", "ingest,read,admin");
+    let (status, _) = call(
+        &server,
+        "DELETE",
+        &format!("/api/v1/admin/tenants/acme/keys/{revoked_id}"),
+        Some(&admin),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 204);
+    let unknown = format!("kiln_{}", "0".repeat(64));
+    for &(method, path) in ROUTES {
+        for (what, bearer) in [
+            ("no key", None),
+            ("a well-formed unknown key", Some(unknown.as_str())),
+            ("a malformed key", Some("hunter2")),
+            ("a revoked key", Some(revoked.as_str())),
+        ] {
+            let (status, text) = call(&server, method, path, bearer, &[], b"x");
+            assert_eq!(status, 401, "{method} {path} with {what}: {status} {text}");
+        }
+    }
+    // And a valid key is let in where its roles allow.
+    let (status, text) = call(&server, "GET", "/api/v1/whoami", Some(&acme), &[], b"");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains(r#""tenant":"acme""#), "{text}");
+    println!("checked {} routes × 4 bad credentials: all 401", ROUTES.len());
+}
+
+/// Guards "a key does exactly what its roles say".
+#[test]
+fn roles_bound_what_a_key_may_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let admin = local_secret(&server, "admin-token");
+    tenant(&server, &admin, "acme");
+    let (read, _) = key_with(&server, &admin, "acme", "read");
+    let (ingest, _) = key_with(&server, &admin, "acme", "ingest");
+    let import = "/api/v1/import?format=collapsed";
+    let (status, text) = call(&server, "POST", import, Some(&read), &[], b"main 1\n");
+    assert_eq!(status, 403, "a read key imported: {text}");
+    assert!(text.contains("ingest role"), "{text}");
+    let (status, _) = call(&server, "POST", import, Some(&ingest), &[], b"main 1\n");
+    assert_eq!(status, 200);
+    let flame = "/api/v1/flamegraph?from=now-1h&format=collapsed";
+    let (status, _) = call(&server, "GET", flame, Some(&ingest), &[], b"");
+    assert_eq!(status, 403, "an ingest key read");
+    let (status, text) = call(&server, "GET", flame, Some(&read), &[], b"");
+    assert_eq!((status, text.trim()), (200, "main 1"));
+    // Tenant keys cannot act as the operator, nor the operator as a tenant.
+    let (status, _) = call(&server, "GET", "/api/v1/admin/tenants", Some(&read), &[], b"");
+    assert_eq!(status, 403);
+    let (status, _) = call(&server, "GET", flame, Some(&admin), &[], b"");
+    assert_eq!(status, 403, "the admin token read a tenant's profiles");
+    // A key without the admin role cannot make keys.
+    let (status, _) = call(&server, "POST", "/api/v1/keys", Some(&read), &[], br#"{"roles":"admin"}"#);
+    assert_eq!(status, 403);
+}
+
+/// Guards "tenant B sees nothing of tenant A's".
+#[test]
+fn tenants_see_nothing_of_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let admin = local_secret(&server, "admin-token");
+    let a = tenant(&server, &admin, "tenant-a");
+    let b = tenant(&server, &admin, "tenant-b");
+    let (status, text) = call(
+        &server,
+        "POST",
+        "/api/v1/import?format=collapsed&service=secret-a",
+        Some(&a),
+        &[],
+        b"main;a_private_function 7\n",
+    );
+    assert_eq!(status, 200, "{text}");
+    // A symbol upload of A's: B must not see that it exists.
+    let elf = std::fs::read(env!("CARGO_BIN_EXE_kiln")).unwrap();
+    let id = kiln_symbolizer_workers::file_id(&elf);
+    let path = format!("/api/v1/symbols/{id}");
+    let (status, text) = call(&server, "PUT", &path, Some(&a), &[], &elf);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(call(&server, "HEAD", &path, Some(&a), &[], b"").0, 200);
+    assert_eq!(call(&server, "HEAD", &path, Some(&b), &[], b"").0, 404);
+
+    let reads = [
+        "/api/v1/flamegraph?from=now-1d&format=collapsed",
+        "/api/v1/top?from=now-1d",
+        "/api/v1/labels?from=now-1d",
+        "/api/v1/timeline?from=now-1d",
+        "/api/v1/metrics/names?from=now-1d",
+    ];
+    for path in reads {
+        let (status, seen_by_a) = call(&server, "GET", path, Some(&a), &[], b"");
+        assert_eq!(status, 200, "{path}: {seen_by_a}");
+        let (status, seen_by_b) = call(&server, "GET", path, Some(&b), &[], b"");
+        assert_eq!(status, 200, "{path}: {seen_by_b}");
+        assert!(
+            !seen_by_b.contains("a_private_function") && !seen_by_b.contains("secret-a"),
+            "{path} shows tenant a's data to tenant b: {seen_by_b}"
+        );
+    }
+    let (_, flame_a) = call(&server, "GET", reads[0], Some(&a), &[], b"");
+    assert!(flame_a.contains("a_private_function"), "{flame_a}");
+    // A tenant cannot name another in the query string either: "tenant"
+    // is only a label filter.
+    let (_, forged) = call(
+        &server,
+        "GET",
+        "/api/v1/flamegraph?from=now-1d&format=collapsed&tenant=tenant-a",
+        Some(&b),
+        &[],
+        b"",
+    );
+    assert!(!forged.contains("a_private_function"), "{forged}");
+}
+
+/// Guards "a web page cannot post to the user's Kiln".
+#[test]
+fn cross_origin_posts_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let key = local_secret(&server, "api-key");
+    let import = "/api/v1/import?format=collapsed";
+    for origin in ["http://evil.example", "null", "http://127.0.0.1:1"] {
+        let (status, text) = call(&server, "POST", import, Some(&key), &[("origin", origin)], b"main 1\n");
+        assert_eq!(status, 403, "origin {origin}: {text}");
+        assert!(text.contains("cross-origin"), "{text}");
+    }
+    let (status, _) = call(
+        &server,
+        "POST",
+        import,
+        Some(&key),
+        &[("sec-fetch-site", "cross-site")],
+        b"main 1\n",
+    );
+    assert_eq!(status, 403);
+    // The login form too: it would set a session cookie.
+    let (status, _) = call(
+        &server,
+        "POST",
+        "/login",
+        None,
+        &[("origin", "http://evil.example"), ("content-type", "application/x-www-form-urlencoded")],
+        format!("key={key}").as_bytes(),
+    );
+    assert_eq!(status, 403);
+    // The server's own origin is fine.
+    let own = server.url.clone();
+    let (status, _) = call(&server, "POST", import, Some(&key), &[("origin", &own)], b"main 1\n");
+    assert_eq!(status, 200);
+}
+
+/// Guards "hostile bodies get a fast 4xx, memory stays bounded, and the
+/// server keeps serving": the decompression bomb, the oversized name, the
+/// overflowing counts, the pprof line bomb, and the all-time query.
+#[test]
+fn hostile_input_is_refused_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let key = local_secret(&server, "api-key");
+    let pid = server.pid();
+    let (status, _) = call(&server, "POST", "/api/v1/import?format=collapsed", Some(&key), &[], b"main;work 5\n");
+    assert_eq!(status, 200);
+    let before = rss(pid);
+
+    // 1. A decompression bomb: 512 MiB of zeros in a few KB of zstd,
+    // sent four times.
+    let zeros = vec![0u8; 512 << 20];
+    let bomb = zstd::encode_all(&zeros[..], 19).unwrap();
+    drop(zeros);
+    for path in ["/api/v1/ingest", "/api/v1/import?format=collapsed"] {
+        for _ in 0..2 {
+            let (status, text) = call(&server, "POST", path, Some(&key), &[("content-encoding", "zstd")], &bomb);
+            assert_eq!(status, 413, "{path}: {text}");
+            assert!(text.contains("after decompression") || text.contains("decompressed"), "{text}");
+        }
+    }
+    println!("decompression bomb: {} bytes sent, 413", bomb.len());
+
+    // 2. An oversized function name (1 MiB), and a 250 MiB one that
+    // compresses to little.
+    let labels = LabelSet::new().with("process", "attacker");
+    let batch_with_name = |len: usize| {
+        let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
+        builder.add(1, &[Frame::named(FrameKind::Native, "x")], &labels, 1);
+        let mut batch = builder.finish();
+        batch.frames[0].frame = Frame::named(FrameKind::Native, "f".repeat(len));
+        batch.encode()
+    };
+    let (status, text) = call(&server, "POST", "/api/v1/ingest", Some(&key), &[], &batch_with_name(1 << 20));
+    assert_eq!(status, 400, "{text}");
+    let huge = zstd::encode_all(&batch_with_name(250 << 20)[..], 3).unwrap();
+    let (status, text) = call(&server, "POST", "/api/v1/ingest", Some(&key), &[("content-encoding", "zstd")], &huge);
+    assert!(status == 400 || status == 413, "{status} {text}");
+
+    // 3. Counts that overflow when summed.
+    let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
+    let frames = [Frame::named(FrameKind::Native, "overflow")];
+    builder.add(now_ns() - 1_000_000_000, &frames, &labels, 1 << 63);
+    builder.add(now_ns() - 2_000_000_000, &frames, &labels, 1 << 63);
+    let (status, text) = call(&server, "POST", "/api/v1/ingest", Some(&key), &[], &builder.finish().encode());
+    assert!(status == 400 || status == 200, "{status} {text}");
+    let flame = "/api/v1/flamegraph?from=now-1h&format=json";
+    let (status, text) = call(&server, "GET", flame, Some(&key), &[], b"");
+    assert_eq!(status, 200, "a flamegraph after overflowing counts: {text}");
+
+    // 4. A pprof line bomb: one location with two million lines, gzipped.
+    let pprof = line_bomb(2_000_000);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &pprof).unwrap();
+    let pprof = gz.finish().unwrap();
+    let (status, text) = call(&server, "POST", "/api/v1/import?format=pprof", Some(&key), &[], &pprof);
+    assert_eq!(status, 400, "{text}");
+    println!("pprof line bomb: {} bytes sent, 400: {text}", pprof.len());
+
+    // 5. All time: answered, and correctly (the sample imported above).
+    let (status, text) = call(
+        &server,
+        "GET",
+        "/api/v1/flamegraph?from=0&to=4102444800&format=collapsed",
+        Some(&key),
+        &[],
+        b"",
+    );
+    assert!(status == 200 || status == 400, "{status} {text}");
+    if status == 200 {
+        assert!(text.contains("main;work 5"), "{text}");
+    }
+
+    // Memory stayed bounded, and the server still serves.
+    let after = rss(pid);
+    println!(
+        "server RSS: {} MiB before, {} MiB after the attacks",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        after < before + (300 << 20),
+        "RSS grew from {before} to {after} bytes"
+    );
+    let (status, text) = call(&server, "GET", "/api/v1/flamegraph?from=now-1h&format=collapsed", Some(&key), &[], b"");
+    assert_eq!(status, 200);
+    assert!(text.contains("main;work 5"), "{text}");
+}
+
+/// Guards the UI's login: the one-time link, the key form, and what the
+/// session cookie may do.
+#[test]
+fn login_links_work_once_and_sessions_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let link = server.login_path().expect("kiln up printed a login link");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let response = agent.get(format!("{}{link}", server.url)).call().unwrap();
+    assert_eq!(response.status().as_u16(), 303);
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .expect("a session cookie")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let session = cookie.split(';').next().unwrap().to_owned();
+    // The link works once.
+    let again = agent.get(format!("{}{link}", server.url)).call().unwrap();
+    assert_eq!(again.status().as_u16(), 200, "the form, not a session");
+    assert!(again.headers().get("set-cookie").is_none());
+    // The session reads.
+    let mut response = agent
+        .get(format!("{}/api/v1/whoami", server.url))
+        .header("cookie", &session)
+        .call()
+        .unwrap();
+    let text = response.body_mut().read_to_string().unwrap();
+    assert!(text.contains(r#""via":"session""#), "{text}");
+    // A state change with the cookie but without Origin is refused.
+    let response = agent
+        .post(format!("{}/api/v1/import?format=collapsed", server.url))
+        .header("cookie", &session)
+        .send(&b"main 1\n"[..])
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    // A forged cookie is not a session.
+    let forged = session.replace(|c: char| c == 'a', "b");
+    let response = agent
+        .get(format!("{}/api/v1/whoami", server.url))
+        .header("cookie", &forged)
+        .call()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// A pprof `Profile` whose one location has `lines` lines: a few bytes
+/// each on the wire, a struct each once parsed.
+fn line_bomb(lines: usize) -> Vec<u8> {
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn field(tag: u64, bytes: &[u8], out: &mut Vec<u8>) {
+        varint(tag << 3 | 2, out);
+        varint(bytes.len() as u64, out);
+        out.extend_from_slice(bytes);
+    }
+    let mut location = vec![0x08, 0x01]; // id = 1
+    let line = [0x08, 0x01, 0x10, 0x01]; // function_id = 1, line = 1
+    for _ in 0..lines {
+        field(4, &line, &mut location);
+    }
+    let mut profile = Vec::new();
+    // sample_type: {type: 1, unit: 2}
+    field(1, &[0x08, 0x01, 0x10, 0x02], &mut profile);
+    // sample: {location_id: [1], value: [1]}
+    field(2, &[0x0a, 0x01, 0x01, 0x12, 0x01, 0x01], &mut profile);
+    field(4, &location, &mut profile);
+    // function: {id: 1, name: 3}
+    field(5, &[0x08, 0x01, 0x10, 0x03], &mut profile);
+    for s in ["", "samples", "count", "f"] {
+        field(6, s.as_bytes(), &mut profile);
+    }
+    profile
+}
