@@ -16,12 +16,12 @@ use kiln_actors::query::{
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
 use kiln_model::{BatchBuilder, Executable, FileId, Frame, FrameKind, LabelSet};
-use kiln_storage::Scope;
+use kiln_storage::{Roles, Scope};
 use kiln_symbolizer_workers::SymbolizerConfig;
 use kiln_test_support::programs::ALPHA_BETA;
 use kiln_test_support::{CBuild, run};
 
-use common::{Pipeline, T0};
+use common::{Credentials, Pipeline, T0};
 
 const SECRET: &str = "peers-test-secret-0123456789";
 /// The first hour of the data, [`T0`] in unix seconds (hour-aligned:
@@ -31,9 +31,11 @@ const T0_S: i64 = T0 / 1_000_000_000;
 const HOURS: i64 = 24;
 
 /// The shared store, fed through the real ingest pipeline, for the scope
-/// the HTTP API serves.
-async fn data() -> Pipeline {
-    Pipeline::for_scope(Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT).unwrap(), 2).await
+/// of the key the tests send, and that key.
+async fn data() -> (Pipeline, Credentials) {
+    let data = Pipeline::for_scope(Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT).unwrap(), 2).await;
+    let access = Credentials::new(data.dir.path(), &data.scope, Roles::INGEST_READ).await;
+    (data, access)
 }
 
 /// One sample stack per hour, over [`HOURS`] hours, on two hosts;
@@ -60,9 +62,10 @@ async fn write_hours(data: &Pipeline) -> Vec<String> {
         .collect()
 }
 
-/// A started query node.
+/// A started query node, and the key the tests send it.
 struct Node {
     url: String,
+    key: String,
     handle: ServerHandle,
 }
 
@@ -73,10 +76,16 @@ fn free_addr() -> SocketAddr {
         .unwrap()
 }
 
-async fn start_node(data: &Pipeline, listen: SocketAddr, peers: Option<PeerOptions>) -> Node {
+async fn start_node(
+    data: &Pipeline,
+    access: &Credentials,
+    listen: SocketAddr,
+    peers: Option<PeerOptions>,
+) -> Node {
     let running = roles::start_query(
         data.store.clone(),
         data.objects.clone(),
+        access.metadata.clone(),
         2,
         SymbolizerConfig::default(),
         peers,
@@ -91,12 +100,13 @@ async fn start_node(data: &Pipeline, listen: SocketAddr, peers: Option<PeerOptio
     actix_rt::spawn(running.server);
     Node {
         url: format!("http://{}", running.local_addr),
+        key: access.key.clone(),
         handle,
     }
 }
 
 /// `n` query nodes that are each other's peers.
-async fn start_peers(data: &Pipeline, n: usize) -> Vec<Node> {
+async fn start_peers(data: &Pipeline, access: &Credentials, n: usize) -> Vec<Node> {
     let addrs: Vec<SocketAddr> = (0..n).map(|_| free_addr()).collect();
     let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     let mut nodes = Vec::new();
@@ -107,7 +117,7 @@ async fn start_peers(data: &Pipeline, n: usize) -> Vec<Node> {
             secret: ClusterSecret::new(SECRET).unwrap(),
             timeout: Duration::from_secs(5),
         };
-        nodes.push(start_node(data, *addr, Some(options)).await);
+        nodes.push(start_node(data, access, *addr, Some(options)).await);
     }
     nodes
 }
@@ -116,8 +126,9 @@ fn client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-async fn get(url: &str) -> (u16, String) {
-    let response = client().get(url).send().await.unwrap();
+/// `GET url` with `key`.
+async fn get(url: &str, key: &str) -> (u16, String) {
+    let response = client().get(url).bearer_auth(key).send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.text().await.unwrap())
 }
@@ -127,11 +138,14 @@ fn range() -> String {
 }
 
 async fn collapsed(node: &Node, filter: &str) -> Vec<String> {
-    let (status, body) = get(&format!(
-        "{}/api/v1/flamegraph?format=collapsed&{}{filter}",
-        node.url,
-        range()
-    ))
+    let (status, body) = get(
+        &format!(
+            "{}/api/v1/flamegraph?format=collapsed&{}{filter}",
+            node.url,
+            range()
+        ),
+        &node.key,
+    )
     .await;
     assert_eq!(status, 200, "{body}");
     body.lines().map(str::to_owned).collect()
@@ -153,10 +167,10 @@ async fn scan_counts(node: &Node) -> ScanCounts {
 // where the query arrived.
 #[actix_rt::test]
 async fn scans_are_spread_over_peers_and_every_node_answers_the_same() {
-    let data = data().await;
+    let (data, access) = data().await;
     let expected = write_hours(&data).await;
-    let nodes = start_peers(&data, 3).await;
-    let reference = start_node(&data, free_addr(), None).await;
+    let nodes = start_peers(&data, &access, 3).await;
+    let reference = start_node(&data, &access, free_addr(), None).await;
 
     for node in &nodes {
         assert_eq!(collapsed(node, "").await, expected, "node {}", node.url);
@@ -164,10 +178,15 @@ async fn scans_are_spread_over_peers_and_every_node_answers_the_same() {
     // Per-time-bucket and per-label-set partials cross the wire too.
     for path in ["timeline", "labels"] {
         let url = |n: &Node| format!("{}/api/v1/{path}?{}&step=1h", n.url, range());
-        let want = get(&url(&reference)).await;
+        let want = get(&url(&reference), &access.key).await;
         assert_eq!(want.0, 200, "{}", want.1);
         for node in &nodes {
-            assert_eq!(get(&url(node)).await, want, "{path} on {}", node.url);
+            assert_eq!(
+                get(&url(node), &access.key).await,
+                want,
+                "{path} on {}",
+                node.url
+            );
         }
     }
     assert_eq!(
@@ -197,9 +216,9 @@ async fn scans_are_spread_over_peers_and_every_node_answers_the_same() {
 // scans run on the asking node, and the totals stay exact.
 #[actix_rt::test]
 async fn a_dead_peers_scans_run_on_the_asking_node() {
-    let data = data().await;
+    let (data, access) = data().await;
     let expected = write_hours(&data).await;
-    let nodes = start_peers(&data, 3).await;
+    let nodes = start_peers(&data, &access, 3).await;
     nodes[2].handle.stop(false).await;
 
     assert_eq!(collapsed(&nodes[0], "").await, expected);
@@ -217,9 +236,9 @@ async fn a_dead_peers_scans_run_on_the_asking_node() {
 // node without peers must not serve them at all.
 #[actix_rt::test]
 async fn internal_endpoints_need_the_cluster_secret() {
-    let data = data().await;
-    let nodes = start_peers(&data, 2).await;
-    let alone = start_node(&data, free_addr(), None).await;
+    let (data, access) = data().await;
+    let nodes = start_peers(&data, &access, 2).await;
+    let alone = start_node(&data, &access, free_addr(), None).await;
     let scan = |node: &Node, secret: Option<&str>| {
         let mut request = client()
             .post(format!("{}/internal/v1/scan", node.url))
@@ -291,19 +310,20 @@ fn alpha_samples(file_id: FileId, alpha: u64, with_executable: bool) -> Vec<u8> 
 // they are uploaded to another node.
 #[actix_rt::test]
 async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
-    let data = data().await;
+    let (data, access) = data().await;
     let dir = tempfile::tempdir().unwrap();
     let (elf, alpha) = build_program(dir.path());
     let bytes = std::fs::read(&elf).unwrap();
     let file_id = kiln_symbolizer_workers::file_id(&bytes);
     data.publish("host", &alpha_samples(file_id, alpha, true))
         .await;
-    let nodes = start_peers(&data, 2).await;
+    let nodes = start_peers(&data, &access, 2).await;
 
     let before = collapsed(&nodes[1], "").await;
     assert_eq!(before, [format!("prog+{:#x} 3", alpha + 1)]);
     let upload = client()
         .put(format!("{}/api/v1/symbols/{file_id}", nodes[0].url))
+        .bearer_auth(&access.key)
         .body(bytes)
         .send()
         .await
@@ -316,18 +336,19 @@ async fn a_symbol_upload_to_one_node_shows_on_its_peers() {
 // the query nodes it names show the names at once.
 #[actix_rt::test]
 async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
-    let data = data().await;
+    let (data, access) = data().await;
     let dir = tempfile::tempdir().unwrap();
     let (elf, alpha) = build_program(dir.path());
     let bytes = std::fs::read(&elf).unwrap();
     let file_id = kiln_symbolizer_workers::file_id(&bytes);
     data.publish("host", &alpha_samples(file_id, alpha, false))
         .await;
-    let nodes = start_peers(&data, 2).await;
+    let nodes = start_peers(&data, &access, 2).await;
     let gateway = roles::start_gateway(
         data.bus.clone(),
         data.store.clone(),
         data.objects.clone(),
+        access.metadata.clone(),
         Some(QueryNodes {
             urls: nodes.iter().map(|n| n.url.clone()).collect(),
             secret: ClusterSecret::new(SECRET).unwrap(),
@@ -336,6 +357,7 @@ async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
             workers: 1,
             ..HttpOptions::new(free_addr())
         },
+        data.bus_key.clone(),
     )
     .await
     .unwrap();
@@ -348,6 +370,7 @@ async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
     }
     let upload = client()
         .put(format!("{gateway_url}/api/v1/symbols/{file_id}"))
+        .bearer_auth(&access.key)
         .body(bytes)
         .send()
         .await

@@ -67,7 +67,8 @@ async fn samples_may_refer_to_stacks_sent_earlier() {
     assert_eq!(s.collapsed(&[]).await, "main;f 7\n");
 }
 
-/// A record the decoder refuses is kept whole in the object store and does
+/// A record the decoder refuses is kept whole in the object store, under
+/// its tenant's dead letters with the reason beside it, counted, and does
 /// not stop the records after it.
 #[actix_rt::test]
 async fn undecodable_batches_go_to_the_dead_letter_area() {
@@ -78,10 +79,25 @@ async fn undecodable_batches_go_to_the_dead_letter_area() {
     b.add(T0, &frames(&["main"]), &LabelSet::new(), 2);
     s.publish("a", &b.finish().encode()).await;
     assert_eq!(s.collapsed(&[]).await, "main 2\n");
-    let kept = s.objects.list("tenants/acme/rejected/").await.unwrap();
-    assert_eq!(kept.len(), 1, "{kept:?}");
-    let bytes = s.objects.get(&kept[0]).await.unwrap().unwrap();
+    let kept = s.objects.list("tenants/acme/dead-letters/").await.unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let envelope = kept
+        .iter()
+        .find(|k| k.as_str().ends_with(".envelope"))
+        .unwrap();
+    let bytes = s.objects.get(envelope).await.unwrap().unwrap();
     assert!(bytes.ends_with(b"from a future agent"));
+    let reason = kept
+        .iter()
+        .find(|k| k.as_str().ends_with(".reason"))
+        .unwrap();
+    let reason = s.objects.get(reason).await.unwrap().unwrap();
+    let reason = String::from_utf8_lossy(&reason);
+    assert!(
+        reason.contains("batch format version 9 is not supported"),
+        "{reason}"
+    );
+    assert_eq!(s.progress.dead_letters(), 1);
 }
 
 /// Replaying a batch (at-least-once delivery) does not count it twice.

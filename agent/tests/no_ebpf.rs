@@ -51,6 +51,9 @@ fn cdylib() -> PathBuf {
 /// `start_embedded` never starts one).
 struct Backend {
     url: String,
+    /// The API key the backend made for itself (its data directory's
+    /// `api-key`): what the agent sends with, and the test reads with.
+    key: String,
     system: actix_rt::System,
     _data: tempfile::TempDir,
 }
@@ -76,8 +79,13 @@ impl Backend {
         let (addr, system) = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("the backend did not start");
+        let key = std::fs::read_to_string(data.path().join(kiln_actors::API_KEY_FILE))
+            .expect("the backend's API key")
+            .trim()
+            .to_owned();
         Backend {
             url: format!("http://{addr}"),
+            key,
             system,
             _data: data,
         }
@@ -91,6 +99,7 @@ impl Backend {
             self.url
         );
         let body = ureq::get(&url)
+            .header("authorization", format!("Bearer {}", self.key))
             .call()
             .unwrap_or_else(|e| panic!("GET {url}: {e}"))
             .body_mut()
@@ -234,6 +243,8 @@ fn gpu_kernels_reach_the_flamegraph_without_ebpf() {
             .arg("--no-ebpf")
             .arg("--server")
             .arg(&backend.url)
+            .arg("--api-key")
+            .arg(&backend.key)
             .arg("--gpu-socket")
             .arg(&socket)
             .arg("--spool-dir")
@@ -376,5 +387,23 @@ fn no_ebpf_with_no_gpu_is_refused() {
         String::from_utf8_lossy(&output.stderr).contains("leave nothing to profile"),
         "{}",
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Agents no longer publish straight to Kafka (the bus takes only records
+/// a gateway authenticated): a kafka:// server is refused, saying so,
+/// before anything starts.
+#[test]
+fn a_kafka_server_is_refused_saying_why() {
+    let output = Command::new(env!("CARGO_BIN_EXE_kiln-agent"))
+        .args(["--no-ebpf", "--server", "kafka://broker:9092/kiln-ingest"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("agents send to a gateway over HTTP(S)")
+            && stderr.contains("publishing straight to Kafka was removed"),
+        "{stderr}"
     );
 }

@@ -1,15 +1,17 @@
 //! The part of every import that turns stacks into a batch.
 
-use kiln_model::{BatchBuilder, Frame, LabelSet};
+use kiln_model::{BatchBuilder, Frame, LabelSet, MAX_BATCH_ENTRIES, MAX_LABELS};
 
 use crate::error::ImportError;
 use crate::options::{ImportOptions, Imported};
 
 /// Most frame references, summed over the distinct stacks, that one import
-/// keeps: 1 GiB of 16-byte frame ids. Text inputs reach it only when huge;
-/// a pprof profile, whose samples refer to shared locations, could
-/// otherwise blow a small input up into more stacks than memory holds.
-pub(crate) const MAX_STACK_FRAMES: usize = 1 << 26;
+/// keeps: 128 MiB of 16-byte frame ids, so that the batch stays within
+/// what a worker decodes ([`kiln_model::MAX_BATCH_BYTES`]). Text inputs
+/// reach it only when huge; a pprof profile, whose samples refer to shared
+/// locations, could otherwise blow a small input up into more stacks than
+/// memory holds.
+pub(crate) const MAX_STACK_FRAMES: usize = 1 << 23;
 
 /// A [`BatchBuilder`] that adds the options' labels to every sample and
 /// checks that the counts add up without overflow (the builder itself sums
@@ -76,22 +78,39 @@ impl<'o> ImportBuilder<'o> {
             .checked_add(count)
             .ok_or(ImportError::CountOverflow)?;
         let stacks_before = self.batch.stack_count();
-        match labels {
-            None => self
-                .batch
-                .add(timestamp_ns, frames, &self.options.labels, count),
+        let labels = match labels {
+            None => None,
             Some(mut labels) => {
                 for (name, value) in self.options.labels.iter() {
                     labels.insert(name, value);
                 }
-                self.batch.add(timestamp_ns, frames, &labels, count);
+                Some(labels)
             }
+        };
+        let labels = labels.as_ref().unwrap_or(&self.options.labels);
+        // What a worker would refuse the whole batch for is refused here,
+        // naming the input's problem (the builder cuts long names and deep
+        // stacks itself).
+        if labels.len() > MAX_LABELS {
+            return Err(ImportError::TooManyLabels {
+                count: labels.len(),
+            });
         }
+        self.batch.add(timestamp_ns, frames, labels, count);
         if self.batch.stack_count() > stacks_before {
             self.stack_frames += frames.len();
             if self.stack_frames > self.max_stack_frames {
                 return Err(ImportError::TooManyFrames);
             }
+        }
+        let entries = [
+            ("stacks", self.batch.stack_count()),
+            ("frames", self.batch.frame_count()),
+            ("label sets", self.batch.label_set_count()),
+            ("samples", self.batch.sample_entry_count()),
+        ];
+        if let Some((what, _)) = entries.iter().find(|(_, n)| *n > MAX_BATCH_ENTRIES) {
+            return Err(ImportError::TooManyEntries { what });
         }
         Ok(())
     }

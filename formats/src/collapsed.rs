@@ -12,9 +12,11 @@
 //! collapsers' kernel annotation) makes a [`FrameKind::Kernel`] frame,
 //! any other a native one. The format carries no time, so every sample is
 //! stamped [`ImportOptions::now_ns`], and no period, so the batch gets
-//! [`ImportOptions::default_period_ns`].
+//! [`ImportOptions::default_period_ns`]. A stack deeper than
+//! [`MAX_STACK_DEPTH`] keeps its leaf-most frames under a `[truncated]`
+//! root; names longer than [`kiln_model::MAX_NAME_LEN`] are cut.
 
-use kiln_model::{Frame, FrameKind};
+use kiln_model::{Frame, FrameKind, MAX_STACK_DEPTH, TRUNCATED_FRAME};
 
 use crate::builder::ImportBuilder;
 use crate::error::{ImportError, snippet};
@@ -53,6 +55,17 @@ fn parse_line(line: usize, text: &str, frames: &mut Vec<Frame>) -> Result<u64, I
         return Err(ImportError::CollapsedEmptyStack { line });
     }
     frames.clear();
+    // A stack deeper than a batch holds keeps its leaf-most frames under a
+    // `[truncated]` root; the frames cut are checked but never built, so a
+    // line of millions of `;` costs no more than its bytes.
+    let depth = stack.split(';').count();
+    let skip = match depth > MAX_STACK_DEPTH {
+        true => {
+            frames.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
+            depth - (MAX_STACK_DEPTH - 1)
+        }
+        false => 0,
+    };
     for (i, name) in stack.split(';').enumerate() {
         if name.is_empty() {
             return Err(ImportError::CollapsedEmptyFrame {
@@ -60,6 +73,9 @@ fn parse_line(line: usize, text: &str, frames: &mut Vec<Frame>) -> Result<u64, I
                 frame: i + 1,
                 stack: snippet(stack),
             });
+        }
+        if i < skip {
+            continue;
         }
         let kind = if name.ends_with(KERNEL_SUFFIX) {
             FrameKind::Kernel
@@ -163,5 +179,58 @@ mod tests {
         let text = format!("a {}\nb 1\n", u64::MAX);
         let err = import(&text, &ImportOptions::new(0)).unwrap_err();
         assert!(matches!(err, ImportError::CountOverflow));
+    }
+
+    /// Guards the depth bound: a line of a million frames keeps the
+    /// leaf-most ones under a `[truncated]` root, and the cut frames are
+    /// still checked.
+    #[test]
+    fn deep_stacks_keep_their_leaf_most_frames() {
+        let mut text = "f;".repeat(1_000_000);
+        text.push_str("leaf 3");
+        let (frames, count) = parse(&text).unwrap();
+        assert_eq!(count, 3);
+        assert_eq!(frames.len(), MAX_STACK_DEPTH);
+        assert_eq!(
+            frames[0],
+            Frame::named(FrameKind::Truncated, TRUNCATED_FRAME)
+        );
+        assert_eq!(
+            frames[MAX_STACK_DEPTH - 1],
+            Frame::named(FrameKind::Native, "leaf")
+        );
+        let err = parse(&format!(";{text}")).unwrap_err();
+        assert!(
+            matches!(err, ImportError::CollapsedEmptyFrame { frame: 1, .. }),
+            "{err}"
+        );
+        let exact = format!("{}leaf 1", "f;".repeat(MAX_STACK_DEPTH - 1));
+        let (frames, _) = parse(&exact).unwrap();
+        assert_eq!(frames.len(), MAX_STACK_DEPTH);
+        assert_eq!(frames[0], Frame::named(FrameKind::Native, "f"));
+    }
+
+    /// A name of megabytes is imported cut to the batch's limit, not
+    /// refused (and not sent whole to be refused by every worker).
+    #[test]
+    fn long_names_are_cut() {
+        let text = format!("main;{} 1\n", "x".repeat(5 << 20));
+        let imported = crate::import(
+            crate::Format::Collapsed,
+            text.as_bytes(),
+            &ImportOptions::new(0),
+        )
+        .unwrap();
+        let longest = imported
+            .batch
+            .frames
+            .iter()
+            .map(|f| match &f.frame {
+                Frame::Named { function, .. } => function.len(),
+                Frame::Address { .. } => 0,
+            })
+            .max();
+        assert_eq!(longest, Some(kiln_model::MAX_NAME_LEN));
+        kiln_model::Batch::decode(&imported.batch.encode()).unwrap();
     }
 }

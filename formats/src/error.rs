@@ -201,6 +201,49 @@ pub enum ImportError {
         /// The id.
         id: u64,
     },
+    /// pprof: the profile holds more of something than one import decodes
+    /// (see the limits in `pprof/limits.rs`).
+    #[error(
+        "pprof: the profile has more than {limit} {what}, more than one import takes; split it"
+    )]
+    PprofTooMany {
+        /// What: `samples`, `locations`, `lines in locations`, ….
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+    /// pprof: one location has more lines (inlined calls) than a stack
+    /// holds frames.
+    #[error(
+        "pprof: location {location} (counting from 0) has more than {limit} lines, \
+         more than a stack holds"
+    )]
+    PprofLocationLines {
+        /// Its position in the profile's location list, from 0.
+        location: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A sample has more labels (its own and the import's) than a batch
+    /// may carry.
+    #[error(
+        "a sample has {count} labels, more than the {} a sample may carry",
+        kiln_model::MAX_LABELS
+    )]
+    TooManyLabels {
+        /// Its labels.
+        count: usize,
+    },
+    /// More distinct stacks, frames, label sets or samples than one batch
+    /// carries.
+    #[error(
+        "input has more than {} distinct {what}, more than one import keeps; split it",
+        kiln_model::MAX_BATCH_ENTRIES
+    )]
+    TooManyEntries {
+        /// `stacks`, `frames`, `label sets` or `samples`.
+        what: &'static str,
+    },
     /// pprof: a sample label whose key is the empty string.
     #[error("pprof: sample {sample} has a label with an empty key")]
     PprofEmptyLabelKey {

@@ -472,3 +472,92 @@ fn deep_stacks_are_cut_at_the_root() {
     assert_eq!(frames.len(), 4096);
     assert_eq!(common::frame_name(&frames[0]), "runtime.goexit");
 }
+
+/// `n` lines of function 1, as a `Location`'s field 4 on the wire: the
+/// shortest a line can be (4 bytes), decoded as 24.
+fn wire_lines(n: usize) -> Vec<u8> {
+    [0x22, 0x02, 0x08, 0x01].repeat(n)
+}
+
+/// A location message, on the wire, with `lines` lines.
+fn wire_location(id: u8, lines: &[u8]) -> Vec<u8> {
+    let mut location = vec![0x08, id];
+    location.extend_from_slice(lines);
+    let mut out = vec![0x22];
+    let mut len = location.len();
+    while len >= 0x80 {
+        out.push((len as u8) | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+    out.extend(location);
+    out
+}
+
+/// Guards the pprof line bomb: a gzipped profile of ~100 KB whose
+/// locations hold six million lines is refused by its count before one
+/// line is decoded or one frame built, fast.
+#[test]
+fn a_line_bomb_is_refused_before_decoding() {
+    let lines = wire_lines(3000);
+    let mut profile = go_cpu_profile().encode_to_vec();
+    for id in 10..210u8 {
+        for _ in 0..10 {
+            profile.extend(wire_location(id, &lines));
+        }
+    }
+    let bomb = gzip(&profile);
+    assert!(bomb.len() < 200_000, "{} bytes gzipped", bomb.len());
+    let started = std::time::Instant::now();
+    let err = import(Format::Pprof, &bomb, &ImportOptions::new(NOW_NS)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ImportError::PprofTooMany {
+                what: "lines in locations",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "pprof: the profile has more than 4194304 lines in locations, more than one import takes; split it"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// One location with more lines than a stack holds frames is refused,
+/// naming it.
+#[test]
+fn a_location_with_too_many_lines_is_refused() {
+    let mut profile = go_cpu_profile().encode_to_vec();
+    profile.extend(wire_location(
+        99,
+        &wire_lines(kiln_model::MAX_STACK_DEPTH + 1),
+    ));
+    let err = import(Format::Pprof, &profile, &ImportOptions::new(NOW_NS)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "pprof: location 3 (counting from 0) has more than 4096 lines, more than a stack holds"
+    );
+}
+
+/// Empty samples (2 bytes each on the wire, 72 decoded) past the limit
+/// are refused before decoding.
+#[test]
+fn too_many_samples_are_refused_before_decoding() {
+    let mut profile = go_cpu_profile().encode_to_vec();
+    profile.extend([0x12, 0x00].repeat((1 << 22) + 1));
+    let err = import(Format::Pprof, &gzip(&profile), &ImportOptions::new(NOW_NS)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ImportError::PprofTooMany {
+                what: "samples",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}

@@ -18,6 +18,10 @@ fuzz_target!(|data: &[u8]| {
         let _ = graph.node_name(i);
         let _ = graph.children(i).count();
     }
-    graph.write_collapsed(&mut std::io::sink()).expect("writing to a sink");
-    graph.write_json(&mut std::io::sink()).expect("writing to a sink");
+    graph
+        .write_collapsed(&mut std::io::sink())
+        .expect("writing to a sink");
+    graph
+        .write_json(&mut std::io::sink())
+        .expect("writing to a sink");
 });

@@ -13,7 +13,10 @@ fuzz_target!(|data: &[u8]| {
     });
     assert_eq!(stats.kernels, kernels);
     // A record of any extent CUPTI might report parses too.
-    for cut in [0, 4, 159, 160, 200].into_iter().filter(|&c| c <= data.len()) {
+    for cut in [0, 4, 159, 160, 200]
+        .into_iter()
+        .filter(|&c| c <= data.len())
+    {
         if let Record::Kernel(k) = activity::parse_record(&data[..cut]) {
             assert!(cut >= 160, "kernel read from a {cut}-byte record: {k:?}");
         }

@@ -33,6 +33,22 @@ impl fmt::Debug for Record {
     }
 }
 
+/// Takes records from the front of `pending`: at most `max`, and no more
+/// than `max_bytes` of payload, but always the first one (when `max` is
+/// not 0). What every consumer's `poll` hands out.
+pub(crate) fn take_within(pending: &mut Vec<Record>, max: usize, max_bytes: usize) -> Vec<Record> {
+    let mut bytes = 0usize;
+    let mut n = 0;
+    for record in pending.iter().take(max) {
+        bytes = bytes.saturating_add(record.payload.len());
+        if n > 0 && bytes > max_bytes {
+            break;
+        }
+        n += 1;
+    }
+    pending.drain(..n).collect()
+}
+
 /// Where a published record landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Published {
@@ -80,8 +96,12 @@ pub trait Bus: Send + Sync + fmt::Debug + 'static {
 /// Reads records for one consumer group.
 #[async_trait]
 pub trait Consumer: Send + fmt::Debug {
-    /// Up to `max` records past this consumer's position, waiting up to
-    /// `timeout` for the first one; an empty `Vec` on timeout.
+    /// Up to `max` records past this consumer's position, and no more
+    /// than `max_bytes` of payload, waiting up to `timeout` for the first
+    /// one; an empty `Vec` on timeout. The first record is always taken,
+    /// however large, so that a consumer makes progress; the byte budget
+    /// stops the poll before the record that would exceed it. Records
+    /// already read and left over are kept for the next poll.
     ///
     /// Records of one partition come in offset order.
     ///
@@ -90,7 +110,12 @@ pub trait Consumer: Send + fmt::Debug {
     /// Implementations are cancel safe: records read by a poll whose future
     /// is dropped are returned by the next poll, so `poll` can be raced
     /// against shutdown signals in `select!`.
-    async fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Record>, BusError>;
+    async fn poll(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Record>, BusError>;
 
     /// Durably records that the group has processed `partition` up to (not
     /// including) `next_offset`. A consumer of the group created later, or
@@ -148,6 +173,27 @@ mod tests {
             counts.iter().all(|&c| (800..1200).contains(&c)),
             "{counts:?}"
         );
+    }
+
+    /// Guards the poll byte budget: it stops before the record that would
+    /// exceed it, but always takes the first.
+    #[test]
+    fn take_within_keeps_to_the_byte_budget_but_takes_one() {
+        let record = |len: usize| Record {
+            partition: 0,
+            offset: 0,
+            key: Vec::new(),
+            payload: vec![0; len],
+        };
+        let mut pending = vec![record(10), record(10), record(10), record(100)];
+        assert_eq!(take_within(&mut pending, 10, 25).len(), 2);
+        assert_eq!(take_within(&mut pending, 10, 25).len(), 1);
+        // Larger than the budget on its own: taken anyway.
+        assert_eq!(take_within(&mut pending, 10, 25).len(), 1);
+        assert!(pending.is_empty());
+        let mut pending = vec![record(1), record(1), record(1)];
+        assert_eq!(take_within(&mut pending, 2, usize::MAX).len(), 2);
+        assert_eq!(take_within(&mut pending, 0, usize::MAX).len(), 0);
     }
 
     #[test]

@@ -29,7 +29,7 @@
 //!
 //! // A worker consumes, processes, then commits.
 //! let mut worker = bus.consumer("ingest").await?;
-//! for record in worker.poll(64, Duration::from_secs(1)).await? {
+//! for record in worker.poll(64, usize::MAX, Duration::from_secs(1)).await? {
 //!     assert_eq!(record.payload, b"batch 1");
 //!     worker.commit(record.partition, record.offset + 1).await?;
 //! }

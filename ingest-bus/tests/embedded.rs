@@ -268,7 +268,10 @@ async fn poll_wakes_on_publish(bus: EmbeddedBus) {
         publisher.publish(b"k", b"late".to_vec()).await.unwrap();
     };
     let started = std::time::Instant::now();
-    let (records, ()) = tokio::join!(consumer.poll(10, Duration::from_secs(10)), publish);
+    let (records, ()) = tokio::join!(
+        consumer.poll(10, usize::MAX, Duration::from_secs(10)),
+        publish
+    );
     let records = records.unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].payload, b"late");
@@ -305,14 +308,58 @@ async fn poll_times_out_empty() {
     let dir = tempfile::tempdir().unwrap();
     let bus = EmbeddedBus::open(dir.path(), 1).unwrap();
     let mut c = bus.consumer("g").await.unwrap();
-    assert!(c.poll(10, Duration::ZERO).await.unwrap().is_empty());
     assert!(
-        c.poll(10, Duration::from_millis(20))
+        c.poll(10, usize::MAX, Duration::ZERO)
             .await
             .unwrap()
             .is_empty()
     );
-    assert!(c.poll(0, Duration::from_secs(10)).await.unwrap().is_empty());
+    assert!(
+        c.poll(10, usize::MAX, Duration::from_millis(20))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        c.poll(0, usize::MAX, Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Guards the poll byte budget: a poll stops before the record that would
+/// exceed it (so a few huge records cannot make a worker hold hundreds),
+/// always takes at least one, and loses none of those it left.
+#[tokio::test]
+async fn polls_keep_to_their_byte_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = EmbeddedBus::open(dir.path(), 1).unwrap();
+    for i in 0..5u8 {
+        bus.publish(b"k", vec![i; 1000]).await.unwrap();
+    }
+    let mut c = bus.consumer("g").await.unwrap();
+    let wait = Duration::from_secs(10);
+    let first = c.poll(100, 2500, wait).await.unwrap();
+    assert_eq!(
+        first.len(),
+        2,
+        "2 × 1000 bytes fit in 2500, a third does not"
+    );
+    let second = c.poll(100, 10, wait).await.unwrap();
+    assert_eq!(
+        second.len(),
+        1,
+        "a record larger than the budget is taken alone"
+    );
+    let rest = c.poll(100, usize::MAX, wait).await.unwrap();
+    let offsets: Vec<u64> = first
+        .iter()
+        .chain(&second)
+        .chain(&rest)
+        .map(|r| r.offset)
+        .collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 4]);
 }
 
 /// Guards cancel safety: polls cut short by a timeout lose no records.
@@ -325,7 +372,9 @@ async fn cancelled_polls_lose_nothing() {
     let mut got = Vec::new();
     for i in 0..2000 {
         let budget = Duration::from_micros(i % 200);
-        if let Ok(batch) = tokio::time::timeout(budget, c.poll(3, Duration::from_secs(1))).await {
+        if let Ok(batch) =
+            tokio::time::timeout(budget, c.poll(3, usize::MAX, Duration::from_secs(1))).await
+        {
             got.extend(batch.unwrap());
         }
         if got.len() == 200 {

@@ -70,7 +70,7 @@ async fn poll_n(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> {
     let mut idle = Duration::ZERO;
     while out.len() < n {
         let batch = consumer
-            .poll(n - out.len(), Duration::from_secs(1))
+            .poll(n - out.len(), usize::MAX, Duration::from_secs(1))
             .await
             .unwrap();
         if batch.is_empty() {
@@ -180,7 +180,10 @@ async fn members_of_a_group_share_the_partitions() {
             break;
         }
         for (name, member) in [("a", &mut a), ("b", &mut b)] {
-            let records = member.poll(100, Duration::from_millis(200)).await.unwrap();
+            let records = member
+                .poll(100, usize::MAX, Duration::from_millis(200))
+                .await
+                .unwrap();
             seen.entry(name)
                 .or_default()
                 .extend(records.iter().map(|r| r.partition));

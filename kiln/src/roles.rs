@@ -52,7 +52,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             bus_key,
         )
         .await
-            .context("joining the workers' consumer group")?;
+        .context("joining the workers' consumer group")?;
         println!("Kiln worker is up");
         println!("  bus:     {}", args.bus.bus);
         println!("  store:   {}", args.stores.store);
@@ -73,10 +73,17 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
         http.admin_token = args.admin.token()?;
         http.quota = args.quota.defaults();
         let symbolizer = args.debuginfod.symbolizer_config();
-        let running =
-            roles::start_query(store, objects, metadata, aggregators, symbolizer, peers.clone(), http)
-                .await
-                .context("starting the query node")?;
+        let running = roles::start_query(
+            store,
+            objects,
+            metadata,
+            aggregators,
+            symbolizer,
+            peers.clone(),
+            http,
+        )
+        .await
+        .context("starting the query node")?;
         println!("Kiln query node is up: http://{}/", running.local_addr);
         println!("  store:   {}", args.stores.store);
         if let Some(peers) = peers {

@@ -5,13 +5,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
+use crate::client::{Refused, Server, each_file, failure, local_secret, send_with_progress};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_symbolizer_workers::{
     DebugDirs, DebugMember, ExtractOptions, Frame, Ksym, debug_files_in_deb, extract, file_id, ksym,
 };
-use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
-use crate::client::{Refused, Server, each_file, failure, local_secret, send_with_progress};
 
 /// `kiln symbols upload`: for each file, asks whether the server has its
 /// symbols (`HEAD`) and sends the file when not (`PUT`); the server
@@ -122,7 +122,6 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
-
 
 /// Uploads one debug file to the global store; `false` when the store had
 /// its symbols already.

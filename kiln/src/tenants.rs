@@ -80,13 +80,15 @@ fn create_tenant(args: TenantCreateArgs) -> anyhow::Result<()> {
         tenant: args.name,
         project: Some(args.project),
     };
-    let key: KeyView = answer(
-        server
-            .post("/api/v1/admin/tenants", &[])
-            .send_json(&body),
-    )?;
-    println!("tenant {} created, with project {}", key.tenant, key.project);
-    println!("a key with the roles {} on {}/{} (shown once):", key.roles, key.tenant, key.project);
+    let key: KeyView = answer(server.post("/api/v1/admin/tenants", &[]).send_json(&body))?;
+    println!(
+        "tenant {} created, with project {}",
+        key.tenant, key.project
+    );
+    println!(
+        "a key with the roles {} on {}/{} (shown once):",
+        key.roles, key.tenant, key.project
+    );
     // The last line is the key alone, for scripts: `| tail -1`.
     println!("{}", key.key.context("the server sent no key")?);
     Ok(())
@@ -176,11 +178,17 @@ fn print_limits(tenant: &str, view: &LimitsView) {
     println!("limits of {tenant}:");
     println!(
         "  ingest_samples_per_s    {}",
-        show(view.set.ingest_samples_per_s, view.effective.ingest_samples_per_s)
+        show(
+            view.set.ingest_samples_per_s,
+            view.effective.ingest_samples_per_s
+        )
     );
     println!(
         "  ingest_bytes_per_s      {}",
-        show(view.set.ingest_bytes_per_s, view.effective.ingest_bytes_per_s)
+        show(
+            view.set.ingest_bytes_per_s,
+            view.effective.ingest_bytes_per_s
+        )
     );
     println!(
         "  max_concurrent_queries  {}",

@@ -56,9 +56,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
             "  import: kiln import --server http://{} FILE",
             running.local_addr
         );
-        println!(
-            "  admin:  token {token_note} (kiln tenant, kiln key, kiln symbols crawl)"
-        );
+        println!("  admin:  token {token_note} (kiln tenant, kiln key, kiln symbols crawl)");
         let agent = agent_config
             .and_then(|config| local_agent::start(config, running.local_addr, &data_dir));
         if agent.is_some() {

@@ -14,6 +14,12 @@ fn kiln(args: &[&str]) -> std::process::Output {
         .expect("run kiln")
 }
 
+/// `kiln ARGS` on the server's machine: it finds the server's API key in
+/// the server's data directory.
+fn kiln_against(server: &Server, args: &[&str]) -> std::process::Output {
+    server.cli().args(args).output().expect("run kiln")
+}
+
 #[test]
 fn import_guesses_formats_and_flamegraph_reads_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -24,15 +30,18 @@ fn import_guesses_formats_and_flamegraph_reads_back() {
         "{}/../formats/tests/data/real-c-threads-syscalls.perf",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = kiln(&[
-        "import",
-        "--server",
-        &server.url,
-        "--label",
-        "host=laptop",
-        folded.to_str().unwrap(),
-        &perf,
-    ]);
+    let out = kiln_against(
+        &server,
+        &[
+            "import",
+            "--server",
+            &server.url,
+            "--label",
+            "host=laptop",
+            folded.to_str().unwrap(),
+            &perf,
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -41,15 +50,18 @@ fn import_guesses_formats_and_flamegraph_reads_back() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("\"samples\":5"), "{stdout}");
 
-    let out = kiln(&[
-        "flamegraph",
-        "--server",
-        &server.url,
-        "--filter",
-        "host=laptop",
-        "--filter",
-        "process=app",
-    ]);
+    let out = kiln_against(
+        &server,
+        &[
+            "flamegraph",
+            "--server",
+            &server.url,
+            "--filter",
+            "host=laptop",
+            "--filter",
+            "process=app",
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -60,7 +72,16 @@ fn import_guesses_formats_and_flamegraph_reads_back() {
         "perf's process is not app"
     );
 
-    let out = kiln(&["flamegraph", "--server", &server.url, "--from", "now-1d"]);
+    // The key given by flag, from anywhere.
+    let out = kiln(&[
+        "flamegraph",
+        "--server",
+        &server.url,
+        "--api-key",
+        &server.key,
+        "--from",
+        "now-1d",
+    ]);
     assert!(
         out.status.success(),
         "{}",
@@ -80,7 +101,10 @@ fn import_failures_name_the_file_and_the_problem() {
     let server = Server::start(&dir.path().join("data"));
     let bad = dir.path().join("bad.folded");
     std::fs::write(&bad, "main;work four\n").unwrap();
-    let out = kiln(&["import", "--server", &server.url, bad.to_str().unwrap()]);
+    let out = kiln_against(
+        &server,
+        &["import", "--server", &server.url, bad.to_str().unwrap()],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -95,6 +119,25 @@ fn import_failures_name_the_file_and_the_problem() {
         bad.to_str().unwrap(),
     ]);
     assert!(!out.status.success());
+
+    // A key the server does not know: refused, saying so.
+    let good = dir.path().join("good.folded");
+    std::fs::write(&good, "main;work 4\n").unwrap();
+    let unknown = format!("kiln_{}", "0".repeat(64));
+    let out = kiln(&[
+        "import",
+        "--server",
+        &server.url,
+        "--api-key",
+        &unknown,
+        good.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("good.folded") && stderr.contains("401"),
+        "{stderr}"
+    );
 }
 
 /// `kiln up --agent-cgroup` with a directory that is no cgroup v2 fails at

@@ -15,14 +15,20 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_agent::{Delivery, KafkaSink, Sink, Spool};
-use kiln_ingest_bus::BusUrl;
+use kiln_agent::{Delivery, HttpSink, Sink, Spool};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 use support::aggregate;
 
 /// Hosts of the synthetic fleet, and the batches each sends.
 const HOSTS: usize = 12;
 const INTERVALS: usize = 10;
+/// Time between one batch of the fleet and the next (host after host,
+/// interval after interval): ten minutes, so that the fleet's data covers
+/// about 20 hours of the last day, each a storage partition. Queries scan
+/// only the hours that hold data; the query nodes spread those over each
+/// other by rendezvous hashing, and with that many, each node owns some
+/// (all 20 on one of two nodes: about one run in 500 000).
+const BATCH_GAP: Duration = Duration::from_secs(10 * 60);
 /// How long the test waits for the cluster to catch up before failing
 /// (a hang guard, not a performance check).
 const CATCH_UP: Duration = Duration::from_secs(180);
@@ -130,11 +136,39 @@ struct Cluster {
     workers: Vec<Role>,
     /// Query nodes that are each other's peers.
     queries: Vec<Role>,
+    /// A key (ingest and read) of a tenant made for this run.
+    key: String,
     _dir: tempfile::TempDir,
 }
 
 /// The query nodes' shared secret.
 const CLUSTER_SECRET: &str = "distributed-test-cluster-secret";
+/// The operator's token, the same on every gateway and query node.
+const ADMIN_TOKEN: &str = "distributed-test-admin-token";
+/// What the gateway signs bus records with and the workers verify.
+const BUS_KEY: &str = "distributed-test-bus-key";
+
+/// `kiln tenant create` of a tenant named after this run, through `server`
+/// with the admin token; returns the key it prints as its last line.
+fn create_tenant(server: &str) -> String {
+    let name = format!("t{}", unique());
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["tenant", "create", "--server", server])
+        .args(["--admin-token", ADMIN_TOKEN, &name])
+        .env("KILN_LOG", "warn")
+        .env_remove("KILN_API_KEY")
+        .output()
+        .expect("run kiln tenant create");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kiln tenant create {name}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = stdout.lines().last().expect("a key").trim().to_owned();
+    assert!(key.starts_with("kiln_"), "not a key: {stdout}");
+    key
+}
 
 /// A loopback address that was free a moment ago (the query nodes must
 /// know each other's URLs before they start).
@@ -157,12 +191,21 @@ impl Cluster {
             .unwrap();
         assert!(migrated.success(), "kiln store migrate failed");
         let backends = ["--bus", &bus, "--store", &store, "--objects", &objects];
+        // Tenants and keys live beside the profiles, in the same database.
+        let metadata = ["--metadata", &store, "--admin-token", ADMIN_TOKEN];
+        let bus_key = ["--bus-key", BUS_KEY];
         let gateway = Role::start(
             "gateway",
-            &[&["gateway", "--listen", "127.0.0.1:0"][..], &backends].concat(),
+            &[
+                &["gateway", "--listen", "127.0.0.1:0"][..],
+                &backends,
+                &metadata,
+                &bus_key,
+            ]
+            .concat(),
         );
         let workers = (0..2)
-            .map(|_| Role::start("worker", &[&["worker"][..], &backends].concat()))
+            .map(|_| Role::start("worker", &[&["worker"][..], &backends, &bus_key].concat()))
             .collect();
         let addrs = [free_addr(), free_addr()];
         let urls = addrs.map(|a| format!("http://{a}"));
@@ -187,14 +230,20 @@ impl Cluster {
                         url,
                         "--cluster-secret",
                         CLUSTER_SECRET,
+                        "--metadata",
+                        &store,
+                        "--admin-token",
+                        ADMIN_TOKEN,
                     ],
                 )
             })
             .collect();
+        let key = create_tenant(gateway.url());
         Cluster {
             gateway,
             workers,
             queries,
+            key,
             _dir: dir,
         }
     }
@@ -208,8 +257,13 @@ fn http() -> ureq::Agent {
         .into()
 }
 
-fn get(base: &str, path: &str) -> (u16, String) {
-    let mut response = http().get(format!("{base}{path}")).call().expect("GET");
+/// `GET base+path` with `Authorization: Bearer key`.
+fn get(base: &str, key: &str, path: &str) -> (u16, String) {
+    let mut response = http()
+        .get(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {key}"))
+        .call()
+        .expect("GET");
     let mut body = String::new();
     response
         .body_mut()
@@ -219,9 +273,11 @@ fn get(base: &str, path: &str) -> (u16, String) {
     (response.status().as_u16(), body)
 }
 
-fn post(base: &str, path: &str, body: &[u8]) -> (u16, String) {
+/// `POST base+path` with `Authorization: Bearer key`.
+fn post(base: &str, key: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut response = http()
         .post(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {key}"))
         .send(body)
         .expect("POST");
     let mut text = String::new();
@@ -233,10 +289,12 @@ fn post(base: &str, path: &str, body: &[u8]) -> (u16, String) {
     (response.status().as_u16(), text)
 }
 
-/// `stack count` lines of the last day matching `filter`, summed by stack.
-fn collapsed(query: &str, filter: &str) -> Vec<String> {
+/// `stack count` lines of the last day matching `filter`, summed by stack,
+/// as `key` sees them.
+fn collapsed(query: &str, key: &str, filter: &str) -> Vec<String> {
     let (status, body) = get(
         query,
+        key,
         &format!("/api/v1/flamegraph?from=now-1d&format=collapsed{filter}"),
     );
     assert_eq!(status, 200, "{body}");
@@ -244,23 +302,28 @@ fn collapsed(query: &str, filter: &str) -> Vec<String> {
 }
 
 /// The synthetic fleet: every host sends `INTERVALS` batches of distinct
-/// timestamps; each batch draws stacks from a small population, so
-/// batches share dictionary entries (what the workers' dedup caches
-/// skip). Returns the batches and the expected per-stack totals.
+/// timestamps, the fleet's batches [`BATCH_GAP`] apart, so that the data
+/// spans many hours (storage partitions) of the last day; each batch
+/// draws stacks from a small population, so batches share dictionary
+/// entries (what the workers' dedup caches skip). Returns the batches and
+/// the expected per-stack totals.
 fn fleet(run: &str) -> (Vec<Vec<u8>>, Vec<String>) {
     let functions = [
         "main", "serve", "parse", "encode", "hash", "write", "poll", "alloc",
     ];
+    let gap = BATCH_GAP.as_nanos() as i64;
+    // The last batch half an hour ago.
     let start = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i64
-        - 30 * 60 * 1_000_000_000;
+        - 30 * 60 * 1_000_000_000
+        - (INTERVALS * HOSTS - 1) as i64 * gap;
     let mut expected: BTreeMap<String, u64> = BTreeMap::new();
     let mut batches = Vec::new();
     for interval in 0..INTERVALS {
         for host in 0..HOSTS {
-            let ts = start + (interval as i64) * 5_000_000_000;
+            let ts = start + (interval * HOSTS + host) as i64 * gap;
             let host_name = format!("host-{host:02}");
             let labels = LabelSet::new()
                 .with(label_names::HOST, host_name.clone())
@@ -320,19 +383,20 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
     let gateway = cluster.gateway.url().to_owned();
     let query = cluster.queries[0].url().to_owned();
     let peer = cluster.queries[1].url().to_owned();
+    let key = cluster.key.clone();
 
     for (i, batch) in batches.iter().enumerate() {
         if i == batches.len() / 2 {
             cluster.workers[0].kill9();
         }
-        let (status, body) = post(&gateway, "/api/v1/ingest", batch);
+        let (status, body) = post(&gateway, &key, "/api/v1/ingest", batch);
         assert_eq!(status, 200, "batch {i}: {body}");
     }
 
     let filter = format!("&run={run}");
     let started = Instant::now();
     loop {
-        let got = collapsed(&query, &filter);
+        let got = collapsed(&query, &key, &filter);
         if got == expected {
             break;
         }
@@ -357,7 +421,20 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    assert_eq!(collapsed(&peer, &filter), expected, "the second query node");
+    assert_eq!(
+        collapsed(&peer, &key, &filter),
+        expected,
+        "the second query node"
+    );
+    // The scope the gateway authenticated crossed the bus: another
+    // tenant's key sees none of it, and no key is let in at all.
+    let other = create_tenant(&gateway);
+    assert_eq!(collapsed(&query, &other, &filter), Vec::<String>::new());
+    let anonymous = http()
+        .get(format!("{query}/api/v1/flamegraph?from=now-1d"))
+        .call()
+        .expect("GET");
+    assert_eq!(anonymous.status(), 401);
     for node in [&query, &peer] {
         let counts = scan_counts(node);
         assert!(counts["remote"].as_u64() > Some(0), "{node}: {counts}");
@@ -365,18 +442,23 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
         assert_eq!(counts["fallback"], 0, "{node}: {counts}");
     }
     cluster.queries[1].kill9();
-    assert_eq!(collapsed(&query, &filter), expected, "with its peer dead");
+    assert_eq!(
+        collapsed(&query, &key, &filter),
+        expected,
+        "with its peer dead"
+    );
     assert!(scan_counts(&query)["fallback"].as_u64() > Some(0));
 
-    import_checks(&gateway, &query);
+    import_checks(&gateway, &query, &key);
 }
 
-/// An in-cluster agent's Kafka sink: batches spooled while Kafka was
-/// unreachable and batches sent once it is back are all published as a
-/// gateway would publish them, consumed by a worker, and queryable with
+/// An agent's HTTP sink through a gateway (agents never publish to Kafka
+/// themselves): batches spooled while the gateway was unreachable, and
+/// while the agent's key was refused, are all delivered once both are
+/// right, consumed by a worker under the key's tenant, and queryable with
 /// exact totals.
 #[test]
-fn an_agents_kafka_sink_feeds_the_workers() {
+fn an_agents_spooled_batches_reach_the_workers_through_the_gateway() {
     let Some((kafka, postgres)) = servers() else {
         return;
     };
@@ -387,55 +469,76 @@ fn an_agents_kafka_sink_feeds_the_workers() {
         .status()
         .unwrap();
     assert!(migrated.success(), "kiln store migrate failed");
-    let topic = format!("agent-{}", unique());
-    let bus = format!("{kafka}/{topic}?partitions=2");
+    let bus = format!("{kafka}/agent-{}?partitions=2", unique());
     let objects = format!("file://{}", dir.path().join("objects").display());
     let backends = ["--bus", &bus, "--store", &store, "--objects", &objects];
-    let _worker = Role::start("worker", &[&["worker"][..], &backends].concat());
+    let metadata = ["--metadata", &store, "--admin-token", ADMIN_TOKEN];
+    let bus_key = ["--bus-key", BUS_KEY];
+    let _worker = Role::start("worker", &[&["worker"][..], &backends, &bus_key].concat());
+    let gateway = Role::start(
+        "gateway",
+        &[
+            &["gateway", "--listen", "127.0.0.1:0"][..],
+            &backends,
+            &metadata,
+            &bus_key,
+        ]
+        .concat(),
+    );
     let query = Role::start(
         "query",
         &[
-            "query",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            &store,
-            "--objects",
-            &objects,
-        ],
+            &[
+                "query",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                &store,
+                "--objects",
+                &objects,
+            ][..],
+            &metadata,
+        ]
+        .concat(),
     );
+    let key = create_tenant(gateway.url());
 
     let run = unique();
     let (encoded, expected) = fleet(&run);
     let batches: Vec<Batch> = encoded.iter().map(|b| Batch::decode(b).unwrap()).collect();
-    let sink = |url: &str| {
-        let BusUrl::Kafka(options) = url.parse().unwrap() else {
-            panic!("{url} is not a Kafka URL")
-        };
-        let spool = Spool::open(dir.path().join("spool"), 1 << 26).unwrap();
-        KafkaSink::kafka(options, "default", "default", "kafka-agent", Some(spool)).unwrap()
+    let spool_dir = dir.path().join("spool");
+    let sink = |server: &str, key: &str| {
+        let spool = Spool::open(&spool_dir, 1 << 26).unwrap();
+        HttpSink::new(server, Some(key), Some(spool))
     };
     {
         // Port 9 (discard) on loopback: nothing listens there.
-        let mut down = sink(&format!("kafka://127.0.0.1:9/{topic}"));
+        let mut down = sink("http://127.0.0.1:9", &key);
         for batch in &batches[..2] {
             assert_eq!(down.send(batch).unwrap(), Delivery::Spooled);
         }
     }
-    // The agent again, with Kafka reachable: the spool goes first.
-    let mut up = sink(&format!("{kafka}/{topic}"));
-    for batch in &batches[2..] {
+    {
+        // The gateway, with a key it does not know: kept, not dropped.
+        let unknown = format!("kiln_{}", "0".repeat(64));
+        let mut refused = sink(gateway.url(), &unknown);
+        assert_eq!(refused.send(&batches[2]).unwrap(), Delivery::Spooled);
+    }
+    // The agent again, with the gateway and its key right: the spool goes
+    // first.
+    let mut up = sink(gateway.url(), &key);
+    for batch in &batches[3..] {
         assert_eq!(up.send(batch).unwrap(), Delivery::Delivered);
     }
     assert!(up.spool().unwrap().files().unwrap().is_empty());
 
     let filter = format!("&run={run}");
     let started = Instant::now();
-    while collapsed(query.url(), &filter) != expected {
+    while collapsed(query.url(), &key, &filter) != expected {
         assert!(
             started.elapsed() < CATCH_UP,
             "the worker did not write the agent's batches: {:?}",
-            collapsed(query.url(), &filter)
+            collapsed(query.url(), &key, &filter)
         );
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -444,12 +547,13 @@ fn an_agents_kafka_sink_feeds_the_workers() {
 /// The embedded mode's import-and-read-back checks, through the gateway
 /// and the query node. Each check labels its samples, so they do not see
 /// the fleet's or each other's.
-fn import_checks(gateway: &str, query: &str) {
+fn import_checks(gateway: &str, query: &str, key: &str) {
     let check = unique();
     // Collapsed stacks read back exactly, queryable once the import answers.
     let input = "main;parse;read_line 7\nmain;compute 12\nmain 1\nmain;compute 3\nsys_read_[k] 2\n";
     let (status, body) = post(
         gateway,
+        key,
         &format!("/api/v1/import?format=collapsed&check={check}"),
         input.as_bytes(),
     );
@@ -458,7 +562,7 @@ fn import_checks(gateway: &str, query: &str) {
     assert_eq!(summary["samples"], 25);
     assert_eq!(summary["queryable"], true, "{summary}");
     assert_eq!(
-        collapsed(query, &format!("&check={check}")),
+        collapsed(query, key, &format!("&check={check}")),
         aggregate(input.lines().map(str::to_owned))
     );
 
@@ -466,38 +570,41 @@ fn import_checks(gateway: &str, query: &str) {
     for (process, body) in [("web", "a;b 5\n"), ("db", "a;c 2\n")] {
         let (status, text) = post(
             gateway,
+            key,
             &format!("/api/v1/import?format=collapsed&check={check}-l&process={process}"),
             body.as_bytes(),
         );
         assert_eq!(status, 200, "{text}");
     }
     assert_eq!(
-        collapsed(query, &format!("&check={check}-l&process=web")),
+        collapsed(query, key, &format!("&check={check}-l&process=web")),
         ["a;b 5"]
     );
     assert_eq!(
-        collapsed(query, &format!("&check={check}-l")),
+        collapsed(query, key, &format!("&check={check}-l")),
         ["a;b 5", "a;c 2"]
     );
 
     // Malformed input is refused by name and changes nothing.
     let (status, text) = post(
         gateway,
+        key,
         &format!("/api/v1/import?format=collapsed&check={check}"),
         b"a;b 3\na;b three\n",
     );
     assert_eq!(status, 400, "{text}");
-    let (status, text) = post(gateway, "/api/v1/import", b"a 1\n");
+    let (status, text) = post(gateway, key, "/api/v1/import", b"a 1\n");
     assert_eq!(status, 400);
     assert!(text.contains("format"), "{text}");
     assert_eq!(
-        collapsed(query, &format!("&check={check}")),
+        collapsed(query, key, &format!("&check={check}")),
         aggregate(input.lines().map(str::to_owned))
     );
 
     // Top functions on the query node.
     let (status, body) = get(
         query,
+        key,
         &format!("/api/v1/top?from=now-1h&limit=1&check={check}"),
     );
     assert_eq!(status, 200, "{body}");
@@ -506,9 +613,9 @@ fn import_checks(gateway: &str, query: &str) {
     assert_eq!(rows[0]["self_samples"], 15);
 
     // Each role serves its own part of the API.
-    assert_eq!(get(gateway, "/api/v1/flamegraph?from=now-1h").0, 404);
+    assert_eq!(get(gateway, key, "/api/v1/flamegraph?from=now-1h").0, 404);
     assert_eq!(
-        post(query, "/api/v1/import?format=collapsed", b"a 1\n").0,
+        post(query, key, "/api/v1/import?format=collapsed", b"a 1\n").0,
         404
     );
 }
@@ -517,22 +624,28 @@ fn import_checks(gateway: &str, query: &str) {
 /// servers.
 #[test]
 fn roles_refuse_bad_urls_by_name() {
-    let query = ["query", "--store", "file:///s", "--objects", "file:///o"];
+    let metadata = ["--metadata", "file:///m/metadata.json"];
+    let bus_key = ["--bus-key", BUS_KEY];
+    let query = [
+        &["query", "--store", "file:///s", "--objects", "file:///o"][..],
+        &metadata,
+    ]
+    .concat();
+    let gateway = [
+        &["gateway", "--bus", "kafka://h:1", "--store", "file:///s"][..],
+        &metadata,
+        &bus_key,
+    ]
+    .concat();
     let secret = ["--cluster-secret", CLUSTER_SECRET];
     let peers = ["--peers", "http://a:1,http://b:1"];
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 11] = [
         (
             &[
-                "gateway",
-                "--bus",
-                "kafka://h:1",
-                "--store",
-                "file:///s",
-                "--objects",
-                "file:///o",
-                "--query-nodes",
-                "http://a:1",
-            ],
+                &gateway[..],
+                &["--objects", "file:///o", "--query-nodes", "http://a:1"],
+            ]
+            .concat(),
             "--cluster-secret",
         ),
         (&[&query[..], &peers].concat(), "--advertise"),
@@ -551,19 +664,49 @@ fn roles_refuse_bad_urls_by_name() {
         ),
         (
             &[
-                "worker",
-                "--bus",
-                "amqp://h:1",
+                &[
+                    "worker",
+                    "--bus",
+                    "amqp://h:1",
+                    "--store",
+                    "file:///s",
+                    "--objects",
+                    "file:///o",
+                ][..],
+                &bus_key,
+            ]
+            .concat(),
+            "bad --bus URL \"amqp://h:1\"",
+        ),
+        (
+            &[
+                &["query", "--store", "mysql://h/db", "--objects", "file:///o"][..],
+                &metadata,
+            ]
+            .concat(),
+            "bad --store URL",
+        ),
+        (
+            &[&gateway[..], &["--objects", "gs://b"]].concat(),
+            "bad --objects URL",
+        ),
+        (
+            &[
+                "query",
                 "--store",
                 "file:///s",
                 "--objects",
                 "file:///o",
+                "--metadata",
+                "mysql://h/db",
             ],
-            "bad --bus URL \"amqp://h:1\"",
+            "bad --metadata URL",
         ),
+        // Gateways and query nodes check keys; gateways and workers share
+        // the bus key: neither may be left out.
         (
-            &["query", "--store", "mysql://h/db", "--objects", "file:///o"],
-            "bad --store URL",
+            &["query", "--store", "file:///s", "--objects", "file:///o"],
+            "--metadata",
         ),
         (
             &[
@@ -573,14 +716,30 @@ fn roles_refuse_bad_urls_by_name() {
                 "--store",
                 "file:///s",
                 "--objects",
-                "gs://b",
+                "file:///o",
+                "--metadata",
+                "file:///m/metadata.json",
             ],
-            "bad --objects URL",
+            "--bus-key",
+        ),
+        (
+            &[
+                "worker",
+                "--bus",
+                "kafka://h:1",
+                "--store",
+                "file:///s",
+                "--objects",
+                "file:///o",
+            ],
+            "--bus-key",
         ),
     ];
     for (args, message) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(args)
+            .env_remove("KILN_METADATA")
+            .env_remove("KILN_BUS_KEY")
             .output()
             .unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");
@@ -644,6 +803,7 @@ fn the_gateway_answers_503_while_kafka_is_down() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("file://{}", dir.path().join("store").display());
     let objects = format!("file://{}", dir.path().join("objects").display());
+    let metadata = format!("file://{}", dir.path().join("metadata.json").display());
     let bus = format!("{kafka}/down-{}?partitions=1", unique());
     let gateway = Role::start(
         "gateway",
@@ -657,15 +817,23 @@ fn the_gateway_answers_503_while_kafka_is_down() {
             &store,
             "--objects",
             &objects,
+            "--metadata",
+            &metadata,
+            "--admin-token",
+            ADMIN_TOKEN,
+            "--bus-key",
+            BUS_KEY,
         ],
     );
+    let key = create_tenant(gateway.url());
     let (batch, _) = fleet("down");
-    let (status, body) = post(gateway.url(), "/api/v1/ingest", &batch[0]);
+    let (status, body) = post(gateway.url(), &key, "/api/v1/ingest", &batch[0]);
     assert_eq!(status, 200, "{body}");
 
     broker.stop();
     let mut response = http()
         .post(format!("{}/api/v1/ingest", gateway.url()))
+        .header("authorization", format!("Bearer {key}"))
         .send(&batch[1][..])
         .expect("POST");
     assert_eq!(response.status().as_u16(), 503);

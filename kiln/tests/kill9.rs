@@ -13,6 +13,7 @@ fn kill9_loses_no_acknowledged_import() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let url = server.url.clone();
+    let bearer = server.bearer();
     let (acks, acked) = mpsc::channel::<u32>();
     // Imports one distinct stack after another until the server dies.
     let importer = std::thread::spawn(move || {
@@ -25,6 +26,7 @@ fn kill9_loses_no_acknowledged_import() {
             let body = format!("stream;import_{i} {}\n", i + 1);
             match agent
                 .post(format!("{url}/api/v1/import?format=collapsed"))
+                .header("authorization", &bearer)
                 .send(body.as_bytes())
             {
                 Ok(r) if r.status() == 200 => acks.send(i).unwrap(),

@@ -22,6 +22,7 @@ fn kiln(args: &[&str]) -> Output {
         .args(args)
         .env("KILN_LOG", "warn")
         .env_remove("KILN_ADMIN_TOKEN")
+        .env_remove("KILN_API_KEY")
         .output()
         .expect("run kiln")
 }
@@ -33,6 +34,7 @@ fn crawl(server: &Server, source: &str) -> Output {
         .args(["symbols", "crawl", "--server", &server.url, source])
         .env("KILN_LOG", "warn")
         .env_remove("KILN_ADMIN_TOKEN")
+        .env_remove("KILN_API_KEY")
         .env("KILN_DATA_DIR", &server.data_dir)
         .output()
         .expect("run kiln")
@@ -93,13 +95,25 @@ fn wait_for(server: &Server, what: &str, want: impl Fn(&str) -> bool) {
     }
 }
 
+/// Whether the global store has symbols for `id`, asked with the
+/// server's own API key (any tenant's key may ask).
 fn global_has(server: &Server, id: FileId) -> bool {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
     let url = format!("{}/api/v1/symbols/global/{id}", server.url);
-    agent.head(&url).call().unwrap().status() == 200
+    let status = agent
+        .head(&url)
+        .header("authorization", server.bearer())
+        .call()
+        .unwrap()
+        .status();
+    assert!(
+        status == 200 || status == 404,
+        "HEAD {url} answered {status}"
+    );
+    status == 200
 }
 
 /// Builds the program, its stripped copy and a debug package holding its
@@ -208,9 +222,11 @@ fn put_global(
     )
 }
 
-/// Guards issue 4's admin credential on global writes: no token is a 401,
-/// a wrong one a 403, each saying what is wrong; the right one stores;
-/// and a crawl with a wrong token stops at the first refusal, saying why.
+/// Guards issue 4's admin credential on global writes: no credential, one
+/// that is not a bearer token, and a wrong token are each a 401, and a
+/// tenant's key (even with every role) a 403, each saying what is wrong;
+/// the right token stores; and a crawl with a wrong token stops at the
+/// first refusal, saying why.
 #[test]
 fn global_writes_need_the_admin_token() {
     let dir = tempfile::tempdir().unwrap();
@@ -227,13 +243,16 @@ fn global_writes_need_the_admin_token() {
 
     let (status, text) = put_global(&server, id, None, &full);
     assert_eq!(status, 401, "{text}");
-    assert!(text.contains("needs the admin token"), "{text}");
+    assert!(text.contains("needs an API key"), "{text}");
     let (status, text) = put_global(&server, id, Some("Basic dXNlcjpwYXNz"), &full);
     assert_eq!(status, 401, "{text}");
-    assert!(text.contains("not a bearer token"), "{text}");
+    assert!(text.contains("Bearer KEY"), "{text}");
     let (status, text) = put_global(&server, id, Some("Bearer not-the-admin-token"), &full);
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("nor this server's admin token"), "{text}");
+    let (status, text) = put_global(&server, id, Some(&server.bearer()), &full);
     assert_eq!(status, 403, "{text}");
-    assert!(text.contains("admin token is wrong"), "{text}");
+    assert!(text.contains("needs the server's admin token"), "{text}");
     assert!(!global_has(&server, id), "nothing stored by refused writes");
 
     let out = kiln(&[
@@ -248,7 +267,7 @@ fn global_writes_need_the_admin_token() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("403") && stderr.contains("wrong"),
+        stderr.contains("401") && stderr.contains("refused"),
         "{stderr}"
     );
 
@@ -256,13 +275,18 @@ fn global_writes_need_the_admin_token() {
     let (status, text) = put_global(&server, id, Some(&bearer), &full);
     assert_eq!(status, 200, "{text}");
     assert!(global_has(&server, id));
-    // Tenant uploads need no admin token.
+    // Tenant uploads need no admin token: a tenant's key.
     let tenant_url = format!("{}/api/v1/symbols/{id}", server.url);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
-    let status = agent.put(&tenant_url).send(&full[..]).unwrap().status();
+    let status = agent
+        .put(&tenant_url)
+        .header("authorization", server.bearer())
+        .send(&full[..])
+        .unwrap()
+        .status();
     assert_eq!(status.as_u16(), 200);
 }
 

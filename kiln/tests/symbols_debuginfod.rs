@@ -131,7 +131,13 @@ fn stripped_program_gets_names_from_debuginfod() {
             .http_status_as_error(false)
             .build()
             .into();
-        agent.head(url).call().unwrap().status().as_u16()
+        agent
+            .head(url)
+            .header("authorization", server.bearer())
+            .call()
+            .unwrap()
+            .status()
+            .as_u16()
     };
     assert_eq!(head(&global), 404, "nothing stored before the query");
 

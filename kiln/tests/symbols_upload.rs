@@ -6,7 +6,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
@@ -60,12 +60,10 @@ fn find_node<'a>(node: &'a serde_json::Value, name: &str) -> Option<&'a serde_js
         .find_map(|c| find_node(c, name))
 }
 
-fn kiln(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .env("KILN_LOG", "warn")
-        .output()
-        .expect("run kiln")
+/// `kiln ARGS` on the server's machine: it finds the server's API key in
+/// the server's data directory.
+fn kiln(server: &Server, args: &[&str]) -> Output {
+    server.cli().args(args).output().expect("run kiln")
 }
 
 /// Polls the collapsed flamegraph until `want` is among its lines.
@@ -84,14 +82,16 @@ fn wait_for_line(server: &Server, want: &str) {
     }
 }
 
-fn http(method: &str, url: &str, body: &[u8]) -> (u16, String) {
+/// `method url` with the server's API key.
+fn http(server: &Server, method: &str, url: &str, body: &[u8]) -> (u16, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
+    let bearer = server.bearer();
     let mut response = match method {
-        "HEAD" => agent.head(url).call(),
-        "PUT" => agent.put(url).send(body),
+        "HEAD" => agent.head(url).header("authorization", &bearer).call(),
+        "PUT" => agent.put(url).header("authorization", &bearer).send(body),
         _ => unreachable!(),
     }
     .expect("request");
@@ -140,10 +140,13 @@ fn frames_ingested_before_their_symbols_show_names_after_upload() {
     wait_for_line(&server, &format!("prog+{beta:#x};prog+{alpha:#x} 5"));
 
     let symbols_url = format!("{}/api/v1/symbols/{}", server.url, info.file_id);
-    assert_eq!(http("HEAD", &symbols_url, b"").0, 404);
+    assert_eq!(http(&server, "HEAD", &symbols_url, b"").0, 404);
 
     let elf_arg = elf.to_str().unwrap();
-    let out = kiln(&["symbols", "upload", "--server", &server.url, elf_arg]);
+    let out = kiln(
+        &server,
+        &["symbols", "upload", "--server", &server.url, elf_arg],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -151,7 +154,7 @@ fn frames_ingested_before_their_symbols_show_names_after_upload() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("uploaded"), "{stdout}");
-    assert_eq!(http("HEAD", &symbols_url, b"").0, 200);
+    assert_eq!(http(&server, "HEAD", &symbols_url, b"").0, 200);
 
     // The same query, no re-ingest: names now, the inlined function as a
     // frame of its own under its caller.
@@ -171,17 +174,23 @@ fn frames_ingested_before_their_symbols_show_names_after_upload() {
     }
 
     // Idempotent: a second upload is skipped, a forced one accepted.
-    let out = kiln(&["symbols", "upload", "--server", &server.url, elf_arg]);
+    let out = kiln(
+        &server,
+        &["symbols", "upload", "--server", &server.url, elf_arg],
+    );
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("already has symbols"));
-    let out = kiln(&[
-        "symbols",
-        "upload",
-        "--force",
-        "--server",
-        &server.url,
-        elf_arg,
-    ]);
+    let out = kiln(
+        &server,
+        &[
+            "symbols",
+            "upload",
+            "--force",
+            "--server",
+            &server.url,
+            elf_arg,
+        ],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -199,27 +208,30 @@ fn uploads_that_cannot_be_symbols_are_refused_clearly() {
     let server = Server::start(&dir.path().join("data"));
     let base = format!("{}/api/v1/symbols", server.url);
 
-    let (status, text) = http("HEAD", &format!("{base}/not-an-id"), b"");
+    let (status, text) = http(&server, "HEAD", &format!("{base}/not-an-id"), b"");
     assert_eq!(status, 400, "{text}");
-    let (status, text) = http("PUT", &format!("{base}/../../etc"), b"x");
+    let (status, text) = http(&server, "PUT", &format!("{base}/../../etc"), b"x");
     assert!(status == 400 || status == 404, "{status} {text}");
 
     // An ELF under another file's id.
     let data = std::fs::read(&elf).unwrap();
-    let (status, text) = http("PUT", &format!("{base}/{:032x}", 1), &data);
+    let (status, text) = http(&server, "PUT", &format!("{base}/{:032x}", 1), &data);
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("file id"), "{text}");
 
     // Not an ELF: the CLI says why and exits non-zero, naming the file.
     let junk = dir.path().join("notes.txt");
     std::fs::write(&junk, "not an executable\n").unwrap();
-    let out = kiln(&[
-        "symbols",
-        "upload",
-        "--server",
-        &server.url,
-        junk.to_str().unwrap(),
-    ]);
+    let out = kiln(
+        &server,
+        &[
+            "symbols",
+            "upload",
+            "--server",
+            &server.url,
+            junk.to_str().unwrap(),
+        ],
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

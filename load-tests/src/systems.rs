@@ -49,3 +49,19 @@ where
         })?;
     rx.recv().context("the role's thread died")?
 }
+
+/// Makes `scope`'s tenant and project in `metadata` (as an operator's
+/// `kiln tenant create` would) and a key with ingest and read rights on
+/// them: what the bench's clients send (`Authorization: Bearer KEY`), as
+/// agents and the UI would.
+pub async fn tenant_key(
+    metadata: &dyn kiln_storage::MetadataStore,
+    scope: &kiln_storage::Scope,
+) -> anyhow::Result<String> {
+    metadata.create_tenant(scope.tenant()).await?;
+    metadata.create_project(scope).await?;
+    let key = metadata
+        .create_api_key(scope, "bench", kiln_storage::Roles::INGEST_READ)
+        .await?;
+    Ok(key.key.expose().to_owned())
+}

@@ -20,8 +20,10 @@
 //! spools, are still read: [`Batch::decode`] converts them to the current
 //! struct with no metrics (module `v1` keeps their layout).
 
+mod limits;
 mod v1;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::frame::Frame;
@@ -29,6 +31,11 @@ use crate::ids::{FileId, FrameId, LabelSetId, StackId};
 use crate::labels::LabelSet;
 use crate::metric::{MAX_METRIC_POINTS, MetricError, MetricPoint, check_metric_value};
 use crate::stack::{Sample, stack_id};
+
+pub use limits::{
+    MAX_BATCH_ENTRIES, MAX_BUILD_ID_LEN, MAX_LABEL_NAME_LEN, MAX_LABEL_VALUE_LEN, MAX_LABELS,
+    MAX_NAME_LEN, MAX_STACK_DEPTH,
+};
 
 /// First four bytes of every encoded batch.
 pub const BATCH_MAGIC: [u8; 4] = *b"KLNB";
@@ -39,6 +46,8 @@ pub const OLDEST_BATCH_VERSION: u16 = 1;
 /// Size of the fixed header before the compressed payload.
 pub const BATCH_HEADER_LEN: usize = 8;
 /// Largest decompressed payload accepted, against decompression bombs.
+/// Within it, [`Batch::decode`] checks the limits of each field and list
+/// ([`MAX_NAME_LEN`], [`MAX_BATCH_ENTRIES`], …) before deserializing.
 pub const MAX_BATCH_BYTES: usize = 256 * 1024 * 1024;
 
 /// A frame with its id, as carried in a batch's dictionary.
@@ -175,6 +184,48 @@ pub enum BatchError {
         #[source]
         source: MetricError,
     },
+    /// A string is longer than its limit ([`MAX_NAME_LEN`] for names,
+    /// [`MAX_LABEL_NAME_LEN`], [`MAX_LABEL_VALUE_LEN`] for labels and the
+    /// source, [`MAX_BUILD_ID_LEN`]).
+    #[error("batch {field} is {len} bytes long, more than the {limit} allowed")]
+    FieldTooLong {
+        /// Which field, e.g. `frame 3 function name`.
+        field: String,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A list holds more than [`MAX_BATCH_ENTRIES`].
+    #[error("batch holds {count} {what}, more than the {limit} allowed")]
+    TooManyEntries {
+        /// `frames`, `stacks`, `label sets`, `executables` or `samples`.
+        what: &'static str,
+        /// Entries in the batch.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A stack is deeper than [`MAX_STACK_DEPTH`].
+    #[error("batch stack {index} has {depth} frames, more than the {MAX_STACK_DEPTH} allowed")]
+    StackTooDeep {
+        /// Its position in [`Batch::stacks`].
+        index: usize,
+        /// Its frames.
+        depth: usize,
+    },
+    /// A label set has more than [`MAX_LABELS`] labels.
+    #[error("batch label set {index} has {count} labels, more than the {MAX_LABELS} allowed")]
+    TooManyLabels {
+        /// Its position in [`Batch::label_sets`].
+        index: usize,
+        /// Its labels.
+        count: usize,
+    },
+    /// The sample counts add up to more than a `u64` holds, so no total
+    /// (a flamegraph's root) could be computed.
+    #[error("batch sample counts add up to more than {}", u64::MAX)]
+    CountOverflow,
     /// More metric points than [`MAX_METRIC_POINTS`].
     #[error("batch holds {count} metric points, more than the {MAX_METRIC_POINTS} allowed")]
     TooManyMetrics {
@@ -250,9 +301,13 @@ impl Batch {
         Ok(())
     }
 
-    /// Total sample count.
+    /// Total sample count. A decoded batch's counts always add up within a
+    /// `u64` ([`BatchError::CountOverflow`]); a batch built by hand that
+    /// does not gets `u64::MAX` rather than a panic or a wrapped sum.
     pub fn sample_count(&self) -> u64 {
-        self.samples.iter().map(|s| s.count).sum()
+        self.samples
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.count))
     }
 }
 
@@ -261,6 +316,7 @@ mod codec {
     use std::io::Read;
 
     use super::*;
+    use crate::metric::MAX_METRIC_NAME_LEN;
 
     /// zstd level for batches: fast, and batches are small.
     const ZSTD_LEVEL: i32 = 3;
@@ -299,11 +355,46 @@ mod codec {
                 payload.extend_from_slice(&chunk[..n]);
             }
             let archive = |e: rkyv::rancor::Error| BatchError::Archive(e.to_string());
+            // Validate, check the limits on the archive, and only then make
+            // owned values: a field over its limit is never copied.
             let batch = match version {
-                1 => rkyv::from_bytes::<v1::BatchV1, rkyv::rancor::Error>(&payload)
-                    .map(Batch::from)
-                    .map_err(archive)?,
-                _ => rkyv::from_bytes::<Batch, rkyv::rancor::Error>(&payload).map_err(archive)?,
+                1 => {
+                    let archived =
+                        rkyv::access::<v1::ArchivedBatchV1, rkyv::rancor::Error>(&payload)
+                            .map_err(archive)?;
+                    archived.parts().check()?;
+                    rkyv::deserialize::<v1::BatchV1, rkyv::rancor::Error>(archived)
+                        .map(Batch::from)
+                        .map_err(archive)?
+                }
+                _ => {
+                    let archived = rkyv::access::<ArchivedBatch, rkyv::rancor::Error>(&payload)
+                        .map_err(archive)?;
+                    limits::ArchivedParts {
+                        source: &archived.source,
+                        frames: &archived.frames,
+                        stacks: &archived.stacks,
+                        label_sets: &archived.label_sets,
+                        executables: &archived.executables,
+                        samples: &archived.samples,
+                    }
+                    .check()?;
+                    if archived.metrics.len() > MAX_METRIC_POINTS {
+                        return Err(BatchError::TooManyMetrics {
+                            count: archived.metrics.len(),
+                        });
+                    }
+                    for (index, point) in archived.metrics.iter().enumerate() {
+                        if point.name.len() > MAX_METRIC_NAME_LEN {
+                            return Err(BatchError::FieldTooLong {
+                                field: format!("metric point {index} name"),
+                                len: point.name.len(),
+                                limit: MAX_METRIC_NAME_LEN,
+                            });
+                        }
+                    }
+                    rkyv::deserialize::<Batch, rkyv::rancor::Error>(archived).map_err(archive)?
+                }
             };
             batch.verify_ids()?;
             batch.verify_metrics()?;
@@ -329,11 +420,17 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     /// A builder for a batch from `source` whose samples each stand for
-    /// `period_ns` nanoseconds of CPU.
+    /// `period_ns` nanoseconds of CPU. A source longer than
+    /// [`MAX_LABEL_VALUE_LEN`] is cut to it.
     pub fn new(source: impl Into<String>, sent_at_ns: i64, period_ns: u64) -> Self {
+        let source = source.into();
+        let source = match limits::clamp(&source, MAX_LABEL_VALUE_LEN) {
+            Cow::Borrowed(_) => source,
+            Cow::Owned(cut) => cut,
+        };
         Self {
             batch: Batch {
-                source: source.into(),
+                source,
                 sent_at_ns,
                 period_ns,
                 ..Batch::default()
@@ -343,17 +440,39 @@ impl BatchBuilder {
     }
 
     /// Adds `count` samples of the stack `frames` (root first).
+    ///
+    /// What [`Batch::decode`] would refuse is made to fit instead, so that
+    /// one odd frame does not cost the whole batch: names longer than
+    /// [`MAX_NAME_LEN`] (label names and values longer than theirs) are cut,
+    /// ending in `…`, and a stack deeper than [`MAX_STACK_DEPTH`] keeps its
+    /// leaf-most frames under a [`FrameKind::Truncated`] root. Label sets
+    /// of more than [`MAX_LABELS`] labels are left to the caller.
+    ///
+    /// [`FrameKind::Truncated`]: crate::FrameKind::Truncated
     pub fn add(&mut self, timestamp_ns: i64, frames: &[Frame], labels: &LabelSet, count: u64) {
-        let mut ids = Vec::with_capacity(frames.len());
-        for frame in frames {
+        let depth = frames.len().min(MAX_STACK_DEPTH);
+        let mut ids = Vec::with_capacity(depth);
+        let mut push = |frame: Cow<'_, Frame>| {
             let id = frame.id();
             if self.frames.insert(id, ()).is_none() {
                 self.batch.frames.push(FrameEntry {
                     id,
-                    frame: frame.clone(),
+                    frame: frame.into_owned(),
                 });
             }
             ids.push(id);
+        };
+        let kept = if frames.len() > MAX_STACK_DEPTH {
+            push(Cow::Owned(Frame::named(
+                crate::FrameKind::Truncated,
+                TRUNCATED_FRAME,
+            )));
+            &frames[frames.len() - (MAX_STACK_DEPTH - 1)..]
+        } else {
+            frames
+        };
+        for frame in kept {
+            push(fit_frame(frame));
         }
         let stack = stack_id(&ids);
         if self.stacks.insert(stack, ()).is_none() {
@@ -432,18 +551,31 @@ impl BatchBuilder {
 
     /// The id of `labels`, adding its entry to the batch the first time.
     fn intern_labels(&mut self, labels: &LabelSet) -> LabelSetId {
+        let labels = fit_labels(labels);
         let id = labels.id();
         if self.label_sets.insert(id, ()).is_none() {
             self.batch.label_sets.push(LabelSetEntry {
                 id,
-                labels: labels.clone(),
+                labels: labels.into_owned(),
             });
         }
         id
     }
 
-    /// Records an executable the frames point into.
-    pub fn add_executable(&mut self, executable: Executable) {
+    /// Records an executable the frames point into (its name cut to
+    /// [`MAX_NAME_LEN`], a build id longer than [`MAX_BUILD_ID_LEN`] left
+    /// out: such a thing is no build id).
+    pub fn add_executable(&mut self, mut executable: Executable) {
+        if let Cow::Owned(cut) = limits::clamp(&executable.name, MAX_NAME_LEN) {
+            executable.name = cut;
+        }
+        if executable
+            .build_id
+            .as_ref()
+            .is_some_and(|b| b.len() > MAX_BUILD_ID_LEN)
+        {
+            executable.build_id = None;
+        }
         if !self
             .batch
             .executables
@@ -457,6 +589,21 @@ impl BatchBuilder {
     /// Number of distinct stacks so far.
     pub fn stack_count(&self) -> usize {
         self.batch.stacks.len()
+    }
+
+    /// Number of distinct frames so far.
+    pub fn frame_count(&self) -> usize {
+        self.batch.frames.len()
+    }
+
+    /// Number of distinct label sets so far.
+    pub fn label_set_count(&self) -> usize {
+        self.batch.label_sets.len()
+    }
+
+    /// Number of samples so far (distinct (time, stack, labels)).
+    pub fn sample_entry_count(&self) -> usize {
+        self.sample_order.len()
     }
 
     /// The finished batch, samples in first-seen order.
@@ -473,6 +620,57 @@ impl BatchBuilder {
             .collect();
         self.batch
     }
+}
+
+/// The function name of the root frame [`BatchBuilder::add`] puts above a
+/// stack it cut.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+
+/// `frame`, its names cut to [`MAX_NAME_LEN`] when longer.
+fn fit_frame(frame: &Frame) -> Cow<'_, Frame> {
+    let Frame::Named {
+        kind,
+        function,
+        module,
+        file,
+        line,
+    } = frame
+    else {
+        return Cow::Borrowed(frame);
+    };
+    let long = |s: &Option<String>| s.as_ref().is_some_and(|s| s.len() > MAX_NAME_LEN);
+    if function.len() <= MAX_NAME_LEN && !long(module) && !long(file) {
+        return Cow::Borrowed(frame);
+    }
+    let cut = |s: &str| limits::clamp(s, MAX_NAME_LEN).into_owned();
+    Cow::Owned(Frame::Named {
+        kind: *kind,
+        function: cut(function),
+        module: module.as_deref().map(cut),
+        file: file.as_deref().map(cut),
+        line: *line,
+    })
+}
+
+/// `labels`, names and values cut to their limits when longer.
+fn fit_labels(labels: &LabelSet) -> Cow<'_, LabelSet> {
+    let fits = labels
+        .iter()
+        .all(|(n, v)| n.len() <= MAX_LABEL_NAME_LEN && v.len() <= MAX_LABEL_VALUE_LEN);
+    if fits {
+        return Cow::Borrowed(labels);
+    }
+    Cow::Owned(
+        labels
+            .iter()
+            .map(|(n, v)| {
+                (
+                    limits::clamp(n, MAX_LABEL_NAME_LEN).into_owned(),
+                    limits::clamp(v, MAX_LABEL_VALUE_LEN).into_owned(),
+                )
+            })
+            .collect(),
+    )
 }
 
 #[cfg(all(test, feature = "codec"))]
@@ -650,6 +848,264 @@ mod tests {
         batch.frames[0].id = FrameId(42);
         let err = Batch::decode(&batch.encode()).unwrap_err();
         assert!(matches!(err, BatchError::IdMismatch { what: "frame", .. }));
+    }
+
+    /// A batch with one frame named `name`, and its encoding.
+    fn with_function_name(name: &str) -> Batch {
+        let mut batch = BatchBuilder::new("h", 0, 1).finish();
+        let frame = Frame::named(FrameKind::Native, name);
+        batch.frames.push(FrameEntry {
+            id: frame.id(),
+            frame,
+        });
+        batch
+    }
+
+    /// Guards the name limit on decoding, at the limit and one past it;
+    /// the message names the frame, the field and the limit.
+    #[test]
+    fn decode_refuses_names_past_the_limit() {
+        let ok = with_function_name(&"f".repeat(MAX_NAME_LEN));
+        assert_eq!(Batch::decode(&ok.encode()).unwrap(), ok);
+        let long = with_function_name(&"f".repeat(MAX_NAME_LEN + 1));
+        let err = Batch::decode(&long.encode()).unwrap_err();
+        assert!(
+            matches!(err, BatchError::FieldTooLong { len, limit: MAX_NAME_LEN, .. } if len == MAX_NAME_LEN + 1),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "batch frame 0 function name is 4097 bytes long, more than the 4096 allowed"
+        );
+        let mut batch = with_function_name("f");
+        batch.frames[0].frame = Frame::Named {
+            kind: FrameKind::Native,
+            function: "f".into(),
+            module: Some("m".repeat(MAX_NAME_LEN + 1)),
+            file: None,
+            line: 0,
+        };
+        batch.frames[0].id = batch.frames[0].frame.id();
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(err.to_string().contains("frame 0 module"), "{err}");
+        batch.frames[0].frame = Frame::Named {
+            kind: FrameKind::Native,
+            function: "f".into(),
+            module: None,
+            file: Some("/".repeat(MAX_NAME_LEN + 1)),
+            line: 0,
+        };
+        batch.frames[0].id = batch.frames[0].frame.id();
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(err.to_string().contains("frame 0 file name"), "{err}");
+    }
+
+    #[test]
+    fn decode_refuses_a_long_source_and_executable_fields() {
+        let mut batch = BatchBuilder::new("h", 0, 1).finish();
+        batch.source = "h".repeat(MAX_LABEL_VALUE_LEN + 1);
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("batch source is 1025 bytes"),
+            "{err}"
+        );
+        batch.source = "h".into();
+        batch.executables.push(Executable {
+            file_id: FileId(1),
+            name: "x".repeat(MAX_NAME_LEN + 1),
+            build_id: None,
+        });
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(err.to_string().contains("executable 0 name"), "{err}");
+        batch.executables[0].name = "libc.so.6".into();
+        batch.executables[0].build_id = Some("a".repeat(MAX_BUILD_ID_LEN + 1));
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(err.to_string().contains("executable 0 build id"), "{err}");
+        batch.executables[0].build_id = Some("a".repeat(MAX_BUILD_ID_LEN));
+        Batch::decode(&batch.encode()).unwrap();
+    }
+
+    /// Label sets: at most MAX_LABELS labels, names and values bounded.
+    #[test]
+    fn decode_refuses_label_sets_past_the_limits() {
+        let with_labels = |labels: LabelSet| {
+            let mut batch = BatchBuilder::new("h", 0, 1).finish();
+            batch.label_sets.push(LabelSetEntry {
+                id: labels.id(),
+                labels,
+            });
+            Batch::decode(&batch.encode())
+        };
+        let many = |n: usize| (0..n).map(|i| (format!("l{i}"), "v")).collect::<LabelSet>();
+        with_labels(many(MAX_LABELS)).unwrap();
+        let err = with_labels(many(MAX_LABELS + 1)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::TooManyLabels {
+                    index: 0,
+                    count: 65
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "batch label set 0 has 65 labels, more than the 64 allowed"
+        );
+        let err =
+            with_labels(LabelSet::new().with("n".repeat(MAX_LABEL_NAME_LEN + 1), "v")).unwrap_err();
+        assert!(
+            err.to_string().contains("label set 0 label 0 name"),
+            "{err}"
+        );
+        let err = with_labels(LabelSet::new().with("host", "v".repeat(MAX_LABEL_VALUE_LEN + 1)))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("label set 0 label \"host\" value is 1025 bytes long"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn decode_refuses_stacks_past_the_depth_limit() {
+        let frame = Frame::named(FrameKind::Native, "f").id();
+        let stack = |depth: usize| {
+            let frames = vec![frame; depth];
+            StackEntry {
+                id: stack_id(&frames),
+                frames,
+            }
+        };
+        let mut batch = BatchBuilder::new("h", 0, 1).finish();
+        batch.stacks = vec![stack(3), stack(MAX_STACK_DEPTH)];
+        Batch::decode(&batch.encode()).unwrap();
+        batch.stacks.push(stack(MAX_STACK_DEPTH + 1));
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "batch stack 2 has 4097 frames, more than the 4096 allowed"
+        );
+    }
+
+    /// Guards the entry limit (samples here; every list shares the check).
+    #[test]
+    fn decode_refuses_too_many_entries() {
+        let sample = Sample {
+            timestamp_ns: 0,
+            stack: StackId(1),
+            labels: LabelSetId(1),
+            count: 1,
+        };
+        let mut batch = BatchBuilder::new("h", 0, 1).finish();
+        batch.samples = vec![sample; MAX_BATCH_ENTRIES + 1];
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BatchError::TooManyEntries {
+                    what: "samples",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "batch holds 1048577 samples, more than the 1048576 allowed"
+        );
+        batch.samples.pop();
+        assert_eq!(
+            Batch::decode(&batch.encode()).unwrap().samples.len(),
+            MAX_BATCH_ENTRIES
+        );
+    }
+
+    /// Guards "two samples of 2^63 make a flamegraph answer 500 forever":
+    /// counts whose sum a u64 cannot hold are refused at decode, and
+    /// `sample_count` never overflows.
+    #[test]
+    fn decode_refuses_counts_that_overflow_a_u64() {
+        let mut b = BatchBuilder::new("h", 0, 1);
+        let labels = LabelSet::new();
+        b.add(0, &[Frame::named(FrameKind::Native, "a")], &labels, 1 << 63);
+        b.add(
+            1,
+            &[Frame::named(FrameKind::Native, "a")],
+            &labels,
+            (1 << 63) - 1,
+        );
+        let fits = b.finish();
+        assert_eq!(
+            Batch::decode(&fits.encode()).unwrap().sample_count(),
+            u64::MAX
+        );
+        let mut over = fits.clone();
+        over.samples[1].count = 1 << 63;
+        assert_eq!(over.sample_count(), u64::MAX);
+        let err = Batch::decode(&over.encode()).unwrap_err();
+        assert!(matches!(err, BatchError::CountOverflow), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "batch sample counts add up to more than 18446744073709551615"
+        );
+    }
+
+    #[test]
+    fn decode_refuses_long_metric_names_before_deserializing() {
+        let mut batch = BatchBuilder::new("h", 0, 1).finish();
+        batch.metrics = vec![MetricPoint {
+            name: "m".repeat(10_000),
+            labels: LabelSetId(1),
+            timestamp_ns: 0,
+            value: 1.0,
+        }];
+        let err = Batch::decode(&batch.encode()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("batch metric point 0 name is 10000 bytes"),
+            "{err}"
+        );
+    }
+
+    /// The builder makes what the decoder would refuse fit, so one odd name
+    /// or a runaway stack does not cost an agent its whole batch.
+    #[test]
+    fn builder_cuts_what_decode_would_refuse() {
+        let long = "é".repeat(MAX_NAME_LEN);
+        let mut b = BatchBuilder::new("s".repeat(5000), 0, 1);
+        let deep: Vec<Frame> = (0..MAX_STACK_DEPTH + 10)
+            .map(|i| Frame::named(FrameKind::Native, format!("f{i}")))
+            .collect();
+        let labels = LabelSet::new().with("host", "v".repeat(5000));
+        b.add(0, &deep, &labels, 1);
+        b.add(
+            0,
+            &[Frame::named(FrameKind::Native, long.as_str())],
+            &labels,
+            1,
+        );
+        b.add_executable(Executable {
+            file_id: FileId(1),
+            name: "x".repeat(MAX_NAME_LEN * 2),
+            build_id: Some("0".repeat(1000)),
+        });
+        let batch = b.finish();
+        let back = Batch::decode(&batch.encode()).unwrap();
+        assert_eq!(back, batch);
+        assert_eq!(back.source.len(), MAX_LABEL_VALUE_LEN);
+        assert_eq!(back.stacks[0].frames.len(), MAX_STACK_DEPTH);
+        let root = &back.frames[0].frame;
+        assert_eq!(root, &Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
+        // The leaf-most frames are kept.
+        let leaf = back.frames[back.stacks[0].frames.len() - 1].frame.clone();
+        assert_eq!(leaf, deep[deep.len() - 1]);
+        let Frame::Named { function, .. } = &back.frames.last().unwrap().frame else {
+            panic!("a named frame");
+        };
+        assert!(function.len() <= MAX_NAME_LEN && function.ends_with('…'));
+        assert!(back.executables[0].build_id.is_none());
     }
 
     #[test]

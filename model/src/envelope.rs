@@ -1,32 +1,43 @@
-//! The bus envelope: what goes on the ingest bus for each agent batch,
-//! whoever publishes it (a gateway, or an in-cluster agent's Kafka sink),
-//! and the rule tenant and project names follow.
+//! The bus envelope: what a gateway puts on the ingest bus for each batch
+//! it accepted, and the rule tenant and project names follow.
 //!
-//! The tenant and project come from the publisher's credential (at the
-//! gateway) or configuration (a trusted agent), never from the batch body,
-//! so they travel beside the batch:
+//! The tenant and project come from the caller's credential at the
+//! gateway, never from the batch body, so they travel beside the batch,
+//! under a MAC that workers verify: HMAC-SHA256, keyed with the bus key
+//! that gateways and workers share, over every other byte of the record.
+//! A record whose MAC does not verify (no MAC, a forged one, another key)
+//! names a tenant nobody vouched for, and is refused.
 //!
 //! ```text
-//! "KLNE" | version u8 (1) | tenant len u8 | tenant | project len u8 | project
-//!        | received_at_ns i64 LE | batch bytes (Batch::encode)
+//! "KLNE" | version u8 (2) | tenant len u8 | tenant | project len u8 | project
+//!        | received_at_ns i64 LE | mac [32] | batch bytes (Batch::encode)
+//! mac = HMAC-SHA256(bus key, every byte before the mac ‖ batch bytes)
 //! ```
 //!
-//! The record's key is [`bus_key`]: tenant and host, so that one host's
-//! batches stay in one partition (and so in one worker's dictionary cache).
+//! Version 1 had no MAC; it is refused like a wrong MAC.
 //!
 //! ```
 //! use kiln_model::Envelope;
 //!
-//! let bytes = Envelope::new("acme", "web", 7, b"batch")?.encode();
-//! let back = Envelope::parse(&bytes)?;
+//! let key = b"the key gateways and workers share";
+//! let bytes = Envelope::new("acme", "web", 7, b"batch")?.encode(key);
+//! let back = Envelope::parse(&bytes, key)?;
 //! assert_eq!((back.tenant(), back.project(), back.batch()), ("acme", "web", &b"batch"[..]));
-//! # Ok::<(), kiln_model::EnvelopeError>(())
+//! assert!(Envelope::parse(&bytes, b"some other key").is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+use hmac::{KeyInit, Mac};
+
+/// HMAC-SHA256, the envelope's MAC.
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// The envelope's magic bytes.
 pub const ENVELOPE_MAGIC: &[u8; 4] = b"KLNE";
-/// The envelope version this build writes and reads.
-pub const ENVELOPE_VERSION: u8 = 1;
+/// The envelope version this build writes and reads: 2 added the MAC.
+pub const ENVELOPE_VERSION: u8 = 2;
+/// Bytes of the envelope's MAC (HMAC-SHA256).
+pub const ENVELOPE_MAC_LEN: usize = 32;
 /// Longest tenant or project name, in bytes: a name fits a one-byte length
 /// prefix (here and in the embedded store's keys).
 pub const MAX_SCOPE_NAME_LEN: usize = 63;
@@ -78,12 +89,28 @@ pub fn check_scope_name(what: &'static str, name: &str) -> Result<(), ScopeNameE
     Ok(())
 }
 
-/// Why bus bytes are not an envelope.
+/// Why bus bytes are not an envelope this worker can trust.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
     /// Wrong magic or a version this build does not read.
     #[error("bus record is not a kiln envelope of version {ENVELOPE_VERSION}")]
     NotAnEnvelope,
+    /// An envelope of a version without a MAC (1): its scope is unproven.
+    #[error(
+        "envelope MAC does not verify: the record is a version {version} envelope, \
+         which carries none (published by an older gateway, or straight to the bus)"
+    )]
+    Unsigned {
+        /// The version in the record.
+        version: u8,
+    },
+    /// The MAC is not the one the bus key gives: the record was forged,
+    /// damaged, or published with another key.
+    #[error(
+        "envelope MAC does not verify: the record was not published by a gateway \
+         holding this bus key"
+    )]
+    BadMac,
     /// The record ends inside the header.
     #[error("bus record is truncated inside its envelope header")]
     Truncated,
@@ -140,11 +167,14 @@ impl<'a> Envelope<'a> {
         self.batch
     }
 
-    /// The envelope's bytes.
-    pub fn encode(&self) -> Vec<u8> {
+    /// The envelope's bytes, with their MAC under `key` (the bus key
+    /// gateways and workers share).
+    pub fn encode(&self, key: &[u8]) -> Vec<u8> {
         let tenant = self.tenant.as_bytes();
         let project = self.project.as_bytes();
-        let mut out = Vec::with_capacity(16 + tenant.len() + project.len() + self.batch.len());
+        let mut out = Vec::with_capacity(
+            16 + tenant.len() + project.len() + ENVELOPE_MAC_LEN + self.batch.len(),
+        );
         out.extend_from_slice(ENVELOPE_MAGIC);
         out.push(ENVELOPE_VERSION);
         // Checked names are at most 63 bytes.
@@ -153,32 +183,53 @@ impl<'a> Envelope<'a> {
         out.push(project.len() as u8);
         out.extend_from_slice(project);
         out.extend_from_slice(&self.received_at_ns.to_le_bytes());
+        let mac = mac(key, &out, self.batch).finalize().into_bytes();
+        out.extend_from_slice(&mac);
         out.extend_from_slice(self.batch);
         out
     }
 
-    /// Reads envelope bytes, checking the names.
-    pub fn parse(bytes: &'a [u8]) -> Result<Self, EnvelopeError> {
+    /// Reads envelope bytes, verifying their MAC under `key` (in constant
+    /// time) before anything else of them is believed, then checking the
+    /// names.
+    ///
+    /// # Errors
+    ///
+    /// [`EnvelopeError::BadMac`] or [`EnvelopeError::Unsigned`] when the
+    /// record's scope cannot be trusted; the others when it is not an
+    /// envelope at all.
+    pub fn parse(bytes: &'a [u8], key: &[u8]) -> Result<Self, EnvelopeError> {
         let rest = bytes
             .strip_prefix(ENVELOPE_MAGIC.as_slice())
-            .and_then(|r| r.strip_prefix(&[ENVELOPE_VERSION]))
             .ok_or(EnvelopeError::NotAnEnvelope)?;
+        let (&version, rest) = rest.split_first().ok_or(EnvelopeError::Truncated)?;
+        match version {
+            ENVELOPE_VERSION => {}
+            1 => return Err(EnvelopeError::Unsigned { version }),
+            _ => return Err(EnvelopeError::NotAnEnvelope),
+        }
         let (tenant, rest) = take_str(rest)?;
         let (project, rest) = take_str(rest)?;
-        let (ts, batch) = rest.split_at_checked(8).ok_or(EnvelopeError::Truncated)?;
+        let (ts, rest) = rest.split_at_checked(8).ok_or(EnvelopeError::Truncated)?;
+        let (tag, batch) = rest
+            .split_at_checked(ENVELOPE_MAC_LEN)
+            .ok_or(EnvelopeError::Truncated)?;
+        let signed = &bytes[..bytes.len() - rest.len()];
+        mac(key, signed, batch)
+            .verify_slice(tag)
+            .map_err(|_| EnvelopeError::BadMac)?;
         let received_at_ns = i64::from_le_bytes(ts.try_into().expect("8 bytes"));
         Ok(Envelope::new(tenant, project, received_at_ns, batch)?)
     }
 }
 
-/// The bus key of a batch from host `source`: tenant and host, so that one
-/// host's batches stay in one partition.
-pub fn bus_key(tenant: &str, source: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(tenant.len() + source.len() + 1);
-    key.extend_from_slice(tenant.as_bytes());
-    key.push(0);
-    key.extend_from_slice(source.as_bytes());
-    key
+/// The MAC of a record whose bytes before the MAC are `header`.
+fn mac(key: &[u8], header: &[u8], batch: &[u8]) -> HmacSha256 {
+    // HMAC takes keys of any length (long ones are hashed first).
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(header);
+    mac.update(batch);
+    mac
 }
 
 fn take_str(bytes: &[u8]) -> Result<(&str, &[u8]), EnvelopeError> {
@@ -194,32 +245,89 @@ fn take_str(bytes: &[u8]) -> Result<(&str, &[u8]), EnvelopeError> {
 mod tests {
     use super::*;
 
+    const KEY: &[u8] = b"0123456789abcdef";
+
     #[test]
     fn round_trip() {
         let bytes = Envelope::new("acme", "web", -5, &[1, 2, 3])
             .unwrap()
-            .encode();
-        let back = Envelope::parse(&bytes).unwrap();
+            .encode(KEY);
+        let back = Envelope::parse(&bytes, KEY).unwrap();
         assert_eq!(back, Envelope::new("acme", "web", -5, &[1, 2, 3]).unwrap());
         assert_eq!(back.received_at_ns(), -5);
     }
 
     #[test]
     fn every_truncation_is_an_error() {
-        let bytes = Envelope::new("acme", "web", 0, &[]).unwrap().encode();
+        let bytes = Envelope::new("acme", "web", 0, &[]).unwrap().encode(KEY);
         for n in 0..bytes.len() {
-            assert!(Envelope::parse(&bytes[..n]).is_err(), "prefix of {n} bytes");
+            assert!(
+                Envelope::parse(&bytes[..n], KEY).is_err(),
+                "prefix of {n} bytes"
+            );
         }
     }
 
+    /// Guards the trust boundary: changing any byte of a record (its
+    /// tenant, its time, its batch, its MAC), or verifying with another
+    /// key, fails the MAC.
+    #[test]
+    fn any_changed_byte_or_another_key_fails_the_mac() {
+        let bytes = Envelope::new("acme", "web", 9, b"batch")
+            .unwrap()
+            .encode(KEY);
+        for i in 5..bytes.len() {
+            let mut forged = bytes.clone();
+            forged[i] ^= 0x01;
+            let err = Envelope::parse(&forged, KEY).unwrap_err();
+            // A changed length byte may instead cut the record short.
+            assert!(
+                matches!(err, EnvelopeError::BadMac | EnvelopeError::Truncated),
+                "byte {i}: {err:?}"
+            );
+        }
+        let err = Envelope::parse(&bytes, b"another key entirely").unwrap_err();
+        assert_eq!(err, EnvelopeError::BadMac);
+        assert!(
+            err.to_string().contains("envelope MAC does not verify"),
+            "{err}"
+        );
+    }
+
+    /// A forged record naming another tenant, signed with a wrong key, is
+    /// refused; so is an unsigned version-1 record.
+    #[test]
+    fn forged_and_unsigned_records_are_refused() {
+        let forged = Envelope::new("victim", "web", 0, b"b")
+            .unwrap()
+            .encode(b"guess");
+        assert_eq!(Envelope::parse(&forged, KEY), Err(EnvelopeError::BadMac));
+        let mut v1 = b"KLNE\x01".to_vec();
+        v1.extend_from_slice(b"\x06victim\x03web");
+        v1.extend_from_slice(&0i64.to_le_bytes());
+        v1.extend_from_slice(b"batch");
+        let err = Envelope::parse(&v1, KEY).unwrap_err();
+        assert_eq!(err, EnvelopeError::Unsigned { version: 1 });
+        assert!(
+            err.to_string().starts_with("envelope MAC does not verify"),
+            "{err}"
+        );
+        let mut v9 = forged.clone();
+        v9[4] = 9;
+        assert_eq!(Envelope::parse(&v9, KEY), Err(EnvelopeError::NotAnEnvelope));
+    }
+
     // Guards that a hand-made record with a name no store accepts is
-    // refused on reading, naming the problem.
+    // refused on reading, naming the problem, even under a good MAC.
     #[test]
     fn invalid_names_are_refused_both_ways() {
         assert!(Envelope::new("Acme", "web", 0, &[]).is_err());
-        let mut bytes = Envelope::new("acme", "web", 0, &[]).unwrap().encode();
+        let mut bytes = Envelope::new("acme", "web", 0, &[]).unwrap().encode(KEY);
         bytes[6] = b'A';
-        let err = Envelope::parse(&bytes).unwrap_err();
+        let body = bytes.len() - ENVELOPE_MAC_LEN;
+        let resigned = mac(KEY, &bytes[..body], &[]).finalize().into_bytes();
+        bytes[body..].copy_from_slice(&resigned);
+        let err = Envelope::parse(&bytes, KEY).unwrap_err();
         assert!(
             err.to_string().contains("invalid tenant name \"Acme\""),
             "{err}"
@@ -237,10 +345,5 @@ mod tests {
         assert!(reason("-a").contains("starts with '-'"));
         assert!(reason("ac.me").contains("contains '.'"));
         assert!(reason("é").contains("starts with 'é'"));
-    }
-
-    #[test]
-    fn keys_put_the_tenant_first() {
-        assert_eq!(bus_key("acme", "host-a"), b"acme\0host-a");
     }
 }

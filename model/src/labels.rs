@@ -114,6 +114,18 @@ impl LabelSet {
     }
 }
 
+#[cfg(feature = "codec")]
+impl ArchivedLabelSet {
+    /// The archived pairs, for checks made before deserializing.
+    pub(crate) fn archived_pairs(
+        &self,
+    ) -> &rkyv::vec::ArchivedVec<
+        rkyv::tuple::ArchivedTuple2<rkyv::string::ArchivedString, rkyv::string::ArchivedString>,
+    > {
+        &self.pairs
+    }
+}
+
 impl From<Vec<(String, String)>> for LabelSet {
     fn from(pairs: Vec<(String, String)>) -> Self {
         let mut set = LabelSet::new();

@@ -11,8 +11,8 @@
 //!   [`BatchBuilder::metric`].
 //! - [`flamewire`]: the flamegraph wire format the UI reads zero-copy.
 //! - [`Envelope`]: a batch as it travels on the ingest bus, with its
-//!   tenant and project, and the rule their names follow
-//!   ([`check_scope_name`]).
+//!   tenant and project under a MAC that workers verify, and the rule
+//!   their names follow ([`check_scope_name`]).
 //!
 //! This crate has no heavy dependencies and builds for `wasm32` with
 //! `default-features = false` (which leaves out the zstd codec).
@@ -41,11 +41,13 @@ mod test_strategies;
 
 pub use batch::{
     BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, Batch, BatchBuilder, BatchError, Executable,
-    FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, OLDEST_BATCH_VERSION, StackEntry, batch_version,
+    FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_BUILD_ID_LEN,
+    MAX_LABEL_NAME_LEN, MAX_LABEL_VALUE_LEN, MAX_LABELS, MAX_NAME_LEN, MAX_STACK_DEPTH,
+    OLDEST_BATCH_VERSION, StackEntry, TRUNCATED_FRAME, batch_version,
 };
 pub use envelope::{
-    ENVELOPE_MAGIC, ENVELOPE_VERSION, Envelope, EnvelopeError, MAX_SCOPE_NAME_LEN, ScopeNameError,
-    bus_key, check_scope_name,
+    ENVELOPE_MAC_LEN, ENVELOPE_MAGIC, ENVELOPE_VERSION, Envelope, EnvelopeError,
+    MAX_SCOPE_NAME_LEN, ScopeNameError, check_scope_name,
 };
 pub use frame::{Frame, FrameKind, Symbol};
 pub use ids::{FileId, FrameId, LabelSetId, ParseIdError, StackId};

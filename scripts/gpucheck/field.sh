@@ -214,7 +214,9 @@ PY
   echo "torch: $(tail -1 "$E/torch.out")"
   sleep 12
   Q="from=$((t0 - 5))&to=$(($(date +%s) + 5))"
-  api() { curl -s "http://127.0.0.1:7070/api/v1/$1" >"$E/$2"; }
+  # Every /api/ request needs a key: kiln up keeps its own in its data directory.
+  auth="Authorization: Bearer $(cat /tmp/kiln-field-data/api-key)"
+  api() { curl -s -H "$auth" "http://127.0.0.1:7070/api/v1/$1" >"$E/$2"; }
   api "flamegraph?$Q&format=collapsed&gpu_weight=nanoseconds" kernels.collapsed
   api "flamegraph?$Q&format=collapsed&gpu_weight=allocated_bytes" allocated.collapsed
   api "flamegraph?$Q&format=collapsed&gpu_weight=live_bytes" live.collapsed

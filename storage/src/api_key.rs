@@ -105,7 +105,6 @@ impl fmt::Debug for KeyHash {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

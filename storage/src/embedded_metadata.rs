@@ -21,9 +21,7 @@ use crate::access::{Grant, Roles};
 use crate::api_key::{ApiKey, KeyHash};
 use crate::error::StoreError;
 use crate::limits::TenantLimits;
-use crate::metadata::{
-    ApiKeyInfo, MetadataStore, NewApiKey, validate_label, validate_roles,
-};
+use crate::metadata::{ApiKeyInfo, MetadataStore, NewApiKey, validate_label, validate_roles};
 use crate::scope::Scope;
 
 /// The document's format; raise it when a field changes meaning.
@@ -489,10 +487,7 @@ mod tests {
         let path = dir.path().join("metadata.json");
         std::fs::write(&path, b"{\"format_version\": 1, \"tenants\": ").unwrap();
         let err = EmbeddedMetadataStore::open(&path).unwrap_err();
-        assert!(
-            format!("{:?}", err).contains("metadata.json"),
-            "{err:?}"
-        );
+        assert!(format!("{:?}", err).contains("metadata.json"), "{err:?}");
         std::fs::write(&path, br#"{"format_version":9,"tenants":{},"keys":[]}"#).unwrap();
         assert!(matches!(
             EmbeddedMetadataStore::open(&path),

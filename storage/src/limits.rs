@@ -31,9 +31,7 @@ impl TenantLimits {
         TenantLimits {
             ingest_samples_per_s: self.ingest_samples_per_s.or(other.ingest_samples_per_s),
             ingest_bytes_per_s: self.ingest_bytes_per_s.or(other.ingest_bytes_per_s),
-            max_concurrent_queries: self
-                .max_concurrent_queries
-                .or(other.max_concurrent_queries),
+            max_concurrent_queries: self.max_concurrent_queries.or(other.max_concurrent_queries),
             retention_days: self.retention_days.or(other.retention_days),
         }
     }

@@ -191,6 +191,38 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
         to_ns: i64,
     ) -> Result<Vec<StoredSample>, StoreError>;
 
+    /// The hours (partitions of the `samples` table,
+    /// `timestamp_ns.div_euclid(NANOS_PER_HOUR)`) from the hour of `from_ns`
+    /// to the hour of `to_ns - 1` that hold at least one sample of `scope`,
+    /// sorted and distinct. Empty when `from_ns >= to_ns`.
+    ///
+    /// This is the index of the partitions that hold data: the query path
+    /// asks it before scanning, so that a range costs what its data costs.
+    /// Every implementation answers in time that grows with the hours it
+    /// returns, not with the hours in the range (`from_ns = 0` covers half
+    /// a million hours).
+    ///
+    /// Kept per hour: an edge hour is listed when it holds samples, even if
+    /// none of them lies within `[from_ns, to_ns)` (its scan is then empty).
+    /// A store whose index is written before the samples (ScyllaDB) may
+    /// also list an hour whose samples a failed write left out.
+    async fn sample_hours(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError>;
+
+    /// The hours holding points of metric `name`, as
+    /// [`sample_hours`](Self::sample_hours) does samples.
+    async fn metric_hours(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError>;
+
     /// Writes metric points. A point's key is (scope, name, hour,
     /// timestamp, labels): writing the same key again REPLACES its value, so
     /// a replayed batch leaves one point, not two. As for samples, which of

@@ -56,16 +56,23 @@ pub struct DebugMember {
 /// in archive order; returns how many there were. Other files (source,
 /// docs, debug files by path) are skipped: only build-id names tie a debug
 /// file to the stripped file a profile saw.
-pub fn debug_files_in_deb(
-    deb: &Path,
-    mut visit: impl FnMut(DebugMember),
-) -> Result<usize, DebError> {
+pub fn debug_files_in_deb(deb: &Path, visit: impl FnMut(DebugMember)) -> Result<usize, DebError> {
     let path = deb.display().to_string();
     let file = std::fs::File::open(deb).map_err(|source| DebError::Read {
         path: path.clone(),
         source,
     })?;
-    let mut archive = ar::Archive::new(std::io::BufReader::new(file));
+    debug_files_in_deb_reader(std::io::BufReader::new(file), path, visit)
+}
+
+/// [`debug_files_in_deb`] on a package read from `package` (named `path`
+/// in errors): what the `deb_read` fuzz target feeds.
+pub fn debug_files_in_deb_reader(
+    package: impl Read,
+    path: String,
+    mut visit: impl FnMut(DebugMember),
+) -> Result<usize, DebError> {
+    let mut archive = ar::Archive::new(package);
     while let Some(entry) = archive.next_entry() {
         let entry = entry.map_err(|source| DebError::NotAr {
             path: path.clone(),

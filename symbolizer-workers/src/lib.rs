@@ -42,7 +42,7 @@ mod service;
 mod stored;
 mod table;
 
-pub use deb::{DebError, DebugMember, debug_files_in_deb};
+pub use deb::{DebError, DebugMember, debug_files_in_deb, debug_files_in_deb_reader};
 pub use extract::{
     DebugDirs, ExtractError, ExtractOptions, Extracted, demangle, extract, extract_bytes,
 };

@@ -62,3 +62,27 @@ fn build_id_debug_files_come_out_of_every_compression() {
         assert!(found[0].data == debug, "{how}: the bytes differ");
     }
 }
+
+/// The `deb_read` fuzz target's seeds (`fuzz/seeds/deb_read`, built with
+/// `dpkg-deb`, one per compression) must be packages this build reads, or
+/// the fuzzer only explores the refusal paths.
+#[test]
+fn every_deb_read_fuzz_seed_reads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/deb_read");
+    let mut seeds = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        let mut found = Vec::new();
+        let count = kiln_symbolizer_workers::debug_files_in_deb_reader(
+            bytes.as_slice(),
+            path.display().to_string(),
+            |m| found.push(m.path),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(count, 1, "{}", path.display());
+        assert_eq!(found, ["usr/lib/debug/.build-id/ab/cdef01.debug"]);
+        seeds += 1;
+    }
+    assert!(seeds >= 4, "{seeds} seeds in {}", dir.display());
+}

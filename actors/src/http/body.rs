@@ -59,6 +59,17 @@ enum Coding {
     Zstd,
 }
 
+impl Coding {
+    fn name(self) -> &'static str {
+        match self {
+            Coding::Identity => "identity",
+            Coding::Gzip => "gzip",
+            Coding::Deflate => "deflate",
+            Coding::Zstd => "zstd",
+        }
+    }
+}
+
 fn coding(request: &HttpRequest) -> Result<Coding, ApiError> {
     let Some(value) = request.headers().get(CONTENT_ENCODING) else {
         return Ok(Coding::Identity);
@@ -146,8 +157,9 @@ fn inflate(coding: Coding, sent: &[u8], limit: BodyLimit) -> Result<Bytes, ApiEr
         .read_to_end(&mut out)
         .map_err(|e| {
             ApiError::bad_request(format!(
-                "{} does not decompress ({coding:?}): {e}",
-                limit.what
+                "{} does not decompress as {}: {e}",
+                limit.what,
+                coding.name()
             ))
         })?;
     if out.len() > limit.max_bytes {

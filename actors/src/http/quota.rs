@@ -58,8 +58,10 @@ impl QuotaDefaults {
 
 /// What a bucket meters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Metered {
+pub enum Metered {
+    /// Samples (the sum of a batch's counts).
     Samples,
+    /// Request bytes, as sent.
     Bytes,
 }
 
@@ -95,7 +97,7 @@ pub struct IngestQuota {
 impl IngestQuota {
     /// Admits `amount` of `what` for `tenant` at `rate` per second, or
     /// answers 429 with how long to wait.
-    pub(crate) fn admit(
+    pub fn admit(
         &self,
         tenant: &str,
         what: Metered,

@@ -80,8 +80,11 @@ pub(crate) async fn exists(
 
 /// `HEAD /api/v1/symbols/global/{file_id}`: 200 when the global store has
 /// symbols for the file, else 404.
+///
+/// Any credential may ask (the middleware checks there is one): the global
+/// store is every tenant's, and `kiln symbols crawl` asks with the admin
+/// token.
 pub(crate) async fn exists_global(
-    _: Ingester,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {

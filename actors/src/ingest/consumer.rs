@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
-use kiln_ingest_bus::Consumer;
+use kiln_ingest_bus::{Consumer, Record};
 use kiln_storage::{ObjectKey, ObjectStore};
 use kiln_symbolizer_workers::Symbolizer;
 use tracing::{debug, error, warn};
@@ -15,14 +15,46 @@ use super::decoder::{Decode, Decoder, Rejected};
 use super::deduper::{Deduper, Filter, Remember};
 use super::progress::ProgressSender;
 use super::symbolize::{Symbolized, symbolize};
-use super::writer::{Write, Writer};
+use super::writer::{Write, Writer, Written};
 
 /// Most records taken in one poll (and written with one sync).
 const POLL_MAX: usize = 256;
+/// Most record bytes taken in one poll (at least one record is always
+/// taken, so a record larger than this still moves ingest on). A poll's
+/// records are all held decoded until its sync; without this, a few
+/// batches near the decoder's limit ([`kiln_model::MAX_BATCH_BYTES`]
+/// decompressed each) times [`POLL_MAX`] would hold tens of GiB.
+pub(crate) const POLL_MAX_BYTES: usize = 64 << 20;
 /// How long one poll waits for the first record.
 const POLL_WAIT: Duration = Duration::from_millis(500);
-/// Pause before retrying after the bus or the store failed.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// First pause before retrying after the bus or the store failed; it
+/// doubles on each failure in a row, up to [`RETRY_MAX_PAUSE`].
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+/// Longest pause between retries.
+const RETRY_MAX_PAUSE: Duration = Duration::from_secs(30);
+/// Where records the pipeline sets aside go, under their tenant's area
+/// (`tenants/<t>/dead-letters/`) when a verified envelope names it, at the
+/// top of the object store otherwise.
+pub(crate) const DEAD_LETTERS: &str = "dead-letters";
+
+/// A capped exponential backoff: [`RETRY_PAUSE`], doubling to
+/// [`RETRY_MAX_PAUSE`].
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff { next: RETRY_PAUSE }
+    }
+
+    /// Sleeps for the current pause, and doubles the next one.
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(RETRY_MAX_PAUSE);
+    }
+}
 
 /// The stages a consumer drives.
 #[derive(Debug, Clone)]
@@ -68,15 +100,17 @@ impl Actor for BusConsumer {
 }
 
 async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: ProgressSender) {
+    let mut backoff = Backoff::new();
     loop {
-        let records = match consumer.poll(POLL_MAX, POLL_WAIT).await {
+        let records = match consumer.poll(POLL_MAX, POLL_MAX_BYTES, POLL_WAIT).await {
             Ok(records) => records,
             Err(e) => {
                 warn!(error = %e, "polling the ingest bus failed; retrying");
-                tokio::time::sleep(RETRY_PAUSE).await;
+                backoff.wait().await;
                 continue;
             }
         };
+        backoff = Backoff::new();
         if records.is_empty() {
             continue;
         }
@@ -87,7 +121,15 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
             *next = (*next).max(record.offset + 1);
             match stages.decoder.send(Decode(record)).await {
                 Ok(Ok(batch)) => decoded.push(batch),
-                Ok(Err(rejected)) => dead_letter(&*stages.objects, rejected).await,
+                Ok(Err(rejected)) => {
+                    let Rejected {
+                        record,
+                        tenant,
+                        reason,
+                    } = rejected;
+                    dead_letter(&*stages.objects, &record, tenant.as_deref(), &reason).await;
+                    progress.dead_lettered();
+                }
                 Err(e) => {
                     error!(error = %e, "decoder stopped; ingest stops");
                     return;
@@ -104,35 +146,59 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
                 }
             }
         }
-        let remember: Vec<Remember> = filtered.iter().map(Remember::of).collect();
+        let mut remember: Vec<Option<Remember>> =
+            filtered.iter().map(|d| Some(Remember::of(d))).collect();
         let symbolized = symbolize(&stages.symbolizer, filtered).await;
-        if !write(&stages.writer, symbolized).await {
+        let Some((batches, written)) = write(&stages.writer, symbolized).await else {
             return;
+        };
+        for (i, e) in written.refused {
+            // Refused for good: set aside, so that the records after it
+            // are written and committed rather than retried forever.
+            let decoded = &batches[i].decoded;
+            let reason = format!("the store refused the batch: {e}");
+            dead_letter(
+                &*stages.objects,
+                &decoded.record,
+                Some(decoded.header.scope.tenant()),
+                &reason,
+            )
+            .await;
+            progress.dead_lettered();
+            // What it wrote before the refusal is not vouched for.
+            remember[i] = None;
         }
+        drop(batches);
         for (partition, next) in next_offsets {
             commit(&mut *consumer, partition, next).await;
             progress.committed(partition, next);
         }
-        for r in remember {
+        for r in remember.into_iter().flatten() {
             stages.deduper.do_send(r);
         }
     }
 }
 
-/// Writes until the store takes the batches; `false` if the writer is gone.
-async fn write(writer: &Addr<Writer>, batches: Vec<Symbolized>) -> bool {
+/// Writes until the store takes the batches, but for those it refuses for
+/// good; `None` if the writer is gone. Other errors are retried with a
+/// capped exponential backoff: nothing is committed yet, so nothing is
+/// lost, and the store's writes are idempotent.
+async fn write(
+    writer: &Addr<Writer>,
+    batches: Vec<Symbolized>,
+) -> Option<(Arc<Vec<Symbolized>>, Written)> {
     let batches = Arc::new(batches);
+    let mut backoff = Backoff::new();
     loop {
         match writer.send(Write(batches.clone())).await {
-            Ok(Ok(())) => return true,
+            Ok(Ok(written)) => return Some((batches, written)),
             Ok(Err(e)) => {
-                // Not committed, so nothing is lost: retry the same batches.
-                warn!(error = %e, "writing batches failed; retrying");
-                tokio::time::sleep(RETRY_PAUSE).await;
+                warn!(error = %e, retry_in = ?backoff.next, "writing batches failed; retrying");
+                backoff.wait().await;
             }
             Err(e) => {
                 error!(error = %e, "writer stopped; ingest stops");
-                return false;
+                return None;
             }
         }
     }
@@ -141,54 +207,72 @@ async fn write(writer: &Addr<Writer>, batches: Vec<Symbolized>) -> bool {
 async fn commit(consumer: &mut dyn Consumer, partition: u32, next: u64) {
     // A failed commit only means redelivery (writes are idempotent), but
     // retry a few times so a transient failure does not cause it.
+    let mut backoff = Backoff::new();
     for attempt in 1..=3 {
         match consumer.commit(partition, next).await {
             Ok(()) => return,
             Err(e) => {
                 warn!(partition, next, attempt, error = %e, "committing an offset failed");
-                tokio::time::sleep(RETRY_PAUSE).await;
+                backoff.wait().await;
             }
         }
     }
 }
 
-/// Stores a record that could not be decoded, whole, under its tenant's
-/// `rejected/` prefix, so that a newer build can replay it.
-async fn dead_letter(objects: &dyn ObjectStore, rejected: Rejected) {
-    let Rejected {
-        record,
-        tenant,
-        reason,
-    } = rejected;
-    let name = format!("p{}-o{}.envelope", record.partition, record.offset);
-    let key = match &tenant {
-        Some(t) => format!("tenants/{t}/rejected/{name}"),
-        None => format!("rejected/{name}"),
+/// Sets `record` aside in the object store, whole, with `reason` beside it
+/// (`<name>.envelope` and `<name>.reason`, named by partition and offset):
+/// under `tenants/<tenant>/dead-letters/` when `tenant` is known from a
+/// verified envelope, under `dead-letters/` otherwise. It is logged once,
+/// here; a newer build (or an operator) can replay it.
+async fn dead_letter(
+    objects: &dyn ObjectStore,
+    record: &Record,
+    tenant: Option<&str>,
+    reason: &str,
+) {
+    let name = format!("p{}-o{}", record.partition, record.offset);
+    let prefix = match tenant {
+        Some(t) => format!("tenants/{t}/{DEAD_LETTERS}/"),
+        None => format!("{DEAD_LETTERS}/"),
     };
+    let key = format!("{prefix}{name}.envelope");
     warn!(
         partition = record.partition,
         offset = record.offset,
-        tenant = tenant.as_deref().unwrap_or("?"),
+        tenant = tenant.unwrap_or("?"),
         key,
         reason,
-        "batch refused by the decoder; kept in the object store"
+        "bus record set aside in the dead-letter area"
     );
-    let key = match ObjectKey::new(&key) {
-        Ok(key) => key,
-        Err(e) => {
-            error!(error = %e, "cannot name a dead letter; record dropped");
-            return;
-        }
-    };
-    loop {
-        match objects.put(&key, record.payload.clone().into()).await {
-            Ok(()) => {
-                debug!(%key, "dead letter stored");
+    let note = format!(
+        "partition {}\noffset {}\nbytes {}\nreason {reason}\n",
+        record.partition,
+        record.offset,
+        record.payload.len()
+    );
+    let objects_to_put = [
+        (key, record.payload.clone()),
+        (format!("{prefix}{name}.reason"), note.into_bytes()),
+    ];
+    for (key, bytes) in objects_to_put {
+        let key = match ObjectKey::new(&key) {
+            Ok(key) => key,
+            Err(e) => {
+                error!(error = %e, "cannot name a dead letter; record dropped");
                 return;
             }
-            Err(e) => {
-                warn!(error = %e, "storing a dead letter failed; retrying");
-                tokio::time::sleep(RETRY_PAUSE).await;
+        };
+        let mut backoff = Backoff::new();
+        loop {
+            match objects.put(&key, bytes.clone().into()).await {
+                Ok(()) => {
+                    debug!(%key, "dead letter stored");
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %e, "storing a dead letter failed; retrying");
+                    backoff.wait().await;
+                }
             }
         }
     }

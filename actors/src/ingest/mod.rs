@@ -7,6 +7,13 @@
 //! are the offsets committed. A crash anywhere before the commit means the records
 //! are read again, and since every id is a content hash and every sample key
 //! is deterministic, writing them again changes nothing.
+//!
+//! One poll takes at most 256 records and 64 MiB of them (always at least
+//! one). A record whose envelope MAC does not verify, a batch that does not
+//! decode, and a batch the store refuses for good (an invalid argument, not
+//! an outage) are set aside in the object store's dead-letter area and the
+//! rest of the poll is written and committed; other store errors are
+//! retried, with a backoff from 250 ms doubling to 30 s.
 
 mod consumer;
 mod decoder;
@@ -24,6 +31,8 @@ use kiln_symbolizer_workers::Symbolizer;
 
 pub use progress::IngestProgress;
 
+use crate::envelope::BusKey;
+
 /// The consumer group of Kiln's ingest workers.
 pub const CONSUMER_GROUP: &str = "kiln-ingest";
 
@@ -31,18 +40,26 @@ pub const CONSUMER_GROUP: &str = "kiln-ingest";
 /// member of [`CONSUMER_GROUP`]; frames are symbolized by `symbolizer`
 /// before they are written (give it the query side's, where there is one,
 /// so that it hears of uploads at once).
+///
+/// Only records whose envelope MAC verifies under `bus_key` (the key the
+/// gateways sign with) are stored; the others, and batches that do not
+/// decode or that the store refuses for good, are set aside in the object
+/// store's dead-letter area (`tenants/<t>/dead-letters/`, or
+/// `dead-letters/` when no verified envelope names a tenant) and counted
+/// ([`IngestProgress::dead_letters`]).
 pub async fn start(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     symbolizer: Addr<Symbolizer>,
+    bus_key: BusKey,
 ) -> Result<IngestProgress, BusError> {
     let consumer = bus.consumer(CONSUMER_GROUP).await?;
     let (sender, progress) = progress::channel(bus.partition_count());
     let arbiter = Arbiter::new();
     let started = arbiter.spawn(async move {
         let stages = consumer::Stages {
-            decoder: decoder::Decoder.start(),
+            decoder: decoder::Decoder::new(bus_key).start(),
             deduper: deduper::Deduper::default().start(),
             symbolizer,
             writer: writer::Writer::new(store).start(),

@@ -2,6 +2,7 @@
 //! partition, so that an import can answer only once its batch is queryable.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kiln_ingest_bus::Bus;
@@ -15,24 +16,38 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone)]
 pub struct IngestProgress {
     committed: watch::Receiver<Vec<u64>>,
+    dead_letters: Arc<AtomicU64>,
 }
 
 /// Write side, held by the bus consumer.
 #[derive(Debug)]
 pub(crate) struct ProgressSender {
     committed: watch::Sender<Vec<u64>>,
+    dead_letters: Arc<AtomicU64>,
 }
 
 /// A progress channel for `partitions` partitions, all at offset 0.
 pub(crate) fn channel(partitions: u32) -> (ProgressSender, IngestProgress) {
     let (tx, rx) = watch::channel(vec![0; partitions as usize]);
+    let dead_letters = Arc::new(AtomicU64::new(0));
     (
-        ProgressSender { committed: tx },
-        IngestProgress { committed: rx },
+        ProgressSender {
+            committed: tx,
+            dead_letters: dead_letters.clone(),
+        },
+        IngestProgress {
+            committed: rx,
+            dead_letters,
+        },
     )
 }
 
 impl ProgressSender {
+    /// Counts a record set aside in the dead-letter area.
+    pub(crate) fn dead_lettered(&self) {
+        self.dead_letters.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Records that `partition` is committed up to `next_offset`.
     pub(crate) fn committed(&self, partition: u32, next_offset: u64) {
         self.committed.send_modify(|offsets| {
@@ -44,6 +59,14 @@ impl ProgressSender {
 }
 
 impl IngestProgress {
+    /// Records this process's ingest pipeline has set aside in the object
+    /// store's dead-letter area since it started (refused envelopes and
+    /// batches, and records the store refused for good); 0 in a process
+    /// that only follows other workers' progress.
+    pub fn dead_letters(&self) -> u64 {
+        self.dead_letters.load(Ordering::Relaxed)
+    }
+
     /// Progress of workers in other processes, read from the committed
     /// offsets of their consumer `group` on `bus` every 200 ms: what a
     /// gateway, which publishes but does not consume, waits on. The polling

@@ -9,9 +9,40 @@ use kiln_storage::{ProfileStore, StoreError, StoredSample};
 use super::symbolize::Symbolized;
 
 /// Writes batches; answers once they are durable.
+///
+/// A batch the store refuses for good ([`is_permanent`]) is skipped and
+/// named in the answer, so that one bad record cannot stop ingest; any
+/// other error stops the write and is the answer (retry the whole poll:
+/// writes are idempotent).
 #[derive(Debug, Message)]
-#[rtype(result = "Result<(), StoreError>")]
+#[rtype(result = "Result<Written, StoreError>")]
 pub(crate) struct Write(pub Arc<Vec<Symbolized>>);
+
+/// What a [`Write`] did: every batch is durable but those `refused`.
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    /// The batches the store refused for good (their positions in the
+    /// write), with its error.
+    pub refused: Vec<(usize, StoreError)>,
+}
+
+/// Whether the store refused a write for good: the record itself is at
+/// fault (a name, a metric point, an argument out of range; a tenant or
+/// project the store does not have), so writing it again would fail again.
+/// Everything else (the engine, I/O, a timeout, a task cut short, a
+/// corrupt or incompatible store the operator must mend) may pass on a
+/// later try, and is retried.
+pub(crate) fn is_permanent(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::InvalidName { .. }
+            | StoreError::InvalidKey { .. }
+            | StoreError::InvalidMetric(_)
+            | StoreError::InvalidArgument { .. }
+            | StoreError::AlreadyExists { .. }
+            | StoreError::NotFound { .. }
+    )
+}
 
 /// Writes to the profile store.
 #[derive(Debug)]
@@ -30,17 +61,23 @@ impl Actor for Writer {
 }
 
 impl Handler<Write> for Writer {
-    type Result = ResponseFuture<Result<(), StoreError>>;
+    type Result = ResponseFuture<Result<Written, StoreError>>;
 
     fn handle(&mut self, Write(batches): Write, _: &mut Context<Self>) -> Self::Result {
         let store = self.store.clone();
         Box::pin(async move {
-            for batch in batches.iter() {
-                write_one(&*store, batch).await?;
+            let mut written = Written::default();
+            for (i, batch) in batches.iter().enumerate() {
+                match write_one(&*store, batch).await {
+                    Ok(()) => {}
+                    Err(e) if is_permanent(&e) => written.refused.push((i, e)),
+                    Err(e) => return Err(e),
+                }
             }
             // One sync for the whole poll: the bus offsets are committed
             // only after this returns.
-            store.sync().await
+            store.sync().await?;
+            Ok(written)
         })
     }
 }
@@ -60,4 +97,33 @@ async fn write_one(store: &dyn ProfileStore, batch: &Symbolized) -> Result<(), S
     // Metric points refer to label sets only, written above. Their keys
     // are deterministic too, so a replayed poll rewrites the same points.
     store.put_metric_points(scope, &b.metrics).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the split between what is dead-lettered and what is retried.
+    #[test]
+    fn only_errors_of_the_record_itself_are_permanent() {
+        let invalid = StoreError::InvalidArgument {
+            what: "sample",
+            reason: "no".into(),
+        };
+        assert!(is_permanent(&invalid));
+        let metric = StoreError::InvalidMetric(kiln_model::MetricError::TooMany);
+        assert!(is_permanent(&metric));
+        let io = StoreError::Io {
+            op: "write",
+            path: "/x".into(),
+            source: std::io::Error::other("disk full"),
+        };
+        assert!(!is_permanent(&io));
+        let backend = StoreError::Backend {
+            backend: "postgres",
+            op: "put samples",
+            source: Box::new(std::io::Error::other("timed out")),
+        };
+        assert!(!is_permanent(&backend));
+    }
 }

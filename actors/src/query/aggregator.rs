@@ -5,11 +5,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use actix::{Actor, Context, Handler, Message, ResponseFuture};
+use actix::{Actor, Context, Handler, Message};
 use kiln_model::{LabelSet, LabelSetId, StackId};
 use kiln_storage::{ProfileStore, StoreError};
 
 use super::QueryRange;
+use super::abandon::Abandonable;
 use super::cache::BoundedCache;
 use super::metrics::{MetricPartial, MetricScan, run_metric_scan};
 
@@ -31,6 +32,11 @@ pub(crate) struct Scan {
 }
 
 /// Samples and CPU time.
+///
+/// Sums saturate: counts come from agents, and a stored count may be
+/// anything up to `u64::MAX` (two samples of 2^63 once made every
+/// flamegraph of their range fail); a sum that reaches the maximum stays
+/// there rather than wrapping to a small number or panicking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tally {
     /// Sample count.
@@ -41,14 +47,21 @@ pub struct Tally {
 
 impl Tally {
     fn add(&mut self, count: u64, period_ns: u64) {
-        self.samples += count;
-        self.cpu_ns += count as u128 * period_ns as u128;
+        self.samples = self.samples.saturating_add(count);
+        // (2^64 - 1)^2 < 2^128: the product itself cannot overflow.
+        let cpu_ns = u128::from(count) * u128::from(period_ns);
+        self.cpu_ns = self.cpu_ns.saturating_add(cpu_ns);
     }
 
     fn merge(&mut self, other: Tally) {
-        self.samples += other.samples;
-        self.cpu_ns += other.cpu_ns;
+        self.samples = self.samples.saturating_add(other.samples);
+        self.cpu_ns = self.cpu_ns.saturating_add(other.cpu_ns);
     }
+}
+
+/// Adds `n` to a count, saturating (see [`Tally`]).
+pub(crate) fn add_count(count: &mut u64, n: u64) {
+    *count = count.saturating_add(n);
 }
 
 /// One scan's result, merged by the coordinator.
@@ -63,14 +76,14 @@ pub(crate) struct Partial {
 impl Partial {
     pub(crate) fn merge(&mut self, other: Partial) {
         for (stack, n) in other.stacks {
-            *self.stacks.entry(stack).or_default() += n;
+            add_count(self.stacks.entry(stack).or_default(), n);
         }
         self.total.merge(other.total);
         for (bucket, t) in other.buckets {
             self.buckets.entry(bucket).or_default().merge(t);
         }
         for (id, (labels, n)) in other.label_sets {
-            self.label_sets.entry(id).or_insert((labels, 0)).1 += n;
+            add_count(&mut self.label_sets.entry(id).or_insert((labels, 0)).1, n);
         }
     }
 }
@@ -103,23 +116,26 @@ impl Actor for Aggregator {
     type Context = Context<Self>;
 }
 
+/// A scan whose asker went away (its query was dropped) is not started
+/// (actix skips it in the mailbox) or stops at its next await
+/// ([`Abandonable`]).
 impl Handler<Scan> for Aggregator {
-    type Result = ResponseFuture<Result<Partial, StoreError>>;
+    type Result = Abandonable<Result<Partial, StoreError>>;
 
     fn handle(&mut self, scan: Scan, _: &mut Context<Self>) -> Self::Result {
         let store = self.store.clone();
         let labels = self.labels.clone();
-        Box::pin(async move { run_scan(&*store, &labels, scan).await })
+        Abandonable::new(async move { run_scan(&*store, &labels, scan).await })
     }
 }
 
 impl Handler<MetricScan> for Aggregator {
-    type Result = ResponseFuture<Result<MetricPartial, StoreError>>;
+    type Result = Abandonable<Result<MetricPartial, StoreError>>;
 
     fn handle(&mut self, scan: MetricScan, _: &mut Context<Self>) -> Self::Result {
         let store = self.store.clone();
         let labels = self.labels.clone();
-        Box::pin(async move { run_metric_scan(&*store, &labels, scan).await })
+        Abandonable::new(async move { run_metric_scan(&*store, &labels, scan).await })
     }
 }
 
@@ -142,25 +158,35 @@ async fn run_scan(
         if !labels.matches(range.filters.iter().map(|(n, v)| (n.as_str(), v.as_str()))) {
             continue;
         }
-        *partial.stacks.entry(s.stack).or_default() += s.count;
+        add_count(partial.stacks.entry(s.stack).or_default(), s.count);
         partial.total.add(s.count, s.period_ns);
         if let Some((origin, step)) = want.timeline {
-            let bucket = (s.timestamp_ns - origin).div_euclid(step);
             partial
                 .buckets
-                .entry(bucket)
+                .entry(bucket_of(s.timestamp_ns, origin, step))
                 .or_default()
                 .add(s.count, s.period_ns);
         }
         if want.label_sets {
-            partial
+            let entry = partial
                 .label_sets
                 .entry(s.labels)
-                .or_insert_with(|| (labels.clone(), 0))
-                .1 += s.count;
+                .or_insert_with(|| (labels.clone(), 0));
+            add_count(&mut entry.1, s.count);
         }
     }
     Ok(partial)
+}
+
+/// The index of the step of width `step` (> 0) from `origin` that
+/// `timestamp_ns` falls in, computed wide so that no pair of timestamps
+/// overflows (a range may span all of `i64`).
+pub(crate) fn bucket_of(timestamp_ns: i64, origin: i64, step: i64) -> i64 {
+    let bucket =
+        (i128::from(timestamp_ns) - i128::from(origin)).div_euclid(i128::from(step.max(1)));
+    // |bucket| <= 2^64 / 1: clamp to i64 for the impossible case of a step
+    // of 1 ns over more than 2^63 ns.
+    bucket.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 /// The label sets of `ids`, from the cache or else the store; ids the
@@ -198,4 +224,57 @@ pub(super) async fn load_label_sets(
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards issue 18's overflow: two samples of 2^63 (one stack, or two)
+    /// merge to a saturated count, not a wrapped one or a panic.
+    #[test]
+    fn counts_saturate_instead_of_overflowing() {
+        let big = 1u64 << 63;
+        let mut tally = Tally::default();
+        tally.add(big, u64::MAX);
+        tally.add(big, u64::MAX);
+        assert_eq!(tally.samples, u64::MAX);
+        assert_eq!(tally.cpu_ns, 2 * u128::from(big) * u128::from(u64::MAX));
+        tally.merge(Tally {
+            samples: 1,
+            cpu_ns: u128::MAX,
+        });
+        assert_eq!(
+            tally,
+            Tally {
+                samples: u64::MAX,
+                cpu_ns: u128::MAX
+            }
+        );
+
+        let partial = |stack: u128| {
+            let mut p = Partial::default();
+            p.stacks.insert(StackId(stack), big);
+            p.total.add(big, 1);
+            p.buckets.insert(0, p.total);
+            p
+        };
+        let mut merged = partial(1);
+        merged.merge(partial(1));
+        merged.merge(partial(2));
+        assert_eq!(merged.stacks[&StackId(1)], u64::MAX);
+        assert_eq!(merged.stacks[&StackId(2)], big);
+        assert_eq!(merged.total.samples, u64::MAX);
+        assert_eq!(merged.buckets[&0].samples, u64::MAX);
+    }
+
+    #[test]
+    fn buckets_of_extreme_times_do_not_overflow() {
+        assert_eq!(bucket_of(i64::MAX, i64::MIN, 1), i64::MAX);
+        assert_eq!(bucket_of(i64::MIN, i64::MAX, 1), i64::MIN);
+        assert_eq!(bucket_of(i64::MAX, i64::MIN, i64::MAX), 2);
+        assert_eq!(bucket_of(5, 0, 10), 0);
+        assert_eq!(bucket_of(-1, 0, 10), -1);
+        assert_eq!(bucket_of(25, 5, 10), 2);
+    }
 }

@@ -1,15 +1,17 @@
 //! Metric series: one metric's points over a range, one series per label
 //! set that matches the filters, averaged per step.
 //!
-//! The coordinator cuts the range at hours (the stores' partitions) as it
-//! does for samples and sends each hour to the aggregator that owns it
-//! (rendezvous hashing, so its label sets stay cached there); each
-//! aggregator scans the hour, keeps the series whose labels match, and
-//! sums their points per step bucket. The coordinator adds the partial
-//! sums up and divides. Only a few hours are in flight at once, so memory
-//! stays at a few hours' points whatever the range. With peers, metric
-//! scans stay on the asking node (the store is shared; the peer wire
-//! protocol carries sample scans only).
+//! The coordinator asks the store which hours (the stores' partitions)
+//! hold points of the metric ([`ProfileStore::metric_hours`]), cuts the
+//! range at those hours as it does for samples and sends each to the
+//! aggregator that owns it (rendezvous hashing, so its label sets stay
+//! cached there); each aggregator scans the hour, keeps the series whose
+//! labels match, and sums their points per step bucket. The coordinator
+//! adds the partial sums up and divides. Only a few hours are in flight at
+//! once, so memory stays at a few hours' points whatever the range, and
+//! hours without points cost nothing. With peers, metric scans stay on the
+//! asking node (the store is shared; the peer wire protocol carries sample
+//! scans only).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,7 @@ use kiln_model::{LabelSet, LabelSetId, MetricSeries, MetricSeriesSet, MetricValu
 use kiln_storage::{ProfileStore, StoreError};
 
 use super::QueryRange;
-use super::aggregator::{LabelCache, load_label_sets};
+use super::aggregator::{LabelCache, bucket_of, load_label_sets};
 
 /// Hours scanned at once by one metrics query.
 const HOURS_IN_FLIGHT: usize = 8;
@@ -67,7 +69,7 @@ impl MetricPartial {
             for (i, b) in buckets {
                 let slot = mine.entry(i).or_default();
                 slot.sum += b.sum;
-                slot.count += b.count;
+                slot.count = slot.count.saturating_add(b.count);
             }
         }
     }
@@ -116,18 +118,19 @@ pub(crate) async fn run_metric_scan(
             .or_insert_with(|| (labels.clone(), Buckets::new()))
             .1;
         let slot = buckets
-            .entry((p.timestamp_ns - origin).div_euclid(step))
+            .entry(bucket_of(p.timestamp_ns, origin, step))
             .or_default();
         slot.sum += p.value;
-        slot.count += 1;
+        slot.count = slot.count.saturating_add(1);
     }
     Ok(partial)
 }
 
-/// Runs `scan` for every hour of `range`, at most [`HOURS_IN_FLIGHT`] at a
-/// time, merging as they come.
+/// Runs `scan` for each of `hours` (those of `range` that hold points),
+/// at most [`HOURS_IN_FLIGHT`] at a time, merging as they come.
 pub(crate) async fn gather<F>(
     range: &QueryRange,
+    hours: Vec<i64>,
     name: &str,
     step_ns: i64,
     scan: impl Fn(MetricScan) -> F,
@@ -135,9 +138,9 @@ pub(crate) async fn gather<F>(
 where
     F: Future<Output = Result<MetricPartial, super::QueryError>>,
 {
-    let scans = range.partitions().map(|part| {
+    let scans = hours.into_iter().map(|hour| {
         scan(MetricScan {
-            range: part,
+            range: range.partition(hour),
             name: name.to_owned(),
             buckets: (range.from_ns, step_ns),
         })
@@ -166,7 +169,7 @@ pub(crate) fn series(
             let mut points: Vec<MetricValue> = buckets
                 .into_iter()
                 .map(|(i, b)| MetricValue {
-                    t_ns: range.from_ns + i * step_ns,
+                    t_ns: range.from_ns.saturating_add(i.saturating_mul(step_ns)),
                     value: b.sum / b.count as f64,
                 })
                 .collect();
@@ -243,7 +246,15 @@ mod tests {
         };
         let (store, cache) = (&store, &cache);
         let scan = |s| async move { Ok(run_metric_scan(store, cache, s).await?) };
-        let partial = gather(&range, "m", 4 * S, scan).await.unwrap();
+        let hours = |range: &QueryRange| {
+            let scope = range.scope.clone();
+            let (from, to) = (range.from_ns, range.to_ns);
+            async move { store.metric_hours(&scope, "m", from, to).await.unwrap() }
+        };
+        assert_eq!(hours(&range).await, [0, 1]);
+        let partial = gather(&range, hours(&range).await, "m", 4 * S, scan)
+            .await
+            .unwrap();
         let set = series(&range, "m", 4 * S, partial);
         assert_eq!(set.series.len(), 2);
         assert_eq!(set.series[0].labels["gpu"], "0");
@@ -261,7 +272,9 @@ mod tests {
             filters: vec![("gpu".into(), "1".into())],
             ..range.clone()
         };
-        let partial = gather(&filtered, "m", S, scan).await.unwrap();
+        let partial = gather(&filtered, hours(&filtered).await, "m", S, scan)
+            .await
+            .unwrap();
         let set = series(&filtered, "m", S, partial);
         assert_eq!(set.series.len(), 1);
         let values: Vec<f64> = set.series[0].points.iter().map(|p| p.value).collect();

@@ -1,13 +1,23 @@
 //! The query side: a `QueryCoordinator` splits a request into one scan per
-//! storage partition (an hour of one project), routes each to an
-//! `Aggregator` by rendezvous hashing, merges the partial counts, resolves
-//! stacks to frames and builds the answer (flamegraph, top functions, CPU
-//! over time, label values).
+//! storage partition (an hour of one project) that holds data, routes each
+//! to an `Aggregator` by rendezvous hashing, merges the partial counts,
+//! resolves stacks to frames and builds the answer (flamegraph, top
+//! functions, CPU over time, label values).
+//!
+//! What a query costs follows its data: the coordinator asks the store's
+//! index which hours of the range hold samples
+//! ([`ProfileStore::sample_hours`]) and scans only those, a few at a time
+//! ([`SCANS_IN_FLIGHT`]). Queries over the API are admitted first
+//! (module `admission`: per-tenant concurrency, a maximum span of data,
+//! [`QueryOptions`]), and a query whose asker goes away (client
+//! disconnected, server stopping) stops scanning (module `abandon`).
 //!
 //! With peers ([`PeerOptions`], `kiln query --peers`), rendezvous hashing
 //! first picks the query node that owns a partition, and scans owned by
 //! other nodes go to them over HTTP (module `peers`).
 
+mod abandon;
+mod admission;
 mod aggregator;
 mod cache;
 mod metrics;
@@ -22,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use actix::{Actor, Addr, Arbiter, Context, Handler, Message, ResponseFuture};
-use futures_util::future::join_all;
+use futures_util::{StreamExt, TryStreamExt, stream};
 use kiln_model::flamewire::Flamewire;
 use kiln_model::{FileId, NANOS_PER_HOUR};
 use kiln_storage::{ObjectStore, ProfileStore, Scope, StoreError};
@@ -33,6 +43,12 @@ pub(crate) use aggregator::{Partial, Scan, Want};
 use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
 use resolve::Resolver;
 
+pub use abandon::Abandonable;
+pub(crate) use admission::{Admission, Admit, Reads, Refusal, SpanLimit};
+pub use admission::{
+    DEFAULT_MAX_QUERY_RANGE, DEFAULT_QUERY_QUEUE_WAIT, QUERY_RETRY_AFTER, QueryOptions,
+    SetQueryOptions,
+};
 pub use aggregator::Tally;
 pub use metrics::{MetricNamesQuery, MetricsQuery};
 pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
@@ -59,20 +75,26 @@ pub struct QueryRange {
     pub filters: Vec<(String, String)>,
 }
 
+/// Partition scans one query keeps in flight: enough to keep every
+/// aggregator (and peer) busy, few enough that a query over thousands of
+/// hours neither floods the mailboxes nor holds thousands of partial
+/// results at once, and that a dropped query leaves little half done.
+pub const SCANS_IN_FLIGHT: usize = 32;
+
 impl QueryRange {
     fn duration_ns(&self) -> i64 {
         self.to_ns.saturating_sub(self.from_ns).max(1)
     }
 
-    /// The range cut at storage-partition (hour) boundaries.
-    fn partitions(&self) -> impl Iterator<Item = QueryRange> + '_ {
-        let first = self.from_ns.div_euclid(NANOS_PER_HOUR);
-        let last = (self.to_ns - 1).div_euclid(NANOS_PER_HOUR);
-        (first..=last).map(move |hour| QueryRange {
+    /// The part of the range within storage partition (hour) `hour`.
+    fn partition(&self, hour: i64) -> QueryRange {
+        QueryRange {
             from_ns: self.from_ns.max(hour.saturating_mul(NANOS_PER_HOUR)),
-            to_ns: self.to_ns.min((hour + 1).saturating_mul(NANOS_PER_HOUR)),
+            to_ns: self
+                .to_ns
+                .min(hour.saturating_add(1).saturating_mul(NANOS_PER_HOUR)),
             ..self.clone()
-        })
+        }
     }
 }
 
@@ -161,9 +183,15 @@ pub struct ScanCounts {
 pub struct ScanCountsQuery;
 
 /// Splits queries over the aggregators and merges their answers.
+///
+/// Every query answer is computed as an [`Abandonable`]: when the asker
+/// drops its request, the query stops scheduling partitions and the scans
+/// it queued are skipped.
 #[derive(Debug)]
 pub struct QueryCoordinator {
     cluster: Arc<Cluster>,
+    /// What admission enforces ([`SetQueryOptions`]).
+    options: QueryOptions,
 }
 
 #[derive(Debug)]
@@ -180,6 +208,8 @@ struct Cluster {
     /// nodes.
     notifier: Option<SymbolNotifier>,
     counts: Counters,
+    /// The queries each tenant runs here.
+    slots: Arc<admission::TenantSlots>,
 }
 
 #[derive(Debug, Default)]
@@ -283,7 +313,9 @@ impl QueryCoordinator {
                 peers,
                 notifier,
                 counts: Counters::default(),
+                slots: Arc::default(),
             }),
+            options: QueryOptions::default(),
         }
         .start()
     }
@@ -294,16 +326,32 @@ impl Actor for QueryCoordinator {
 }
 
 impl Cluster {
-    /// Scans every partition of `range` and merges the results.
+    /// Scans every partition of `range` that holds samples (the store's
+    /// index says which), [`SCANS_IN_FLIGHT`] at a time, and merges the
+    /// results as they come.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the scans in flight and schedules no
+    /// more; scans it queued on aggregators are skipped there.
     async fn gather(&self, range: &QueryRange, want: Want) -> Result<Partial, QueryError> {
-        let scans = range
-            .partitions()
-            .map(|part| self.scan(Scan { range: part, want }));
-        let mut merged = Partial::default();
-        for result in join_all(scans).await {
-            merged.merge(result?);
-        }
-        Ok(merged)
+        let hours = self
+            .store
+            .sample_hours(&range.scope, range.from_ns, range.to_ns)
+            .await?;
+        stream::iter(hours)
+            .map(|hour| {
+                self.scan(Scan {
+                    range: range.partition(hour),
+                    want,
+                })
+            })
+            .buffer_unordered(SCANS_IN_FLIGHT)
+            .try_fold(Partial::default(), |mut merged, partial| async move {
+                merged.merge(partial);
+                Ok(merged)
+            })
+            .await
     }
 
     /// Runs one partition's scan on the node that owns it: here, or on a
@@ -386,11 +434,11 @@ impl Handler<PeerSymbolsStored> for QueryCoordinator {
 }
 
 impl Handler<ServeScan> for QueryCoordinator {
-    type Result = ResponseFuture<Result<Partial, QueryError>>;
+    type Result = Abandonable<Result<Partial, QueryError>>;
 
     fn handle(&mut self, ServeScan(scan): ServeScan, _: &mut Context<Self>) -> Self::Result {
         let cluster = self.cluster.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             bump(&cluster.counts.served);
             cluster.scan_here(&partition_key(&scan.range), scan).await
         })
@@ -412,8 +460,29 @@ impl Handler<ScanCountsQuery> for QueryCoordinator {
     }
 }
 
+impl Handler<Admit> for QueryCoordinator {
+    type Result = Abandonable<Result<Admission, Refusal>>;
+
+    fn handle(&mut self, admit: Admit, _: &mut Context<Self>) -> Self::Result {
+        let cluster = self.cluster.clone();
+        let options = self.options;
+        Abandonable::new(async move {
+            admission::admit(&*cluster.store, &cluster.slots, options, admit).await
+        })
+    }
+}
+
+impl Handler<SetQueryOptions> for QueryCoordinator {
+    type Result = ();
+
+    fn handle(&mut self, SetQueryOptions(options): SetQueryOptions, _: &mut Context<Self>) {
+        tracing::debug!(?options, "query options set");
+        self.options = options;
+    }
+}
+
 impl Handler<FlamegraphQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<Flamewire, QueryError>>;
+    type Result = Abandonable<Result<Flamewire, QueryError>>;
 
     fn handle(
         &mut self,
@@ -421,7 +490,7 @@ impl Handler<FlamegraphQuery> for QueryCoordinator {
         _: &mut Context<Self>,
     ) -> Self::Result {
         let cluster = self.cluster.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             let started = Instant::now();
             let partial = cluster.gather(&range, Want::default()).await?;
             let gathered = started.elapsed();
@@ -445,11 +514,11 @@ impl Handler<FlamegraphQuery> for QueryCoordinator {
 }
 
 impl Handler<TopQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<Vec<TopFunction>, QueryError>>;
+    type Result = Abandonable<Result<Vec<TopFunction>, QueryError>>;
 
     fn handle(&mut self, q: TopQuery, _: &mut Context<Self>) -> Self::Result {
         let cluster = self.cluster.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             let partial = cluster.gather(&q.range, Want::default()).await?;
             let resolved = cluster
                 .resolver
@@ -461,11 +530,11 @@ impl Handler<TopQuery> for QueryCoordinator {
 }
 
 impl Handler<TimelineQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<Timeline, QueryError>>;
+    type Result = Abandonable<Result<Timeline, QueryError>>;
 
     fn handle(&mut self, q: TimelineQuery, _: &mut Context<Self>) -> Self::Result {
         let cluster = self.cluster.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             let step_ns = q.step_ns.max(1);
             let want = Want {
                 timeline: Some((q.range.from_ns, step_ns)),
@@ -478,11 +547,11 @@ impl Handler<TimelineQuery> for QueryCoordinator {
 }
 
 impl Handler<LabelsQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<LabelValues, QueryError>>;
+    type Result = Abandonable<Result<LabelValues, QueryError>>;
 
     fn handle(&mut self, LabelsQuery(range): LabelsQuery, _: &mut Context<Self>) -> Self::Result {
         let cluster = self.cluster.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             let want = Want {
                 timeline: None,
                 label_sets: true,
@@ -494,18 +563,20 @@ impl Handler<LabelsQuery> for QueryCoordinator {
 }
 
 impl Handler<MetricsQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<kiln_model::MetricSeriesSet, QueryError>>;
+    type Result = Abandonable<Result<kiln_model::MetricSeriesSet, QueryError>>;
 
     fn handle(&mut self, q: MetricsQuery, _: &mut Context<Self>) -> Self::Result {
         let cluster = self.cluster.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             let started = Instant::now();
             let step_ns = q.step_ns.max(1);
             let scan = |scan: metrics::MetricScan| {
                 let owner = cluster.owner(&partition_key(&scan.range)).clone();
                 async move { Ok(owner.send(scan).await??) }
             };
-            let partial = metrics::gather(&q.range, &q.name, step_ns, scan).await?;
+            let (scope, from, to) = (&q.range.scope, q.range.from_ns, q.range.to_ns);
+            let hours = cluster.store.metric_hours(scope, &q.name, from, to).await?;
+            let partial = metrics::gather(&q.range, hours, &q.name, step_ns, scan).await?;
             let set = metrics::series(&q.range, &q.name, step_ns, partial);
             tracing::debug!(
                 metric = q.name,
@@ -519,7 +590,7 @@ impl Handler<MetricsQuery> for QueryCoordinator {
 }
 
 impl Handler<MetricNamesQuery> for QueryCoordinator {
-    type Result = ResponseFuture<Result<Vec<String>, QueryError>>;
+    type Result = Abandonable<Result<Vec<String>, QueryError>>;
 
     fn handle(
         &mut self,
@@ -527,7 +598,7 @@ impl Handler<MetricNamesQuery> for QueryCoordinator {
         _: &mut Context<Self>,
     ) -> Self::Result {
         let store = self.cluster.store.clone();
-        Box::pin(async move {
+        Abandonable::new(async move {
             Ok(store
                 .metric_names(&range.scope, range.from_ns, range.to_ns)
                 .await?)
@@ -548,13 +619,20 @@ mod tests {
             to_ns: 2 * h + 1,
             filters: vec![],
         };
-        let parts: Vec<(i64, i64)> = range.partitions().map(|p| (p.from_ns, p.to_ns)).collect();
+        let parts: Vec<(i64, i64)> = (0..=2)
+            .map(|hour| range.partition(hour))
+            .map(|p| (p.from_ns, p.to_ns))
+            .collect();
         assert_eq!(parts, [(h / 2, h), (h, 2 * h), (2 * h, 2 * h + 1)]);
-        let exact = QueryRange {
-            from_ns: h,
-            to_ns: 2 * h,
+        // The first and last hours of the clock.
+        let all = QueryRange {
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
             ..range
         };
-        assert_eq!(exact.partitions().count(), 1);
+        let first = all.partition(i64::MIN.div_euclid(h));
+        assert_eq!(first.from_ns, i64::MIN);
+        let last = all.partition(i64::MAX.div_euclid(h));
+        assert_eq!(last.to_ns, i64::MAX);
     }
 }

@@ -9,7 +9,7 @@ use kiln_model::{FrameId, FrameKind};
 use serde::Serialize;
 
 use super::QueryRange;
-use super::aggregator::Partial;
+use super::aggregator::{Partial, add_count};
 use super::cache::FastMap;
 use super::resolve::{FrameLabel, Resolved};
 
@@ -17,22 +17,46 @@ use super::resolve::{FrameLabel, Resolved};
 fn ns_per_count(partial: &Partial) -> u64 {
     match partial.total.samples {
         0 => 0,
-        n => (partial.total.cpu_ns / n as u128) as u64,
+        n => u64::try_from(partial.total.cpu_ns / u128::from(n)).unwrap_or(u64::MAX),
     }
 }
 
+/// The factor every count of a flamegraph is divided by so that their sum,
+/// the root's total, fits the graph's `u64` totals: 1 for any real
+/// profile. Stored counts are whatever agents sent (up to 2^64 - 1 each),
+/// and a sum that wrapped made the graph's totals inconsistent, so every
+/// flamegraph of the range failed with a 500. Scaled, the graph keeps
+/// every stack's share, and `ns_per_count` grows by the same factor so
+/// that CPU time stays right.
+fn count_scale(partial: &Partial) -> u64 {
+    let sum: u128 = partial.stacks.values().map(|&n| u128::from(n)).sum();
+    // sum < 2^64 * stacks, so the quotient is at most the stack count.
+    u64::try_from(sum.div_ceil(u128::from(u64::MAX))).map_or(u64::MAX, |k| k.max(1))
+}
+
 pub(crate) fn flamegraph(range: &QueryRange, partial: &Partial, resolved: &Resolved) -> Flamewire {
+    let scale = count_scale(partial);
+    if scale > 1 {
+        tracing::warn!(
+            scale,
+            "sample counts of the range sum past 2^64; the flamegraph's counts are divided \
+             by the scale (stored counts that large come from a faulty or hostile sender)"
+        );
+    }
     let stacks = partial
         .stacks
         .iter()
-        .map(|(stack, &count)| (resolved.frames(stack), count));
+        .map(|(stack, &count)| (resolved.frames(stack), count / scale))
+        // Stacks scaled down to nothing are left out (unscaled, a stored
+        // count of 0 keeps its nodes, as it always did).
+        .filter(|(_, count)| scale == 1 || *count > 0);
     flamegraph_of(
         stacks,
         |frame| resolved.labels(frame),
         FlameMeta {
             from_ns: range.from_ns,
             to_ns: range.to_ns,
-            ns_per_count: ns_per_count(partial),
+            ns_per_count: ns_per_count(partial).saturating_mul(scale),
         },
     )
 }
@@ -147,13 +171,13 @@ pub(crate) fn top_functions(
                 let r = &mut rows[row];
                 if r.last_stack != n {
                     r.last_stack = n;
-                    r.total_samples += count;
+                    add_count(&mut r.total_samples, count);
                 }
                 leaf = Some(row);
             }
         }
         if let Some(row) = leaf {
-            rows[row].self_samples += count;
+            add_count(&mut rows[row].self_samples, count);
         }
     }
     let cores =
@@ -206,13 +230,17 @@ pub struct TimelinePoint {
     pub cores: f64,
 }
 
+/// The timeline of `range` in steps of `step_ns` (> 0): as many points as
+/// steps, so the caller bounds `duration / step` (the API allows 10,000).
 pub(crate) fn timeline(range: &QueryRange, step_ns: i64, partial: &Partial) -> Timeline {
-    let steps = (range.duration_ns() + step_ns - 1) / step_ns;
+    let step_ns = step_ns.max(1);
+    // Both positive, so the unsigned division is exact.
+    let steps = (range.duration_ns() as u64).div_ceil(step_ns as u64) as i64;
     let points = (0..steps)
         .map(|i| {
             let tally = partial.buckets.get(&i).copied().unwrap_or_default();
-            let start = range.from_ns + i * step_ns;
-            let width = (range.to_ns.min(start + step_ns) - start).max(1);
+            let start = range.from_ns.saturating_add(i.saturating_mul(step_ns));
+            let width = (range.to_ns.min(start.saturating_add(step_ns)) - start).max(1);
             TimelinePoint {
                 t_ns: start,
                 samples: tally.samples,
@@ -235,10 +263,12 @@ pub(crate) fn label_values(partial: &Partial) -> LabelValues {
     let mut out = LabelValues::new();
     for (labels, count) in partial.label_sets.values() {
         for (name, value) in labels.iter() {
-            *out.entry(name.to_owned())
+            let sum = out
+                .entry(name.to_owned())
                 .or_default()
                 .entry(value.to_owned())
-                .or_default() += count;
+                .or_default();
+            add_count(sum, *count);
         }
     }
     out
@@ -323,6 +353,59 @@ mod tests {
         assert_eq!(row("main"), (0, 5));
         assert_eq!(top[0].name, "leaf");
         assert!((top[0].self_cores - 3.0).abs() < 1e-9);
+    }
+
+    /// Guards issue 18's 500: stacks whose counts sum past 2^64 still make
+    /// a readable flamegraph (each stack's share kept, CPU time kept by
+    /// `ns_per_count`), and top and labels saturate instead of wrapping.
+    #[test]
+    fn counts_summing_past_u64_give_an_answer() {
+        let big = 1u64 << 63;
+        let (mut partial, resolved) = recursive_stacks();
+        partial.stacks.insert(StackId(1), big);
+        partial.stacks.insert(StackId(2), big);
+        partial.total = Tally {
+            samples: u64::MAX,
+            cpu_ns: 2 * u128::from(big) * 10,
+        };
+        let bytes = flamegraph(&range(), &partial, &resolved).to_bytes();
+        read(&bytes, |g| {
+            // Halved: 2^62 each, 2^63 at the root.
+            assert_eq!(g.node(0).total, big);
+            assert_eq!(g.node(1).total, big);
+            assert_eq!(g.node(5).self_count, big / 2);
+            assert_eq!(g.meta().ns_per_count, 2 * 10);
+        })
+        .unwrap();
+
+        let top = top_functions(&range(), &partial, &resolved, 10);
+        let main = top.iter().find(|r| r.name == "main").unwrap();
+        assert_eq!(main.total_samples, u64::MAX);
+        let leaf = top.iter().find(|r| r.name == "leaf").unwrap();
+        assert_eq!(leaf.self_samples, big);
+
+        let labels = Arc::new(kiln_model::LabelSet::new().with("host", "a"));
+        partial
+            .label_sets
+            .insert(kiln_model::LabelSetId(1), (labels.clone(), big));
+        partial
+            .label_sets
+            .insert(kiln_model::LabelSetId(2), (labels, big));
+        assert_eq!(label_values(&partial)["host"]["a"], u64::MAX);
+    }
+
+    /// A timeline's steps never overflow, whatever the range.
+    #[test]
+    fn timeline_of_an_extreme_range() {
+        let partial = Partial::default();
+        let wide = QueryRange {
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
+            ..range()
+        };
+        let t = timeline(&wide, i64::MAX / 4, &partial);
+        assert_eq!(t.points.len(), 5);
+        assert!(t.points.windows(2).all(|w| w[0].t_ns < w[1].t_ns));
     }
 
     /// Frames are interned once each, yet distinct frames with equal

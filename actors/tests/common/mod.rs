@@ -7,19 +7,62 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::envelope::{BusKey, EnvelopeHeader};
 use kiln_actors::ingest::{self, IngestProgress};
 use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::flamewire::read;
-use kiln_storage::{EmbeddedProfileStore, LocalObjectStore, Scope};
+use kiln_storage::{
+    EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ProfileStore,
+    Roles, Scope,
+};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
+
+/// The bus key the tests' gateway side signs with and their pipeline
+/// verifies with.
+pub const TEST_BUS_KEY: &str = "a-test-bus-key-not-a-secret";
+
+/// Who the HTTP API lets in: a metadata store holding a tenant and
+/// project, and a key on them.
+pub struct Credentials {
+    /// The store the servers check keys against.
+    pub metadata: Arc<dyn MetadataStore>,
+    /// A key granting the key's roles on the scope.
+    pub key: String,
+}
+
+impl Credentials {
+    /// An embedded metadata store under `dir` with `scope`'s tenant and
+    /// project, made through the [`MetadataStore`] trait as an operator
+    /// would, and a key granting `roles` on it.
+    pub async fn new(dir: &std::path::Path, scope: &Scope, roles: Roles) -> Credentials {
+        let metadata: Arc<dyn MetadataStore> =
+            Arc::new(EmbeddedMetadataStore::open(&dir.join("metadata.json")).unwrap());
+        metadata.create_tenant(scope.tenant()).await.unwrap();
+        metadata.create_project(scope).await.unwrap();
+        let key = metadata
+            .create_api_key(scope, "actors tests", roles)
+            .await
+            .unwrap();
+        Credentials {
+            metadata,
+            key: key.key.expose().to_owned(),
+        }
+    }
+
+    /// `Authorization: Bearer KEY`.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.key)
+    }
+}
 
 /// A timestamp the tests' samples sit around (2027).
 pub const T0: i64 = 1_800_000_000_000_000_000;
 
 pub struct Pipeline {
     pub bus: Arc<EmbeddedBus>,
+    /// What the pipeline's records are signed with.
+    pub bus_key: BusKey,
     pub store: Arc<EmbeddedProfileStore>,
     pub objects: Arc<LocalObjectStore>,
     pub progress: IngestProgress,
@@ -38,16 +81,28 @@ impl Pipeline {
 
     /// The same for `scope`.
     pub async fn for_scope(scope: Scope, query_workers: usize) -> Pipeline {
+        Pipeline::with_ingest_store(scope, query_workers, |store| store).await
+    }
+
+    /// The same, ingest writing through `wrap` of the store (a fault
+    /// injector) while queries read the store itself.
+    pub async fn with_ingest_store(
+        scope: Scope,
+        query_workers: usize,
+        wrap: impl FnOnce(Arc<EmbeddedProfileStore>) -> Arc<dyn ProfileStore>,
+    ) -> Pipeline {
         let dir = tempfile::tempdir().unwrap();
         let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
         let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
         let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
         let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+        let bus_key = BusKey::new(TEST_BUS_KEY).unwrap();
         let progress = ingest::start(
             bus.clone(),
-            store.clone(),
+            wrap(store.clone()),
             objects.clone(),
             symbolizer.clone(),
+            bus_key.clone(),
         )
         .await
         .unwrap();
@@ -55,6 +110,7 @@ impl Pipeline {
             QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, query_workers);
         Pipeline {
             bus,
+            bus_key,
             store,
             objects,
             progress,
@@ -73,9 +129,20 @@ impl Pipeline {
         };
         let p = self
             .bus
-            .publish(&header.bus_key(source), header.wrap(bytes))
+            .publish(&header.bus_key(source), header.wrap(bytes, &self.bus_key))
             .await
             .unwrap();
+        assert!(
+            self.progress
+                .wait_committed(p.partition, p.offset, Duration::from_secs(30))
+                .await
+        );
+    }
+
+    /// Publishes `payload` as it is (a forged or damaged record) under the
+    /// bus key `key`, and waits until ingest has committed it.
+    pub async fn publish_raw(&self, key: &[u8], payload: Vec<u8>) {
+        let p = self.bus.publish(key, payload).await.unwrap();
         assert!(
             self.progress
                 .wait_committed(p.partition, p.offset, Duration::from_secs(30))

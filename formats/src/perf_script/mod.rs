@@ -28,6 +28,10 @@
 //! (which keeps their total CPU time); for any other event, or when perf
 //! printed no period, it is [`ImportOptions::default_period_ns`].
 //!
+//! **Depth.** A stack deeper than [`MAX_STACK_DEPTH`] keeps its leaf-most
+//! frames under a `[truncated]` root; the lines past it are checked but
+//! not kept.
+//!
 //! **Events.** Only one event is imported: [`ImportOptions::perf_event`],
 //! or by default the first sample's. Samples of other events are counted
 //! in [`Imported::skipped_samples`].
@@ -36,7 +40,7 @@ mod header;
 mod naming;
 mod stack_line;
 
-use kiln_model::{Frame, LabelSet, label_names};
+use kiln_model::{Frame, FrameKind, LabelSet, MAX_STACK_DEPTH, TRUNCATED_FRAME, label_names};
 
 use crate::builder::ImportBuilder;
 use crate::error::{ImportError, snippet};
@@ -71,7 +75,12 @@ pub(crate) fn import(text: &str, options: &ImportOptions) -> Result<Imported, Im
                         line,
                         text: snippet(content.trim()),
                     })?;
-                naming::push_frames(&stack_line, sample.java, &mut sample.frames);
+                // Past a batch's depth, lines are checked but their frames
+                // not kept (perf prints leaf first: the leaf-most are kept).
+                match sample.frames.len() < MAX_STACK_DEPTH {
+                    true => naming::push_frames(&stack_line, sample.java, &mut sample.frames),
+                    false => sample.cut = true,
+                }
             }
             None => {
                 let mut sample = Sample::new(header::parse(line, content)?);
@@ -101,6 +110,8 @@ struct Sample<'a> {
     java: bool,
     /// Leaf first, as perf prints them.
     frames: Vec<Frame>,
+    /// Whether frames past [`MAX_STACK_DEPTH`] were left out.
+    cut: bool,
 }
 
 impl<'a> Sample<'a> {
@@ -109,6 +120,7 @@ impl<'a> Sample<'a> {
             java: header.comm.starts_with("java"),
             header,
             frames: Vec::new(),
+            cut: false,
         }
     }
 }
@@ -172,6 +184,13 @@ impl<'o> Importer<'o> {
             self.skipped += 1;
             return Ok(());
         }
+        if sample.cut || sample.frames.len() > MAX_STACK_DEPTH {
+            // Keep the leaf-most frames under a `[truncated]` root.
+            sample.frames.truncate(MAX_STACK_DEPTH - 1);
+            sample
+                .frames
+                .push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
+        }
         sample.frames.reverse();
 
         if let (Some(period), Some(event)) = (header.period, header.event)
@@ -228,7 +247,6 @@ impl<'o> Importer<'o> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_model::FrameKind;
 
     const TWO_THREADS: &str = "\
 # ========
@@ -362,5 +380,37 @@ app 1234/1236 [002] 100.5: 3000000 cpu-clock:pppH:
         assert_eq!((imported.samples, imported.skipped_samples), (1, 1));
         let err = import("app 9 1.0: cycles:\n\n# only\n", &options()).unwrap_err();
         assert!(matches!(err, ImportError::NoSamples));
+    }
+
+    /// Guards the depth bound: a sample of 100,000 stack lines keeps its
+    /// leaf-most frames under a `[truncated]` root, built from the first
+    /// lines only.
+    #[test]
+    fn deep_stacks_keep_their_leaf_most_frames() {
+        let mut text = String::from("app 1 [001] 1.0: 1 cpu-clock:\n\t 1 leaf+0x1 (/bin/app)\n");
+        for _ in 0..100_000 {
+            text.push_str("\t 2 caller+0x2 (/bin/app)\n");
+        }
+        let imported = import(&text, &options()).unwrap();
+        let stack = &imported.batch.stacks[0].frames;
+        assert_eq!(stack.len(), MAX_STACK_DEPTH);
+        let frame = |id| {
+            &imported
+                .batch
+                .frames
+                .iter()
+                .find(|f| f.id == id)
+                .unwrap()
+                .frame
+        };
+        assert_eq!(
+            frame(stack[0]),
+            &Frame::named(FrameKind::Truncated, TRUNCATED_FRAME)
+        );
+        let Frame::Named { function, .. } = frame(stack[MAX_STACK_DEPTH - 1]) else {
+            panic!("named");
+        };
+        assert_eq!(function, "leaf");
+        kiln_model::Batch::decode(&imported.batch.encode()).unwrap();
     }
 }

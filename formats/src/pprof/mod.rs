@@ -23,6 +23,7 @@
 //!   would make a label set per sample.
 //! - **Time.** `time_nanos`, or [`ImportOptions::now_ns`] when it is 0.
 
+mod limits;
 pub mod proto;
 
 use std::collections::HashMap;
@@ -38,8 +39,10 @@ use crate::module;
 use crate::options::{ImportOptions, Imported};
 use proto::{Function, Location, Mapping, Profile};
 
-/// Largest decompressed profile accepted, against decompression bombs.
-pub const MAX_DECOMPRESSED_BYTES: u64 = 1 << 30;
+/// Largest decompressed profile accepted, against decompression bombs:
+/// 256 MiB, many times the largest real profiles (tens of MB). What it
+/// holds is bounded too, before decoding (`limits.rs`).
+pub const MAX_DECOMPRESSED_BYTES: u64 = 1 << 28;
 
 /// Deepest stack imported from a profile, in frames (see [`stack`]).
 pub(crate) const MAX_STACK_DEPTH: usize = 4096;
@@ -59,6 +62,8 @@ pub(crate) fn import(input: &[u8], options: &ImportOptions) -> Result<Imported, 
     } else {
         input
     };
+    // Count what decoding would build before building any of it.
+    limits::check(bytes)?;
     let profile = Profile::decode(bytes).map_err(ImportError::PprofDecode)?;
     import_profile(&profile, options)
 }
@@ -356,7 +361,7 @@ mod tests {
         assert!(matches!(gunzip(&zeros, 4095), Err(ImportError::TooLarge)));
         assert_eq!(
             ImportError::TooLarge.to_string(),
-            "pprof: gzip data decompresses to more than 1024 MiB"
+            "pprof: gzip data decompresses to more than 256 MiB"
         );
     }
 

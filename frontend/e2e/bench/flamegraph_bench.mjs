@@ -21,7 +21,7 @@ import http from 'node:http';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { createRequire } from 'node:module';
-import { importCollapsed, launchBrowser, outputDir, startKiln } from '../support.mjs';
+import { auth, importCollapsed, launchBrowser, outputDir, startKiln } from '../support.mjs';
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((pairs, a, i, all) => (a.startsWith('--') ? [...pairs, [a.slice(2), all[i + 1]]] : pairs), []),
@@ -122,7 +122,7 @@ async function main() {
   console.log(`  ${profile.stacks} stacks, ${(profile.text.length / 1e6).toFixed(1)} MB collapsed, ${profile.nodes} nodes`);
 
   const kiln = await startKiln();
-  const browser = await launchBrowser();
+  const browser = await launchBrowser(kiln);
   const speedscope = await serveSpeedscope(profile.text);
   const report = { nodes: profile.nodes, stacks: profile.stacks, collapsed_bytes: profile.text.length };
   try {
@@ -132,7 +132,7 @@ async function main() {
 
     // Bytes on the wire: Flamewire against JSON of the same graph.
     const body = async (format, encoding) => {
-      const r = await fetch(`${kiln.url}/api/v1/flamegraph?format=${format}`, { headers: { 'accept-encoding': encoding } });
+      const r = await fetch(`${kiln.url}/api/v1/flamegraph?format=${format}`, { headers: { 'accept-encoding': encoding, ...auth(kiln.url) } });
       return Buffer.from(await r.arrayBuffer());
     };
     started = Date.now();

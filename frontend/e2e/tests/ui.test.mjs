@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  importCollapsed, launchBrowser, postBatch, repoRoot, screenshot, startKiln,
+  auth, importCollapsed, launchBrowser, postBatch, repoRoot, screenshot, startKiln,
 } from '../support.mjs';
 
 // 100 samples; node names are unique so the tests can find each frame.
@@ -75,7 +75,7 @@ before(async () => {
   await sleep(1500);
   tMid = Date.now() / 1000;
   await sleep(1500);
-  browser = await launchBrowser();
+  browser = await launchBrowser(kiln);
   page = await browser.context.newPage();
   page.on('pageerror', (e) => pageErrors.push(String(e)));
 });
@@ -324,7 +324,7 @@ describe('export and looks', () => {
     assert.equal(svg.suggestedFilename(), 'kiln-flamegraph.svg');
     for (const format of ['collapsed', 'pprof', 'speedscope']) {
       const href = await page.locator(`.export-${format}`).getAttribute('href');
-      const response = await fetch(`${kiln.url}${href}`);
+      const response = await fetch(`${kiln.url}${href}`, { headers: auth(kiln.url) });
       assert.equal(response.status, 200, format);
       assert.ok((await response.arrayBuffer()).byteLength > 0, format);
     }
@@ -364,7 +364,7 @@ describe('metric charts', () => {
     // Agent batches are answered once durable: wait until written.
     const names = `${kiln.url}/api/v1/metrics/names?from=${from}&to=${to}`;
     for (let i = 0; ; i++) {
-      const body = await (await fetch(names)).json();
+      const body = await (await fetch(names, { headers: auth(kiln.url) })).json();
       if (body.names.length === 3) break;
       assert.ok(i < 300, `metrics never became queryable: ${JSON.stringify(body)}`);
       await sleep(100);

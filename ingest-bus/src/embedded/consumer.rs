@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::bus::{Consumer, Record};
+use crate::bus::{Consumer, Record, take_within};
 use crate::embedded::Inner;
 use crate::embedded::group::Group;
 use crate::embedded::reader::PartitionReader;
@@ -48,10 +48,9 @@ impl EmbeddedConsumer {
         }
     }
 
-    /// Takes up to `max` pending records.
-    fn take_pending(state: &mut ReadState, max: usize) -> Vec<Record> {
-        let n = max.min(state.pending.len());
-        state.pending.drain(..n).collect()
+    /// Takes up to `max` pending records, within `max_bytes`.
+    fn take_pending(state: &mut ReadState, max: usize, max_bytes: usize) -> Vec<Record> {
+        take_within(&mut state.pending, max, max_bytes)
     }
 
     /// Brings the readers in line with the group's current assignment.
@@ -95,20 +94,28 @@ impl EmbeddedConsumer {
 }
 
 impl ReadState {
-    /// Reads records into `pending` until it holds `max`, going round the
-    /// partitions from `cursor`.
-    fn fill(&mut self, max: usize) -> Result<(), BusError> {
+    /// Reads records into `pending` until it holds `max`, or `max_bytes`
+    /// of payload, going round the partitions from `cursor`.
+    fn fill(&mut self, max: usize, max_bytes: usize) -> Result<(), BusError> {
         let n = self.readers.len();
         if n == 0 {
             return Ok(());
         }
         let start = self.cursor % n;
         self.cursor = start + 1;
+        // A budget of 0 still reads one record: polls always make progress.
+        let max_bytes = max_bytes.max(1);
+        let mut bytes: usize = self.pending.iter().map(|r| r.payload.len()).sum();
         for i in 0..n {
-            if self.pending.len() >= max {
+            if self.pending.len() >= max || bytes >= max_bytes {
                 break;
             }
-            self.readers[(start + i) % n].read(max, &mut self.pending)?;
+            let before = self.pending.len();
+            self.readers[(start + i) % n].read(max, max_bytes - bytes, &mut self.pending)?;
+            bytes += self.pending[before..]
+                .iter()
+                .map(|r| r.payload.len())
+                .sum::<usize>();
         }
         Ok(())
     }
@@ -130,7 +137,12 @@ impl Consumer for EmbeddedConsumer {
     ///
     /// Cancel safe: records read by a poll that is cancelled are returned by
     /// the next one.
-    async fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Record>, BusError> {
+    async fn poll(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Record>, BusError> {
         if max == 0 {
             return Ok(Vec::new());
         }
@@ -147,18 +159,18 @@ impl Consumer for EmbeddedConsumer {
             let has_news = {
                 let mut state = lock(&self.state);
                 if !state.pending.is_empty() {
-                    return Ok(Self::take_pending(&mut state, max));
+                    return Ok(Self::take_pending(&mut state, max, max_bytes));
                 }
                 self.rebalance(&mut state);
                 state.readers.iter().any(PartitionReader::has_news)
             };
             if has_news {
                 let state = self.state.clone();
-                let read = tokio::task::spawn_blocking(move || lock(&state).fill(max));
+                let read = tokio::task::spawn_blocking(move || lock(&state).fill(max, max_bytes));
                 read.await.map_err(|_| BusError::Panicked)??;
                 let mut state = lock(&self.state);
                 if !state.pending.is_empty() {
-                    return Ok(Self::take_pending(&mut state, max));
+                    return Ok(Self::take_pending(&mut state, max, max_bytes));
                 }
                 // Nothing readable after all (damage being waited out): wait
                 // for more records like everyone else.

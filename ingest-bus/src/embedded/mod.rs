@@ -108,7 +108,7 @@ impl EmbeddedBusOptions {
 /// let at = bus.publish(b"host-a", b"batch".to_vec()).await?;
 ///
 /// let mut consumer = bus.consumer("workers").await?;
-/// let records = consumer.poll(100, Duration::from_secs(1)).await?;
+/// let records = consumer.poll(100, usize::MAX, Duration::from_secs(1)).await?;
 /// assert_eq!(records[0].payload, b"batch");
 /// consumer.commit(at.partition, at.offset + 1).await?;
 /// assert_eq!(bus.committed("workers")?.unwrap()[at.partition as usize], 1);

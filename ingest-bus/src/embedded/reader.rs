@@ -82,9 +82,15 @@ impl PartitionReader {
     /// `out` holds `max`.
     ///
     /// Blocks on file I/O: call it from a blocking thread.
-    pub(crate) fn read(&mut self, max: usize, out: &mut Vec<Record>) -> Result<(), BusError> {
+    pub(crate) fn read(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        out: &mut Vec<Record>,
+    ) -> Result<(), BusError> {
         let end = self.partition.durable_end();
-        while out.len() < max && self.position() < end {
+        let mut bytes = 0usize;
+        while out.len() < max && bytes < max_bytes && self.position() < end {
             if self.segment.is_none() {
                 self.open_at(self.position())?;
             }
@@ -106,6 +112,7 @@ impl PartitionReader {
                     self.expected = record.offset + 1;
                     self.stuck = false;
                     if record.offset >= self.deliver_from {
+                        bytes = bytes.saturating_add(record.payload.len());
                         out.push(Record {
                             partition: self.partition.id(),
                             offset: record.offset,

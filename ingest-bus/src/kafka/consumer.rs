@@ -12,7 +12,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::options::KafkaOptions;
-use crate::bus::{Consumer, Record};
+use crate::bus::{Consumer, Record, take_within};
 use crate::error::BusError;
 
 /// One member of a consumer group on the bus topic. The broker assigns it
@@ -62,8 +62,14 @@ fn record_of(message: &BorrowedMessage<'_>) -> Record {
 #[async_trait]
 impl Consumer for KafkaConsumer {
     /// Waits up to `timeout` for one record, then takes whatever else
-    /// librdkafka has already fetched, up to `max`, without waiting.
-    async fn poll(&mut self, max: usize, timeout: Duration) -> Result<Vec<Record>, BusError> {
+    /// librdkafka has already fetched, up to `max` records and `max_bytes`,
+    /// without waiting.
+    async fn poll(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Record>, BusError> {
         let max = max.max(1);
         if self.pending.is_empty() {
             // `recv` is cancel safe: a message is taken off librdkafka's
@@ -74,9 +80,14 @@ impl Consumer for KafkaConsumer {
                 Ok(Ok(message)) => self.pending.push(record_of(&message)),
             }
         }
-        while self.pending.len() < max {
+        let mut bytes: usize = self.pending.iter().map(|r| r.payload.len()).sum();
+        while self.pending.len() < max && bytes < max_bytes {
             match self.consumer.recv().now_or_never() {
-                Some(Ok(message)) => self.pending.push(record_of(&message)),
+                Some(Ok(message)) => {
+                    let record = record_of(&message);
+                    bytes = bytes.saturating_add(record.payload.len());
+                    self.pending.push(record);
+                }
                 Some(Err(e)) => {
                     // Hand back what was received; the error recurs on the
                     // next poll if it is lasting.
@@ -86,8 +97,7 @@ impl Consumer for KafkaConsumer {
                 None => break,
             }
         }
-        let take = self.pending.len().min(max);
-        Ok(self.pending.drain(..take).collect())
+        Ok(take_within(&mut self.pending, max, max_bytes))
     }
 
     /// Commits synchronously (on tokio's blocking pool): `Ok` means the

@@ -12,7 +12,7 @@ pub async fn poll_exactly(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> 
     let mut out = Vec::new();
     while out.len() < n {
         let batch = consumer
-            .poll(n - out.len(), Duration::from_secs(10))
+            .poll(n - out.len(), usize::MAX, Duration::from_secs(10))
             .await
             .unwrap();
         assert!(
@@ -27,7 +27,10 @@ pub async fn poll_exactly(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> 
 
 /// Asserts that nothing more arrives within a short wait.
 pub async fn assert_drained(consumer: &mut dyn Consumer) {
-    let extra = consumer.poll(10, Duration::from_millis(50)).await.unwrap();
+    let extra = consumer
+        .poll(10, usize::MAX, Duration::from_millis(50))
+        .await
+        .unwrap();
     assert!(extra.is_empty(), "unexpected records: {extra:?}");
 }
 

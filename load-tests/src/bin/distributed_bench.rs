@@ -31,10 +31,11 @@ use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::{Bus, BusUrl, EmbeddedBus};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
-use kiln_load_tests::systems::spawn_system;
+use kiln_load_tests::systems::{spawn_system, tenant_key};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_storage::{
-    EmbeddedProfileStore, LocalObjectStore, ObjectStore, PostgresProfileStore, ProfileStore,
+    EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
+    PostgresProfileStore, ProfileStore, Scope,
 };
 use kiln_symbolizer_workers::SymbolizerConfig;
 use rand::SeedableRng;
@@ -159,6 +160,9 @@ impl Kind {
 struct Cluster {
     gateway: String,
     query: String,
+    /// `Bearer KEY`: a key (ingest and read) of the bench's tenant, which
+    /// the gateway and the query node check every request's against.
+    authorization: String,
     /// A handle on the bus, to read the workers' committed offsets.
     bus: Arc<dyn Bus>,
     runtime: tokio::runtime::Runtime,
@@ -178,10 +182,19 @@ impl Cluster {
             .build()?;
         let objects: Arc<dyn ObjectStore> =
             Arc::new(LocalObjectStore::open(&dir.path().join("objects"))?);
-        let (bus, store, workers): (Arc<dyn Bus>, Arc<dyn ProfileStore>, usize) = match kind {
+        type Backends = (
+            Arc<dyn Bus>,
+            Arc<dyn ProfileStore>,
+            Arc<dyn MetadataStore>,
+            usize,
+        );
+        let (bus, store, metadata, workers): Backends = match kind {
             Kind::Embedded => (
                 Arc::new(EmbeddedBus::open(&dir.path().join("bus"), args.partitions)?),
                 Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles"))?),
+                Arc::new(EmbeddedMetadataStore::open(
+                    &dir.path().join("metadata.json"),
+                )?),
                 1,
             ),
             Kind::Kafka(workers) => {
@@ -195,20 +208,31 @@ impl Cluster {
                     store.migrate().await?;
                     anyhow::Ok(store)
                 })?;
-                (bus, Arc::new(store), workers)
+                // Tenants and keys in the same database, as `kiln gateway
+                // --metadata` and `kiln query --metadata` would use it.
+                let metadata = Arc::new(store.metadata());
+                (bus, Arc::new(store), metadata, workers)
             }
         };
+        let scope = Scope::new("bench", "bench")?;
+        let key = runtime.block_on(tenant_key(&*metadata, &scope))?;
         let mut systems = Vec::new();
         let listen: SocketAddr = "127.0.0.1:0".parse()?;
         let http = HttpOptions {
             workers: 2,
             ..HttpOptions::new(listen)
         };
+        // The key the gateway signs bus records with and the workers verify.
+        let bus_key = kiln_actors::envelope::BusKey::generate()?;
         let (gateway_system, gateway) = spawn_system("gateway", {
             let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
+            let metadata = metadata.clone();
             let http = http.clone();
+            let bus_key = bus_key.clone();
             move || async move {
-                let running = roles::start_gateway(bus, store, objects, None, http).await?;
+                let running =
+                    roles::start_gateway(bus, store, objects, metadata, None, http, bus_key)
+                        .await?;
                 Ok((Some(running.local_addr), Some(running.server)))
             }
         })?;
@@ -216,8 +240,10 @@ impl Cluster {
         for _ in 0..workers {
             let (system, _) = spawn_system("worker", {
                 let (bus, store, objects) = (bus.clone(), store.clone(), objects.clone());
+                let bus_key = bus_key.clone();
                 move || async move {
-                    roles::start_worker(bus, store, objects, SymbolizerConfig::default()).await?;
+                    let symbolizer = SymbolizerConfig::default();
+                    roles::start_worker(bus, store, objects, symbolizer, bus_key).await?;
                     Ok((None, None))
                 }
             })?;
@@ -227,7 +253,8 @@ impl Cluster {
             let (store, objects) = (store.clone(), objects.clone());
             move || async move {
                 let symbolizer = SymbolizerConfig::default();
-                let running = roles::start_query(store, objects, 2, symbolizer, None, http).await?;
+                let running =
+                    roles::start_query(store, objects, metadata, 2, symbolizer, None, http).await?;
                 Ok((Some(running.local_addr), Some(running.server)))
             }
         })?;
@@ -235,6 +262,7 @@ impl Cluster {
         let cluster = Cluster {
             gateway: format!("http://{}", gateway.context("gateway address")?),
             query: format!("http://{}", query.context("query address")?),
+            authorization: format!("Bearer {key}"),
             bus,
             runtime,
             systems,
@@ -250,6 +278,7 @@ impl Cluster {
     fn post(&self, batch: &[u8]) -> anyhow::Result<()> {
         let mut response = http()
             .post(format!("{}/api/v1/ingest", self.gateway))
+            .header("authorization", &self.authorization)
             .send(batch)?;
         let status = response.status().as_u16();
         if status != 200 {
@@ -286,6 +315,7 @@ impl Cluster {
             .map(|_| {
                 let (batches, next, gateway) =
                     (batches.clone(), next.clone(), self.gateway.clone());
+                let authorization = self.authorization.clone();
                 std::thread::spawn(move || -> anyhow::Result<()> {
                     let agent = http();
                     loop {
@@ -295,6 +325,7 @@ impl Cluster {
                         };
                         let response = agent
                             .post(format!("{gateway}/api/v1/ingest"))
+                            .header("authorization", &authorization)
                             .send(&batch[..])?;
                         anyhow::ensure!(
                             response.status() == 200,
@@ -327,7 +358,10 @@ impl Cluster {
                 self.query
             );
             loop {
-                let mut response = http().get(&url).call()?;
+                let mut response = http()
+                    .get(&url)
+                    .header("authorization", &self.authorization)
+                    .call()?;
                 let mut body = String::new();
                 response.body_mut().as_reader().read_to_string(&mut body)?;
                 if !body.trim().is_empty() {

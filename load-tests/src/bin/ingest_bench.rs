@@ -317,12 +317,13 @@ async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow:
         scope: Scope::new("bench", "bench")?,
         received_at_ns: 0,
     };
+    let bus_key = kiln_actors::envelope::BusKey::generate()?;
     let started = Instant::now();
     let mut last = BTreeMap::new();
     for (i, batch) in encoded.iter().enumerate() {
         let key = header.bus_key(&format!("host-{i}"));
         let published = bus
-            .publish(&key, header.wrap(batch))
+            .publish(&key, header.wrap(batch, &bus_key))
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         last.insert(published.partition, published.offset);
@@ -351,7 +352,8 @@ async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow:
         None => None,
     };
     let started = Instant::now();
-    let progress = kiln_actors::ingest::start(bus, store.clone(), objects, symbolizer).await?;
+    let progress =
+        kiln_actors::ingest::start(bus, store.clone(), objects, symbolizer, bus_key).await?;
     for (partition, offset) in last {
         let done = progress
             .wait_committed(partition, offset, Duration::from_secs(600))

@@ -40,11 +40,11 @@ use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
-use kiln_load_tests::systems::spawn_system;
+use kiln_load_tests::systems::{spawn_system, tenant_key};
 use kiln_model::NANOS_PER_HOUR;
 use kiln_storage::{
-    EmbeddedProfileStore, LocalObjectStore, ObjectStore, ProfileStore, Scope, StoredFrame,
-    StoredSample,
+    EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
+    ProfileStore, Scope, StoredFrame, StoredSample,
 };
 use kiln_symbolizer_workers::SymbolizerConfig;
 use rand::SeedableRng;
@@ -110,6 +110,16 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let range = runtime.block_on(fill(&*store, &args))?;
+    // Who may read it: a key of its tenant and project, which every node
+    // checks (with its key cache, as in production).
+    let metadata: Arc<dyn MetadataStore> = Arc::new(EmbeddedMetadataStore::open(
+        &dir.path().join("metadata.json"),
+    )?);
+    let key = runtime.block_on(tenant_key(&*metadata, &range.scope))?;
+    let access = Access {
+        metadata,
+        authorization: format!("Bearer {key}"),
+    };
     println!(
         "query_bench: {} samples over {} partitions, {} stacks; up to {} query nodes of {} aggregators",
         range.samples, args.hours, args.stacks, args.max_nodes, args.aggregators
@@ -121,7 +131,7 @@ fn main() -> anyhow::Result<()> {
     report.time("store scans alone, every partition at once", store_scan);
 
     let expected = {
-        let cluster = QueryCluster::start(1, &store, &objects, args.aggregators)?;
+        let cluster = QueryCluster::start(1, &store, &objects, &access, args.aggregators)?;
         let collapsed = cluster.collapsed(&range)?;
         cluster.stop();
         collapsed
@@ -139,13 +149,13 @@ fn main() -> anyhow::Result<()> {
         println!("{name}:");
         let mut cold = Vec::new();
         for _ in 0..args.cold {
-            let cluster = QueryCluster::start(nodes, &store, &objects, args.aggregators)?;
+            let cluster = QueryCluster::start(nodes, &store, &objects, &access, args.aggregators)?;
             cold.push(cluster.flamegraph(&range)?);
             cluster.stop();
         }
         let cold_splits = splits.take();
 
-        let cluster = QueryCluster::start(nodes, &store, &objects, args.aggregators)?;
+        let cluster = QueryCluster::start(nodes, &store, &objects, &access, args.aggregators)?;
         anyhow::ensure!(
             cluster.collapsed(&range)? == expected,
             "{name}: the flamegraph differs from the single node's"
@@ -290,9 +300,18 @@ async fn time_store_scans(
     Ok(percentile(&times, 50))
 }
 
+/// The metadata store the query nodes check keys against, and what the
+/// bench's requests present.
+struct Access {
+    metadata: Arc<dyn MetadataStore>,
+    /// `Bearer KEY`, a key with the read role on the stored scope.
+    authorization: String,
+}
+
 /// Query nodes sharing one store, each on an actix system of its own.
 struct QueryCluster {
     urls: Vec<String>,
+    authorization: String,
     systems: Vec<actix_rt::System>,
 }
 
@@ -303,6 +322,7 @@ impl QueryCluster {
         nodes: usize,
         store: &Arc<dyn ProfileStore>,
         objects: &Arc<dyn ObjectStore>,
+        access: &Access,
         aggregators: usize,
     ) -> anyhow::Result<QueryCluster> {
         let addrs = free_addrs(nodes)?;
@@ -320,26 +340,39 @@ impl QueryCluster {
                 })
                 .transpose()?;
             let (store, objects) = (store.clone(), objects.clone());
+            let metadata = access.metadata.clone();
             let http = HttpOptions {
                 workers: 2,
                 ..HttpOptions::new(addr)
             };
             let (system, _) = spawn_system(&format!("query-{i}"), move || async move {
                 let symbolizer = SymbolizerConfig::default();
-                let running =
-                    roles::start_query(store, objects, aggregators, symbolizer, peers, http)
-                        .await?;
+                let running = roles::start_query(
+                    store,
+                    objects,
+                    metadata,
+                    aggregators,
+                    symbolizer,
+                    peers,
+                    http,
+                )
+                .await?;
                 Ok((Some(running.local_addr), Some(running.server)))
             })?;
             systems.push(system);
         }
-        Ok(QueryCluster { urls, systems })
+        Ok(QueryCluster {
+            urls,
+            authorization: access.authorization.clone(),
+            systems,
+        })
     }
 
     fn get(&self, node: usize, path: &str) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
         let url = format!("{}{path}", self.urls[node]);
         let mut response = http()
             .get(&url)
+            .header("authorization", &self.authorization)
             .header(CLUSTER_SECRET_HEADER, SECRET)
             .call()?;
         if response.status() != 200 {

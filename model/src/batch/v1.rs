@@ -4,6 +4,8 @@
 //! so that its rkyv archive reads exactly as version 1 wrote it. Never
 //! written; never changed.
 
+#[cfg(feature = "codec")]
+use super::limits::ArchivedParts;
 use super::{Batch, Executable, FrameEntry, LabelSetEntry, StackEntry};
 use crate::stack::Sample;
 
@@ -18,6 +20,21 @@ pub(super) struct BatchV1 {
     label_sets: Vec<LabelSetEntry>,
     executables: Vec<Executable>,
     samples: Vec<Sample>,
+}
+
+#[cfg(feature = "codec")]
+impl ArchivedBatchV1 {
+    /// What the limits are checked on.
+    pub(super) fn parts(&self) -> ArchivedParts<'_> {
+        ArchivedParts {
+            source: &self.source,
+            frames: &self.frames,
+            stacks: &self.stacks,
+            label_sets: &self.label_sets,
+            executables: &self.executables,
+            samples: &self.samples,
+        }
+    }
 }
 
 /// A version-1 batch is a current one without metric points.

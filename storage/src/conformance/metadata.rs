@@ -150,7 +150,9 @@ async fn invalid_names_and_labels_are_refused(s: Stores<'_>, names: &Names) -> C
     )?;
     let scope = tenant_with_project(s, names, "a").await?;
     failed_with(
-        s.metadata.create_api_key(&scope, "bad\nlabel", Roles::INGEST_READ).await,
+        s.metadata
+            .create_api_key(&scope, "bad\nlabel", Roles::INGEST_READ)
+            .await,
         |e| matches!(e, StoreError::InvalidArgument { .. }),
         "an api key label with a line break",
     )?;
@@ -181,16 +183,28 @@ async fn api_keys_verify_to_their_scope(s: Stores<'_>, names: &Names) -> Check {
         "a key for a project that does not exist",
     )?;
 
-    let web = s.metadata.create_api_key(&scope, "prod agents", Roles::INGEST_READ).await?;
-    let api = s.metadata.create_api_key(&other, "", Roles::INGEST_READ).await?;
+    let web = s
+        .metadata
+        .create_api_key(&scope, "prod agents", Roles::INGEST_READ)
+        .await?;
+    let api = s
+        .metadata
+        .create_api_key(&other, "", Roles::INGEST_READ)
+        .await?;
     ensure!(web.key != api.key, "two keys are equal");
     ensure_eq!(
-        s.metadata.verify_api_key(web.key.expose()).await?.map(|g| g.scope),
+        s.metadata
+            .verify_api_key(web.key.expose())
+            .await?
+            .map(|g| g.scope),
         Some(scope.clone()),
         "scope of the first key"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(api.key.expose()).await?.map(|g| g.scope),
+        s.metadata
+            .verify_api_key(api.key.expose())
+            .await?
+            .map(|g| g.scope),
         Some(other.clone()),
         "scope of the second key"
     );
@@ -217,7 +231,10 @@ async fn api_keys_verify_to_their_scope(s: Stores<'_>, names: &Names) -> Check {
 
 async fn wrong_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
     let scope = tenant_with_project(s, names, "a").await?;
-    let new = s.metadata.create_api_key(&scope, "k", Roles::INGEST_READ).await?;
+    let new = s
+        .metadata
+        .create_api_key(&scope, "k", Roles::INGEST_READ)
+        .await?;
     let key = new.key.expose();
     // The same key with its last digit changed, still well formed.
     let last = key.as_bytes()[key.len() - 1];
@@ -253,8 +270,14 @@ async fn wrong_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
 
 async fn revoked_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
     let scope = tenant_with_project(s, names, "a").await?;
-    let kept = s.metadata.create_api_key(&scope, "kept", Roles::INGEST_READ).await?;
-    let revoked = s.metadata.create_api_key(&scope, "revoked", Roles::INGEST_READ).await?;
+    let kept = s
+        .metadata
+        .create_api_key(&scope, "kept", Roles::INGEST_READ)
+        .await?;
+    let revoked = s
+        .metadata
+        .create_api_key(&scope, "revoked", Roles::INGEST_READ)
+        .await?;
     ensure!(
         s.metadata
             .revoke_api_key(scope.tenant(), revoked.info.id)
@@ -262,12 +285,18 @@ async fn revoked_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
         "revoking a live key returned false"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(revoked.key.expose()).await?.map(|g| g.scope),
+        s.metadata
+            .verify_api_key(revoked.key.expose())
+            .await?
+            .map(|g| g.scope),
         None,
         "a revoked key"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(kept.key.expose()).await?.map(|g| g.scope),
+        s.metadata
+            .verify_api_key(kept.key.expose())
+            .await?
+            .map(|g| g.scope),
         Some(scope.clone()),
         "a key beside a revoked one"
     );
@@ -295,10 +324,19 @@ async fn revoked_keys_are_refused(s: Stores<'_>, names: &Names) -> Check {
 async fn tenants_cannot_touch_each_others_keys(s: Stores<'_>, names: &Names) -> Check {
     let a = tenant_with_project(s, names, "a").await?;
     let b = tenant_with_project(s, names, "ab").await?;
-    let key_a = s.metadata.create_api_key(&a, "a", Roles::INGEST_READ).await?;
-    let key_b = s.metadata.create_api_key(&b, "b", Roles::INGEST_READ).await?;
+    let key_a = s
+        .metadata
+        .create_api_key(&a, "a", Roles::INGEST_READ)
+        .await?;
+    let key_b = s
+        .metadata
+        .create_api_key(&b, "b", Roles::INGEST_READ)
+        .await?;
     ensure_eq!(
-        s.metadata.verify_api_key(key_b.key.expose()).await?.map(|g| g.scope),
+        s.metadata
+            .verify_api_key(key_b.key.expose())
+            .await?
+            .map(|g| g.scope),
         Some(b.clone()),
         "tenant b's key"
     );
@@ -307,7 +345,10 @@ async fn tenants_cannot_touch_each_others_keys(s: Stores<'_>, names: &Names) -> 
         "tenant b revoked tenant a's key by its id"
     );
     ensure_eq!(
-        s.metadata.verify_api_key(key_a.key.expose()).await?.map(|g| g.scope),
+        s.metadata
+            .verify_api_key(key_a.key.expose())
+            .await?
+            .map(|g| g.scope),
         Some(a.clone()),
         "tenant a's key after tenant b tried to revoke it"
     );
@@ -374,7 +415,9 @@ async fn keys_keep_their_roles_and_last_use(s: Stores<'_>, names: &Names) -> Che
     s.metadata
         .record_key_use(&names.tenant("zz"), reader.info.id, used)
         .await?;
-    s.metadata.record_key_use(scope.tenant(), 999_999, used).await?;
+    s.metadata
+        .record_key_use(scope.tenant(), 999_999, used)
+        .await?;
     let listed: Vec<(Roles, Option<SystemTime>)> = s
         .metadata
         .list_api_keys(scope.tenant())

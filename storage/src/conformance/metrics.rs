@@ -78,6 +78,90 @@ async fn expect_names(
     Ok(())
 }
 
+/// Asks `metric_hours` and compares.
+async fn expect_metric_hours(
+    store: &dyn ProfileStore,
+    scope: &Scope,
+    name: &str,
+    (from, to): (i64, i64),
+    expected: &[i64],
+) -> Check {
+    let got = store.metric_hours(scope, name, from, to).await?;
+    ensure_eq!(
+        got,
+        expected.to_vec(),
+        "hours holding points of metric {name:?} of {scope} over [{from}, {to})"
+    );
+    Ok(())
+}
+
+/// The hours of each metric, as `sample_hours` gives those of samples:
+/// exactly the hours holding its points, sorted, whatever other metrics
+/// (one whose name starts with its name included) or scopes hold.
+pub(super) async fn metric_hours_index(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let k = T.div_euclid(H);
+    let at = |hour: i64, offset: i64| hour * H + offset;
+    store
+        .put_metric_points(
+            &scope,
+            &[
+                point("gpu.power", at(k, H - 1), 1, 1.0),
+                point("gpu.power", at(k, 3), 2, 1.0),
+                point("gpu.power", at(k + 2, 0), 1, 1.0),
+                point("gpu.power", at(k + 50, 0), 1, 1.0),
+                point("gpu.power.max", at(k + 1, 0), 1, 1.0),
+                point("gpu.clock", at(k - 1, 0), 1, 1.0),
+            ],
+        )
+        .await?;
+    store
+        .put_metric_points(
+            &names.scope("a", "q"),
+            &[point("gpu.power", at(k + 1, 0), 1, 1.0)],
+        )
+        .await?;
+    let all = (i64::MIN, i64::MAX);
+    expect_metric_hours(store, &scope, "gpu.power", all, &[k, k + 2, k + 50]).await?;
+    expect_metric_hours(store, &scope, "gpu.power.max", all, &[k + 1]).await?;
+    expect_metric_hours(store, &scope, "gpu.clock", all, &[k - 1]).await?;
+    expect_metric_hours(store, &scope, "gpu.memory", all, &[]).await?;
+    expect_metric_hours(store, &names.scope("a", "q"), "gpu.power", all, &[k + 1]).await?;
+    expect_metric_hours(store, &names.scope("ab", "p"), "gpu.power", all, &[]).await?;
+    expect_metric_hours(
+        store,
+        &scope,
+        "gpu.power",
+        (0, 4_102_444_800_000_000_000),
+        &[k, k + 2, k + 50],
+    )
+    .await?;
+    expect_metric_hours(
+        store,
+        &scope,
+        "gpu.power",
+        (at(k, H - 1), at(k + 2, 1)),
+        &[k, k + 2],
+    )
+    .await?;
+    expect_metric_hours(
+        store,
+        &scope,
+        "gpu.power",
+        (at(k + 3, 0), at(k + 50, 0)),
+        &[],
+    )
+    .await?;
+    expect_metric_hours(store, &scope, "gpu.power", (at(k, 0), at(k, 0)), &[]).await?;
+    // A name no point could have is refused, as by a scan.
+    let result = store.metric_hours(&scope, "GPU Power", all.0, all.1).await;
+    ensure!(
+        matches!(result, Err(StoreError::InvalidMetric(_))),
+        "metric_hours of an invalid name gave {result:?}, expected InvalidMetric"
+    );
+    Ok(())
+}
+
 /// Values of every shape come back exactly, each metric apart.
 pub(super) async fn metric_points_round_trip(store: &dyn ProfileStore, names: &Names) -> Check {
     let scope = names.scope("a", "p");

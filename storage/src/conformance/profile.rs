@@ -6,9 +6,9 @@ use kiln_model::{
 };
 
 use super::metrics::{
-    invalid_metric_points_are_refused, many_metric_points_come_back_exactly, metric_names_by_hour,
-    metric_points_round_trip, metric_rewrite_replaces_not_adds, metric_scan_bounds_are_exact,
-    metrics_are_isolated, series_keep_their_label_sets,
+    invalid_metric_points_are_refused, many_metric_points_come_back_exactly, metric_hours_index,
+    metric_names_by_hour, metric_points_round_trip, metric_rewrite_replaces_not_adds,
+    metric_scan_bounds_are_exact, metrics_are_isolated, series_keep_their_label_sets,
 };
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
 use crate::profile::{ProfileStore, StoredFrame, StoredSample};
@@ -20,9 +20,11 @@ use crate::scope::Scope;
 /// Covers round trips of every table, missing ids, replace-not-add of
 /// samples, exact scan bounds (across hours, negative and extreme
 /// timestamps), frame symbols, tenant and project isolation, empty inputs and a 50 000-row
-/// scan; and the same for metric points (`metrics.rs`): exact values per
-/// name and series, replace-not-add, scan bounds, the names index per hour,
-/// isolation, refusal of invalid points, a 90 000-point scan.
+/// scan, the index of hours that hold samples (`sample_hours`); and the
+/// same for metric points (`metrics.rs`): exact values per name and
+/// series, replace-not-add, scan bounds, the names index per hour, the
+/// hours of each metric, isolation, refusal of invalid points, a
+/// 90 000-point scan.
 pub async fn profile_store(store: &dyn ProfileStore) {
     run_checks!(
         "ProfileStore",
@@ -33,6 +35,7 @@ pub async fn profile_store(store: &dyn ProfileStore) {
             series_keep_their_label_sets,
             metric_scan_bounds_are_exact,
             metric_names_by_hour,
+            metric_hours_index,
             metrics_are_isolated,
             invalid_metric_points_are_refused,
             many_metric_points_come_back_exactly,
@@ -51,6 +54,9 @@ pub async fn profile_store(store: &dyn ProfileStore) {
             negative_and_extreme_timestamps,
             tenants_are_isolated,
             projects_are_isolated,
+            sample_hours_index,
+            sample_hours_of_extreme_timestamps,
+            sample_hours_are_per_scope,
             many_samples_come_back_exactly,
             sync_after_writes,
         ]
@@ -606,6 +612,98 @@ async fn projects_are_isolated(store: &dyn ProfileStore, names: &Names) -> Check
         .await?;
     }
     expect_scan(store, &names.scope("a", "r"), (i64::MIN, i64::MAX), &[]).await
+}
+
+/// Asks `sample_hours` and compares.
+async fn expect_hours(
+    store: &dyn ProfileStore,
+    scope: &Scope,
+    (from, to): (i64, i64),
+    expected: &[i64],
+) -> Check {
+    let got = store.sample_hours(scope, from, to).await?;
+    ensure_eq!(
+        got,
+        expected.to_vec(),
+        "hours holding samples of {scope} over [{from}, {to})"
+    );
+    Ok(())
+}
+
+/// The index the query path asks before it scans: exactly the hours that
+/// hold samples, sorted and once each, an edge hour whenever it holds
+/// samples (even outside the range), and nothing when the range is empty.
+async fn sample_hours_index(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let k = T.div_euclid(H);
+    let at = |hour: i64, offset: i64| hour * H + offset;
+    // Hour k - 1 at its last nanosecond; k at its first and near its end
+    // (written twice: one hour); k + 3 by two writes; k + 400 (two weeks on).
+    let s = [
+        sample(at(k - 1, H - 1), 1, 1, 1),
+        sample(at(k, 0), 1, 1, 1),
+        sample(at(k, H - 2), 2, 1, 1),
+        sample(at(k + 3, 5), 1, 1, 1),
+        sample(at(k + 400, 7), 1, 1, 1),
+    ];
+    store.put_samples(&scope, &s).await?;
+    store
+        .put_samples(&scope, &[sample(at(k + 3, 9), 3, 2, 4), s[1]])
+        .await?;
+    let all = [k - 1, k, k + 3, k + 400];
+    expect_hours(store, &scope, (i64::MIN, i64::MAX), &all).await?;
+    // From 1970 to 2100, as a user asking for "all time" does.
+    expect_hours(store, &scope, (0, 4_102_444_800_000_000_000), &all).await?;
+    expect_hours(store, &scope, (at(k, 0), at(k + 1, 0)), &[k]).await?;
+    expect_hours(store, &scope, (at(k - 1, 0), at(k + 3, 1)), &all[..3]).await?;
+    // Edge hours are listed by what they hold, not by where in them the
+    // range starts or ends.
+    expect_hours(store, &scope, (at(k, H - 1), at(k + 3, 1)), &[k, k + 3]).await?;
+    expect_hours(store, &scope, (at(k - 1, 0), at(k - 1, 1)), &[k - 1]).await?;
+    expect_hours(store, &scope, (at(k + 1, 0), at(k + 3, 0)), &[]).await?;
+    expect_hours(store, &scope, (at(k + 4, 0), at(k + 400, 0)), &[]).await?;
+    expect_hours(store, &scope, (at(k + 4, 0), at(k + 400, 1)), &[k + 400]).await?;
+    expect_hours(store, &scope, (at(k + 401, 0), i64::MAX), &[]).await?;
+    // Empty and reversed ranges hold nothing.
+    expect_hours(store, &scope, (at(k, 0), at(k, 0)), &[]).await?;
+    expect_hours(store, &scope, (at(k + 1, 0), at(k, 0)), &[]).await
+}
+
+/// The first and last hours of the clock are hours like any other.
+async fn sample_hours_of_extreme_timestamps(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scope = names.scope("a", "p");
+    let times = [i64::MIN, -H - 1, -1, 0, i64::MAX];
+    let s: Vec<_> = times.iter().map(|&t| sample(t, 9, 9, 1)).collect();
+    store.put_samples(&scope, &s).await?;
+    let hour = |t: i64| t.div_euclid(H);
+    let all: Vec<i64> = times.iter().map(|&t| hour(t)).collect();
+    // `to` is exclusive, but i64::MAX - 1 is in the last hour, which holds
+    // the sample at i64::MAX: listed.
+    expect_hours(store, &scope, (i64::MIN, i64::MAX), &all).await?;
+    expect_hours(store, &scope, (i64::MIN, i64::MIN + 1), &all[..1]).await?;
+    expect_hours(store, &scope, (-H, H), &[-1, 0]).await?;
+    expect_hours(store, &scope, (i64::MAX - 1, i64::MAX), &all[4..]).await
+}
+
+/// A scope's index holds only that scope's hours, whichever tenants and
+/// projects share a prefix with it.
+async fn sample_hours_are_per_scope(store: &dyn ProfileStore, names: &Names) -> Check {
+    let scopes = [
+        names.scope("a", "p"),
+        names.scope("a", "pb"),
+        names.scope("ab", "p"),
+    ];
+    let k = T.div_euclid(H);
+    for (i, scope) in scopes.iter().enumerate() {
+        store
+            .put_samples(scope, &[sample((k + i as i64) * H, 1, 1, 1)])
+            .await?;
+    }
+    for (i, scope) in scopes.iter().enumerate() {
+        expect_hours(store, scope, (i64::MIN, i64::MAX), &[k + i as i64]).await?;
+    }
+    expect_hours(store, &names.scope("a", "q"), (i64::MIN, i64::MAX), &[]).await?;
+    expect_hours(store, &names.scope("b", "p"), (i64::MIN, i64::MAX), &[]).await
 }
 
 async fn many_samples_come_back_exactly(store: &dyn ProfileStore, names: &Names) -> Check {

@@ -131,6 +131,28 @@ pub(crate) fn decode_sample_key(
     Ok((ts, stack, labels))
 }
 
+/// The smallest key of `hour` under `prefix`: a scope prefix of the
+/// samples table or a metric prefix of the metrics table, the two layouts
+/// whose hour follows their prefix. Every key of an hour at or after
+/// `hour` sorts at or after it, every key of an earlier hour before it, so
+/// a seek to it finds the first hour holding rows (see
+/// `EmbeddedProfileStore::hours_with_rows`).
+pub(crate) fn hour_bound(prefix: &[u8], hour: i64) -> Vec<u8> {
+    [prefix, &ordered(hour)].concat()
+}
+
+/// The hour of a samples or metrics key under `prefix` (of `prefix_len`
+/// bytes): the 8 bytes after it.
+pub(crate) fn decode_hour(key: &[u8], prefix_len: usize) -> Result<i64, DecodeError> {
+    key.get(prefix_len..prefix_len + 8)
+        .and_then(|bytes| <[u8; 8]>::try_from(bytes).ok())
+        .map(from_ordered)
+        .ok_or(DecodeError::KeyLength {
+            len: key.len(),
+            expected: prefix_len + 8,
+        })
+}
+
 /// Bytes of a metric key after its scope and name: hour, timestamp, labels.
 const METRIC_TAIL_LEN: usize = 8 + 8 + 16;
 
@@ -422,6 +444,36 @@ mod tests {
             let (start, end) = metric_name_range(&scope, a, a);
             prop_assert!(start <= ka && ka < end);
         }
+    }
+
+    proptest! {
+        /// A row's hour bound sorts at or before the row and after every
+        /// row of an earlier hour, and the hour decodes from the row's key,
+        /// for samples and metric points alike.
+        #[test]
+        fn hour_bounds_split_rows_by_hour(ts: i64, other: i64, ids in any::<[u128; 2]>()) {
+            let scope = scope("t", "p");
+            let key = sample_key(&scope, &sample(ts, ids[0], ids[1]));
+            let hour = hour_of(ts);
+            prop_assert_eq!(decode_hour(&key, scope.len()).unwrap(), hour);
+            prop_assert!(hour_bound(&scope, hour) <= key);
+            let other_key = sample_key(&scope, &sample(other, ids[1], ids[0]));
+            prop_assert_eq!(hour_bound(&scope, hour) <= other_key, hour_of(other) >= hour);
+
+            let metric = metric_prefix(&scope, "m");
+            let key = metric_key(&metric, ts, LabelSetId(ids[0]));
+            prop_assert_eq!(decode_hour(&key, metric.len()).unwrap(), hour);
+            prop_assert!(hour_bound(&metric, hour) <= key);
+            let other_key = metric_key(&metric, other, LabelSetId(ids[1]));
+            prop_assert_eq!(hour_bound(&metric, hour) <= other_key, hour_of(other) >= hour);
+        }
+    }
+
+    #[test]
+    fn short_keys_have_no_hour() {
+        let scope = scope("t", "p");
+        assert!(decode_hour(&scope, scope.len()).is_err());
+        assert!(decode_hour(&hour_bound(&scope, 3)[..scope.len() + 7], scope.len()).is_err());
     }
 
     #[test]

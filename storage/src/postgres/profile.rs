@@ -26,6 +26,50 @@ use crate::values;
 /// 1 MB of parameters.
 const CHUNK_ROWS: usize = 10_000;
 
+/// The hours `$3..=$4` holding samples of scope `$1`/`$2`, ascending: a
+/// loose index scan (a skip scan PostgreSQL does not plan by itself). Each
+/// step of the recursion is one probe of the primary key (tenant, project,
+/// hour, …) for the first hour after the last one found, so the statement
+/// costs one index descent per hour with data, however many hours the
+/// range spans; `SELECT DISTINCT hour` would read every row of the range.
+///
+/// Kept here rather than in `schema.rs` with the rest of the SQL while that
+/// file's migrations are being changed for tenancy; it needs no table or
+/// index of its own (the primary key answers it), so no migration.
+const SELECT_SAMPLE_HOURS: &str = "
+WITH RECURSIVE hours (hour) AS (
+    (SELECT hour FROM samples
+     WHERE tenant = $1 AND project = $2 AND hour >= $3 AND hour <= $4
+     ORDER BY hour LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.hour FROM samples s
+            WHERE s.tenant = $1 AND s.project = $2 AND s.hour > h.hour AND s.hour <= $4
+            ORDER BY s.hour LIMIT 1)
+    FROM hours h
+    WHERE h.hour IS NOT NULL
+)
+SELECT hour FROM hours WHERE hour IS NOT NULL";
+
+/// The hours `$4..=$5` holding points of metric `$3` of scope `$1`/`$2`,
+/// ascending: the loose index scan of [`SELECT_SAMPLE_HOURS`] on the
+/// primary key of `metrics` (tenant, project, name, hour, …). The
+/// `metric_names` index would answer too, but by reading every name of
+/// every hour in the range.
+const SELECT_METRIC_HOURS: &str = "
+WITH RECURSIVE hours (hour) AS (
+    (SELECT hour FROM metrics
+     WHERE tenant = $1 AND project = $2 AND name = $3 AND hour >= $4 AND hour <= $5
+     ORDER BY hour LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.hour FROM metrics m
+            WHERE m.tenant = $1 AND m.project = $2 AND m.name = $3
+                AND m.hour > h.hour AND m.hour <= $5
+            ORDER BY m.hour LIMIT 1)
+    FROM hours h
+    WHERE h.hour IS NOT NULL
+)
+SELECT hour FROM hours WHERE hour IS NOT NULL";
+
 /// A sample row's key within its scope, in primary-key order.
 type SampleKey = (i64, i64, u128, u128);
 
@@ -100,6 +144,25 @@ impl PostgresProfileStore {
             found.insert(id, value);
         }
         Ok(ids.iter().map(|id| found.get(id).cloned()).collect())
+    }
+}
+
+impl PostgresProfileStore {
+    /// Runs one of the hour statements above, whose rows are one `bigint`.
+    async fn hours(
+        &self,
+        op: &'static str,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<i64>, StoreError> {
+        let pg = |e| StoreError::postgres(op, e);
+        let client = self.db.client(op).await?;
+        let statement = client.prepare_cached(sql).await.map_err(pg)?;
+        let rows = client.query(&statement, params).await.map_err(pg)?;
+        rows.iter()
+            .map(|row| row.try_get::<_, i64>(0))
+            .collect::<Result<_, _>>()
+            .map_err(pg)
     }
 }
 
@@ -260,6 +323,50 @@ impl ProfileStore for PostgresProfileStore {
         self.db
             .execute_batches("write metric points", schema::UPSERT_METRICS, batches)
             .await
+    }
+
+    async fn sample_hours(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let (first_hour, last_hour) = (hour_of(from_ns), hour_of(to_ns - 1));
+        self.hours(
+            "find the hours that hold samples",
+            SELECT_SAMPLE_HOURS,
+            &[&scope.tenant(), &scope.project(), &first_hour, &last_hour],
+        )
+        .await
+    }
+
+    async fn metric_hours(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        check_metric_name(name)?;
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let (first_hour, last_hour) = (hour_of(from_ns), hour_of(to_ns - 1));
+        self.hours(
+            "find the hours that hold metric points",
+            SELECT_METRIC_HOURS,
+            &[
+                &scope.tenant(),
+                &scope.project(),
+                &name,
+                &first_hour,
+                &last_hour,
+            ],
+        )
+        .await
     }
 
     async fn scan_metric_points(

@@ -159,7 +159,7 @@ impl ScyllaProfileStore {
     }
 
     /// The `(hour, name)` pairs of `scope`'s metrics in hours `[first, last]`.
-    async fn metric_hours(
+    async fn indexed_metric_hours(
         &self,
         scope: &Scope,
         first: i64,
@@ -219,7 +219,7 @@ impl ScyllaProfileStore {
     }
 
     /// The hours in `[first, last]` that hold samples of `scope`.
-    async fn sample_hours(
+    async fn indexed_sample_hours(
         &self,
         scope: &Scope,
         first: i64,
@@ -397,7 +397,7 @@ impl ProfileStore for ScyllaProfileStore {
             return Ok(Vec::new());
         }
         let hours = self
-            .metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .indexed_metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
             .await?;
         let mut scans = Vec::new();
         for (hour, _) in hours.iter().filter(|(_, n)| n == name) {
@@ -407,6 +407,51 @@ impl ProfileStore for ScyllaProfileStore {
         }
         let parts = run_all(scans).await?;
         Ok(parts.into_iter().flatten().collect())
+    }
+
+    /// From the `sample_hours` index table (clustered by hour, so the
+    /// read is one partition slice of the hours with data).
+    async fn sample_hours(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let mut hours = self
+            .indexed_sample_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .await?;
+        // Clustering order is ascending already; sorting keeps the promise
+        // whatever the table's order becomes.
+        hours.sort_unstable();
+        hours.dedup();
+        Ok(hours)
+    }
+
+    /// From the `metric_names` index table: its (hour, name) rows of the
+    /// range, those of `name`.
+    async fn metric_hours(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        check_metric_name(name)?;
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let mut hours: Vec<i64> = self
+            .indexed_metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .await?
+            .into_iter()
+            .filter_map(|(hour, n)| (n == name).then_some(hour))
+            .collect();
+        hours.sort_unstable();
+        hours.dedup();
+        Ok(hours)
     }
 
     async fn metric_names(
@@ -419,7 +464,7 @@ impl ProfileStore for ScyllaProfileStore {
             return Ok(Vec::new());
         }
         let hours = self
-            .metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .indexed_metric_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
             .await?;
         let names: BTreeSet<String> = hours.into_iter().map(|(_, name)| name).collect();
         Ok(names.into_iter().collect())
@@ -484,7 +529,7 @@ impl ProfileStore for ScyllaProfileStore {
         }
         // `to_ns` is exclusive; `to_ns - 1` cannot overflow as `to_ns > from_ns`.
         let hours = self
-            .sample_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .indexed_sample_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
             .await?;
         let mut scans = Vec::with_capacity(hours.len() * self.inner.sample_shards as usize);
         for hour in hours {

@@ -269,7 +269,7 @@ fn needs_credential(path: &str) -> bool {
 /// The middleware: refuses cross-origin state changes, then puts the
 /// [`Caller`] of every `/api/` request in its extensions (401 without a
 /// valid credential).
-pub(crate) async fn authenticate(
+pub async fn authenticate(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {

@@ -1,0 +1,288 @@
+//! The ingest pipeline against hostile and failing inputs, on the real
+//! embedded bus and store: forged bus records naming another tenant, a
+//! store that refuses one record for good, a store that fails for a while.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use kiln_actors::envelope::EnvelopeHeader;
+use kiln_model::{Batch, BatchBuilder};
+use kiln_model::{
+    Envelope, Executable, FileId, Frame, FrameId, FrameKind, LabelSet, LabelSetEntry, LabelSetId,
+    MetricPoint, StackEntry, StackId,
+};
+use kiln_storage::{
+    EmbeddedProfileStore, ObjectStore, ProfileStore, Scope, StoreError, StoredFrame,
+    StoredMetricPoint, StoredSample,
+};
+
+use common::{Pipeline, T0};
+
+fn batch(function: &str, timestamp_ns: i64, count: u64) -> Vec<u8> {
+    let mut b = BatchBuilder::new("a", T0, 1);
+    b.add(
+        timestamp_ns,
+        &[Frame::named(FrameKind::Native, function)],
+        &LabelSet::new(),
+        count,
+    );
+    b.finish().encode()
+}
+
+/// Guards the trust boundary across the bus: a record naming another
+/// tenant under a wrong MAC, one with no MAC (a version-1 envelope) and one
+/// that is no envelope at all are refused, set aside outside every
+/// tenant's area with the reason, and stored under no tenant; the valid
+/// records around them are stored.
+#[actix_rt::test]
+async fn forged_records_are_dead_lettered_and_valid_ones_around_them_stored() {
+    let s = Pipeline::start(2).await;
+    s.publish("a", &batch("before", T0, 1)).await;
+
+    let forged = Envelope::new("victim", "web", T0, &batch("forged", T0, 7))
+        .unwrap()
+        .encode(b"a key guessed by an attacker");
+    s.publish_raw(b"victim\0a", forged).await;
+    let mut unsigned = b"KLNE\x01\x06victim\x03web".to_vec();
+    unsigned.extend_from_slice(&T0.to_le_bytes());
+    unsigned.extend_from_slice(&batch("unsigned", T0, 9));
+    s.publish_raw(b"victim\0a", unsigned).await;
+    s.publish_raw(b"victim\0a", b"not an envelope".to_vec())
+        .await;
+
+    s.publish("a", &batch("after", T0 + 1, 2)).await;
+    assert_eq!(s.collapsed(&[]).await, "after 2\nbefore 1\n");
+
+    let victim = Scope::new("victim", "web").unwrap();
+    let stored = s.store.scan_samples(&victim, 0, i64::MAX).await.unwrap();
+    assert!(stored.is_empty(), "{stored:?}");
+    assert!(s.objects.list("tenants/victim/").await.unwrap().is_empty());
+
+    let kept = s.objects.list("dead-letters/").await.unwrap();
+    let reasons: Vec<String> = {
+        let mut out = Vec::new();
+        for key in kept.iter().filter(|k| k.as_str().ends_with(".reason")) {
+            let bytes = s.objects.get(key).await.unwrap().unwrap();
+            out.push(String::from_utf8(bytes.to_vec()).unwrap());
+        }
+        out
+    };
+    assert_eq!(kept.len(), 6, "{kept:?}");
+    let mac_refusals = reasons
+        .iter()
+        .filter(|r| r.contains("envelope MAC does not verify"))
+        .count();
+    assert_eq!(mac_refusals, 2, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("not a kiln envelope")));
+    assert_eq!(s.progress.dead_letters(), 3);
+}
+
+/// A gateway's key differs from the worker's (a misconfigured
+/// deployment): every record is refused, none stored, all kept.
+#[actix_rt::test]
+async fn records_signed_with_another_key_are_never_stored() {
+    let s = Pipeline::start(2).await;
+    let header = EnvelopeHeader {
+        scope: s.scope.clone(),
+        received_at_ns: T0,
+    };
+    let other = kiln_actors::envelope::BusKey::generate().unwrap();
+    let record = header.wrap(&batch("main", T0, 1), &other);
+    s.publish_raw(&header.bus_key("a"), record).await;
+    s.publish("a", &batch("signed", T0, 1)).await;
+    assert_eq!(s.collapsed(&[]).await, "signed 1\n");
+    assert_eq!(s.progress.dead_letters(), 1);
+}
+
+/// What the fault injector refuses: samples at this time.
+const POISON_NS: i64 = T0 + 13;
+
+/// The real store, but `put_samples` refuses for good any call holding a
+/// sample at [`POISON_NS`], and fails `transient` times with an I/O error
+/// before it lets the first call through.
+#[derive(Debug)]
+struct Faulty {
+    inner: Arc<EmbeddedProfileStore>,
+    transient: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+#[async_trait]
+impl ProfileStore for Faulty {
+    async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError> {
+        self.inner.put_frames(tenant, frames).await
+    }
+    async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError> {
+        self.inner.put_stacks(tenant, stacks).await
+    }
+    async fn put_label_sets(&self, tenant: &str, sets: &[LabelSetEntry]) -> Result<(), StoreError> {
+        self.inner.put_label_sets(tenant, sets).await
+    }
+    async fn put_executables(&self, tenant: &str, e: &[Executable]) -> Result<(), StoreError> {
+        self.inner.put_executables(tenant, e).await
+    }
+    async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError> {
+        let left = self.transient.load(Ordering::SeqCst);
+        if left > 0 {
+            self.transient.store(left - 1, Ordering::SeqCst);
+            return Err(StoreError::Io {
+                op: "write",
+                path: "/injected".into(),
+                source: std::io::Error::other("injected transient failure"),
+            });
+        }
+        if samples.iter().any(|s| s.timestamp_ns == POISON_NS) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::InvalidArgument {
+                what: "sample",
+                reason: "injected permanent refusal".into(),
+            });
+        }
+        self.inner.put_samples(scope, samples).await
+    }
+    async fn get_frames(
+        &self,
+        tenant: &str,
+        ids: &[FrameId],
+    ) -> Result<Vec<Option<StoredFrame>>, StoreError> {
+        self.inner.get_frames(tenant, ids).await
+    }
+    async fn get_stacks(
+        &self,
+        tenant: &str,
+        ids: &[StackId],
+    ) -> Result<Vec<Option<Vec<FrameId>>>, StoreError> {
+        self.inner.get_stacks(tenant, ids).await
+    }
+    async fn get_label_sets(
+        &self,
+        tenant: &str,
+        ids: &[LabelSetId],
+    ) -> Result<Vec<Option<LabelSet>>, StoreError> {
+        self.inner.get_label_sets(tenant, ids).await
+    }
+    async fn get_executables(
+        &self,
+        tenant: &str,
+        ids: &[FileId],
+    ) -> Result<Vec<Option<Executable>>, StoreError> {
+        self.inner.get_executables(tenant, ids).await
+    }
+    async fn scan_samples(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredSample>, StoreError> {
+        self.inner.scan_samples(scope, from_ns, to_ns).await
+    }
+    async fn sample_hours(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.inner.sample_hours(scope, from_ns, to_ns).await
+    }
+    async fn metric_hours(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.inner.metric_hours(scope, name, from_ns, to_ns).await
+    }
+    async fn put_metric_points(
+        &self,
+        scope: &Scope,
+        points: &[MetricPoint],
+    ) -> Result<(), StoreError> {
+        self.inner.put_metric_points(scope, points).await
+    }
+    async fn scan_metric_points(
+        &self,
+        scope: &Scope,
+        name: &str,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<StoredMetricPoint>, StoreError> {
+        self.inner
+            .scan_metric_points(scope, name, from_ns, to_ns)
+            .await
+    }
+    async fn metric_names(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        self.inner.metric_names(scope, from_ns, to_ns).await
+    }
+    async fn sync(&self) -> Result<(), StoreError> {
+        self.inner.sync().await
+    }
+}
+
+async fn faulty_pipeline(transient: usize) -> (Pipeline, Arc<Faulty>) {
+    let mut faulty = None;
+    let s = Pipeline::with_ingest_store(Scope::new("acme", "web").unwrap(), 2, |inner| {
+        let f = Arc::new(Faulty {
+            inner,
+            transient: AtomicUsize::new(transient),
+            refused: AtomicUsize::new(0),
+        });
+        faulty = Some(f.clone());
+        f
+    })
+    .await;
+    (s, faulty.unwrap())
+}
+
+/// Guards "a store that fails permanently on one record does not stop
+/// ingest": the record is set aside under its tenant's dead letters, with
+/// the store's reason, and the records after it become queryable.
+#[actix_rt::test]
+async fn a_record_the_store_refuses_for_good_does_not_stop_ingest() {
+    let (s, faulty) = faulty_pipeline(0).await;
+    s.publish("a", &batch("before", T0, 1)).await;
+    s.publish("a", &batch("poison", POISON_NS, 5)).await;
+    s.publish("a", &batch("after", T0 + 1, 2)).await;
+    assert_eq!(s.collapsed(&[]).await, "after 2\nbefore 1\n");
+    assert_eq!(
+        faulty.refused.load(Ordering::SeqCst),
+        1,
+        "refused once, not retried"
+    );
+    assert_eq!(s.progress.dead_letters(), 1);
+    let kept = s.objects.list("tenants/acme/dead-letters/").await.unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let reason = kept
+        .iter()
+        .find(|k| k.as_str().ends_with(".reason"))
+        .unwrap();
+    let reason = s.objects.get(reason).await.unwrap().unwrap();
+    let reason = String::from_utf8_lossy(&reason);
+    assert!(reason.contains("the store refused the batch"), "{reason}");
+    let envelope = kept
+        .iter()
+        .find(|k| k.as_str().ends_with(".envelope"))
+        .unwrap();
+    let bytes = s.objects.get(envelope).await.unwrap().unwrap();
+    let (_, kept_batch) = EnvelopeHeader::parse(&bytes, &s.bus_key).unwrap();
+    let kept_batch = Batch::decode(kept_batch).unwrap();
+    assert_eq!(kept_batch.samples[0].timestamp_ns, POISON_NS);
+}
+
+/// Transient store errors are retried (with backoff) until they pass:
+/// nothing is set aside and nothing lost.
+#[actix_rt::test]
+async fn transient_store_errors_are_retried_not_dead_lettered() {
+    let (s, _faulty) = faulty_pipeline(3).await;
+    s.publish("a", &batch("main", T0, 4)).await;
+    assert_eq!(s.collapsed(&[]).await, "main 4\n");
+    assert_eq!(s.progress.dead_letters(), 0);
+}
