@@ -277,6 +277,9 @@ pub(crate) fn serve(
     .workers(workers.max(1))
     // A query in flight must not hold a stopping server for long.
     .shutdown_timeout(SHUTDOWN_TIMEOUT_S)
+    // A client that closes its side has gone: drop its handler (and with
+    // it the query it asked for) instead of running it to the end.
+    .h1_allow_half_closed(false)
     .bind(listen)
     .map_err(|source| ServerError::Listen {
         addr: listen,
