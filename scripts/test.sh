@@ -69,7 +69,7 @@ if KILN_TEST_KAFKA="$(scripts/kafka-test-server.sh start "$kafka_dir")"; then
   export KILN_TEST_KAFKA
   on_exit="$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")"
   trap "${on_exit:+$on_exit; }scripts/kafka-test-server.sh stop \"$kafka_dir\" >/dev/null 2>&1 || true" EXIT
-  tier "distributed: kafka" "RUN (tansu at $KILN_TEST_KAFKA: Kafka bus tests; gateway, 2 workers (one SIGKILLed), 2 query nodes sharing scans (--peers, one SIGKILLed) on Kafka + PostgreSQL; the agent's Kafka sink, through a broker outage (its own tansu, stopped and restarted); within unit+integration)"
+  tier "distributed: kafka" "RUN (tansu at $KILN_TEST_KAFKA: Kafka bus tests; gateway, 2 workers (one SIGKILLed), 2 query nodes sharing scans on their own peer listeners (--peers, one SIGKILLed) on Kafka + PostgreSQL, tenants and keys in PostgreSQL, records signed with the bus key; an agent's spooled batches through the gateway; within unit+integration)"
 else
   echo "test.sh: could not start the Kafka broker (scripts/kafka-test-server.sh); see the messages above" >&2
   exit 1

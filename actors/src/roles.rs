@@ -16,7 +16,7 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 use crate::envelope::BusKey;
 use crate::http::{AdminToken, AppState, Auth, IngestState, QuotaDefaults};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
-use crate::query::{PeerOptions, QueryCoordinator, QueryNodes};
+use crate::query::{PeerOptions, QueryCoordinator, QueryNodes, QueryOptions, SetQueryOptions};
 use crate::server::{Routes, Running, ServerError, serve};
 
 /// Where and how a role serves HTTP, and whom it lets in.
@@ -32,6 +32,8 @@ pub struct HttpOptions {
     pub admin_token: Option<AdminToken>,
     /// Limits of tenants that have none set.
     pub quota: QuotaDefaults,
+    /// How a query node admits queries (longest span, wait for a slot).
+    pub query: QueryOptions,
 }
 
 impl HttpOptions {
@@ -43,6 +45,7 @@ impl HttpOptions {
             workers: cores,
             admin_token: None,
             quota: QuotaDefaults::default(),
+            query: QueryOptions::default(),
         }
     }
 
@@ -134,6 +137,7 @@ pub async fn start_query(
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
+    let peer_listen = peers.as_ref().map(|p| p.listen);
     let (query, cluster) = match peers {
         None => (
             QueryCoordinator::start_with_symbolizer(store, symbolizer, aggregators),
@@ -145,6 +149,8 @@ pub async fn start_query(
             (query, Some(secret))
         }
     };
+    query.do_send(SetQueryOptions(http.query));
     let state = http.state(query, objects, metadata);
+    let cluster = cluster.zip(peer_listen);
     serve(Routes::Query(state, cluster), http.listen, http.workers)
 }

@@ -17,7 +17,7 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 use crate::envelope::{BusKey, BusKeyError, SecretFileError, load_or_create_secret_file};
 use crate::http::{self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults};
 use crate::ingest;
-use crate::query::{ClusterSecret, QueryCoordinator};
+use crate::query::{ClusterSecret, QueryCoordinator, QueryOptions, SetQueryOptions};
 
 /// The tenant `kiln up` makes for its own use.
 pub const DEFAULT_TENANT: &str = "default";
@@ -59,6 +59,8 @@ pub struct EmbeddedOptions {
     pub admin_token: Option<AdminToken>,
     /// Limits of tenants that have none set.
     pub quota: QuotaDefaults,
+    /// How queries are admitted (longest span, wait for a slot).
+    pub query: QueryOptions,
 }
 
 impl EmbeddedOptions {
@@ -74,6 +76,7 @@ impl EmbeddedOptions {
             symbolizer: SymbolizerConfig::from_env(),
             admin_token: None,
             quota: QuotaDefaults::default(),
+            query: QueryOptions::default(),
         }
     }
 }
@@ -134,6 +137,8 @@ pub struct Running {
     /// `/login?code=…`: a one-time link that logs a browser in to the UI
     /// (`kiln up` only).
     pub login_path: Option<String>,
+    /// Where a query node with peers serves them (`/internal/` only).
+    pub peer_addr: Option<SocketAddr>,
 }
 
 /// Opens everything under `options.data_dir` and starts serving. Must run
@@ -173,6 +178,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     )
     .await?;
     let query = QueryCoordinator::start_with_symbolizer(store, symbolizer, options.aggregators);
+    query.do_send(SetQueryOptions(options.query));
     let auth = Auth::new(metadata, Some(admin));
     let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {
@@ -244,9 +250,9 @@ pub(crate) enum Routes {
     All(AppState, IngestState),
     /// Ingest, import and symbol uploads (`kiln gateway`).
     Gateway(AppState, IngestState),
-    /// Queries and symbol uploads (`kiln query`), and the internal
-    /// endpoints of its peers when it has a cluster secret.
-    Query(AppState, Option<ClusterSecret>),
+    /// Queries and symbol uploads (`kiln query`), and, when it has peers,
+    /// the internal endpoints they call, on a listener of their own.
+    Query(AppState, Option<(ClusterSecret, SocketAddr)>),
 }
 
 impl Routes {
@@ -254,22 +260,76 @@ impl Routes {
         match self {
             Routes::All(state, ingest) => http::configure(state, ingest)(cfg),
             Routes::Gateway(state, ingest) => http::configure_gateway(state, ingest)(cfg),
-            Routes::Query(state, cluster) => http::configure_query(state, cluster)(cfg),
+            Routes::Query(state, cluster) => {
+                http::configure_query(state, cluster.map(|(secret, _)| secret))(cfg)
+            }
+        }
+    }
+
+    /// Where the peers' listener is to be bound, for a query node with peers.
+    fn peer_listen(&self) -> Option<SocketAddr> {
+        match self {
+            Routes::Query(_, Some((_, addr))) => Some(*addr),
+            _ => None,
         }
     }
 }
 
-/// Binds `listen` and serves `routes` on `workers` threads.
+/// The peers' listener as bound (its port resolved), in every worker's
+/// app data; `None` where a process has none.
+#[derive(Debug, Clone, Copy)]
+struct PeerListener(Option<SocketAddr>);
+
+/// Keeps the two listeners of a query node apart: the peers' serves only
+/// `/internal/`, and the public one never does (404 either way), so the
+/// cluster's own routes can be reachable on the cluster network alone.
+async fn split_listeners(
+    request: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody + 'static>,
+) -> Result<
+    actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody + 'static>,
+    actix_web::Error,
+> {
+    let peer = request
+        .app_data::<actix_web::web::Data<PeerListener>>()
+        .and_then(|listener| listener.0);
+    if let Some(peer) = peer {
+        let on_peer_listener = request.app_config().local_addr() == peer;
+        let internal = request.path().starts_with("/internal/");
+        if on_peer_listener != internal {
+            return Err(http::ApiError::NotFound(format!(
+                "{} is not served on this listener (the peers' routes and the public API \
+                 listen apart)",
+                request.path()
+            ))
+            .into());
+        }
+    }
+    next.call(request).await
+}
+
+/// Binds `listen` (and a query node's peer listener) and serves `routes`
+/// on `workers` threads.
 pub(crate) fn serve(
     routes: Routes,
     listen: SocketAddr,
     workers: usize,
 ) -> Result<Running, ServerError> {
+    let peer_listen = routes.peer_listen();
+    // Known once bound (port 0 picks one); the workers' apps are built
+    // after that, when the server runs.
+    let peer_bound = Arc::new(std::sync::OnceLock::<SocketAddr>::new());
+    let peer_seen = Arc::clone(&peer_bound);
     let server = HttpServer::new(move || {
         let routes = routes.clone();
         App::new()
-            // The last wrapped runs first: log, compress, then authenticate.
+            .app_data(actix_web::web::Data::new(PeerListener(
+                peer_seen.get().copied(),
+            )))
+            // The last wrapped runs first: log, compress, keep the
+            // listeners apart, then authenticate.
             .wrap(from_fn(http::auth::authenticate))
+            .wrap(from_fn(split_listeners))
             .wrap(Compress::default())
             .wrap(Logger::new("%r %s %b %Dms").log_target("kiln::http"))
             .configure(|cfg| routes.configure(cfg))
@@ -285,10 +345,22 @@ pub(crate) fn serve(
         addr: listen,
         source,
     })?;
-    let local_addr = server.addrs()[0];
+    let server = match peer_listen {
+        None => server,
+        Some(addr) => server
+            .bind(addr)
+            .map_err(|source| ServerError::Listen { addr, source })?,
+    };
+    let addrs = server.addrs();
+    let local_addr = addrs[0];
+    let peer_addr = peer_listen.map(|_| addrs[addrs.len() - 1]);
+    if let Some(addr) = peer_addr {
+        let _ = peer_bound.set(addr);
+    }
     Ok(Running {
         local_addr,
         server: server.run(),
         login_path: None,
+        peer_addr,
     })
 }

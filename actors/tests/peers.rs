@@ -64,9 +64,18 @@ async fn write_hours(data: &Pipeline) -> Vec<String> {
 
 /// A started query node, and the key the tests send it.
 struct Node {
+    /// The public API.
     url: String,
+    /// The peers' listener (`/internal/` only), for a node with peers.
+    peer_url: Option<String>,
     key: String,
     handle: ServerHandle,
+}
+
+impl Node {
+    fn peer_url(&self) -> &str {
+        self.peer_url.as_deref().expect("a node with peers")
+    }
 }
 
 fn free_addr() -> SocketAddr {
@@ -100,24 +109,28 @@ async fn start_node(
     actix_rt::spawn(running.server);
     Node {
         url: format!("http://{}", running.local_addr),
+        peer_url: running.peer_addr.map(|a| format!("http://{a}")),
         key: access.key.clone(),
         handle,
     }
 }
 
-/// `n` query nodes that are each other's peers.
+/// `n` query nodes that are each other's peers, each serving them on a
+/// listener of its own.
 async fn start_peers(data: &Pipeline, access: &Credentials, n: usize) -> Vec<Node> {
     let addrs: Vec<SocketAddr> = (0..n).map(|_| free_addr()).collect();
     let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
     let mut nodes = Vec::new();
     for (addr, url) in addrs.iter().zip(&urls) {
         let options = PeerOptions {
+            listen: *addr,
             advertise: url.clone(),
             peers: urls.clone(),
             secret: ClusterSecret::new(SECRET).unwrap(),
             timeout: Duration::from_secs(5),
         };
-        nodes.push(start_node(data, access, *addr, Some(options)).await);
+        let public = "127.0.0.1:0".parse().unwrap();
+        nodes.push(start_node(data, access, public, Some(options)).await);
     }
     nodes
 }
@@ -153,7 +166,7 @@ async fn collapsed(node: &Node, filter: &str) -> Vec<String> {
 
 async fn scan_counts(node: &Node) -> ScanCounts {
     let response = client()
-        .get(format!("{}/internal/v1/scan-counts", node.url))
+        .get(format!("{}/internal/v1/scan-counts", node.peer_url()))
         .header(CLUSTER_SECRET_HEADER, SECRET)
         .send()
         .await
@@ -240,8 +253,9 @@ async fn internal_endpoints_need_the_cluster_secret() {
     let nodes = start_peers(&data, &access, 2).await;
     let alone = start_node(&data, &access, free_addr(), None).await;
     let scan = |node: &Node, secret: Option<&str>| {
+        let base = node.peer_url.as_deref().unwrap_or(&node.url);
         let mut request = client()
-            .post(format!("{}/internal/v1/scan", node.url))
+            .post(format!("{base}/internal/v1/scan"))
             .body(b"KLNQ\x01\x01garbage".to_vec());
         if let Some(secret) = secret {
             request = request.header(CLUSTER_SECRET_HEADER, secret);
@@ -259,11 +273,26 @@ async fn internal_endpoints_need_the_cluster_secret() {
     assert!(garbage.text().await.unwrap().contains("scan refused"));
     assert_eq!(scan(&alone, Some(SECRET)).await.unwrap().status(), 404);
     let counts = client()
-        .get(format!("{}/internal/v1/scan-counts", nodes[1].url))
+        .get(format!("{}/internal/v1/scan-counts", nodes[1].peer_url()))
         .send()
         .await
         .unwrap();
     assert_eq!(counts.status(), 403);
+    // The listeners keep apart: no peer route on the public API, even with
+    // the secret, and no API on the peers' listener.
+    let public = client()
+        .get(format!("{}/internal/v1/scan-counts", nodes[1].url))
+        .header(CLUSTER_SECRET_HEADER, SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404);
+    let (status, _) = get(
+        &format!("{}/api/v1/flamegraph?format=collapsed", nodes[1].peer_url()),
+        &nodes[1].key,
+    )
+    .await;
+    assert_eq!(status, 404);
 }
 
 /// Builds a small C program with `-g` in `dir`; returns its path and the
@@ -350,7 +379,7 @@ async fn a_symbol_upload_to_a_gateway_shows_on_the_query_nodes() {
         data.objects.clone(),
         access.metadata.clone(),
         Some(QueryNodes {
-            urls: nodes.iter().map(|n| n.url.clone()).collect(),
+            urls: nodes.iter().map(|n| n.peer_url().to_owned()).collect(),
             secret: ClusterSecret::new(SECRET).unwrap(),
         }),
         HttpOptions {

@@ -266,6 +266,16 @@ pub struct QuotaArgs {
     pub default_retention_days: Option<u32>,
 }
 
+/// How a query node admits queries (`kiln up`, `kiln query`).
+#[derive(Debug, Args)]
+pub struct QueryLimitArgs {
+    /// The longest span of data one query reads (`400d`, `90d`): a query
+    /// whose range holds data over a longer span gets a 400 saying so (a
+    /// longer range over less data is narrowed to the data and answered).
+    #[arg(long, env = "KILN_MAX_QUERY_RANGE", default_value = "400d", value_parser = humantime::parse_duration)]
+    pub max_query_range: std::time::Duration,
+}
+
 impl QuotaArgs {
     /// The defaults given.
     pub fn defaults(&self) -> kiln_actors::http::QuotaDefaults {
@@ -274,6 +284,16 @@ impl QuotaArgs {
             ingest_bytes_per_s: self.default_ingest_bytes_per_s,
             max_concurrent_queries: self.default_max_concurrent_queries,
             retention_days: self.default_retention_days,
+        }
+    }
+}
+
+impl QueryLimitArgs {
+    /// How queries are admitted.
+    pub fn query_options(&self) -> kiln_actors::query::QueryOptions {
+        kiln_actors::query::QueryOptions {
+            max_range: self.max_query_range,
+            ..Default::default()
         }
     }
 }
@@ -312,8 +332,9 @@ pub struct GatewayArgs {
     #[command(flatten)]
     pub stores: StoresArgs,
     /// Query nodes to tell of symbol uploads here (agents upload where
-    /// they send), as http://HOST:PORT, comma separated: their queries
-    /// then show the new names at once. Needs --cluster-secret.
+    /// they send), as their peer listeners' http://HOST:PORT (the
+    /// --advertise of each), comma separated: their queries then show the
+    /// new names at once. Needs --cluster-secret.
     #[arg(
         long,
         env = "KILN_QUERY_NODES",
@@ -402,6 +423,8 @@ pub struct QueryArgs {
     pub admin: AdminTokenArg,
     #[command(flatten)]
     pub quota: QuotaArgs,
+    #[command(flatten)]
+    pub query_limits: QueryLimitArgs,
 }
 
 /// `--peers` and what goes with it: query nodes that share scans.
@@ -416,11 +439,19 @@ pub struct PeersArgs {
         long,
         env = "KILN_PEERS",
         value_delimiter = ',',
-        requires_all = ["advertise", "cluster_secret"]
+        requires_all = ["advertise", "cluster_secret", "peer_listen"]
     )]
     pub peers: Vec<String>,
 
-    /// This node's URL as its peers reach it (http://HOST:PORT).
+    /// Where this node serves its peers: a listener of its own, apart from
+    /// the public API (--listen), so that it can be reachable on the
+    /// cluster network only. Its routes (/internal/…) are not served on
+    /// --listen, nor the API on this one.
+    #[arg(long, env = "KILN_PEER_LISTEN", requires = "peers")]
+    pub peer_listen: Option<SocketAddr>,
+
+    /// This node's peer URL as its peers reach it (http://HOST:PORT, the
+    /// --peer-listen address as seen from the other nodes).
     #[arg(long, env = "KILN_ADVERTISE", requires = "peers")]
     pub advertise: Option<String>,
 
@@ -666,6 +697,9 @@ pub struct UpArgs {
 
     #[command(flatten)]
     pub quota: QuotaArgs,
+
+    #[command(flatten)]
+    pub query_limits: QueryLimitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -791,6 +825,8 @@ mod tests {
             urls,
             "--admin-token",
             "0123456789abcdef",
+            "--metadata",
+            "file:///tmp/kiln-metadata.json",
         ])
         .unwrap();
         let Command::Query(query) = query.command else {

@@ -72,6 +72,7 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
         http.workers = http.workers.max(1);
         http.admin_token = args.admin.token()?;
         http.quota = args.quota.defaults();
+        http.query = args.query_limits.query_options();
         let symbolizer = args.debuginfod.symbolizer_config();
         let running = roles::start_query(
             store,
@@ -88,9 +89,12 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
         println!("  store:   {}", args.stores.store);
         if let Some(peers) = peers {
             println!(
-                "  peers:   {} (this node: {})",
+                "  peers:   {} (this node: {}, served on {})",
                 peers.peers.join(","),
-                peers.advertise
+                peers.advertise,
+                running
+                    .peer_addr
+                    .map_or_else(String::new, |a| a.to_string())
             );
         }
         running.server.await.context("serving HTTP")
@@ -98,11 +102,14 @@ pub fn query(args: QueryArgs) -> anyhow::Result<()> {
 }
 
 fn peer_options(args: PeersArgs) -> anyhow::Result<Option<PeerOptions>> {
-    let (Some(advertise), Some(secret)) = (args.advertise, args.cluster_secret) else {
-        // clap makes --peers require both.
+    let (Some(advertise), Some(secret), Some(listen)) =
+        (args.advertise, args.cluster_secret, args.peer_listen)
+    else {
+        // clap makes --peers require all three.
         return Ok(None);
     };
     let options = PeerOptions {
+        listen,
         advertise,
         peers: args.peers,
         secret: ClusterSecret::new(secret).context("--cluster-secret")?,

@@ -27,6 +27,7 @@ pub fn run(args: UpArgs) -> anyhow::Result<()> {
     options.symbolizer = args.debuginfod.symbolizer_config();
     options.admin_token = args.admin.token()?;
     options.quota = args.quota.defaults();
+    options.query = args.query_limits.query_options();
     let token_note = match options.admin_token {
         Some(_) => "from --admin-token".to_owned(),
         None => format!("in {}", data_dir.join(ADMIN_TOKEN_FILE).display()),

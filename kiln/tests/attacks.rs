@@ -5,11 +5,8 @@
 
 mod support;
 
-use std::io::Read;
-use std::time::Duration;
-
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
-use support::Server;
+use support::{Server, line_bomb, request, rss};
 
 /// Every route a tenant's key (or the admin token) opens, with a body
 /// where the route takes one.
@@ -46,16 +43,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/admin/tenants/default/projects"),
 ];
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
-
-/// One request: `headers` besides the bearer, `body` for methods that
-/// take one. Returns the status and the body's text.
+/// One request to `server`: see [`support::request`].
 fn call(
     server: &Server,
     method: &str,
@@ -64,43 +52,7 @@ fn call(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
-    let url = format!("{}{path}", server.url);
-    let agent = agent();
-    let mut headers: Vec<(String, String)> = headers
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    if let Some(bearer) = bearer {
-        headers.push(("authorization".into(), format!("Bearer {bearer}")));
-    }
-    let result = match method {
-        "GET" | "HEAD" | "DELETE" => {
-            let mut request = match method {
-                "GET" => agent.get(&url),
-                "HEAD" => agent.head(&url),
-                _ => agent.delete(&url),
-            };
-            for (k, v) in &headers {
-                request = request.header(k, v);
-            }
-            request.call()
-        }
-        _ => {
-            let mut request = match method {
-                "POST" => agent.post(&url),
-                _ => agent.put(&url),
-            };
-            for (k, v) in &headers {
-                request = request.header(k, v);
-            }
-            request.send(body)
-        }
-    };
-    let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let status = response.status().as_u16();
-    let mut text = String::new();
-    let _ = response.body_mut().as_reader().read_to_string(&mut text);
-    (status, text)
+    request(&server.url, method, path, bearer, headers, body)
 }
 
 fn local_secret(server: &Server, file: &str) -> String {
@@ -142,21 +94,6 @@ fn key_with(server: &Server, admin: &str, tenant: &str, roles: &str) -> (String,
         answer["key"].as_str().unwrap().to_owned(),
         answer["id"].as_i64().unwrap(),
     )
-}
-
-/// Resident memory of a process, in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS");
-    let kb: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .expect("VmRSS in kB");
-    kb * 1024
 }
 
 /// Guards "no route answers without a valid credential".
@@ -566,38 +503,4 @@ fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as i64
-}
-
-/// A pprof `Profile` whose one location has `lines` lines: a few bytes
-/// each on the wire, a struct each once parsed.
-fn line_bomb(lines: usize) -> Vec<u8> {
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
-    fn field(tag: u64, bytes: &[u8], out: &mut Vec<u8>) {
-        varint(tag << 3 | 2, out);
-        varint(bytes.len() as u64, out);
-        out.extend_from_slice(bytes);
-    }
-    let mut location = vec![0x08, 0x01]; // id = 1
-    let line = [0x08, 0x01, 0x10, 0x01]; // function_id = 1, line = 1
-    for _ in 0..lines {
-        field(4, &line, &mut location);
-    }
-    let mut profile = Vec::new();
-    // sample_type: {type: 1, unit: 2}
-    field(1, &[0x08, 0x01, 0x10, 0x02], &mut profile);
-    // sample: {location_id: [1], value: [1]}
-    field(2, &[0x0a, 0x01, 0x01, 0x12, 0x01, 0x01], &mut profile);
-    field(4, &location, &mut profile);
-    // function: {id: 1, name: 3}
-    field(5, &[0x08, 0x01, 0x10, 0x03], &mut profile);
-    for s in ["", "samples", "count", "f"] {
-        field(6, s.as_bytes(), &mut profile);
-    }
-    profile
 }

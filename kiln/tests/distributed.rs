@@ -8,16 +8,21 @@
 //! database of its own.
 
 mod support;
+mod support_distributed;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_agent::{Delivery, HttpSink, Sink, Spool};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 use support::aggregate;
+use support_distributed::{
+    ADMIN_TOKEN, BUS_KEY, CLUSTER_SECRET, Role, collapsed, create_tenant, free_addr,
+    fresh_database, get, http, post, servers, unique,
+};
 
 /// Hosts of the synthetic fleet, and the batches each sends.
 const HOSTS: usize = 12;
@@ -33,150 +38,17 @@ const BATCH_GAP: Duration = Duration::from_secs(10 * 60);
 /// (a hang guard, not a performance check).
 const CATCH_UP: Duration = Duration::from_secs(180);
 
-/// The broker and PostgreSQL URLs, or `None` (after saying why).
-fn servers() -> Option<(String, String)> {
-    let kafka = std::env::var("KILN_TEST_KAFKA")
-        .ok()
-        .filter(|v| !v.is_empty());
-    let postgres = std::env::var("KILN_TEST_POSTGRES")
-        .ok()
-        .filter(|v| !v.is_empty());
-    match (kafka, postgres) {
-        (Some(k), Some(p)) => Some((k, p)),
-        (k, p) => {
-            eprintln!(
-                "skipped: the distributed tests need KILN_TEST_KAFKA{} and KILN_TEST_POSTGRES{} \
-                 (scripts/kafka-test-server.sh start DIR, scripts/pg-test-server.sh start DIR)",
-                if k.is_some() { " (set)" } else { " (unset)" },
-                if p.is_some() { " (set)" } else { " (unset)" },
-            );
-            None
-        }
-    }
-}
-
-fn unique() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{}_{nanos}", std::process::id())
-}
-
-/// A fresh database on the test server; returns its URL.
-fn fresh_database(server_url: &str) -> String {
-    let name = format!("kiln_dist_{}", unique());
-    let status = Command::new("psql")
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", server_url, "-c"])
-        .arg(format!("CREATE DATABASE {name}"))
-        .status()
-        .expect("run psql (Debian's postgresql-client)");
-    assert!(status.success(), "psql could not create database {name}");
-    let (base, _) = server_url.rsplit_once('/').expect("a URL with a database");
-    format!("{base}/{name}")
-}
-
-/// A `kiln` role process.
-struct Role {
-    name: &'static str,
-    child: Child,
-    /// The HTTP base URL, for roles that serve.
-    url: Option<String>,
-}
-
-impl Role {
-    /// Runs `kiln ARGS` and waits for its "is up" line.
-    fn start(name: &'static str, args: &[&str]) -> Role {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args(args)
-            .env("KILN_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start kiln {name}: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let url = loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("kiln {name} exited before it was up"))
-                .expect("read kiln's output");
-            if line.contains(" is up") {
-                break line
-                    .split_once(": ")
-                    .map(|(_, url)| url.trim_end_matches('/').to_owned());
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Role { name, child, url }
-    }
-
-    fn url(&self) -> &str {
-        self.url.as_deref().expect("a role that serves HTTP")
-    }
-
-    /// SIGKILL: no chance to commit, flush or leave the group.
-    fn kill9(&mut self) {
-        self.child.kill().expect("kill");
-        let _ = self.child.wait();
-        eprintln!("killed kiln {} with SIGKILL", self.name);
-    }
-}
-
-impl Drop for Role {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The cluster: its processes and the URLs they were given.
 struct Cluster {
     gateway: Role,
     workers: Vec<Role>,
     /// Query nodes that are each other's peers.
     queries: Vec<Role>,
+    /// Each query node's peers' listener (`/internal/` only).
+    peer_urls: Vec<String>,
     /// A key (ingest and read) of a tenant made for this run.
     key: String,
     _dir: tempfile::TempDir,
-}
-
-/// The query nodes' shared secret.
-const CLUSTER_SECRET: &str = "distributed-test-cluster-secret";
-/// The operator's token, the same on every gateway and query node.
-const ADMIN_TOKEN: &str = "distributed-test-admin-token";
-/// What the gateway signs bus records with and the workers verify.
-const BUS_KEY: &str = "distributed-test-bus-key";
-
-/// `kiln tenant create` of a tenant named after this run, through `server`
-/// with the admin token; returns the key it prints as its last line.
-fn create_tenant(server: &str) -> String {
-    let name = format!("t{}", unique());
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["tenant", "create", "--server", server])
-        .args(["--admin-token", ADMIN_TOKEN, &name])
-        .env("KILN_LOG", "warn")
-        .env_remove("KILN_API_KEY")
-        .output()
-        .expect("run kiln tenant create");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "kiln tenant create {name}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let key = stdout.lines().last().expect("a key").trim().to_owned();
-    assert!(key.starts_with("kiln_"), "not a key: {stdout}");
-    key
-}
-
-/// A loopback address that was free a moment ago (the query nodes must
-/// know each other's URLs before they start).
-fn free_addr() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 impl Cluster {
@@ -207,6 +79,7 @@ impl Cluster {
         let workers = (0..2)
             .map(|_| Role::start("worker", &[&["worker"][..], &backends, &bus_key].concat()))
             .collect();
+        // Each query node serves its peers on a listener of its own.
         let addrs = [free_addr(), free_addr()];
         let urls = addrs.map(|a| format!("http://{a}"));
         let peers = urls.join(",");
@@ -219,6 +92,8 @@ impl Cluster {
                     &[
                         "query",
                         "--listen",
+                        "127.0.0.1:0",
+                        "--peer-listen",
                         &addr.to_string(),
                         "--store",
                         &store,
@@ -243,62 +118,11 @@ impl Cluster {
             gateway,
             workers,
             queries,
+            peer_urls: urls.to_vec(),
             key,
             _dir: dir,
         }
     }
-}
-
-fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
-}
-
-/// `GET base+path` with `Authorization: Bearer key`.
-fn get(base: &str, key: &str, path: &str) -> (u16, String) {
-    let mut response = http()
-        .get(format!("{base}{path}"))
-        .header("authorization", format!("Bearer {key}"))
-        .call()
-        .expect("GET");
-    let mut body = String::new();
-    response
-        .body_mut()
-        .as_reader()
-        .read_to_string(&mut body)
-        .unwrap();
-    (response.status().as_u16(), body)
-}
-
-/// `POST base+path` with `Authorization: Bearer key`.
-fn post(base: &str, key: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut response = http()
-        .post(format!("{base}{path}"))
-        .header("authorization", format!("Bearer {key}"))
-        .send(body)
-        .expect("POST");
-    let mut text = String::new();
-    response
-        .body_mut()
-        .as_reader()
-        .read_to_string(&mut text)
-        .unwrap();
-    (response.status().as_u16(), text)
-}
-
-/// `stack count` lines of the last day matching `filter`, summed by stack,
-/// as `key` sees them.
-fn collapsed(query: &str, key: &str, filter: &str) -> Vec<String> {
-    let (status, body) = get(
-        query,
-        key,
-        &format!("/api/v1/flamegraph?from=now-1d&format=collapsed{filter}"),
-    );
-    assert_eq!(status, 200, "{body}");
-    aggregate(body.lines().filter(|l| !l.is_empty()).map(str::to_owned))
 }
 
 /// The synthetic fleet: every host sends `INTERVALS` batches of distinct
@@ -435,19 +259,26 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
         .call()
         .expect("GET");
     assert_eq!(anonymous.status(), 401);
-    for node in [&query, &peer] {
+    for node in &cluster.peer_urls {
         let counts = scan_counts(node);
         assert!(counts["remote"].as_u64() > Some(0), "{node}: {counts}");
         assert!(counts["served"].as_u64() > Some(0), "{node}: {counts}");
         assert_eq!(counts["fallback"], 0, "{node}: {counts}");
     }
+    // The peers' routes are not on the public listener.
+    let public = http()
+        .get(format!("{peer}/internal/v1/scan-counts"))
+        .header("x-kiln-cluster-secret", CLUSTER_SECRET)
+        .call()
+        .expect("GET");
+    assert_eq!(public.status(), 404);
     cluster.queries[1].kill9();
     assert_eq!(
         collapsed(&query, &key, &filter),
         expected,
         "with its peer dead"
     );
-    assert!(scan_counts(&query)["fallback"].as_u64() > Some(0));
+    assert!(scan_counts(&cluster.peer_urls[0])["fallback"].as_u64() > Some(0));
 
     import_checks(&gateway, &query, &key);
 }
@@ -638,7 +469,12 @@ fn roles_refuse_bad_urls_by_name() {
     ]
     .concat();
     let secret = ["--cluster-secret", CLUSTER_SECRET];
-    let peers = ["--peers", "http://a:1,http://b:1"];
+    let peers = [
+        "--peers",
+        "http://a:1,http://b:1",
+        "--peer-listen",
+        "127.0.0.1:0",
+    ];
     let cases: [(&[&str], &str); 11] = [
         (
             &[

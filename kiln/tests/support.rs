@@ -253,3 +253,106 @@ pub fn aggregate(lines: impl IntoIterator<Item = String>) -> Vec<String> {
     }
     sums.into_iter().map(|(s, n)| format!("{s} {n}")).collect()
 }
+
+/// One request to `base` (a server's URL): `headers` besides the bearer,
+/// `body` for methods that take one (POST, PUT). Returns the status and
+/// the body's text. Timeout: 60 s.
+pub fn request(
+    base: &str,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let url = format!("{base}{path}");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let mut headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    if let Some(bearer) = bearer {
+        headers.push(("authorization".into(), format!("Bearer {bearer}")));
+    }
+    let result = match method {
+        "GET" | "HEAD" | "DELETE" => {
+            let mut request = match method {
+                "GET" => agent.get(&url),
+                "HEAD" => agent.head(&url),
+                _ => agent.delete(&url),
+            };
+            for (k, v) in &headers {
+                request = request.header(k, v);
+            }
+            request.call()
+        }
+        _ => {
+            let mut request = match method {
+                "POST" => agent.post(&url),
+                _ => agent.put(&url),
+            };
+            for (k, v) in &headers {
+                request = request.header(k, v);
+            }
+            request.send(body)
+        }
+    };
+    let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = response.status().as_u16();
+    let mut text = String::new();
+    let _ = response.body_mut().as_reader().read_to_string(&mut text);
+    (status, text)
+}
+
+/// Resident memory of a process, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmRSS in kB");
+    kb * 1024
+}
+
+/// A pprof `Profile` whose one location has `lines` lines: a few bytes
+/// each on the wire, a struct each once parsed.
+pub fn line_bomb(lines: usize) -> Vec<u8> {
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn field(tag: u64, bytes: &[u8], out: &mut Vec<u8>) {
+        varint(tag << 3 | 2, out);
+        varint(bytes.len() as u64, out);
+        out.extend_from_slice(bytes);
+    }
+    let mut location = vec![0x08, 0x01]; // id = 1
+    let line = [0x08, 0x01, 0x10, 0x01]; // function_id = 1, line = 1
+    for _ in 0..lines {
+        field(4, &line, &mut location);
+    }
+    let mut profile = Vec::new();
+    // sample_type: {type: 1, unit: 2}
+    field(1, &[0x08, 0x01, 0x10, 0x02], &mut profile);
+    // sample: {location_id: [1], value: [1]}
+    field(2, &[0x0a, 0x01, 0x01, 0x12, 0x01, 0x01], &mut profile);
+    field(4, &location, &mut profile);
+    // function: {id: 1, name: 3}
+    field(5, &[0x08, 0x01, 0x10, 0x03], &mut profile);
+    for s in ["", "samples", "count", "f"] {
+        field(6, s.as_bytes(), &mut profile);
+    }
+    profile
+}

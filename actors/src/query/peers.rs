@@ -85,7 +85,12 @@ impl fmt::Debug for ClusterSecret {
 /// How a query node joins its peers.
 #[derive(Debug, Clone)]
 pub struct PeerOptions {
-    /// This node's URL as its peers reach it (`http://host:port`).
+    /// Where this node serves its peers (the `/internal/` routes): a
+    /// listener of its own, apart from the public API, so that it can be
+    /// reachable on the cluster network only.
+    pub listen: std::net::SocketAddr,
+    /// This node's peer URL as its peers reach it (`http://host:port`,
+    /// normally `listen`'s).
     pub advertise: String,
     /// Every query node's URL; this node's may be among them or not.
     pub peers: Vec<String>,
@@ -362,6 +367,7 @@ mod tests {
 
     fn options(advertise: &str, peers: &[&str]) -> PeerOptions {
         PeerOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
             advertise: advertise.into(),
             peers: peers.iter().map(|p| p.to_string()).collect(),
             secret: ClusterSecret::new("0123456789abcdef").unwrap(),

@@ -310,7 +310,10 @@ struct Access {
 
 /// Query nodes sharing one store, each on an actix system of its own.
 struct QueryCluster {
+    /// Each node's public API.
     urls: Vec<String>,
+    /// Each node's peers' listener (`/internal/`).
+    peer_urls: Vec<String>,
     authorization: String,
     systems: Vec<actix_rt::System>,
 }
@@ -325,15 +328,19 @@ impl QueryCluster {
         access: &Access,
         aggregators: usize,
     ) -> anyhow::Result<QueryCluster> {
-        let addrs = free_addrs(nodes)?;
+        // The public listeners first, then the peers' own.
+        let mut addrs = free_addrs(2 * nodes)?;
+        let peer_addrs = addrs.split_off(nodes);
         let urls: Vec<String> = addrs.iter().map(|a| format!("http://{a}")).collect();
+        let peer_urls: Vec<String> = peer_addrs.iter().map(|a| format!("http://{a}")).collect();
         let mut systems = Vec::new();
         for (i, addr) in addrs.into_iter().enumerate() {
             let peers = (nodes > 1)
                 .then(|| {
                     anyhow::Ok(PeerOptions {
-                        advertise: urls[i].clone(),
-                        peers: urls.clone(),
+                        listen: peer_addrs[i],
+                        advertise: peer_urls[i].clone(),
+                        peers: peer_urls.clone(),
                         secret: ClusterSecret::new(SECRET)?,
                         timeout: DEFAULT_PEER_TIMEOUT,
                     })
@@ -363,13 +370,18 @@ impl QueryCluster {
         }
         Ok(QueryCluster {
             urls,
+            peer_urls,
             authorization: access.authorization.clone(),
             systems,
         })
     }
 
     fn get(&self, node: usize, path: &str) -> anyhow::Result<ureq::http::Response<ureq::Body>> {
-        let url = format!("{}{path}", self.urls[node]);
+        let base = match path.starts_with("/internal/") {
+            true => &self.peer_urls[node],
+            false => &self.urls[node],
+        };
+        let url = format!("{base}{path}");
         let mut response = http()
             .get(&url)
             .header("authorization", &self.authorization)

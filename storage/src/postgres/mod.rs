@@ -399,8 +399,8 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(
-            tables, 11,
-            "kiln_schema, the eight tables of version 1 and the two of version 2"
+            tables, 12,
+            "kiln_schema, the eight tables of version 1, the two of version 2 and the one of version 3"
         );
 
         admin

@@ -1,0 +1,335 @@
+//! The distributed-mode harness: `kiln gateway`, `kiln worker` and `kiln
+//! query` child processes on Kafka (tansu) and PostgreSQL, tenants made
+//! with `kiln tenant create`, and HTTP helpers. Shared by distributed.rs
+//! and attacks_distributed.rs (a directory module, so that cargo does not
+//! build it as a test binary of its own).
+//!
+//! The tests run when `KILN_TEST_KAFKA` and `KILN_TEST_POSTGRES` name a
+//! broker and a server (scripts/kafka-test-server.sh and
+//! scripts/pg-test-server.sh print them), and skip with a message
+//! otherwise ([`servers`]).
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::support::aggregate;
+
+/// The query nodes' shared secret.
+pub const CLUSTER_SECRET: &str = "distributed-test-cluster-secret";
+/// The operator's token, the same on every gateway and query node.
+pub const ADMIN_TOKEN: &str = "distributed-test-admin-token";
+/// What the gateway signs bus records with and the workers verify.
+pub const BUS_KEY: &str = "distributed-test-bus-key";
+
+/// The broker and PostgreSQL URLs, or `None` (after saying why).
+pub fn servers() -> Option<(String, String)> {
+    let kafka = std::env::var("KILN_TEST_KAFKA")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let postgres = std::env::var("KILN_TEST_POSTGRES")
+        .ok()
+        .filter(|v| !v.is_empty());
+    match (kafka, postgres) {
+        (Some(k), Some(p)) => Some((k, p)),
+        (k, p) => {
+            eprintln!(
+                "skipped: the distributed tests need KILN_TEST_KAFKA{} and KILN_TEST_POSTGRES{} \
+                 (scripts/kafka-test-server.sh start DIR, scripts/pg-test-server.sh start DIR)",
+                if k.is_some() { " (set)" } else { " (unset)" },
+                if p.is_some() { " (set)" } else { " (unset)" },
+            );
+            None
+        }
+    }
+}
+
+/// A name no other run uses: the process id and the time.
+pub fn unique() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{}_{nanos}", std::process::id())
+}
+
+/// A fresh database on the test server; returns its URL.
+pub fn fresh_database(server_url: &str) -> String {
+    let name = format!("kiln_dist_{}", unique());
+    psql(server_url, &format!("CREATE DATABASE {name}"));
+    let (base, _) = server_url.rsplit_once('/').expect("a URL with a database");
+    format!("{base}/{name}")
+}
+
+/// Runs one SQL statement with `psql` against `database_url`.
+pub fn psql(database_url: &str, sql: &str) {
+    let status = Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", database_url, "-c", sql])
+        .status()
+        .expect("run psql (Debian's postgresql-client)");
+    assert!(status.success(), "psql failed: {sql}");
+}
+
+/// `kiln store migrate` of `store`.
+pub fn migrate(store: &str) {
+    let migrated = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["store", "migrate", "--store", store])
+        .status()
+        .unwrap();
+    assert!(migrated.success(), "kiln store migrate failed");
+}
+
+/// A `kiln` role process.
+pub struct Role {
+    pub name: &'static str,
+    child: Child,
+    /// The HTTP base URL, for roles that serve.
+    url: Option<String>,
+}
+
+impl Role {
+    /// Runs `kiln ARGS` and waits for its "is up" line.
+    pub fn start(name: &'static str, args: &[&str]) -> Role {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .env("KILN_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start kiln {name}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("kiln {name} exited before it was up"))
+                .expect("read kiln's output");
+            if line.contains(" is up") {
+                break line
+                    .split_once(": ")
+                    .map(|(_, url)| url.trim_end_matches('/').to_owned());
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        Role { name, child, url }
+    }
+
+    pub fn url(&self) -> &str {
+        self.url.as_deref().expect("a role that serves HTTP")
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: no chance to commit, flush or leave the group.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("kill");
+        let _ = self.child.wait();
+        eprintln!("killed kiln {} with SIGKILL", self.name);
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a deployment's processes share: a fresh, migrated database (the
+/// profile store and the metadata store), a topic of its own, and an
+/// object store in a temporary directory.
+pub struct Backends {
+    /// The PostgreSQL URL of the store.
+    pub store: String,
+    /// The `kafka://` bus URL, topic and partitions included.
+    pub bus: String,
+    /// The `file://` object store URL.
+    pub objects: String,
+    /// The temporary directory the objects live in.
+    pub dir: tempfile::TempDir,
+}
+
+impl Backends {
+    /// Fresh backends on the test servers; `topic` prefixes the topic's
+    /// name, which has `partitions` partitions.
+    pub fn new(kafka: &str, postgres: &str, topic: &str, partitions: u32) -> Backends {
+        let dir = tempfile::tempdir().unwrap();
+        let store = fresh_database(postgres);
+        migrate(&store);
+        let bus = format!("{kafka}/{topic}-{}?partitions={partitions}", unique());
+        let objects = format!("file://{}", dir.path().join("objects").display());
+        Backends {
+            store,
+            bus,
+            objects,
+            dir,
+        }
+    }
+
+    /// The object store's root directory.
+    pub fn objects_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("objects")
+    }
+
+    /// `kiln gateway` on a free port, checking keys against the store.
+    pub fn gateway(&self) -> Role {
+        Role::start(
+            "gateway",
+            &[
+                "gateway",
+                "--listen",
+                "127.0.0.1:0",
+                "--bus",
+                &self.bus,
+                "--store",
+                &self.store,
+                "--objects",
+                &self.objects,
+                "--metadata",
+                &self.store,
+                "--admin-token",
+                ADMIN_TOKEN,
+                "--bus-key",
+                BUS_KEY,
+            ],
+        )
+    }
+
+    /// `kiln worker`, verifying records with [`BUS_KEY`].
+    pub fn worker(&self) -> Role {
+        Role::start(
+            "worker",
+            &[
+                "worker",
+                "--bus",
+                &self.bus,
+                "--store",
+                &self.store,
+                "--objects",
+                &self.objects,
+                "--bus-key",
+                BUS_KEY,
+            ],
+        )
+    }
+
+    /// `kiln query` on a free port, without peers.
+    pub fn query(&self) -> Role {
+        Role::start(
+            "query",
+            &[
+                "query",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                &self.store,
+                "--objects",
+                &self.objects,
+                "--metadata",
+                &self.store,
+                "--admin-token",
+                ADMIN_TOKEN,
+            ],
+        )
+    }
+}
+
+/// A tenant made for a test: its name and a key with ingest and read
+/// rights on its default project.
+pub struct Tenant {
+    pub name: String,
+    pub key: String,
+}
+
+/// `kiln tenant create` of a tenant named after this run, through `server`
+/// with the admin token; returns the key it prints as its last line.
+pub fn create_tenant(server: &str) -> String {
+    new_tenant(server).key
+}
+
+/// [`create_tenant`], with the tenant's name.
+pub fn new_tenant(server: &str) -> Tenant {
+    let name = format!("t{}", unique());
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["tenant", "create", "--server", server])
+        .args(["--admin-token", ADMIN_TOKEN, &name])
+        .env("KILN_LOG", "warn")
+        .env_remove("KILN_API_KEY")
+        .output()
+        .expect("run kiln tenant create");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kiln tenant create {name}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = stdout.lines().last().expect("a key").trim().to_owned();
+    assert!(key.starts_with("kiln_"), "not a key: {stdout}");
+    Tenant { name, key }
+}
+
+/// A loopback address that was free a moment ago (the query nodes must
+/// know each other's URLs before they start).
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+pub fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(120)))
+        .build()
+        .into()
+}
+
+/// `GET base+path` with `Authorization: Bearer key`.
+pub fn get(base: &str, key: &str, path: &str) -> (u16, String) {
+    let mut response = http()
+        .get(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {key}"))
+        .call()
+        .expect("GET");
+    let mut body = String::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_string(&mut body)
+        .unwrap();
+    (response.status().as_u16(), body)
+}
+
+/// `POST base+path` with `Authorization: Bearer key`.
+pub fn post(base: &str, key: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut response = http()
+        .post(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {key}"))
+        .send(body)
+        .expect("POST");
+    let mut text = String::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_string(&mut text)
+        .unwrap();
+    (response.status().as_u16(), text)
+}
+
+/// `stack count` lines of the last day matching `filter`, summed by stack,
+/// as `key` sees them.
+pub fn collapsed(query: &str, key: &str, filter: &str) -> Vec<String> {
+    let (status, body) = get(
+        query,
+        key,
+        &format!("/api/v1/flamegraph?from=now-1d&format=collapsed{filter}"),
+    );
+    assert_eq!(status, 200, "{body}");
+    aggregate(body.lines().filter(|l| !l.is_empty()).map(str::to_owned))
+}
