@@ -521,10 +521,10 @@ fn forged_kafka_records_are_dead_lettered_and_ingest_goes_on() {
     let other_key = BusKey::new("a-gateway-key-the-workers-do-not-hold").unwrap();
     let other = header.wrap(&batch("host-x", "forged_other_key", 11), &other_key);
     let records = vec![
-        (key.clone(), wrong_key.clone()),
-        (key.clone(), unsigned.clone()),
-        (key.clone(), other.clone()),
-        (key.clone(), b"not an envelope".to_vec()),
+        (key.clone(), wrong_key),
+        (key.clone(), unsigned),
+        (key.clone(), other),
+        (key, b"not an envelope".to_vec()),
     ];
     let published = publish_to_kafka(&d.backends.bus, records.clone());
 
@@ -640,19 +640,13 @@ const POISON_COUNT: u64 = 424_242;
 /// rule (a DBA's constraint, a trigger) would; a batch with that count,
 /// valid at the gateway, is one the store refuses for good. It should be
 /// set aside under its tenant's dead letters with the store's reason, and
-/// the batches after it stored.
-///
-/// Fails today: the PostgreSQL store reports every driver error as
-/// `StoreError::Backend` (storage/src/postgres, `StoreError::postgres`),
-/// which the worker classifies as transient (`is_permanent` in
-/// actors/src/ingest/writer.rs), so it retries the poll forever and ingest
-/// stops behind the record. The store has no refusal of its own that a
-/// decoded batch can reach (names, metric points and sizes are all checked
-/// by `Batch::decode` first), so a database rule is the only way a real
-/// PostgreSQL refuses a record.
+/// the batches after it stored. (The PostgreSQL store reports SQLSTATE
+/// classes 22, 23 and 54 as `StoreError::Refused`, which the worker
+/// dead-letters; connection and resource errors it retries.) The store has
+/// no refusal of its own that a decoded batch can reach (names, metric
+/// points and sizes are all checked by `Batch::decode` first), so a
+/// database rule is the only way a real PostgreSQL refuses a record.
 #[test]
-#[ignore = "fails: PostgreSQL's permanent refusals (SQLSTATE classes 22, 23) are StoreError::Backend, \
-            retried forever; see the doc comment"]
 fn a_record_postgresql_refuses_for_good_does_not_stop_ingest() {
     let Some(d) = Deployment::start("a_record_postgresql_refuses_for_good_does_not_stop_ingest")
     else {

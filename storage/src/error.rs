@@ -56,9 +56,22 @@ pub enum StoreError {
         expected: u32,
     },
 
+    /// The storage engine refused the data itself (a constraint, a value
+    /// out of range, a row too large): writing it again fails the same way,
+    /// so a caller must set it aside rather than retry.
+    #[error("{backend} refused the data while trying to {op}: {reason}")]
+    Refused {
+        /// Which engine.
+        backend: &'static str,
+        /// What the store was doing.
+        op: &'static str,
+        /// The engine's reason (for PostgreSQL: SQLSTATE and message).
+        reason: String,
+    },
+
     /// The storage engine underneath failed (I/O, a poisoned journal, a lock
     /// held by another process, a database server error, …).
-    #[error("{backend} storage engine failed while trying to {op}")]
+    #[error("{backend} storage engine failed while trying to {op}: {source}")]
     Backend {
         /// Which engine: `fjall`, `scylla`, `postgres`, `s3`.
         backend: &'static str,
@@ -174,11 +187,35 @@ impl StoreError {
         op: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
+        let source: Box<dyn std::error::Error + Send + Sync> = Box::new(source);
+        let refusal = source
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(|e| e.as_db_error())
+            .filter(|db| refuses_for_good(db.code().code()));
+        if let Some(db) = refusal {
+            return StoreError::Refused {
+                backend: "postgres",
+                op,
+                reason: format!("SQLSTATE {}: {}", db.code().code(), db.message()),
+            };
+        }
         StoreError::Backend {
             backend: "postgres",
             op,
-            source: Box::new(source),
+            source,
         }
+    }
+
+    /// Whether writing the same data again would fail the same way.
+    pub fn is_refusal_of_the_data(&self) -> bool {
+        matches!(
+            self,
+            StoreError::InvalidName { .. }
+                | StoreError::InvalidKey { .. }
+                | StoreError::InvalidMetric(_)
+                | StoreError::InvalidArgument { .. }
+                | StoreError::Refused { .. }
+        )
     }
 
     /// Wraps an error of the ScyllaDB driver.
@@ -252,4 +289,28 @@ pub enum DecodeError {
         /// The length its table's layout gives.
         expected: usize,
     },
+}
+
+/// PostgreSQL error classes that refuse the data itself, not the moment:
+/// data exceptions (22), integrity constraint violations (23) and program
+/// limits such as a row too large (54). Connection, resource, lock and
+/// serialization errors (08, 53, 55, 40) pass and are retried.
+fn refuses_for_good(sqlstate: &str) -> bool {
+    matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn only_data_refusals_are_for_good() {
+        assert!(refuses_for_good("23514")); // check_violation
+        assert!(refuses_for_good("22003")); // numeric_value_out_of_range
+        assert!(refuses_for_good("54000")); // program_limit_exceeded
+        assert!(!refuses_for_good("08006")); // connection_failure
+        assert!(!refuses_for_good("53300")); // too_many_connections
+        assert!(!refuses_for_good("40001")); // serialization_failure
+        assert!(!refuses_for_good(""));
+    }
 }

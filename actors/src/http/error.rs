@@ -58,9 +58,10 @@ impl From<kiln_storage::StoreError> for ApiError {
     fn from(e: kiln_storage::StoreError) -> Self {
         use kiln_storage::StoreError as E;
         match e {
-            E::InvalidName { .. } | E::InvalidArgument { .. } | E::InvalidMetric(_) => {
-                ApiError::BadRequest(e.to_string())
-            }
+            E::InvalidName { .. }
+            | E::InvalidArgument { .. }
+            | E::InvalidMetric(_)
+            | E::Refused { .. } => ApiError::BadRequest(e.to_string()),
             E::NotFound { .. } => ApiError::NotFound(e.to_string()),
             E::AlreadyExists { .. } => ApiError::Conflict(e.to_string()),
             _ => ApiError::Internal(e.to_string()),

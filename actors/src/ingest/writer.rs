@@ -27,21 +27,18 @@ pub(crate) struct Written {
 }
 
 /// Whether the store refused a write for good: the record itself is at
-/// fault (a name, a metric point, an argument out of range; a tenant or
-/// project the store does not have), so writing it again would fail again.
+/// fault (a name, a metric point, an argument out of range, a row the
+/// engine's constraints refuse; a tenant or project the store does not
+/// have), so writing it again would fail again.
 /// Everything else (the engine, I/O, a timeout, a task cut short, a
 /// corrupt or incompatible store the operator must mend) may pass on a
 /// later try, and is retried.
 pub(crate) fn is_permanent(error: &StoreError) -> bool {
-    matches!(
-        error,
-        StoreError::InvalidName { .. }
-            | StoreError::InvalidKey { .. }
-            | StoreError::InvalidMetric(_)
-            | StoreError::InvalidArgument { .. }
-            | StoreError::AlreadyExists { .. }
-            | StoreError::NotFound { .. }
-    )
+    error.is_refusal_of_the_data()
+        || matches!(
+            error,
+            StoreError::AlreadyExists { .. } | StoreError::NotFound { .. }
+        )
 }
 
 /// Writes to the profile store.
