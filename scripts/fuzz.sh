@@ -26,12 +26,21 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(cargo +nightly fuzz list)
 log=$(mktemp)
 for target in "${targets[@]}"; do
+  if [ "$target" = scan_decode ] && [ "${KILN_FUZZ_ACTORS:-0}" != 1 ]; then
+    # It links kiln-actors and so librdkafka, which does not build under
+    # AddressSanitizer: it needs a build of its own without a sanitizer
+    # (fuzz/README.md), minutes and gigabytes this smoke run does not spend.
+    echo "== fuzz: scan_decode: SKIP (needs its own unsanitized build of kiln-actors; KILN_FUZZ_ACTORS=1 runs it; its seeds decode in actors/tests/fuzz_seeds.rs)"
+    continue
+  fi
+  extra=()
+  [ "$target" = scan_decode ] && extra=(-s none --features actors --target-dir target-none)
   # Seed corpora live in fuzz/seeds/<target> (committed); the working
   # corpus in fuzz/corpus/<target> is not.
   mkdir -p "corpus/$target"
   seeds=()
   [ -d "seeds/$target" ] && seeds=("seeds/$target")
-  if cargo +nightly fuzz run "$target" "corpus/$target" "${seeds[@]}" -- \
+  if cargo +nightly fuzz run "${extra[@]}" "$target" "corpus/$target" "${seeds[@]}" -- \
       -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "== fuzz: $target: ${seconds}s, $runs inputs, no crash"
