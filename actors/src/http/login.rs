@@ -4,12 +4,11 @@
 //! session cookie ([`super::auth::session`]) and sends the browser to `/`.
 
 use actix_web::http::header::LOCATION;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_storage::{KeyHash, Role};
 use serde::Deserialize;
 
 use super::auth::Auth;
-use super::error::ApiError;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct LoginQuery {
@@ -22,12 +21,16 @@ pub(crate) struct LoginForm {
 }
 
 /// `GET /login[?code=CODE]`.
-pub(crate) async fn page(auth: web::Data<Auth>, query: web::Query<LoginQuery>) -> HttpResponse {
+pub(crate) async fn page(
+    auth: web::Data<Auth>,
+    query: web::Query<LoginQuery>,
+    request: HttpRequest,
+) -> HttpResponse {
     let Some(code) = &query.code else {
         return form(None);
     };
     match auth.sessions().redeem(code) {
-        Some(hash) => start_session(&auth, &hash).await,
+        Some(hash) => start_session(&auth, &hash, &request).await,
         None => form(Some(
             "This login link has been used or has expired. Log in with an API key, or \
              restart kiln up for a new link.",
@@ -37,13 +40,17 @@ pub(crate) async fn page(auth: web::Data<Auth>, query: web::Query<LoginQuery>) -
 
 /// `POST /login` with `key=KEY` (a form): a session for a key that may
 /// read.
-pub(crate) async fn with_key(auth: web::Data<Auth>, form: web::Form<LoginForm>) -> HttpResponse {
+pub(crate) async fn with_key(
+    auth: web::Data<Auth>,
+    form: web::Form<LoginForm>,
+    request: HttpRequest,
+) -> HttpResponse {
     let Some(hash) = KeyHash::of_key(form.key.trim()) else {
         return form_page_status(Some(
             "That is not a Kiln API key (kiln_ and 64 hex digits).",
         ));
     };
-    start_session(&auth, &hash).await
+    start_session(&auth, &hash, &request).await
 }
 
 /// `POST /logout`: ends the session.
@@ -56,21 +63,18 @@ pub(crate) async fn logout(auth: web::Data<Auth>) -> HttpResponse {
 
 /// Sets the session cookie for the key with `hash` when it is live and may
 /// read, and sends the browser to the UI.
-async fn start_session(auth: &Auth, hash: &KeyHash) -> HttpResponse {
+async fn start_session(auth: &Auth, hash: &KeyHash, request: &HttpRequest) -> HttpResponse {
+    let secure = request.connection_info().scheme() == "https";
     match auth.grant_of(hash).await {
         Ok(Some(grant)) if grant.roles.contains(Role::Read) => HttpResponse::SeeOther()
-            .cookie(auth.sessions().cookie(hash))
+            .cookie(auth.sessions().cookie(hash, secure))
             .insert_header((LOCATION, "/"))
             .finish(),
         Ok(Some(_)) => form_page_status(Some(
             "This key may not read profiles (it lacks the read role): use another.",
         )),
         Ok(None) => form_page_status(Some("This key is unknown or has been revoked.")),
-        Err(e) => {
-            use actix_web::ResponseError;
-            let e: ApiError = e;
-            e.error_response()
-        }
+        Err(e) => actix_web::ResponseError::error_response(&e),
     }
 }
 

@@ -45,7 +45,7 @@ fn main() {
             .await
             .unwrap();
         let auth = Auth::new(Arc::new(metadata), None);
-        let cookie = auth.sessions().cookie(&key.key.hash());
+        let cookie = auth.sessions().cookie(&key.key.hash(), false);
         let bearer = format!("Bearer {}", key.key.expose());
 
         let open = test::init_service(App::new().route("/api/v1/x", web::get().to(ok))).await;

@@ -65,13 +65,16 @@ impl Sessions {
         mac
     }
 
-    /// A session cookie for the key with `hash`, valid for [`SESSION_TTL`].
-    pub fn cookie(&self, hash: &KeyHash) -> Cookie<'static> {
+    /// A session cookie for the key with `hash`, valid for [`SESSION_TTL`];
+    /// `secure` (the request came over HTTPS) keeps browsers from ever
+    /// sending it over plain HTTP.
+    pub fn cookie(&self, hash: &KeyHash, secure: bool) -> Cookie<'static> {
         let expires = unix_now() + SESSION_TTL.as_secs();
         let payload = format!("{}.{expires}", hash.to_hex());
         let mac = hex::encode(self.mac(&payload).finalize().into_bytes());
         Cookie::build(SESSION_COOKIE, format!("{payload}.{mac}"))
             .http_only(true)
+            .secure(secure)
             .same_site(SameSite::Strict)
             .path("/")
             .max_age(actix_web::cookie::time::Duration::seconds(
@@ -145,7 +148,8 @@ mod tests {
     fn a_cookie_verifies_to_its_key_and_nothing_else_does() {
         let s = sessions();
         let hash = KeyHash([3; 32]);
-        let cookie = s.cookie(&hash);
+        let cookie = s.cookie(&hash, false);
+        assert!(s.cookie(&hash, true).secure().unwrap());
         assert!(cookie.http_only().unwrap());
         assert_eq!(cookie.same_site(), Some(SameSite::Strict));
         assert_eq!(s.verify(cookie.value()), Some(hash));
