@@ -6,7 +6,7 @@
 mod support;
 
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
-use support::{Server, line_bomb, request, rss};
+use support::{Server, key_with, line_bomb, request, rss};
 
 /// Every route a tenant's key (or the admin token) opens, with a body
 /// where the route takes one.
@@ -77,25 +77,6 @@ fn tenant(server: &Server, admin: &str, name: &str) -> String {
     answer["key"].as_str().expect("a key").to_owned()
 }
 
-/// A key of the tenant `key` belongs to, with `roles` (the admin token
-/// makes it).
-fn key_with(server: &Server, admin: &str, tenant: &str, roles: &str) -> (String, i64) {
-    let (status, text) = call(
-        server,
-        "POST",
-        &format!("/api/v1/admin/tenants/{tenant}/keys"),
-        Some(admin),
-        &[],
-        format!(r#"{{"roles":"{roles}","label":"attack suite"}}"#).as_bytes(),
-    );
-    assert_eq!(status, 201, "{text}");
-    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
-    (
-        answer["key"].as_str().unwrap().to_owned(),
-        answer["id"].as_i64().unwrap(),
-    )
-}
-
 /// Guards "no route answers without a valid credential".
 #[test]
 fn every_route_refuses_missing_wrong_and_revoked_credentials() {
@@ -103,7 +84,7 @@ fn every_route_refuses_missing_wrong_and_revoked_credentials() {
     let server = Server::start(&dir.path().join("data"));
     let admin = local_secret(&server, "admin-token");
     let acme = tenant(&server, &admin, "acme");
-    let (revoked, revoked_id) = key_with(&server, &admin, "acme", "ingest,read,admin");
+    let (revoked, revoked_id) = key_with(&server.url, &admin, "acme", "ingest,read,admin");
     let (status, _) = call(
         &server,
         "DELETE",
@@ -142,8 +123,8 @@ fn roles_bound_what_a_key_may_do() {
     let server = Server::start(&dir.path().join("data"));
     let admin = local_secret(&server, "admin-token");
     tenant(&server, &admin, "acme");
-    let (read, _) = key_with(&server, &admin, "acme", "read");
-    let (ingest, _) = key_with(&server, &admin, "acme", "ingest");
+    let (read, _) = key_with(&server.url, &admin, "acme", "read");
+    let (ingest, _) = key_with(&server.url, &admin, "acme", "ingest");
     let import = "/api/v1/import?format=collapsed";
     let (status, text) = call(&server, "POST", import, Some(&read), &[], b"main 1\n");
     assert_eq!(status, 403, "a read key imported: {text}");

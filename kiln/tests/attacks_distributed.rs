@@ -18,7 +18,7 @@ use kiln_actors::envelope::{BusKey, EnvelopeHeader};
 use kiln_ingest_bus::{BusUrl, Published};
 use kiln_model::{BatchBuilder, Envelope, Frame, FrameKind, LabelSet};
 use kiln_storage::Scope;
-use support::{line_bomb, request, rss};
+use support::{key_with, line_bomb, request, rss};
 use support_distributed::{
     ADMIN_TOKEN, BUS_KEY, Backends, Role, Tenant, collapsed, new_tenant, psql, servers,
 };
@@ -144,25 +144,6 @@ fn scope_of(base: &str, key: &str) -> Scope {
         who["project"].as_str().expect("a project"),
     )
     .unwrap()
-}
-
-/// A key of `tenant` with `roles`, made with the admin token through
-/// `base`; the key and its id.
-fn key_with(base: &str, tenant: &str, roles: &str) -> (String, i64) {
-    let (status, text) = request(
-        base,
-        "POST",
-        &format!("/api/v1/admin/tenants/{tenant}/keys"),
-        Some(ADMIN_TOKEN),
-        &[],
-        format!(r#"{{"roles":"{roles}","label":"attack suite"}}"#).as_bytes(),
-    );
-    assert_eq!(status, 201, "{text}");
-    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
-    (
-        answer["key"].as_str().unwrap().to_owned(),
-        answer["id"].as_i64().unwrap(),
-    )
 }
 
 /// Publishes `(key, payload)` records straight to the deployment's Kafka
@@ -333,7 +314,7 @@ fn credentials_roles_tenants_and_origins_hold_across_gateway_and_query_node() {
     }
 
     // A read key reads, and cannot ingest or import at the gateway.
-    let (read, _) = key_with(d.gateway(), &a.name, "read");
+    let (read, _) = key_with(d.gateway(), ADMIN_TOKEN, &a.name, "read");
     let (status, text) = request(
         d.gateway(),
         "POST",
@@ -358,7 +339,7 @@ fn credentials_roles_tenants_and_origins_hold_across_gateway_and_query_node() {
         ["main;a_private_function 7"]
     );
     // An ingest key does not read; the operator's token reads no tenant.
-    let (ingest_only, _) = key_with(d.gateway(), &a.name, "ingest");
+    let (ingest_only, _) = key_with(d.gateway(), ADMIN_TOKEN, &a.name, "ingest");
     let flame = "/api/v1/flamegraph?from=now-1d&format=collapsed";
     for (who, bearer) in [
         ("an ingest key", &ingest_only[..]),
@@ -413,7 +394,7 @@ fn credentials_roles_tenants_and_origins_hold_across_gateway_and_query_node() {
     // A key revoked at the gateway: known to both nodes first (so that
     // both have it cached), refused by the gateway at once and by the
     // query node within its key cache's lifetime.
-    let (revoked, revoked_id) = key_with(d.gateway(), &a.name, "ingest,read,admin");
+    let (revoked, revoked_id) = key_with(d.gateway(), ADMIN_TOKEN, &a.name, "ingest,read,admin");
     for node in [d.gateway(), d.query()] {
         let (status, text) = request(node, "GET", "/api/v1/whoami", Some(&revoked), &[], b"");
         assert_eq!(status, 200, "{node}: {text}");

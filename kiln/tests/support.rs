@@ -356,3 +356,22 @@ pub fn line_bomb(lines: usize) -> Vec<u8> {
     }
     profile
 }
+
+/// A new key of `tenant` with `roles`, made with the admin token `admin`
+/// through the server at `base`: the key and its id.
+pub fn key_with(base: &str, admin: &str, tenant: &str, roles: &str) -> (String, i64) {
+    let (status, text) = request(
+        base,
+        "POST",
+        &format!("/api/v1/admin/tenants/{tenant}/keys"),
+        Some(admin),
+        &[],
+        format!(r#"{{"roles":"{roles}","label":"attack suite"}}"#).as_bytes(),
+    );
+    assert_eq!(status, 201, "{text}");
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
+    (
+        answer["key"].as_str().unwrap().to_owned(),
+        answer["id"].as_i64().unwrap(),
+    )
+}
