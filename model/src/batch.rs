@@ -161,9 +161,13 @@ pub enum BatchError {
     /// The payload is not valid zstd, or is too large.
     #[error("batch payload does not decompress: {0}")]
     Decompress(#[source] std::io::Error),
-    /// The payload decompresses to more than [`MAX_BATCH_BYTES`].
-    #[error("batch payload decompresses to more than {MAX_BATCH_BYTES} bytes")]
-    TooLarge,
+    /// The payload decompresses to more than the decoder allows
+    /// ([`MAX_BATCH_BYTES`], or less where the caller said so).
+    #[error("batch payload decompresses to more than {limit} bytes")]
+    TooLarge {
+        /// The limit it passed.
+        limit: usize,
+    },
     /// The archive inside fails validation.
     #[error("batch payload is not a valid archive: {0}")]
     Archive(String),
@@ -339,6 +343,16 @@ mod codec {
         /// (an older one is converted to the current struct); checks
         /// dictionary ids and metric points too.
         pub fn decode(bytes: &[u8]) -> Result<Batch, BatchError> {
+            Self::decode_within(bytes, MAX_BATCH_BYTES)
+        }
+
+        /// [`decode`](Self::decode), refusing a payload that decompresses
+        /// to more than `max_payload` bytes (at most [`MAX_BATCH_BYTES`])
+        /// before inflating further: a gateway takes agent batches, which
+        /// are small, with a lower limit than a worker, which also reads
+        /// large imports.
+        pub fn decode_within(bytes: &[u8], max_payload: usize) -> Result<Batch, BatchError> {
+            let limit = max_payload.min(MAX_BATCH_BYTES);
             let version = batch_version(bytes)?;
             let mut payload = rkyv::util::AlignedVec::<16>::new();
             let mut decoder = zstd::stream::Decoder::new(&bytes[BATCH_HEADER_LEN..])
@@ -349,8 +363,8 @@ mod codec {
                 if n == 0 {
                     break;
                 }
-                if payload.len() + n > MAX_BATCH_BYTES {
-                    return Err(BatchError::TooLarge);
+                if payload.len() + n > limit {
+                    return Err(BatchError::TooLarge { limit });
                 }
                 payload.extend_from_slice(&chunk[..n]);
             }
@@ -859,6 +873,26 @@ mod tests {
             frame,
         });
         batch
+    }
+
+    /// Guards "a caller's lower payload limit stops inflating at it": a
+    /// gateway must not inflate a worker's worth per agent batch.
+    #[test]
+    fn decode_within_stops_at_the_callers_limit() {
+        let big = with_function_name(&"f".repeat(MAX_NAME_LEN));
+        let bytes = big.encode();
+        assert_eq!(Batch::decode_within(&bytes, MAX_BATCH_BYTES).unwrap(), big);
+        let err = Batch::decode_within(&bytes, 1024).unwrap_err();
+        assert!(
+            matches!(err, BatchError::TooLarge { limit: 1024 }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "batch payload decompresses to more than 1024 bytes"
+        );
+        // A limit above the decoder's own is the decoder's.
+        assert_eq!(Batch::decode_within(&bytes, usize::MAX).unwrap(), big);
     }
 
     /// Guards the name limit on decoding, at the limit and one past it;

@@ -18,6 +18,12 @@ use super::quota::Metered;
 use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
 
+/// Largest payload an agent batch may decompress to at the gateway. Agent
+/// batches hold a few seconds of samples, far below this; a worker still
+/// reads up to [`kiln_model::MAX_BATCH_BYTES`] (imports are larger), but a
+/// hostile body cannot make the gateway inflate that much per request.
+pub const MAX_AGENT_BATCH_PAYLOAD: usize = 64 << 20;
+
 /// Largest refused batch kept aside for a newer backend; larger ones are
 /// only logged. With [`MAX_REFUSED_PER_HOUR`] this bounds what a tenant's
 /// refused batches can store per gateway: 64 MiB an hour.
@@ -131,7 +137,7 @@ pub(crate) async fn ingest(
         .read_metered(&state, &scope, &request, payload, INGEST_BODY)
         .await?;
     let bytes = body.clone();
-    let decoded = web::block(move || Batch::decode(&bytes))
+    let decoded = web::block(move || Batch::decode_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
         .await
         .map_err(|e| ApiError::Internal(format!("decode worker failed: {e}")))?;
     let batch = match decoded {
