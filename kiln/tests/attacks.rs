@@ -5,8 +5,7 @@
 
 mod support;
 
-use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
-use support::{Server, key_with, line_bomb, request, rss};
+use support::{Server, hostile, key_with, request, rss};
 
 /// Every route a tenant's key (or the admin token) opens, with a body
 /// where the route takes one.
@@ -301,9 +300,7 @@ fn hostile_input_is_refused_and_the_server_keeps_serving() {
 
     // 1. A decompression bomb: 512 MiB of zeros in a few KB of zstd,
     // sent four times.
-    let zeros = vec![0u8; 512 << 20];
-    let bomb = zstd::encode_all(&zeros[..], 19).unwrap();
-    drop(zeros);
+    let bomb = hostile::zstd_bomb();
     for path in ["/api/v1/ingest", "/api/v1/import?format=collapsed"] {
         for _ in 0..2 {
             let (status, text) = call(
@@ -325,24 +322,16 @@ fn hostile_input_is_refused_and_the_server_keeps_serving() {
 
     // 2. An oversized function name (1 MiB), and a 250 MiB one that
     // compresses to little.
-    let labels = LabelSet::new().with("process", "attacker");
-    let batch_with_name = |len: usize| {
-        let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
-        builder.add(1, &[Frame::named(FrameKind::Native, "x")], &labels, 1);
-        let mut batch = builder.finish();
-        batch.frames[0].frame = Frame::named(FrameKind::Native, "f".repeat(len));
-        batch.encode()
-    };
     let (status, text) = call(
         &server,
         "POST",
         "/api/v1/ingest",
         Some(&key),
         &[],
-        &batch_with_name(1 << 20),
+        &hostile::batch_with_function_name(1 << 20),
     );
     assert_eq!(status, 400, "{text}");
-    let huge = zstd::encode_all(&batch_with_name(250 << 20)[..], 3).unwrap();
+    let huge = zstd::encode_all(&hostile::batch_with_function_name(250 << 20)[..], 3).unwrap();
     let (status, text) = call(
         &server,
         "POST",
@@ -354,17 +343,13 @@ fn hostile_input_is_refused_and_the_server_keeps_serving() {
     assert!(status == 400 || status == 413, "{status} {text}");
 
     // 3. Counts that overflow when summed.
-    let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
-    let frames = [Frame::named(FrameKind::Native, "overflow")];
-    builder.add(now_ns() - 1_000_000_000, &frames, &labels, 1 << 63);
-    builder.add(now_ns() - 2_000_000_000, &frames, &labels, 1 << 63);
     let (status, text) = call(
         &server,
         "POST",
         "/api/v1/ingest",
         Some(&key),
         &[],
-        &builder.finish().encode(),
+        &hostile::overflowing_counts_batch(),
     );
     assert!(status == 400 || status == 200, "{status} {text}");
     let flame = "/api/v1/flamegraph?from=now-1h&format=json";
@@ -372,10 +357,7 @@ fn hostile_input_is_refused_and_the_server_keeps_serving() {
     assert_eq!(status, 200, "a flamegraph after overflowing counts: {text}");
 
     // 4. A pprof line bomb: one location with two million lines, gzipped.
-    let pprof = line_bomb(2_000_000);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    std::io::Write::write_all(&mut gz, &pprof).unwrap();
-    let pprof = gz.finish().unwrap();
+    let pprof = hostile::gzipped_line_bomb(2_000_000);
     let (status, text) = call(
         &server,
         "POST",
@@ -477,11 +459,4 @@ fn login_links_work_once_and_sessions_read() {
         .call()
         .unwrap();
     assert_eq!(response.status().as_u16(), 401);
-}
-
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
 }

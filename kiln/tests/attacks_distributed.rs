@@ -12,13 +12,13 @@ mod support;
 mod support_distributed;
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kiln_actors::envelope::{BusKey, EnvelopeHeader};
 use kiln_ingest_bus::{BusUrl, Published};
 use kiln_model::{BatchBuilder, Envelope, Frame, FrameKind, LabelSet};
 use kiln_storage::Scope;
-use support::{key_with, line_bomb, request, rss};
+use support::{hostile, key_with, now_ns, request, rss};
 use support_distributed::{
     ADMIN_TOKEN, BUS_KEY, Backends, Role, Tenant, collapsed, new_tenant, psql, servers,
 };
@@ -89,13 +89,6 @@ fn list(dir: &Path) -> Vec<String> {
     };
     names.sort();
     names
-}
-
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
 }
 
 /// An encoded batch from `source`: one sample of the stack `main;function`
@@ -687,14 +680,7 @@ fn hostile_bodies_at_the_gateway_are_refused_and_it_keeps_serving() {
 
     // 1. A decompression bomb: 512 MiB of zeros in a few KB of zstd, sent
     // twice to each body-taking route of the gateway.
-    let bomb = {
-        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
-        let zeros = vec![0u8; 1 << 20];
-        for _ in 0..512 {
-            std::io::Write::write_all(&mut encoder, &zeros).unwrap();
-        }
-        encoder.finish().unwrap()
-    };
+    let bomb = hostile::zstd_bomb();
     for path in ["/api/v1/ingest", "/api/v1/import?format=collapsed"] {
         for _ in 0..2 {
             let started = Instant::now();
@@ -721,24 +707,16 @@ fn hostile_bodies_at_the_gateway_are_refused_and_it_keeps_serving() {
 
     // 2. An oversized function name (1 MiB), and a 250 MiB one that
     // compresses to little.
-    let labels = LabelSet::new().with("process", "attacker");
-    let batch_with_name = |len: usize| {
-        let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
-        builder.add(1, &[Frame::named(FrameKind::Native, "x")], &labels, 1);
-        let mut batch = builder.finish();
-        batch.frames[0].frame = Frame::named(FrameKind::Native, "f".repeat(len));
-        batch.encode()
-    };
     let (status, text) = request(
         d.gateway(),
         "POST",
         "/api/v1/ingest",
         Some(&key),
         &[],
-        &batch_with_name(1 << 20),
+        &hostile::batch_with_function_name(1 << 20),
     );
     assert_eq!(status, 400, "{text}");
-    let huge = zstd::encode_all(&batch_with_name(250 << 20)[..], 3).unwrap();
+    let huge = zstd::encode_all(&hostile::batch_with_function_name(250 << 20)[..], 3).unwrap();
     let (status, text) = request(
         d.gateway(),
         "POST",
@@ -751,25 +729,18 @@ fn hostile_bodies_at_the_gateway_are_refused_and_it_keeps_serving() {
     drop(huge);
 
     // 3. Counts that overflow when summed.
-    let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
-    let frames = [Frame::named(FrameKind::Native, "overflow")];
-    builder.add(now_ns() - 1_000_000_000, &frames, &labels, 1 << 63);
-    builder.add(now_ns() - 2_000_000_000, &frames, &labels, 1 << 63);
     let (status, text) = request(
         d.gateway(),
         "POST",
         "/api/v1/ingest",
         Some(&key),
         &[],
-        &builder.finish().encode(),
+        &hostile::overflowing_counts_batch(),
     );
     assert_eq!(status, 400, "{text}");
 
     // 4. A pprof line bomb: one location with two million lines, gzipped.
-    let pprof = line_bomb(2_000_000);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    std::io::Write::write_all(&mut gz, &pprof).unwrap();
-    let pprof = gz.finish().unwrap();
+    let pprof = hostile::gzipped_line_bomb(2_000_000);
     let (status, text) = request(
         d.gateway(),
         "POST",

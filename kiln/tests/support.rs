@@ -325,7 +325,7 @@ pub fn rss(pid: u32) -> u64 {
 
 /// A pprof `Profile` whose one location has `lines` lines: a few bytes
 /// each on the wire, a struct each once parsed.
-pub fn line_bomb(lines: usize) -> Vec<u8> {
+fn line_bomb(lines: usize) -> Vec<u8> {
     fn varint(mut v: u64, out: &mut Vec<u8>) {
         while v >= 0x80 {
             out.push((v as u8) | 0x80);
@@ -374,4 +374,58 @@ pub fn key_with(base: &str, admin: &str, tenant: &str, roles: &str) -> (String, 
         answer["key"].as_str().unwrap().to_owned(),
         answer["id"].as_i64().unwrap(),
     )
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+/// The attack suites' hostile bodies, built one way for both.
+pub mod hostile {
+    use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
+
+    /// 512 MiB of zeros as zstd: a few KB on the wire (streamed, so the
+    /// zeros are never held at once).
+    pub fn zstd_bomb() -> Vec<u8> {
+        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..512 {
+            std::io::Write::write_all(&mut encoder, &zeros).unwrap();
+        }
+        encoder.finish().unwrap()
+    }
+
+    /// An encoded agent batch whose one frame has a function name `len`
+    /// bytes long (built past the builder, which would cut it).
+    pub fn batch_with_function_name(len: usize) -> Vec<u8> {
+        let labels = LabelSet::new().with("process", "attacker");
+        let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
+        builder.add(1, &[Frame::named(FrameKind::Native, "x")], &labels, 1);
+        let mut batch = builder.finish();
+        batch.frames[0].frame = Frame::named(FrameKind::Native, "f".repeat(len));
+        batch.encode()
+    }
+
+    /// An encoded agent batch with two samples of 2^63: their sum
+    /// overflows a u64.
+    pub fn overflowing_counts_batch() -> Vec<u8> {
+        let labels = LabelSet::new().with("process", "attacker");
+        let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
+        let frames = [Frame::named(FrameKind::Native, "overflow")];
+        let now = super::now_ns();
+        builder.add(now - 1_000_000_000, &frames, &labels, 1 << 63);
+        builder.add(now - 2_000_000_000, &frames, &labels, 1 << 63);
+        builder.finish().encode()
+    }
+
+    /// A gzipped pprof profile whose one location has `lines` lines.
+    pub fn gzipped_line_bomb(lines: usize) -> Vec<u8> {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        std::io::Write::write_all(&mut gz, &super::line_bomb(lines)).unwrap();
+        gz.finish().unwrap()
+    }
 }
