@@ -22,6 +22,7 @@ pub mod envelope;
 pub mod http;
 pub mod ingest;
 pub mod query;
+pub mod retention;
 pub mod roles;
 mod server;
 

@@ -14,9 +14,10 @@ use kiln_storage::{MetadataStore, ObjectStore, ProfileStore};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::BusKey;
-use crate::http::{AdminToken, AppState, Auth, IngestState, QuotaDefaults};
+use crate::http::{AdminToken, AppState, Auth, IngestState, QuotaDefaults, StoredBytes};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes, QueryOptions, SetQueryOptions};
+use crate::retention::Retention;
 use crate::server::{Routes, Running, ServerError, serve};
 
 /// Where and how a role serves HTTP, and whom it lets in.
@@ -49,10 +50,12 @@ impl HttpOptions {
         }
     }
 
-    /// What the handlers share, credentials checked against `metadata`.
+    /// What the handlers share, credentials checked against `metadata`,
+    /// stored bytes read from `store`.
     fn state(
         &self,
         query: actix::Addr<QueryCoordinator>,
+        store: Arc<dyn ProfileStore>,
         objects: Arc<dyn ObjectStore>,
         metadata: Arc<dyn MetadataStore>,
     ) -> AppState {
@@ -61,6 +64,8 @@ impl HttpOptions {
             objects,
             auth: Auth::new(metadata, self.admin_token.clone()),
             defaults: self.quota,
+            stored: Arc::new(StoredBytes::new(store)),
+            retention: None,
         }
     }
 }
@@ -88,10 +93,12 @@ pub async fn start_gateway(
 ) -> Result<Running, ServerError> {
     let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
     let query = match query_nodes {
-        None => QueryCoordinator::start(store, objects.clone(), 1),
-        Some(nodes) => QueryCoordinator::start_notifying(store, objects.clone(), 1, nodes)?,
+        None => QueryCoordinator::start(store.clone(), objects.clone(), 1),
+        Some(nodes) => QueryCoordinator::start_notifying(store.clone(), objects.clone(), 1, nodes)?,
     };
-    let state = http.state(query, objects, metadata);
+    // Gateways refuse a tenant over its stored bytes; retention is the
+    // query nodes' (see `crate::retention`).
+    let state = http.state(query, store, objects, metadata);
     serve(
         Routes::Gateway(state, IngestState::new(bus, progress, bus_key)),
         http.listen,
@@ -127,6 +134,9 @@ pub async fn start_worker(
 /// of query nodes that spread each query's partition scans over each other
 /// (again by rendezvous hashing, so a partition's caches stay warm on one
 /// node), serve each other's scans, and tell each other of symbol uploads.
+///
+/// It also runs the retention job ([`crate::retention`]): at start, then
+/// hourly, it deletes what is older than each tenant's retention.
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
@@ -137,20 +147,26 @@ pub async fn start_query(
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
+    let retention = Retention::new(store.clone(), metadata.clone(), http.quota.retention_days);
+    let scans = store.clone();
     let peer_listen = peers.as_ref().map(|p| p.listen);
     let (query, cluster) = match peers {
         None => (
-            QueryCoordinator::start_with_symbolizer(store, symbolizer, aggregators),
+            QueryCoordinator::start_with_symbolizer(scans, symbolizer, aggregators),
             None,
         ),
         Some(peers) => {
             let secret = peers.secret.clone();
-            let query = QueryCoordinator::start_with_peers(store, symbolizer, aggregators, peers)?;
+            let query = QueryCoordinator::start_with_peers(scans, symbolizer, aggregators, peers)?;
             (query, Some(secret))
         }
     };
     query.do_send(SetQueryOptions(http.query));
-    let state = http.state(query, objects, metadata);
+    let mut state = http.state(query, store, objects, metadata);
+    state.retention = Some(retention.clone());
     let cluster = cluster.zip(peer_listen);
-    serve(Routes::Query(state, cluster), http.listen, http.workers)
+    let running = serve(Routes::Query(state, cluster), http.listen, http.workers)?;
+    // Once serving: a node that failed to start deletes nothing.
+    retention.spawn();
+    Ok(running)
 }

@@ -15,7 +15,9 @@ use kiln_storage::{
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::{BusKey, BusKeyError, SecretFileError, load_or_create_secret_file};
-use crate::http::{self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults};
+use crate::http::{
+    self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults, StoredBytes,
+};
 use crate::ingest;
 use crate::query::{ClusterSecret, QueryCoordinator, QueryOptions, SetQueryOptions};
 
@@ -177,8 +179,15 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         bus_key.clone(),
     )
     .await?;
-    let query = QueryCoordinator::start_with_symbolizer(store, symbolizer, options.aggregators);
+    let query =
+        QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, options.aggregators);
     query.do_send(SetQueryOptions(options.query));
+    // `kiln up` is every role, so it runs the query role's retention job.
+    let retention = crate::retention::Retention::new(
+        store.clone(),
+        metadata.clone(),
+        options.quota.retention_days,
+    );
     let auth = Auth::new(metadata, Some(admin));
     let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {
@@ -186,6 +195,8 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         objects,
         auth,
         defaults: options.quota,
+        stored: Arc::new(StoredBytes::new(store)),
+        retention: Some(retention.clone()),
     };
     let ingest = IngestState::new(bus, progress, bus_key);
     let mut running = serve(
@@ -193,6 +204,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         options.listen,
         options.http_workers,
     )?;
+    retention.spawn();
     running.login_path = Some(login_path);
     Ok(running)
 }

@@ -160,6 +160,16 @@ impl ProfileStore for SlowStore {
     ) -> Result<Vec<String>, StoreError> {
         self.inner.metric_names(scope, from_ns, to_ns).await
     }
+    async fn delete_hours_before(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+    ) -> Result<kiln_storage::DeletedHours, StoreError> {
+        self.inner.delete_hours_before(scope, before_ns).await
+    }
+    async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.stored_bytes(tenant).await
+    }
     async fn sync(&self) -> Result<(), StoreError> {
         self.inner.sync().await
     }

@@ -136,9 +136,15 @@ pub struct SetLimitsArgs {
     #[arg(long)]
     pub max_concurrent_queries: Option<u32>,
 
-    /// Days back the tenant's queries may read.
+    /// Days of the tenant's data kept: its queries read no further back,
+    /// and the hourly retention job deletes older data.
     #[arg(long)]
     pub retention_days: Option<u32>,
+
+    /// Bytes of samples and metric points the tenant may keep stored;
+    /// over it, its ingest, imports and symbol uploads get 429.
+    #[arg(long)]
+    pub max_stored_bytes: Option<u64>,
 
     /// The tenant.
     pub name: String,
@@ -261,9 +267,16 @@ pub struct QuotaArgs {
     #[arg(long, env = "KILN_DEFAULT_MAX_CONCURRENT_QUERIES", default_value_t = kiln_actors::http::QuotaDefaults::default().max_concurrent_queries)]
     pub default_max_concurrent_queries: u32,
 
-    /// Days back a tenant's queries may read, by default (none: all data).
+    /// Days of a tenant's data kept, by default: queries read no further
+    /// back, and the query role's hourly retention job deletes older data
+    /// (none: all data, kept).
     #[arg(long, env = "KILN_DEFAULT_RETENTION_DAYS")]
     pub default_retention_days: Option<u32>,
+
+    /// Bytes of samples and metric points a tenant may keep stored, by
+    /// default (none: no limit).
+    #[arg(long, env = "KILN_DEFAULT_MAX_STORED_BYTES")]
+    pub default_max_stored_bytes: Option<u64>,
 }
 
 /// How a query node admits queries (`kiln up`, `kiln query`).
@@ -284,6 +297,7 @@ impl QuotaArgs {
             ingest_bytes_per_s: self.default_ingest_bytes_per_s,
             max_concurrent_queries: self.default_max_concurrent_queries,
             retention_days: self.default_retention_days,
+            max_stored_bytes: self.default_max_stored_bytes,
         }
     }
 }

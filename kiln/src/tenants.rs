@@ -101,6 +101,7 @@ fn set_limits(args: SetLimitsArgs) -> anyhow::Result<()> {
         ingest_bytes_per_s: args.ingest_bytes_per_s,
         max_concurrent_queries: args.max_concurrent_queries,
         retention_days: args.retention_days,
+        max_stored_bytes: args.max_stored_bytes,
     };
     let path = format!("/api/v1/admin/tenants/{}/limits", args.name);
     let view: LimitsView = answer(server.put(&path).send_json(limits))?;
@@ -204,6 +205,13 @@ fn print_limits(tenant: &str, view: &LimitsView) {
             view.effective.retention_days.map(u64::from)
         )
     );
+    println!(
+        "  max_stored_bytes        {}",
+        show(view.set.max_stored_bytes, view.effective.max_stored_bytes)
+    );
+    if let Some(bytes) = view.stored_bytes {
+        println!("  stored_bytes now        {bytes}");
+    }
 }
 
 /// Unix seconds as RFC 3339, or `never`.

@@ -85,7 +85,10 @@ pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey};
 pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
 pub use postgres::{PostgresMetadataStore, PostgresProfileStore};
-pub use profile::{ProfileStore, StoredFrame, StoredMetricPoint, StoredSample};
+pub use profile::{
+    DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, metric_row_bytes,
+    sample_row_bytes,
+};
 pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};
 pub use scylla::{ScyllaProfileStore, ScyllaUrl};

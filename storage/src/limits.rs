@@ -23,6 +23,11 @@ pub struct TenantLimits {
     /// Days of profiles a query may reach back (older data is not read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_days: Option<u32>,
+    /// Bytes of samples and metric points the tenant may keep stored
+    /// (as the store counts them, see `ProfileStore::stored_bytes`); over
+    /// it, ingest is refused until retention or the operator makes room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stored_bytes: Option<u64>,
 }
 
 impl TenantLimits {
@@ -33,6 +38,7 @@ impl TenantLimits {
             ingest_bytes_per_s: self.ingest_bytes_per_s.or(other.ingest_bytes_per_s),
             max_concurrent_queries: self.max_concurrent_queries.or(other.max_concurrent_queries),
             retention_days: self.retention_days.or(other.retention_days),
+            max_stored_bytes: self.max_stored_bytes.or(other.max_stored_bytes),
         }
     }
 }

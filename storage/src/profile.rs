@@ -99,6 +99,61 @@ impl From<FrameEntry> for StoredFrame {
     }
 }
 
+/// What [`ProfileStore::delete_hours_before`] removed, for the retention
+/// job's log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeletedHours {
+    /// Hours of samples removed.
+    pub sample_hours: u64,
+    /// (metric, hour) partitions of metric points removed.
+    pub metric_hours: u64,
+    /// What [`ProfileStore::stored_bytes`] counted for them, now no longer
+    /// counted.
+    pub bytes: u64,
+}
+
+impl DeletedHours {
+    /// Whether nothing was removed.
+    pub fn is_empty(&self) -> bool {
+        *self == DeletedHours::default()
+    }
+}
+
+/// Bytes one sample row of `scope` counts for in [`ProfileStore::stored_bytes`]:
+/// its key and value as data (scope names, hour, shard, timestamp, stack
+/// and label-set ids, count, period), the same in every store. A
+/// backend's own overhead (row headers, indexes, replication) is not the
+/// tenant's to count, and counting it would make one quota mean different
+/// amounts on different backends.
+pub fn sample_row_bytes(scope: &Scope) -> u64 {
+    (scope.tenant().len() + scope.project().len()) as u64 + 8 + 2 + 8 + 16 + 16 + 8 + 8
+}
+
+/// Bytes one metric point of `scope` named `name` counts for, as
+/// [`sample_row_bytes`]: names, hour, timestamp, label-set id, value.
+pub fn metric_row_bytes(scope: &Scope, name: &str) -> u64 {
+    (scope.tenant().len() + scope.project().len() + name.len()) as u64 + 8 + 8 + 16 + 8
+}
+
+/// The bytes a write of `samples` adds per hour, sorted by hour.
+pub(crate) fn sample_bytes_per_hour(scope: &Scope, samples: &[StoredSample]) -> Vec<(i64, u64)> {
+    let row = sample_row_bytes(scope);
+    let mut hours = std::collections::BTreeMap::<i64, u64>::new();
+    for s in samples {
+        *hours.entry(hour_of(s.timestamp_ns)).or_default() += row;
+    }
+    hours.into_iter().collect()
+}
+
+/// The bytes a write of metric `points` adds per hour, sorted by hour.
+pub(crate) fn metric_bytes_per_hour(scope: &Scope, points: &[MetricPoint]) -> Vec<(i64, u64)> {
+    let mut hours = std::collections::BTreeMap::<i64, u64>::new();
+    for p in points {
+        *hours.entry(hour_of(p.timestamp_ns)).or_default() += metric_row_bytes(scope, &p.name);
+    }
+    hours.into_iter().collect()
+}
+
 /// The hour (the partition of DESIGN.md's `samples` table) a timestamp
 /// belongs to: `div_euclid` rounds toward minus infinity, so -1 ns is in
 /// hour -1. Every store derives it here, so their keys agree.
@@ -262,6 +317,36 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<String>, StoreError>;
+
+    /// Deletes the scope's samples and metric points of every hour before
+    /// the hour of `before_ns` (`hour < before_ns.div_euclid(1 h)`: whole
+    /// hours that end at or before `before_ns`, so nothing at or after it
+    /// goes), with their index rows ([`sample_hours`](Self::sample_hours),
+    /// [`metric_names`](Self::metric_names)) and what
+    /// [`stored_bytes`](Self::stored_bytes) counted for them. Dictionary
+    /// rows stay: they are shared by every hour and not partitioned by
+    /// time. This is retention; it costs what the deleted data costs, and
+    /// a second call with the same bound finds nothing to do.
+    ///
+    /// A local store gives the disk space back: the embedded store drops
+    /// the files that hold only deleted rows and compacts the rest when
+    /// they were a large share of it.
+    async fn delete_hours_before(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+    ) -> Result<DeletedHours, StoreError>;
+
+    /// Bytes of `tenant`'s samples and metric points stored, summed over
+    /// its projects: [`sample_row_bytes`] per sample row and
+    /// [`metric_row_bytes`] per point, counted per (project, hour) as
+    /// written and dropped with the hour by
+    /// [`delete_hours_before`](Self::delete_hours_before). A row written
+    /// again (a replayed batch) is counted again, so this can run above
+    /// the data held until the hour is deleted; dictionaries (stacks,
+    /// frames, label sets) are not counted. The cost is one read per
+    /// (project, hour) with data, so callers cache it.
+    async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
 
     /// Makes every write that returned `Ok` durable (fsync). The ingest
     /// pipeline calls it before committing bus offsets.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_formats::{Format, ImportOptions};
 use kiln_model::{Batch, BatchError, LabelSet};
-use kiln_storage::{ObjectKey, Scope};
+use kiln_storage::{ObjectKey, Scope, TenantLimits};
 use serde::Serialize;
 use tracing::warn;
 
@@ -97,17 +97,16 @@ pub(crate) async fn import(
         labels,
         ..ImportOptions::new(now_ns())
     };
+    let limits = admit_tenant(&state, &scope).await?;
     let body = ingest
-        .read_metered(&state, &scope, &request, payload, IMPORT_BODY)
+        .read_metered(&scope, &limits, &request, payload, IMPORT_BODY)
         .await?;
     // Parsing is CPU-bound: keep it off the server's event loop.
     let imported = web::block(move || kiln_formats::import(format, &body, &options))
         .await
         .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
-    ingest
-        .admit_samples(&state, &scope, imported.batch.sample_count())
-        .await?;
+    ingest.admit_samples(&scope, &limits, imported.batch.sample_count())?;
     let published = ingest
         .publish(&scope, &imported.batch.source, &imported.batch.encode())
         .await?;
@@ -133,8 +132,9 @@ pub(crate) async fn ingest(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let limits = admit_tenant(&state, &scope).await?;
     let body = ingest
-        .read_metered(&state, &scope, &request, payload, INGEST_BODY)
+        .read_metered(&scope, &limits, &request, payload, INGEST_BODY)
         .await?;
     let bytes = body.clone();
     let decoded = web::block(move || Batch::decode_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
@@ -153,9 +153,7 @@ pub(crate) async fn ingest(
             return Err(ApiError::bad_request(format!("batch refused: {e}")));
         }
     };
-    ingest
-        .admit_samples(&state, &scope, batch.sample_count())
-        .await?;
+    ingest.admit_samples(&scope, &limits, batch.sample_count())?;
     ingest.publish(&scope, &batch.source, &body).await?;
     Ok(HttpResponse::Ok().json(Accepted {
         format: None,
@@ -166,21 +164,35 @@ pub(crate) async fn ingest(
     }))
 }
 
+/// The tenant's limits (read once per request: the quotas below all take
+/// them from here), the server's defaults filled in; refuses a tenant over
+/// its stored-bytes quota before its body is read.
+async fn admit_tenant(state: &AppState, scope: &Scope) -> Result<TenantLimits, ApiError> {
+    let limits = state
+        .auth
+        .tenant_limits(scope.tenant())
+        .await?
+        .or(state.defaults.limits());
+    state
+        .stored
+        .admit(scope.tenant(), limits.max_stored_bytes)
+        .await?;
+    Ok(limits)
+}
+
 impl IngestState {
     /// Reads a request body under `limit`, metered against the tenant's
     /// bytes-per-second quota as sent (before decompression).
     async fn read_metered(
         &self,
-        state: &AppState,
         scope: &Scope,
+        limits: &TenantLimits,
         request: &HttpRequest,
         payload: web::Payload,
         limit: BodyLimit,
     ) -> Result<web::Bytes, ApiError> {
-        let limits = state.auth.tenant_limits(scope.tenant()).await?;
-        let rate = limits
-            .ingest_bytes_per_s
-            .unwrap_or(state.defaults.ingest_bytes_per_s);
+        // `admit_tenant` filled in the defaults.
+        let rate = limits.ingest_bytes_per_s.unwrap_or(u64::MAX);
         let sent = request
             .headers()
             .get(actix_web::http::header::CONTENT_LENGTH)
@@ -201,16 +213,13 @@ impl IngestState {
     }
 
     /// Admits `samples` against the tenant's samples-per-second quota.
-    async fn admit_samples(
+    fn admit_samples(
         &self,
-        state: &AppState,
         scope: &Scope,
+        limits: &TenantLimits,
         samples: u64,
     ) -> Result<(), ApiError> {
-        let limits = state.auth.tenant_limits(scope.tenant()).await?;
-        let rate = limits
-            .ingest_samples_per_s
-            .unwrap_or(state.defaults.ingest_samples_per_s);
+        let rate = limits.ingest_samples_per_s.unwrap_or(u64::MAX);
         self.quota
             .admit(scope.tenant(), Metered::Samples, rate, samples)
     }

@@ -71,7 +71,7 @@ pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
 pub use metrics::{MAX_METRIC_POINTS_PER_SERIES, MAX_METRIC_RANGE};
 pub use params::{now_ns, parse_time};
-pub use quota::{IngestQuota, QuotaDefaults};
+pub use quota::{IngestQuota, QuotaDefaults, STORED_BYTES_TTL, StoredBytes};
 
 /// What every handler shares: the query side, the object store, and who
 /// may do what.
@@ -85,6 +85,11 @@ pub struct AppState {
     pub auth: Auth,
     /// The limits of tenants that have none set.
     pub defaults: QuotaDefaults,
+    /// Each tenant's stored bytes (cached), for `max_stored_bytes`.
+    pub stored: Arc<StoredBytes>,
+    /// The retention job, where this process runs it (the query role and
+    /// `kiln up`): `POST /api/v1/admin/retention` runs a pass now.
+    pub retention: Option<crate::retention::Retention>,
 }
 
 /// What the write endpoints need besides [`AppState`]: only a process that
@@ -198,6 +203,10 @@ fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
         .route(
             "/api/v1/admin/tenants/{tenant}/limits",
             web::put().to(tenants::set_limits),
+        )
+        .route(
+            "/api/v1/admin/retention",
+            web::post().to(tenants::run_retention),
         )
         .route(
             "/api/v1/admin/tenants/{tenant}/keys",

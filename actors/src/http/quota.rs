@@ -8,12 +8,15 @@
 //! its cost is taken after. So one batch larger than a second's worth
 //! still passes (then the tenant waits), and the answer to a refused one
 //! says exactly how long to wait (`Retry-After`).
+//!
+//! Stored bytes are checked against `max_stored_bytes` through
+//! [`StoredBytes`], a per-process cache of each tenant's usage.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use kiln_storage::TenantLimits;
+use kiln_storage::{ProfileStore, TenantLimits};
 
 use super::error::ApiError;
 
@@ -26,8 +29,12 @@ pub struct QuotaDefaults {
     pub ingest_bytes_per_s: u64,
     /// Queries per tenant running at once on one query node.
     pub max_concurrent_queries: u32,
-    /// Days back a query may read; `None`: all data.
+    /// Days of data kept: queries read no further back, and the
+    /// retention job deletes what is older. `None`: all data, kept.
     pub retention_days: Option<u32>,
+    /// Bytes of samples and metric points a tenant may keep stored;
+    /// `None`: no limit.
+    pub max_stored_bytes: Option<u64>,
 }
 
 impl Default for QuotaDefaults {
@@ -40,6 +47,7 @@ impl Default for QuotaDefaults {
             ingest_bytes_per_s: 256 << 20,
             max_concurrent_queries: 8,
             retention_days: None,
+            max_stored_bytes: None,
         }
     }
 }
@@ -52,7 +60,97 @@ impl QuotaDefaults {
             ingest_bytes_per_s: Some(self.ingest_bytes_per_s),
             max_concurrent_queries: Some(self.max_concurrent_queries),
             retention_days: self.retention_days,
+            max_stored_bytes: self.max_stored_bytes,
         }
+    }
+}
+
+/// How long a tenant's stored bytes are taken from the cache before the
+/// store is asked again. Stored bytes grow by what the workers write, at
+/// most a few seconds of the tenant's ingest rate in this time, so a
+/// tenant may end that much over its quota; in exchange a request costs a
+/// map lookup, not a sum over the store.
+pub const STORED_BYTES_TTL: Duration = Duration::from_secs(5);
+
+/// Seconds a client over its stored-bytes quota is told to wait: room
+/// comes from the hourly retention job or an operator, not from waiting a
+/// second, and agents spool meanwhile.
+const STORED_BYTES_RETRY_S: u64 = 60;
+
+/// Each tenant's stored bytes, as the profile store counts them
+/// (`ProfileStore::stored_bytes`), cached for [`STORED_BYTES_TTL`].
+#[derive(Debug)]
+pub struct StoredBytes {
+    store: Arc<dyn ProfileStore>,
+    ttl: Duration,
+    cached: Mutex<HashMap<String, (u64, Instant)>>,
+}
+
+impl StoredBytes {
+    /// Usage read from `store`, cached for [`STORED_BYTES_TTL`].
+    pub fn new(store: Arc<dyn ProfileStore>) -> Self {
+        Self::with_ttl(store, STORED_BYTES_TTL)
+    }
+
+    /// Usage read from `store`, cached for `ttl`.
+    pub fn with_ttl(store: Arc<dyn ProfileStore>, ttl: Duration) -> Self {
+        StoredBytes {
+            store,
+            ttl,
+            cached: Mutex::default(),
+        }
+    }
+
+    /// The tenant's stored bytes, at most the cache's TTL old. Two
+    /// requests that both miss may both ask the store; that is cheaper
+    /// than making one wait on the other.
+    pub async fn of(&self, tenant: &str) -> Result<u64, ApiError> {
+        let now = Instant::now();
+        {
+            let cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(&(bytes, at)) = cached.get(tenant)
+                && now.saturating_duration_since(at) < self.ttl
+            {
+                return Ok(bytes);
+            }
+        }
+        let bytes = self.store.stored_bytes(tenant).await?;
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        // Entries of tenants that stopped sending go, so the map stays as
+        // large as the set of active tenants.
+        if cached.len() > 1024 {
+            let ttl = self.ttl;
+            cached.retain(|_, (_, at)| now.saturating_duration_since(*at) < ttl);
+        }
+        cached.insert(tenant.to_owned(), (bytes, now));
+        Ok(bytes)
+    }
+
+    /// Refuses a tenant whose stored bytes have reached `limit` (`None`:
+    /// no limit; nothing is read).
+    ///
+    /// The answer is 429 with `Retry-After`, not 507: it is this tenant's
+    /// quota that is full, not the server's disk (a 5xx would say the
+    /// server failed, and 507 is WebDAV's), and 429 is what every other
+    /// quota answers, which agents already spool and resend. Nothing
+    /// already stored is touched.
+    pub async fn admit(&self, tenant: &str, limit: Option<u64>) -> Result<(), ApiError> {
+        let Some(limit) = limit else {
+            return Ok(());
+        };
+        let used = self.of(tenant).await?;
+        if used < limit {
+            return Ok(());
+        }
+        Err(ApiError::TooManyRequests {
+            message: format!(
+                "tenant {tenant:?} is over its stored-bytes quota: {used} bytes stored, \
+                 max_stored_bytes is {limit}; nothing new is stored until retention deletes \
+                 old data or an operator raises it (kiln tenant set-limits \
+                 --max-stored-bytes); what was stored is kept"
+            ),
+            retry_after_s: STORED_BYTES_RETRY_S,
+        })
     }
 }
 

@@ -5,6 +5,7 @@
 //! | GET, POST | `/api/v1/admin/tenants` | operator (admin token) |
 //! | POST | `/api/v1/admin/tenants/{tenant}/projects` | operator |
 //! | GET, PUT | `/api/v1/admin/tenants/{tenant}/limits` | operator |
+//! | POST | `/api/v1/admin/retention` (a retention pass, now) | operator |
 //! | GET, POST | `/api/v1/admin/tenants/{tenant}/keys` | operator |
 //! | DELETE | `/api/v1/admin/tenants/{tenant}/keys/{id}` | operator |
 //! | GET, POST | `/api/v1/keys` | a key with the admin role, its own tenant |
@@ -97,6 +98,11 @@ pub struct LimitsView {
     pub set: TenantLimits,
     /// What applies: the set ones, else the server's defaults.
     pub effective: TenantLimits,
+    /// The tenant's stored bytes now (what `max_stored_bytes` is checked
+    /// against), up to a few seconds old; absent where it could not be
+    /// read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_bytes: Option<u64>,
 }
 
 /// `GET /api/v1/whoami`.
@@ -215,17 +221,34 @@ pub(crate) async fn create_project(
     })))
 }
 
+/// `POST /api/v1/admin/retention`: runs a pass of the retention job now
+/// and answers what it deleted (404 where this process does not run the
+/// job: a gateway).
+pub(crate) async fn run_retention(
+    _: Operator,
+    state: web::Data<super::AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(retention) = &state.retention else {
+        return Err(ApiError::NotFound(
+            "this process does not run the retention job (query nodes and kiln up do)".into(),
+        ));
+    };
+    let report = retention.run_once(super::params::now_ns()).await;
+    Ok(HttpResponse::Ok().json(report))
+}
+
 /// `GET /api/v1/admin/tenants/{tenant}/limits`.
 pub(crate) async fn get_limits(
     _: Operator,
-    auth: web::Data<Auth>,
+    state: web::Data<super::AppState>,
     defaults: web::Data<QuotaDefaults>,
     tenant: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let set = auth.metadata().tenant_limits(&tenant).await?;
+    let set = state.auth.metadata().tenant_limits(&tenant).await?;
     Ok(HttpResponse::Ok().json(LimitsView {
         set,
         effective: set.or(defaults.limits()),
+        stored_bytes: state.stored.of(&tenant).await.ok(),
     }))
 }
 
@@ -245,6 +268,7 @@ pub(crate) async fn set_limits(
     Ok(HttpResponse::Ok().json(LimitsView {
         set: limits,
         effective: limits.or(defaults.limits()),
+        stored_bytes: None,
     }))
 }
 

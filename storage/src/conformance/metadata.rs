@@ -462,6 +462,7 @@ async fn tenant_limits_are_kept(s: Stores<'_>, names: &Names) -> Check {
         ingest_bytes_per_s: Some(u64::MAX / 4),
         max_concurrent_queries: Some(3),
         retention_days: Some(30),
+        max_stored_bytes: Some(5 << 30),
     };
     s.metadata.set_tenant_limits(&tenant, &limits).await?;
     ensure_eq!(
@@ -476,6 +477,7 @@ async fn tenant_limits_are_kept(s: Stores<'_>, names: &Names) -> Check {
     );
     let fewer = TenantLimits {
         retention_days: Some(7),
+        max_stored_bytes: Some(1),
         ..TenantLimits::default()
     };
     s.metadata.set_tenant_limits(&tenant, &fewer).await?;

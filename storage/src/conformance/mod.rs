@@ -28,6 +28,7 @@ mod metadata;
 mod metrics;
 mod object;
 mod profile;
+mod retention;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

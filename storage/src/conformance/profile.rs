@@ -10,6 +10,9 @@ use super::metrics::{
     metric_names_by_hour, metric_points_round_trip, metric_rewrite_replaces_not_adds,
     metric_scan_bounds_are_exact, metrics_are_isolated, series_keep_their_label_sets,
 };
+use super::retention::{
+    retention_deletes_whole_hours_before, stored_bytes_follow_writes_and_retention,
+};
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
 use crate::profile::{ProfileStore, StoredFrame, StoredSample};
 use crate::scope::Scope;
@@ -24,7 +27,9 @@ use crate::scope::Scope;
 /// same for metric points (`metrics.rs`): exact values per name and
 /// series, replace-not-add, scan bounds, the names index per hour, the
 /// hours of each metric, isolation, refusal of invalid points, a
-/// 90 000-point scan.
+/// 90 000-point scan; and retention (`retention.rs`): whole hours before a
+/// cutoff deleted with their indexes, in one scope only, and stored bytes
+/// per tenant that follow writes and deletes exactly.
 pub async fn profile_store(store: &dyn ProfileStore) {
     run_checks!(
         "ProfileStore",
@@ -59,6 +64,8 @@ pub async fn profile_store(store: &dyn ProfileStore) {
             sample_hours_are_per_scope,
             many_samples_come_back_exactly,
             sync_after_writes,
+            retention_deletes_whole_hours_before,
+            stored_bytes_follow_writes_and_retention,
         ]
     );
 }

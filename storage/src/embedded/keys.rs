@@ -14,6 +14,9 @@
 //!
 //! metric_names        len(tenant):u8  tenant  len(project):u8  project
 //!                     hour:8  len(name):u8  name
+//!
+//! stored_bytes        len(tenant):u8  tenant  len(project):u8  project
+//!                     hour:8                                  → bytes:8 BE
 //! ```
 //!
 //! Why this shape:
@@ -80,6 +83,43 @@ pub(crate) fn scope_prefix(scope: &Scope) -> Vec<u8> {
     push_name(&mut key, scope.tenant());
     push_name(&mut key, scope.project());
     key
+}
+
+/// The prefix every key of `tenant` (valid, checked by the caller) starts
+/// with, in the tables keyed by scope: all its projects.
+pub(crate) fn tenant_prefix(tenant: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + tenant.len());
+    push_name(&mut key, tenant);
+    key
+}
+
+/// The `stored_bytes` key of one (scope, hour): the hour right after the
+/// scope, so a scope's hours before a bound are one key range
+/// ([`hour_bound`]).
+pub(crate) fn usage_key(scope_prefix: &[u8], hour: i64) -> Vec<u8> {
+    hour_bound(scope_prefix, hour)
+}
+
+/// The first key after every key that starts with `prefix`, or `None`
+/// when there is none (a prefix of 0xff bytes only): the exclusive end
+/// of a prefix scan, or where a skip scan goes on after one prefix.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < u8::MAX {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// The metric prefix (scope, name) a `metrics` key under `scope_prefix`
+/// starts with, or `None` when the key is too short to hold one.
+pub(crate) fn metric_prefix_of(key: &[u8], scope_prefix_len: usize) -> Option<&[u8]> {
+    let len = *key.get(scope_prefix_len)? as usize;
+    key.get(..scope_prefix_len + 1 + len)
+        .filter(|_| len > 0 && key.len() >= scope_prefix_len + 1 + len + METRIC_TAIL_LEN)
 }
 
 /// The key of one sample row.

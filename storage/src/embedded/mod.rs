@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use kiln_model::{
     Executable, FileId, FrameId, LabelSet, LabelSetEntry, LabelSetId, MetricPoint, StackEntry,
     StackId,
@@ -18,8 +18,8 @@ use kiln_model::{
 
 use crate::error::{DecodeError, StoreError};
 use crate::profile::{
-    ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
-    check_metric_points, hour_of,
+    DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
+    check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
 use crate::scope::Scope;
 use crate::values;
@@ -30,6 +30,19 @@ use crate::values;
 /// a table, as the metric tables were, changes no existing key: a store
 /// without them opens with them empty.)
 const FORMAT_VERSION: u32 = 1;
+
+/// Rows a retention delete removes per write batch: bounds the memory of
+/// one batch, whatever the hours hold.
+const DELETE_CHUNK: usize = 10_000;
+
+/// A retention delete compacts a keyspace at once when the rows it
+/// deleted one by one (those not in files it could drop whole) are at least
+/// this fraction (1/N) of the keyspace's size on disk: then most of the
+/// space is dead and worth a rewrite now. Smaller shares (the steady state,
+/// one hour of many) are left to the LSM's own compaction, which drops
+/// deleted rows as it merges their files, rather than rewriting the
+/// whole store every hour.
+const COMPACT_WHEN_DELETED_SHARE: u64 = 8;
 
 /// Keyspace holding store-wide metadata (the format version).
 const META: &str = "meta";
@@ -86,6 +99,12 @@ struct Tables {
     executables: Keyspace,
     metrics: Keyspace,
     metric_names: Keyspace,
+    /// Bytes written per (scope, hour): `ProfileStore::stored_bytes`.
+    usage: Keyspace,
+    /// Held while a usage counter is read and written back, so that two
+    /// writes of one hour do not lose an increment, and a retention delete
+    /// does not race a write of the hour it deletes.
+    usage_lock: std::sync::Mutex<()>,
 }
 
 /// The tables. `Frames` to `Executables` are dictionaries, keyed by tenant
@@ -99,6 +118,7 @@ enum Table {
     Executables,
     Metrics,
     MetricNames,
+    Usage,
 }
 
 impl Table {
@@ -111,6 +131,7 @@ impl Table {
             Table::Executables => &tables.executables,
             Table::Metrics => &tables.metrics,
             Table::MetricNames => &tables.metric_names,
+            Table::Usage => &tables.usage,
         }
     }
 
@@ -124,6 +145,7 @@ impl Table {
             Table::Executables => "executable",
             Table::Metrics => "metric point",
             Table::MetricNames => "metric name",
+            Table::Usage => "stored bytes",
         }
     }
 }
@@ -155,6 +177,8 @@ impl EmbeddedProfileStore {
             executables: keyspace("executables")?,
             metrics: keyspace("metrics")?,
             metric_names: keyspace("metric_names")?,
+            usage: keyspace("stored_bytes")?,
+            usage_lock: std::sync::Mutex::new(()),
             db,
         };
         tracing::debug!(path = %dir.display(), "opened embedded profile store");
@@ -168,6 +192,15 @@ impl EmbeddedProfileStore {
         &self.tables.path
     }
 
+    /// Bytes the store takes on disk (its files and journal), as fjall
+    /// counts them.
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        self.tables
+            .db
+            .disk_space()
+            .map_err(|e| StoreError::fjall("measure the disk space", e))
+    }
+
     /// Runs blocking fjall work on Tokio's blocking pool.
     async fn run<T: Send + 'static>(
         &self,
@@ -179,6 +212,19 @@ impl EmbeddedProfileStore {
 
     /// Writes rows `(table, key, value)` in one atomic batch.
     async fn put_rows(&self, rows: Vec<(Table, Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
+        self.put_counted(rows, Vec::new(), Vec::new()).await
+    }
+
+    /// Writes rows `(table, key, value)` and adds `bytes` per hour to the
+    /// usage counters of the scope of `scope_prefix`, in one atomic batch:
+    /// the counters never count a row that is not there (a crash loses
+    /// both or neither).
+    async fn put_counted(
+        &self,
+        rows: Vec<(Table, Vec<u8>, Vec<u8>)>,
+        scope_prefix: Vec<u8>,
+        bytes: Vec<(i64, u64)>,
+    ) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -186,6 +232,21 @@ impl EmbeddedProfileStore {
             let mut batch = tables.db.batch();
             for (table, key, value) in rows {
                 batch.insert(table.keyspace(tables), key, value);
+            }
+            let _counting = (!bytes.is_empty())
+                .then(|| tables.usage_lock.lock().unwrap_or_else(|e| e.into_inner()));
+            for (hour, added) in bytes {
+                let key = keys::usage_key(&scope_prefix, hour);
+                let stored = tables
+                    .usage
+                    .get(&key)
+                    .map_err(|e| StoreError::fjall("read stored bytes", e))?;
+                let before = match stored {
+                    None => 0,
+                    Some(value) => decode_usage(&key, &value)?,
+                };
+                let after = before.saturating_add(added);
+                batch.insert(&tables.usage, key, after.to_be_bytes());
             }
             batch
                 .commit()
@@ -248,13 +309,8 @@ impl EmbeddedProfileStore {
 impl EmbeddedProfileStore {
     /// The hours from the hour of `from_ns` to the hour of `to_ns - 1`
     /// holding rows of `table` under `prefix` (a layout whose hour follows
-    /// its prefix: samples under a scope, points under a metric).
-    ///
-    /// A skip scan: one seek per hour that holds rows, to the first key at
-    /// or after the next hour's bound ([`keys::hour_bound`]), so the cost
-    /// follows the hours returned, never the hours in the range, and no row
-    /// of an hour is read but its first key. Derived from the rows
-    /// themselves, so a store written before this existed answers too.
+    /// its prefix: samples under a scope, points under a metric); see
+    /// [`hours_in`].
     async fn hours_with_rows(
         &self,
         table: Table,
@@ -265,49 +321,263 @@ impl EmbeddedProfileStore {
         if from_ns >= to_ns {
             return Ok(Vec::new());
         }
-        // `to_ns - 1` cannot overflow as `to_ns > from_ns`; hours are
-        // timestamps / 1 h, far from i64::MAX, so `last + 1` cannot either.
+        // `to_ns - 1` cannot overflow as `to_ns > from_ns`.
         let (first, last) = (hour_of(from_ns), hour_of(to_ns - 1));
-        self.run(move |tables| {
-            let keyspace = table.keyspace(tables);
-            let end = keys::hour_bound(&prefix, last + 1);
-            let mut hours = Vec::new();
-            let mut next = first;
-            while next <= last {
-                let start = keys::hour_bound(&prefix, next);
-                let Some(row) = keyspace.range(start..end.clone()).next() else {
-                    break;
-                };
-                let key = row
-                    .key()
-                    .map_err(|e| StoreError::fjall("find the hours that hold rows", e))?;
-                let hour = keys::decode_hour(&key, prefix.len()).map_err(|reason| {
-                    StoreError::Corrupt {
-                        what: table.row(),
-                        key: hex(&key),
-                        reason,
-                    }
-                })?;
-                // Keys sort by hour, so the first key at or after `next`'s
-                // bound is of an hour at or after `next`; a damaged store
-                // could break that, and must not loop forever.
-                if hour < next {
-                    return Err(StoreError::Corrupt {
-                        what: table.row(),
-                        key: hex(&key),
-                        reason: DecodeError::OutOfRange {
-                            field: "hour",
-                            value: hour as u64,
-                        },
-                    });
-                }
-                hours.push(hour);
-                next = hour + 1;
-            }
-            Ok(hours)
-        })
-        .await
+        self.run(move |tables| hours_in(tables, table, &prefix, first, last))
+            .await
     }
+}
+
+/// The hours `first..=last` holding rows of `table` under `prefix`.
+///
+/// A skip scan: one seek per hour that holds rows, to the first key at
+/// or after the next hour's bound ([`keys::hour_bound`]), so the cost
+/// follows the hours returned, never the hours in the range, and no row
+/// of an hour is read but its first key. Derived from the rows
+/// themselves, so a store written before this existed answers too.
+fn hours_in(
+    tables: &Tables,
+    table: Table,
+    prefix: &[u8],
+    first: i64,
+    last: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let keyspace = table.keyspace(tables);
+    // Hours are timestamps / 1 h, far from i64::MAX, so `last + 1` cannot
+    // overflow.
+    let end = keys::hour_bound(prefix, last + 1);
+    let mut hours = Vec::new();
+    let mut next = first;
+    while next <= last {
+        let start = keys::hour_bound(prefix, next);
+        let Some(row) = keyspace.range(start..end.clone()).next() else {
+            break;
+        };
+        let key = row
+            .key()
+            .map_err(|e| StoreError::fjall("find the hours that hold rows", e))?;
+        let hour = keys::decode_hour(&key, prefix.len()).map_err(|reason| StoreError::Corrupt {
+            what: table.row(),
+            key: hex(&key),
+            reason,
+        })?;
+        // Keys sort by hour, so the first key at or after `next`'s bound is
+        // of an hour at or after `next`; a damaged store could break that,
+        // and must not loop forever.
+        if hour < next {
+            return Err(StoreError::Corrupt {
+                what: table.row(),
+                key: hex(&key),
+                reason: DecodeError::OutOfRange {
+                    field: "hour",
+                    value: hour as u64,
+                },
+            });
+        }
+        hours.push(hour);
+        next = hour + 1;
+    }
+    Ok(hours)
+}
+
+/// The hours before `before_hour` holding rows of `table` under `prefix`.
+fn hours_before(
+    tables: &Tables,
+    table: Table,
+    prefix: &[u8],
+    before_hour: i64,
+) -> Result<u64, StoreError> {
+    let first = hour_of(i64::MIN);
+    if before_hour <= first {
+        return Ok(0);
+    }
+    Ok(hours_in(tables, table, prefix, first, before_hour - 1)?.len() as u64)
+}
+
+/// Deletes every row of `table` in `start..end`; returns the bytes (keys
+/// and values) of the rows it deleted one by one.
+///
+/// First it drops the files that hold only keys of the range (fjall's
+/// `drop_range`: no row read or rewritten, their space back at once);
+/// what is left (rows in memory, or in files shared with other keys) is
+/// deleted row by row, [`DELETE_CHUNK`] rows per batch.
+fn delete_range(
+    tables: &Tables,
+    table: Table,
+    start: Vec<u8>,
+    end: Vec<u8>,
+) -> Result<u64, StoreError> {
+    if start >= end {
+        return Ok(0);
+    }
+    let keyspace = table.keyspace(tables);
+    // `tree` is fjall's own LSM handle (public, if hidden from its docs):
+    // its `drop_range` is the one way to give whole files back without
+    // reading them. Pinned by Cargo.lock; a fjall that drops it fails to
+    // build here, not silently.
+    keyspace
+        .tree
+        .drop_range(start.clone()..end.clone())
+        .map_err(|e| StoreError::fjall("drop files of deleted hours", e.into()))?;
+    let mut freed = 0u64;
+    let mut from = start;
+    loop {
+        let mut batch = tables.db.batch();
+        let mut last = None;
+        let mut rows = 0;
+        for row in keyspace.range(from.clone()..end.clone()).take(DELETE_CHUNK) {
+            let (key, value) = row
+                .into_inner()
+                .map_err(|e| StoreError::fjall("read rows to delete", e))?;
+            freed += (key.len() + value.len()) as u64;
+            last = Some(key.to_vec());
+            batch.remove(keyspace, key);
+            rows += 1;
+        }
+        let Some(mut last) = last else {
+            break;
+        };
+        batch
+            .commit()
+            .map_err(|e| StoreError::fjall("commit a delete batch", e))?;
+        if rows < DELETE_CHUNK {
+            break;
+        }
+        // The smallest key after `last`.
+        last.push(0);
+        from = last;
+    }
+    Ok(freed)
+}
+
+/// Gives back the space of rows deleted one by one from `table` (`freed`
+/// bytes of them), when they are a large share of it (see
+/// [`COMPACT_WHEN_DELETED_SHARE`]): flushes the tombstones from memory,
+/// then compacts the keyspace into files without the deleted rows.
+fn reclaim(tables: &Tables, table: Table, freed: u64) -> Result<(), StoreError> {
+    if freed == 0 {
+        return Ok(());
+    }
+    let keyspace = table.keyspace(tables);
+    let on_disk = keyspace.disk_space();
+    if freed.saturating_mul(COMPACT_WHEN_DELETED_SHARE) < on_disk {
+        return Ok(());
+    }
+    // Both hidden from fjall's docs but public, as `drop_range` above:
+    // the flush puts the deletions in files, so that compaction sees them
+    // and the journal holding the deleted rows can go.
+    keyspace
+        .rotate_memtable_and_wait()
+        .map_err(|e| StoreError::fjall("flush deletions", e))?;
+    keyspace
+        .major_compact()
+        .map_err(|e| StoreError::fjall("compact after deletions", e))?;
+    tracing::debug!(
+        table = table.row(),
+        freed,
+        on_disk,
+        "compacted after a retention delete"
+    );
+    Ok(())
+}
+
+/// Deletes the rows of the scope of `scope_prefix` in hours before
+/// `before_hour`: samples, metric points, their indexes and usage.
+fn delete_scope_before(
+    tables: &Tables,
+    scope_prefix: &[u8],
+    before_hour: i64,
+) -> Result<DeletedHours, StoreError> {
+    let mut deleted = DeletedHours::default();
+    let up_to = |prefix: &[u8]| keys::hour_bound(prefix, before_hour);
+
+    deleted.sample_hours = hours_before(tables, Table::Samples, scope_prefix, before_hour)?;
+    let freed_samples = delete_range(
+        tables,
+        Table::Samples,
+        scope_prefix.to_vec(),
+        up_to(scope_prefix),
+    )?;
+
+    // Metrics: one key range per name (the name precedes the hour), the
+    // names found by a skip scan over the scope's keys.
+    let scope_end = keys::prefix_end(scope_prefix);
+    let mut next = scope_prefix.to_vec();
+    let mut freed_metrics = 0;
+    loop {
+        let mut rows = match &scope_end {
+            Some(end) => tables.metrics.range(next.clone()..end.clone()),
+            None => tables.metrics.range(next.clone()..),
+        };
+        let Some(row) = rows.next() else {
+            break;
+        };
+        let key = row
+            .key()
+            .map_err(|e| StoreError::fjall("find the metrics of a scope", e))?;
+        let prefix = keys::metric_prefix_of(&key, scope_prefix.len())
+            .ok_or_else(|| StoreError::Corrupt {
+                what: Table::Metrics.row(),
+                key: hex(&key),
+                reason: DecodeError::KeyLength {
+                    len: key.len(),
+                    expected: scope_prefix.len() + 1,
+                },
+            })?
+            .to_vec();
+        deleted.metric_hours += hours_before(tables, Table::Metrics, &prefix, before_hour)?;
+        freed_metrics += delete_range(tables, Table::Metrics, prefix.clone(), up_to(&prefix))?;
+        match keys::prefix_end(&prefix) {
+            Some(after) => next = after,
+            None => break,
+        }
+    }
+    delete_range(
+        tables,
+        Table::MetricNames,
+        scope_prefix.to_vec(),
+        up_to(scope_prefix),
+    )?;
+
+    // Usage last, under its lock: a write of a deleted hour that raced the
+    // deletes above is counted afresh after this, not added to a count
+    // that is gone.
+    {
+        let _counting = tables.usage_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for row in tables
+            .usage
+            .range(scope_prefix.to_vec()..up_to(scope_prefix))
+        {
+            let (key, value) = row
+                .into_inner()
+                .map_err(|e| StoreError::fjall("read stored bytes", e))?;
+            deleted.bytes = deleted.bytes.saturating_add(decode_usage(&key, &value)?);
+        }
+        delete_range(
+            tables,
+            Table::Usage,
+            scope_prefix.to_vec(),
+            up_to(scope_prefix),
+        )?;
+    }
+
+    reclaim(tables, Table::Samples, freed_samples)?;
+    reclaim(tables, Table::Metrics, freed_metrics)?;
+    Ok(deleted)
+}
+
+/// A usage counter's value: a big-endian `u64`.
+fn decode_usage(key: &[u8], value: &[u8]) -> Result<u64, StoreError> {
+    <[u8; 8]>::try_from(value)
+        .map(u64::from_be_bytes)
+        .map_err(|_| StoreError::Corrupt {
+            what: Table::Usage.row(),
+            key: hex(key),
+            reason: DecodeError::KeyLength {
+                len: value.len(),
+                expected: 8,
+            },
+        })
 }
 
 /// Reads the format version, writing ours into a new store.
@@ -399,7 +669,8 @@ impl ProfileStore for EmbeddedProfileStore {
                 (Table::Samples, key, values::encode_sample(s))
             })
             .collect();
-        self.put_rows(rows).await
+        let bytes = sample_bytes_per_hour(scope, samples);
+        self.put_counted(rows, prefix, bytes).await
     }
 
     async fn put_metric_points(
@@ -427,7 +698,8 @@ impl ProfileStore for EmbeddedProfileStore {
             let key = keys::metric_key(&prefix, p.timestamp_ns, p.labels);
             rows.push((Table::Metrics, key, values::encode_metric_value(p.value)));
         }
-        self.put_rows(rows).await
+        let bytes = metric_bytes_per_hour(scope, points);
+        self.put_counted(rows, scope_prefix, bytes).await
     }
 
     async fn get_frames(
@@ -610,6 +882,33 @@ impl ProfileStore for EmbeddedProfileStore {
         .await
     }
 
+    async fn delete_hours_before(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+    ) -> Result<DeletedHours, StoreError> {
+        let prefix = keys::scope_prefix(scope);
+        let before_hour = hour_of(before_ns);
+        self.run(move |tables| delete_scope_before(tables, &prefix, before_hour))
+            .await
+    }
+
+    async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let prefix = keys::tenant_prefix(tenant);
+        self.run(move |tables| {
+            let mut total = 0u64;
+            for row in tables.usage.prefix(&prefix) {
+                let (key, value) = row
+                    .into_inner()
+                    .map_err(|e| StoreError::fjall("read stored bytes", e))?;
+                total = total.saturating_add(decode_usage(&key, &value)?);
+            }
+            Ok(total)
+        })
+        .await
+    }
+
     async fn sync(&self) -> Result<(), StoreError> {
         self.run(|tables| {
             tables
@@ -732,6 +1031,63 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Retention gives the disk space back: files of deleted hours go, and
+    /// what they shared with kept rows is compacted away.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deleted_hours_leave_the_disk() {
+        let (dir, store) = open();
+        let scope = Scope::new("t", "p").unwrap();
+        let h = kiln_model::NANOS_PER_HOUR;
+        let k = 1_800_000_000_000_000_000 / h;
+        // 48 old hours of 2000 rows (~100k rows, a few MB), one new hour.
+        for hour in k - 48..k {
+            let samples: Vec<StoredSample> = (0..2000)
+                .map(|i| StoredSample {
+                    timestamp_ns: hour * h + i,
+                    stack: StackId(u128::from(i as u64) * 7919),
+                    labels: LabelSetId(1),
+                    count: 1,
+                    period_ns: 1,
+                })
+                .collect();
+            store.put_samples(&scope, &samples).await.unwrap();
+        }
+        let kept = StoredSample {
+            timestamp_ns: k * h + 5,
+            stack: StackId(1),
+            labels: LabelSetId(1),
+            count: 9,
+            period_ns: 1,
+        };
+        store.put_samples(&scope, &[kept]).await.unwrap();
+        store.sync().await.unwrap();
+        store.tables.samples.rotate_memtable_and_wait().unwrap();
+        let before = store.tables.samples.disk_space();
+        assert!(before > 1 << 20, "{before} bytes of samples on disk");
+
+        let deleted = store.delete_hours_before(&scope, k * h).await.unwrap();
+        assert_eq!(deleted.sample_hours, 48);
+        assert_eq!(deleted.bytes, 48 * 2000 * crate::sample_row_bytes(&scope));
+        let after = store.tables.samples.disk_space();
+        assert!(
+            after * 20 < before,
+            "samples on disk: {before} bytes before the delete, {after} after"
+        );
+        assert_eq!(
+            store.stored_bytes("t").await.unwrap(),
+            crate::sample_row_bytes(&scope)
+        );
+
+        // What is kept survives a reopen; what went stays gone.
+        drop(store);
+        let store = EmbeddedProfileStore::open(dir.path()).unwrap();
+        let all = store
+            .scan_samples(&scope, i64::MIN, i64::MAX)
+            .await
+            .unwrap();
+        assert_eq!(all, vec![kept]);
     }
 
     #[tokio::test]

@@ -226,11 +226,12 @@ impl MetadataStore for PostgresMetadataStore {
         let bytes = big(limits.ingest_bytes_per_s, "ingest_bytes_per_s")?;
         let queries = small(limits.max_concurrent_queries, "max_concurrent_queries")?;
         let retention = small(limits.retention_days, "retention_days")?;
+        let stored = big(limits.max_stored_bytes, "max_stored_bytes")?;
         let client = self.db.client(op).await?;
         prepared_execute(
             &client,
             schema::UPSERT_TENANT_LIMITS,
-            &[&tenant, &samples, &bytes, &queries, &retention],
+            &[&tenant, &samples, &bytes, &queries, &retention, &stored],
         )
         .await
         .map_err(|e| match e.code() {
@@ -276,6 +277,7 @@ impl MetadataStore for PostgresMetadataStore {
             ingest_bytes_per_s: big(1)?,
             max_concurrent_queries: small(2)?,
             retention_days: small(3)?,
+            max_stored_bytes: big(4)?,
         })
     }
 }

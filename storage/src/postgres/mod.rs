@@ -155,9 +155,20 @@ impl Db {
         sql: &'static str,
         batches: Vec<Params>,
     ) -> Result<(), StoreError> {
+        let steps = batches.into_iter().map(|params| (sql, params)).collect();
+        self.execute_steps(op, steps).await
+    }
+
+    /// Runs each `(sql, params)` in order: one alone, several in one
+    /// transaction (all or none), as [`execute_batches`](Self::execute_batches).
+    async fn execute_steps(
+        &self,
+        op: &'static str,
+        steps: Vec<(&'static str, Params)>,
+    ) -> Result<(), StoreError> {
         let pg = |e| StoreError::postgres(op, e);
         let mut client = self.client(op).await?;
-        if let [params] = batches.as_slice() {
+        if let [(sql, params)] = steps.as_slice() {
             let statement = client.prepare_cached(sql).await.map_err(pg)?;
             client
                 .execute(&statement, &refs(params))
@@ -166,8 +177,8 @@ impl Db {
             return Ok(());
         }
         let tx = client.transaction().await.map_err(pg)?;
-        let statement = tx.prepare_cached(sql).await.map_err(pg)?;
-        for params in &batches {
+        for (sql, params) in &steps {
+            let statement = tx.prepare_cached(sql).await.map_err(pg)?;
             tx.execute(&statement, &refs(params)).await.map_err(pg)?;
         }
         tx.commit().await.map_err(pg)
@@ -399,8 +410,9 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(
-            tables, 12,
-            "kiln_schema, the eight tables of version 1, the two of version 2 and the one of version 3"
+            tables, 13,
+            "kiln_schema, the eight tables of version 1, the two of version 2, the one of version 3 \
+             and the one of version 4"
         );
 
         admin
@@ -469,6 +481,45 @@ mod tests {
         assert_eq!(
             store.metric_names(&scope, 0, 10).await.unwrap(),
             ["gpu.power_watts"]
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    /// Guards migration V4's count of what was stored before it: a
+    /// version-3 database's samples and metric points are in
+    /// `stored_bytes` after the upgrade, at the sizes writes count.
+    #[tokio::test]
+    async fn a_version_3_database_counts_its_stored_bytes() {
+        use crate::ProfileStore;
+
+        let Some((schema, url, admin)) = private_schema().await else {
+            return;
+        };
+        admin
+            .batch_execute(&format!(
+                "SET search_path = {schema}; {}; {}; {}; {};
+                 INSERT INTO kiln_schema (version) VALUES (3);
+                 INSERT INTO samples VALUES
+                     ('t', 'p', 1, 0, 3600000000001, gen_random_uuid(), gen_random_uuid(), 1, 1),
+                     ('t', 'p', 2, 0, 7200000000001, gen_random_uuid(), gen_random_uuid(), 1, 1);
+                 INSERT INTO metrics VALUES
+                     ('t', 'p', 'gpu.power', 1, 3600000000002, gen_random_uuid(), 1.0);",
+                schema::CREATE_VERSION_TABLE,
+                schema::MIGRATIONS[0],
+                schema::MIGRATIONS[1],
+                schema::MIGRATIONS[2],
+            ))
+            .await
+            .unwrap();
+        let store = PostgresProfileStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let scope = crate::Scope::new("t", "p").unwrap();
+        assert_eq!(
+            store.stored_bytes("t").await.unwrap(),
+            2 * crate::sample_row_bytes(&scope) + crate::metric_row_bytes(&scope, "gpu.power")
         );
         admin
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

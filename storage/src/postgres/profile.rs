@@ -14,8 +14,8 @@ use super::schema::{self, Dict};
 use super::{Params, PostgresProfileStore};
 use crate::error::{DecodeError, StoreError};
 use crate::profile::{
-    ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
-    check_metric_points, hour_of,
+    DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
+    check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
 use crate::scope::Scope;
 use crate::values;
@@ -147,6 +147,23 @@ impl PostgresProfileStore {
     }
 }
 
+/// The parameters of [`schema::ADD_STORED_BYTES`]: `bytes` per hour of
+/// `scope`.
+fn usage_params(scope: &Scope, bytes: &[(i64, u64)]) -> Params {
+    vec![
+        Box::new(scope.tenant().to_owned()),
+        Box::new(scope.project().to_owned()),
+        Box::new(bytes.iter().map(|(hour, _)| *hour).collect::<Vec<i64>>()),
+        // Far below 2^63: a row is under 300 bytes.
+        Box::new(
+            bytes
+                .iter()
+                .map(|(_, b)| i64::try_from(*b).unwrap_or(i64::MAX))
+                .collect::<Vec<i64>>(),
+        ),
+    ]
+}
+
 impl PostgresProfileStore {
     /// Runs one of the hour statements above, whose rows are one `bigint`.
     async fn hours(
@@ -220,7 +237,7 @@ impl ProfileStore for PostgresProfileStore {
         if rows.is_empty() {
             return Ok(());
         }
-        let batches = rows
+        let steps = rows
             .chunks(CHUNK_ROWS)
             .map(|chunk| -> Params {
                 let column = |f: fn(&(SampleKey, (u64, u64))) -> i64| -> Vec<i64> {
@@ -242,10 +259,13 @@ impl ProfileStore for PostgresProfileStore {
                     Box::new(column(|r| r.1.1 as i64)),
                 ]
             })
+            .map(|params| (schema::UPSERT_SAMPLES, params));
+        // Usage in the same transaction, last (see ADD_STORED_BYTES).
+        let usage = usage_params(scope, &sample_bytes_per_hour(scope, samples));
+        let steps = steps
+            .chain(std::iter::once((schema::ADD_STORED_BYTES, usage)))
             .collect();
-        self.db
-            .execute_batches("write samples", schema::UPSERT_SAMPLES, batches)
-            .await
+        self.db.execute_steps("write samples", steps).await
     }
 
     async fn put_metric_points(
@@ -296,7 +316,7 @@ impl ProfileStore for PostgresProfileStore {
                 vec![names],
             )
             .await?;
-        let batches = rows
+        let steps = rows
             .chunks(CHUNK_ROWS)
             .map(|chunk| -> Params {
                 vec![
@@ -319,10 +339,68 @@ impl ProfileStore for PostgresProfileStore {
                     Box::new(chunk.iter().map(|r| r.1).collect::<Vec<f64>>()),
                 ]
             })
+            .map(|params| (schema::UPSERT_METRICS, params));
+        let usage = usage_params(scope, &metric_bytes_per_hour(scope, points));
+        let steps = steps
+            .chain(std::iter::once((schema::ADD_STORED_BYTES, usage)))
             .collect();
-        self.db
-            .execute_batches("write metric points", schema::UPSERT_METRICS, batches)
+        self.db.execute_steps("write metric points", steps).await
+    }
+
+    /// One transaction: the counts for the log, then the rows, then the
+    /// usage. The samples' delete is one range of the primary key; the
+    /// freed space is reused after autovacuum.
+    async fn delete_hours_before(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+    ) -> Result<DeletedHours, StoreError> {
+        let op = "delete hours past retention";
+        let pg = |e| StoreError::postgres(op, e);
+        let before_hour = hour_of(before_ns);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&scope.tenant(), &scope.project(), &before_hour];
+        let mut client = self.db.client(op).await?;
+        let tx = client.transaction().await.map_err(pg)?;
+        let count = |row: tokio_postgres::Row| -> Result<u64, StoreError> {
+            Ok(u64::try_from(row.try_get::<_, i64>(0).map_err(pg)?).unwrap_or(0))
+        };
+        let statement = tx
+            .prepare_cached(schema::COUNT_SAMPLE_HOURS_BEFORE)
             .await
+            .map_err(pg)?;
+        let sample_hours = count(tx.query_one(&statement, &params).await.map_err(pg)?)?;
+        let run = async |sql: &'static str| -> Result<u64, StoreError> {
+            let statement = tx.prepare_cached(sql).await.map_err(pg)?;
+            tx.execute(&statement, &params).await.map_err(pg)
+        };
+        run(schema::DELETE_SAMPLES_BEFORE).await?;
+        run(schema::DELETE_METRICS_BEFORE).await?;
+        let metric_hours = run(schema::DELETE_METRIC_NAMES_BEFORE).await?;
+        let statement = tx
+            .prepare_cached(schema::DELETE_STORED_BYTES_BEFORE)
+            .await
+            .map_err(pg)?;
+        let bytes = count(tx.query_one(&statement, &params).await.map_err(pg)?)?;
+        tx.commit().await.map_err(pg)?;
+        Ok(DeletedHours {
+            sample_hours,
+            metric_hours,
+            bytes,
+        })
+    }
+
+    async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let op = "read stored bytes";
+        let pg = |e| StoreError::postgres(op, e);
+        let client = self.db.client(op).await?;
+        let statement = client
+            .prepare_cached(schema::SUM_STORED_BYTES)
+            .await
+            .map_err(pg)?;
+        let row = client.query_one(&statement, &[&tenant]).await.map_err(pg)?;
+        Ok(u64::try_from(row.try_get::<_, i64>(0).map_err(pg)?).unwrap_or(0))
     }
 
     async fn sample_hours(

@@ -36,10 +36,19 @@
 //!   range would make retention a `DROP TABLE` instead of a `DELETE`, but
 //!   every partition must exist before its rows arrive (a DEFAULT partition
 //!   holding early rows then blocks creating the matching partition), which
-//!   needs a partition-managing job. Until this store has retention, that
-//!   buys nothing. The primary key already contains `hour`, the column a
-//!   range partitioning would use (PostgreSQL requires the partition key in
-//!   the primary key), so converting later is DDL and a copy, no key change.
+//!   needs a partition-managing job; and retention is per tenant, so one
+//!   hour's partition holds rows of tenants with different retentions and
+//!   could not be dropped whole anyway. Retention is a `DELETE` of a
+//!   (tenant, project, hour range) prefix of the primary key
+//!   ([`DELETE_SAMPLES_BEFORE`]); autovacuum makes the space reusable.
+//!   The primary key already contains `hour`, the column a range
+//!   partitioning would use (PostgreSQL requires the partition key in the
+//!   primary key), so converting later is DDL and a copy, no key change.
+//! - **`stored_bytes`** `(tenant, project, hour) → bytes`: what each hour's
+//!   writes added (`crate::profile::sample_row_bytes` per sample row,
+//!   `metric_row_bytes` per point), updated in the transaction that writes
+//!   the rows and deleted with the hour, so a tenant's usage is a sum over
+//!   one index range of a few thousand rows, never a scan of its samples.
 //! - **No BRIN index.** BRIN pays where a table has no B-tree on a column
 //!   whose values grow with the heap order. Here the primary-key B-tree is
 //!   needed anyway (for `ON CONFLICT`) and already answers the only query,
@@ -119,7 +128,7 @@ ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, migrated_at = 
 
 /// The schema's versions: entry `i` takes a database from version `i` to
 /// `i + 1`. Only ever appended to; a released entry never changes.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// Version 1: the profile tables and the metadata tables.
 const V1: &str = "
@@ -236,6 +245,38 @@ CREATE TABLE IF NOT EXISTS tenant_limits (
 );
 ";
 
+/// Version 4: the stored-bytes quota and the usage it is checked
+/// against. The usage of rows written before this version is counted once
+/// here (one scan of `samples` and `metrics`, grouped by the primary key's
+/// leading columns), so a quota holds from the start. The sizes repeat
+/// `profile::sample_row_bytes` (66 bytes after the names) and
+/// `metric_row_bytes` (40 bytes after the names); `octet_length` counts
+/// bytes, as Rust's `str::len` does.
+const V4: &str = "
+ALTER TABLE tenant_limits ADD COLUMN IF NOT EXISTS max_stored_bytes bigint;
+
+CREATE TABLE IF NOT EXISTS stored_bytes (
+    tenant  text   NOT NULL,
+    project text   NOT NULL,
+    hour    bigint NOT NULL,
+    bytes   bigint NOT NULL,
+    PRIMARY KEY (tenant, project, hour)
+);
+
+INSERT INTO stored_bytes AS u (tenant, project, hour, bytes)
+SELECT tenant, project, hour, sum(bytes)::bigint FROM (
+    SELECT tenant, project, hour,
+           count(*) * (octet_length(tenant) + octet_length(project) + 66) AS bytes
+    FROM samples GROUP BY tenant, project, hour
+    UNION ALL
+    SELECT tenant, project, hour,
+           sum(octet_length(tenant) + octet_length(project) + octet_length(name) + 40) AS bytes
+    FROM metrics GROUP BY tenant, project, hour
+) AS written
+GROUP BY tenant, project, hour
+ON CONFLICT (tenant, project, hour) DO UPDATE SET bytes = u.bytes + EXCLUDED.bytes;
+";
+
 // ---------------------------------------------------------------- samples
 
 /// Upserts samples of one scope. `$1` tenant, `$2` project, `$3` shard,
@@ -257,6 +298,49 @@ pub(super) const SCAN_SAMPLES: &str = "
 SELECT ts, stack_id, labelset_id, count, period_ns
 FROM samples
 WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4 AND ts >= $5 AND ts < $6";
+
+// --------------------------------------------------------------- retention
+
+/// Adds bytes `$4` to hours `$3` of scope `$1`/`$2`. Run last in the
+/// transaction that writes the rows, so that the usage rows, which every
+/// writer of a tenant's hour updates, are locked only until it commits;
+/// hours sorted, so two writers lock them in one order.
+pub(super) const ADD_STORED_BYTES: &str = "
+INSERT INTO stored_bytes AS u (tenant, project, hour, bytes)
+SELECT $1::text, $2::text, a.hour, a.bytes FROM UNNEST($3::bigint[], $4::bigint[]) AS a (hour, bytes)
+ON CONFLICT (tenant, project, hour) DO UPDATE SET bytes = u.bytes + EXCLUDED.bytes";
+
+/// Tenant `$1`'s stored bytes, all projects: one index range.
+pub(super) const SUM_STORED_BYTES: &str =
+    "SELECT COALESCE(sum(bytes), 0)::bigint FROM stored_bytes WHERE tenant = $1";
+
+/// The distinct hours before `$3` holding samples of scope `$1`/`$2`
+/// (counted for the log, before they go).
+pub(super) const COUNT_SAMPLE_HOURS_BEFORE: &str = "
+SELECT count(DISTINCT hour) FROM samples WHERE tenant = $1 AND project = $2 AND hour < $3";
+
+/// Deletes scope `$1`/`$2`'s samples of hours before `$3`: a prefix range
+/// of the primary key.
+pub(super) const DELETE_SAMPLES_BEFORE: &str =
+    "DELETE FROM samples WHERE tenant = $1 AND project = $2 AND hour < $3";
+
+/// Deletes scope `$1`/`$2`'s metric names of hours before `$3`, returning
+/// how many (name, hour) pairs went: the partitions of metric points.
+pub(super) const DELETE_METRIC_NAMES_BEFORE: &str =
+    "DELETE FROM metric_names WHERE tenant = $1 AND project = $2 AND hour < $3";
+
+/// Deletes scope `$1`/`$2`'s metric points of hours before `$3`. `name`
+/// precedes `hour` in the key, so this is one index range per name.
+pub(super) const DELETE_METRICS_BEFORE: &str =
+    "DELETE FROM metrics WHERE tenant = $1 AND project = $2 AND hour < $3";
+
+/// Deletes scope `$1`/`$2`'s usage of hours before `$3`, returning the
+/// bytes it counted.
+pub(super) const DELETE_STORED_BYTES_BEFORE: &str = "
+WITH gone AS (
+    DELETE FROM stored_bytes WHERE tenant = $1 AND project = $2 AND hour < $3 RETURNING bytes
+)
+SELECT COALESCE(sum(bytes), 0)::bigint FROM gone";
 
 // ---------------------------------------------------------------- metrics
 
@@ -413,16 +497,18 @@ pub(super) const RECORD_KEY_USE: &str =
 
 /// Sets tenant `$1`'s limits; a foreign-key violation when it does not exist.
 pub(super) const UPSERT_TENANT_LIMITS: &str = "
-INSERT INTO tenant_limits (tenant, ingest_samples_per_s, ingest_bytes_per_s, max_concurrent_queries, retention_days)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO tenant_limits (tenant, ingest_samples_per_s, ingest_bytes_per_s, max_concurrent_queries, retention_days, max_stored_bytes)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (tenant) DO UPDATE SET
     ingest_samples_per_s = EXCLUDED.ingest_samples_per_s,
     ingest_bytes_per_s = EXCLUDED.ingest_bytes_per_s,
     max_concurrent_queries = EXCLUDED.max_concurrent_queries,
-    retention_days = EXCLUDED.retention_days";
+    retention_days = EXCLUDED.retention_days,
+    max_stored_bytes = EXCLUDED.max_stored_bytes";
 
 /// Tenant `$1` and its limits (`NULL`s when never set); no row when the
 /// tenant does not exist.
 pub(super) const TENANT_LIMITS: &str = "
-SELECT l.ingest_samples_per_s, l.ingest_bytes_per_s, l.max_concurrent_queries, l.retention_days
+SELECT l.ingest_samples_per_s, l.ingest_bytes_per_s, l.max_concurrent_queries, l.retention_days,
+       l.max_stored_bytes
 FROM tenants t LEFT JOIN tenant_limits l ON l.tenant = t.tenant WHERE t.tenant = $1";

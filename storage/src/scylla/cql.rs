@@ -27,9 +27,12 @@
 //!   SSTables when their TTL runs out, instead of rewriting live data to
 //!   purge dead rows. One-day windows give 30 windows at the default 30-day
 //!   TTL (TWCS wants a few dozen at most). `gc_grace_seconds` is 3 hours,
-//!   not 10 days: nothing deletes samples (they expire), so there are no
-//!   tombstones whose late repair could resurrect data, and a short grace
-//!   lets expired SSTables go soon after the TTL.
+//!   not 10 days: samples mostly expire rather than being deleted, and a
+//!   short grace lets expired SSTables go soon after the TTL. A tenant's
+//!   shorter retention deletes whole partitions (one partition tombstone
+//!   per (hour, shard), no row tombstones); should a replica miss one and
+//!   repair not run within the grace, the rows it keeps come back until
+//!   their TTL, which bounds the harm.
 //! - **`sample_hours`**, partition `(tenant, project)`, clustering `hour`:
 //!   which hours hold samples. A scan reads it (one small partition, 8 760
 //!   rows a year) to learn the hours to visit, so an open-ended range
@@ -59,6 +62,14 @@
 //!   `(hour, name)`: which metrics each hour holds, like `sample_hours`
 //!   (and with its TTL); it gives both the UI's list of metrics and the
 //!   hours a metric's scan visits.
+//! - **`stored_bytes`**, partition `(tenant)`, clustering `(project,
+//!   hour)`, a `counter`: the bytes each hour's writes added
+//!   (`crate::profile::sample_row_bytes` per sample row, `metric_row_bytes`
+//!   per point), so a tenant's usage is one small partition read (a row per
+//!   project and hour). Counters cannot carry a TTL, so a read counts only
+//!   the hours the samples' default TTL still keeps, and retention deletes
+//!   the rows of the hours it deletes. A counter update is not idempotent:
+//!   the driver does not retry it, and a batch written again counts again.
 //! - **`kiln_schema`**: the schema version and the keyspace's sample shard
 //!   count, one row.
 //!
@@ -95,8 +106,8 @@
 //! at a newer version than [`SCHEMA_VERSION`] is refused.
 
 /// The schema version this build writes and reads: 2 added `metrics` and
-/// `metric_names`.
-pub(super) const SCHEMA_VERSION: i32 = 2;
+/// `metric_names`, 3 `stored_bytes`.
+pub(super) const SCHEMA_VERSION: i32 = 3;
 
 /// Creates the keyspace `keyspace` (validated by `url`) with
 /// `replication_factor` replicas in every datacenter.
@@ -163,6 +174,14 @@ pub(super) fn create_tables(sample_ttl_secs: u32) -> Vec<String> {
 ) WITH default_time_to_live = {sample_ttl_secs}
   AND gc_grace_seconds = 10800"
         ),
+        "CREATE TABLE IF NOT EXISTS stored_bytes (
+    tenant  text,
+    project text,
+    hour    bigint,
+    bytes   counter,
+    PRIMARY KEY ((tenant), project, hour)
+)"
+        .to_owned(),
         dictionary_table("frames", "frame_id"),
         dictionary_table("stacks", "stack_id"),
         dictionary_table("labelsets", "labelset_id"),
@@ -231,6 +250,45 @@ pub(super) const SELECT_METRIC_NAMES: &str = "SELECT hour, name FROM metric_name
 pub(super) const SCAN_METRICS: &str = "SELECT ts, labelset_id, value FROM metrics \
     WHERE tenant = ? AND project = ? AND name = ? AND hour = ? AND shard = ? \
     AND ts >= ? AND ts < ?";
+
+/// Adds `?` bytes to hour `?` of a scope (tenant `?`, project `?`).
+pub(super) const ADD_STORED_BYTES: &str =
+    "UPDATE stored_bytes SET bytes = bytes + ? WHERE tenant = ? AND project = ? AND hour = ?";
+
+/// `(project, hour, bytes)` of every hour of a tenant.
+pub(super) const SELECT_STORED_BYTES: &str =
+    "SELECT project, hour, bytes FROM stored_bytes WHERE tenant = ?";
+
+/// `(hour, bytes)` of a scope's hours before `?`.
+pub(super) const SELECT_STORED_BYTES_BEFORE: &str =
+    "SELECT hour, bytes FROM stored_bytes WHERE tenant = ? AND project = ? AND hour < ?";
+
+/// Deletes the usage of one hour of a scope (counters are deleted by row).
+pub(super) const DELETE_STORED_BYTES: &str =
+    "DELETE FROM stored_bytes WHERE tenant = ? AND project = ? AND hour = ?";
+
+/// Deletes one sample partition: one partition tombstone.
+pub(super) const DELETE_SAMPLE_PARTITION: &str =
+    "DELETE FROM samples WHERE tenant = ? AND project = ? AND hour = ? AND shard = ?";
+
+/// Deletes a scope's `sample_hours` rows before hour `?`: one range
+/// tombstone.
+pub(super) const DELETE_SAMPLE_HOURS_BEFORE: &str =
+    "DELETE FROM sample_hours WHERE tenant = ? AND project = ? AND hour < ?";
+
+/// Deletes one metric partition.
+pub(super) const DELETE_METRIC_PARTITION: &str = "DELETE FROM metrics \
+    WHERE tenant = ? AND project = ? AND name = ? AND hour = ? AND shard = ?";
+
+/// Deletes a scope's `metric_names` rows before hour `?`: one range
+/// tombstone.
+pub(super) const DELETE_METRIC_NAMES_BEFORE: &str =
+    "DELETE FROM metric_names WHERE tenant = ? AND project = ? AND hour < ?";
+
+/// The default TTL of `samples` in the session's keyspace `?`, as the
+/// first migration set it.
+pub(super) const SAMPLE_TTL: &str = "SELECT default_time_to_live FROM system_schema.tables \
+    WHERE keyspace_name = ? AND table_name = 'samples'";
 
 /// The dictionary tables, each with its upsert and its read by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -301,6 +359,14 @@ mod tests {
             INSERT_METRIC_NAME,
             SELECT_METRIC_NAMES,
             SCAN_METRICS,
+            ADD_STORED_BYTES,
+            SELECT_STORED_BYTES,
+            SELECT_STORED_BYTES_BEFORE,
+            DELETE_STORED_BYTES,
+            DELETE_SAMPLE_PARTITION,
+            DELETE_SAMPLE_HOURS_BEFORE,
+            DELETE_METRIC_PARTITION,
+            DELETE_METRIC_NAMES_BEFORE,
         ];
         for dict in Dict::ALL {
             statements.push(dict.upsert());
@@ -356,6 +422,13 @@ mod tests {
         ] {
             assert!(!statement.contains("ALLOW FILTERING"));
         }
+        // Retention deletes name whole partitions, or a clustering range
+        // within one.
+        for column in ["tenant = ?", "project = ?", "hour = ?", "shard = ?"] {
+            assert!(DELETE_SAMPLE_PARTITION.contains(column), "{column}");
+            assert!(DELETE_METRIC_PARTITION.contains(column), "{column}");
+        }
+        assert!(DELETE_METRIC_PARTITION.contains("name = ?"));
     }
 
     #[test]
@@ -378,7 +451,9 @@ mod tests {
         assert!(metrics.contains("default_time_to_live = 86400"));
         assert!(tables[3].contains("PRIMARY KEY ((tenant, project), hour, name)"));
         assert!(tables[3].contains("default_time_to_live = 86400"));
-        assert_eq!(tables.len(), 9);
+        assert!(tables[4].contains("bytes   counter"));
+        assert!(!tables[4].contains("default_time_to_live"));
+        assert_eq!(tables.len(), 10);
         for table in &tables {
             assert!(table.starts_with("CREATE TABLE IF NOT EXISTS"), "{table}");
         }

@@ -64,6 +64,10 @@ struct Inner {
     statements: Statements,
     /// Partitions per project and hour, as recorded in `kiln_schema`.
     sample_shards: i16,
+    /// The samples' default TTL in seconds (0: none), as the keyspace's
+    /// first migration set it: `stored_bytes` counts only the hours it
+    /// still keeps.
+    sample_ttl_secs: i64,
     url: ScyllaUrl,
 }
 
@@ -77,6 +81,14 @@ struct Statements {
     insert_metric_name: PreparedStatement,
     select_metric_names: PreparedStatement,
     scan_metrics: PreparedStatement,
+    add_stored_bytes: PreparedStatement,
+    select_stored_bytes: PreparedStatement,
+    select_stored_bytes_before: PreparedStatement,
+    delete_stored_bytes: PreparedStatement,
+    delete_sample_partition: PreparedStatement,
+    delete_sample_hours_before: PreparedStatement,
+    delete_metric_partition: PreparedStatement,
+    delete_metric_names_before: PreparedStatement,
     upserts: [PreparedStatement; 4],
     selects: [PreparedStatement; 4],
 }
@@ -108,6 +120,14 @@ impl Statements {
             insert_metric_name: prepare(cql::INSERT_METRIC_NAME).await?,
             select_metric_names: prepare(cql::SELECT_METRIC_NAMES).await?,
             scan_metrics: prepare(cql::SCAN_METRICS).await?,
+            add_stored_bytes: prepare(cql::ADD_STORED_BYTES).await?,
+            select_stored_bytes: prepare(cql::SELECT_STORED_BYTES).await?,
+            select_stored_bytes_before: prepare(cql::SELECT_STORED_BYTES_BEFORE).await?,
+            delete_stored_bytes: prepare(cql::DELETE_STORED_BYTES).await?,
+            delete_sample_partition: prepare(cql::DELETE_SAMPLE_PARTITION).await?,
+            delete_sample_hours_before: prepare(cql::DELETE_SAMPLE_HOURS_BEFORE).await?,
+            delete_metric_partition: prepare(cql::DELETE_METRIC_PARTITION).await?,
+            delete_metric_names_before: prepare(cql::DELETE_METRIC_NAMES_BEFORE).await?,
             upserts: four(upserts),
             selects: four(selects),
         })
@@ -159,12 +179,14 @@ impl ScyllaProfileStore {
             });
         }
         let statements = Statements::prepare(&session).await?;
+        let sample_ttl_secs = read_sample_ttl(&session, &url.keyspace).await?;
         tracing::debug!(url = %url.shown(), sample_shards, "connected to scylla");
         Ok(ScyllaProfileStore {
             inner: Arc::new(Inner {
                 session,
                 statements,
                 sample_shards,
+                sample_ttl_secs,
                 url,
             }),
         })
@@ -284,6 +306,21 @@ async fn read_schema_row(session: &Session) -> Result<Option<(i32, i16)>, StoreE
         .maybe_first_row::<(i32, i16)>()
         .map_err(|e| StoreError::scylla(op, e))?;
     Ok(row)
+}
+
+/// The samples table's default TTL in seconds (0 when it has none).
+async fn read_sample_ttl(session: &Session, keyspace: &str) -> Result<i64, StoreError> {
+    let op = "read the samples' TTL";
+    let result = session
+        .query_unpaged(cql::SAMPLE_TTL, (keyspace,))
+        .await
+        .map_err(|e| StoreError::scylla(op, e))?
+        .into_rows_result()
+        .map_err(|e| StoreError::scylla(op, e))?;
+    let row = result
+        .maybe_first_row::<(Option<i32>,)>()
+        .map_err(|e| StoreError::scylla(op, e))?;
+    Ok(row.and_then(|(ttl,)| ttl).map_or(0, i64::from))
 }
 
 fn check_version(found: i32) -> Result<(), StoreError> {

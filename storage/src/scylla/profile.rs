@@ -18,8 +18,8 @@ use super::cql::Dict;
 use super::layout::{self, MetricBatch, SampleBatch};
 use crate::error::{DecodeError, StoreError};
 use crate::profile::{
-    ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
-    check_metric_points, hour_of,
+    DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
+    check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
 use crate::scope::Scope;
 use crate::values;
@@ -274,6 +274,53 @@ impl ScyllaProfileStore {
     }
 }
 
+impl ScyllaProfileStore {
+    /// Adds `bytes` per hour to the scope's usage counters; after the rows
+    /// are written, so a failed write counts nothing (its retry counts
+    /// once).
+    async fn add_stored_bytes(
+        &self,
+        scope: &Scope,
+        bytes: &[(i64, u64)],
+    ) -> Result<(), StoreError> {
+        let session = &self.inner.session;
+        let statement = &self.inner.statements.add_stored_bytes;
+        let updates: Vec<_> = bytes
+            .iter()
+            .map(|&(hour, added)| async move {
+                let added = i64::try_from(added).unwrap_or(i64::MAX);
+                session
+                    .execute_unpaged(statement, (added, scope.tenant(), scope.project(), hour))
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::scylla("count stored bytes", e))
+            })
+            .collect();
+        run_all(updates).await.map(drop)
+    }
+
+    /// Runs one delete statement per value tuple, many in flight.
+    async fn delete_each<V: ::scylla::serialize::row::SerializeRow + Send + Sync>(
+        &self,
+        op: &'static str,
+        statement: &::scylla::statement::prepared::PreparedStatement,
+        values: Vec<V>,
+    ) -> Result<(), StoreError> {
+        let session = &self.inner.session;
+        let deletes: Vec<_> = values
+            .iter()
+            .map(|v| async move {
+                session
+                    .execute_unpaged(statement, v)
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::scylla(op, e))
+            })
+            .collect();
+        run_all(deletes).await.map(drop)
+    }
+}
+
 /// Runs `requests`, at most [`IN_FLIGHT`] at a time, stopping at the
 /// first error; the results in no particular order.
 async fn run_all<T>(
@@ -351,7 +398,9 @@ impl ProfileStore for ScyllaProfileStore {
             .iter()
             .map(|batch| self.put_sample_batch(scope, batch))
             .collect();
-        run_all(writes).await.map(drop)
+        run_all(writes).await?;
+        self.add_stored_bytes(scope, &sample_bytes_per_hour(scope, samples))
+            .await
     }
 
     async fn put_metric_points(
@@ -382,7 +431,145 @@ impl ProfileStore for ScyllaProfileStore {
             .iter()
             .map(|batch| self.put_metric_batch(scope, batch))
             .collect();
-        run_all(writes).await.map(drop)
+        run_all(writes).await?;
+        self.add_stored_bytes(scope, &metric_bytes_per_hour(scope, points))
+            .await
+    }
+
+    /// The hours come from the indexes; every shard's partition of each
+    /// goes (a partition tombstone each), then the index rows (range
+    /// tombstones), then the usage counters. In that order, a delete cut
+    /// short leaves index rows of empty partitions (a later run finds and
+    /// deletes them again), never data that no index points to.
+    async fn delete_hours_before(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+    ) -> Result<DeletedHours, StoreError> {
+        let before_hour = hour_of(before_ns);
+        let first = hour_of(i64::MIN);
+        if before_hour <= first {
+            return Ok(DeletedHours::default());
+        }
+        let statements = &self.inner.statements;
+        let (tenant, project) = (scope.tenant(), scope.project());
+        let shards = 0..self.inner.sample_shards;
+
+        let mut sample_hours = self
+            .indexed_sample_hours(scope, first, before_hour - 1)
+            .await?;
+        sample_hours.sort_unstable();
+        sample_hours.dedup();
+        let partitions: Vec<_> = sample_hours
+            .iter()
+            .flat_map(|&hour| {
+                shards
+                    .clone()
+                    .map(move |shard| (tenant, project, hour, shard))
+            })
+            .collect();
+        self.delete_each(
+            "delete sample partitions",
+            &statements.delete_sample_partition,
+            partitions,
+        )
+        .await?;
+
+        let metric_hours = self
+            .indexed_metric_hours(scope, first, before_hour - 1)
+            .await?;
+        let partitions: Vec<_> = metric_hours
+            .iter()
+            .flat_map(|(hour, name)| {
+                shards
+                    .clone()
+                    .map(move |shard| (tenant, project, name.as_str(), *hour, shard))
+            })
+            .collect();
+        self.delete_each(
+            "delete metric partitions",
+            &statements.delete_metric_partition,
+            partitions,
+        )
+        .await?;
+
+        let bound = vec![(tenant, project, before_hour)];
+        self.delete_each(
+            "delete sample hours",
+            &statements.delete_sample_hours_before,
+            bound.clone(),
+        )
+        .await?;
+        self.delete_each(
+            "delete metric names",
+            &statements.delete_metric_names_before,
+            bound,
+        )
+        .await?;
+
+        let op = "read stored bytes";
+        let usage: Vec<(i64, i64)> = self
+            .inner
+            .session
+            .execute_iter(
+                statements.select_stored_bytes_before.clone(),
+                (tenant, project, before_hour),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<(i64, i64)>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?;
+        let bytes = usage
+            .iter()
+            .map(|(_, b)| u64::try_from(*b).unwrap_or(0))
+            .sum();
+        let rows: Vec<_> = usage
+            .iter()
+            .map(|(hour, _)| (tenant, project, *hour))
+            .collect();
+        self.delete_each("delete stored bytes", &statements.delete_stored_bytes, rows)
+            .await?;
+        Ok(DeletedHours {
+            sample_hours: sample_hours.len() as u64,
+            metric_hours: metric_hours.len() as u64,
+            bytes,
+        })
+    }
+
+    /// One partition read; hours the samples' TTL has expired are not
+    /// counted (counters cannot expire with them).
+    async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        Scope::validate_tenant(tenant)?;
+        let op = "read stored bytes";
+        let rows: Vec<(String, i64, i64)> = self
+            .inner
+            .session
+            .execute_iter(self.inner.statements.select_stored_bytes.clone(), (tenant,))
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<(String, i64, i64)>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?;
+        let ttl = self.inner.sample_ttl_secs;
+        let first_kept = if ttl > 0 {
+            let now_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            // An hour is kept while its last row's TTL runs.
+            hour_of(now_s.saturating_sub(ttl).saturating_mul(1_000_000_000)) - 1
+        } else {
+            i64::MIN
+        };
+        Ok(rows
+            .iter()
+            .filter(|(_, hour, _)| *hour >= first_kept)
+            .map(|(_, _, b)| u64::try_from(*b).unwrap_or(0))
+            .sum())
     }
 
     async fn scan_metric_points(
