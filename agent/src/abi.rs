@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -39,10 +39,22 @@ pub enum Stat {
     LaunchesDropped = 7,
     /// `KILN_STAT_OUTSIDE_CGROUP`.
     OutsideCgroup = 8,
+    /// `KILN_STAT_WALK_ROOTED`.
+    WalkRooted = 9,
+    /// `KILN_STAT_WALK_NO_TABLE`.
+    WalkNoTable = 10,
+    /// `KILN_STAT_WALK_EVICTED`.
+    WalkEvicted = 11,
+    /// `KILN_STAT_WALK_NO_MAPPING`.
+    WalkNoMapping = 12,
+    /// `KILN_STAT_WALK_BAD_FRAME`.
+    WalkBadFrame = 13,
+    /// `KILN_STAT_WALK_DEPTH`.
+    WalkDepth = 14,
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 9;
+pub const STAT_NR: u32 = 15;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -94,6 +106,8 @@ pub const PROCESS_SAMPLED: u32 = 1;
 pub const PROCESS_EXEC: u32 = 2;
 /// `KILN_PROCESS_REMAPPED`.
 pub const PROCESS_REMAPPED: u32 = 3;
+/// `KILN_PROCESS_TABLE_MISSING`.
+pub const PROCESS_TABLE_MISSING: u32 = 4;
 
 /// `struct kiln_control`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -129,15 +143,15 @@ pub const RBP_UNSUPPORTED: u8 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
 pub struct UnwindRow {
-    pub pc: u64,
-    pub cfa_offset: i32,
-    pub rbp_offset: i16,
-    pub cfa_type: u8,
-    pub rbp_type: u8,
+    pub pc: u32,
+    pub cfa_offset: i16,
+    pub rbp_offset: i8,
+    /// CFA type in the low 4 bits, rbp type in the high 4.
+    pub rules: u8,
 }
 
 /// `KILN_MAX_MAPPINGS`.
-pub const MAX_MAPPINGS: usize = 64;
+pub const MAX_MAPPINGS: usize = 4096;
 
 /// `struct kiln_mapping`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -146,17 +160,8 @@ pub struct BpfMapping {
     pub start: u64,
     pub end: u64,
     pub bias: u64,
-    pub rows_start: u32,
+    pub table_id: u32,
     pub rows_len: u32,
-}
-
-/// `struct kiln_proc_mappings`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(C)]
-pub struct ProcMappings {
-    pub len: u32,
-    pub reserved: u32,
-    pub mappings: [BpfMapping; MAX_MAPPINGS],
 }
 
 // The sizes the C side asserts with _Static_assert; with fields ordered so
@@ -166,9 +171,8 @@ const _: () = assert!(size_of::<SampleValue>() == 24);
 const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
 const _: () = assert!(size_of::<Control>() == 24);
 const _: () = assert!(size_of::<NewProcess>() == 8);
-const _: () = assert!(size_of::<UnwindRow>() == 16);
+const _: () = assert!(size_of::<UnwindRow>() == 8);
 const _: () = assert!(size_of::<BpfMapping>() == 32);
-const _: () = assert!(size_of::<ProcMappings>() == 8 + 32 * MAX_MAPPINGS);
 
 // SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit
 // pattern is a valid value, which is what aya's `Pod` requires.
@@ -182,7 +186,7 @@ unsafe impl aya::Pod for Control {}
 // SAFETY: as above.
 unsafe impl aya::Pod for UnwindRow {}
 // SAFETY: as above.
-unsafe impl aya::Pod for ProcMappings {}
+unsafe impl aya::Pod for BpfMapping {}
 
 const fn parse_u32(s: &str) -> u32 {
     let bytes = s.as_bytes();

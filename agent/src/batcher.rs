@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
-use crate::fileid::{FileCache, FileInfo, file_paths};
+use crate::fileid::{FileCache, FileInfo};
 use crate::kallsyms::Kallsyms;
+use crate::mapped_file::MappedSource;
 use crate::procfs::{Mapping, Process, ProcessTable};
 use crate::sampler::{Drained, RawSample, RawStack};
 
@@ -37,9 +38,9 @@ pub struct Batcher {
     state: Arc<Mutex<HostState>>,
     kallsyms: Option<Kallsyms>,
     sent: RecentlySent,
-    /// The files the last batch's frames point into, with where each can
-    /// be read: for symbol upload.
-    files: Vec<(kiln_model::FileId, Vec<std::path::PathBuf>)>,
+    /// The files the last batch's frames point into, each with a process
+    /// mapping it: for symbol upload.
+    files: Vec<(kiln_model::FileId, MappedSource)>,
 }
 
 impl Batcher {
@@ -56,10 +57,10 @@ impl Batcher {
         }
     }
 
-    /// The files the last built batch's frames point into, each with the
-    /// paths it can be read from (its `map_files` link, then its path under
-    /// the process's root).
-    pub fn files(&self) -> &[(kiln_model::FileId, Vec<std::path::PathBuf>)] {
+    /// The files the last built batch's frames point into, each with a
+    /// process and mapping it can be opened through (by
+    /// [`crate::open_mapped`], which refuses a file swapped since).
+    pub fn files(&self) -> &[(kiln_model::FileId, MappedSource)] {
         &self.files
     }
 
@@ -124,14 +125,19 @@ impl Batcher {
             let labels = labels(&mut state, &self.host, sample);
             builder.add(timestamp_ns, &frames, &labels, sample.count);
         }
+        if drained.coverage.walks() > 0 {
+            drained
+                .coverage
+                .add_to(&mut builder, &self.host, timestamp_ns);
+        }
         if drained.lost > 0 {
             frames.clear();
             frames.push(Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME));
             builder.add(timestamp_ns, &frames, &host_only, drained.lost);
         }
         self.files.clear();
-        for (file, paths) in executables.into_values() {
-            self.files.push((file.file_id, paths));
+        for (file, source) in executables.into_values() {
+            self.files.push((file.file_id, source));
             builder.add_executable(file);
         }
         let mut batch = builder.finish();
@@ -263,10 +269,7 @@ fn user_frames(
     state: &mut HostState,
     pid: u32,
     stack: &RawStack,
-    executables: &mut HashMap<
-        kiln_model::FileId,
-        (kiln_model::Executable, Vec<std::path::PathBuf>),
-    >,
+    executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
 ) -> Vec<Frame> {
     if state.processes.get(pid).is_none() {
         // Exited before this drain could read its maps: its addresses
@@ -283,9 +286,15 @@ fn user_frames(
         let frame = match state.processes.mapping(pid, addr).cloned() {
             Some(m) if m.is_file() => match state.files.get(pid, &m) {
                 Some(file) => {
-                    executables
-                        .entry(file.file_id)
-                        .or_insert_with(|| (file.executable(), file_paths(pid, &m).to_vec()));
+                    executables.entry(file.file_id).or_insert_with(|| {
+                        (
+                            file.executable(),
+                            MappedSource {
+                                pid,
+                                mapping: m.clone(),
+                            },
+                        )
+                    });
                     Frame::Address {
                         kind: FrameKind::Native,
                         file_id: file.file_id,
@@ -410,6 +419,7 @@ mod tests {
             seen: 3,
             idle: 0,
             lost: 0,
+            ..Drained::default()
         };
         let first = batcher.build(&drained, 1, 1);
         assert!(!first.frames.is_empty() && !first.stacks.is_empty());
@@ -441,6 +451,7 @@ mod tests {
             seen: 9,
             idle: 7,
             lost: 2,
+            ..Drained::default()
         };
         let batch = batcher.build(&drained, 1, 1);
         assert_eq!(batch.sample_count(), 9);
@@ -461,6 +472,7 @@ mod tests {
             seen: 3,
             idle: 0,
             lost: 0,
+            ..Drained::default()
         };
         let batch = batcher.build(&drained, 1, 1);
         let frames = &batch.stacks[0].frames;
@@ -476,6 +488,7 @@ mod tests {
             seen: 3,
             idle: 0,
             lost: 0,
+            ..Drained::default()
         };
         let batch = batcher.build(&gone, 1, 1);
         assert_eq!(batch.stacks[0].frames.len(), 1);

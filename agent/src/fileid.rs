@@ -12,11 +12,16 @@ use kiln_model::{Executable, FileId};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{FileKind, Object, ReadCache, elf};
 
+use crate::mapped_file::{MappedFileError, open_mapped};
 use crate::procfs::Mapping;
 
 /// Why a file could not be identified.
 #[derive(Debug, thiserror::Error)]
 pub enum FileIdError {
+    /// The mapped file was not opened: gone, or not the file mapped any
+    /// more (see [`crate::open_mapped`]).
+    #[error(transparent)]
+    Mapped(#[from] MappedFileError),
     /// The file could not be opened or read.
     #[error("reading {path}")]
     Read {
@@ -59,12 +64,32 @@ impl FileInfo {
     ///
     /// Only the ELF headers and notes are read, and for files without a
     /// build id the first and last 4 KiB, never the whole file.
+    ///
+    /// Only for files the agent trusts (its own, a debug directory's):
+    /// files that processes map are read with [`FileInfo::of_mapping`].
     pub fn read(path: &Path, name: &str) -> Result<FileInfo, FileIdError> {
+        let file = File::open(path).map_err(|source| FileIdError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        FileInfo::from_file(file, path, name)
+    }
+
+    /// Reads the file that `mapping` of process `pid` maps, opened by
+    /// [`open_mapped`] (only if it is still that file and a regular one),
+    /// and names it after the mapping.
+    pub fn of_mapping(pid: u32, mapping: &Mapping) -> Result<FileInfo, FileIdError> {
+        let file = open_mapped(pid, mapping)?;
+        FileInfo::from_file(file, Path::new(&mapping.path), mapping.name())
+    }
+
+    /// Reads the open `file` (`path` names it in errors) and names it
+    /// `name`.
+    pub fn from_file(file: File, path: &Path, name: &str) -> Result<FileInfo, FileIdError> {
         let err = |source| FileIdError::Read {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(err)?;
         let len = file.metadata().map_err(err)?.len();
         let cache = ReadCache::new(file);
         let (build_id, loads) = elf_facts(&cache).unwrap_or_default();
@@ -155,7 +180,9 @@ const MAX_FILES: usize = 16 * 1024;
 
 impl FileCache {
     /// The file `mapping` maps, read through `/proc/<pid>/map_files` so
-    /// that files in other mount namespaces and deleted files are found.
+    /// that files in other mount namespaces and deleted files are found
+    /// (see [`open_mapped`]: a file swapped since it was mapped is never
+    /// read).
     pub fn get(&mut self, pid: u32, mapping: &Mapping) -> Option<Arc<FileInfo>> {
         let key = (mapping.dev, mapping.inode);
         if let Some(hit) = self.files.get(&key) {
@@ -164,9 +191,7 @@ impl FileCache {
         if self.files.len() >= MAX_FILES {
             self.files.clear();
         }
-        let [via, rooted] = file_paths(pid, mapping);
-        let info = FileInfo::read(&via, mapping.name())
-            .or_else(|_| FileInfo::read(&rooted, mapping.name()))
+        let info = FileInfo::of_mapping(pid, mapping)
             .map_err(|e| tracing::debug!(error = %e, path = %mapping.path, "unreadable mapping"))
             .ok()
             .map(Arc::new);
@@ -178,6 +203,10 @@ impl FileCache {
 /// Where the file a mapping maps can be opened from: its
 /// `/proc/<pid>/map_files` link (found even in another mount namespace, or
 /// deleted), then its path under the process's root.
+///
+/// Kept for the unwinder until it opens through
+/// [`crate::open_mapped`], which checks what it opens; nothing else may
+/// open these paths.
 pub fn file_paths(pid: u32, mapping: &Mapping) -> [PathBuf; 2] {
     [
         PathBuf::from(format!(

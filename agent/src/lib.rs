@@ -99,23 +99,26 @@
 //!   the new process is announced or the exited one is reaped (at most
 //!   10 s while processes come and go).
 //! - Interpreters (Python, JVM, …).
-//! - Symbol upload ([`Agent::upload_symbols_to`]) sends whole files (or
-//!   their separate debug files), up to 512 MiB, not just the sections the
-//!   backend reads.
+//! - Symbol upload ([`Agent::upload_symbols_to`]) extracts each file's
+//!   symbols here and sends them as a ksym (never the file); it reads a
+//!   file again for each run, with no cache of what was sent.
 
 mod abi;
 mod batcher;
 mod cgroup;
+mod coverage;
 mod fileid;
 pub mod gpu;
 mod gpu_agent;
 mod kallsyms;
+mod mapped_file;
 mod nvml;
 mod procfs;
-mod row_space;
 mod run;
 mod sampler;
 mod sink;
+mod table_builder;
+mod table_cache;
 mod unwind;
 mod unwinder;
 mod upload;
@@ -133,6 +136,7 @@ pub use batcher::{
     TRUNCATED_FRAME,
 };
 pub use cgroup::{Cgroup, CgroupError, cgroup2_mount};
+pub use coverage::{OUTCOME_LABEL, STACK_WALKS, StackCoverage};
 pub use fileid::{FileIdError, FileInfo, LoadSegment};
 pub use gpu::GpuReport;
 pub use gpu_agent::{GpuAgent, GpuAgentConfig};
@@ -140,6 +144,7 @@ pub use kallsyms::{KERNEL_MODULE, Kallsyms, KallsymsError, KernelSymbol};
 /// Where CUDA processes running libkiln_cuda.so send GPU profiles unless
 /// `KILN_GPU_SOCKET` says otherwise (the library's default too).
 pub use kiln_cuda::socket::DEFAULT_SOCKET_PATH as DEFAULT_GPU_SOCKET;
+pub use mapped_file::{MappedFileError, MappedSource, open_mapped};
 pub use nvml::{
     DeviceReading, GPU_SAMPLE_INTERVAL, GpuMetricsSampler, GpuPoint, GpuProcess, GpuReadings,
     MAX_GPU_PROCESSES, MAX_QUEUED_GPU_READINGS, NVML_PATH_ENV, Nvml, NvmlError,
@@ -150,9 +155,12 @@ pub use sink::{
     Attempt, Delivery, HttpSink, HttpTransport, MemorySink, Sink, SinkError, Spool, SpoolingSink,
     Transport,
 };
+pub use table_cache::{load_unwind_table, save_unwind_table};
 pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
 pub use unwinder::UnwindStats;
-pub use upload::{DEFAULT_DEBUG_DIR, SymbolUploader};
+pub use upload::{
+    DEFAULT_DEBUG_DIR, ExtractedSymbols, SymbolUploader, SymbolsError, extract_symbols,
+};
 
 /// Default sampling frequency: a prime, so sampling does not fall into
 /// step with work that runs at round rates (timers at 10 ms, 100 Hz ticks).
@@ -163,11 +171,16 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// Longest interval accepted.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(600);
-/// Default size of the unwind-table map: 4 MiB, room for libc nine times.
-pub const DEFAULT_UNWIND_TABLE_ROWS: u32 = 256 * 1024;
-/// Sizes of the unwind-table map accepted: from a few small programs to
-/// 64 MiB of locked kernel memory (the BPF binary search covers 16M rows).
-pub const UNWIND_TABLE_ROWS: std::ops::RangeInclusive<u32> = 1024..=4 * 1024 * 1024;
+/// Default kernel memory for unwind tables: 256 MiB, 32M rows of 8 bytes,
+/// room for libc a thousand times or for LLVM's library thirty times.
+/// Tables are loaded only for processes that get sampled, and shared by
+/// every process that maps a file.
+pub const DEFAULT_UNWIND_TABLE_BYTES: u64 = 256 << 20;
+/// Budgets accepted for unwind tables: from a few small programs (tests
+/// size it for theirs) to 64 GiB.
+pub const UNWIND_TABLE_BYTES: std::ops::RangeInclusive<u64> = (64 << 10)..=(64 << 30);
+/// Default budget of the on-disk unwind table cache.
+pub const DEFAULT_UNWIND_CACHE_BYTES: u64 = 1 << 30;
 
 /// How the agent profiles.
 #[derive(Debug, Clone)]
@@ -181,11 +194,16 @@ pub struct AgentConfig {
     /// Walk user stacks with `.eh_frame` unwind tables where a process's
     /// files have them; when off, frame pointers only.
     pub unwind_tables: bool,
-    /// Rows of the program's unwind-table map (16 bytes each, locked
-    /// kernel memory): the tables of the files that running processes map
-    /// must fit in it (libc takes 28k rows); those of exited ones are
-    /// evicted as needed.
-    pub unwind_table_rows: u32,
+    /// Kernel memory the loaded unwind tables may take (8 bytes a row,
+    /// in whole pages per file; libc takes 28k rows): past it, tables no
+    /// running process maps are evicted first, then the least recently
+    /// used.
+    pub unwind_table_bytes: u64,
+    /// Where built unwind tables are saved, by FileId, so that a restart
+    /// does not build them again; `None` saves none.
+    pub unwind_cache_dir: Option<std::path::PathBuf>,
+    /// Most bytes the unwind table cache holds on disk.
+    pub unwind_cache_bytes: u64,
     /// Profile only the tasks in this cgroup v2 directory and the cgroups
     /// below it (a container's, a systemd unit's), e.g.
     /// `/sys/fs/cgroup/system.slice/nginx.service`; `None` profiles every
@@ -201,7 +219,9 @@ impl Default for AgentConfig {
             interval: DEFAULT_INTERVAL,
             host: host_name(),
             unwind_tables: true,
-            unwind_table_rows: DEFAULT_UNWIND_TABLE_ROWS,
+            unwind_table_bytes: DEFAULT_UNWIND_TABLE_BYTES,
+            unwind_cache_dir: None,
+            unwind_cache_bytes: DEFAULT_UNWIND_CACHE_BYTES,
             cgroup: None,
         }
     }
@@ -217,12 +237,12 @@ impl AgentConfig {
             )));
         }
         check_interval(self.interval)?;
-        if !UNWIND_TABLE_ROWS.contains(&self.unwind_table_rows) {
+        if !UNWIND_TABLE_BYTES.contains(&self.unwind_table_bytes) {
             return Err(AgentError::Config(format!(
-                "unwind table rows must be {}..={}, got {}",
-                UNWIND_TABLE_ROWS.start(),
-                UNWIND_TABLE_ROWS.end(),
-                self.unwind_table_rows
+                "unwind table memory must be {} KiB..={} GiB, got {} bytes",
+                UNWIND_TABLE_BYTES.start() >> 10,
+                UNWIND_TABLE_BYTES.end() >> 30,
+                self.unwind_table_bytes
             )));
         }
         check_host(&self.host)?;
@@ -291,6 +311,8 @@ pub struct TickReport {
     pub samples: u64,
     /// Distinct stacks newly described in the batch.
     pub new_stacks: usize,
+    /// How the interval's user-stack walks ended.
+    pub coverage: StackCoverage,
     /// What became of the batch.
     pub delivery: Delivery,
 }
@@ -310,6 +332,8 @@ pub struct Agent {
     gpu: Option<gpu::GpuReceiver>,
     /// GPU libraries seen mapped, not yet probed.
     gpu_libraries: GpuLibraries,
+    /// How the last collected interval's stack walks ended.
+    last_coverage: StackCoverage,
 }
 
 /// How often the new-process feed is read: a process must live about this
@@ -323,19 +347,25 @@ const WATCH_EVERY: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 struct Watcher {
     stop: Arc<AtomicBool>,
+    /// The unwinder thread's queue, to tell it to stop.
+    to_unwinder: Option<std::sync::mpsc::Sender<Option<unwinder::Work>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// Processes whose mappings the unwinder thread should load.
-type Learned = Vec<(u32, Vec<(procfs::Mapping, Arc<fileid::FileInfo>)>)>;
+type Learned = Vec<(u32, unwinder::ProcessMappings)>;
 
 /// File name of the CUDA injection library (gpu-lib), whose launch marker
 /// the GPU launch uprobe attaches to.
 const GPU_LIBRARY: &str = "libkiln_cuda.so";
 
-/// Paths (under `/proc/<pid>/root`) of GPU libraries seen mapped, for the
-/// agent to attach its uprobe to.
-type GpuLibraries = Arc<Mutex<Vec<std::path::PathBuf>>>;
+/// GPU libraries seen mapped, for the agent to attach its uprobe to: the
+/// process, the path (under `/proc/<pid>/root`), and when it was seen.
+type GpuLibraries = Arc<Mutex<Vec<(u32, std::path::PathBuf, Instant)>>>;
+
+/// How long the launch probe waits for a process's unwind tables before
+/// attaching anyway (a table that finds no room never arrives).
+const GPU_PROBE_WAITS_FOR_TABLES: Duration = Duration::from_secs(60);
 
 /// Queues the GPU libraries among `pid`'s `mappings` for the launch probe
 /// (which attaches to each file once).
@@ -350,7 +380,7 @@ fn found_gpu_libraries(
         queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(rooted);
+            .push((pid, rooted, Instant::now()));
     }
 }
 
@@ -364,9 +394,15 @@ impl Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
         let gpu_found = gpu_libraries.clone();
+        // The unwinder thread takes processes learned here and tables its
+        // builder finished; `None` stops it.
         let to_unwinder = match unwinder {
             Some(mut unwinder) => {
-                let (tx, rx) = std::sync::mpsc::channel::<Learned>();
+                let (tx, rx) = std::sync::mpsc::channel::<Option<unwinder::Work>>();
+                let built = tx.clone();
+                unwinder.start_builder(move |table| {
+                    built.send(Some(unwinder::Work::Built(table))).is_ok()
+                })?;
                 threads.push(
                     std::thread::Builder::new()
                         .name("kiln-unwind".into())
@@ -374,19 +410,18 @@ impl Watcher {
                             use std::sync::mpsc::RecvTimeoutError;
                             loop {
                                 match rx.recv_timeout(crate::unwinder::REAP_EVERY) {
-                                    Ok(learned) => {
-                                        for (pid, mappings) in &learned {
-                                            unwinder.load_process(*pid, mappings);
-                                            // Its tables first: the launch
-                                            // stacks walk through them.
-                                            found_gpu_libraries(*pid, mappings, &gpu_found);
+                                    Ok(Some(work)) => {
+                                        if let unwinder::Work::Learned(learned) = &work {
+                                            for (pid, mappings) in learned {
+                                                found_gpu_libraries(*pid, mappings, &gpu_found);
+                                            }
                                         }
+                                        unwinder.work(work);
                                     }
                                     // Quiet: a good time to let exited
                                     // processes go.
                                     Err(RecvTimeoutError::Timeout) => unwinder.reap_exited(),
-                                    // The watcher thread dropped its sender.
-                                    Err(RecvTimeoutError::Disconnected) => break,
+                                    Ok(None) | Err(RecvTimeoutError::Disconnected) => break,
                                 }
                             }
                         })?,
@@ -396,6 +431,7 @@ impl Watcher {
             None => None,
         };
         let stopping = stop.clone();
+        let feed_unwinder = to_unwinder.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("kiln-new-procs".into())
@@ -425,9 +461,9 @@ impl Watcher {
                                 .map(|(a, mappings)| (a.pid, mappings))
                                 .collect()
                         };
-                        match &to_unwinder {
+                        match &feed_unwinder {
                             Some(tx) if !learned.is_empty() => {
-                                let _ = tx.send(learned);
+                                let _ = tx.send(Some(unwinder::Work::Learned(learned)));
                             }
                             Some(_) => {}
                             None => {
@@ -439,15 +475,22 @@ impl Watcher {
                     }
                 })?,
         );
-        Ok(Watcher { stop, threads })
+        Ok(Watcher {
+            stop,
+            to_unwinder,
+            threads,
+        })
     }
 }
 
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // The watcher thread first (it owns the unwinder's channel), then
-        // the unwinder, which may finish the table it is building.
+        if let Some(tx) = &self.to_unwinder {
+            let _ = tx.send(None);
+        }
+        // The watcher thread first, then the unwinder, whose builder may
+        // finish the table it is building.
         for t in self.threads.drain(..).rev() {
             let _ = t.join();
         }
@@ -461,7 +504,11 @@ impl Agent {
         let mut sampler = sampler::Sampler::start(sampler::SamplerConfig {
             frequency_hz: config.frequency_hz,
             interval: config.interval,
-            unwind_rows: config.unwind_table_rows,
+            unwind_budget_bytes: config.unwind_table_bytes,
+            unwind_cache: config
+                .unwind_cache_dir
+                .clone()
+                .map(|dir| (dir, config.unwind_cache_bytes)),
             cgroup: config.resolve_cgroup()?,
         })?;
         let kallsyms = match Kallsyms::load() {
@@ -498,6 +545,7 @@ impl Agent {
             uploader: None,
             gpu: None,
             gpu_libraries,
+            last_coverage: StackCoverage::default(),
         })
     }
 
@@ -513,20 +561,41 @@ impl Agent {
     /// the launching stacks it reported for the GPU receiver to put the
     /// launches' kernels under.
     fn record_gpu_launches(&mut self) {
-        let Some(gpu) = &mut self.gpu else {
+        if self.gpu.is_none() {
             return;
-        };
+        }
         let libraries = std::mem::take(
             &mut *self
                 .gpu_libraries
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        for library in libraries {
+        let mut later = Vec::new();
+        for (pid, library, seen) in libraries {
+            // The process's tables first: a launch walked before them
+            // would follow frame pointers through libraries built without
+            // them, and skip its callers.
+            let waiting = self.unwind_shared.is_some()
+                && !self.unwind_tables_loaded(pid)
+                && seen.elapsed() < GPU_PROBE_WAITS_FOR_TABLES
+                && std::path::Path::new(&format!("/proc/{pid}")).exists();
+            if waiting {
+                later.push((pid, library, seen));
+                continue;
+            }
             if let Err(e) = self.sampler.attach_gpu_probe(&library) {
                 warn!(library = %library.display(), error = %e, "attaching the GPU launch probe failed");
             }
         }
+        if !later.is_empty() {
+            self.gpu_libraries
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend(later);
+        }
+        let Some(gpu) = &mut self.gpu else {
+            return;
+        };
         let mut launches = Vec::new();
         self.sampler.read_gpu_launches(&mut launches);
         // A training loop launches from a few stacks: each is placed once.
@@ -556,16 +625,18 @@ impl Agent {
     }
 
     /// Uploads the symbols of the files it samples to the backend at
-    /// `server` (with `api_key`, a key with the ingest role), each once per run, from a background thread, preferring a
-    /// file's separate debug file under `debug_dirs` (see
-    /// [`SymbolUploader`]). Off until called.
+    /// `server` (with `api_key`, a key with the ingest role), each once per run, from a background thread, extracted
+    /// here (with a file's separate debug file under `debug_dirs`) and
+    /// sent as a ksym: function names, and with `dwarf` lines and inline
+    /// chains (see [`SymbolUploader`]). Off until called.
     pub fn upload_symbols_to(
         &mut self,
         server: &str,
         api_key: Option<&str>,
         debug_dirs: Vec<std::path::PathBuf>,
+        dwarf: bool,
     ) -> std::io::Result<()> {
-        self.uploader = Some(SymbolUploader::start(server, api_key, debug_dirs)?);
+        self.uploader = Some(SymbolUploader::start(server, api_key, debug_dirs, dwarf)?);
         Ok(())
     }
 
@@ -622,6 +693,8 @@ impl Agent {
         let end = nanos(now);
         self.last_drain = now;
         let batch = self.batcher.build(&drained, start + (end - start) / 2, end);
+        drained.coverage.log();
+        self.last_coverage = drained.coverage;
         if let Some(uploader) = &mut self.uploader {
             for (file_id, paths) in self.batcher.files() {
                 uploader.offer(*file_id, paths);
@@ -650,6 +723,7 @@ impl Agent {
         Ok(TickReport {
             samples: batch.sample_count(),
             new_stacks: batch.stacks.len(),
+            coverage: self.last_coverage,
             delivery,
         })
     }
@@ -728,10 +802,13 @@ mod tests {
         });
         assert!(e.contains("interval must be 100ms..=10m, got 1ms"), "{e}");
         let e = bad(AgentConfig {
-            unwind_table_rows: 10,
+            unwind_table_bytes: 10,
             ..base.clone()
         });
-        assert!(e.contains("unwind table rows must be 1024..="), "{e}");
+        assert!(
+            e.contains("unwind table memory must be 64 KiB..=64 GiB, got 10 bytes"),
+            "{e}"
+        );
         let not_a_cgroup = tempfile::tempdir().unwrap();
         let e = bad(AgentConfig {
             cgroup: Some(not_a_cgroup.path().to_owned()),

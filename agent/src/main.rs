@@ -51,20 +51,42 @@ struct Args {
     /// Walk user stacks by frame pointers only, not with .eh_frame tables.
     #[arg(long, env = "KILN_NO_EH_FRAME")]
     no_eh_frame: bool,
-    /// Rows of the kernel map holding unwind tables (16 bytes each): the
-    /// tables of the files running processes map must fit (libc takes
-    /// 28k); those of exited processes are evicted as needed. One file may
-    /// take half: a 50 MB Rust server (~800k rows) needs 2M rows (32 MiB).
-    #[arg(long, env = "KILN_UNWIND_TABLE_ROWS", default_value_t = kiln_agent::DEFAULT_UNWIND_TABLE_ROWS)]
-    unwind_table_rows: u32,
-    /// Do not send the backend the executables and libraries sampled (it
-    /// extracts their symbols, so their frames get names).
+    /// Kernel memory for unwind tables, in MiB (8 bytes a row: libc takes
+    /// 28k rows, LLVM's library about a million). Tables are loaded for
+    /// the files of sampled processes, once per file; past the budget,
+    /// those no running process maps are evicted first, then the least
+    /// recently used (their frames are walked by frame pointers until they
+    /// are loaded again, from the cache).
+    #[arg(long, env = "KILN_UNWIND_TABLE_MIB", default_value_t = kiln_agent::DEFAULT_UNWIND_TABLE_BYTES >> 20)]
+    unwind_table_mib: u64,
+    /// Where built unwind tables are kept, so that a restart loads them
+    /// instead of building them again ("" keeps none).
+    #[arg(
+        long,
+        env = "KILN_UNWIND_CACHE_DIR",
+        default_value = "/var/lib/kiln-agent/unwind-cache"
+    )]
+    unwind_cache_dir: PathBuf,
+    /// Most MiB the unwind table cache takes on disk; the least recently
+    /// used tables go first.
+    #[arg(long, env = "KILN_UNWIND_CACHE_MIB", default_value_t = kiln_agent::DEFAULT_UNWIND_CACHE_BYTES >> 20)]
+    unwind_cache_mib: u64,
+    /// Do not send the backend the symbols of the executables and
+    /// libraries sampled (extracted here, from their ELF symbol tables, so
+    /// their frames get names; the files themselves are never sent).
     #[arg(long, env = "KILN_NO_SYMBOL_UPLOAD")]
     no_symbol_upload: bool,
+    /// Upload DWARF line tables and inline chains too (file, line and
+    /// inlined functions in frames), for files that have them: more CPU
+    /// and memory for the agent while it extracts, and larger uploads.
+    /// Files with more than 256 MiB of DWARF go with names only.
+    #[arg(long, env = "KILN_UPLOAD_DWARF")]
+    upload_dwarf: bool,
     /// Directories holding separate debug files by build id
     /// (`DIR/.build-id/xx/rest.debug`, where -dbg packages install them);
-    /// a sampled file's debug file is uploaded in its place, for lines and
-    /// inlined functions.
+    /// a sampled file's symbols are extracted with its debug file's (the
+    /// symbol table stripped binaries lack, and with --upload-dwarf its
+    /// lines and inlined functions).
     #[arg(
         long = "debug-dir",
         env = "KILN_DEBUG_DIRS",
@@ -151,7 +173,10 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         interval: args.interval,
         host,
         unwind_tables: !args.no_eh_frame,
-        unwind_table_rows: args.unwind_table_rows,
+        unwind_table_bytes: args.unwind_table_mib.saturating_mul(1 << 20),
+        unwind_cache_dir: (!args.unwind_cache_dir.as_os_str().is_empty())
+            .then(|| args.unwind_cache_dir.clone()),
+        unwind_cache_bytes: args.unwind_cache_mib.saturating_mul(1 << 20),
         cgroup: args.cgroup.clone(),
     };
     // Before touching the kernel: a typo should not need root to report.
@@ -162,7 +187,12 @@ fn try_main(args: Args) -> anyhow::Result<()> {
     let mut agent = Agent::start(config).context("starting the sampler")?;
     if !args.no_symbol_upload {
         agent
-            .upload_symbols_to(&url, args.api_key.as_deref(), args.debug_dirs.clone())
+            .upload_symbols_to(
+                &url,
+                args.api_key.as_deref(),
+                args.debug_dirs.clone(),
+                args.upload_dwarf,
+            )
             .context("starting the symbol upload thread")?;
     }
     if !args.no_gpu

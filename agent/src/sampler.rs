@@ -6,7 +6,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf};
+use aya::maps::{
+    Array, HashMap as BpfHashMap, HashOfMaps, MapData, MapError, PerCpuArray, RingBuf,
+};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
 use aya::programs::{PerfEvent, ProgramError, RawTracePoint, UProbe};
@@ -15,7 +17,9 @@ use tracing::{debug, info, warn};
 
 use crate::abi::{self, Control, GpuLaunch, NewProcess, SampleKey, SampleValue, Stack, Stat};
 use crate::cgroup::Cgroup;
-use crate::unwinder::Unwinder;
+use crate::coverage::StackCoverage;
+use crate::table_cache::TableCache;
+use crate::unwinder::{UnwindMaps, Unwinder};
 
 /// The compiled program, or an empty slice when build.rs could not build it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler.bpf.o"));
@@ -32,10 +36,6 @@ const GPU_LAUNCH_PROGRAM: &str = "kiln_gpu_launch";
 /// The function of libkiln_cuda.so (gpu-lib) called at every kernel launch.
 pub const GPU_LAUNCH_MARKER: &str = "kiln_cuda_launch_marker";
 
-/// Processes with unwind tables at once (2 KiB each, 4 MiB); an LRU map, so
-/// the least recently loaded fall back to frame pointers.
-const UNWIND_PROCESSES: u32 = 2048;
-
 /// Highest sampling frequency accepted: above it the sampler's own cost
 /// stops being negligible, and 1 kHz already resolves 1 ms of CPU.
 pub const MAX_FREQUENCY_HZ: u64 = 1000;
@@ -47,8 +47,11 @@ pub struct SamplerConfig {
     pub frequency_hz: u64,
     /// How often [`Sampler::drain`] will be called: sizes the maps.
     pub interval: Duration,
-    /// Rows of `unwind_rows` (16 bytes each).
-    pub unwind_rows: u32,
+    /// Kernel memory the loaded unwind tables may take.
+    pub unwind_budget_bytes: u64,
+    /// Where built unwind tables are saved (directory, byte budget); `None`
+    /// keeps none.
+    pub unwind_cache: Option<(std::path::PathBuf, u64)>,
     /// The cgroup whose tasks (with those of the cgroups below it) are
     /// profiled; `None` profiles every task.
     pub cgroup: Option<Cgroup>,
@@ -164,6 +167,8 @@ pub struct Drained {
     pub idle: u64,
     /// Samples lost because the counts map was full.
     pub lost: u64,
+    /// How the interval's user-stack walks ended.
+    pub coverage: StackCoverage,
 }
 
 /// The loaded and attached sampler. Dropping it detaches the program.
@@ -231,8 +236,6 @@ impl Sampler {
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("counts", counts_entries)
             .map_max_entries("stacks", stacks_entries)
-            .map_max_entries("unwind_rows", config.unwind_rows)
-            .map_max_entries("proc_mappings", UNWIND_PROCESSES)
             .load(OBJECT)
             .map_err(|e| SamplerError::classify(e, |e| SamplerError::Load(Box::new(e))))?;
 
@@ -246,10 +249,21 @@ impl Sampler {
             .map_err(SamplerError::map("stats"))?;
         let new_processes = RingBuf::try_from(take_map(&mut ebpf, "new_processes")?)
             .map_err(SamplerError::map("new_processes"))?;
-        let unwind_rows = Array::try_from(take_map(&mut ebpf, "unwind_rows")?)
-            .map_err(SamplerError::map("unwind_rows"))?;
-        let proc_mappings = BpfHashMap::try_from(take_map(&mut ebpf, "proc_mappings")?)
-            .map_err(SamplerError::map("proc_mappings"))?;
+        let unwind_maps = UnwindMaps {
+            tables: HashOfMaps::try_from(take_map(&mut ebpf, "unwind_tables")?)
+                .map_err(SamplerError::map("unwind_tables"))?,
+            evicted: BpfHashMap::try_from(take_map(&mut ebpf, "evicted_tables")?)
+                .map_err(SamplerError::map("evicted_tables"))?,
+            processes: HashOfMaps::try_from(take_map(&mut ebpf, "proc_mappings")?)
+                .map_err(SamplerError::map("proc_mappings"))?,
+        };
+        let cache = config.unwind_cache.as_ref().and_then(|(dir, max_bytes)| {
+            TableCache::open(dir, *max_bytes)
+                .inspect_err(|e| {
+                    warn!(dir = %dir.display(), error = %e, "no unwind table cache: tables are rebuilt after a restart");
+                })
+                .ok()
+        });
         control
             .set(0, control_value(0, config.cgroup.as_ref()), 0)
             .map_err(SamplerError::map("control"))?;
@@ -294,7 +308,11 @@ impl Sampler {
             control,
             stats,
             new_processes: Some(NewProcessFeed(new_processes)),
-            unwinder: Some(Unwinder::new(unwind_rows, proc_mappings)),
+            unwinder: Some(Unwinder::new(
+                unwind_maps,
+                config.unwind_budget_bytes,
+                cache,
+            )),
             gpu_launches,
             gpu_attached: Default::default(),
             generation: 0,
@@ -440,6 +458,7 @@ impl Sampler {
             seen: delta(Stat::Samples),
             idle: delta(Stat::Idle),
             lost: delta(Stat::CountsFull),
+            coverage: StackCoverage::from_deltas(delta),
         };
         for (stat, name) in [
             (Stat::StacksFull, "stacks map full"),
@@ -554,6 +573,10 @@ pub enum Why {
     /// ld.so had not mapped yet when its maps were read at its first
     /// sample).
     Remapped,
+    /// A walk of its stack met a mapping whose unwind table is not loaded
+    /// (evicted for room, or not built yet): loading the process again
+    /// brings it back.
+    TableMissing,
 }
 
 impl NewProcessFeed {
@@ -570,6 +593,7 @@ impl NewProcessFeed {
                 abi::PROCESS_SAMPLED => Why::Sampled,
                 abi::PROCESS_EXEC => Why::Exec,
                 abi::PROCESS_REMAPPED => Why::Remapped,
+                abi::PROCESS_TABLE_MISSING => Why::TableMissing,
                 other => {
                     debug!(event = other, "unknown new-process event");
                     continue;

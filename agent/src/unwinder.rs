@@ -1,28 +1,39 @@
 //! Keeps the eBPF program's unwind maps filled with the tables of the
-//! processes it samples, within a fixed budget of rows.
+//! processes it samples, within a budget of kernel memory.
 //!
-//! `unwind_rows` is one array shared by all files (16 bytes a row; libc
-//! takes 28k rows). Each file's table is built once, with gimli, and placed
-//! in a free range of it ([`RowSpace`]); `proc_mappings` tells the program,
-//! per process, which range covers which mapping. Files are counted by the
-//! live processes that map them. When a new table does not fit, processes
-//! that have exited are reaped (their `proc_mappings` entries deleted) and
-//! the least recently used tables no live process maps are evicted, so a
-//! host that keeps starting new binaries (a CI runner, a build farm) never
-//! runs out of room for the processes running now.
+//! Each file's table is built once, in the background (`table_builder.rs`,
+//! smallest file first, with gimli in `unwind.rs`), saved on disk by
+//! FileId (`table_cache.rs`), and loaded as an array map of its own, sized
+//! to it, into `unwind_tables` under the file's table id: a file mapped by
+//! a thousand processes takes its room once, and a 100 MB library fits as
+//! well as libc. Each process gets its own sorted array of executable file
+//! mappings in `proc_mappings`, each naming its file's table, written as
+//! soon as its maps are read: until a table arrives, frames in that file
+//! are walked by frame pointers, and the array is written again when it
+//! does.
+//!
+//! Tables are counted by the live processes that map them. When a new table
+//! does not fit the budget, exited processes are reaped and tables evicted:
+//! those no live process maps first, then the least recently used. A walk
+//! that meets an evicted table falls back to frame pointers for that frame
+//! and asks, backing off, for the process to be loaded again, which brings
+//! the table back from the disk cache.
 
 use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+use aya::maps::{HashMap as BpfHashMap, HashOfMaps, MapData};
 use kiln_model::FileId;
 use tracing::{debug, info, warn};
 
-use crate::abi::{BpfMapping, MAX_MAPPINGS, ProcMappings, UnwindRow};
-use crate::fileid::{FileInfo, file_paths};
+use crate::abi::{BpfMapping, MAX_MAPPINGS, UnwindRow};
+use crate::fileid::FileInfo;
+use crate::mapped_file::open_mapped;
 use crate::procfs::{self, Mapping};
-use crate::row_space::RowSpace;
+use crate::table_builder::{BuildJob, Built, TableBuilder};
+use crate::table_cache::TableCache;
 use crate::unwind::{UnwindError, UnwindTable};
 
 /// Exited processes are looked for this often (and whenever a table does
@@ -30,67 +41,82 @@ use crate::unwind::{UnwindError, UnwindTable};
 /// evictable.
 pub(crate) const REAP_EVERY: Duration = Duration::from_secs(5);
 
-/// Largest `.eh_frame` per row the table builder expects (rows take 5 to 7
-/// bytes of it): a file with more than this many bytes per row it may take
-/// cannot fit, so its table is not even built.
-const EH_FRAME_BYTES_PER_ROW: u64 = 8;
+/// Most rows one table may have: the BPF binary search takes 24 halvings.
+const MAX_TABLE_ROWS: usize = 1 << 24;
 
-/// The most rows one file's table may take in a map of `capacity` rows:
-/// half. More, and one big binary (a Rust server, LLVM) would evict every
-/// other process's tables each time it is sampled; it is walked by frame
-/// pointers instead, until the map is made bigger (`--unwind-table-rows`).
-/// With the default 256k rows that is 1 MiB of `.eh_frame`.
-pub(crate) fn max_table_rows(capacity: u32) -> u32 {
-    capacity / 2
+/// A process's executable file mappings, each with its file.
+pub(crate) type ProcessMappings = Vec<(Mapping, Arc<FileInfo>)>;
+
+/// What the unwinder thread is given to do.
+#[derive(Debug)]
+pub(crate) enum Work {
+    /// Processes whose maps were just read.
+    Learned(Vec<(u32, ProcessMappings)>),
+    /// A table the builder thread finished.
+    Built(Built),
 }
 
 /// What the unwinder holds, for tests and the agent's own metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UnwindStats {
-    /// Rows of `unwind_rows` holding tables.
-    pub rows_used: u32,
-    /// Rows of `unwind_rows` in all.
-    pub rows_capacity: u32,
-    /// Files whose tables are in the program.
+    /// Kernel memory the loaded tables take.
+    pub bytes_used: u64,
+    /// The most they may take.
+    pub bytes_budget: u64,
+    /// Files whose tables are loaded.
     pub files: usize,
     /// Processes whose mappings are in the program.
     pub processes: usize,
+    /// Tables waiting to be built.
+    pub building: usize,
+    /// Tables built from `.eh_frame` since the start.
+    pub built: u64,
+    /// Tables read back from the disk cache since the start.
+    pub from_cache: u64,
     /// Tables evicted to make room, since the start.
     pub evicted: u64,
     /// Exited processes whose entries were removed, since the start.
     pub reaped: u64,
     /// Tables that found no room (the running processes' tables filled
-    /// the map), since the start.
+    /// the budget), since the start.
     pub refused: u64,
+    /// Rows of the largest table built, and how long it took.
+    pub largest_build: Option<(usize, Duration)>,
 }
 
 /// What the unwinder shares with the agent.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
-    /// Pids all of whose files' tables are in the program.
+    /// Pids all of whose files' tables are loaded.
     pub(crate) loaded: HashSet<u32>,
     pub(crate) stats: UnwindStats,
 }
 
-/// A file's table, placed in `unwind_rows`.
+/// Where a file's table is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TableState {
+    /// The builder thread has it.
+    Building,
+    /// In `unwind_tables`, taking this much kernel memory.
+    Loaded(u64),
+    /// Built but not loaded (no room, or evicted since): in the disk cache
+    /// when there is one, else built again when next needed.
+    Unloaded,
+}
+
+/// A file that has (or may have) a table.
 #[derive(Debug)]
-struct PlacedTable {
-    start: u32,
-    len: u32,
+struct FileTable {
+    /// Key in `unwind_tables`, given once per file and never reused, so a
+    /// stale mapping never walks another file's rows.
+    id: u32,
+    /// Rows, once built (0 before).
+    rows: u32,
+    state: TableState,
     /// Live processes (that the unwinder knows of) mapping the file.
     users: u32,
     /// Value of [`Unwinder::loads`] when a process last used it.
     last_used: u64,
-}
-
-/// Where a file's table is, if anywhere.
-enum Placement {
-    /// In `unwind_rows[start..start + len]`.
-    Placed { start: u32, len: u32 },
-    /// The file has no usable table.
-    NoTable,
-    /// It has one, but the tables of running processes fill the map.
-    NoRoom,
 }
 
 /// A process whose mappings are in `proc_mappings`.
@@ -99,27 +125,38 @@ struct LoadedProcess {
     /// With the pid, what tells the process from a later one that reuses
     /// its pid.
     start_time: u64,
-    /// Its files with tables, one entry per mapping (so a file mapped
-    /// twice is counted twice, and released twice).
+    /// Its executable file mappings, as last read.
+    mappings: ProcessMappings,
+    /// Its files with (possible) tables, one entry per mapping (so a file
+    /// mapped twice is counted twice, and released twice).
     files: Vec<FileId>,
+}
+
+/// The eBPF maps the unwinder fills.
+pub(crate) struct UnwindMaps {
+    pub(crate) tables: HashOfMaps<MapData, u32>,
+    pub(crate) evicted: BpfHashMap<MapData, u32, u32>,
+    pub(crate) processes: HashOfMaps<MapData, u32>,
 }
 
 /// Owns the program's unwind maps; runs on the agent's unwinder thread.
 pub struct Unwinder {
-    rows: Array<MapData, UnwindRow>,
-    procs: BpfHashMap<MapData, u32, ProcMappings>,
-    space: RowSpace,
-    tables: HashMap<FileId, PlacedTable>,
-    /// Files that have no usable table (no `.eh_frame`, unreadable, too
-    /// big for the whole array): not built again.
+    maps: UnwindMaps,
+    budget: u64,
+    used: u64,
+    next_id: u32,
+    tables: HashMap<FileId, FileTable>,
+    /// Files that have no usable table (no `.eh_frame`, unparsable, too
+    /// big): not built again.
     no_table: HashSet<FileId>,
     processes: HashMap<u32, LoadedProcess>,
-    /// Processes loaded so far: the clock of [`PlacedTable::last_used`].
+    cache: Option<TableCache>,
+    /// `None` until [`Unwinder::start_builder`].
+    builder: Option<TableBuilder>,
+    /// Processes loaded so far: the clock of [`FileTable::last_used`].
     loads: u64,
     last_reap: Instant,
-    evicted: u64,
-    reaped: u64,
-    refused: u64,
+    stats: UnwindStats,
     warned_full: bool,
     shared: Arc<Mutex<Shared>>,
 }
@@ -127,7 +164,8 @@ pub struct Unwinder {
 impl std::fmt::Debug for Unwinder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Unwinder")
-            .field("rows_free", &self.space.free_rows())
+            .field("used", &self.used)
+            .field("budget", &self.budget)
             .field("files", &self.tables.len())
             .field("processes", &self.processes.len())
             .finish_non_exhaustive()
@@ -135,23 +173,25 @@ impl std::fmt::Debug for Unwinder {
 }
 
 impl Unwinder {
-    pub(crate) fn new(
-        rows: Array<MapData, UnwindRow>,
-        procs: BpfHashMap<MapData, u32, ProcMappings>,
-    ) -> Self {
-        let capacity = rows.len();
+    /// An unwinder filling `maps` with at most `budget` bytes of tables,
+    /// saving them in `cache` when given.
+    pub(crate) fn new(maps: UnwindMaps, budget: u64, cache: Option<TableCache>) -> Self {
         let unwinder = Unwinder {
-            rows,
-            procs,
-            space: RowSpace::new(capacity),
+            maps,
+            budget,
+            used: 0,
+            next_id: 1,
             tables: HashMap::new(),
             no_table: HashSet::new(),
             processes: HashMap::new(),
+            cache,
+            builder: None,
             loads: 0,
             last_reap: Instant::now(),
-            evicted: 0,
-            reaped: 0,
-            refused: 0,
+            stats: UnwindStats {
+                bytes_budget: budget,
+                ..UnwindStats::default()
+            },
             warned_full: false,
             shared: Arc::default(),
         };
@@ -159,15 +199,37 @@ impl Unwinder {
         unwinder
     }
 
+    /// Starts the builder thread, which hands each table it builds to
+    /// `done` (for the unwinder's thread to pass to [`Unwinder::work`]).
+    pub(crate) fn start_builder(
+        &mut self,
+        done: impl Fn(Built) -> bool + Send + 'static,
+    ) -> std::io::Result<()> {
+        self.builder = Some(TableBuilder::start(done)?);
+        Ok(())
+    }
+
     /// What the agent reads: loaded pids and statistics, as they change.
     pub(crate) fn shared(&self) -> Arc<Mutex<Shared>> {
         self.shared.clone()
     }
 
-    /// Gives the program the unwind tables of `pid`'s files, so its next
-    /// samples are walked with them. Does nothing when the process has
-    /// already exited.
-    pub fn load_process(&mut self, pid: u32, mappings: &[(Mapping, Arc<FileInfo>)]) {
+    /// Does one piece of work from the unwinder thread's queue.
+    pub(crate) fn work(&mut self, work: Work) {
+        match work {
+            Work::Learned(learned) => {
+                for (pid, mappings) in learned {
+                    self.load_process(pid, mappings);
+                }
+            }
+            Work::Built(built) => self.built(built),
+        }
+    }
+
+    /// Gives the program `pid`'s mappings and asks for the unwind tables
+    /// of its files, so its next samples are walked with them. Does
+    /// nothing when the process has already exited.
+    pub fn load_process(&mut self, pid: u32, mut mappings: ProcessMappings) {
         let Ok(start_time) = procfs::start_time(pid) else {
             return;
         };
@@ -175,207 +237,354 @@ impl Unwinder {
         if self.last_reap.elapsed() >= REAP_EVERY {
             self.reap_exited();
         }
-        // A reload (new mappings) or a reused pid: what it held before is
-        // released once the new entry replaces the old, not before, so that
-        // its old tables cannot be evicted while the program may still walk
-        // them.
-        let previous = self.processes.remove(&pid);
-
-        let mut entry = ProcMappings {
-            len: 0,
-            reserved: 0,
-            mappings: [BpfMapping::default(); MAX_MAPPINGS],
-        };
-        let mut files = Vec::new();
-        let mut complete = true;
-        for (m, file) in mappings {
-            if files.len() == MAX_MAPPINGS {
-                debug!(pid, "more executable mappings than the program takes");
-                complete = false;
-                break;
-            }
-            let (rows_start, rows_len) = match self.acquire_table(pid, m, file.file_id) {
-                Placement::Placed { start, len } => (start, len),
-                Placement::NoTable => continue,
-                Placement::NoRoom => {
-                    complete = false;
-                    continue;
-                }
-            };
-            entry.mappings[files.len()] = BpfMapping {
-                start: m.start,
-                end: m.end,
-                bias: m.start.wrapping_sub(file.vaddr(m, m.start)),
-                rows_start,
-                rows_len,
-            };
-            files.push(file.file_id);
+        mappings.sort_by_key(|(m, _)| m.start);
+        if mappings.len() > MAX_MAPPINGS {
+            debug!(
+                pid,
+                mappings = mappings.len(),
+                "more executable mappings than the program takes"
+            );
+            mappings.truncate(MAX_MAPPINGS);
         }
-        let process = LoadedProcess { start_time, files };
-        entry.len = process.files.len() as u32;
-        let written = if process.files.is_empty() {
-            // No table for any of its files: frame pointers for all.
-            self.procs.remove(&pid).map_err(|e| e.to_string())
-        } else {
-            self.procs.insert(pid, entry, 0).map_err(|e| e.to_string())
-        };
+        // A reload (new mappings, or a table missing) or a reused pid: what
+        // it held before is released once the new entry replaces the old,
+        // not before, so that its tables are not evicted first to make
+        // room for themselves.
+        let previous = self.processes.remove(&pid);
+        let keep: HashSet<FileId> = mappings.iter().map(|(_, f)| f.file_id).collect();
+        let mut files = Vec::new();
+        for (m, file) in &mappings {
+            if self.acquire_table(pid, m, file.file_id, &keep) {
+                files.push(file.file_id);
+            }
+        }
+        self.processes.insert(
+            pid,
+            LoadedProcess {
+                start_time,
+                mappings,
+                files,
+            },
+        );
+        self.write_process(pid);
         if let Some(previous) = previous {
             self.release_files(&previous.files);
-        }
-        match written {
-            Ok(()) if !process.files.is_empty() => {
-                self.processes.insert(pid, process);
-                let mut shared = self.lock_shared();
-                if complete {
-                    shared.loaded.insert(pid);
-                } else {
-                    shared.loaded.remove(&pid);
-                }
-            }
-            Ok(()) => {
-                self.lock_shared().loaded.remove(&pid);
-            }
-            Err(e) => {
-                debug!(pid, error = %e, "writing proc_mappings failed");
-                self.release_files(&process.files);
-                // Whatever entry is left must not outlive the tables.
-                let _ = self.procs.remove(&pid);
-                self.lock_shared().loaded.remove(&pid);
-            }
         }
         self.publish();
     }
 
-    /// Where the file's table is in `rows`, building and placing it on
-    /// first use; counts `pid` as one more user of it.
-    fn acquire_table(&mut self, pid: u32, mapping: &Mapping, file: FileId) -> Placement {
-        if self.no_table.contains(&file) {
-            return Placement::NoTable;
-        }
-        let now = self.loads;
-        if let Some(t) = self.tables.get_mut(&file) {
-            t.users += 1;
-            t.last_used = now;
-            return Placement::Placed {
-                start: t.start,
-                len: t.len,
-            };
-        }
-        let [via, rooted] = file_paths(pid, mapping);
-        let max_rows = max_table_rows(self.space.capacity());
-        let max_bytes = u64::from(max_rows) * EH_FRAME_BYTES_PER_ROW;
-        let table = match UnwindTable::from_path(&via, max_bytes)
-            .or_else(|_| UnwindTable::from_path(&rooted, max_bytes))
-        {
-            Ok(table) if !table.rows().is_empty() => table,
-            Ok(_) => {
-                self.remember_no_table(file);
-                return Placement::NoTable;
+    /// Writes `pid`'s mapping array into the program from what is known
+    /// of its files' tables now, and whether they are all loaded.
+    fn write_process(&mut self, pid: u32) {
+        let Some(process) = self.processes.get(&pid) else {
+            return;
+        };
+        let mut complete = true;
+        let entries: Vec<BpfMapping> = process
+            .mappings
+            .iter()
+            .map(|(m, file)| {
+                let table = self.tables.get(&file.file_id);
+                let loaded = table.is_some_and(|t| matches!(t.state, TableState::Loaded(_)));
+                complete &= loaded || self.no_table.contains(&file.file_id);
+                BpfMapping {
+                    start: m.start,
+                    end: m.end,
+                    // runtime - bias = the file vaddr the rows use.
+                    bias: m.start.wrapping_sub(file.vaddr(m, m.start)),
+                    table_id: table.map_or(0, |t| t.id),
+                    // Before it is built, the search is bounded by the
+                    // array's own end.
+                    rows_len: table
+                        .filter(|t| t.rows > 0)
+                        .map_or(MAX_TABLE_ROWS as u32, |t| t.rows),
+                }
+            })
+            .collect();
+        let written = if entries.is_empty() {
+            self.maps.processes.remove(&pid).map_err(|e| e.to_string())
+        } else {
+            filled_array(&entries, "kiln_mappings").and_then(|list| {
+                self.maps
+                    .processes
+                    .insert(pid, &list, 0)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match written {
+            Ok(()) if complete => {
+                shared.loaded.insert(pid);
             }
-            // The process exited before its files could be opened: the
-            // next process mapping the file will try again. (Remembering
-            // it would leave a library such as libc without a table for
-            // good when the first process seen mapping it was short-lived.)
-            Err(e @ UnwindError::Read { .. }) => {
-                debug!(file = %mapping.path, error = %e, "unwind table not built: file unreadable");
-                return Placement::NoTable;
-            }
-            // Once per file (it is remembered): a user who sees it can
-            // make the map bigger.
-            Err(UnwindError::TooBig(bytes)) => {
-                info!(
-                    file = %mapping.path,
-                    eh_frame_bytes = bytes,
-                    max_table_rows = max_rows,
-                    "no unwind table: the file's would take more than half the table map \
-                     (its stacks are walked by frame pointers; --unwind-table-rows makes room)"
-                );
-                self.remember_no_table(file);
-                return Placement::NoTable;
+            Ok(()) => {
+                shared.loaded.remove(&pid);
             }
             Err(e) => {
-                debug!(file = %mapping.path, error = %e, "no unwind table");
-                self.remember_no_table(file);
-                return Placement::NoTable;
+                debug!(pid, error = %e, "writing proc_mappings failed");
+                shared.loaded.remove(&pid);
             }
-        };
-        let len = u32::try_from(table.rows().len())
-            .ok()
-            .filter(|&len| len <= max_rows);
-        let Some(len) = len else {
-            self.remember_no_table(file);
-            return Placement::NoTable;
-        };
-        // A file that finds no room now may find some later, when
-        // processes exit: it is not remembered as tableless.
-        let Some(start) = self.make_room(len, &mapping.path) else {
-            self.refused += 1;
-            return Placement::NoRoom;
-        };
-        if !self.write_rows(start, &table, &mapping.path) {
-            self.space.release(start, len);
-            return Placement::NoTable;
         }
-        debug!(file = %mapping.path, rows = len, start, "unwind table loaded");
-        self.tables.insert(
-            file,
-            PlacedTable {
-                start,
-                len,
-                users: 1,
-                last_used: now,
-            },
-        );
-        Placement::Placed { start, len }
     }
 
-    /// A free range of `len` rows: from free space, else after reaping
-    /// exited processes, else by evicting the least recently used tables
-    /// no live process maps. `None` when the processes alive now need all
-    /// the room.
-    fn make_room(&mut self, len: u32, path: &str) -> Option<u32> {
-        if let Some(start) = self.space.allocate(len) {
-            return Some(start);
+    /// Counts `pid` as one more user of the table of the file `mapping`
+    /// maps, asking for it (from the disk cache, or built in the
+    /// background) when it is not loaded. False when the file has no
+    /// usable table.
+    fn acquire_table(
+        &mut self,
+        pid: u32,
+        mapping: &Mapping,
+        file: FileId,
+        keep: &HashSet<FileId>,
+    ) -> bool {
+        if self.no_table.contains(&file) {
+            return false;
+        }
+        let now = self.loads;
+        let state = match self.tables.get_mut(&file) {
+            Some(t) => {
+                t.users += 1;
+                t.last_used = now;
+                t.state
+            }
+            None => {
+                let id = self.next_id;
+                self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+                self.tables.insert(
+                    file,
+                    FileTable {
+                        id,
+                        rows: 0,
+                        state: TableState::Unloaded,
+                        users: 1,
+                        last_used: now,
+                    },
+                );
+                TableState::Unloaded
+            }
+        };
+        if state != TableState::Unloaded {
+            return true;
+        }
+        if let Some(table) = self.cache.as_ref().and_then(|c| c.load(file)) {
+            self.stats.from_cache += 1;
+            self.load(file, &table, &mapping.path, keep);
+            return true;
+        }
+        self.request_build(pid, mapping, file)
+    }
+
+    /// Opens the file (through the process, while it is alive, and only if
+    /// it is still the regular file mapped: see `mapped_file.rs`) and
+    /// queues its table. False when it cannot be opened: the process exited
+    /// first (the next process mapping it tries again), or what its path
+    /// leads to now is not what was mapped.
+    fn request_build(&mut self, pid: u32, mapping: &Mapping, file: FileId) -> bool {
+        let Some(builder) = &self.builder else {
+            return false;
+        };
+        let source = match open_mapped(pid, mapping) {
+            Ok(source) => source,
+            Err(e) => {
+                debug!(file = %mapping.path, error = %e, "unwind table not built: file unreadable");
+                self.tables.remove(&file);
+                return false;
+            }
+        };
+        builder.request(BuildJob {
+            file,
+            path: mapping.path.clone(),
+            source,
+        });
+        if let Some(t) = self.tables.get_mut(&file) {
+            t.state = TableState::Building;
+        }
+        true
+    }
+
+    /// Takes a table the builder finished: caches and loads it, and
+    /// rewrites the mappings of the processes that map the file.
+    fn built(&mut self, built: Built) {
+        let Built {
+            file,
+            path,
+            result,
+            took,
+        } = built;
+        let table = match result {
+            Ok(table) if !table.is_empty() && table.len() <= MAX_TABLE_ROWS => Some(table),
+            Ok(table) => {
+                if !table.is_empty() {
+                    info!(file = %path, rows = table.len(), "no unwind table: more rows than the walker searches");
+                }
+                None
+            }
+            Err(e @ (UnwindError::TooBig(_) | UnwindError::Span(_))) => {
+                info!(file = %path, error = %e, "no unwind table: its stacks are walked by frame pointers");
+                None
+            }
+            Err(e) => {
+                debug!(file = %path, error = %e, "no unwind table");
+                None
+            }
+        };
+        let Some(table) = table else {
+            self.tables.remove(&file);
+            self.remember_no_table(file);
+            self.rewrite_users_of(file);
+            return;
+        };
+        self.stats.built += 1;
+        if self
+            .stats
+            .largest_build
+            .is_none_or(|(rows, _)| table.len() > rows)
+        {
+            self.stats.largest_build = Some((table.len(), took));
+        }
+        if took > Duration::from_millis(200) {
+            info!(file = %path, rows = table.len(), ms = took.as_millis() as u64, "built a large unwind table");
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.store(file, &table);
+        }
+        let Some(t) = self.tables.get_mut(&file) else {
+            return;
+        };
+        t.state = TableState::Unloaded;
+        t.rows = table.len() as u32;
+        if t.users > 0 {
+            self.load(file, &table, &path, &HashSet::from([file]));
+        }
+        self.rewrite_users_of(file);
+        self.publish();
+    }
+
+    /// Writes again the mapping arrays of the processes that map `file`.
+    fn rewrite_users_of(&mut self, file: FileId) {
+        let users: Vec<u32> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| {
+                p.files.contains(&file) || p.mappings.iter().any(|(_, f)| f.file_id == file)
+            })
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in users {
+            self.write_process(pid);
+        }
+    }
+
+    /// Loads `table` into the program under its file's id, making room
+    /// for it (never by evicting the tables in `keep`). Returns whether it
+    /// is loaded.
+    fn load(
+        &mut self,
+        file: FileId,
+        table: &UnwindTable,
+        path: &str,
+        keep: &HashSet<FileId>,
+    ) -> bool {
+        let bytes = table.kernel_bytes();
+        if bytes > self.budget {
+            info!(
+                file = path,
+                bytes,
+                budget = self.budget,
+                "no unwind table: it is larger than the whole table budget \
+                 (its stacks are walked by frame pointers; --unwind-table-mib makes room)"
+            );
+            self.tables.remove(&file);
+            self.remember_no_table(file);
+            return false;
+        }
+        if !self.make_room(bytes, path, keep) {
+            self.stats.refused += 1;
+            return false;
+        }
+        let Some(id) = self.tables.get(&file).map(|t| t.id) else {
+            return false;
+        };
+        let inserted = filled_array(table.packed(), "kiln_unwind").and_then(|rows| {
+            self.maps
+                .tables
+                .insert(id, &rows, 0)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = inserted {
+            warn!(file = path, error = %e, "loading an unwind table failed");
+            return false;
+        }
+        let _ = self.maps.evicted.remove(&id);
+        self.used += bytes;
+        if let Some(t) = self.tables.get_mut(&file) {
+            t.state = TableState::Loaded(bytes);
+            t.rows = table.len() as u32;
+        }
+        debug!(file = path, rows = table.len(), id, "unwind table loaded");
+        true
+    }
+
+    /// Room for `bytes` more within the budget: after reaping exited
+    /// processes, by evicting tables no live process maps (least recently
+    /// used first), then tables of live processes other than `keep`. False
+    /// when the tables in `keep` fill the budget alone.
+    fn make_room(&mut self, bytes: u64, path: &str, keep: &HashSet<FileId>) -> bool {
+        if self.used + bytes <= self.budget {
+            return true;
         }
         self.reap_exited();
-        loop {
-            if let Some(start) = self.space.allocate(len) {
-                return Some(start);
-            }
-            let Some(victim) = self
+        while self.used + bytes > self.budget {
+            let victim = self
                 .tables
                 .iter()
-                .filter(|(_, t)| t.users == 0)
-                .min_by_key(|(_, t)| t.last_used)
-                .map(|(file, _)| *file)
-            else {
+                .filter(|(file, t)| {
+                    matches!(t.state, TableState::Loaded(_)) && !keep.contains(file)
+                })
+                .min_by_key(|(_, t)| (t.users > 0, t.last_used))
+                .map(|(file, _)| *file);
+            let Some(victim) = victim else {
                 if !self.warned_full {
                     warn!(
                         file = path,
-                        rows = len,
-                        capacity = self.space.capacity(),
-                        "unwind tables of running processes fill the table map: further \
-                         files are walked by frame pointers (raise --unwind-table-rows)"
+                        bytes,
+                        budget = self.budget,
+                        "unwind tables of one process fill the table budget: its other files are \
+                         walked by frame pointers (raise --unwind-table-mib)"
                     );
                     self.warned_full = true;
                 }
-                return None;
-            };
-            if let Some(t) = self.tables.remove(&victim) {
-                self.space.release(t.start, t.len);
-                self.evicted += 1;
-            }
-        }
-    }
-
-    fn write_rows(&mut self, start: u32, table: &UnwindTable, path: &str) -> bool {
-        for (i, row) in table.rows().iter().enumerate() {
-            if let Err(e) = self.rows.set(start + i as u32, row.to_abi(), 0) {
-                warn!(file = path, error = %e, "writing unwind_rows failed");
                 return false;
-            }
+            };
+            self.evict(victim);
         }
         true
+    }
+
+    fn evict(&mut self, file: FileId) {
+        let Some(t) = self.tables.get_mut(&file) else {
+            return;
+        };
+        let TableState::Loaded(bytes) = t.state else {
+            return;
+        };
+        t.state = TableState::Unloaded;
+        let id = t.id;
+        // Marked first, so a walk that misses it knows why.
+        let _ = self.maps.evicted.insert(id, 1, 0);
+        if let Err(e) = self.maps.tables.remove(&id) {
+            debug!(id, error = %e, "removing an unwind table failed");
+        }
+        self.used -= bytes;
+        self.stats.evicted += 1;
+        // The processes that map it walk its frames by frame pointers until
+        // they are loaded again.
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        for (pid, p) in &self.processes {
+            if p.files.contains(&file) {
+                shared.loaded.remove(pid);
+            }
+        }
     }
 
     /// Forgets the processes that have exited: deletes their entries from
@@ -393,11 +602,12 @@ impl Unwinder {
             return;
         }
         for &pid in &gone {
-            self.release_process(pid);
-            // Absent when the LRU map dropped it already.
-            let _ = self.procs.remove(&pid);
+            if let Some(process) = self.processes.remove(&pid) {
+                self.release_files(&process.files);
+            }
+            let _ = self.maps.processes.remove(&pid);
         }
-        self.reaped += gone.len() as u64;
+        self.stats.reaped += gone.len() as u64;
         {
             let mut shared = self.lock_shared();
             for pid in &gone {
@@ -405,12 +615,6 @@ impl Unwinder {
             }
         }
         self.publish();
-    }
-
-    fn release_process(&mut self, pid: u32) {
-        if let Some(process) = self.processes.remove(&pid) {
-            self.release_files(&process.files);
-        }
     }
 
     fn release_files(&mut self, files: &[FileId]) {
@@ -436,14 +640,70 @@ impl Unwinder {
 
     fn publish(&self) {
         let stats = UnwindStats {
-            rows_used: self.space.capacity() - self.space.free_rows(),
-            rows_capacity: self.space.capacity(),
-            files: self.tables.len(),
+            bytes_used: self.used,
+            bytes_budget: self.budget,
+            files: self
+                .tables
+                .values()
+                .filter(|t| matches!(t.state, TableState::Loaded(_)))
+                .count(),
             processes: self.processes.len(),
-            evicted: self.evicted,
-            reaped: self.reaped,
-            refused: self.refused,
+            building: self.builder.as_ref().map_or(0, TableBuilder::waiting),
+            ..self.stats.clone()
         };
         self.lock_shared().stats = stats;
     }
 }
+
+/// A new array map holding exactly `values`, made to go into one of the
+/// program's maps of maps (`BPF_F_INNER_MAP`: its size may differ from
+/// the template's), filled by one copy through a shared mapping of it
+/// (`BPF_F_MMAPABLE`) rather than a syscall per element. The kernel keeps
+/// it alive once inserted; the returned handle may be dropped.
+fn filled_array<T: Copy>(values: &[T], name: &str) -> Result<MapData, String> {
+    use aya_obj::generated::{BPF_F_INNER_MAP, BPF_F_MMAPABLE, bpf_map_type};
+
+    let len = u32::try_from(values.len())
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("an array of {} elements", values.len()))?;
+    let obj = aya_obj::Map::new_from_params(
+        bpf_map_type::BPF_MAP_TYPE_ARRAY as u32,
+        size_of::<u32>() as u32,
+        size_of::<T>() as u32,
+        len,
+        BPF_F_INNER_MAP | BPF_F_MMAPABLE,
+    );
+    let map = MapData::create(obj, name, None).map_err(|e| e.to_string())?;
+    // The kernel rounds each element up to 8 bytes.
+    let stride = size_of::<T>().next_multiple_of(8);
+    let bytes = stride * values.len();
+    // SAFETY: a fresh shared mapping of the map's fd, `bytes` long (the
+    // array's size, which the kernel rounds up to whole pages), written
+    // element by element within it and unmapped before returning.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            map.fd().as_fd().as_raw_fd(),
+            0,
+        );
+        if at == libc::MAP_FAILED {
+            return Err(format!(
+                "mmap of the array: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let base = at.cast::<u8>();
+        for (i, value) in values.iter().enumerate() {
+            std::ptr::write_unaligned(base.add(i * stride).cast::<T>(), *value);
+        }
+        libc::munmap(at, bytes);
+    }
+    Ok(map)
+}
+
+// The element types filled_array writes, as their C structs are.
+const _: () = assert!(size_of::<UnwindRow>() == 8 && size_of::<BpfMapping>() == 32);

@@ -1,7 +1,19 @@
 //! Automatic symbol upload: each executable file the agent samples is
-//! offered to a background thread, which asks the backend whether it has
-//! the file's symbols (`HEAD /api/v1/symbols/{id}`) and sends the file
-//! when not (`PUT`); the backend extracts the symbols.
+//! offered to a background thread, which opens it (through
+//! [`crate::open_mapped`]: only the file the process maps, only a regular
+//! one), asks the backend whether it has the file's symbols
+//! (`HEAD /api/v1/symbols/{id}`) and when not extracts them here and sends
+//! them as a zstd-compressed ksym (`PUT`, `Content-Type:`
+//! [`ksym::MEDIA_TYPE`]). The file itself never leaves the host: other
+//! users' programs are theirs, and a ksym is a fraction of their size.
+//!
+//! What is extracted: the ELF symbol tables (function names) by default,
+//! and with `kiln-agent --upload-dwarf` the DWARF line tables and inline
+//! chains too. Extraction reads only the sections it uses into an
+//! otherwise untouched (unbacked) buffer the size of the file
+//! (`upload/extract.rs`), so its memory is that of the symbol tables (and
+//! DWARF), not of the file, and refuses files whose sections exceed a
+//! budget.
 //!
 //! Sampling never waits for this: an offer only updates a bounded pending
 //! set (a file that finds it full is offered again by a later batch).
@@ -9,48 +21,55 @@
 //! in, and the thread takes the heaviest first: a service that keeps
 //! burning CPU gets its names before the hundreds of short-lived binaries
 //! a build machine starts (each seen in one batch), however many of those
-//! came first.
+//! came first. A file that could not be opened (its process exited, or
+//! its path was swapped) may be offered again, by another process mapping
+//! it.
 //!
 //! A file whose separate debug file is on this host
 //! (`<debug dir>/.build-id/xx/rest.debug`, what `-dbg` and `-debuginfo`
-//! packages install) is sent as that debug file: it carries the same
-//! build id, so the same FileId, and the DWARF that stripped distribution
-//! binaries lack, so frames get files, lines and inline chains rather than
-//! function names only.
+//! packages install) is extracted with it: it carries the same build id,
+//! so the same FileId, and the symbol table (and DWARF) that stripped
+//! distribution binaries lack.
+
+mod extract;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use kiln_model::FileId;
+use kiln_symbolizer_workers::ksym;
 use tracing::{debug, info, warn};
 
+pub use extract::{ExtractedSymbols, SymbolsError, extract_symbols};
+
 use crate::fileid::FileInfo;
+use crate::mapped_file::{MappedFileError, MappedSource};
 
 /// Files waiting for the upload thread.
 const QUEUE: usize = 256;
-/// Largest file sent (the backend's body limit).
-const MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
 /// Bound on remembered file ids; past it the set starts over, and a file
 /// may be asked about (`HEAD`, cheap) once more.
 const MAX_REMEMBERED: usize = 64 * 1024;
+/// zstd level of uploads: a fast level, the backend compresses again for
+/// storage.
+const ZSTD_LEVEL: i32 = 3;
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 
-/// One file to upload, with the paths it can be read from (in order).
+/// One file to upload, with a process mapping it.
 #[derive(Debug)]
 struct Job {
     file_id: FileId,
-    paths: Vec<PathBuf>,
+    source: MappedSource,
 }
 
 /// A file waiting for the thread.
 #[derive(Debug)]
 struct Waiting {
-    paths: Vec<PathBuf>,
+    source: MappedSource,
     /// Batches the file was seen in while it waited.
     weight: u64,
     /// Order of arrival: among equal weights, the first offered goes first.
@@ -70,7 +89,7 @@ struct Pending {
 
 impl Pending {
     /// Adds one to `file_id`'s weight, or lets it wait when there is room.
-    fn offer(&mut self, file_id: FileId, paths: &[PathBuf]) {
+    fn offer(&mut self, file_id: FileId, source: &MappedSource) {
         if self.taken.contains(&file_id) {
             return;
         }
@@ -85,7 +104,7 @@ impl Pending {
         self.waiting.insert(
             file_id,
             Waiting {
-                paths: paths.to_vec(),
+                source: source.clone(),
                 weight: 1,
                 arrival: self.arrivals,
             },
@@ -105,8 +124,14 @@ impl Pending {
         self.taken.insert(file_id);
         Some(Job {
             file_id,
-            paths: waiting.paths,
+            source: waiting.source,
         })
+    }
+
+    /// Lets `file_id` be offered again: it could not be opened through the
+    /// process it was offered with.
+    fn release(&mut self, file_id: FileId) {
+        self.taken.remove(&file_id);
     }
 }
 
@@ -139,6 +164,13 @@ impl Shared {
     }
 }
 
+/// What is extracted and where debug files are looked for.
+#[derive(Debug, Clone, Default)]
+struct Extraction {
+    debug_dirs: Vec<PathBuf>,
+    dwarf: bool,
+}
+
 /// Hands files to the upload thread, heaviest first, at most once each per
 /// run.
 #[derive(Debug)]
@@ -148,27 +180,31 @@ pub struct SymbolUploader {
 
 impl SymbolUploader {
     /// Starts the upload thread, sending to the backend at `server` and
-    /// looking for separate debug files under `debug_dirs` (in order). The
-    /// thread ends when the uploader is dropped and nothing waits.
+    /// looking for separate debug files under `debug_dirs` (in order);
+    /// with `dwarf`, line tables and inline chains are extracted and sent
+    /// too, else function names only. The thread ends when the uploader is
+    /// dropped and nothing waits.
     pub fn start(
         server: &str,
         api_key: Option<&str>,
         debug_dirs: Vec<PathBuf>,
+        dwarf: bool,
     ) -> std::io::Result<SymbolUploader> {
         let shared = Arc::new(Shared::default());
         let base = format!("{}/api/v1/symbols", server.trim_end_matches('/'));
         let authorization = api_key.map(|key| format!("Bearer {key}"));
         let jobs = shared.clone();
+        let extraction = Extraction { debug_dirs, dwarf };
         std::thread::Builder::new()
             .name("kiln-symbols".into())
-            .spawn(move || upload_all(&base, authorization.as_deref(), &debug_dirs, &jobs))?;
+            .spawn(move || upload_all(&base, authorization.as_deref(), &extraction, &jobs))?;
         Ok(SymbolUploader { shared })
     }
 
-    /// Offers the file `file_id`, readable at `paths`, seen in one more
-    /// batch; never blocks on the upload thread.
-    pub fn offer(&mut self, file_id: FileId, paths: &[PathBuf]) {
-        self.shared.lock().offer(file_id, paths);
+    /// Offers the file `file_id`, mapped as `source` says, seen in one
+    /// more batch; never blocks on the upload thread.
+    pub fn offer(&mut self, file_id: FileId, source: &MappedSource) {
+        self.shared.lock().offer(file_id, source);
         self.shared.wake.notify_one();
     }
 }
@@ -180,7 +216,7 @@ impl Drop for SymbolUploader {
     }
 }
 
-fn upload_all(base: &str, authorization: Option<&str>, debug_dirs: &[PathBuf], jobs: &Shared) {
+fn upload_all(base: &str, authorization: Option<&str>, extraction: &Extraction, jobs: &Shared) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(3)))
@@ -188,19 +224,45 @@ fn upload_all(base: &str, authorization: Option<&str>, debug_dirs: &[PathBuf], j
         .build()
         .into();
     while let Some(job) = jobs.next_job() {
-        match upload(&agent, base, authorization, debug_dirs, &job) {
+        match upload(&agent, base, authorization, extraction, &job) {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
-            Ok(Outcome::Uploaded(path)) => {
-                info!(file_id = %job.file_id, path = %path.display(), "symbols uploaded");
+            Ok(Outcome::Uploaded(sent)) => info!(
+                file_id = %job.file_id,
+                file = %job.source.mapping.path,
+                ranges = sent.ranges,
+                bytes = sent.bytes,
+                dwarf = sent.dwarf,
+                debug_file = sent.debug_file.as_ref().map(|p| p.display().to_string()),
+                "symbols uploaded"
+            ),
+            // Routine (the process exited) or refused on purpose (its path
+            // was swapped for a FIFO, a device or a symlink): sampling goes
+            // on, and another process mapping the file may offer it again.
+            Err(e @ (UploadError::Unopened(_) | UploadError::Changed)) => {
+                debug!(file_id = %job.file_id, pid = job.source.pid, file = %job.source.mapping.path, error = %e, "symbols not uploaded");
+                jobs.lock().release(job.file_id);
             }
-            Err(e) => warn!(file_id = %job.file_id, error = %e, "symbol upload failed"),
+            Err(e) => {
+                warn!(file_id = %job.file_id, file = %job.source.mapping.path, error = %e, "symbol upload failed")
+            }
         }
     }
 }
 
+/// What one upload sent.
+#[derive(Debug)]
+struct Sent {
+    ranges: usize,
+    /// Bytes sent (compressed ksym).
+    bytes: usize,
+    dwarf: bool,
+    debug_file: Option<PathBuf>,
+}
+
+#[derive(Debug)]
 enum Outcome {
     Present,
-    Uploaded(PathBuf),
+    Uploaded(Sent),
 }
 
 /// Why one upload failed.
@@ -210,19 +272,40 @@ enum UploadError {
     Http(#[from] ureq::Error),
     #[error("backend answered {status}: {body}")]
     Status { status: u16, body: String },
-    #[error("no readable file with this id (the file changed or the process exited)")]
-    NoFile,
-    #[error("{path} is {len} bytes, more than the {MAX_FILE_BYTES} sent")]
-    TooBig { path: PathBuf, len: u64 },
+    #[error(transparent)]
+    Unopened(#[from] MappedFileError),
+    #[error("the file mapped now is not the one sampled (a newer build of it)")]
+    Changed,
+    #[error("reading the file: {0}")]
+    Read(#[from] crate::fileid::FileIdError),
+    #[error(transparent)]
+    Symbols(#[from] SymbolsError),
+    #[error("compressing the symbols: {0}")]
+    Compress(std::io::Error),
 }
 
 fn upload(
     agent: &ureq::Agent,
     base: &str,
     authorization: Option<&str>,
-    debug_dirs: &[PathBuf],
+    extraction: &Extraction,
     job: &Job,
 ) -> Result<Outcome, UploadError> {
+    // Opened first (cheap, local): a file that cannot be opened costs the
+    // backend no request.
+    let file = job.source.open()?;
+    let info = FileInfo::from_file(
+        file.try_clone()
+            .map_err(|source| crate::fileid::FileIdError::Read {
+                path: PathBuf::from(&job.source.mapping.path),
+                source,
+            })?,
+        Path::new(&job.source.mapping.path),
+        job.source.mapping.name(),
+    )?;
+    if info.file_id != job.file_id {
+        return Err(UploadError::Changed);
+    }
     let url = format!("{base}/{}", job.file_id);
     let mut head = agent.head(&url);
     if let Some(authorization) = authorization {
@@ -239,102 +322,129 @@ fn upload(
             });
         }
     }
-    let (path, data) = read_file(job, debug_dirs)?;
-    let mut put = agent.put(&url);
+    let (body, sent) = build_body(&file, &info, job.source.mapping.name(), extraction)?;
+    let mut put = agent
+        .put(&url)
+        .header("content-type", ksym::MEDIA_TYPE)
+        .header("content-encoding", "zstd");
     if let Some(authorization) = authorization {
         put = put.header("authorization", authorization);
     }
-    let mut response = put.send(&data[..])?;
+    let mut response = put.send(&body[..])?;
     let status = response.status().as_u16();
     if status != 200 {
         let body = response.body_mut().read_to_string().unwrap_or_default();
         return Err(UploadError::Status { status, body });
     }
-    Ok(Outcome::Uploaded(path))
+    Ok(Outcome::Uploaded(sent))
 }
 
-/// What to send for the job: its separate debug file when one of
-/// `debug_dirs` has it, else the first of the job's paths that still holds
-/// the file it names (a path may now hold a newer build of it).
-fn read_file(job: &Job, debug_dirs: &[PathBuf]) -> Result<(PathBuf, Vec<u8>), UploadError> {
-    for path in &job.paths {
-        let Ok(info) = FileInfo::read(path, "") else {
-            continue;
-        };
-        if info.file_id != job.file_id {
-            continue;
-        }
-        let debug = info
-            .build_id
-            .as_deref()
-            .and_then(|id| debug_file(id, job.file_id, debug_dirs));
-        if let Some(debug) = debug
-            && let Some(data) = read_capped(&debug)?
-        {
-            return Ok((debug, data));
-        }
-        if let Some(data) = read_capped(path)? {
-            return Ok((path.clone(), data));
-        }
-    }
-    Err(UploadError::NoFile)
+/// The body of a `PUT`: the symbols of `file` (whose facts are `info`),
+/// with its separate debug file's when one of the debug directories has
+/// it, as zstd-compressed ksym.
+fn build_body(
+    file: &File,
+    info: &FileInfo,
+    name: &str,
+    extraction: &Extraction,
+) -> Result<(Vec<u8>, Sent), UploadError> {
+    let debug = info
+        .build_id
+        .as_deref()
+        .and_then(|id| debug_file(id, info.file_id, &extraction.debug_dirs));
+    let extracted = extract_symbols(
+        file,
+        Path::new(name),
+        debug.as_ref().map(|(path, file)| (path.as_path(), file)),
+        extraction.dwarf,
+    )?;
+    let body = zstd::encode_all(&extracted.ksym[..], ZSTD_LEVEL).map_err(UploadError::Compress)?;
+    let sent = Sent {
+        ranges: extracted.ranges,
+        bytes: body.len(),
+        dwarf: extracted.dwarf,
+        debug_file: extracted
+            .used_debug_file
+            .then(|| debug.map(|(p, _)| p))
+            .flatten(),
+    };
+    Ok((body, sent))
 }
 
 /// The separate debug file of the file with `build_id` (hex) and
-/// `file_id` under one of `debug_dirs`, when one is there and carries the
-/// same id (a stale one from another build does not).
-fn debug_file(build_id: &str, file_id: FileId, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
+/// `file_id` under one of `debug_dirs`, opened, when one is there, is a
+/// regular file and carries the same id (a stale one from another build
+/// does not).
+fn debug_file(build_id: &str, file_id: FileId, debug_dirs: &[PathBuf]) -> Option<(PathBuf, File)> {
+    use std::os::unix::fs::OpenOptionsExt;
+
     if build_id.len() < 3 || !build_id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let (head, rest) = build_id.split_at(2);
-    debug_dirs
-        .iter()
-        .map(|dir| {
-            dir.join(".build-id")
-                .join(head)
-                .join(format!("{rest}.debug"))
-        })
-        .find(|path| FileInfo::read(path, "").is_ok_and(|info| info.file_id == file_id))
-}
-
-fn read_capped(path: &Path) -> Result<Option<Vec<u8>>, UploadError> {
-    let Ok(file) = File::open(path) else {
-        return Ok(None);
-    };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if len > MAX_FILE_BYTES {
-        return Err(UploadError::TooBig {
-            path: path.to_owned(),
-            len,
-        });
-    }
-    let mut data = Vec::with_capacity(len as usize);
-    match file.take(MAX_FILE_BYTES).read_to_end(&mut data) {
-        Ok(_) => Ok(Some(data)),
-        Err(_) => Ok(None),
-    }
+    debug_dirs.iter().find_map(|dir| {
+        let path = dir
+            .join(".build-id")
+            .join(head)
+            .join(format!("{rest}.debug"));
+        // Debug directories are the host's (root's), and their build-id
+        // links are symlinks on some distributions: followed, but never
+        // blocking on a FIFO nor taking a terminal, and regular files only.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&path)
+            .ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let info = FileInfo::from_file(file.try_clone().ok()?, &path, "").ok()?;
+        (info.file_id == file_id).then_some((path, file))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn source(pid: u32) -> MappedSource {
+        MappedSource {
+            pid,
+            mapping: crate::procfs::Mapping {
+                start: 0x1000,
+                end: 0x2000,
+                offset: 0,
+                dev: 1,
+                inode: 2,
+                path: "/x".into(),
+            },
+        }
+    }
+
     #[test]
     fn a_full_pending_set_drops_new_files_and_never_blocks() {
         let mut pending = Pending::default();
         for i in 0..(QUEUE as u128 * 4) {
-            pending.offer(FileId(i), &[]);
+            pending.offer(FileId(i), &source(1));
         }
         assert_eq!(pending.waiting.len(), QUEUE);
         // Those that did not fit are not remembered: a later batch offers
         // them again.
         let job = pending.take().unwrap();
-        pending.offer(FileId(QUEUE as u128 * 2), &[]);
+        pending.offer(FileId(QUEUE as u128 * 2), &source(1));
         assert!(pending.waiting.contains_key(&FileId(QUEUE as u128 * 2)));
-        // A taken file is not offered again.
-        pending.offer(job.file_id, &[]);
+        // A taken file is not offered again...
+        pending.offer(job.file_id, &source(1));
         assert!(!pending.waiting.contains_key(&job.file_id));
+        // ...unless it could not be opened: then another process may.
+        let mut pending = Pending::default();
+        pending.offer(FileId(1), &source(1));
+        let job = pending.take().unwrap();
+        pending.offer(FileId(1), &source(2));
+        assert!(pending.waiting.is_empty());
+        pending.release(job.file_id);
+        pending.offer(FileId(1), &source(2));
+        assert_eq!(pending.waiting[&FileId(1)].source.pid, 2);
     }
 
     #[test]
@@ -342,14 +452,14 @@ mod tests {
         let mut pending = Pending::default();
         // Batch 1: a build's short-lived binaries, then the service.
         for i in 1..=5 {
-            pending.offer(FileId(i), &[]);
+            pending.offer(FileId(i), &source(1));
         }
-        pending.offer(FileId(100), &[]);
+        pending.offer(FileId(100), &source(1));
         // Batches 2 and 3: the service is still running; so is file 3.
         for _ in 0..2 {
-            pending.offer(FileId(100), &[]);
+            pending.offer(FileId(100), &source(1));
         }
-        pending.offer(FileId(3), &[]);
+        pending.offer(FileId(3), &source(1));
         let order: Vec<u128> = std::iter::from_fn(|| pending.take())
             .map(|job| job.file_id.0)
             .collect();
@@ -368,35 +478,85 @@ mod tests {
         let mut uploader = SymbolUploader {
             shared: shared.clone(),
         };
-        uploader.offer(FileId(1), &[]);
-        uploader.offer(FileId(2), &[]);
+        uploader.offer(FileId(1), &source(1));
+        uploader.offer(FileId(2), &source(1));
         drop(uploader);
         assert_eq!(worker.join().unwrap(), 2);
     }
 
+    /// The address of `name` in `elf`'s symbol table.
+    fn address_of(elf: &Path, name: &str) -> u64 {
+        use object::{Object, ObjectSymbol};
+        let data = std::fs::read(elf).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        file.symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("{name} not in the symtab"))
+            .address()
+    }
+
+    /// What a body names `addr` (innermost first), and its line.
+    fn names_at(body: &[u8], addr: u64) -> (Vec<String>, u32) {
+        let bytes = zstd::decode_all(body).unwrap();
+        let symbols = ksym::Ksym::open(&bytes).unwrap();
+        let mut frames = Vec::new();
+        symbols.lookup(addr, &mut frames);
+        let line = frames.first().map_or(0, |f| f.line);
+        let names = frames
+            .iter()
+            .filter_map(|f| f.function().map(|n| n.into_owned()))
+            .collect();
+        (names, line)
+    }
+
+    fn body_of(elf: &Path, extraction: &Extraction) -> (Vec<u8>, Sent) {
+        let file = File::open(elf).unwrap();
+        let info = FileInfo::read(elf, "prog").unwrap();
+        build_body(&file, &info, "prog", extraction).unwrap()
+    }
+
+    /// What goes to the backend is a compressed ksym of the names, a
+    /// fraction of the file; lines only with DWARF asked for.
     #[test]
-    fn a_path_holding_another_file_is_not_sent() {
+    fn the_body_is_a_ksym_not_the_file() {
+        use kiln_test_support::{CBuild, programs::ALPHA_BETA};
+
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x");
-        std::fs::write(&path, b"some bytes").unwrap();
-        let id = FileInfo::read(&path, "x").unwrap().file_id;
-        let job = Job {
-            file_id: id,
-            paths: vec![dir.path().join("missing"), path.clone()],
-        };
-        assert_eq!(read_file(&job, &[]).unwrap().0, path);
-        let other = Job {
-            file_id: FileId(id.0 ^ 1),
-            paths: vec![path],
-        };
-        assert!(matches!(read_file(&other, &[]), Err(UploadError::NoFile)));
+        let elf = CBuild::cc()
+            .args(["-O1", "-g"])
+            .program(dir.path(), "prog", ALPHA_BETA);
+        let alpha = address_of(&elf, "alpha");
+        let whole = std::fs::read(&elf).unwrap();
+
+        let (body, sent) = body_of(&elf, &Extraction::default());
+        assert!(!sent.dwarf);
+        assert!(
+            body.len() * 4 < whole.len(),
+            "{} of {}",
+            body.len(),
+            whole.len()
+        );
+        assert!(zstd::decode_all(&body[..]).unwrap().starts_with(b"KSYM"));
+        assert_eq!(names_at(&body, alpha), (vec!["alpha".to_owned()], 0));
+
+        let (body, sent) = body_of(
+            &elf,
+            &Extraction {
+                dwarf: true,
+                ..Extraction::default()
+            },
+        );
+        assert!(sent.dwarf);
+        let (names, line) = names_at(&body, alpha);
+        assert_eq!(names, ["alpha"]);
+        assert!(line > 0, "DWARF gives lines");
     }
 
     /// A stripped binary with its debug file where a -dbg package puts it:
-    /// the debug file (same build id, the DWARF) goes instead; one from
-    /// another build, or none, and the binary itself goes.
+    /// its symbols come from the debug file; one from another build, or
+    /// none, and the binary's own (dynamic) symbols are all there is.
     #[test]
-    fn a_debug_file_by_build_id_is_sent_in_place_of_the_binary() {
+    fn a_debug_file_by_build_id_names_a_stripped_binary() {
         use kiln_test_support::{CBuild, programs::ALPHA_BETA, strip};
 
         let dir = tempfile::tempdir().unwrap();
@@ -405,32 +565,32 @@ mod tests {
             "prog",
             ALPHA_BETA,
         );
+        let alpha = address_of(&full, "alpha");
         let stripped = dir.path().join("prog.stripped");
         strip(&full, &stripped);
         let info = FileInfo::read(&stripped, "prog").unwrap();
         let build_id = info.build_id.clone().expect("built with a build id");
         let debug_dir = dir.path().join("debug");
-        let job = Job {
-            file_id: info.file_id,
-            paths: vec![stripped.clone()],
+        let extraction = Extraction {
+            debug_dirs: vec![dir.path().join("elsewhere"), debug_dir.clone()],
+            dwarf: false,
         };
-        assert_eq!(
-            read_file(&job, std::slice::from_ref(&debug_dir)).unwrap().0,
-            stripped,
-            "no debug file yet: the binary goes"
-        );
+        let (body, sent) = body_of(&stripped, &extraction);
+        assert_eq!(sent.debug_file, None);
+        assert!(names_at(&body, alpha).0.is_empty(), "no debug file yet");
 
         let by_id = debug_dir.join(".build-id").join(&build_id[..2]);
         std::fs::create_dir_all(&by_id).unwrap();
         let debug = by_id.join(format!("{}.debug", &build_id[2..]));
         std::fs::copy(&full, &debug).unwrap();
-        let dirs = [dir.path().join("elsewhere"), debug_dir];
-        let (sent, data) = read_file(&job, &dirs).unwrap();
-        assert_eq!(sent, debug);
-        assert_eq!(data, std::fs::read(&full).unwrap());
+        let (body, sent) = body_of(&stripped, &extraction);
+        assert_eq!(sent.debug_file.as_ref(), Some(&debug));
+        assert_eq!(names_at(&body, alpha).0, ["alpha"]);
 
         // A file at that path from another build is not this file's.
         std::fs::write(&debug, b"another build").unwrap();
-        assert_eq!(read_file(&job, &dirs).unwrap().0, stripped);
+        let (body, sent) = body_of(&stripped, &extraction);
+        assert_eq!(sent.debug_file, None);
+        assert!(names_at(&body, alpha).0.is_empty());
     }
 }

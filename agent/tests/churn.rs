@@ -76,32 +76,31 @@ impl DistinctBinaries {
     }
 }
 
-/// Rows of the unwind table of the file mapped at `path_suffix` in this
-/// process (libc, the dynamic loader), as the agent would build it.
-fn rows_of_mapped(path_suffix: &str) -> usize {
+/// Kernel bytes of the unwind table of the file mapped at `path_suffix` in
+/// this process (libc, the dynamic loader), as the agent would load it.
+fn bytes_of_mapped(path_suffix: &str) -> u64 {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let path = maps
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|p| p.contains(path_suffix))
         .unwrap_or_else(|| panic!("this test process maps no {path_suffix}"));
-    rows_of(Path::new(path))
+    bytes_of(Path::new(path))
 }
 
-fn rows_of(path: &Path) -> usize {
+fn bytes_of(path: &Path) -> u64 {
     UnwindTable::from_path(path, u64::MAX)
         .unwrap_or_else(|e| panic!("unwind table of {}: {e}", path.display()))
-        .rows()
-        .len()
+        .kernel_bytes()
 }
 
-/// The agent profiling only `cgroup`, with a table map of `rows` rows.
-fn start_agent(cgroup: &TestCgroup, rows: usize) -> Agent {
+/// The agent profiling only `cgroup`, with `bytes` of unwind tables.
+fn start_agent(cgroup: &TestCgroup, bytes: u64) -> Agent {
     support::start_agent(AgentConfig {
         frequency_hz: FREQUENCY_HZ,
         interval: Duration::from_secs(1),
         host: "kiln-agent-test".into(),
-        unwind_table_rows: u32::try_from(rows).unwrap(),
+        unwind_table_bytes: bytes,
         cgroup: Some(cgroup.path().to_owned()),
         ..AgentConfig::default()
     })
@@ -128,9 +127,9 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
     let dir = tempfile::tempdir().unwrap();
     let mut distinct = DistinctBinaries::compile(dir.path());
     let binaries: Vec<PathBuf> = (0..AT_MOST).map(|_| distinct.next()).collect();
-    let per_binary = rows_of(&binaries[0]);
+    let per_binary = bytes_of(&binaries[0]);
 
-    let shared = rows_of_mapped("libc.so") + rows_of_mapped("ld-linux");
+    let shared = bytes_of_mapped("libc.so") + bytes_of_mapped("ld-linux");
     let capacity = shared + 3 * per_binary;
     let mut agent = start_agent(&cgroup, capacity);
     let mut sink = MemorySink::default();
@@ -172,7 +171,7 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
     }
     let stats = agent.unwind_stats().unwrap();
     eprintln!(
-        "{} of {attempts} binaries of {per_binary} rows placed in {capacity} rows ({shared} for \
+        "{} of {attempts} binaries of {per_binary} bytes placed in {capacity} bytes ({shared} for \
          libc and the loader): {stats:?}",
         runs.len()
     );
@@ -225,7 +224,7 @@ fn tables_of_exited_binaries_make_room_for_new_ones() {
              not find room"
         );
     }
-    assert!(stats.rows_used <= stats.rows_capacity);
+    assert!(stats.bytes_used <= stats.bytes_budget);
 }
 
 // Guards the process bookkeeping: a thousand processes that live a few
@@ -243,7 +242,7 @@ fn thousands_of_short_processes_are_reaped() {
     const REAPED_AT_LEAST: u64 = 100;
     let dir = tempfile::tempdir().unwrap();
     let exe = support::compile_workload(dir.path(), &["-O2", "-fomit-frame-pointer"]);
-    let capacity = rows_of_mapped("libc.so") + rows_of_mapped("ld-linux") + 2 * rows_of(&exe);
+    let capacity = bytes_of_mapped("libc.so") + bytes_of_mapped("ld-linux") + 2 * bytes_of(&exe);
     let mut agent = start_agent(&cgroup, capacity);
     let mut sink = MemorySink::default();
     agent.tick(&mut sink).unwrap();

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kiln_agent::{Agent, AgentConfig, MemorySink};
+use kiln_agent::{Agent, AgentConfig, MemorySink, UnwindTable};
 use kiln_test_support::CBuild;
 
 use support::{Symbols, TestCgroup, Workload, require_root};
@@ -109,6 +109,77 @@ int main(int argc, char **argv)
 }
 "#;
 
+/// gpu-lib's side of a launch through a driver: the marker, and the
+/// callback the driver calls at each launch (as CUPTI calls the injection
+/// library's), which calls the marker.
+const CALLBACK_LIBRARY: &str = r#"
+#include <stdint.h>
+__attribute__((noinline)) void kiln_cuda_launch_marker(uint32_t correlation_id, uint32_t tid)
+{
+	(void)correlation_id;
+	(void)tid;
+	__asm__ volatile("");
+}
+
+__attribute__((noinline)) void kiln_launch_callback(uint32_t correlation_id, uint32_t tid)
+{
+	kiln_cuda_launch_marker(correlation_id, tid);
+	__asm__ volatile("");
+}
+"#;
+
+/// A stand-in CUDA driver: `launch_kernel` goes three frames deep, with
+/// rbp used as a plain register (zeroed, so a frame-pointer walk from
+/// inside it ends there), before calling back into the injection library.
+/// Linked with [`driver_padding`]'s functions, its `.eh_frame` is as big as
+/// a real driver's share of one.
+const DRIVER: &str = r#"
+#include <stdint.h>
+void kiln_launch_callback(uint32_t correlation_id, uint32_t tid);
+
+static volatile uint64_t driver_state;
+
+__attribute__((noinline)) void driver_submit(uint32_t correlation_id, uint32_t tid)
+{
+	for (uint64_t i = 0; i < 200000; i++)
+		driver_state = driver_state * 2862933555777941757ULL + i;
+	__asm__ volatile("xor %%ebp, %%ebp" ::: "rbp");
+	kiln_launch_callback(correlation_id, tid);
+	__asm__ volatile("");
+}
+
+__attribute__((noinline)) void driver_enqueue(uint32_t correlation_id, uint32_t tid)
+{
+	driver_submit(correlation_id, tid);
+	__asm__ volatile("");
+}
+
+__attribute__((noinline)) void launch_kernel(uint32_t correlation_id, uint32_t tid)
+{
+	driver_enqueue(correlation_id, tid);
+	__asm__ volatile("");
+}
+"#;
+
+/// Rows the first unwinder refused a file beyond: half its default map.
+const REFUSED_BEFORE: usize = 128 * 1024;
+
+/// Assembly of `functions` small functions with call-frame information
+/// (three table rows each), to make a library's `.eh_frame` big without
+/// minutes of compiling C.
+fn driver_padding(functions: usize) -> String {
+    let mut asm = String::from(".text\n");
+    for i in 0..functions {
+        asm.push_str(&format!(
+            ".globl pad_{i}\n.type pad_{i},@function\npad_{i}:\n.cfi_startproc\npush %rbx\n\
+             .cfi_def_cfa_offset 16\n.cfi_offset %rbx,-16\npop %rbx\n.cfi_def_cfa_offset 8\nret\n\
+             .cfi_endproc\n.size pad_{i},.-pad_{i}\n"
+        ));
+    }
+    asm.push_str(".section .note.GNU-stack,\"\",@progbits\n");
+    asm
+}
+
 /// How the host program gets the library.
 #[derive(Clone, Copy)]
 enum Load {
@@ -158,6 +229,100 @@ fn launches_are_recorded_with_their_cpu_stacks() {
 #[test]
 fn launches_from_a_library_loaded_late_are_recorded() {
     launches_are_recorded(Load::Late);
+}
+
+/// The host, linked against a stand-in driver (`libfakecuda.so`, built
+/// without frame pointers, with a `.eh_frame` of over [`REFUSED_BEFORE`]
+/// rows) that calls back into `libkiln_cuda.so` at each launch.
+fn compile_with_driver(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let callback = dir.join("libkiln_cuda.so");
+    std::fs::write(dir.join("callback.c"), CALLBACK_LIBRARY).unwrap();
+    CBuild::clang()
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .file(&dir.join("callback.c"), &callback);
+    std::fs::write(dir.join("padding.s"), driver_padding(70_000)).unwrap();
+    CBuild::clang()
+        .args(["-c"])
+        .file(&dir.join("padding.s"), &dir.join("padding.o"));
+    let driver = dir.join("libfakecuda.so");
+    std::fs::write(dir.join("driver.c"), DRIVER).unwrap();
+    CBuild::clang()
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .args([dir.join("padding.o").into_os_string()])
+        .args([
+            format!("-L{}", dir.display()),
+            "-lkiln_cuda".into(),
+            format!("-Wl,-rpath,{}", dir.display()),
+        ])
+        .file(&dir.join("driver.c"), &driver);
+    let host = CBuild::clang()
+        .args(["-O2", "-fno-omit-frame-pointer"])
+        .args([
+            format!("-L{}", dir.display()),
+            "-lfakecuda".into(),
+            "-lkiln_cuda".into(),
+            format!("-Wl,-rpath,{}", dir.display()),
+        ])
+        .program(dir, "host", PROGRAM);
+    (host, driver)
+}
+
+// Guards GPU launch stacks through the driver (issue 14): the walk from
+// the marker goes through the injection library and a driver built
+// without frame pointers, whose table the first unwinder refused for its
+// size, to the code that launched. At least 99% of the launches recorded
+// hang under main -> launch_path.
+#[test]
+fn launches_through_a_big_driver_without_frame_pointers_keep_their_callers() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (host, driver) = compile_with_driver(dir.path());
+    let rows = UnwindTable::from_path(&driver, u64::MAX).unwrap().len();
+    assert!(
+        rows > REFUSED_BEFORE,
+        "the stand-in driver's table has {rows} rows: not big enough to stand for a real one"
+    );
+    let symbols = Symbols::of(&host);
+    let mut agent = start_gpu_agent(dir.path(), None);
+    let mut sink = MemorySink::default();
+    let child = run_host(Command::new(&host));
+    let pid = child.0.id();
+    let started = Instant::now();
+    let recorded = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+        let found: Vec<Vec<kiln_model::Frame>> = (1..=100_000)
+            .filter_map(|id| agent.gpu_launch_stack(pid, id))
+            .collect();
+        if found.len() >= 200 || started.elapsed() > GIVE_UP_AFTER {
+            break found;
+        }
+    };
+    drop(child);
+    assert!(
+        recorded.len() >= 50,
+        "only {} launches were recorded in {GIVE_UP_AFTER:?}",
+        recorded.len()
+    );
+    let under_caller = recorded
+        .iter()
+        .filter(|stack| {
+            let names: Vec<_> = stack.iter().filter_map(|f| symbols.name(f)).collect();
+            let main = names.iter().position(|n| *n == "main");
+            let path = names.iter().position(|n| *n == "launch_path");
+            matches!((main, path), (Some(m), Some(p)) if m < p)
+        })
+        .count();
+    eprintln!(
+        "{under_caller} of {} launches under main -> launch_path (driver table: {rows} rows)",
+        recorded.len()
+    );
+    assert!(
+        under_caller * 100 >= recorded.len() * 99,
+        "only {under_caller} of {} launches hang under main -> launch_path; one: {:?}",
+        recorded.len(),
+        recorded.first()
+    );
 }
 
 /// How long the agent has to find the library, attach and report: on a

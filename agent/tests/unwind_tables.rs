@@ -40,7 +40,7 @@ fn tables_follow_the_stack_pointer_without_frame_pointers() {
         assert_eq!(entry.cfa, CfaRule::Rsp(8), "{name} at entry");
         assert_eq!(entry.rbp, RbpRule::Same, "{name} at entry");
         // Nothing in these functions moves the CFA to rbp.
-        for row in table.rows().iter().filter(|r| r.pc > start && r.pc < end) {
+        for row in table.rows().filter(|r| r.pc > start && r.pc < end) {
             assert!(matches!(row.cfa, CfaRule::Rsp(_)), "{name}: {row:?}");
         }
     }
@@ -49,7 +49,6 @@ fn tables_follow_the_stack_pointer_without_frame_pointers() {
     assert!(
         table
             .rows()
-            .iter()
             .any(|r| r.pc > start && r.pc < end && r.cfa == CfaRule::Rsp(16)),
         "path_a never has CFA = rsp + 16"
     );
@@ -63,7 +62,6 @@ fn tables_follow_rbp_with_frame_pointers() {
     let (start, end) = function(&data, "path_a");
     let body = table
         .rows()
-        .iter()
         .find(|r| r.pc > start && r.pc < end && matches!(r.cfa, CfaRule::Rbp(_)))
         .expect("a row with CFA on rbp inside path_a");
     assert_eq!(body.cfa, CfaRule::Rbp(16));

@@ -37,7 +37,11 @@ pub fn config(frequency_hz: u64, cgroup: Option<PathBuf>) -> anyhow::Result<Agen
 /// key (read from the data directory). When the agent cannot start (no
 /// root, no BPF), says why and returns `None`: the server is useful
 /// without it.
-pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<LocalAgent> {
+pub fn start(mut config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<LocalAgent> {
+    // Tables built once stay built across restarts of `kiln up`.
+    config
+        .unwind_cache_dir
+        .get_or_insert_with(|| data_dir.join("unwind-cache"));
     let api_key = match std::fs::read_to_string(data_dir.join(kiln_actors::API_KEY_FILE)) {
         Ok(key) => key.trim().to_owned(),
         Err(e) => {
@@ -64,7 +68,10 @@ pub fn start(config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<L
     // The files it samples get symbols on this server without a step of
     // the user's own.
     let debug_dirs = vec![std::path::PathBuf::from(kiln_agent::DEFAULT_DEBUG_DIR)];
-    if let Err(e) = agent.upload_symbols_to(&server, Some(&api_key), debug_dirs) {
+    // With DWARF: the server is this machine, so nothing leaves it, and
+    // lines and inlined functions are what `kiln up` showed before the
+    // agent extracted symbols itself.
+    if let Err(e) = agent.upload_symbols_to(&server, Some(&api_key), debug_dirs, true) {
         warn!(error = %e, "the local agent will not upload symbols");
     }
     // CUDA processes started with CUDA_INJECTION64_PATH=libkiln_cuda.so

@@ -45,6 +45,7 @@ mod table;
 pub use deb::{DebError, DebugMember, debug_files_in_deb, debug_files_in_deb_reader};
 pub use extract::{
     DebugDirs, ExtractError, ExtractOptions, Extracted, demangle, extract, extract_bytes,
+    extract_with_debug_file,
 };
 pub use fileid::file_id;
 pub use ksym::{Frame, Ksym, KsymError, KsymFile};

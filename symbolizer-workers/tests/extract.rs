@@ -97,6 +97,68 @@ fn inline_chains_and_lines_come_out_of_a_real_program() {
     );
 }
 
+/// `names_only` reads no DWARF: the same functions by name, no lines and
+/// no inline chains. A debug file given to `extract_with_debug_file`
+/// names what a stripped file's own tables do not.
+#[test]
+fn names_only_leaves_out_lines_and_inlines_and_a_given_debug_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let elf = build(dir.path());
+    let data = std::fs::read(&elf).unwrap();
+    let names_only = ExtractOptions {
+        names_only: true,
+        ..options()
+    };
+    let extracted = extract_bytes(&elf, &data, &names_only).unwrap();
+    assert_eq!(extracted.dwarf_bytes, 0);
+    let table = &extracted.table;
+    // (A local symbol's STT_FILE still gives its range a file, line 0.)
+    assert!(
+        table
+            .ranges
+            .iter()
+            .all(|r| r.lines.iter().all(|l| l.line == 0) && r.inlines.is_empty())
+    );
+    let bytes = ksym::encode(table);
+    let k = Ksym::open(&bytes).unwrap();
+    let work = (0..k.len()).map(|i| k.range(i).unwrap().0).find(|&a| {
+        let mut frames = Vec::new();
+        k.lookup(a, &mut frames);
+        frames.len() == 1 && frames[0].function().as_deref() == Some("work")
+    });
+    assert!(work.is_some(), "work is named by the symbol table");
+
+    // Stripped: only .dynsym, which does not name `work`.
+    let stripped = dir.path().join("p.stripped");
+    let status = Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&elf)
+        .status()
+        .expect("strip runs");
+    assert!(status.success());
+    let stripped_data = std::fs::read(&stripped).unwrap();
+    let named = |debug: Option<(&Path, &[u8])>| {
+        let extracted = kiln_symbolizer_workers::extract_with_debug_file(
+            &stripped,
+            &stripped_data,
+            debug,
+            &names_only,
+        )
+        .unwrap();
+        let bytes = ksym::encode(&extracted.table);
+        let k = Ksym::open(&bytes).unwrap();
+        let mut frames = Vec::new();
+        k.lookup(work.unwrap(), &mut frames);
+        frames
+            .first()
+            .and_then(|f| f.function())
+            .map(|n| n.into_owned())
+    };
+    assert_eq!(named(None), None);
+    assert_eq!(named(Some((&elf, &data))).as_deref(), Some("work"));
+}
+
 /// A version 1 file of a real program (inline chains from DWARF) upgrades
 /// to exactly what encoding the table in version 2 gives, and every
 /// address answers as it did in version 1.

@@ -44,6 +44,14 @@ pub const SYMBOLS_BODY: BodyLimit = BodyLimit {
     max_bytes: 1 << 30,
 };
 
+/// `PUT /api/v1/symbols/{file_id}` with a ksym body (what agents send):
+/// symbols already extracted, a fraction of the ELF's size; the largest
+/// libraries' with DWARF run to a few hundred MiB.
+pub const KSYM_BODY: BodyLimit = BodyLimit {
+    what: "a ksym symbol upload",
+    max_bytes: 512 << 20,
+};
+
 /// The JSON bodies of the admin routes.
 pub const ADMIN_BODY: BodyLimit = BodyLimit {
     what: "an admin request",

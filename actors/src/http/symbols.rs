@@ -8,6 +8,17 @@
 //! stores them as zstd-compressed ksym, so that what is stored is always
 //! well-formed, whatever the client sent.
 //!
+//! A tenant `PUT` may instead carry the symbols already extracted, as a
+//! ksym file (`Content-Type: application/vnd.kiln.ksym`, which is
+//! [`ksym::MEDIA_TYPE`]; usually `Content-Encoding: zstd`): what agents
+//! send, so that other users' programs never leave their hosts. It is
+//! untrusted input: decoded with the reader's own checks
+//! ([`Ksym::verify`]), refused with a 400 that names the fault, and
+//! stored only then, under [`KSYM_BODY`]'s limit. The server cannot tell
+//! that a ksym belongs to the file id it is sent for, so a tenant can
+//! only name its own frames wrongly: the global store takes ELF files
+//! only.
+//!
 //! Global writes change what every tenant sees, so they need the admin
 //! token ([`super::auth::extract::Operator`]). Tenant uploads need a key
 //! with the ingest role and go under that key's tenant only.
@@ -22,13 +33,13 @@ use std::sync::LazyLock;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_model::FileId;
 use kiln_storage::{ObjectKey, Scope};
-use kiln_symbolizer_workers::{StoredError, build_stored, file_id};
+use kiln_symbolizer_workers::{Ksym, StoredError, StoredSymbols, build_stored, file_id, ksym};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use super::AppState;
 use super::auth::extract::{Ingester, Operator};
-use super::body::{self, SYMBOLS_BODY};
+use super::body::{self, BodyLimit, KSYM_BODY, SYMBOLS_BODY};
 use super::error::ApiError;
 use crate::query::SymbolsStored;
 
@@ -48,6 +59,37 @@ struct Stored {
     bytes: usize,
     /// Whether the file had DWARF (else function names only).
     dwarf: bool,
+}
+
+/// What a `PUT` body is, by its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upload {
+    /// An ELF file or its debug file (any other type, or none).
+    Elf,
+    /// Symbols already extracted: a ksym file.
+    Ksym,
+}
+
+impl Upload {
+    fn of(request: &HttpRequest) -> Upload {
+        let media = request
+            .headers()
+            .get(actix_web::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(str::trim);
+        match media {
+            Some(m) if m.eq_ignore_ascii_case(ksym::MEDIA_TYPE) => Upload::Ksym,
+            _ => Upload::Elf,
+        }
+    }
+
+    fn limit(self) -> BodyLimit {
+        match self {
+            Upload::Elf => SYMBOLS_BODY,
+            Upload::Ksym => KSYM_BODY,
+        }
+    }
 }
 
 fn parse_id(text: &str) -> Result<FileId, ApiError> {
@@ -107,7 +149,8 @@ async fn any_exists(state: &AppState, keys: &[ObjectKey]) -> Result<HttpResponse
 }
 
 /// `PUT /api/v1/symbols/{file_id}` with the ELF as the body: extracts,
-/// checks and stores its symbols for the caller's tenant. Idempotent: the
+/// checks and stores its symbols for the caller's tenant; or with a ksym
+/// body (by its content type): checks and stores it. Idempotent: the
 /// same file gives the same bytes.
 pub(crate) async fn upload(
     Ingester(scope): Ingester,
@@ -118,8 +161,21 @@ pub(crate) async fn upload(
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path)?;
     let key = tenant_key(&scope, id)?;
+    // A symbol file is the tenant's data too: over its stored-bytes quota,
+    // it adds none (before the body is read). Symbol files are not counted
+    // in stored bytes (the object store keeps no per-tenant sum); the
+    // upload limits bound each one.
+    let limits = state.auth.tenant_limits(scope.tenant()).await?;
+    state
+        .stored
+        .admit(
+            scope.tenant(),
+            limits.max_stored_bytes.or(state.defaults.max_stored_bytes),
+        )
+        .await?;
     let tenant = Some(scope.tenant().to_owned());
-    store(&state, id, key, tenant, &request, payload).await
+    let kind = Upload::of(&request);
+    store(&state, id, key, tenant, kind, &request, payload).await
 }
 
 /// `PUT /api/v1/symbols/global/{file_id}`: as [`upload`], into the global
@@ -132,11 +188,19 @@ pub(crate) async fn upload_global(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let id = parse_id(&path)?;
+    if Upload::of(&request) == Upload::Ksym {
+        return Err(ApiError::bad_request(format!(
+            "the global store takes ELF files only (the server checks their file id); \
+             {} bodies go to a tenant's /api/v1/symbols/{id}",
+            ksym::MEDIA_TYPE
+        )));
+    }
     store(
         &state,
         id,
         ObjectKey::global_symbols(id),
         None,
+        Upload::Elf,
         &request,
         payload,
     )
@@ -150,6 +214,7 @@ async fn store(
     id: FileId,
     key: ObjectKey,
     tenant: Option<String>,
+    kind: Upload,
     request: &HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
@@ -157,11 +222,15 @@ async fn store(
         .acquire()
         .await
         .map_err(|e| ApiError::Internal(format!("upload queue: {e}")))?;
-    let body = body::read(request, payload, SYMBOLS_BODY).await?;
-    // Extraction and compression are CPU-bound: off the event loop.
-    let built = web::block(move || build(id, &body))
-        .await
-        .map_err(|e| ApiError::Internal(format!("symbol worker failed: {e}")))??;
+    let body = body::read(request, payload, kind.limit()).await?;
+    // Extraction, checks and compression are CPU-bound: off the event
+    // loop.
+    let built = web::block(move || match kind {
+        Upload::Elf => build(id, &body),
+        Upload::Ksym => check_ksym(&body),
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("symbol worker failed: {e}")))??;
     let stored = Stored {
         file_id: id,
         ranges: built.ranges,
@@ -189,7 +258,37 @@ async fn store(
     Ok(HttpResponse::Ok().json(stored))
 }
 
-fn build(id: FileId, data: &[u8]) -> Result<kiln_symbolizer_workers::StoredSymbols, ApiError> {
+/// zstd level of stored ksym files (as `build_stored`'s): written once,
+/// read often.
+const ZSTD_LEVEL: i32 = 9;
+
+/// Checks an uploaded ksym whole (it is untrusted: every header, record,
+/// index and string) and compresses it for the store. An earlier ksym
+/// version is rewritten in the current one first.
+fn check_ksym(data: &[u8]) -> Result<StoredSymbols, ApiError> {
+    let refused = |e: kiln_symbolizer_workers::KsymError| {
+        ApiError::bad_request(format!("not a valid ksym file: {e}"))
+    };
+    let current = ksym::upgrade(data).map_err(refused)?;
+    let symbols = Ksym::open(&current).map_err(refused)?;
+    symbols.verify().map_err(refused)?;
+    // Line rows and inline chains live in range bodies; files of names
+    // only have none but the source files local symbols name (just the
+    // section's padding when there are none of those either).
+    let dwarf = symbols
+        .section_sizes()
+        .iter()
+        .any(|&(name, len)| name == "bodies" && len > 16);
+    let compressed = zstd::encode_all(&current[..], ZSTD_LEVEL)
+        .map_err(|e| ApiError::Internal(format!("compressing symbols: {e}")))?;
+    Ok(StoredSymbols {
+        compressed,
+        ranges: symbols.len(),
+        dwarf,
+    })
+}
+
+fn build(id: FileId, data: &[u8]) -> Result<StoredSymbols, ApiError> {
     let actual = file_id(data);
     if actual != id {
         return Err(ApiError::bad_request(format!(
@@ -202,4 +301,66 @@ fn build(id: FileId, data: &[u8]) -> Result<kiln_symbolizer_workers::StoredSymbo
         StoredError::Extract(e) => ApiError::bad_request(format!("not usable as symbols: {e}")),
         e => ApiError::Internal(format!("building symbols: {e}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_symbolizer_workers::{Function, Range, SymbolTable};
+
+    fn table() -> SymbolTable {
+        SymbolTable {
+            functions: vec![Function {
+                name: "main".into(),
+                mangled: None,
+            }],
+            files: vec![],
+            ranges: vec![Range {
+                start: 0x1000,
+                end: 0x1040,
+                function: 0,
+                lines: vec![],
+                inlines: vec![],
+            }],
+        }
+    }
+
+    fn refusal(data: &[u8]) -> String {
+        match check_ksym(data) {
+            Err(ApiError::BadRequest(message)) => message,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_valid_ksym_is_stored_compressed() {
+        let bytes = ksym::encode(&table());
+        let stored = check_ksym(&bytes).unwrap();
+        assert_eq!(stored.ranges, 1);
+        assert!(!stored.dwarf, "names only");
+        let decoded = kiln_symbolizer_workers::decode_stored(&stored.compressed).unwrap();
+        let mut frames = Vec::new();
+        let symbols = decoded.file.ksym();
+        symbols.lookup(0x1010, &mut frames);
+        assert_eq!(frames[0].function().as_deref(), Some("main"));
+    }
+
+    /// Untrusted bytes: every fault is a 400 that names it.
+    #[test]
+    fn malformed_ksyms_are_refused_naming_the_fault() {
+        assert!(refusal(b"").contains("too short"), "{}", refusal(b""));
+        let elf = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert!(refusal(&elf[..4096]).contains("bad magic"));
+        let good = ksym::encode(&table());
+        let cut = refusal(&good[..good.len() / 2]);
+        assert!(cut.starts_with("not a valid ksym file: "), "{cut}");
+        // A range that points at a function that is not there: the first
+        // range record (at the offset the header gives first) is start,
+        // length, function, 4 bytes each.
+        let mut bad = good.clone();
+        let ranges = u32::from_le_bytes(bad[16..20].try_into().unwrap()) as usize;
+        bad[ranges + 8..ranges + 12].copy_from_slice(&7u32.to_le_bytes());
+        let message = refusal(&bad);
+        assert!(message.contains("missing entry"), "{message}");
+    }
 }

@@ -21,9 +21,11 @@
  * the same id in every interval and on every CPU. Kernel and user stacks
  * share the map (the hash is seeded with the kind).
  *
- * User stacks of processes whose unwind tables user space has loaded are
- * walked with them (record_unwound_stack(), unwind_step()); others by the
- * kernel's frame-pointer walk (bpf_get_stack with BPF_F_USER_STACK).
+ * User stacks are walked here (record_user_stack(), unwind_step()): with
+ * the .eh_frame tables user space loaded for the process's files, by frame
+ * pointers where a file has none (or its table is not loaded yet). How each
+ * walk ended is counted in `stats` (KILN_STAT_WALK_*), so a user can see
+ * what share of stacks reached their root.
  *
  * No kernel struct is read field by field (the user registers of a task in
  * the kernel are copied whole from bpf_task_pt_regs()), so nothing here
@@ -73,21 +75,60 @@ struct {
 	__type(value, struct kiln_control);
 } control SEC(".maps");
 
-/* .eh_frame unwind tables of all files, appended by user space. */
-struct {
+/*
+ * One file's unwind table (struct kiln_unwind_row, sorted by pc), an array
+ * of exactly its rows: BPF_F_INNER_MAP lets tables of every size share
+ * `unwind_tables`, and BPF_F_MMAPABLE lets user space fill a table of a
+ * million rows with one copy instead of a million syscalls. This is the
+ * template; user space creates the real ones.
+ */
+struct unwind_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct kiln_unwind_row);
-} unwind_rows SEC(".maps");
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	/* Sizes, not types: clang emits the row struct to BTF only as a
+	 * forward declaration here, which the loader cannot size. */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct kiln_unwind_row));
+};
 
-/* Per process (tgid): its mappings that have unwind tables. LRU, so the
- * entries of exited processes age out. */
+/* The tables loaded, by table id (user space gives each file one). A file
+ * mapped by a thousand processes has one table here. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__array(values, struct unwind_table);
+} unwind_tables SEC(".maps");
+
+/* Table ids user space evicted for room (and has not loaded again): a walk
+ * that misses one of these says EVICTED rather than NO_TABLE. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, struct kiln_proc_mappings);
+	__type(value, __u32);
+} evicted_tables SEC(".maps");
+
+/* One process's executable file mappings (struct kiln_mapping, sorted by
+ * start), an array of exactly that many: past its end a lookup finds
+ * nothing, which the binary search reads as "above every start". */
+struct proc_mapping_list {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	/* Sizes, not types, as in struct unwind_table. */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct kiln_mapping));
+};
+
+/* Per process (tgid): its mappings. User space replaces a process's list
+ * whole, and deletes it when the process exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__array(values, struct proc_mapping_list);
 } proc_mappings SEC(".maps");
 
 /* Processes announced recently; LRU, so a process evicted by newer ones is
@@ -204,22 +245,21 @@ static __always_inline __u64 store_stack(struct kiln_stack *buf, __u64 seed)
 }
 
 /*
- * Walks one stack (kernel, or user when flags has BPF_F_USER_STACK) into
- * the per-CPU scratch buffer, stores it in `stacks` under its hash unless
- * it is there already, and returns the hash; 0 when there is no stack.
+ * Walks the kernel stack into the per-CPU scratch buffer, stores it in
+ * `stacks` under its hash unless it is there already, and returns the
+ * hash; 0 when there is no stack.
  */
-static __always_inline __u64 record_stack(struct bpf_perf_event_data *ctx, __u64 flags)
+static __always_inline __u64 record_kernel_stack(struct bpf_perf_event_data *ctx)
 {
 	__u32 zero = 0;
 	struct kiln_stack *buf = bpf_map_lookup_elem(&scratch, &zero);
-	int user = (flags & BPF_F_USER_STACK) != 0;
 
 	if (!buf)
 		return 0;
 
-	long bytes = bpf_get_stack(ctx, buf->addrs, sizeof(buf->addrs), flags);
+	long bytes = bpf_get_stack(ctx, buf->addrs, sizeof(buf->addrs), 0);
 	if (bytes < 0) {
-		stat_inc(user ? KILN_STAT_USER_STACK_ERRORS : KILN_STAT_KERNEL_STACK_ERRORS);
+		stat_inc(KILN_STAT_KERNEL_STACK_ERRORS);
 		return 0;
 	}
 	__u32 len = (__u32)bytes / sizeof(__u64);
@@ -228,7 +268,7 @@ static __always_inline __u64 record_stack(struct bpf_perf_event_data *ctx, __u64
 	buf->len = len;
 	buf->flags = len >= KILN_MAX_STACK_DEPTH ? KILN_STACK_TRUNCATED : 0;
 
-	return store_stack(buf, user ? 0x75736572ULL /* "user" */ : 0x6b65726eULL /* "kern" */);
+	return store_stack(buf, 0x6b65726eULL /* "kern" */);
 }
 
 static __always_inline void announce(__u32 tgid, __u32 why)
@@ -256,12 +296,13 @@ static __always_inline void announce_sampled(__u32 tgid)
 }
 
 /*
- * Tells user space that the current process maps code it was not told of:
- * the first time at once, then backing off (see `remapped_at`). A global
- * function, verified once on its own: inlined into the unwinder's loop it
- * multiplies the states the verifier walks.
+ * Tells user space that the current process needs its mappings read again
+ * (`why`: it maps code it was not told of, or one of its tables is
+ * missing): the first time at once, then backing off (see `remapped_at`).
+ * A global function, verified once on its own: inlined into the
+ * unwinder's loop it multiplies the states the verifier walks.
  */
-__attribute__((noinline)) int announce_remapped(void)
+__attribute__((noinline)) int announce_again(__u32 why)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 now = bpf_ktime_get_ns();
@@ -276,7 +317,7 @@ __attribute__((noinline)) int announce_remapped(void)
 			next.wait_ns = KILN_REMAP_MAX_WAIT_NS;
 	}
 	bpf_map_update_elem(&remapped_at, &tgid, &next, BPF_ANY);
-	announce(tgid, KILN_PROCESS_REMAPPED);
+	announce(tgid, why);
 	return 1;
 }
 
@@ -307,77 +348,121 @@ int kiln_exec(struct bpf_raw_tracepoint_args *ctx)
 /* The state of one .eh_frame walk, shared with the bpf_loop() callback. */
 struct unwind_state {
 	struct kiln_stack *buf;
-	struct kiln_proc_mappings *procs;
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
+	__u32 tgid;
 	__u32 n;
+	/* Whether the walk reached its last frame (rather than the depth
+	 * limit). */
 	__u32 done;
+	/* KILN_STAT_WALK_* once done. */
+	__u32 outcome;
+	/* The first reason a frame was walked without its table
+	 * (KILN_STAT_WALK_NO_TABLE, _EVICTED or _NO_MAPPING), 0 if none: if
+	 * the walk then breaks, that is why. */
+	__u32 suspect;
+	/* Whether user space gave the process's mappings. */
+	__u32 has_mappings;
 };
 
-/*
- * The index in procs->mappings of the mapping of `pc`, or -1. A global
- * function, so the verifier checks it once with unknown arguments instead
- * of following every path of the search at every call.
- */
-__attribute__((noinline)) int find_mapping(struct kiln_proc_mappings *procs, __u64 pc)
-{
-	if (!procs)
-		return -1;
-	__u32 lo = 0, hi = procs->len;
+/* What find_row() returns when the table is not loaded, and when no row
+ * covers the address; a row's top byte (its rules) is never 0xff. */
+#define KILN_ROW_TABLE_MISSING (~0ULL)
+#define KILN_ROW_NONE (~0ULL - 1)
 
-	if (hi > KILN_MAX_MAPPINGS)
+/*
+ * The index in the process's `proc_mappings` list of the mapping of `pc`,
+ * or -1. The list's length is not stored: a lookup past its end finds
+ * nothing, which counts as a start above pc. A global function, so the
+ * verifier checks it once with unknown arguments instead of following
+ * every path of the search at every call; `max` (KILN_MAX_MAPPINGS) is an
+ * argument for the same reason: a constant bound would let the verifier
+ * tell every path of the search apart, 2^12 of them.
+ */
+__attribute__((noinline)) int find_mapping(__u32 tgid, __u64 pc, __u32 max)
+{
+	void *list = bpf_map_lookup_elem(&proc_mappings, &tgid);
+
+	if (!list || max > KILN_MAX_MAPPINGS)
 		return -1;
-	/* First mapping whose start is > pc; 7 halvings cover 64. */
-	for (int i = 0; i < 7; i++) {
+	__u32 lo = 0, hi = max;
+
+	/* First mapping whose start is > pc; 12 halvings cover 4096. */
+	for (int i = 0; i < 13; i++) {
 		if (lo >= hi)
 			break;
-		__u32 mid = (lo + hi) / 2;
+		__u32 mid = lo + (hi - lo) / 2;
+		struct kiln_mapping *m = bpf_map_lookup_elem(list, &mid);
 
-		/* Keep the bound check clang would prove away; the verifier
-		 * does not follow clang's reasoning. */
-		asm volatile("" : "+r"(mid));
-		if (mid >= KILN_MAX_MAPPINGS)
-			return -1;
-		if (procs->mappings[mid].start <= pc)
+		if (m && m->start <= pc)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	__u32 idx = lo - 1;
-
-	asm volatile("" : "+r"(idx));
-
-	/* lo == 0 wraps to a large idx: no mapping starts at or below pc. */
-	if (idx >= KILN_MAX_MAPPINGS)
+	if (lo == 0)
 		return -1;
-	if (pc >= procs->mappings[idx].end)
+	__u32 idx = lo - 1;
+	struct kiln_mapping *m = bpf_map_lookup_elem(list, &idx);
+
+	if (!m || pc >= m->end)
 		return -1;
 	return idx;
 }
 
-/* The index in `unwind_rows` of the row of the table [start, start + len)
- * that covers vaddr, or -1. Global for the same reason. */
-__attribute__((noinline)) int find_row(__u32 start, __u32 len, __u64 vaddr)
+/*
+ * The row of table `table_id` (of `len` rows) that covers the
+ * table-relative address `addr`, as its 8 bytes (struct kiln_unwind_row,
+ * little-endian); KILN_ROW_TABLE_MISSING when the table is not loaded,
+ * KILN_ROW_NONE when no row covers it. Global for the same reason; a row
+ * fits the return value, so the caller needs no second lookup.
+ */
+__attribute__((noinline)) __u64 find_row(__u32 table_id, __u32 len, __u64 addr)
 {
-	__u32 lo = start, hi = start + len;
+	void *rows = bpf_map_lookup_elem(&unwind_tables, &table_id);
 
-	/* First row whose pc is > vaddr; 24 halvings cover 16M rows. */
-	for (int i = 0; i < 24; i++) {
+	if (!rows)
+		return KILN_ROW_TABLE_MISSING;
+	if (addr > 0xffffffffULL)
+		return KILN_ROW_NONE;
+	__u32 lo = 0, hi = len;
+
+	/* First row whose pc is > addr; 24 halvings cover 16M rows. */
+	for (int i = 0; i < 25; i++) {
 		if (lo >= hi)
 			break;
 		__u32 mid = lo + (hi - lo) / 2;
-		struct kiln_unwind_row *row = bpf_map_lookup_elem(&unwind_rows, &mid);
-		if (!row)
-			return -1;
-		if (row->pc <= vaddr)
+		struct kiln_unwind_row *row = bpf_map_lookup_elem(rows, &mid);
+
+		/* Past the array's end (len is only an upper bound until
+		 * user space knows the table's size): above every pc. */
+		if (row && row->pc <= addr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	if (lo == start || lo - 1 > 0x7fffffff)
-		return -1;
-	return lo - 1;
+	if (lo == 0)
+		return KILN_ROW_NONE;
+	__u32 idx = lo - 1;
+	struct kiln_unwind_row *row = bpf_map_lookup_elem(rows, &idx);
+
+	if (!row)
+		return KILN_ROW_NONE;
+	__u64 packed;
+
+	__builtin_memcpy(&packed, row, sizeof(packed));
+	return packed;
+}
+
+/* A frame's table is not loaded: remember why for the walk's outcome, and
+ * ask user space (backing off) to load it. */
+static __always_inline void table_missing(struct unwind_state *st, __u32 table_id)
+{
+	if (!st->suspect)
+		st->suspect = bpf_map_lookup_elem(&evicted_tables, &table_id)
+				      ? KILN_STAT_WALK_EVICTED
+				      : KILN_STAT_WALK_NO_TABLE;
+	announce_again(KILN_PROCESS_TABLE_MISSING);
 }
 
 /*
@@ -392,7 +477,7 @@ static long unwind_step(__u64 index, void *data)
 	struct kiln_stack *buf = st->buf;
 	__u32 n = st->n;
 
-	if (!buf || !st->procs || n >= KILN_MAX_STACK_DEPTH)
+	if (!buf || n >= KILN_MAX_STACK_DEPTH)
 		return 1;
 	buf->addrs[n] = st->pc;
 	st->n = n + 1;
@@ -400,81 +485,117 @@ static long unwind_step(__u64 index, void *data)
 	/* Past the leaf, pc is a return address: look up the call. */
 	__u64 lookup = n == 0 ? st->pc : st->pc - 1;
 	__u64 cfa = 0, ra = 0, bp = st->bp;
-	struct kiln_unwind_row *row = NULL;
-	int mi = find_mapping(st->procs, lookup);
+	__u64 row = KILN_ROW_NONE;
+	int mi = find_mapping(st->tgid, lookup, KILN_MAX_MAPPINGS);
 
-	/* clang knows find_mapping()'s range and would drop this check, which
-	 * the verifier (seeing a global function's result as unknown) needs. */
-	asm volatile("" : "+r"(mi));
-	if (mi >= 0 && mi < KILN_MAX_MAPPINGS) {
-		struct kiln_mapping *m = &st->procs->mappings[mi];
-		int ri = find_row(m->rows_start, m->rows_len, lookup - m->bias);
+	if (mi >= 0) {
+		__u32 idx = mi;
+		void *list = bpf_map_lookup_elem(&proc_mappings, &st->tgid);
+		struct kiln_mapping *m = list ? bpf_map_lookup_elem(list, &idx) : NULL;
 
-		if (ri >= 0)
-			row = bpf_map_lookup_elem(&unwind_rows, &ri);
-	} else if (st->procs->len) {
+		if (m && m->table_id) {
+			row = find_row(m->table_id, m->rows_len, lookup - m->bias);
+			if (row == KILN_ROW_TABLE_MISSING) {
+				table_missing(st, m->table_id);
+				row = KILN_ROW_NONE;
+			}
+		}
+	} else {
+		if (!st->suspect)
+			st->suspect = KILN_STAT_WALK_NO_MAPPING;
 		/* An address in none of the mappings user space gave: it
-		 * mapped code since. (An empty list is no_mappings, for a
-		 * process with no tables: nothing is known to miss.) */
-		announce_remapped();
+		 * mapped code since. (A process without mappings is not
+		 * loaded yet: nothing is known to miss.) */
+		if (st->has_mappings)
+			announce_again(KILN_PROCESS_REMAPPED);
 	}
-	__u8 cfa_type = row ? row->cfa_type : KILN_CFA_NONE;
+	/* KILN_ROW_NONE's rules (0xff) are no CFA type: frame pointers. */
+	__u8 rules = row >> 56;
+	__u8 cfa_type = rules & 15;
+	__u8 rbp_type = rules >> 4;
+	__s64 cfa_offset = (__s16)(row >> 32);
+	__s64 rbp_offset = (__s8)(row >> 48);
 
 	switch (cfa_type) {
 	case KILN_CFA_END:
+		st->outcome = KILN_STAT_WALK_ROOTED;
 		goto stop;
 	case KILN_CFA_RSP:
-		cfa = st->sp + (__s64)row->cfa_offset;
+		cfa = st->sp + cfa_offset;
 		break;
 	case KILN_CFA_RBP:
-		cfa = st->bp + (__s64)row->cfa_offset;
+		cfa = st->bp + cfa_offset;
 		break;
 	case KILN_CFA_PLT:
-		cfa = st->sp + 8 + ((st->pc & 15) >= (__u64)row->cfa_offset ? 8 : 0);
+		cfa = st->sp + 8 + ((st->pc & 15) >= (__u64)cfa_offset ? 8 : 0);
 		break;
 	default:
 		/* Frame pointers: the caller's rbp at [rbp], return address
-		 * above it. */
-		if (st->bp == 0)
+		 * above it. A zero rbp is where _start and clone's child
+		 * begin the chain. */
+		if (st->bp == 0) {
+			st->outcome = st->suspect ? st->suspect : KILN_STAT_WALK_ROOTED;
 			goto stop;
+		}
 		cfa = st->bp + 16;
 		if (bpf_probe_read_user(&bp, sizeof(bp), (void *)st->bp))
-			goto stop;
+			goto broken;
 		break;
 	}
 	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)))
-		goto stop;
-	if (row && cfa_type != KILN_CFA_NONE && cfa_type != KILN_CFA_UNSUPPORTED) {
-		if (row->rbp_type == KILN_RBP_AT_CFA) {
-			if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + (__s64)row->rbp_offset)))
+		goto broken;
+	if (cfa_type != KILN_CFA_NONE && cfa_type <= KILN_CFA_PLT) {
+		if (rbp_type == KILN_RBP_AT_CFA) {
+			if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + rbp_offset)))
 				bp = 0;
-		} else if (row->rbp_type == KILN_RBP_UNSUPPORTED) {
+		} else if (rbp_type == KILN_RBP_UNSUPPORTED) {
 			bp = 0;
 		}
 	}
 	/* The stack grows down: a caller's frame is above its callee's. */
 	if (ra == 0 || cfa <= st->sp)
-		goto stop;
+		goto broken;
 	st->pc = ra;
 	st->sp = cfa;
 	st->bp = bp;
+	if (st->n >= KILN_MAX_STACK_DEPTH) {
+		st->outcome = KILN_STAT_WALK_DEPTH;
+		return 1;
+	}
 	return 0;
+broken:
+	st->outcome = st->suspect ? st->suspect : KILN_STAT_WALK_BAD_FRAME;
 stop:
 	st->done = 1;
 	return 1;
 }
 
 /*
- * Walks the user stack of a process that has unwind tables, from its user
- * registers: the interrupted ones when the sample hit user code, else the
- * ones saved at kernel entry.
+ * Walks the current task's user stack, from `pc`/`sp`/`bp` (leaf first),
+ * into `buf` from slot `st->n`: with the process's tables where it has
+ * them, by frame pointers elsewhere.
  */
-static __always_inline __u64 record_unwound_stack(struct bpf_perf_event_data *ctx,
-						  struct kiln_proc_mappings *procs)
+static __always_inline void walk_user(struct unwind_state *st)
+{
+	st->has_mappings = bpf_map_lookup_elem(&proc_mappings, &st->tgid) != NULL;
+	/* Not loaded yet: whatever breaks the walk, a table would have
+	 * helped. */
+	if (!st->has_mappings)
+		st->suspect = KILN_STAT_WALK_NO_TABLE;
+	st->outcome = KILN_STAT_WALK_DEPTH;
+	bpf_loop(KILN_MAX_STACK_DEPTH, unwind_step, st, 0);
+}
+
+/*
+ * Walks the user stack of the sampled task from its user registers: the
+ * interrupted ones when the sample hit user code, else the ones saved at
+ * kernel entry. Counts how the walk ended.
+ */
+static __always_inline __u64 record_user_stack(struct bpf_perf_event_data *ctx, __u32 tgid)
 {
 	__u32 zero = 0;
 	struct kiln_stack *buf = bpf_map_lookup_elem(&scratch, &zero);
-	struct unwind_state st = { .buf = buf, .procs = procs };
+	struct unwind_state st = { .buf = buf, .tgid = tgid };
 
 	if (!buf)
 		return 0;
@@ -486,17 +607,21 @@ static __always_inline __u64 record_unwound_stack(struct bpf_perf_event_data *ct
 		struct pt_regs regs;
 		struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
-		if (bpf_probe_read_kernel(&regs, sizeof(regs), user))
+		if (bpf_probe_read_kernel(&regs, sizeof(regs), user)) {
+			stat_inc(KILN_STAT_USER_STACK_ERRORS);
 			return 0;
+		}
 		st.pc = regs.rip;
 		st.sp = regs.rsp;
 		st.bp = regs.rbp;
 	}
+	/* A kernel thread: no user stack. */
 	if (st.pc == 0)
 		return 0;
-	bpf_loop(KILN_MAX_STACK_DEPTH, unwind_step, &st, 0);
+	walk_user(&st);
 	if (st.n == 0)
 		return 0;
+	stat_inc(st.outcome);
 	buf->len = st.n;
 	buf->flags = (st.n >= KILN_MAX_STACK_DEPTH && !st.done) ? KILN_STACK_TRUNCATED : 0;
 	return store_stack(buf, 0x75736572ULL /* "user" */);
@@ -567,12 +692,8 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 	/* A sample that interrupted user code has no kernel stack: skip the
 	 * helper call. */
 	if ((ctx->regs.cs & 3) != 3)
-		key.kernel_stack_id = record_stack(ctx, 0);
-	/* With unwind tables for the process, walk them; else let the kernel
-	 * follow frame pointers. */
-	struct kiln_proc_mappings *procs = bpf_map_lookup_elem(&proc_mappings, &key.tgid);
-	key.user_stack_id = procs ? record_unwound_stack(ctx, procs)
-				  : record_stack(ctx, BPF_F_USER_STACK);
+		key.kernel_stack_id = record_kernel_stack(ctx);
+	key.user_stack_id = record_user_stack(ctx, key.tgid);
 	count(&key);
 	return 0;
 }
@@ -594,15 +715,6 @@ struct {
 	__type(value, struct kiln_stack);
 } launch_stacks SEC(".maps");
 
-/* An empty mapping list: unwind_step() on it follows frame pointers, for
- * launches from processes that have no tables (yet). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct kiln_proc_mappings);
-} no_mappings SEC(".maps");
-
 /*
  * Attached by user space to kiln_cuda_launch_marker() in each
  * libkiln_cuda.so it finds mapped: the injection library calls it at every
@@ -623,12 +735,8 @@ int kiln_gpu_launch(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
 	struct kiln_stack *buf = bpf_map_lookup_elem(&scratch, &zero);
-	struct kiln_proc_mappings *procs = bpf_map_lookup_elem(&proc_mappings, &tgid);
 
-	/* Without tables for the process, the walk follows frame pointers. */
-	if (!procs)
-		procs = bpf_map_lookup_elem(&no_mappings, &zero);
-	if (!buf || !procs)
+	if (!buf)
 		return 0;
 	/*
 	 * At the marker's first instruction its frame is not set up: the
@@ -643,13 +751,13 @@ int kiln_gpu_launch(struct pt_regs *ctx)
 	if (!bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->rsp) && ra) {
 		struct unwind_state st = {
 			.buf = buf,
-			.procs = procs,
+			.tgid = tgid,
 			.pc = ra,
 			.sp = ctx->rsp + 8,
 			.bp = ctx->rbp,
 			.n = 1,
 		};
-		bpf_loop(KILN_MAX_STACK_DEPTH, unwind_step, &st, 0);
+		walk_user(&st);
 		buf->len = st.n;
 	}
 

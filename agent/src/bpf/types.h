@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 8
+#define KILN_ABI_VERSION 9
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -64,8 +64,27 @@ enum kiln_stat {
 	/* Samples dropped by kiln_sample() because the task is outside
 	 * kiln_control.cgroup_id (not counted in KILN_STAT_SAMPLES). */
 	KILN_STAT_OUTSIDE_CGROUP = 8,
+	/*
+	 * How each user-stack walk ended (one of these per sample with a
+	 * user stack). ROOTED: it reached the outermost frame (a CFI row
+	 * whose return address is undefined, as in _start and clone's child,
+	 * or a frame-pointer chain ending in rbp = 0, as _start leaves it).
+	 * The others say why it stopped early: NO_TABLE, a frame whose
+	 * file's table is not loaded yet (or the process's mappings are not);
+	 * EVICTED, a frame whose table was evicted for room; NO_MAPPING, an
+	 * address in no mapping user space gave (JIT code, or mapped since);
+	 * BAD_FRAME, a frame whose rules led nowhere (unreadable memory, a
+	 * zero return address, a caller below its callee); DEPTH, the walk
+	 * filled KILN_MAX_STACK_DEPTH frames.
+	 */
+	KILN_STAT_WALK_ROOTED = 9,
+	KILN_STAT_WALK_NO_TABLE = 10,
+	KILN_STAT_WALK_EVICTED = 11,
+	KILN_STAT_WALK_NO_MAPPING = 12,
+	KILN_STAT_WALK_BAD_FRAME = 13,
+	KILN_STAT_WALK_DEPTH = 14,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 9,
+	KILN_STAT_NR = 15,
 };
 
 /*
@@ -129,6 +148,9 @@ enum kiln_process_event {
 	 * gave the program: it mapped something since (dlopen(), or libraries
 	 * still being mapped by ld.so when its maps were read). */
 	KILN_PROCESS_REMAPPED = 3,
+	/* Its stack walk met a mapping whose table is not in unwind_tables
+	 * (not built yet, or evicted): user space loads it again. */
+	KILN_PROCESS_TABLE_MISSING = 4,
 };
 
 /*
@@ -186,10 +208,13 @@ _Static_assert(sizeof(struct kiln_control) == 24, "kiln_control layout");
 
 /*
  * .eh_frame unwinding. User space (agent/src/unwind.rs) builds one table
- * per file and appends it to the `unwind_rows` array; `proc_mappings` says,
- * per process, which runtime ranges use which table. One row of a table:
- * from `pc` up to the next row's pc, these rules hold. The return address
- * is always at CFA - 8 on x86-64, so it has no column.
+ * per file; each is an array map of its own, sized to it, in the
+ * `unwind_tables` hash of maps under the file's table id, shared by every
+ * process that maps the file. `proc_mappings` holds, per process, an array
+ * of its executable file mappings sorted by address, each naming its
+ * file's table. One row of a table: from `pc` up to the next row's pc,
+ * these rules hold. The return address is always at CFA - 8 on x86-64, so
+ * it has no column.
  */
 enum kiln_cfa_type {
 	/* No FDE covers the address: fall back to frame pointers. */
@@ -216,48 +241,44 @@ enum kiln_rbp_type {
 	KILN_RBP_UNSUPPORTED = 2,
 };
 
+/*
+ * 8 bytes, so that a big library's table (LLVM's: about a million rows)
+ * costs 8 MiB of kernel memory, not 16. Offsets that do not fit (a frame
+ * of over 32 KiB) are written as KILN_CFA_UNSUPPORTED by user space.
+ */
 struct kiln_unwind_row {
-	/* First address covered, file-relative virtual address. */
-	__u64 pc;
+	/* First address covered, as an offset from the table's base (the
+	 * mapping's bias takes the base into account). */
+	__u32 pc;
 	/* Offset of the CFA from its base register (or the PLT threshold). */
-	__s32 cfa_offset;
+	__s16 cfa_offset;
 	/* Offset from the CFA of the saved rbp, for KILN_RBP_AT_CFA. */
-	__s16 rbp_offset;
-	/* enum kiln_cfa_type. */
-	__u8 cfa_type;
-	/* enum kiln_rbp_type. */
-	__u8 rbp_type;
+	__s8 rbp_offset;
+	/* enum kiln_cfa_type in the low 4 bits, enum kiln_rbp_type in the
+	 * high 4. */
+	__u8 rules;
 };
-_Static_assert(sizeof(struct kiln_unwind_row) == 16, "kiln_unwind_row layout");
+_Static_assert(sizeof(struct kiln_unwind_row) == 8, "kiln_unwind_row layout");
 
-/* Executable mappings with an unwind table that one process may have. */
-#define KILN_MAX_MAPPINGS 64
+/* Executable mappings one process's array in `proc_mappings` may hold:
+ * the binary search takes 12 halvings. */
+#define KILN_MAX_MAPPINGS 4096
 
-/* One executable mapping of a process that has an unwind table. */
+/* One executable file mapping of a process. */
 struct kiln_mapping {
 	/* First runtime address. */
 	__u64 start;
 	/* One past the last runtime address. */
 	__u64 end;
-	/* runtime address - bias = the file-relative virtual address that
-	 * the table's rows use. */
+	/* runtime address - bias = the row pc (table-relative) of the
+	 * address. */
 	__u64 bias;
-	/* The table: rows [rows_start, rows_start + rows_len) of
-	 * `unwind_rows`. */
-	__u32 rows_start;
+	/* Key of the file's table in `unwind_tables`; 0 when the file has
+	 * none (no .eh_frame): its frames are walked by frame pointers. */
+	__u32 table_id;
+	/* Rows in the table. */
 	__u32 rows_len;
 };
 _Static_assert(sizeof(struct kiln_mapping) == 32, "kiln_mapping layout");
-
-/* Value of `proc_mappings`, keyed by tgid. */
-struct kiln_proc_mappings {
-	/* Valid entries of `mappings`, sorted by start. */
-	__u32 len;
-	/* Always zero: explicit padding. */
-	__u32 reserved;
-	struct kiln_mapping mappings[KILN_MAX_MAPPINGS];
-};
-_Static_assert(sizeof(struct kiln_proc_mappings) == 8 + 32 * KILN_MAX_MAPPINGS,
-	       "kiln_proc_mappings layout");
 
 #endif /* KILN_TYPES_H */

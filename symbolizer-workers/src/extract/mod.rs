@@ -58,6 +58,12 @@ pub struct ExtractOptions {
     pub debug_dirs: DebugDirs,
     /// Do not look for a separate debug file.
     pub no_debug_file: bool,
+    /// Function names only: read no DWARF and no Go line table, so the
+    /// table has no lines or inline chains. Reads only the symbol tables
+    /// (and a Go binary's `.gopclntab`), which is what a caller that
+    /// bounds its memory (the agent, by default) can afford on a large
+    /// binary.
+    pub names_only: bool,
 }
 
 /// What [`extract`] found, beside the table itself.
@@ -93,33 +99,58 @@ pub fn extract_bytes(
     data: &[u8],
     options: &ExtractOptions,
 ) -> Result<Extracted, ExtractError> {
-    let parse = |data| {
-        object::File::parse(data).map_err(|source| ExtractError::Parse {
-            path: path.into(),
-            source,
-        })
+    let elf = parse(path, data)?;
+    let debug = if options.no_debug_file {
+        None
+    } else {
+        debugfile::find(path, &elf, &options.debug_dirs)
     };
-    let elf = parse(data)?;
+    let debug_file = debug.as_ref().map(|d| (d.path.as_path(), &d.data[..]));
+    extract_parsed(&elf, debug_file, options)
+}
+
+/// Like [`extract_bytes`], with the separate debug file (its path and
+/// bytes) given rather than looked for: for callers that find and open
+/// files their own way (the agent opens what other processes map, as
+/// root, and trusts no path the ELF names). `options.debug_dirs` and
+/// `options.no_debug_file` are not used. A debug file that does not parse
+/// is as good as none.
+pub fn extract_with_debug_file(
+    path: &Path,
+    data: &[u8],
+    debug_file: Option<(&Path, &[u8])>,
+    options: &ExtractOptions,
+) -> Result<Extracted, ExtractError> {
+    let elf = parse(path, data)?;
+    extract_parsed(&elf, debug_file, options)
+}
+
+fn parse<'d>(path: &Path, data: &'d [u8]) -> Result<object::File<'d>, ExtractError> {
+    let elf = object::File::parse(data).map_err(|source| ExtractError::Parse {
+        path: path.into(),
+        source,
+    })?;
     if elf.format() != object::BinaryFormat::Elf {
         return Err(ExtractError::NotElf {
             path: path.into(),
             format: elf.format(),
         });
     }
-    let debug = if options.no_debug_file {
-        None
-    } else {
-        debugfile::find(path, &elf, &options.debug_dirs)
-    };
-    // A debug file that does not parse is as good as none.
-    let debug_elf = debug
-        .as_ref()
-        .and_then(|d| object::File::parse(&d.data[..]).ok());
+    Ok(elf)
+}
 
-    let text = elf::text_ranges(&elf);
+fn extract_parsed<'d>(
+    elf: &object::File<'d>,
+    debug: Option<(&Path, &'d [u8])>,
+    options: &ExtractOptions,
+) -> Result<Extracted, ExtractError> {
+    // A debug file that does not parse is as good as none.
+    let debug_elf = debug.and_then(|(_, data)| object::File::parse(data).ok());
+
+    let text = elf::text_ranges(elf);
     let mut functions = Interner::new();
     let mut files = Interner::new();
-    let mut symbol_files = vec![&elf];
+    let mut symbol_files = vec![elf];
     symbol_files.extend(debug_elf.as_ref());
     let primary = elf::function_symbols(
         &symbol_files,
@@ -139,7 +170,23 @@ pub fn extract_bytes(
     // still names its functions in .gopclntab (and, below, its lines). With a symbol table, that
     // names the same functions already.
     if secondary.is_empty() && elf.symbols().next().is_none() {
-        secondary = gopclntab::function_symbols(&elf, &text, &mut functions);
+        secondary = gopclntab::function_symbols(elf, &text, &mut functions);
+    }
+
+    if options.names_only {
+        let ranges = merge::ranges(&primary, &secondary, &dwarf::DwarfInfo::default());
+        return Ok(Extracted {
+            table: SymbolTable {
+                functions: functions.into_values(),
+                files: files.into_values(),
+                ranges,
+            },
+            debug_file: debug
+                .filter(|_| debug_elf.is_some())
+                .map(|(path, _)| path.to_path_buf()),
+            dwarf_bytes: 0,
+            skipped_units: 0,
+        });
     }
 
     // DWARF from the debug file when it has some, else from the ELF.
@@ -149,16 +196,16 @@ pub fn extract_bytes(
             if s.has_info() {
                 s
             } else {
-                dwarf::Sections::load(&elf)?
+                dwarf::Sections::load(elf)?
             }
         }
-        None => dwarf::Sections::load(&elf)?,
+        None => dwarf::Sections::load(elf)?,
     };
     let mut info = sections.read(&text, &mut functions, &mut files)?;
     // A Go binary without DWARF lines (`-ldflags=-w`, or stripped) still
     // has the runtime's own file and line tables.
     if info.sequences.is_empty() {
-        info.sequences = gopclntab::line_sequences(&elf, &text, &mut files);
+        info.sequences = gopclntab::line_sequences(elf, &text, &mut files);
     }
     let ranges = merge::ranges(&primary, &secondary, &info);
     let dwarf_bytes = sections.total_size();
@@ -171,7 +218,9 @@ pub fn extract_bytes(
             files: files.into_values(),
             ranges,
         },
-        debug_file: debug.filter(|_| used_debug).map(|d| d.path),
+        debug_file: debug
+            .filter(|_| used_debug)
+            .map(|(path, _)| path.to_path_buf()),
         dwarf_bytes,
         skipped_units: info.skipped_units,
     })

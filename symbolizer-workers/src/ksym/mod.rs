@@ -163,3 +163,8 @@ pub use layout::VERSION;
 pub use read::Ksym;
 pub use upgrade::upgrade;
 pub use write::encode;
+
+/// The media type (`Content-Type`) of a ksym file sent over HTTP: what the
+/// agent uploads in place of a whole executable, and what the backend's
+/// symbol upload accepts beside ELF files.
+pub const MEDIA_TYPE: &str = "application/vnd.kiln.ksym";
