@@ -4,15 +4,15 @@
 //! backend as the metric [`STACK_WALKS`], one series per outcome, where the
 //! UI shows the share of broken stacks for the selected range.
 
-use kiln_model::{BatchBuilder, LabelSet, label_names};
+use kiln_model::{BatchBuilder, LabelSet, label_names, metric_names};
 
 use crate::abi::Stat;
 
 /// Metric of walk counts per interval, labelled `host` and `outcome`
 /// (one of [`StackCoverage::OUTCOMES`]'s names).
-pub const STACK_WALKS: &str = "agent.stack_walks";
+pub const STACK_WALKS: &str = metric_names::STACK_WALKS;
 /// The label naming a walk's outcome.
-pub const OUTCOME_LABEL: &str = "outcome";
+pub const OUTCOME_LABEL: &str = metric_names::STACK_WALK_OUTCOME;
 
 /// Walks of one interval by how they ended (the program's
 /// `KILN_STAT_WALK_*` counters).
@@ -131,12 +131,18 @@ impl StackCoverage {
 mod tests {
     use super::*;
 
-    // Guards the two lists of outcomes against drifting apart.
+    // Guards the lists of outcomes (the program's counters, the agent's
+    // counts, the metric's label values) against drifting apart.
     #[test]
     fn outcomes_and_counts_name_the_same_counters() {
         let coverage = StackCoverage::from_deltas(|s| s as u64);
-        for ((name, stat), (counted, n)) in StackCoverage::OUTCOMES.iter().zip(coverage.counts()) {
+        let lists = StackCoverage::OUTCOMES
+            .iter()
+            .zip(coverage.counts())
+            .zip(metric_names::STACK_WALK_OUTCOMES);
+        for (((name, stat), (counted, n)), label) in lists {
             assert_eq!(*name, counted);
+            assert_eq!(*name, label);
             assert_eq!(*stat as u64, n);
         }
         assert_eq!(coverage.broken(), coverage.walks() - coverage.rooted);

@@ -152,6 +152,15 @@ pub fn App() -> impl IntoView {
         let q = q.clone();
         async move { api::metric_series(&q).await }
     });
+    // What share of the range's user stacks reached their root, from the
+    // agents' own metric: shown beside the summary, so a user knows how far
+    // to trust the callers.
+    let stack_shares = move || {
+        metrics.with(|m| {
+            m.ready()
+                .and_then(|sets| sets.iter().find_map(kiln_model::StackWalkShares::of))
+        })
+    };
     // The pointer's place over the time charts, shared by all of them.
     let hover = RwSignal::new(None::<f64>);
 
@@ -496,6 +505,10 @@ pub fn App() -> impl IntoView {
                 <div class="status">
                     <span class="summary">{summary}</span>
                     {move || rewrite_error.get().map(|m| view! { <span class="error">{m}</span> })}
+                    {move || stack_shares().map(|shares| {
+                        let (text, title, warn) = crate::figures::stack_coverage(&shares);
+                        view! { <span class="coverage" class:warn=warn title=title>{text}</span> }
+                    })}
                     {move || state.with(ViewState::diffing).then(|| view! {
                         <span class="diff-legend">
                             <span class="grew">"grew"</span>

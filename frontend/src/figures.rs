@@ -18,6 +18,46 @@ pub fn cores(cores: f64) -> String {
     }
 }
 
+/// The status line's stack coverage: short text ("stacks 97.3% whole"),
+/// the breakdown for its tooltip, and whether enough broke (over 5%) that
+/// a flamegraph's callers should not be trusted as they are.
+pub fn stack_coverage(shares: &kiln_model::StackWalkShares) -> (String, String, bool) {
+    let percent = |share: f64| {
+        let p = share * 100.0;
+        if p >= 99.95 || p == 0.0 {
+            format!("{p:.0}%")
+        } else {
+            format!("{p:.1}%")
+        }
+    };
+    let text = format!("stacks {} whole", percent(shares.rooted));
+    let why: Vec<String> = shares
+        .broken
+        .iter()
+        .map(|(outcome, share)| {
+            let reason = match outcome.as_str() {
+                "no_table" => "unwind table not loaded yet",
+                "evicted" => "unwind table evicted for room",
+                "no_mapping" => "code in no known mapping (JIT, or mapped since)",
+                "bad_frame" => "a frame led nowhere",
+                "depth" => "deeper than 127 frames",
+                other => other,
+            };
+            format!("{} {reason}", percent(*share))
+        })
+        .collect();
+    let title = if why.is_empty() {
+        "every user stack in the range reached its root (_start or a thread's entry)".to_owned()
+    } else {
+        format!(
+            "{} of user stacks stopped before their root: {}",
+            percent(1.0 - shares.rooted),
+            why.join("; ")
+        )
+    };
+    (text, title, shares.rooted < 0.95)
+}
+
 /// What a metric's values are, from the end of its name
 /// (`gpu.memory_used_bytes` → bytes), as Kiln's agent names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +151,35 @@ fn binary(value: f64, per: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_coverage_reads_as_a_share_with_its_reasons() {
+        let shares = kiln_model::StackWalkShares {
+            rooted: 0.973,
+            broken: vec![
+                ("no_table".to_owned(), 0.015),
+                ("no_mapping".to_owned(), 0.012),
+            ],
+        };
+        let (text, title, warn) = stack_coverage(&shares);
+        assert_eq!(text, "stacks 97.3% whole");
+        assert!(title.starts_with("2.7% of user stacks stopped"), "{title}");
+        assert!(
+            title.contains("1.5% unwind table not loaded yet"),
+            "{title}"
+        );
+        assert!(!warn);
+        let all = kiln_model::StackWalkShares {
+            rooted: 1.0,
+            broken: vec![],
+        };
+        assert_eq!(stack_coverage(&all).0, "stacks 100% whole");
+        let poor = kiln_model::StackWalkShares {
+            rooted: 0.5,
+            broken: vec![("bad_frame".to_owned(), 0.5)],
+        };
+        assert!(stack_coverage(&poor).2);
+    }
 
     #[test]
     fn metric_units_come_from_the_name_and_read_short() {

@@ -54,6 +54,6 @@ pub use ids::{FileId, FrameId, LabelSetId, ParseIdError, StackId};
 pub use labels::{LabelSet, names as label_names};
 pub use metric::{
     MAX_METRIC_NAME_LEN, MAX_METRIC_POINTS, MetricError, MetricNames, MetricPoint, MetricSeries,
-    MetricSeriesSet, MetricValue, check_metric_name, names as metric_names,
+    MetricSeriesSet, MetricValue, StackWalkShares, check_metric_name, names as metric_names,
 };
 pub use stack::{NANOS_PER_HOUR, Sample, stack_id};

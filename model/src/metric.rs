@@ -45,6 +45,67 @@ pub mod names {
     /// Device memory used by one process (label `pid`, and `process` where
     /// known, besides the GPU's), in bytes.
     pub const GPU_PROCESS_MEMORY: &str = "gpu.process_memory_used_bytes";
+    /// User-stack walks of one agent interval that ended one way (label
+    /// [`STACK_WALK_OUTCOME`], one of [`STACK_WALK_OUTCOMES`], beside
+    /// `host`): every outcome is sent each interval, zeros too, so series'
+    /// averages over a range compare with each other.
+    pub const STACK_WALKS: &str = "agent.stack_walks";
+    /// The label of [`STACK_WALKS`] naming how the walks ended.
+    pub const STACK_WALK_OUTCOME: &str = "outcome";
+    /// How a walk may end: `rooted` reached the outermost frame (`_start`,
+    /// a thread's entry); the others stopped early, and say why.
+    pub const STACK_WALK_OUTCOMES: [&str; 6] = [
+        "rooted",
+        "no_table",
+        "evicted",
+        "no_mapping",
+        "bad_frame",
+        "depth",
+    ];
+}
+
+/// What share of the user-stack walks in a range reached their root, from
+/// the [`names::STACK_WALKS`] series of a metrics answer: the figure a
+/// user checks before trusting a flamegraph's callers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackWalkShares {
+    /// Share of walks that reached their root, 0..=1.
+    pub rooted: f64,
+    /// The other outcomes with their shares, largest first, zeros left out.
+    pub broken: Vec<(String, f64)>,
+}
+
+impl StackWalkShares {
+    /// The coverage over every series of `set` (all hosts), or `None` when
+    /// it is not the stack-walk metric or holds no walks. Each point is
+    /// the average of an outcome's per-interval counts in a step; every
+    /// outcome is sent every interval, so sums of averages compare as the
+    /// counts do.
+    pub fn of(set: &MetricSeriesSet) -> Option<StackWalkShares> {
+        if set.name != names::STACK_WALKS {
+            return None;
+        }
+        let mut by_outcome: BTreeMap<&str, f64> = BTreeMap::new();
+        for series in &set.series {
+            let Some(outcome) = series.labels.get(names::STACK_WALK_OUTCOME) else {
+                continue;
+            };
+            let sum: f64 = series.points.iter().map(|p| p.value).sum();
+            *by_outcome.entry(outcome.as_str()).or_default() += sum;
+        }
+        let walks: f64 = by_outcome.values().sum();
+        if walks <= 0.0 {
+            return None;
+        }
+        let rooted = by_outcome.get("rooted").copied().unwrap_or(0.0) / walks;
+        let mut broken: Vec<(String, f64)> = by_outcome
+            .into_iter()
+            .filter(|&(outcome, n)| outcome != "rooted" && n > 0.0)
+            .map(|(outcome, n)| (outcome.to_owned(), n / walks))
+            .collect();
+        broken.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Some(StackWalkShares { rooted, broken })
+    }
 }
 
 /// One reading of one series: the value of metric `name` for the label set
@@ -175,6 +236,53 @@ pub(crate) fn check_metric_value(name: &str, value: f64) -> Result<(), MetricErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Guards the UI's "stacks whole" figure: shares over all hosts' series,
+    // broken outcomes largest first, other metrics ignored.
+    #[test]
+    fn stack_walk_shares_sum_every_host() {
+        let series = |host: &str, outcome: &str, values: &[f64]| MetricSeries {
+            labels: BTreeMap::from([
+                ("host".to_owned(), host.to_owned()),
+                (names::STACK_WALK_OUTCOME.to_owned(), outcome.to_owned()),
+            ]),
+            points: values
+                .iter()
+                .enumerate()
+                .map(|(i, &value)| MetricValue {
+                    t_ns: i as i64,
+                    value,
+                })
+                .collect(),
+        };
+        let mut set = MetricSeriesSet {
+            name: names::STACK_WALKS.to_owned(),
+            from_ns: 0,
+            to_ns: 2,
+            step_ns: 1,
+            series: vec![
+                series("a", "rooted", &[40.0, 50.0]),
+                series("b", "rooted", &[5.0]),
+                series("a", "no_table", &[3.0, 0.0]),
+                series("b", "bad_frame", &[2.0]),
+                series("a", "depth", &[0.0, 0.0]),
+            ],
+        };
+        let shares = StackWalkShares::of(&set).unwrap();
+        assert_eq!(shares.rooted, 0.95);
+        assert_eq!(
+            shares.broken,
+            vec![
+                ("no_table".to_owned(), 0.03),
+                ("bad_frame".to_owned(), 0.02)
+            ]
+        );
+        set.name = "gpu.power_watts".to_owned();
+        assert_eq!(StackWalkShares::of(&set), None);
+        set.name = names::STACK_WALKS.to_owned();
+        set.series.clear();
+        assert_eq!(StackWalkShares::of(&set), None);
+    }
 
     #[test]
     fn names_follow_the_rule_and_errors_say_why() {
