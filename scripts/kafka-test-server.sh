@@ -19,7 +19,7 @@
 #   export KILN_TEST_KAFKA="$(scripts/kafka-test-server.sh start /tmp/kiln-kafka)"
 #
 # tansu comes from `cargo install --locked tansu --features dynostore`
-# (scripts/setup.sh runs it when tansu is missing; the in-memory storage
+# (scripts/setup-tests.sh runs it when tansu is missing; the in-memory storage
 # engine needs the dynostore feature).
 set -euo pipefail
 
@@ -44,7 +44,7 @@ is_running() {
 cmd_start() {
     local tansu
     tansu=$(find_installed tansu) ||
-        die "tansu is not installed: cargo install --locked tansu --features dynostore (scripts/setup.sh does it)"
+        die "tansu is not installed: cargo install --locked tansu --features dynostore (scripts/setup-tests.sh does it)"
     mkdir -p "$DIR" || die "could not create $DIR"
     DIR=$(cd "$DIR" && pwd)
     if is_running; then

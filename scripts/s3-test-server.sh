@@ -20,7 +20,7 @@
 # out the single-node cluster (zone dc1, 1 GB), creates the bucket
 # `kiln-test` and the key `kiln-test-key`, and allows the key to read, write
 # and own the bucket. Garage itself comes from `cargo install --locked
-# garage` (scripts/setup.sh does that when it is missing).
+# garage` (scripts/setup-tests.sh does that when it is missing).
 set -euo pipefail
 
 readonly BUCKET=kiln-test
@@ -117,7 +117,7 @@ initialize() {
 
 cmd_start() {
     GARAGE=$(find_installed garage) ||
-        die "garage is not installed: run scripts/setup.sh (cargo install --locked garage)"
+        die "garage is not installed: run scripts/setup-tests.sh (cargo install --locked garage)"
     mkdir -p "$DIR" || die "could not create $DIR"
     DIR=$(cd "$DIR" && pwd)
     if is_running && [[ -f $DIR/env ]]; then

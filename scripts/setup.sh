@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs what building and testing Kiln needs on a fresh machine.
+# Installs what building and running Kiln needs on a fresh machine (Rust's
+# wasm32 target and wasm-bindgen for the UI, a C toolchain, clang and
+# libbpf-dev for the agent's eBPF program): what `scripts/up.sh` needs, and
+# nothing only the tests use (scripts/setup-tests.sh adds that).
 # Idempotent: what is already there is left alone. Run as root (or with
 # sudo available) for the Debian packages.
 set -euo pipefail
@@ -12,58 +15,22 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 
-say "rust components (rustfmt, clippy) and the wasm32 target"
-rustup component add rustfmt clippy >/dev/null
+say "the wasm32 target (the web UI)"
 rustup target add wasm32-unknown-unknown >/dev/null
 
 # Debian packages:
-# - a C toolchain for -sys crates (zstd) and the test workloads (C, C++);
-# - clang and libbpf-dev for the agent's eBPF program (agent/build.rs);
-# - llvm for llvm-symbolizer, the peer the symbolizer's tests agree with;
+# - a C toolchain for -sys crates (zstd, librdkafka);
+# - clang and libbpf-dev for the agent's eBPF program (agent/build.rs).
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
-command -v g++ >/dev/null || need_apt+=(g++)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v clang >/dev/null || need_apt+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
-command -v llvm-symbolizer >/dev/null || need_apt+=(llvm)
-# glibc's debug file, for the symbolizer's agreement test on glibc.
-dpkg -s libc6-dbg >/dev/null 2>&1 || need_apt+=(libc6-dbg)
-# A debuginfod server for the symbolizer's debuginfod fallback test.
-command -v debuginfod >/dev/null || need_apt+=(debuginfod)
-# Go (Debian 12: 1.19), to build the Go program the .gopclntab test reads.
-command -v go >/dev/null || need_apt+=(golang-go)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
-fi
-# tansu, the Kafka-protocol broker of the Kafka bus and distributed-mode
-# tests (scripts/kafka-test-server.sh); the dynostore feature gives it the
-# in-memory storage engine. About 8 minutes to build, so only when no
-# binary is there yet (CI caches ~/.cargo/bin).
-if ! command -v tansu >/dev/null && [ ! -x "$HOME/.cargo/bin/tansu" ]; then
-  say "tansu (the Kafka test broker): cargo install --locked tansu --features dynostore"
-  cargo install --locked tansu --features dynostore
-fi
-# kafka-python (and zstandard, for our zstd batches): the independent client
-# of the Kafka bus's interop test (ingest-bus/tests/kafka.rs).
-if ! python3 -c 'import kafka, zstandard' 2>/dev/null; then
-  # pip first: it installs for the python3 on PATH (which may not be
-  # Debian's, whose packages the apt fallback installs).
-  say "kafka-python and zstandard (the Kafka interop test's client)"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  python3 -m pip install --quiet kafka-python zstandard ||
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-kafka python3-zstandard
-fi
-# Garage, the S3 server of the S3 object store's tests
-# (scripts/s3-test-server.sh). Its build takes 7 minutes on two idle cores
-# (40 on busy ones), so only
-# when no binary is there yet (CI caches ~/.cargo/bin).
-if ! command -v garage >/dev/null && [ ! -x "$HOME/.cargo/bin/garage" ]; then
-  say "garage (the S3 test server): cargo install --locked garage"
-  cargo install --locked garage
 fi
 # The web UI's build (scripts/build-ui.sh): wasm-bindgen-cli at exactly the
 # wasm-bindgen version of Cargo.lock (the CLI refuses modules of another
@@ -74,15 +41,5 @@ if [ -n "$wasm_bindgen" ] && [ "$(wasm-bindgen --version 2>/dev/null | awk '{pri
   say "wasm-bindgen-cli $wasm_bindgen (the version in Cargo.lock)"
   cargo install --locked wasm-bindgen-cli --version "$wasm_bindgen" ||
     cargo install wasm-bindgen-cli --version "$wasm_bindgen"
-fi
-# The browser tests: Debian's chromium, driven by Node's playwright-core.
-need_browser=()
-command -v chromium >/dev/null || need_browser+=(chromium)
-command -v npm >/dev/null || need_browser+=(nodejs npm)
-if [ ${#need_browser[@]} -gt 0 ]; then
-  say "apt packages for the browser tests: ${need_browser[*]}"
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_browser[@]}"
 fi
 say "done"

@@ -28,7 +28,7 @@ if [ "$free_gib" -lt 20 ]; then
   echo "test.sh: warning: only ${free_gib} GiB free under $target_dir; the build may fail with 'No space left on device'" >&2
 fi
 
-scripts/setup.sh
+scripts/setup-tests.sh
 
 tier "format" "RUN (cargo fmt --check)"
 cargo fmt --all -- --check
