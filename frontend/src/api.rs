@@ -45,8 +45,11 @@ pub struct Timeline {
 pub struct TimelinePoint {
     /// Start of the step.
     pub t_ns: i64,
-    /// Average cores busy.
+    /// Average cores busy (idle left out).
     pub cores: f64,
+    /// Average cores idle, where agents count idle (0 for imports).
+    #[serde(default)]
+    pub idle_cores: f64,
 }
 
 /// `GET /api/v1/labels`: name → value → samples.

@@ -179,11 +179,99 @@ pub fn series_color(i: usize) -> Rgb {
     hsl(200.0 + i as f64 * 137.508, 0.65, 0.58)
 }
 
+/// The CPU-over-time chart's two paths in a 1000 × 100 box: busy cores as
+/// an area from the bottom, idle cores as a band on top of it (so busy and
+/// idle together reach the machines' capacity where agents count idle),
+/// both scaled to 110% of the highest busy + idle.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TimelineShape {
+    /// The busy area.
+    pub busy: String,
+    /// The idle band (empty when nothing was idle).
+    pub idle: String,
+    /// The most cores busy in one step.
+    pub peak_busy: f64,
+    /// Whether any step has idle cores.
+    pub has_idle: bool,
+}
+
+/// [`TimelineShape`] of a timeline answer.
+pub fn timeline_shape(t: &crate::api::Timeline) -> TimelineShape {
+    let top_value = t
+        .points
+        .iter()
+        .map(|p| p.cores + p.idle_cores)
+        .fold(0.0f64, f64::max);
+    let peak_busy = t.points.iter().map(|p| p.cores).fold(0.0f64, f64::max);
+    let has_idle = t.points.iter().any(|p| p.idle_cores > 0.0);
+    let span = (t.to_ns - t.from_ns).max(1) as f64;
+    let top = if top_value > 0.0 {
+        top_value * 1.1
+    } else {
+        1.0
+    };
+    let y = |cores: f64| 100.0 - cores / top * 100.0;
+    let mut busy = String::from("M0,100");
+    // The idle band's upper edge left to right, then its lower edge (the
+    // busy line) right to left.
+    let mut upper = Vec::new();
+    let mut lower = Vec::new();
+    for p in &t.points {
+        let x0 = (p.t_ns - t.from_ns) as f64 / span * 1000.0;
+        let x1 = ((p.t_ns + t.step_ns - t.from_ns) as f64 / span * 1000.0).min(1000.0);
+        let (b, i) = (y(p.cores), y(p.cores + p.idle_cores));
+        busy.push_str(&format!(" L{x0:.2},{b:.2} L{x1:.2},{b:.2}"));
+        upper.push(format!("{x0:.2},{i:.2} L{x1:.2},{i:.2}"));
+        lower.push(format!("{x1:.2},{b:.2} L{x0:.2},{b:.2}"));
+    }
+    busy.push_str(" L1000,100 Z");
+    let idle = if has_idle {
+        lower.reverse();
+        format!("M{} L{} Z", upper.join(" L"), lower.join(" L"))
+    } else {
+        String::new()
+    };
+    TimelineShape {
+        busy,
+        idle,
+        peak_busy,
+        has_idle,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    // Guards the CPU chart's truth: idle is its own band above busy, the
+    // scale holds busy + idle, and the peak named is the busy one.
+    #[test]
+    fn timeline_draws_idle_above_busy() {
+        let point = |t_ns, cores, idle_cores| crate::api::TimelinePoint {
+            t_ns,
+            cores,
+            idle_cores,
+        };
+        let t = crate::api::Timeline {
+            from_ns: 0,
+            to_ns: 20,
+            step_ns: 10,
+            points: vec![point(0, 0.5, 1.5), point(10, 2.0, 0.0)],
+        };
+        let shape = timeline_shape(&t);
+        assert_eq!(shape.peak_busy, 2.0);
+        assert!(shape.has_idle);
+        // Top = 2.2: 0.5 busy sits at y = 77.27, 2.0 busy + 1.5 idle at 9.09.
+        assert!(shape.busy.contains("L0.00,77.27"), "{}", shape.busy);
+        assert!(shape.idle.starts_with("M0.00,9.09"), "{}", shape.idle);
+        let no_idle = crate::api::Timeline {
+            points: vec![point(0, 1.0, 0.0)],
+            ..t
+        };
+        assert_eq!(timeline_shape(&no_idle).idle, "");
+    }
 
     const S: i64 = 1_000_000_000;
 

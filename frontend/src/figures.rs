@@ -1,18 +1,24 @@
 //! Figures as people read them: cores, and metric values in their units.
 
-/// Cores with precision that fits the size: `2.4`, `0.35`, `0.0028`,
-/// `2.8e-5` (a profile of one process over a day is often far below a
-/// thousandth of a core).
+/// Cores with precision that fits the size, below one core in millicores
+/// as Kubernetes writes them: `12.3`, `2.40`, `350m`, `2.8m`, `0.028m`
+/// (a profile of one process over a day is often far below a thousandth
+/// of a core), and below a microcore in plain exponent form.
 pub fn cores(cores: f64) -> String {
     let magnitude = cores.abs();
+    let milli = cores * 1000.0;
     if magnitude == 0.0 {
         "0".to_owned()
     } else if magnitude >= 10.0 {
         format!("{cores:.1}")
-    } else if magnitude >= 0.1 {
+    } else if magnitude >= 1.0 {
         format!("{cores:.2}")
+    } else if magnitude >= 0.01 {
+        format!("{milli:.0}m")
     } else if magnitude >= 0.001 {
-        format!("{cores:.4}")
+        format!("{milli:.1}m")
+    } else if magnitude >= 1e-6 {
+        format!("{milli:.3}m")
     } else {
         format!("{cores:.1e}")
     }
@@ -207,9 +213,11 @@ mod tests {
     #[test]
     fn precision_follows_the_size() {
         assert_eq!(cores(12.345), "12.3");
-        assert_eq!(cores(0.345), "0.34");
-        assert_eq!(cores(0.00278), "0.0028");
-        assert_eq!(cores(0.0000278), "2.8e-5");
+        assert_eq!(cores(2.4), "2.40");
+        assert_eq!(cores(0.345), "345m");
+        assert_eq!(cores(0.00278), "2.8m");
+        assert_eq!(cores(0.0000278), "0.028m");
+        assert_eq!(cores(2.8e-9), "2.8e-9");
         assert_eq!(cores(0.0), "0");
     }
 }

@@ -7,6 +7,7 @@ use leptos::html;
 use leptos::prelude::*;
 
 use crate::api::{Labels, Timeline, TopRow};
+use crate::chart::TimelineShape;
 use crate::figures;
 use crate::load::Load;
 
@@ -200,8 +201,9 @@ pub fn BrushArea(
     }
 }
 
-/// CPU over time in cores; dragging across it calls `on_brush` with the
-/// picked range in unix seconds.
+/// CPU over time: busy cores as the area, idle cores (where agents count
+/// them) as a band above it, so an idle machine draws as idle; dragging
+/// across it calls `on_brush` with the picked range in unix seconds.
 #[component]
 pub fn TimelineChart(
     data: Signal<Load<Timeline>>,
@@ -212,32 +214,26 @@ pub fn TimelineChart(
     let range = Signal::derive(move || data.with(|d| d.ready().map(|t| (t.from_ns, t.to_ns))));
     let shape = move || {
         let Some(t) = data.get().ready().cloned() else {
-            return (String::new(), 0.0);
+            return TimelineShape::default();
         };
-        let max = t.points.iter().map(|p| p.cores).fold(0.0f64, f64::max);
-        let span = (t.to_ns - t.from_ns).max(1) as f64;
-        let top = if max > 0.0 { max * 1.1 } else { 1.0 };
-        let mut d = String::from("M0,100");
-        for p in &t.points {
-            let x0 = (p.t_ns - t.from_ns) as f64 / span * 1000.0;
-            let x1 = ((p.t_ns + t.step_ns - t.from_ns) as f64 / span * 1000.0).min(1000.0);
-            let y = 100.0 - p.cores / top * 100.0;
-            d.push_str(&format!(" L{x0:.2},{y:.2} L{x1:.2},{y:.2}"));
-        }
-        d.push_str(" L1000,100 Z");
-        (d, max)
+        crate::chart::timeline_shape(&t)
     };
     view! {
         <div class="panel timeline-panel">
             <div class="timeline-head">
                 <h2>"CPU over time"</h2>
                 <span class="muted">
-                    {move || format!("peak {} cores · drag to pick a range", figures::cores(shape().1))}
+                    {move || {
+                        let s = shape();
+                        let idle = if s.has_idle { " (idle above, faint)" } else { "" };
+                        format!("peak {} cores busy{idle} · drag to pick a range", figures::cores(s.peak_busy))
+                    }}
                 </span>
             </div>
             <BrushArea range=range on_brush=on_brush hover=hover class="timeline-box">
                 <svg class="timeline" viewBox="0 0 1000 100" preserveAspectRatio="none">
-                    <path class="timeline-area" d=move || shape().0></path>
+                    <path class="timeline-idle" d=move || shape().idle></path>
+                    <path class="timeline-area" d=move || shape().busy></path>
                 </svg>
             </BrushArea>
         </div>

@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::{Server, aggregate, sorted_lines};
+use support::{Server, aggregate, now_ns, sorted_lines};
 
 #[test]
 fn collapsed_import_reads_back_exactly() {
@@ -101,6 +101,45 @@ fn top_functions_and_cpu_over_time() {
     // 100 samples × 10 ms = 1 s of CPU in one 60 s step: 1/60 of a core.
     let cores: f64 = points.iter().map(|p| p["cores"].as_f64().unwrap()).sum();
     assert!((cores - 1.0 / 60.0).abs() < 1e-9, "{cores}");
+}
+
+/// Guards the CPU chart's truth (issue 17): an agent's idle samples are
+/// idle cores, not busy ones, so an idle machine does not draw as busy.
+#[test]
+fn cpu_over_time_keeps_idle_apart() {
+    use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    // 10 ms per sample: 300 busy samples and 900 idle in one interval.
+    let mut batch = BatchBuilder::new("host-a".to_owned(), now_ns(), 10_000_000);
+    let host = LabelSet::new().with(label_names::HOST, "host-a".to_owned());
+    let at = now_ns() - 30_000_000_000;
+    batch.add(at, &[Frame::named(FrameKind::Native, "work")], &host, 300);
+    batch.add(at, &[kiln_model::idle_frame()], &host, 900);
+    let (status, text) = server
+        .post("/api/v1/ingest", &batch.finish().encode())
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    // Ingest is asynchronous (gateway, bus, worker): wait for the batch.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let timeline = loop {
+        let (status, body) = server.get("/api/v1/timeline?from=now-10m&step=10m");
+        assert_eq!(status, 200, "{body}");
+        let timeline: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if timeline["points"][0]["samples"] == 1200 || std::time::Instant::now() > deadline {
+            break timeline;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let point = &timeline["points"][0];
+    // 3 s busy and 9 s idle in a 600 s step.
+    let (busy, idle) = (
+        point["cores"].as_f64().unwrap(),
+        point["idle_cores"].as_f64().unwrap(),
+    );
+    assert!((busy - 3.0 / 600.0).abs() < 1e-9, "busy {busy}");
+    assert!((idle - 9.0 / 600.0).abs() < 1e-9, "idle {idle}");
+    assert_eq!(point["samples"], 1200);
 }
 
 /// Guards the Flamewire response coding: zstd when the client takes it,

@@ -56,4 +56,4 @@ pub use metric::{
     MAX_METRIC_NAME_LEN, MAX_METRIC_POINTS, MetricError, MetricNames, MetricPoint, MetricSeries,
     MetricSeriesSet, MetricValue, StackWalkShares, check_metric_name, names as metric_names,
 };
-pub use stack::{NANOS_PER_HOUR, Sample, stack_id};
+pub use stack::{IDLE_FRAME, NANOS_PER_HOUR, Sample, idle_frame, idle_stack_id, stack_id};

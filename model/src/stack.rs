@@ -2,6 +2,21 @@
 
 use crate::ids::{ContentHasher, Domain, FrameId, LabelSetId, StackId};
 
+/// The function name of the frame agents count idle CPU under: a stack of
+/// this one frame ([`idle_stack_id`]) is a CPU doing nothing, which the
+/// flamegraph shows and the CPU-over-time chart keeps apart from busy time.
+pub const IDLE_FRAME: &str = "idle";
+
+/// The idle frame ([`IDLE_FRAME`], kind idle).
+pub fn idle_frame() -> crate::Frame {
+    crate::Frame::named(crate::FrameKind::Idle, IDLE_FRAME)
+}
+
+/// The id of the stack of idle CPU: the idle frame alone.
+pub fn idle_stack_id() -> StackId {
+    stack_id(&[idle_frame().id()])
+}
+
 /// The id of the stack made of `frames` (root first).
 pub fn stack_id(frames: &[FrameId]) -> StackId {
     let mut h = ContentHasher::new(Domain::Stack);

@@ -70,6 +70,9 @@ pub(crate) struct Partial {
     pub stacks: HashMap<StackId, u64>,
     pub total: Tally,
     pub buckets: HashMap<i64, Tally>,
+    /// Of `buckets`, the idle CPU (the idle stack): the timeline shows
+    /// busy cores apart from idle ones.
+    pub idle_buckets: HashMap<i64, Tally>,
     pub label_sets: HashMap<LabelSetId, (Arc<LabelSet>, u64)>,
 }
 
@@ -81,6 +84,9 @@ impl Partial {
         self.total.merge(other.total);
         for (bucket, t) in other.buckets {
             self.buckets.entry(bucket).or_default().merge(t);
+        }
+        for (bucket, t) in other.idle_buckets {
+            self.idle_buckets.entry(bucket).or_default().merge(t);
         }
         for (id, (labels, n)) in other.label_sets {
             add_count(&mut self.label_sets.entry(id).or_insert((labels, 0)).1, n);
@@ -151,6 +157,7 @@ async fn run_scan(
     let label_sets =
         load_label_sets(store, cache, tenant, samples.iter().map(|s| s.labels)).await?;
     let mut partial = Partial::default();
+    let idle = kiln_model::idle_stack_id();
     for s in samples {
         let Some(labels) = label_sets.get(&s.labels) else {
             continue; // a label set never written: counted nowhere
@@ -161,11 +168,19 @@ async fn run_scan(
         add_count(partial.stacks.entry(s.stack).or_default(), s.count);
         partial.total.add(s.count, s.period_ns);
         if let Some((origin, step)) = want.timeline {
+            let bucket = bucket_of(s.timestamp_ns, origin, step);
             partial
                 .buckets
-                .entry(bucket_of(s.timestamp_ns, origin, step))
+                .entry(bucket)
                 .or_default()
                 .add(s.count, s.period_ns);
+            if s.stack == idle {
+                partial
+                    .idle_buckets
+                    .entry(bucket)
+                    .or_default()
+                    .add(s.count, s.period_ns);
+            }
         }
         if want.label_sets {
             let entry = partial

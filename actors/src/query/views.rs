@@ -224,10 +224,13 @@ pub struct Timeline {
 pub struct TimelinePoint {
     /// Start of the step.
     pub t_ns: i64,
-    /// Samples in it.
+    /// Samples in it, idle ones included.
     pub samples: u64,
-    /// Average cores busy: CPU time ÷ step width.
+    /// Average cores busy: CPU time, idle left out, ÷ step width.
     pub cores: f64,
+    /// Average cores idle (the agents' idle samples ÷ step width): with
+    /// `cores`, the machines' whole capacity where agents count idle.
+    pub idle_cores: f64,
 }
 
 /// The timeline of `range` in steps of `step_ns` (> 0): as many points as
@@ -239,12 +242,15 @@ pub(crate) fn timeline(range: &QueryRange, step_ns: i64, partial: &Partial) -> T
     let points = (0..steps)
         .map(|i| {
             let tally = partial.buckets.get(&i).copied().unwrap_or_default();
+            let idle = partial.idle_buckets.get(&i).copied().unwrap_or_default();
             let start = range.from_ns.saturating_add(i.saturating_mul(step_ns));
-            let width = (range.to_ns.min(start.saturating_add(step_ns)) - start).max(1);
+            let width = (range.to_ns.min(start.saturating_add(step_ns)) - start).max(1) as f64;
+            let busy_ns = tally.cpu_ns.saturating_sub(idle.cpu_ns);
             TimelinePoint {
                 t_ns: start,
                 samples: tally.samples,
-                cores: tally.cpu_ns as f64 / width as f64,
+                cores: busy_ns as f64 / width,
+                idle_cores: idle.cpu_ns as f64 / width,
             }
         })
         .collect();
@@ -392,6 +398,36 @@ mod tests {
             .label_sets
             .insert(kiln_model::LabelSetId(2), (labels, big));
         assert_eq!(label_values(&partial)["host"]["a"], u64::MAX);
+    }
+
+    /// Busy and idle cores come apart: idle samples are not busy time.
+    #[test]
+    fn timeline_keeps_idle_apart_from_busy() {
+        let mut partial = Partial::default();
+        let second = 1_000_000_000;
+        partial.buckets.insert(
+            0,
+            Tally {
+                samples: 30,
+                cpu_ns: 3 * second,
+            },
+        );
+        partial.idle_buckets.insert(
+            0,
+            Tally {
+                samples: 10,
+                cpu_ns: second,
+            },
+        );
+        let one_second = QueryRange {
+            from_ns: 0,
+            to_ns: 1_000_000_000,
+            ..range()
+        };
+        let t = timeline(&one_second, 1_000_000_000, &partial);
+        assert_eq!(t.points[0].cores, 2.0);
+        assert_eq!(t.points[0].idle_cores, 1.0);
+        assert_eq!(t.points[0].samples, 30);
     }
 
     /// A timeline's steps never overflow, whatever the range.

@@ -2,7 +2,7 @@
 //! send them to each other (`POST /internal/v1/scan`).
 //!
 //! ```text
-//! "KLNQ" | version u8 (1) | kind u8 (1 scan, 2 partial) | zstd(rkyv)
+//! "KLNQ" | version u8 (2) | kind u8 (1 scan, 2 partial) | zstd(rkyv)
 //! ```
 //!
 //! rkyv rather than JSON: a partial of a busy hour holds 10⁵ stack counts,
@@ -22,7 +22,8 @@ use super::QueryRange;
 use super::aggregator::{Partial, Scan, Tally, Want};
 
 const MAGIC: &[u8; 4] = b"KLNQ";
-const VERSION: u8 = 1;
+/// 2: partials carry idle CPU per time step.
+const VERSION: u8 = 2;
 const KIND_SCAN: u8 = 1;
 const KIND_PARTIAL: u8 = 2;
 const HEADER_LEN: usize = 6;
@@ -70,6 +71,7 @@ struct WirePartial {
     stacks: Vec<(StackId, u64)>,
     total: (u64, u128),
     buckets: Vec<(i64, u64, u128)>,
+    idle_buckets: Vec<(i64, u64, u128)>,
     label_sets: Vec<(LabelSetId, LabelSet, u64)>,
 }
 
@@ -118,6 +120,11 @@ pub(crate) fn encode_partial(partial: &Partial) -> Vec<u8> {
             .iter()
             .map(|(&b, t)| (b, t.samples, t.cpu_ns))
             .collect(),
+        idle_buckets: partial
+            .idle_buckets
+            .iter()
+            .map(|(&b, t)| (b, t.samples, t.cpu_ns))
+            .collect(),
         label_sets: partial
             .label_sets
             .iter()
@@ -140,6 +147,11 @@ pub(crate) fn decode_partial(bytes: &[u8]) -> Result<Partial, WireError> {
         total: tally(wire.total.0, wire.total.1),
         buckets: wire
             .buckets
+            .into_iter()
+            .map(|(b, samples, cpu_ns)| (b, tally(samples, cpu_ns)))
+            .collect(),
+        idle_buckets: wire
+            .idle_buckets
             .into_iter()
             .map(|(b, samples, cpu_ns)| (b, tally(samples, cpu_ns)))
             .collect(),

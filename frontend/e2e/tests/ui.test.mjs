@@ -115,11 +115,11 @@ describe('the flamegraph', () => {
     await tooltip.waitFor();
     assert.equal(await tooltip.locator('.tooltip-name').textContent(), 'lex');
     const figures = await tooltip.locator('.tooltip-figures').textContent();
-    assert.match(figures, /self [\d.e-]+ cores \(30\.00%\) · total [\d.e-]+ cores \(30\.00%\)/);
+    assert.match(figures, /self [\d.em-]+ cores \(30\.00%\) · total [\d.em-]+ cores \(30\.00%\)/);
     const parse = await boxOf('parse');
     await page.mouse.move(parse.x + parse.w / 2, parse.y + parse.h / 2);
     await page.waitForFunction(() => document.querySelector('.tooltip-name')?.textContent === 'parse');
-    assert.match(await tooltip.locator('.tooltip-figures').textContent(), /\(0\.00%\) · total [\d.e-]+ cores \(40\.00%\)/);
+    assert.match(await tooltip.locator('.tooltip-figures').textContent(), /\(0\.00%\) · total [\d.em-]+ cores \(40\.00%\)/);
     await screenshot(page, 'tooltip');
   });
 
