@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -51,10 +51,16 @@ pub enum Stat {
     WalkBadFrame = 13,
     /// `KILN_STAT_WALK_DEPTH`.
     WalkDepth = 14,
+    /// `KILN_STAT_OFF_CPU_WAITS`.
+    OffCpuWaits = 15,
+    /// `KILN_STAT_OFF_CPU_SHORT`.
+    OffCpuShort = 16,
+    /// `KILN_STAT_OFF_CPU_LOST_NS` (nanoseconds, not a count).
+    OffCpuLostNs = 17,
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 15;
+pub const STAT_NR: u32 = 18;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -118,6 +124,7 @@ pub struct Control {
     pub cgroup_id: u64,
     pub cgroup_level: u32,
     pub reserved: u32,
+    pub off_cpu_threshold_ns: u64,
 }
 
 /// `KILN_CFA_NONE`.
@@ -169,7 +176,7 @@ pub struct BpfMapping {
 const _: () = assert!(size_of::<SampleKey>() == 32);
 const _: () = assert!(size_of::<SampleValue>() == 24);
 const _: () = assert!(size_of::<Stack>() == 8 + 8 * MAX_STACK_DEPTH);
-const _: () = assert!(size_of::<Control>() == 24);
+const _: () = assert!(size_of::<Control>() == 32);
 const _: () = assert!(size_of::<NewProcess>() == 8);
 const _: () = assert!(size_of::<UnwindRow>() == 8);
 const _: () = assert!(size_of::<BpfMapping>() == 32);

@@ -28,6 +28,10 @@ pub const BROKEN_CHAIN_FRAME: &str = "[broken frame chain]";
 pub const PROCESS_GONE_MODULE: &str = "[process exited]";
 /// Frame of samples lost because the kernel's counter map was full.
 pub const SAMPLES_LOST_FRAME: &str = "[samples lost]";
+/// Value of the `device_kind` label of off-CPU samples: time threads spent
+/// off CPU, waiting, in nanoseconds (`kiln-agent --off-cpu`), beside `gpu`
+/// for GPU kernel time. CPU samples carry no `device_kind`.
+pub const OFF_CPU_DEVICE_KIND: &str = "off_cpu";
 
 /// Builds batches. Holds the per-host knowledge that outlives an interval:
 /// processes, files, kernel symbols, and what was sent.
@@ -57,7 +61,8 @@ impl Batcher {
         }
     }
 
-    /// The files the last built batch's frames point into, each with a
+    /// The files the last interval's batches' frames point into (the CPU
+    /// batch's, and the off-CPU batch's when there is one), each with a
     /// process and mapping it can be opened through (by
     /// [`crate::open_mapped`], which refuses a file swapped since).
     pub fn files(&self) -> &[(kiln_model::FileId, MappedSource)] {
@@ -72,7 +77,7 @@ impl Batcher {
         user_frames(&mut state, pid, stack, &mut HashMap::new())
     }
 
-    /// Builds the batch of one interval; its samples are stamped
+    /// Builds the CPU batch of one interval; its samples are stamped
     /// `timestamp_ns`. Call [`Batcher::delivered`] once the sink has it.
     pub fn build(&mut self, drained: &Drained, timestamp_ns: i64, sent_at_ns: i64) -> Batch {
         let state = self.state.clone();
@@ -80,13 +85,88 @@ impl Batcher {
         state.processes.next_drain();
         let mut builder = BatchBuilder::new(self.host.clone(), sent_at_ns, self.period_ns);
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
+        let mut executables = HashMap::new();
+        self.add_samples(
+            &mut builder,
+            &mut state,
+            &drained.samples,
+            None,
+            timestamp_ns,
+            &mut executables,
+        );
+        if drained.coverage.walks() > 0 {
+            drained
+                .coverage
+                .add_to(&mut builder, &self.host, timestamp_ns);
+        }
+        if drained.lost > 0 {
+            let frames = [Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME)];
+            builder.add(timestamp_ns, &frames, &host_only, drained.lost);
+        }
+        self.files.clear();
+        self.finish(builder, executables)
+    }
+
+    /// Builds the off-CPU batch of one interval, apart from the CPU
+    /// batch: each sample weighs the nanoseconds its thread waited off CPU
+    /// with those stacks (`period_ns` 1, as GPU kernel time), and carries
+    /// `device_kind=off_cpu` ([`OFF_CPU_DEVICE_KIND`]), which is how a
+    /// query (and the UI's label filter) picks them. `None` when off-CPU
+    /// profiling is off or nothing waited. Build it after
+    /// [`Batcher::build`] of the same interval: its files are added to
+    /// that batch's for symbol upload. Call [`Batcher::delivered`] once the
+    /// sink has it.
+    pub fn build_off_cpu(
+        &mut self,
+        drained: &Drained,
+        timestamp_ns: i64,
+        sent_at_ns: i64,
+    ) -> Option<Batch> {
+        let off_cpu = drained.off_cpu.as_ref()?;
+        if off_cpu.waits.is_empty() && off_cpu.lost_ns == 0 {
+            return None;
+        }
+        let state = self.state.clone();
+        let mut state = lock(&state);
+        let mut builder = BatchBuilder::new(self.host.clone(), sent_at_ns, 1);
+        let mut executables = HashMap::new();
+        self.add_samples(
+            &mut builder,
+            &mut state,
+            &off_cpu.waits,
+            Some(OFF_CPU_DEVICE_KIND),
+            timestamp_ns,
+            &mut executables,
+        );
+        if off_cpu.lost_ns > 0 {
+            let frames = [Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME)];
+            let labels = LabelSet::new()
+                .with(label_names::HOST, self.host.clone())
+                .with(label_names::DEVICE_KIND, OFF_CPU_DEVICE_KIND);
+            builder.add(timestamp_ns, &frames, &labels, off_cpu.lost_ns);
+        }
+        Some(self.finish(builder, executables))
+    }
+
+    /// Adds `samples` to `builder`, each labelled with its process and
+    /// thread, and `device_kind` when one is given.
+    fn add_samples(
+        &self,
+        builder: &mut BatchBuilder,
+        state: &mut HostState,
+        samples: &[RawSample],
+        device_kind: Option<&str>,
+        timestamp_ns: i64,
+        executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
+    ) {
+        let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
         let mut user_cache: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
         let mut kernel_cache: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
-        let mut executables = HashMap::new();
         let mut frames = Vec::new();
 
-        for sample in &drained.samples {
+        for sample in samples {
             frames.clear();
+            // (The off-CPU program never records the idle task.)
             if sample.is_idle() {
                 frames.push(Frame::named(FrameKind::Idle, IDLE_FRAME));
                 builder.add(timestamp_ns, &frames, &host_only, sample.count);
@@ -104,8 +184,7 @@ impl Batcher {
                 let resolved = match user_cache.get(&key) {
                     Some(f) => f.clone(),
                     None => {
-                        let f =
-                            Arc::new(user_frames(&mut state, sample.pid, user, &mut executables));
+                        let f = Arc::new(user_frames(state, sample.pid, user, executables));
                         user_cache.insert(key, f.clone());
                         f
                     }
@@ -122,20 +201,22 @@ impl Batcher {
             if frames.is_empty() {
                 frames.push(Frame::named(FrameKind::Truncated, STACK_LOST_FRAME));
             }
-            let labels = labels(&mut state, &self.host, sample);
+            let mut labels = labels(state, &self.host, sample);
+            if let Some(kind) = device_kind {
+                labels.insert(label_names::DEVICE_KIND, kind);
+            }
             builder.add(timestamp_ns, &frames, &labels, sample.count);
         }
-        if drained.coverage.walks() > 0 {
-            drained
-                .coverage
-                .add_to(&mut builder, &self.host, timestamp_ns);
-        }
-        if drained.lost > 0 {
-            frames.clear();
-            frames.push(Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME));
-            builder.add(timestamp_ns, &frames, &host_only, drained.lost);
-        }
-        self.files.clear();
+    }
+
+    /// The batch of `builder`, with the files its frames point into, less
+    /// the dictionary entries the backend has had recently; the files are
+    /// added to [`Batcher::files`].
+    fn finish(
+        &mut self,
+        mut builder: BatchBuilder,
+        executables: HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
+    ) -> Batch {
         for (file, source) in executables.into_values() {
             self.files.push((file.file_id, source));
             builder.add_executable(file);
@@ -492,6 +573,65 @@ mod tests {
         };
         let batch = batcher.build(&gone, 1, 1);
         assert_eq!(batch.stacks[0].frames.len(), 1);
+    }
+
+    // Guards that off-CPU waits go apart from CPU samples: a batch of
+    // their own, weighed in nanoseconds (`period_ns` 1), every label set
+    // saying `device_kind=off_cpu`, lost nanoseconds kept; and none at all
+    // when off-CPU profiling is off or nothing waited.
+    #[test]
+    fn off_cpu_waits_are_a_batch_of_their_own() {
+        use crate::sampler::OffCpuDrained;
+
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        let mut wait = sample(u32::MAX - 1, vec![1, 2, 3]);
+        wait.count = 7_000_000;
+        let mut drained = Drained {
+            samples: vec![sample(u32::MAX - 1, vec![1, 2, 3])],
+            seen: 3,
+            ..Drained::default()
+        };
+        assert!(batcher.build_off_cpu(&drained, 1, 1).is_none(), "off");
+        drained.off_cpu = Some(OffCpuDrained::default());
+        assert!(batcher.build_off_cpu(&drained, 1, 1).is_none(), "no waits");
+        drained.off_cpu = Some(OffCpuDrained {
+            waits: vec![wait],
+            lost_ns: 5,
+            ..OffCpuDrained::default()
+        });
+
+        let cpu = batcher.build(&drained, 1, 1);
+        assert_eq!(cpu.period_ns, 1_000_000);
+        assert_eq!(cpu.sample_count(), 3);
+        assert!(
+            cpu.label_sets
+                .iter()
+                .all(|e| e.labels.get(label_names::DEVICE_KIND).is_none())
+        );
+
+        let off = batcher
+            .build_off_cpu(&drained, 1, 1)
+            .expect("an off-CPU batch");
+        assert_eq!(off.period_ns, 1);
+        assert_eq!(off.sample_count(), 7_000_005);
+        assert_eq!(off.label_sets.len(), 2, "the thread's, and the lost time's");
+        assert!(
+            off.label_sets
+                .iter()
+                .all(|e| e.labels.get(label_names::DEVICE_KIND) == Some(OFF_CPU_DEVICE_KIND))
+        );
+        let lost = off
+            .frames
+            .iter()
+            .any(|f| f.frame == Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME));
+        assert!(lost, "lost nanoseconds under their frame");
+        // The stack is the CPU sample's: its dictionary entries are left
+        // out once the CPU batch is delivered, its label set is not.
+        batcher.delivered(&cpu);
+        let again = batcher.build_off_cpu(&drained, 2, 2).unwrap();
+        assert_eq!(off.stacks.len(), 2);
+        assert_eq!(again.stacks.len(), 1, "only the lost frame's");
+        assert_eq!(again.label_sets.len(), 2);
     }
 
     #[test]

@@ -84,6 +84,23 @@
 //! Stacks stop at 127 frames (the kernel's `perf_event_max_stack` default)
 //! with a truncation marker.
 //!
+//! # Off CPU
+//!
+//! With [`AgentConfig::off_cpu`] (`kiln-agent --off-cpu`; off by default)
+//! a `tp_btf/sched_switch` program (`kiln_switch` in `profiler.bpf.c`)
+//! records where profiled threads wait: their user stack, walked with the
+//! same walker when they leave the CPU to wait (not when preempted), and
+//! their kernel stack when they come back, if they were away at least
+//! [`AgentConfig::off_cpu_threshold`]; the nanoseconds waited are counted
+//! per (thread, user stack, kernel stack) and drained each interval like
+//! the CPU counts. They are sent as a batch of their own
+//! ([`Agent::take_off_cpu_batch`]; [`Agent::tick`] sends it), weighted in
+//! nanoseconds (`period_ns` 1, like GPU kernel time), every sample
+//! labelled `device_kind=`[`OFF_CPU_DEVICE_KIND`], so a query or the UI's
+//! label filter picks them apart from CPU samples (which carry no
+//! `device_kind`). [`Agent::off_cpu_kernel_cost`] gives the program's cost
+//! per context switch.
+//!
 //! # Not built yet
 //!
 //! - Whole tables are built for every file of every sampled process;
@@ -132,8 +149,8 @@ use kiln_model::Batch;
 use tracing::{debug, warn};
 
 pub use batcher::{
-    BROKEN_CHAIN_FRAME, IDLE_FRAME, PROCESS_GONE_MODULE, SAMPLES_LOST_FRAME, STACK_LOST_FRAME,
-    TRUNCATED_FRAME,
+    BROKEN_CHAIN_FRAME, IDLE_FRAME, OFF_CPU_DEVICE_KIND, PROCESS_GONE_MODULE, SAMPLES_LOST_FRAME,
+    STACK_LOST_FRAME, TRUNCATED_FRAME,
 };
 pub use cgroup::{Cgroup, CgroupError, cgroup2_mount};
 pub use coverage::{OUTCOME_LABEL, STACK_WALKS, StackCoverage};
@@ -181,6 +198,19 @@ pub const DEFAULT_UNWIND_TABLE_BYTES: u64 = 256 << 20;
 pub const UNWIND_TABLE_BYTES: std::ops::RangeInclusive<u64> = (64 << 10)..=(64 << 30);
 /// Default budget of the on-disk unwind table cache.
 pub const DEFAULT_UNWIND_CACHE_BYTES: u64 = 1 << 30;
+/// Default shortest off-CPU wait counted. The program pays for a user
+/// stack walk at every switch-out of a profiled thread whatever the
+/// threshold; what the threshold saves is the rest, paid per counted wait
+/// at switch-in: the kernel stack walk, the stack's hash and store, and
+/// the count's update. At 1 ms a thread adds at most a thousand counted
+/// waits a second however often it switches, so a server making hundreds
+/// of thousands of microsecond lock handoffs a second is not charged for
+/// each; and the waits a user acts on (I/O, contended locks, sleeps,
+/// `cudaStreamSynchronize`) are usually milliseconds long. Lower it
+/// (down to 0, every wait) to see short waits that add up.
+pub const DEFAULT_OFF_CPU_THRESHOLD: Duration = Duration::from_millis(1);
+/// Longest off-CPU threshold accepted.
+pub const MAX_OFF_CPU_THRESHOLD: Duration = Duration::from_secs(60);
 
 /// How the agent profiles.
 #[derive(Debug, Clone)]
@@ -210,6 +240,16 @@ pub struct AgentConfig {
     /// task on the host. Tasks outside it are not sampled, announced or
     /// given unwind tables, and the host's idle time is not counted.
     pub cgroup: Option<std::path::PathBuf>,
+    /// Off-CPU profiling: also record where threads wait off CPU (locks,
+    /// I/O, sleeps), weighted by the nanoseconds they wait, and send it as
+    /// a profile of its own (`device_kind=off_cpu`). Off by default: the
+    /// program then runs at every context switch of the host. Needs Linux
+    /// 5.18 with BTF; where it cannot load, the agent says so and profiles
+    /// CPU only.
+    pub off_cpu: bool,
+    /// With [`AgentConfig::off_cpu`], the shortest wait counted (see
+    /// [`DEFAULT_OFF_CPU_THRESHOLD`]), 0..=1 min.
+    pub off_cpu_threshold: Duration,
 }
 
 impl Default for AgentConfig {
@@ -223,6 +263,8 @@ impl Default for AgentConfig {
             unwind_cache_dir: None,
             unwind_cache_bytes: DEFAULT_UNWIND_CACHE_BYTES,
             cgroup: None,
+            off_cpu: false,
+            off_cpu_threshold: DEFAULT_OFF_CPU_THRESHOLD,
         }
     }
 }
@@ -243,6 +285,13 @@ impl AgentConfig {
                 UNWIND_TABLE_BYTES.start() >> 10,
                 UNWIND_TABLE_BYTES.end() >> 30,
                 self.unwind_table_bytes
+            )));
+        }
+        if self.off_cpu_threshold > MAX_OFF_CPU_THRESHOLD {
+            return Err(AgentError::Config(format!(
+                "off-CPU threshold must be 0..={}, got {}",
+                humantime::format_duration(MAX_OFF_CPU_THRESHOLD),
+                humantime::format_duration(self.off_cpu_threshold)
             )));
         }
         check_host(&self.host)?;
@@ -315,6 +364,9 @@ pub struct TickReport {
     pub coverage: StackCoverage,
     /// What became of the batch.
     pub delivery: Delivery,
+    /// Nanoseconds off CPU in the off-CPU batch (0 when off-CPU profiling
+    /// is off).
+    pub off_cpu_ns: u64,
 }
 
 /// The running profiler: the attached sampler and what it knows of the
@@ -334,6 +386,8 @@ pub struct Agent {
     gpu_libraries: GpuLibraries,
     /// How the last collected interval's stack walks ended.
     last_coverage: StackCoverage,
+    /// The last collected interval's off-CPU batch, until sent.
+    off_cpu_batch: Option<Batch>,
 }
 
 /// How often the new-process feed is read: a process must live about this
@@ -510,6 +564,7 @@ impl Agent {
                 .clone()
                 .map(|dir| (dir, config.unwind_cache_bytes)),
             cgroup: config.resolve_cgroup()?,
+            off_cpu_threshold: config.off_cpu.then_some(config.off_cpu_threshold),
         })?;
         let kallsyms = match Kallsyms::load() {
             Ok(k) => Some(k),
@@ -546,6 +601,7 @@ impl Agent {
             gpu: None,
             gpu_libraries,
             last_coverage: StackCoverage::default(),
+            off_cpu_batch: None,
         })
     }
 
@@ -683,8 +739,23 @@ impl Agent {
         Ok(self.sampler.program_stats()?)
     }
 
+    /// Whether off-CPU profiling is on: asked for in the configuration,
+    /// and its program loaded.
+    pub fn off_cpu(&self) -> bool {
+        self.sampler.off_cpu()
+    }
+
+    /// [`Agent::kernel_cost`] of the off-CPU program, whose runs are the
+    /// host's context switches (all of them: it runs before it can tell
+    /// whose they are); `None` when off-CPU profiling is off.
+    pub fn off_cpu_kernel_cost(&self) -> Option<Result<(Duration, u64), AgentError>> {
+        Some(self.sampler.off_cpu_program_stats()?.map_err(Into::into))
+    }
+
     /// Drains what was sampled since the last call into a batch, without
-    /// sending it. Call [`Agent::delivered`] once the backend has it.
+    /// sending it. Call [`Agent::delivered`] once the backend has it. With
+    /// off-CPU profiling, the interval's off-CPU waits go into a batch of
+    /// their own, which waits in [`Agent::take_off_cpu_batch`].
     pub fn collect(&mut self) -> Result<Batch, AgentError> {
         let now = SystemTime::now();
         let drained = self.sampler.drain()?;
@@ -693,6 +764,9 @@ impl Agent {
         let end = nanos(now);
         self.last_drain = now;
         let batch = self.batcher.build(&drained, start + (end - start) / 2, end);
+        self.off_cpu_batch = self
+            .batcher
+            .build_off_cpu(&drained, start + (end - start) / 2, end);
         drained.coverage.log();
         self.last_coverage = drained.coverage;
         if let Some(uploader) = &mut self.uploader {
@@ -701,6 +775,15 @@ impl Agent {
             }
         }
         Ok(batch)
+    }
+
+    /// The off-CPU batch of the last [`Agent::collect`], if it made one
+    /// (off-CPU profiling on, and some thread waited long enough): apart
+    /// from the CPU batch, weighted in nanoseconds, labelled
+    /// `device_kind=off_cpu`. Call [`Agent::delivered`] once the backend
+    /// has it.
+    pub fn take_off_cpu_batch(&mut self) -> Option<Batch> {
+        self.off_cpu_batch.take()
     }
 
     /// Tells the agent the backend has `batch`, so its dictionary entries
@@ -716,6 +799,13 @@ impl Agent {
         if delivery == Delivery::Delivered {
             self.delivered(&batch);
         }
+        let mut off_cpu_ns = 0;
+        if let Some(off_cpu) = self.take_off_cpu_batch() {
+            off_cpu_ns = off_cpu.sample_count();
+            if sink.send(&off_cpu)? == Delivery::Delivered {
+                self.delivered(&off_cpu);
+            }
+        }
         self.record_gpu_launches();
         if let Some(gpu) = &mut self.gpu {
             gpu.send(sink, nanos(SystemTime::now()))?;
@@ -725,6 +815,7 @@ impl Agent {
             new_stacks: batch.stacks.len(),
             coverage: self.last_coverage,
             delivery,
+            off_cpu_ns,
         })
     }
 
@@ -809,6 +900,25 @@ mod tests {
             e.contains("unwind table memory must be 64 KiB..=64 GiB, got 10 bytes"),
             "{e}"
         );
+        let e = bad(AgentConfig {
+            off_cpu: true,
+            off_cpu_threshold: Duration::from_secs(61),
+            ..base.clone()
+        });
+        assert!(
+            e.contains("off-CPU threshold must be 0..=1m, got 1m 1s"),
+            "{e}"
+        );
+        assert!(
+            AgentConfig {
+                off_cpu_threshold: Duration::ZERO,
+                ..base.clone()
+            }
+            .validate()
+            .is_ok(),
+            "0 counts every wait"
+        );
+        assert!(!base.off_cpu, "off by default");
         let not_a_cgroup = tempfile::tempdir().unwrap();
         let e = bad(AgentConfig {
             cgroup: Some(not_a_cgroup.path().to_owned()),

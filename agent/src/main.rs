@@ -125,6 +125,29 @@ struct Args {
     /// process on the host. Idle CPU is then not counted.
     #[arg(long, env = "KILN_CGROUP")]
     cgroup: Option<PathBuf>,
+
+    /// Also profile where threads wait off CPU (locks, I/O, sleeps),
+    /// weighted by the time they wait, sent apart from CPU samples (label
+    /// device_kind=off_cpu: pick it in the UI's label filter). Its eBPF
+    /// program runs at every context switch of the host. Needs Linux 5.18
+    /// with BTF.
+    #[arg(
+        long,
+        env = "KILN_OFF_CPU",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    off_cpu: bool,
+
+    /// With --off-cpu, the shortest wait recorded (`1ms`, `100us`, `0`
+    /// for every wait): lower sees more short waits, at more cost on
+    /// hosts that switch often.
+    #[arg(
+        long,
+        env = "KILN_OFF_CPU_THRESHOLD",
+        default_value = "1ms",
+        value_parser = humantime::parse_duration
+    )]
+    off_cpu_threshold: Duration,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -178,6 +201,8 @@ fn try_main(args: Args) -> anyhow::Result<()> {
             .then(|| args.unwind_cache_dir.clone()),
         unwind_cache_bytes: args.unwind_cache_mib.saturating_mul(1 << 20),
         cgroup: args.cgroup.clone(),
+        off_cpu: args.off_cpu,
+        off_cpu_threshold: args.off_cpu_threshold,
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;
@@ -206,6 +231,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         interval = %humantime::format_duration(agent.config().interval),
         cpus = agent.cpus(),
         cgroup = agent.config().cgroup.as_ref().map(|c| c.display().to_string()),
+        off_cpu = agent.off_cpu(),
         "kiln-agent profiling this host"
     );
     agent.run(sink.as_mut(), &STOP)?;
@@ -225,6 +251,9 @@ fn without_ebpf(args: &Args, url: &str, host: String) -> anyhow::Result<()> {
             cgroup = %cgroup.display(),
             "--cgroup does not apply with --no-ebpf: GPU profiles are not filtered by cgroup"
         );
+    }
+    if args.off_cpu {
+        tracing::warn!("--off-cpu does not apply with --no-ebpf: off-CPU profiling needs eBPF");
     }
     let mut sink = open_sink(args, url)?;
     stop_on_signals();

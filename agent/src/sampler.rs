@@ -11,8 +11,8 @@ use aya::maps::{
 };
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
-use aya::programs::{PerfEvent, ProgramError, RawTracePoint, UProbe};
-use aya::{Ebpf, EbpfError, EbpfLoader};
+use aya::programs::{BtfTracePoint, PerfEvent, ProgramError, RawTracePoint, UProbe};
+use aya::{Btf, BtfError, Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
 use crate::abi::{self, Control, GpuLaunch, NewProcess, SampleKey, SampleValue, Stack, Stat};
@@ -35,6 +35,25 @@ const EXEC_PROGRAM: &str = "kiln_exec";
 const GPU_LAUNCH_PROGRAM: &str = "kiln_gpu_launch";
 /// The function of libkiln_cuda.so (gpu-lib) called at every kernel launch.
 pub const GPU_LAUNCH_MARKER: &str = "kiln_cuda_launch_marker";
+/// The off-CPU program, on the scheduler's `sched_switch`.
+const OFF_CPU_PROGRAM: &str = "kiln_switch";
+
+/// Threads that may be off CPU at once and still be counted when they come
+/// back (`off_cpu_start`, an LRU of 40-byte entries: about 6 MiB of kernel
+/// memory with the hash's overhead). A busy host has a few thousand
+/// threads; past this many waiting at once, those waiting longest are
+/// forgotten.
+const OFF_CPU_THREADS: u32 = 1 << 16;
+/// Distinct (thread, user stack, kernel stack) of off-CPU waits per two
+/// intervals (`off_cpu_counts`; 56 bytes an entry); past it, waits are
+/// counted as lost.
+const OFF_CPU_COUNTS: u32 = 1 << 15;
+/// Stacks of off-CPU waits (`off_cpu_stacks`, an LRU of 1 KiB entries:
+/// 16 MiB).
+const OFF_CPU_STACKS: u32 = 1 << 14;
+/// Stacks of off-CPU waits kept read in user space; past this many the
+/// cache starts over.
+const MAX_KNOWN_OFF_CPU_STACKS: usize = 1 << 16;
 
 /// Highest sampling frequency accepted: above it the sampler's own cost
 /// stops being negligible, and 1 kHz already resolves 1 ms of CPU.
@@ -55,6 +74,9 @@ pub struct SamplerConfig {
     /// The cgroup whose tasks (with those of the cgroups below it) are
     /// profiled; `None` profiles every task.
     pub cgroup: Option<Cgroup>,
+    /// Off-CPU profiling, counting waits of at least this long; `None`
+    /// leaves it off (its program is not loaded, its maps take no room).
+    pub off_cpu_threshold: Option<Duration>,
 }
 
 /// Why the sampler could not start or be drained.
@@ -91,6 +113,10 @@ pub enum SamplerError {
     /// Listing the online CPUs failed.
     #[error("listing online CPUs ({0})")]
     Cpus(&'static str, #[source] io::Error),
+    /// The kernel's BTF, which the off-CPU program is loaded against,
+    /// could not be read (a kernel built without CONFIG_DEBUG_INFO_BTF).
+    #[error("reading the kernel's BTF (/sys/kernel/btf/vmlinux)")]
+    Btf(#[source] Box<BtfError>),
 }
 
 impl SamplerError {
@@ -161,6 +187,10 @@ impl RawSample {
 pub struct Drained {
     /// The counters of the interval.
     pub samples: Vec<RawSample>,
+    /// Off-CPU profiling: the interval's waits, each `count` in
+    /// nanoseconds off CPU (its stacks are where the thread waited);
+    /// `None` when off-CPU profiling is off.
+    pub off_cpu: Option<OffCpuDrained>,
     /// Samples the program saw since the previous drain.
     pub seen: u64,
     /// Of those, samples of the idle task.
@@ -169,6 +199,28 @@ pub struct Drained {
     pub lost: u64,
     /// How the interval's user-stack walks ended.
     pub coverage: StackCoverage,
+}
+
+/// What off-CPU profiling recorded in one interval.
+#[derive(Debug, Default)]
+pub struct OffCpuDrained {
+    /// Time off CPU by thread and stacks (`count` in nanoseconds).
+    pub waits: Vec<RawSample>,
+    /// Nanoseconds of waits lost because the counts map was full.
+    pub lost_ns: u64,
+    /// Waits counted in the interval.
+    pub counted: u64,
+    /// Waits shorter than the threshold, left out.
+    pub short: u64,
+}
+
+/// The off-CPU program's maps.
+struct OffCpuMaps {
+    counts: BpfHashMap<MapData, SampleKey, SampleValue>,
+    stacks: BpfHashMap<MapData, u64, Stack>,
+    /// Stacks read so far, by id: an id is a hash of the stack's content,
+    /// so it always names the same stack.
+    known: HashMap<u64, Arc<RawStack>>,
 }
 
 /// The loaded and attached sampler. Dropping it detaches the program.
@@ -189,6 +241,10 @@ pub struct Sampler {
     generation: u32,
     /// What the program filters by: written with every generation.
     cgroup: Option<Cgroup>,
+    /// Off-CPU profiling's maps; `None` when it is off or did not load.
+    off_cpu: Option<OffCpuMaps>,
+    /// Shortest wait counted, for the control entry.
+    off_cpu_threshold_ns: u64,
     /// Stacks read in this drain and the one before, for counts that refer
     /// to a stack already deleted from the map (see `drain`).
     stack_cache: [HashMap<u64, Arc<RawStack>>; 2],
@@ -233,9 +289,21 @@ impl Sampler {
         let counts_entries = (2 * per_interval).next_power_of_two().clamp(1024, 1 << 18) as u32;
         let stacks_entries = (2 * per_interval).next_power_of_two().clamp(1024, 1 << 15) as u32;
 
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .map_max_entries("counts", counts_entries)
-            .map_max_entries("stacks", stacks_entries)
+            .map_max_entries("stacks", stacks_entries);
+        // Off, the off-CPU maps keep their one entry each.
+        if config.off_cpu_threshold.is_some() {
+            loader
+                .map_max_entries("off_cpu_start", OFF_CPU_THREADS)
+                .map_max_entries("off_cpu_counts", OFF_CPU_COUNTS)
+                .map_max_entries("off_cpu_stacks", OFF_CPU_STACKS);
+        }
+        let off_cpu_threshold_ns = config
+            .off_cpu_threshold
+            .map_or(0, |t| t.as_nanos().min(u64::MAX as u128) as u64);
+        let mut ebpf = loader
             .load(OBJECT)
             .map_err(|e| SamplerError::classify(e, |e| SamplerError::Load(Box::new(e))))?;
 
@@ -265,7 +333,11 @@ impl Sampler {
                 .ok()
         });
         control
-            .set(0, control_value(0, config.cgroup.as_ref()), 0)
+            .set(
+                0,
+                control_value(0, config.cgroup.as_ref(), off_cpu_threshold_ns),
+                0,
+            )
             .map_err(SamplerError::map("control"))?;
 
         let program: &mut PerfEvent = typed_program(&mut ebpf, PROGRAM)?;
@@ -293,6 +365,19 @@ impl Sampler {
                 None
             }
         };
+        let off_cpu = match config.off_cpu_threshold {
+            Some(threshold) => match load_off_cpu(&mut ebpf) {
+                Ok(maps) => {
+                    info!(threshold = %humantime::format_duration(threshold), "off-CPU profiling on");
+                    Some(maps)
+                }
+                Err(e) => {
+                    warn!(error = %e, "off-CPU profiling could not start (it needs Linux 5.18 with BTF); CPU profiling goes on");
+                    None
+                }
+            },
+            None => None,
+        };
         info!(
             cpus = cpus.len(),
             frequency_hz = config.frequency_hz,
@@ -317,6 +402,8 @@ impl Sampler {
             gpu_attached: Default::default(),
             generation: 0,
             cgroup: config.cgroup,
+            off_cpu,
+            off_cpu_threshold_ns,
             stack_cache: [HashMap::new(), HashMap::new()],
             last_stats: [0; abi::STAT_NR as usize],
             cpus: cpus.len(),
@@ -386,6 +473,33 @@ impl Sampler {
         Ok((info.run_time(), info.run_count()))
     }
 
+    /// Whether off-CPU profiling is on (asked for, and its program loaded).
+    pub fn off_cpu(&self) -> bool {
+        self.off_cpu.is_some()
+    }
+
+    /// [`Sampler::program_stats`] of the off-CPU program, which runs at
+    /// every context switch of the host; `None` when off-CPU profiling is
+    /// off.
+    pub fn off_cpu_program_stats(&self) -> Option<Result<(Duration, u64), SamplerError>> {
+        self.off_cpu.as_ref()?;
+        let stats = || {
+            let program: &BtfTracePoint = self
+                .ebpf
+                .program(OFF_CPU_PROGRAM)
+                .ok_or(SamplerError::NotBuilt(
+                    "the object has no kiln_switch program",
+                ))?
+                .try_into()
+                .map_err(|e| SamplerError::Program(Box::new(e)))?;
+            let info = program
+                .info()
+                .map_err(|e| SamplerError::Program(Box::new(e)))?;
+            Ok((info.run_time(), info.run_count()))
+        };
+        Some(stats())
+    }
+
     /// Takes every counter recorded since the previous drain.
     ///
     /// It flips the generation the program stamps into new keys, then reads
@@ -397,30 +511,18 @@ impl Sampler {
         let old = self.generation;
         self.generation = self.generation.wrapping_add(1);
         self.control
-            .set(0, control_value(self.generation, self.cgroup.as_ref()), 0)
+            .set(
+                0,
+                control_value(
+                    self.generation,
+                    self.cgroup.as_ref(),
+                    self.off_cpu_threshold_ns,
+                ),
+                0,
+            )
             .map_err(SamplerError::map("control"))?;
 
-        // Collect first, delete after: deleting while walking a hash map
-        // with get_next_key restarts the walk.
-        let mut taken: HashMap<SampleKey, SampleValue> = HashMap::new();
-        for entry in self.counts.iter() {
-            let (key, value) = match entry {
-                Ok(kv) => kv,
-                // Deleted between get_next_key and lookup: cannot happen
-                // for old keys (only we delete), fine to skip for others.
-                Err(e) if is_not_found(&e) => continue,
-                Err(e) => return Err(SamplerError::map("counts")(e)),
-            };
-            if key.generation != self.generation {
-                taken.insert(key, value);
-            }
-        }
-        for key in taken.keys() {
-            match self.counts.remove(key) {
-                Err(e) if !is_not_found(&e) => return Err(SamplerError::map("counts")(e)),
-                _ => {}
-            }
-        }
+        let taken = take_old_counts(&mut self.counts, self.generation, "counts")?;
         debug!(generation = old, keys = taken.len(), "drained counts");
 
         // Stacks: read each referenced stack once, then delete it from the
@@ -453,8 +555,31 @@ impl Sampler {
 
         let stats = self.read_stats()?;
         let delta = |s: Stat| stats[s as usize].saturating_sub(self.last_stats[s as usize]);
+        let off_cpu = match &mut self.off_cpu {
+            Some(maps) => {
+                let mut drained = maps.drain(self.generation)?;
+                drained.lost_ns = delta(Stat::OffCpuLostNs);
+                drained.counted = delta(Stat::OffCpuWaits);
+                drained.short = delta(Stat::OffCpuShort);
+                debug!(
+                    keys = drained.waits.len(),
+                    counted = drained.counted,
+                    short = drained.short,
+                    "drained off-CPU waits"
+                );
+                if drained.lost_ns > 0 {
+                    warn!(
+                        ns = drained.lost_ns,
+                        "off-CPU counts map full: waits counted as lost"
+                    );
+                }
+                Some(drained)
+            }
+            None => None,
+        };
         let drained = Drained {
             samples,
+            off_cpu,
             seen: delta(Stat::Samples),
             idle: delta(Stat::Idle),
             lost: delta(Stat::CountsFull),
@@ -529,15 +654,124 @@ impl Sampler {
 }
 
 /// The `control` entry for `generation`: the ABI version that lets the
-/// program record, and the cgroup it filters by (id 0: none).
-fn control_value(generation: u32, cgroup: Option<&Cgroup>) -> Control {
+/// program record, the cgroup it filters by (id 0: none), and the shortest
+/// off-CPU wait counted.
+fn control_value(generation: u32, cgroup: Option<&Cgroup>, off_cpu_threshold_ns: u64) -> Control {
     Control {
         abi_version: abi::ABI_VERSION,
         generation,
         cgroup_id: cgroup.map_or(0, |c| c.id),
         cgroup_level: cgroup.map_or(0, |c| c.level),
         reserved: 0,
+        off_cpu_threshold_ns,
     }
+}
+
+/// Reads and deletes every key of `counts` (a counts map, named `name`)
+/// not of `generation`, the one the program stamps now.
+fn take_old_counts(
+    counts: &mut BpfHashMap<MapData, SampleKey, SampleValue>,
+    generation: u32,
+    name: &'static str,
+) -> Result<HashMap<SampleKey, SampleValue>, SamplerError> {
+    // Collect first, delete after: deleting while walking a hash map
+    // with get_next_key restarts the walk.
+    let mut taken: HashMap<SampleKey, SampleValue> = HashMap::new();
+    for entry in counts.iter() {
+        let (key, value) = match entry {
+            Ok(kv) => kv,
+            // Deleted between get_next_key and lookup: cannot happen
+            // for old keys (only we delete), fine to skip for others.
+            Err(e) if is_not_found(&e) => continue,
+            Err(e) => return Err(SamplerError::map(name)(e)),
+        };
+        if key.generation != generation {
+            taken.insert(key, value);
+        }
+    }
+    for key in taken.keys() {
+        match counts.remove(key) {
+            Err(e) if !is_not_found(&e) => return Err(SamplerError::map(name)(e)),
+            _ => {}
+        }
+    }
+    Ok(taken)
+}
+
+impl OffCpuMaps {
+    /// Takes the waits of generations before `generation`, with their
+    /// stacks.
+    fn drain(&mut self, generation: u32) -> Result<OffCpuDrained, SamplerError> {
+        let taken = take_old_counts(&mut self.counts, generation, "off_cpu_counts")?;
+        let mut waits = Vec::with_capacity(taken.len());
+        for (key, value) in taken {
+            let mut stack_lost = false;
+            let kernel = self.stack(key.kernel_stack_id, &mut stack_lost)?;
+            let user = self.stack(key.user_stack_id, &mut stack_lost)?;
+            waits.push(RawSample {
+                pid: key.tgid,
+                tid: key.tid,
+                comm: comm_str(&value.comm),
+                count: value.count,
+                kernel,
+                user,
+                stack_lost,
+            });
+        }
+        Ok(OffCpuDrained {
+            waits,
+            ..OffCpuDrained::default()
+        })
+    }
+
+    /// The stack `id` names (0: none), from the cache or the LRU map;
+    /// `lost` is set when the map no longer has it.
+    fn stack(&mut self, id: u64, lost: &mut bool) -> Result<Option<Arc<RawStack>>, SamplerError> {
+        if id == 0 {
+            return Ok(None);
+        }
+        if let Some(s) = self.known.get(&id) {
+            return Ok(Some(s.clone()));
+        }
+        let stack = match self.stacks.get(&id, 0) {
+            Ok(stack) => Arc::new(RawStack {
+                addrs: stack.frames().to_vec(),
+                truncated: stack.flags & abi::STACK_TRUNCATED != 0,
+            }),
+            Err(e) if is_not_found(&e) => {
+                *lost = true;
+                return Ok(None);
+            }
+            Err(e) => return Err(SamplerError::map("off_cpu_stacks")(e)),
+        };
+        if self.known.len() >= MAX_KNOWN_OFF_CPU_STACKS {
+            self.known.clear();
+        }
+        self.known.insert(id, stack.clone());
+        Ok(Some(stack))
+    }
+}
+
+/// Loads and attaches the off-CPU program to `sched_switch`, and takes
+/// its maps.
+///
+/// # Minimum kernel version
+///
+/// 5.18 (the `prev_state` argument of `sched_switch`), with BTF.
+fn load_off_cpu(ebpf: &mut Ebpf) -> Result<OffCpuMaps, SamplerError> {
+    let counts = BpfHashMap::try_from(take_map(ebpf, "off_cpu_counts")?)
+        .map_err(SamplerError::map("off_cpu_counts"))?;
+    let stacks = BpfHashMap::try_from(take_map(ebpf, "off_cpu_stacks")?)
+        .map_err(SamplerError::map("off_cpu_stacks"))?;
+    let btf = Btf::from_sys_fs().map_err(|e| SamplerError::Btf(Box::new(e)))?;
+    let program: &mut BtfTracePoint = typed_program(ebpf, OFF_CPU_PROGRAM)?;
+    program.load("sched_switch", &btf).map_err(program_error)?;
+    program.attach().map_err(program_error)?;
+    Ok(OffCpuMaps {
+        counts,
+        stacks,
+        known: HashMap::new(),
+    })
 }
 
 /// Processes the program sampled for the first time, from its

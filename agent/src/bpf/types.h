@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 9
+#define KILN_ABI_VERSION 10
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -83,8 +83,18 @@ enum kiln_stat {
 	KILN_STAT_WALK_NO_MAPPING = 12,
 	KILN_STAT_WALK_BAD_FRAME = 13,
 	KILN_STAT_WALK_DEPTH = 14,
+	/*
+	 * Off-CPU profiling (kiln_switch()). OFF_CPU_WAITS: waits of at
+	 * least kiln_control.off_cpu_threshold_ns, counted in `off_cpu_counts`;
+	 * OFF_CPU_SHORT: shorter waits, not counted; OFF_CPU_LOST_NS: not a
+	 * count but nanoseconds, of waits lost because `off_cpu_counts` was
+	 * full (user space reports them under a "lost" frame).
+	 */
+	KILN_STAT_OFF_CPU_WAITS = 15,
+	KILN_STAT_OFF_CPU_SHORT = 16,
+	KILN_STAT_OFF_CPU_LOST_NS = 17,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 15,
+	KILN_STAT_NR = 18,
 };
 
 /*
@@ -111,9 +121,13 @@ struct kiln_sample_key {
 };
 _Static_assert(sizeof(struct kiln_sample_key) == 32, "kiln_sample_key layout");
 
-/* Value of the `counts` hash map. */
+/*
+ * Value of the `counts` hash map, and of `off_cpu_counts` (same key: there
+ * the stacks are where the thread was when it went off CPU).
+ */
 struct kiln_sample_value {
-	/* Samples with this key; added to atomically. */
+	/* Samples with this key; in `off_cpu_counts`, nanoseconds off CPU.
+	 * Added to atomically. */
 	__u64 count;
 	/* The thread's name (task->comm) when the key was first seen,
 	 * NUL-padded. */
@@ -203,8 +217,30 @@ struct kiln_control {
 	__u32 cgroup_level;
 	/* Always zero: explicit padding. */
 	__u32 reserved;
+	/* Off-CPU profiling: the shortest time off CPU that kiln_switch()
+	 * counts, in ns; shorter waits are dropped. */
+	__u64 off_cpu_threshold_ns;
 };
-_Static_assert(sizeof(struct kiln_control) == 24, "kiln_control layout");
+_Static_assert(sizeof(struct kiln_control) == 32, "kiln_control layout");
+
+/*
+ * Value of the `off_cpu_start` map (key: the task_struct's address, which
+ * kiln_switch() never dereferences): a thread that went off CPU, waiting,
+ * and where. Kernel-side only: user space never reads this map, so it has
+ * no mirror in abi.rs.
+ */
+struct kiln_off_cpu_start {
+	/* bpf_ktime_get_ns() when it was switched out. */
+	__u64 at_ns;
+	/* Its process and thread ids. */
+	__u32 tgid;
+	__u32 tid;
+	/* Key into `off_cpu_stacks` of its user stack. */
+	__u64 user_stack_id;
+	/* Its name (task->comm), for the count's value. */
+	char comm[16];
+};
+_Static_assert(sizeof(struct kiln_off_cpu_start) == 40, "kiln_off_cpu_start layout");
 
 /*
  * .eh_frame unwinding. User space (agent/src/unwind.rs) builds one table
