@@ -31,7 +31,7 @@ pub const SAMPLES_LOST_FRAME: &str = "[samples lost]";
 /// Value of the `device_kind` label of off-CPU samples: time threads spent
 /// off CPU, waiting, in nanoseconds (`kiln-agent --off-cpu`), beside `gpu`
 /// for GPU kernel time. CPU samples carry no `device_kind`.
-pub const OFF_CPU_DEVICE_KIND: &str = "off_cpu";
+pub const OFF_CPU_DEVICE_KIND: &str = label_names::OFF_CPU;
 
 /// Builds batches. Holds the per-host knowledge that outlives an interval:
 /// processes, files, kernel symbols, and what was sent.

@@ -142,6 +142,52 @@ fn cpu_over_time_keeps_idle_apart() {
     assert_eq!(point["samples"], 1200);
 }
 
+/// Guards off-CPU weight (blocked nanoseconds) from mixing into CPU
+/// flamegraphs: left out unless the query filters on the device kind, and
+/// still offered by the label picker.
+#[test]
+fn off_cpu_samples_only_when_asked_for() {
+    use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let at = now_ns() - 30_000_000_000;
+    let host = LabelSet::new().with(label_names::HOST, "host-a".to_owned());
+    let mut cpu = BatchBuilder::new("host-a".to_owned(), now_ns(), 10_000_000);
+    cpu.add(at, &[Frame::named(FrameKind::Native, "work")], &host, 7);
+    let waiting = host
+        .clone()
+        .with(label_names::DEVICE_KIND, label_names::OFF_CPU.to_owned());
+    let mut off = BatchBuilder::new("host-a".to_owned(), now_ns(), 1);
+    off.add(
+        at,
+        &[Frame::named(FrameKind::Native, "wait")],
+        &waiting,
+        5_000_000_000,
+    );
+    for batch in [cpu.finish(), off.finish()] {
+        let (status, text) = server.post("/api/v1/ingest", &batch.encode()).unwrap();
+        assert_eq!(status, 200, "{text}");
+    }
+    // Ingest is asynchronous: wait for both.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.collapsed("&device_kind=off_cpu").is_empty() || server.collapsed("").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batches were not stored"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(server.collapsed(""), ["work 7"]);
+    assert_eq!(
+        server.collapsed("&device_kind=off_cpu"),
+        ["wait 5000000000"]
+    );
+    let (status, body) = server.get("/api/v1/labels?from=now-1d");
+    assert_eq!(status, 200, "{body}");
+    let labels: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(labels["device_kind"]["off_cpu"].is_number(), "{body}");
+}
+
 /// Guards the Flamewire response coding: zstd when the client takes it,
 /// whatever else it lists, the middleware's gzip or nothing otherwise, and
 /// the same graph every way.

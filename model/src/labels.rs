@@ -22,8 +22,13 @@ pub mod names {
     pub const POD: &str = "pod";
     /// Kubernetes namespace.
     pub const NAMESPACE: &str = "namespace";
-    /// Which processor the samples ran on: `cpu` or `gpu`.
+    /// Which processor the samples ran on, `cpu` or `gpu`; or
+    /// [`OFF_CPU`] for the agent's off-CPU samples (time threads spent
+    /// blocked, in ns), which queries leave out unless this label is asked
+    /// for.
     pub const DEVICE_KIND: &str = "device_kind";
+    /// The [`DEVICE_KIND`] of off-CPU samples.
+    pub const OFF_CPU: &str = "off_cpu";
     /// A GPU's index on its host (NVML's device index), for GPU metrics.
     pub const GPU: &str = "gpu";
     /// A GPU's product name (`NVIDIA H100 80GB HBM3`), for GPU metrics.

@@ -158,11 +158,33 @@ async fn run_scan(
         load_label_sets(store, cache, tenant, samples.iter().map(|s| s.labels)).await?;
     let mut partial = Partial::default();
     let idle = kiln_model::idle_stack_id();
+    // Off-CPU samples weigh blocked time, not CPU time: summed with CPU
+    // samples they would drown a flamegraph in waiting threads, so a query
+    // reads them only when it filters on the device kind (the UI's
+    // `device_kind` picker, `device_kind=off_cpu`).
+    let off_cpu_asked = range
+        .filters
+        .iter()
+        .any(|(name, _)| name == kiln_model::label_names::DEVICE_KIND);
     for s in samples {
         let Some(labels) = label_sets.get(&s.labels) else {
             continue; // a label set never written: counted nowhere
         };
         if !labels.matches(range.filters.iter().map(|(n, v)| (n.as_str(), v.as_str()))) {
+            continue;
+        }
+        let off_cpu = labels.get(kiln_model::label_names::DEVICE_KIND)
+            == Some(kiln_model::label_names::OFF_CPU);
+        if want.label_sets {
+            // Off-CPU label sets are counted even when their samples are
+            // left out, so the label picker offers them.
+            let entry = partial
+                .label_sets
+                .entry(s.labels)
+                .or_insert_with(|| (labels.clone(), 0));
+            add_count(&mut entry.1, s.count);
+        }
+        if off_cpu && !off_cpu_asked {
             continue;
         }
         add_count(partial.stacks.entry(s.stack).or_default(), s.count);
@@ -181,13 +203,6 @@ async fn run_scan(
                     .or_default()
                     .add(s.count, s.period_ns);
             }
-        }
-        if want.label_sets {
-            let entry = partial
-                .label_sets
-                .entry(s.labels)
-                .or_insert_with(|| (labels.clone(), 0));
-            add_count(&mut entry.1, s.count);
         }
     }
     Ok(partial)
