@@ -15,7 +15,7 @@ use crate::procfs::{Mapping, Process, ProcessTable};
 use crate::sampler::{Drained, RawSample, RawStack};
 
 /// Name of the frame that stands for the idle task.
-pub const IDLE_FRAME: &str = "idle";
+pub const IDLE_FRAME: &str = kiln_model::IDLE_FRAME;
 /// Root frame of a stack cut at the maximum depth.
 pub const TRUNCATED_FRAME: &str = "[truncated]";
 /// Frame of samples whose stack was recorded but could not be kept.
@@ -168,7 +168,8 @@ impl Batcher {
             frames.clear();
             // (The off-CPU program never records the idle task.)
             if sample.is_idle() {
-                frames.push(Frame::named(FrameKind::Idle, IDLE_FRAME));
+                // The one idle stack the query side tells apart from busy time.
+                frames.push(kiln_model::idle_frame());
                 builder.add(timestamp_ns, &frames, &host_only, sample.count);
                 continue;
             }
