@@ -21,8 +21,8 @@ struct WireScan {
 
 fn scan_bytes(scan: &WireScan) -> Vec<u8> {
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(scan).unwrap();
-    // "KLNQ" | version 1 | kind 1 (scan) | zstd(rkyv)
-    let mut out = b"KLNQ\x01\x01".to_vec();
+    // "KLNQ" | version 2 | kind 1 (scan) | zstd(rkyv)
+    let mut out = b"KLNQ\x02\x01".to_vec();
     zstd::stream::copy_encode(&archive[..], &mut out, 1).unwrap();
     out
 }

@@ -535,6 +535,21 @@ fn nodes_refer_only_to_earlier_parents() {
     }
 }
 
+/// What two layouts must agree on for a frame: a mangled symbol by its
+/// mangled name (its demangled spelling follows the demangler of the day:
+/// version 2 files hold `cpp_demangle`'s, Kiln now prints GCC's), other
+/// functions by name; then file and line.
+type FrameKey = (Option<String>, Option<String>, Option<String>, u32);
+
+fn frame_key(f: &Frame<'_>) -> FrameKey {
+    let mangled = f.mangled().map(|m| m.into_owned());
+    let function = match mangled {
+        Some(_) => None,
+        None => f.function().map(|n| n.into_owned()),
+    };
+    (mangled, function, f.path(), f.line)
+}
+
 /// Checks that `old` and `new` (ksym bytes of two layouts of one table)
 /// verify and answer every address of every range alike, and gives each
 /// answer to `each`.
@@ -549,7 +564,8 @@ fn assert_same_answers(old: &[u8], new: &[u8], mut each: impl FnMut(&[Frame<'_>]
         for addr in start..end {
             old.lookup(addr, &mut a);
             new.lookup(addr, &mut b);
-            assert_eq!(a, b, "{addr:#x}");
+            let keys = |frames: &[Frame<'_>]| frames.iter().map(frame_key).collect::<Vec<_>>();
+            assert_eq!(keys(&a), keys(&b), "{addr:#x}");
             each(&b);
         }
     }
@@ -952,7 +968,8 @@ fn every_layout_answers_as_version_1() {
         for addr in (start..end).step_by(2) {
             old.lookup(addr, &mut a);
             new.lookup(addr, &mut b);
-            assert_eq!(a, b, "{addr:#x}");
+            let keys = |frames: &[Frame<'_>]| frames.iter().map(frame_key).collect::<Vec<_>>();
+            assert_eq!(keys(&a), keys(&b), "{addr:#x}");
         }
         let addrs: Vec<u64> = (start..end).step_by(5).collect();
         new.lookup_many(&addrs, |i, frames| {
