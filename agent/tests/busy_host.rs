@@ -12,111 +12,27 @@
 //! This is the case the first unwinder failed in the field: a flat table
 //! map that the host's running programs filled within seconds, and big
 //! libraries refused outright. Root test on the real kernel, like
-//! `profile.rs`.
+//! `profile.rs`. The busy host is `kiln_test_support::busy_host`, which
+//! `peer_bench` runs the agent and its peers on too.
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kiln_agent::{AgentConfig, MemorySink, StackCoverage};
-use kiln_test_support::CBuild;
+use kiln_test_support::busy_host::{BusyHost, PROGRAMS, build_programs};
 
 use support::{Symbols, Workload, compile_workload, require_root, resolve};
 
-/// Distinct live programs besides the workload.
-const PROGRAMS: usize = 200;
-/// Functions in each: about 70 KiB of table each, 14 MiB for all.
-const PAD_FUNCTIONS: usize = 3000;
-const FREQUENCY_HZ: u64 = 199;
-/// Samples of the workload the shares are read from (a share is then known
-/// to about ±1.5 points, so ±3 is two standard deviations of noise).
-const MIN_WORKLOAD_SAMPLES: u64 = 1000;
-const PROFILE_AT_MOST: Duration = Duration::from_secs(40);
+const FREQUENCY_HZ: u64 = 299;
+/// Samples of the workload the shares are read from: a share is then known
+/// to about ±0.85 points, so ±3 is three and a half standard deviations of
+/// noise (at 1,000 samples it was two, and a run read 26.6 for 30).
+const MIN_WORKLOAD_SAMPLES: u64 = 3000;
+const PROFILE_AT_MOST: Duration = Duration::from_secs(60);
 const TOLERANCE_POINTS: f64 = 3.0;
 const ROOTED_AT_LEAST: f64 = 0.99;
-
-/// A program that spins for about 1 ms every second (so that the sampler
-/// meets it now and then) through its pad functions, until killed.
-fn program_source() -> String {
-    let mut source = String::from(
-        "#include <time.h>\n#include <unistd.h>\n\
-         __attribute__((noinline)) int pad_sink(int x) { __asm__ volatile(\"\"); return x; }\n",
-    );
-    for i in 0..PAD_FUNCTIONS {
-        source.push_str(&format!(
-            "__attribute__((noinline)) int pad_{i}(int x) {{ int y = pad_sink(x + {i}); \
-             return pad_sink(y) * {}; }}\n",
-            i + 1
-        ));
-    }
-    source.push_str("int main(void) {\n  volatile int x = 0;\n  for (;;) {\n");
-    source.push_str(
-        "    struct timespec start, now;\n    clock_gettime(CLOCK_MONOTONIC, &start);\n    do {\n",
-    );
-    for i in (0..PAD_FUNCTIONS).step_by(PAD_FUNCTIONS / 16) {
-        source.push_str(&format!("      x = pad_{i}(x);\n"));
-    }
-    source.push_str(
-        "      clock_gettime(CLOCK_MONOTONIC, &now);\n    } while ((now.tv_sec - start.tv_sec) * \
-         1000000000L + (now.tv_nsec - start.tv_nsec) < 1000000L);\n    usleep(1000000);\n  }\n}\n",
-    );
-    source
-}
-
-/// [`PROGRAMS`] builds of the program, each with its own build id (so its
-/// own FileId and its own table): compiled once, linked per binary.
-fn build_programs(dir: &Path) -> Vec<PathBuf> {
-    let source = dir.join("program.c");
-    std::fs::write(&source, program_source()).unwrap();
-    let object = dir.join("program.o");
-    CBuild::clang()
-        .args(["-O2", "-fomit-frame-pointer", "-c"])
-        .file(&source, &object);
-    (0..PROGRAMS)
-        .map(|i| {
-            let out = dir.join(format!("program-{i}"));
-            CBuild::clang()
-                .args([format!("-Wl,--build-id=0x{i:08x}{:032x}", 0x6275_7379_u128)])
-                .file(&object, &out);
-            out
-        })
-        .collect()
-}
-
-/// Compiles a small Rust program with rustc, resting a second between
-/// runs, until `stop`: a real big binary (its libraries' tables are the
-/// largest on most hosts), mapped by a new process every second or two.
-fn compile_in_a_loop(dir: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
-    let source = dir.join("hello.rs");
-    std::fs::write(
-        &source,
-        "fn main() { let v: Vec<u64> = (0..100).map(|x| x * x).collect(); println!(\"{}\", v.iter().sum::<u64>()); }\n",
-    )
-    .unwrap();
-    let out = dir.join("hello");
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    std::thread::spawn(move || {
-        let mut runs = 0;
-        while !stop.load(Ordering::Relaxed) {
-            let status = Command::new(&rustc)
-                .args(["-O", "--edition", "2021", "-o"])
-                .arg(&out)
-                .arg(&source)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("run rustc");
-            assert!(status.success(), "rustc failed");
-            runs += 1;
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        runs
-    })
-}
 
 // Guards unwinding on a whole, busy host with default flags: the unwind
 // tables of hundreds of running programs and of a 200 MB library do not
@@ -137,12 +53,7 @@ fn a_workload_unwinds_whole_on_a_busy_host() {
         ..AgentConfig::default()
     });
     let mut sink = MemorySink::default();
-    let busy: Vec<Workload> = programs
-        .iter()
-        .map(|p| Workload(Command::new(p).spawn().expect("start a program")))
-        .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let rustc = compile_in_a_loop(dir.path(), stop.clone());
+    let mut busy = BusyHost::start(dir.path(), &programs);
 
     // The host settles: every program has been sampled a few times, and
     // rustc's libraries' tables are built.
@@ -153,8 +64,8 @@ fn a_workload_unwinds_whole_on_a_busy_host() {
         coverage = agent.tick(&mut sink).unwrap().coverage;
     }
     let loaded = busy
-        .iter()
-        .filter(|w| agent.unwind_tables_loaded(w.0.id()))
+        .pids()
+        .filter(|&pid| agent.unwind_tables_loaded(pid))
         .count();
     let settled = agent.unwind_stats().unwrap();
     eprintln!(
@@ -203,8 +114,7 @@ fn a_workload_unwinds_whole_on_a_busy_host() {
             break samples;
         }
     };
-    stop.store(true, Ordering::Relaxed);
-    let rustc_runs = rustc.join().unwrap();
+    let rustc_runs = busy.stop_compiling();
     let stats = agent.unwind_stats().unwrap();
     drop(workload);
     drop(busy);

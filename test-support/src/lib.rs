@@ -1,14 +1,18 @@
 //! What the workspace's integration tests share: building the small C
 //! programs they profile or symbolize, and running the tools around them
 //! (`objcopy`), each failing the test with the command and its output
-//! when something is missing or goes wrong.
+//! when something is missing or goes wrong; and making a host busy the
+//! way a real one is ([`busy_host`]).
 //!
-//! A dev-dependency only: nothing here ships.
+//! A dev-dependency of the tests, and a dependency of the agent's bench
+//! binaries (which share [`busy_host`] with its test); nothing here is
+//! linked into what ships.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod busy_host;
 pub mod programs;
 
 /// A C compiler invocation: `CC -o OUT SOURCE ARGS…`. Flags and libraries
