@@ -154,6 +154,16 @@ pub struct RawStack {
     pub truncated: bool,
 }
 
+impl RawStack {
+    /// A stack as one of the program's stack maps holds it.
+    fn of(stack: &Stack) -> Arc<RawStack> {
+        Arc::new(RawStack {
+            addrs: stack.frames().to_vec(),
+            truncated: stack.flags & abi::STACK_TRUNCATED != 0,
+        })
+    }
+}
+
 /// One drained counter: `count` samples of one thread with one pair of
 /// stacks.
 #[derive(Debug, Clone)]
@@ -533,18 +543,7 @@ impl Sampler {
         self.stack_cache[0].clear();
         let mut samples = Vec::with_capacity(taken.len());
         for (key, value) in taken {
-            let mut stack_lost = false;
-            let kernel = self.stack(key.kernel_stack_id, &mut stack_lost)?;
-            let user = self.stack(key.user_stack_id, &mut stack_lost)?;
-            samples.push(RawSample {
-                pid: key.tgid,
-                tid: key.tid,
-                comm: comm_str(&value.comm),
-                count: value.count,
-                kernel,
-                user,
-                stack_lost,
-            });
+            samples.push(raw_sample(&key, &value, |id, lost| self.stack(id, lost))?);
         }
         for id in self.stack_cache[0].keys() {
             match self.stacks.remove(id) {
@@ -623,10 +622,7 @@ impl Sampler {
             return Ok(Some(s.clone()));
         }
         let stack = match self.stacks.get(&id, 0) {
-            Ok(stack) => Arc::new(RawStack {
-                addrs: stack.frames().to_vec(),
-                truncated: stack.flags & abi::STACK_TRUNCATED != 0,
-            }),
+            Ok(stack) => RawStack::of(&stack),
             Err(e) if is_not_found(&e) => match self.stack_cache[1].get(&id) {
                 Some(s) => s.clone(),
                 None => {
@@ -669,6 +665,27 @@ fn control_value(generation: u32, cgroup: Option<&Cgroup>, off_cpu_threshold_ns:
 
 /// Reads and deletes every key of `counts` (a counts map, named `name`)
 /// not of `generation`, the one the program stamps now.
+/// A drained counter with its stacks, read by `stack` (the CPU sampler's
+/// maps or the off-CPU ones), which flags a stack it cannot find as lost.
+fn raw_sample(
+    key: &SampleKey,
+    value: &SampleValue,
+    mut stack: impl FnMut(u64, &mut bool) -> Result<Option<Arc<RawStack>>, SamplerError>,
+) -> Result<RawSample, SamplerError> {
+    let mut stack_lost = false;
+    let kernel = stack(key.kernel_stack_id, &mut stack_lost)?;
+    let user = stack(key.user_stack_id, &mut stack_lost)?;
+    Ok(RawSample {
+        pid: key.tgid,
+        tid: key.tid,
+        comm: comm_str(&value.comm),
+        count: value.count,
+        kernel,
+        user,
+        stack_lost,
+    })
+}
+
 fn take_old_counts(
     counts: &mut BpfHashMap<MapData, SampleKey, SampleValue>,
     generation: u32,
@@ -705,18 +722,7 @@ impl OffCpuMaps {
         let taken = take_old_counts(&mut self.counts, generation, "off_cpu_counts")?;
         let mut waits = Vec::with_capacity(taken.len());
         for (key, value) in taken {
-            let mut stack_lost = false;
-            let kernel = self.stack(key.kernel_stack_id, &mut stack_lost)?;
-            let user = self.stack(key.user_stack_id, &mut stack_lost)?;
-            waits.push(RawSample {
-                pid: key.tgid,
-                tid: key.tid,
-                comm: comm_str(&value.comm),
-                count: value.count,
-                kernel,
-                user,
-                stack_lost,
-            });
+            waits.push(raw_sample(&key, &value, |id, lost| self.stack(id, lost))?);
         }
         Ok(OffCpuDrained {
             waits,
@@ -734,10 +740,7 @@ impl OffCpuMaps {
             return Ok(Some(s.clone()));
         }
         let stack = match self.stacks.get(&id, 0) {
-            Ok(stack) => Arc::new(RawStack {
-                addrs: stack.frames().to_vec(),
-                truncated: stack.flags & abi::STACK_TRUNCATED != 0,
-            }),
+            Ok(stack) => RawStack::of(&stack),
             Err(e) if is_not_found(&e) => {
                 *lost = true;
                 return Ok(None);
@@ -879,10 +882,7 @@ impl LaunchFeed {
                     if self.known.len() >= MAX_KNOWN_LAUNCH_STACKS {
                         self.known.clear();
                     }
-                    let stack = Arc::new(RawStack {
-                        addrs: stack.frames().to_vec(),
-                        truncated: stack.flags & abi::STACK_TRUNCATED != 0,
-                    });
+                    let stack = RawStack::of(&stack);
                     self.known.insert(record.stack_id, stack.clone());
                     stack
                 }),
