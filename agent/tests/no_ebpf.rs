@@ -10,15 +10,16 @@
 //! checks it holds no BPF or perf-event file descriptor; run as another
 //! user, it is unprivileged anyway.
 
+mod backend;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiln_actors::{EmbeddedOptions, start_embedded};
+use backend::{Backend, Killed};
 use kiln_test_support::CBuild;
 use object::{Object, ObjectSymbol};
 
@@ -47,50 +48,7 @@ fn cdylib() -> PathBuf {
     kiln_test_support::kiln_cuda_cdylib("no-ebpf-cdylib")
 }
 
-/// A Kiln backend in this process, as `kiln up` runs it (no local agent:
-/// `start_embedded` never starts one).
-struct Backend {
-    url: String,
-    /// The API key the backend made for itself (its data directory's
-    /// `api-key`): what the agent sends with, and the test reads with.
-    key: String,
-    system: actix_rt::System,
-    _data: tempfile::TempDir,
-}
-
 impl Backend {
-    fn start() -> Backend {
-        let data = tempfile::tempdir().unwrap();
-        let mut options = EmbeddedOptions::new(
-            data.path().to_owned(),
-            "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        );
-        options.aggregators = 1;
-        options.http_workers = 1;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            actix_rt::System::new().block_on(async move {
-                let running = start_embedded(options).await.expect("start the backend");
-                tx.send((running.local_addr, actix_rt::System::current()))
-                    .unwrap();
-                let _ = running.server.await;
-            })
-        });
-        let (addr, system) = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the backend did not start");
-        let key = std::fs::read_to_string(data.path().join(kiln_actors::API_KEY_FILE))
-            .expect("the backend's API key")
-            .trim()
-            .to_owned();
-        Backend {
-            url: format!("http://{addr}"),
-            key,
-            system,
-            _data: data,
-        }
-    }
-
     /// The flamegraph of the last hour with `filters` (`&name=value`…):
     /// its roots by name, as (kind, value).
     fn roots(&self, filters: &str) -> BTreeMap<String, (String, u64)> {
@@ -141,22 +99,6 @@ impl Backend {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.system.stop();
-    }
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -14,13 +14,14 @@
 //! (`KILN_EXTRACT_FILE`, by default rustc's driver library) with and
 //! without DWARF.
 
+mod backend;
+
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kiln_actors::{EmbeddedOptions, start_embedded};
+use backend::{Backend, Killed};
 use kiln_agent::{FileInfo, HttpSink, MappedSource, Sink, SymbolUploader};
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_symbolizer_workers::ksym;
@@ -44,47 +45,7 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// A Kiln backend in this process, as `kiln up` runs it.
-struct Backend {
-    url: String,
-    key: String,
-    system: actix_rt::System,
-    _data: tempfile::TempDir,
-}
-
 impl Backend {
-    fn start() -> Backend {
-        let data = tempfile::tempdir().unwrap();
-        let mut options = EmbeddedOptions::new(
-            data.path().to_owned(),
-            "127.0.0.1:0".parse::<SocketAddr>().unwrap(),
-        );
-        options.aggregators = 1;
-        options.http_workers = 1;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            actix_rt::System::new().block_on(async move {
-                let running = start_embedded(options).await.expect("start the backend");
-                tx.send((running.local_addr, actix_rt::System::current()))
-                    .unwrap();
-                let _ = running.server.await;
-            })
-        });
-        let (addr, system) = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the backend did not start");
-        let key = std::fs::read_to_string(data.path().join(kiln_actors::API_KEY_FILE))
-            .unwrap()
-            .trim()
-            .to_owned();
-        Backend {
-            url: format!("http://{addr}"),
-            key,
-            system,
-            _data: data,
-        }
-    }
-
     fn agent(&self) -> ureq::Agent {
         ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -119,22 +80,6 @@ impl Backend {
             .call()
             .unwrap();
         response.status() == 200
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.system.stop();
-    }
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
