@@ -57,6 +57,13 @@ async function waitForGraph(total) {
   await page.waitForFunction((t) => window.__kiln_stats?.root_total === t && window.__kiln_stats.frames > 0, total);
 }
 
+/** Waits until CPU over time has drawn: until then its time range is not
+ * known and a drag across it picks nothing (the timeline query can answer
+ * after the flamegraph's). */
+async function waitForTimeline() {
+  await page.waitForFunction(() => document.querySelector('.timeline-area')?.getAttribute('d')?.startsWith('M'));
+}
+
 /** The canvas pixel (RGB) at the centre of node `name`. */
 async function pixelOf(name) {
   const box = await page.evaluate((n) => window.__kiln_stats.find(n), name);
@@ -245,6 +252,7 @@ describe('views', () => {
   });
 
   test('brushing the timeline sets the time range', async () => {
+    await waitForTimeline();
     const box = await page.locator('.timeline-box').boundingBox();
     // The samples are a few seconds old: the left 90 % of the last hour
     // holds none of them.
@@ -260,6 +268,7 @@ describe('views', () => {
     // The right end of the chart holds them all.
     await page.goto(`${kiln.url}/?from=now-10m`);
     await waitForGraph(100);
+    await waitForTimeline();
     const wide = await page.locator('.timeline-box').boundingBox();
     await page.mouse.move(wide.x + wide.width * 0.5, wide.y + wide.height / 2);
     await page.mouse.down();
