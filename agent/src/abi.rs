@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 10;
+pub const ABI_VERSION: u32 = 11;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -57,10 +57,18 @@ pub enum Stat {
     OffCpuShort = 16,
     /// `KILN_STAT_OFF_CPU_LOST_NS` (nanoseconds, not a count).
     OffCpuLostNs = 17,
+    /// `KILN_STAT_PY_FRAMES`.
+    PyFrames = 18,
+    /// `KILN_STAT_PY_UNREADABLE`.
+    PyUnreadable = 19,
+    /// `KILN_STAT_PY_UNSUPPORTED`.
+    PyUnsupported = 20,
+    /// `KILN_STAT_PY_NO_THREAD`.
+    PyNoThread = 21,
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 18;
+pub const STAT_NR: u32 = 22;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -171,6 +179,52 @@ pub struct BpfMapping {
     pub rows_len: u32,
 }
 
+/// `KILN_PY_FRAME`: the top bit of a stack entry that is a Python frame.
+pub const PY_FRAME: u64 = 1 << 63;
+/// `KILN_PY_INSTR_SHIFT`.
+pub const PY_INSTR_SHIFT: u32 = 47;
+/// `KILN_PY_CODE_MASK`.
+pub const PY_CODE_MASK: u64 = (1 << PY_INSTR_SHIFT) - 1;
+/// `KILN_PY_MARK_UNREADABLE`.
+pub const PY_MARK_UNREADABLE: u64 = 1;
+/// `KILN_PY_MARK_UNSUPPORTED`.
+pub const PY_MARK_UNSUPPORTED: u64 = 2;
+/// `KILN_PY_MARK_NO_THREAD`.
+pub const PY_MARK_NO_THREAD: u64 = 3;
+/// `KILN_PY_ENTRY_ONE`.
+pub const PY_ENTRY_ONE: u8 = 0;
+/// `KILN_PY_ENTRY_FLAG`.
+pub const PY_ENTRY_FLAG: u8 = 1;
+/// `KILN_PY_ENTRY_SHIM`.
+pub const PY_ENTRY_SHIM: u8 = 2;
+/// `KILN_PY_NONE`.
+pub const PY_NONE: u32 = u32::MAX;
+
+/// `struct kiln_python_proc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct PythonProc {
+    pub eval_start: u64,
+    pub eval_end: u64,
+    pub runtime: u64,
+    pub code_mask: u64,
+    pub interpreters_head: u32,
+    pub threads_head: u32,
+    pub tstate_next: u32,
+    pub tstate_thread_id: u32,
+    pub tstate_frame: u32,
+    pub cframe_current_frame: u32,
+    pub frame_previous: u32,
+    pub frame_code: u32,
+    pub frame_instr: u32,
+    pub frame_entry: u32,
+    pub entry: u8,
+    pub owner_cstack: u8,
+    pub instr_is_pointer: u8,
+    pub thread_id_is_tid: u8,
+    pub supported: u32,
+}
+
 // The sizes the C side asserts with _Static_assert; with fields ordered so
 // that none needs padding, equal sizes mean equal layouts.
 const _: () = assert!(size_of::<SampleKey>() == 32);
@@ -180,6 +234,7 @@ const _: () = assert!(size_of::<Control>() == 32);
 const _: () = assert!(size_of::<NewProcess>() == 8);
 const _: () = assert!(size_of::<UnwindRow>() == 8);
 const _: () = assert!(size_of::<BpfMapping>() == 32);
+const _: () = assert!(size_of::<PythonProc>() == 80);
 
 // SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit
 // pattern is a valid value, which is what aya's `Pod` requires.
@@ -194,6 +249,8 @@ unsafe impl aya::Pod for Control {}
 unsafe impl aya::Pod for UnwindRow {}
 // SAFETY: as above.
 unsafe impl aya::Pod for BpfMapping {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PythonProc {}
 
 const fn parse_u32(s: &str) -> u32 {
     let bytes = s.as_bytes();

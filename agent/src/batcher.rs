@@ -12,7 +12,12 @@ use crate::fileid::{FileCache, FileInfo};
 use crate::kallsyms::Kallsyms;
 use crate::mapped_file::MappedSource;
 use crate::procfs::{Mapping, Process, ProcessTable};
+use crate::python::{self, Interpreter, ProcessMemory, PythonNamer};
 use crate::sampler::{Drained, RawSample, RawStack};
+use crate::unwinder;
+
+/// The Python processes of the host, each with its interpreter.
+type PythonProcesses = HashMap<u32, Arc<Interpreter>>;
 
 /// Name of the frame that stands for the idle task.
 pub const IDLE_FRAME: &str = kiln_model::IDLE_FRAME;
@@ -45,6 +50,9 @@ pub struct Batcher {
     /// The files the last batch's frames point into, each with a process
     /// mapping it: for symbol upload.
     files: Vec<(kiln_model::FileId, MappedSource)>,
+    /// Where the unwinder says which processes run Python; `None` when
+    /// unwind tables (and with them Python frames) are off.
+    python: Option<Arc<Mutex<unwinder::Shared>>>,
 }
 
 impl Batcher {
@@ -58,7 +66,25 @@ impl Batcher {
             kallsyms,
             sent: RecentlySent::new(RESEND_AFTER, MAX_REMEMBERED),
             files: Vec::new(),
+            python: None,
         }
+    }
+
+    /// Names the Python frames of the processes that `shared` (the
+    /// unwinder's) lists as Python processes.
+    pub(crate) fn name_python_with(&mut self, shared: Arc<Mutex<unwinder::Shared>>) {
+        self.python = Some(shared);
+    }
+
+    /// The Python processes now.
+    fn python_processes(&self) -> PythonProcesses {
+        self.python.as_ref().map_or_else(HashMap::new, |shared| {
+            shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .python
+                .clone()
+        })
     }
 
     /// The files the last interval's batches' frames point into (the CPU
@@ -72,9 +98,10 @@ impl Batcher {
     /// Root-first frames of a user stack (leaf first, as the program
     /// walked it) of process `pid`, placed like a sample's.
     pub fn user_stack_frames(&mut self, pid: u32, stack: &RawStack) -> Vec<Frame> {
+        let python = self.python_processes();
         let state = self.state.clone();
         let mut state = lock(&state);
-        user_frames(&mut state, pid, stack, &mut HashMap::new())
+        user_frames(&mut state, &python, pid, stack, &mut HashMap::new())
     }
 
     /// Builds the CPU batch of one interval; its samples are stamped
@@ -160,6 +187,8 @@ impl Batcher {
         executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
     ) {
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
+        let python = self.python_processes();
+        state.scripts.retain(|pid, _| python.contains_key(pid));
         let mut user_cache: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
         let mut kernel_cache: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
         let mut frames = Vec::new();
@@ -185,7 +214,13 @@ impl Batcher {
                 let resolved = match user_cache.get(&key) {
                     Some(f) => f.clone(),
                     None => {
-                        let f = Arc::new(user_frames(state, sample.pid, user, executables));
+                        let f =
+                            Arc::new(user_frames(state, &python, sample.pid, user, executables));
+                        if python.contains_key(&sample.pid)
+                            && let Some(script) = python::script_of(&f)
+                        {
+                            state.scripts.insert(sample.pid, script);
+                        }
                         user_cache.insert(key, f.clone());
                         f
                     }
@@ -300,13 +335,20 @@ impl Batcher {
 pub struct HostState {
     processes: ProcessTable,
     files: FileCache,
+    /// Names Python frames, remembering code objects.
+    python: PythonNamer,
+    /// The script each Python process runs (the `script` label), once a
+    /// stack of its main thread showed it.
+    scripts: HashMap<u32, String>,
 }
 
 impl HostState {
     /// Takes in a process read (outside the lock) as it appeared, and
     /// reads the ids of the files it maps, which it returns with them.
     pub fn learn(&mut self, pid: u32, process: Process) -> Vec<(Mapping, Arc<FileInfo>)> {
-        let HostState { processes, files } = self;
+        let HostState {
+            processes, files, ..
+        } = self;
         let process = processes.insert(pid, process);
         process
             .mappings
@@ -342,6 +384,9 @@ fn labels(state: &mut HostState, host: &str, sample: &RawSample) -> LabelSet {
         }
         None => labels.insert(label_names::PROCESS, sample.comm.clone()),
     }
+    if let Some(script) = state.scripts.get(&sample.pid) {
+        labels.insert(label_names::SCRIPT, script.clone());
+    }
     labels
 }
 
@@ -349,6 +394,7 @@ fn labels(state: &mut HostState, host: &str, sample: &RawSample) -> LabelSet {
 /// with a marker at the root when the walk was cut.
 fn user_frames(
     state: &mut HostState,
+    python: &PythonProcesses,
     pid: u32,
     stack: &RawStack,
     executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
@@ -361,6 +407,16 @@ fn user_frames(
     let mut out = Vec::with_capacity(stack.addrs.len() + 1);
     let mut broken = false;
     for (i, &addr) in stack.addrs.iter().enumerate() {
+        // A Python frame the eBPF walk put in its interpreter's place.
+        if addr & crate::abi::PY_FRAME != 0 {
+            out.push(match python.get(&pid) {
+                Some(interp) => state
+                    .python
+                    .frame(pid, interp, addr, &ProcessMemory::new(pid)),
+                None => unknown(FrameKind::Python, "[python]"),
+            });
+            continue;
+        }
         // Past the leaf, addresses are return addresses: the call is
         // the instruction before, and at the end of a function the
         // return address may already belong to the next one.

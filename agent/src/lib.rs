@@ -131,6 +131,7 @@ mod kallsyms;
 mod mapped_file;
 mod nvml;
 mod procfs;
+pub mod python;
 mod run;
 mod sampler;
 mod sink;
@@ -250,6 +251,11 @@ pub struct AgentConfig {
     /// With [`AgentConfig::off_cpu`], the shortest wait counted (see
     /// [`DEFAULT_OFF_CPU_THRESHOLD`]), 0..=1 min.
     pub off_cpu_threshold: Duration,
+    /// Read CPython's frames where a stack meets its bytecode loop (3.10
+    /// and later; needs [`AgentConfig::unwind_tables`]): Python functions
+    /// with file and line in place of `_PyEval_EvalFrameDefault`, and the
+    /// `script` label. On by default.
+    pub python: bool,
 }
 
 impl Default for AgentConfig {
@@ -265,6 +271,7 @@ impl Default for AgentConfig {
             cgroup: None,
             off_cpu: false,
             off_cpu_threshold: DEFAULT_OFF_CPU_THRESHOLD,
+            python: true,
         }
     }
 }
@@ -574,9 +581,15 @@ impl Agent {
             }
         };
         let period_ns = 1_000_000_000 / config.frequency_hz;
-        let batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
-        let unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
+        let mut batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
+        let mut unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
+        if let Some(unwinder) = &mut unwinder {
+            unwinder.read_python(config.python);
+        }
         let unwind_shared = unwinder.as_ref().map(unwinder::Unwinder::shared);
+        if let Some(shared) = &unwind_shared {
+            batcher.name_python_with(shared.clone());
+        }
         let gpu_libraries = GpuLibraries::default();
         let watcher = match sampler.take_new_processes() {
             Some(feed) => {
@@ -717,6 +730,18 @@ impl Agent {
                 .loaded
                 .contains(&pid)
         })
+    }
+
+    /// The version (major, minor) of the Python interpreter `pid` runs,
+    /// once the agent has found it (with its tables); `None` before, for
+    /// other processes, and when unwind tables are off.
+    pub fn python_version(&self, pid: u32) -> Option<(u8, u8)> {
+        let shared = self.unwind_shared.as_ref()?;
+        let shared = shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let v = shared.python.get(&pid)?.version;
+        Some((v.major, v.minor))
     }
 
     /// What the `.eh_frame` unwinder holds now; `None` when unwind tables

@@ -148,6 +148,16 @@ struct Args {
         value_parser = humantime::parse_duration
     )]
     off_cpu_threshold: Duration,
+
+    /// Do not read Python frames: CPython programs then show the
+    /// interpreter's native frames (_PyEval_EvalFrameDefault) instead of
+    /// their Python functions, and get no `script` label.
+    #[arg(
+        long,
+        env = "KILN_NO_PYTHON",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    no_python: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -203,6 +213,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         cgroup: args.cgroup.clone(),
         off_cpu: args.off_cpu,
         off_cpu_threshold: args.off_cpu_threshold,
+        python: !args.no_python,
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;

@@ -334,6 +334,8 @@ impl Sampler {
                 .map_err(SamplerError::map("evicted_tables"))?,
             processes: HashOfMaps::try_from(take_map(&mut ebpf, "proc_mappings")?)
                 .map_err(SamplerError::map("proc_mappings"))?,
+            python: BpfHashMap::try_from(take_map(&mut ebpf, "python_procs")?)
+                .map_err(SamplerError::map("python_procs"))?,
         };
         let cache = config.unwind_cache.as_ref().and_then(|(dir, max_bytes)| {
             TableCache::open(dir, *max_bytes)

@@ -28,10 +28,11 @@ use aya::maps::{HashMap as BpfHashMap, HashOfMaps, MapData};
 use kiln_model::FileId;
 use tracing::{debug, info, warn};
 
-use crate::abi::{BpfMapping, MAX_MAPPINGS, UnwindRow};
+use crate::abi::{BpfMapping, MAX_MAPPINGS, PythonProc, UnwindRow};
 use crate::fileid::FileInfo;
 use crate::mapped_file::open_mapped;
 use crate::procfs::{self, Mapping};
+use crate::python::{self, Interpreter};
 use crate::table_builder::{BuildJob, Built, TableBuilder};
 use crate::table_cache::TableCache;
 use crate::unwind::{UnwindError, UnwindTable};
@@ -90,6 +91,9 @@ pub(crate) struct Shared {
     /// Pids all of whose files' tables are loaded.
     pub(crate) loaded: HashSet<u32>,
     pub(crate) stats: UnwindStats,
+    /// The Python processes, with their interpreter: for naming the
+    /// Python frames of their stacks.
+    pub(crate) python: HashMap<u32, Arc<Interpreter>>,
 }
 
 /// Where a file's table is.
@@ -137,6 +141,7 @@ pub(crate) struct UnwindMaps {
     pub(crate) tables: HashOfMaps<MapData, u32>,
     pub(crate) evicted: BpfHashMap<MapData, u32, u32>,
     pub(crate) processes: HashOfMaps<MapData, u32>,
+    pub(crate) python: BpfHashMap<MapData, u32, PythonProc>,
 }
 
 /// Owns the program's unwind maps; runs on the agent's unwinder thread.
@@ -150,6 +155,10 @@ pub struct Unwinder {
     /// big): not built again.
     no_table: HashSet<FileId>,
     processes: HashMap<u32, LoadedProcess>,
+    /// Python interpreters found in files (`None`: looked, none there).
+    interpreters: HashMap<FileId, Option<Arc<Interpreter>>>,
+    /// Whether Python processes' frames are read.
+    python: bool,
     cache: Option<TableCache>,
     /// `None` until [`Unwinder::start_builder`].
     builder: Option<TableBuilder>,
@@ -184,6 +193,8 @@ impl Unwinder {
             tables: HashMap::new(),
             no_table: HashSet::new(),
             processes: HashMap::new(),
+            interpreters: HashMap::new(),
+            python: true,
             cache,
             builder: None,
             loads: 0,
@@ -207,6 +218,12 @@ impl Unwinder {
     ) -> std::io::Result<()> {
         self.builder = Some(TableBuilder::start(done)?);
         Ok(())
+    }
+
+    /// Whether to tell the program about Python processes, so that their
+    /// walks read Python frames (on unless set off).
+    pub(crate) fn read_python(&mut self, on: bool) {
+        self.python = on;
     }
 
     /// What the agent reads: loaded pids and statistics, as they change.
@@ -267,10 +284,53 @@ impl Unwinder {
             },
         );
         self.write_process(pid);
+        self.write_python(pid);
         if let Some(previous) = previous {
             self.release_files(&previous.files);
         }
         self.publish();
+    }
+
+    /// Tells the program where `pid`'s Python interpreter is, when it runs
+    /// one, so that its walks read Python frames; forgets it otherwise.
+    fn write_python(&mut self, pid: u32) {
+        let Some(process) = self.processes.get(&pid).filter(|_| self.python) else {
+            return;
+        };
+        let mut found = None;
+        for (m, file) in &process.mappings {
+            if !python::may_be_python(m.name()) {
+                continue;
+            }
+            let interp = self
+                .interpreters
+                .entry(file.file_id)
+                .or_insert_with(|| inspect_python(pid, m).map(Arc::new))
+                .clone();
+            if let Some(interp) = interp {
+                found = Some((interp, m.start.wrapping_sub(file.vaddr(m, m.start))));
+                break;
+            }
+        }
+        let shared = self.shared.clone();
+        let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        match found {
+            Some((interp, bias)) => {
+                let entry = python::bpf_entry(&interp, bias);
+                if let Err(e) = self.maps.python.insert(pid, entry, 0) {
+                    warn!(pid, error = %e, "python_procs is full: this process's Python frames are not read");
+                    return;
+                }
+                if shared.python.insert(pid, interp.clone()).is_none() {
+                    debug!(pid, version = ?interp.version, supported = entry.supported, "Python process");
+                }
+            }
+            None => {
+                if shared.python.remove(&pid).is_some() {
+                    let _ = self.maps.python.remove(&pid);
+                }
+            }
+        }
     }
 
     /// Writes `pid`'s mapping array into the program from what is known
@@ -606,12 +666,14 @@ impl Unwinder {
                 self.release_files(&process.files);
             }
             let _ = self.maps.processes.remove(&pid);
+            let _ = self.maps.python.remove(&pid);
         }
         self.stats.reaped += gone.len() as u64;
         {
             let mut shared = self.lock_shared();
             for pid in &gone {
                 shared.loaded.remove(pid);
+                shared.python.remove(pid);
             }
         }
         self.publish();
@@ -660,6 +722,16 @@ impl Unwinder {
 /// the template's), filled by one copy through a shared mapping of it
 /// (`BPF_F_MMAPABLE`) rather than a syscall per element. The kernel keeps
 /// it alive once inserted; the returned handle may be dropped.
+/// The interpreter in the file `mapping` maps, if any.
+fn inspect_python(pid: u32, mapping: &Mapping) -> Option<Interpreter> {
+    let file = open_mapped(pid, mapping)
+        .inspect_err(|e| debug!(pid, path = %mapping.path, error = %e, "cannot open a possible Python interpreter"))
+        .ok()?;
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).ok()?;
+    python::inspect(&elf, mapping.name())
+}
+
 fn filled_array<T: Copy>(values: &[T], name: &str) -> Result<MapData, String> {
     use aya_obj::generated::{BPF_F_INNER_MAP, BPF_F_MMAPABLE, bpf_map_type};
 

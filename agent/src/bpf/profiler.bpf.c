@@ -27,18 +27,37 @@
  * walk ended is counted in `stats` (KILN_STAT_WALK_*), so a user can see
  * what share of stacks reached their root.
  *
- * No kernel struct is read field by field (the user registers of a task in
- * the kernel are copied whole from bpf_task_pt_regs()), so nothing here
- * needs CO-RE: the UAPI headers (linux-libc-dev) and libbpf's
- * bpf_helpers.h are all it includes.
+ * Where the walk meets CPython's bytecode loop, the Python frames it runs
+ * take its place (python_frame()), read from the interpreter's memory with
+ * the offsets user space gives per process (`python_procs`).
+ *
+ * One kernel field is read by name, the thread's fs base, with CO-RE (for
+ * CPython 3.10, which knows threads by pthread_self()); every other
+ * kernel struct is copied whole (the user registers, from
+ * bpf_task_pt_regs()): the UAPI headers (linux-libc-dev) and libbpf's
+ * headers are all it includes.
  *
  * Minimum kernel: 5.17 (bpf_loop; bpf_task_pt_regs is 5.15).
  */
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #include "types.h"
+
+/*
+ * The one kernel field read by name: the sampled thread's fs base, which
+ * is its pthread_self() and what CPython 3.10 stores as a thread state's
+ * thread_id. CO-RE: the loader finds the field in this kernel's BTF.
+ */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
 
 /* bpf_get_stack() is GPL-only, so the program must declare a GPL-compatible
  * licence for the kernel to load it; this file is dual-licensed for that. */
@@ -163,6 +182,25 @@ struct {
 
 #define KILN_REMAP_FIRST_WAIT_NS (1000000000ULL)
 #define KILN_REMAP_MAX_WAIT_NS (64ULL * 1000000000ULL)
+
+/* Python processes (by tgid): where their interpreter is and its layout.
+ * Written by user space; see struct kiln_python_proc. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct kiln_python_proc);
+} python_procs SEC(".maps");
+
+/* A Python thread's PyThreadState, by pid_tgid, once found among its
+ * interpreter's threads: a cache, checked against the thread's id at each
+ * use (a thread state can be freed and its thread id reused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} python_threads SEC(".maps");
 
 /* struct kiln_new_process records, read by user space every few ms. */
 struct {
@@ -373,6 +411,26 @@ struct unwind_state {
 	__u32 suspect;
 	/* Whether user space gave the process's mappings. */
 	__u32 has_mappings;
+	/* Whether the walk is past its leaf frame. (Flags, not counts,
+	 * here: the verifier tells loop states apart by every value they
+	 * branch on, and counters would keep it from ever seeing a state
+	 * again.) */
+	__u32 past_leaf;
+	/* Python: the process's _PyEval_EvalFrameDefault, [start, end); 0
+	 * when it is not a Python process. */
+	__u64 py_eval_start;
+	__u64 py_eval_end;
+	/* The next Python frame to put in the stack; a KILN_PY_MARK_* (< 4096)
+	 * for a marker; 0 when there are none. Looked up at the walk's first
+	 * activation (py_looked_up). */
+	__u64 py_frame;
+	__u32 py_looked_up;
+	/* Whether the walk is in an activation: its native frame is the
+	 * current one, and its Python frames go in first. */
+	__u32 py_active;
+	/* Whether the current activation put a Python frame in the stack. */
+	__u32 py_pushed;
+	__u32 py_reserved;
 };
 
 /* What find_row() returns when the table is not loaded, and when no row
@@ -474,6 +532,199 @@ static __always_inline void table_missing(struct unwind_state *st, __u32 table_i
 	announce_again(KILN_PROCESS_TABLE_MISSING);
 }
 
+/* Python frame pointers and markers apart: no frame is in the first page. */
+#define KILN_PY_MIN_FRAME 4096
+
+/* Reads a u64 of the interpreter's memory; nonzero when it cannot. */
+static __always_inline long py_read(__u64 *out, __u64 addr)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr);
+}
+
+/*
+ * The current Python frame of the sampled thread of process `tgid`: its
+ * thread state is found in `python_threads`, or else among its
+ * interpreter's threads (the main interpreter's, at most 64); 0 when the
+ * thread runs no Python frame, a KILN_PY_MARK_* when it cannot tell. A
+ * global function, verified once, like find_mapping().
+ */
+__attribute__((noinline)) __u64 python_current_frame(__u32 tgid)
+{
+	struct kiln_python_proc *py = bpf_map_lookup_elem(&python_procs, &tgid);
+
+	if (!py)
+		return KILN_PY_MARK_UNREADABLE;
+	if (!py->supported)
+		return KILN_PY_MARK_UNSUPPORTED;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u64 me;
+
+	if (py->thread_id_is_tid) {
+		me = (__u32)pid_tgid;
+	} else {
+		struct task_struct *task = bpf_get_current_task_btf();
+
+		me = BPF_CORE_READ(task, thread.fsbase);
+	}
+	__u64 ts = 0, id = 0;
+	__u64 *cached = bpf_map_lookup_elem(&python_threads, &pid_tgid);
+
+	if (cached) {
+		ts = *cached;
+		if (py_read(&id, ts + py->tstate_thread_id) || id != me)
+			ts = 0;
+	}
+	if (!ts) {
+		__u64 t = 0;
+
+		if (py_read(&t, py->runtime + py->interpreters_head) ||
+		    py_read(&t, t + py->threads_head))
+			return KILN_PY_MARK_UNREADABLE;
+		for (int i = 0; i < 64 && t; i++) {
+			if (py_read(&id, t + py->tstate_thread_id))
+				return KILN_PY_MARK_UNREADABLE;
+			if (id == me) {
+				ts = t;
+				break;
+			}
+			if (py_read(&t, t + py->tstate_next))
+				return KILN_PY_MARK_UNREADABLE;
+		}
+		if (!ts)
+			return KILN_PY_MARK_NO_THREAD;
+		bpf_map_update_elem(&python_threads, &pid_tgid, &ts, BPF_ANY);
+	}
+	__u64 frame = 0;
+
+	if (py_read(&frame, ts + py->tstate_frame))
+		return KILN_PY_MARK_UNREADABLE;
+	if (py->cframe_current_frame != KILN_PY_NONE && frame &&
+	    py_read(&frame, frame + py->cframe_current_frame))
+		return KILN_PY_MARK_UNREADABLE;
+	if (frame && frame < KILN_PY_MIN_FRAME)
+		return KILN_PY_MARK_UNREADABLE;
+	return frame;
+}
+
+/* What python_step() found: the entry to put in the stack (0: none) and
+ * the frame after it. */
+struct python_step_out {
+	__u64 entry;
+	__u64 next;
+};
+
+/* python_step()'s answer, per CPU (a global function returns one scalar). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct python_step_out);
+} python_step_out SEC(".maps");
+
+/* python_step()'s return value: the activation has more frames. */
+#define KILN_PY_MORE 1
+
+/* A marker entry, counted. */
+static __always_inline __u64 python_marker(__u64 mark)
+{
+	stat_inc(mark == KILN_PY_MARK_UNSUPPORTED  ? KILN_STAT_PY_UNSUPPORTED
+		 : mark == KILN_PY_MARK_NO_THREAD ? KILN_STAT_PY_NO_THREAD
+						  : KILN_STAT_PY_UNREADABLE);
+	return KILN_PY_FRAME | (mark << KILN_PY_INSTR_SHIFT);
+}
+
+/*
+ * Reads Python frame `frame` of process `tgid` (a KILN_PY_MARK_* stands
+ * for a marker, which ends the Python part of the walk): writes the entry
+ * it makes (0 for a shim frame, which is no Python frame) and the frame
+ * after it to `python_step_out`, and returns KILN_PY_MORE while the
+ * current activation has more frames. A global function, verified once on
+ * its own: inlined into the walk's loop, its branches multiplied the
+ * states the verifier walks past its limit.
+ */
+__attribute__((noinline)) int python_step(__u32 tgid, __u64 frame)
+{
+	__u32 zero = 0;
+	struct python_step_out *out = bpf_map_lookup_elem(&python_step_out, &zero);
+	struct kiln_python_proc *py = bpf_map_lookup_elem(&python_procs, &tgid);
+
+	if (!out)
+		return 0;
+	out->entry = 0;
+	out->next = 0;
+	if (frame == 0)
+		return 0;
+	if (frame < KILN_PY_MIN_FRAME || !py) {
+		out->entry = python_marker(frame < KILN_PY_MIN_FRAME ? frame : KILN_PY_MARK_UNREADABLE);
+		return 0;
+	}
+	__u64 code = 0, prev = 0, instr = 0;
+	__u8 entry = 0;
+
+	if (py_read(&prev, frame + py->frame_previous) || py_read(&code, frame + py->frame_code) ||
+	    (py->entry != KILN_PY_ENTRY_ONE &&
+	     bpf_probe_read_user(&entry, sizeof(entry), (const void *)(frame + py->frame_entry)))) {
+		out->entry = python_marker(KILN_PY_MARK_UNREADABLE);
+		return 0;
+	}
+	code &= py->code_mask;
+	out->next = prev;
+	/* 3.12+: the shim below an activation's first frame ends it. */
+	if (py->entry == KILN_PY_ENTRY_SHIM && entry >= py->owner_cstack)
+		return 0;
+	if (code == 0 || code > KILN_PY_CODE_MASK) {
+		out->entry = python_marker(KILN_PY_MARK_UNREADABLE);
+		out->next = 0;
+		return 0;
+	}
+	if (py->instr_is_pointer) {
+		__u64 ip = 0;
+
+		if (!py_read(&ip, frame + py->frame_instr) && ip > code)
+			instr = (ip - code) / 2;
+	} else {
+		__s32 lasti = 0;
+
+		if (!bpf_probe_read_user(&lasti, sizeof(lasti), (const void *)(frame + py->frame_instr)) &&
+		    lasti > 0)
+			instr = lasti;
+	}
+	if (instr > 0xffff)
+		instr = 0xffff;
+	out->entry = KILN_PY_FRAME | (instr << KILN_PY_INSTR_SHIFT) | code;
+	stat_inc(KILN_STAT_PY_FRAMES);
+	if (py->entry == KILN_PY_ENTRY_ONE || (py->entry == KILN_PY_ENTRY_FLAG && entry))
+		return 0;
+	return prev ? KILN_PY_MORE : 0;
+}
+
+/*
+ * Puts the current activation's next Python frame in the stack (at most
+ * one entry). Returns 1 while the activation has more frames, 0 once it
+ * is over (its native frame is then stepped past, or, when it put no
+ * frame at all, kept as a native frame).
+ */
+static __always_inline int python_frame(struct unwind_state *st)
+{
+	__u32 zero = 0;
+	int more = python_step(st->tgid, st->py_frame);
+	struct python_step_out *out = bpf_map_lookup_elem(&python_step_out, &zero);
+	struct kiln_stack *buf = st->buf;
+	__u32 n = st->n;
+
+	if (!out || !buf) {
+		st->py_frame = 0;
+		return 0;
+	}
+	st->py_frame = out->next;
+	if (out->entry && n < KILN_MAX_STACK_DEPTH) {
+		buf->addrs[n] = out->entry;
+		st->n = n + 1;
+		st->py_pushed = 1;
+	}
+	return more == KILN_PY_MORE;
+}
+
 /*
  * One frame of the walk: from (pc, sp, bp) of a frame, find its caller's.
  * Where the table has a rule it is followed; elsewhere (no table, no FDE,
@@ -488,11 +739,33 @@ static long unwind_step(__u64 index, void *data)
 
 	if (!buf || n >= KILN_MAX_STACK_DEPTH)
 		return 1;
-	buf->addrs[n] = st->pc;
-	st->n = n + 1;
-
 	/* Past the leaf, pc is a return address: look up the call. */
-	__u64 lookup = n == 0 ? st->pc : st->pc - 1;
+	__u64 lookup = st->past_leaf ? st->pc - 1 : st->pc;
+
+	/* CPython's bytecode loop: its Python frames go in its place, one per
+	 * iteration, before it is stepped past. */
+	if (st->py_eval_end && lookup >= st->py_eval_start && lookup < st->py_eval_end) {
+		if (!st->py_active) {
+			st->py_active = 1;
+			st->py_pushed = 0;
+			if (!st->py_looked_up) {
+				st->py_looked_up = 1;
+				st->py_frame = python_current_frame(st->tgid);
+			}
+		}
+		if (python_frame(st))
+			return 0;
+		st->py_active = 0;
+	}
+	if (!st->py_pushed) {
+		n = st->n;
+		if (n >= KILN_MAX_STACK_DEPTH)
+			return 1;
+		buf->addrs[n] = st->pc;
+		st->n = n + 1;
+	}
+	st->py_pushed = 0;
+	st->past_leaf = 1;
 	__u64 cfa = 0, ra = 0, bp = st->bp;
 	__u64 row = KILN_ROW_NONE;
 	int mi = find_mapping(st->tgid, lookup, KILN_MAX_MAPPINGS);
@@ -586,6 +859,12 @@ stop:
  */
 static __always_inline void walk_user(struct unwind_state *st)
 {
+	struct kiln_python_proc *py = bpf_map_lookup_elem(&python_procs, &st->tgid);
+
+	if (py) {
+		st->py_eval_start = py->eval_start;
+		st->py_eval_end = py->eval_end;
+	}
 	st->has_mappings = bpf_map_lookup_elem(&proc_mappings, &st->tgid) != NULL;
 	/* Not loaded yet: whatever breaks the walk, a table would have
 	 * helped. */

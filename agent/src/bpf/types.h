@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 10
+#define KILN_ABI_VERSION 11
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -93,8 +93,21 @@ enum kiln_stat {
 	KILN_STAT_OFF_CPU_WAITS = 15,
 	KILN_STAT_OFF_CPU_SHORT = 16,
 	KILN_STAT_OFF_CPU_LOST_NS = 17,
+	/*
+	 * The CPython unwinder (python_frame()). PY_FRAMES: Python frames put
+	 * into stacks; PY_UNREADABLE: interpreter activations whose frames
+	 * could not be read (a marker frame stands for them);
+	 * PY_UNSUPPORTED: activations of an interpreter version the agent
+	 * has no layout for (a marker frame too); PY_NO_THREAD: activations
+	 * of a thread whose thread state was not found among the
+	 * interpreter's threads.
+	 */
+	KILN_STAT_PY_FRAMES = 18,
+	KILN_STAT_PY_UNREADABLE = 19,
+	KILN_STAT_PY_UNSUPPORTED = 20,
+	KILN_STAT_PY_NO_THREAD = 21,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 18,
+	KILN_STAT_NR = 22,
 };
 
 /*
@@ -316,5 +329,95 @@ struct kiln_mapping {
 	__u32 rows_len;
 };
 _Static_assert(sizeof(struct kiln_mapping) == 32, "kiln_mapping layout");
+
+/*
+ * Python frames. Where the native walk meets CPython's bytecode loop
+ * (_PyEval_EvalFrameDefault), the interpreter frames that activation runs
+ * take its place in the stack, each as one entry:
+ *
+ *   KILN_PY_FRAME | instr << KILN_PY_INSTR_SHIFT | code
+ *
+ * `code` is the code object's address (user-space addresses fit 47
+ * bits); `instr` is where in its bytecode the frame is, in 2-byte code
+ * units from the start of the bytecode, saturated at 0xffff (3.10: f_lasti;
+ * 3.11+: the instruction pointer's distance from the code object, which
+ * user space turns into code units). An entry with code 0 is a marker and
+ * `instr` an enum kiln_py_marker. Native return addresses never have the
+ * top bit set: user space tells the two apart by it.
+ */
+#define KILN_PY_FRAME (1ULL << 63)
+#define KILN_PY_INSTR_SHIFT 47
+#define KILN_PY_CODE_MASK ((1ULL << KILN_PY_INSTR_SHIFT) - 1)
+
+enum kiln_py_marker {
+	/* The interpreter's frames could not be read. */
+	KILN_PY_MARK_UNREADABLE = 1,
+	/* An interpreter version the agent has no layout for. */
+	KILN_PY_MARK_UNSUPPORTED = 2,
+	/* The thread's state was not among the interpreter's threads. */
+	KILN_PY_MARK_NO_THREAD = 3,
+};
+
+/* How one interpreter activation's frames end (kiln_python_proc.entry). */
+enum kiln_py_entry {
+	/* 3.10: one PyFrameObject per activation. */
+	KILN_PY_ENTRY_ONE = 0,
+	/* 3.11: the activation's first frame has is_entry set (and is the
+	 * last one it runs). */
+	KILN_PY_ENTRY_FLAG = 1,
+	/* 3.12+: below the activation's first frame is a shim frame (owner
+	 * >= owner_cstack: FRAME_OWNED_BY_CSTACK in 3.12 and 3.13,
+	 * FRAME_OWNED_BY_INTERPRETER in 3.14), which is not a Python frame. */
+	KILN_PY_ENTRY_SHIM = 2,
+};
+
+/*
+ * Value of the `python_procs` hash map (key: tgid): where a Python
+ * process's interpreter is and how its memory is laid out, written by user
+ * space (agent/src/python/) when it reads the process's mappings. Offsets
+ * are in bytes; KILN_PY_NONE means "no such field".
+ */
+#define KILN_PY_NONE 0xffffffffu
+struct kiln_python_proc {
+	/* Runtime addresses of _PyEval_EvalFrameDefault, [start, end). */
+	__u64 eval_start;
+	__u64 eval_end;
+	/* Runtime address of _PyRuntime. */
+	__u64 runtime;
+	/* ANDed with a frame's code word (3.14 tags it). */
+	__u64 code_mask;
+	/* _PyRuntime.interpreters.head; PyInterpreterState's first thread. */
+	__u32 interpreters_head;
+	__u32 threads_head;
+	/* PyThreadState: next; the id compared with the sampled thread's
+	 * (3.11+: native_thread_id, its tid; 3.10: thread_id, pthread_self(),
+	 * its fs base); where the current frame is. */
+	__u32 tstate_next;
+	__u32 tstate_thread_id;
+	__u32 tstate_frame;
+	/* 3.11/3.12: tstate_frame points at a _PyCFrame, whose current
+	 * frame is here; KILN_PY_NONE elsewhere. */
+	__u32 cframe_current_frame;
+	/* The frame (3.10 PyFrameObject, 3.11+ _PyInterpreterFrame). */
+	__u32 frame_previous;
+	__u32 frame_code;
+	__u32 frame_instr;
+	/* is_entry (3.11) or owner (3.12+), a byte; see enum kiln_py_entry. */
+	__u32 frame_entry;
+	/* enum kiln_py_entry. */
+	__u8 entry;
+	/* The owner value of the shim frame (see KILN_PY_ENTRY_SHIM). */
+	__u8 owner_cstack;
+	/* 1 when frame_instr is a pointer into the code object (3.11+),
+	 * 0 when it is 3.10's int f_lasti. */
+	__u8 instr_is_pointer;
+	/* 1 when tstate_thread_id holds the tid (3.11+), 0 when it holds
+	 * pthread_self() (3.10). */
+	__u8 thread_id_is_tid;
+	/* 0 when the version has no layout: each activation becomes a
+	 * KILN_PY_MARK_UNSUPPORTED marker. */
+	__u32 supported;
+};
+_Static_assert(sizeof(struct kiln_python_proc) == 80, "kiln_python_proc layout");
 
 #endif /* KILN_TYPES_H */

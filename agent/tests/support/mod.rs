@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 
 use kiln_agent::{Agent, AgentConfig, AgentError, FileInfo, SamplerError};
-use kiln_model::{Batch, FileId, Frame, label_names};
+use kiln_model::{Batch, FileId, Frame, LabelSet, label_names};
 use kiln_test_support::CBuild;
 use object::{Object, ObjectSymbol, SymbolKind};
 
@@ -61,6 +61,28 @@ impl Drop for Workload {
 /// resolved, as (pid label, frames root first, count). Dictionary entries
 /// come from the batch itself or an earlier one, as the backend sees them.
 pub fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Frame>, u64)> {
+    resolve_labelled(batches, first)
+        .into_iter()
+        .map(|s| {
+            (
+                s.labels.get(label_names::PID).map(str::to_string),
+                s.frames,
+                s.count,
+            )
+        })
+        .collect()
+}
+
+/// One sample as the backend would see it.
+pub struct Resolved {
+    pub labels: LabelSet,
+    /// Root first.
+    pub frames: Vec<Frame>,
+    pub count: u64,
+}
+
+/// As [`resolve`], keeping each sample's labels whole.
+pub fn resolve_labelled(batches: &[Batch], first: usize) -> Vec<Resolved> {
     let mut frames = HashMap::new();
     let mut stacks = HashMap::new();
     let mut labels = HashMap::new();
@@ -91,15 +113,28 @@ pub fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Fram
                         .clone()
                 })
                 .collect();
-            let pid = labels
+            let labels = labels
                 .get(&s.labels)
                 .unwrap_or_else(|| panic!("label set {} was never sent", s.labels))
-                .get(label_names::PID)
-                .map(str::to_string);
-            out.push((pid, resolved, s.count));
+                .clone();
+            out.push(Resolved {
+                labels,
+                frames: resolved,
+                count: s.count,
+            });
         }
     }
     out
+}
+
+/// The executables the batches name, by id: what a native frame's
+/// `file_id` stands for.
+pub fn executables(batches: &[Batch]) -> HashMap<FileId, String> {
+    batches
+        .iter()
+        .flat_map(|b| &b.executables)
+        .map(|e| (e.file_id, e.name.clone()))
+        .collect()
 }
 
 /// The workload's function symbols, to name its frames (the test's own

@@ -1,0 +1,184 @@
+//! CPython frames in native stacks.
+//!
+//! A profiled Python program is, to a native unwinder, the interpreter:
+//! `_PyEval_EvalFrameDefault` over and over. Where the eBPF walk meets that
+//! function, it reads the Python frames that activation runs out of the
+//! interpreter's memory instead (profiler.bpf.c, `python_frame()`), with
+//! what this module tells it per process ([`bpf_entry`]): where the
+//! bytecode loop and the runtime state are ([`detect`]), and the layout of
+//! the interpreter's structs in that version ([`layout`]; from 3.13, the
+//! interpreter's own `_Py_DebugOffsets`). Each Python frame comes back as
+//! a code object's address and an instruction offset; [`PythonNamer`]
+//! reads the code object once per process (name, file, line table) and
+//! turns it into a named `python` frame with its line ([`linetable`]).
+
+mod code;
+mod detect;
+pub mod layout;
+pub mod linetable;
+mod memory;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kiln_model::{Frame, FrameKind};
+
+pub use code::{CodeError, CodeInfo};
+pub use detect::{Interpreter, inspect, may_be_python};
+pub use memory::{Memory, MemoryImage, ProcessMemory};
+
+use crate::abi::{self, PythonProc};
+use layout::{Layout, PyVersion};
+
+/// Code objects remembered (over all processes) before the cache starts
+/// over: a few hundred bytes each.
+const MAX_CODES: usize = 64 * 1024;
+
+/// The oldest version whose frames are read.
+const OLDEST: PyVersion = PyVersion {
+    major: 3,
+    minor: 10,
+};
+
+/// What the eBPF walker needs to read the frames of a process running
+/// `interp`, whose file is loaded `bias` bytes above its virtual addresses.
+pub fn bpf_entry(interp: &Interpreter, bias: u64) -> PythonProc {
+    let mut entry = PythonProc {
+        eval_start: interp.eval.start.wrapping_add(bias),
+        eval_end: interp.eval.end.wrapping_add(bias),
+        runtime: interp.runtime.wrapping_add(bias),
+        ..PythonProc::default()
+    };
+    let Some(l) = readable_layout(interp) else {
+        // Each activation becomes a marker naming the version.
+        return entry;
+    };
+    let v311 = l.version
+        >= PyVersion {
+            major: 3,
+            minor: 11,
+        };
+    entry.code_mask = l.code_tag_mask;
+    entry.interpreters_head = l.runtime_interpreters_head;
+    entry.threads_head = l.interp_threads_head;
+    entry.tstate_next = l.tstate_next;
+    entry.tstate_frame = l.tstate_frame;
+    entry.cframe_current_frame = l.cframe_current_frame.unwrap_or(abi::PY_NONE);
+    entry.frame_previous = l.frame_previous;
+    entry.frame_code = l.frame_code;
+    entry.frame_instr = l.frame_instr;
+    (entry.entry, entry.frame_entry) = match (l.frame_is_entry, l.frame_owner) {
+        (Some(flag), _) => (abi::PY_ENTRY_FLAG, flag),
+        (None, Some(owner)) => (abi::PY_ENTRY_SHIM, owner),
+        (None, None) => (abi::PY_ENTRY_ONE, abi::PY_NONE),
+    };
+    entry.owner_cstack = l.owner_cstack;
+    entry.instr_is_pointer = u8::from(v311);
+    // 3.11+ keep the thread's tid (native_thread_id); 3.10 only
+    // pthread_self().
+    match l.tstate_native_thread_id {
+        Some(at) if v311 => {
+            entry.tstate_thread_id = at;
+            entry.thread_id_is_tid = 1;
+        }
+        _ => entry.tstate_thread_id = l.tstate_thread_id,
+    }
+    entry.supported = 1;
+    entry
+}
+
+/// The layout of `interp` when its frames can be read.
+fn readable_layout(interp: &Interpreter) -> Option<&Layout> {
+    interp.layout.as_ref().filter(|_| interp.version >= OLDEST)
+}
+
+/// Turns the Python entries of recorded stacks into named frames,
+/// remembering each code object it read.
+#[derive(Debug, Default)]
+pub struct PythonNamer {
+    codes: HashMap<(u32, u64), Option<Arc<CodeInfo>>>,
+}
+
+impl PythonNamer {
+    /// A namer with nothing read yet.
+    pub fn new() -> Self {
+        PythonNamer::default()
+    }
+
+    /// The frame for the stack entry `entry` (one with [`abi::PY_FRAME`]
+    /// set) of process `pid`, which runs `interp`; its memory read
+    /// through `mem` the first time a code object is met.
+    pub fn frame(&mut self, pid: u32, interp: &Interpreter, entry: u64, mem: &dyn Memory) -> Frame {
+        let code = entry & abi::PY_CODE_MASK;
+        let instr = ((entry & !abi::PY_FRAME) >> abi::PY_INSTR_SHIFT) as u16;
+        if code == 0 {
+            return marker(interp, u64::from(instr));
+        }
+        let Some(layout) = readable_layout(interp) else {
+            return marker(interp, abi::PY_MARK_UNSUPPORTED);
+        };
+        if self.codes.len() >= MAX_CODES {
+            self.codes.clear();
+        }
+        let info = self.codes.entry((pid, code)).or_insert_with(|| {
+            match CodeInfo::read(mem, layout, code) {
+                Ok(info) => Some(Arc::new(info)),
+                Err(e) => {
+                    tracing::debug!(pid, code, error = %e, "unreadable Python code object");
+                    None
+                }
+            }
+        });
+        match info {
+            Some(info) => Frame::Named {
+                kind: FrameKind::Python,
+                function: info.name.clone(),
+                module: None,
+                file: Some(info.file.clone()),
+                line: info.line(instr),
+            },
+            None => marker(interp, abi::PY_MARK_UNREADABLE),
+        }
+    }
+
+    /// Forgets the code objects of a process that exited.
+    pub fn forget(&mut self, pid: u32) {
+        self.codes.retain(|(p, _), _| *p != pid);
+    }
+}
+
+/// The frame that stands for Python frames that could not be read.
+fn marker(interp: &Interpreter, mark: u64) -> Frame {
+    let v = interp.version;
+    let what = match mark {
+        abi::PY_MARK_UNSUPPORTED => format!("unsupported {}.{}", v.major, v.minor),
+        abi::PY_MARK_NO_THREAD => "no thread state".to_string(),
+        _ => "unreadable".to_string(),
+    };
+    Frame::Named {
+        kind: FrameKind::Python,
+        function: format!("[python: {what}]"),
+        module: None,
+        file: None,
+        line: 0,
+    }
+}
+
+/// The script a Python process runs, from its stack (root first): the
+/// file of the outermost `<module>` frame that is not `runpy`'s own (`-m`
+/// runs the module under runpy), without its directories. Read from the
+/// interpreter's memory rather than the command line, which may hold
+/// secrets and whose relative paths say nothing on their own.
+pub fn script_of(frames: &[Frame]) -> Option<String> {
+    frames.iter().find_map(|f| match f {
+        Frame::Named {
+            kind: FrameKind::Python,
+            function,
+            file: Some(file),
+            ..
+        } if function == "<module>" && !file.contains("runpy") && !file.starts_with('<') => {
+            Some(file.rsplit('/').next().unwrap_or(file).to_string())
+        }
+        _ => None,
+    })
+}

@@ -1,0 +1,57 @@
+"""A Python workload with known shares of its time, for the agent's
+Python tests (agent/tests/python.rs).
+
+Every 20 ms period it spends 10 ms in parse(), 7 ms in render() (both
+pure Python) and 3 ms in digest(), which hashes with hashlib: native
+code of libcrypto under a Python frame. So 50/35/15 of its CPU time,
+all of it under <module> -> main.
+
+Usage: python3 python_shares.py SECONDS
+"""
+
+import hashlib
+import sys
+import time
+
+PERIOD = 0.020
+PARSE_UNTIL = 0.010
+RENDER_UNTIL = 0.017
+# Small enough that one hash (tens of microseconds) does not overrun the
+# share, large enough that the time is spent in libcrypto.
+DATA = b"kiln" * 4096
+
+
+def parse(until):
+    n = 0
+    while time.perf_counter() < until:
+        for i in range(100):
+            n += i * i % 7
+    return n
+
+
+def render(until):
+    s = 0.0
+    while time.perf_counter() < until:
+        for i in range(100):
+            s += (i ^ 0x55) / 3.0
+    return s
+
+
+def digest(until):
+    h = b""
+    while time.perf_counter() < until:
+        h = hashlib.sha256(DATA).digest()
+    return h
+
+
+def main(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        parse(start + PARSE_UNTIL)
+        render(start + RENDER_UNTIL)
+        digest(start + PERIOD)
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]))
