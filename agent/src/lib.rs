@@ -46,21 +46,27 @@
 //!   none of its known mappings (it mapped code since; backing off per
 //!   process). A thread reads its maps at once, so that processes
 //!   living milliseconds are still placed; for processes that were sampled,
-//!   another thread builds, with gimli, a compact table per file
-//!   (`unwind.rs`: CFA on rsp/rbp, the PLT rule, where rbp was saved, the
-//!   outermost frame), places it once in a free range of the
-//!   `unwind_rows` map and writes the process's mappings to
-//!   `proc_mappings` (`unwinder.rs`). Tables are counted by the live
-//!   processes mapping them; when one does not fit, exited processes are
-//!   reaped and unused tables evicted, least recently used first
-//!   (`row_space.rs` keeps the free ranges). `unwind_step()` in
-//!   `profiler.bpf.c` then walks frames with `bpf_loop`, binary-searching
-//!   both; where a mapping has no table it follows frame pointers. This is
-//!   what makes code built without frame pointers (most distributions'
-//!   libraries) unwind; the integration tests check both builds.
-//! - **Frame pointers** (`bpf_get_stack` with `BPF_F_USER_STACK`): for
-//!   processes without tables, and everything when
-//!   [`AgentConfig::unwind_tables`] is off.
+//!   a builder thread builds, with gimli, a compact table per file
+//!   (`unwind.rs`, smallest file first, saved on disk by FileId in
+//!   `table_cache.rs`), loaded as an array map of its own into the
+//!   `unwind_tables` hash of maps, shared by every process mapping the
+//!   file; each process's sorted mappings go to `proc_mappings`
+//!   (`unwinder.rs`). Tables are counted by the live processes mapping
+//!   them; past the budget ([`AgentConfig::unwind_table_bytes`]), exited
+//!   processes are reaped and unused tables evicted, least recently used
+//!   first. `unwind_step()` in `profiler.bpf.c` walks frames with
+//!   `bpf_loop`, binary-searching both; where a mapping has no table it
+//!   follows frame pointers. This is what makes code built without frame
+//!   pointers (most distributions' libraries) unwind.
+//! - **Frame pointers**: for frames in files without tables, and
+//!   everything when [`AgentConfig::unwind_tables`] is off.
+//!
+//! # Python
+//!
+//! Where the walk meets CPython's bytecode loop (3.10 to 3.14), the Python
+//! frames that activation runs take its place, read from the
+//! interpreter's memory in eBPF; user space names them with file and line
+//! and adds the `script` label ([`python`]; [`AgentConfig::python`]).
 //!
 //! # Without eBPF
 //!
@@ -103,19 +109,11 @@
 //!
 //! # Not built yet
 //!
-//! - Whole tables are built for every file of every sampled process;
-//!   files whose table would take more than half the map (with the
-//!   default map, over 1 MiB of `.eh_frame`: big Rust and C++ binaries)
-//!   or with more than [`MAX_EH_FRAME_BYTES`] fall back to frame
-//!   pointers. On a host that keeps building new
-//!   binaries this costs the agent about 0.1% of the machine more than
-//!   frame pointers alone (`agent_bench`). Next: tables in page-sized
-//!   chunks loaded on demand (the OpenTelemetry profiler's approach), and
-//!   a table cache on disk by FileId.
 //! - A reused pid may use its predecessor's `proc_mappings` entry until
 //!   the new process is announced or the exited one is reaped (at most
 //!   10 s while processes come and go).
-//! - Interpreters (Python, JVM, …).
+//! - Interpreters other than CPython (JVM, Node, Ruby, …), and
+//!   free-threaded CPython builds.
 //! - Symbol upload ([`Agent::upload_symbols_to`]) extracts each file's
 //!   symbols here and sends them as a ksym (never the file); it reads a
 //!   file again for each run, with no cache of what was sent.

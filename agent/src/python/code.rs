@@ -162,3 +162,148 @@ pub fn read_bytes(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Vec<u8
         .map_err(|source| CodeError::Memory { addr: data, source })?;
     Ok(buf)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::python::layout::known_layout;
+    use crate::python::memory::MemoryImage;
+
+    const CODE: u64 = 0x10_0000;
+    const NAME: u64 = 0x20_0000;
+    const FILE: u64 = 0x21_0000;
+    const TABLE: u64 = 0x22_0000;
+
+    /// A compact `str` as `layout` lays it out: ASCII, or Latin-1/UCS-2.
+    fn put_str(img: &mut MemoryImage, layout: &Layout, at: u64, text: &str) {
+        let ascii = text.is_ascii();
+        let kind: u32 = if text.chars().all(|c| (c as u32) < 256) {
+            1
+        } else {
+            2
+        };
+        let state = kind << layout.unicode_kind_shift
+            | 1 << layout.unicode_compact_bit
+            | u32::from(ascii) << layout.unicode_ascii_bit;
+        img.put_u32(at + u64::from(layout.unicode_state), state);
+        img.put_u64(
+            at + u64::from(layout.unicode_length),
+            text.chars().count() as u64,
+        );
+        let data: Vec<u8> = match kind {
+            1 => text.chars().map(|c| c as u8).collect(),
+            _ => text.encode_utf16().flat_map(u16::to_le_bytes).collect(),
+        };
+        let data_at = if ascii {
+            layout.unicode_ascii_data
+        } else {
+            layout.unicode_compact_data
+        };
+        img.put(at + u64::from(data_at), &data);
+    }
+
+    /// A code object of `layout`'s version named `name` in `file`, first
+    /// line 40, whose first four code units are on line 42.
+    fn image(layout: &Layout, name: &str, file: &str) -> MemoryImage {
+        let mut img = MemoryImage::new();
+        let name_field = layout.code_qualname.unwrap_or(layout.code_name);
+        img.put_u64(CODE + u64::from(name_field), NAME);
+        img.put_u64(CODE + u64::from(layout.code_filename), FILE);
+        img.put_u32(CODE + u64::from(layout.code_firstlineno), 40);
+        img.put_u64(CODE + u64::from(layout.code_linetable), TABLE);
+        put_str(&mut img, layout, NAME, name);
+        put_str(&mut img, layout, FILE, file);
+        let table: &[u8] = if layout.version
+            < (PyVersion {
+                major: 3,
+                minor: 11,
+            }) {
+            // PEP 626: 8 bytes of bytecode on line first + 2.
+            &[8, 2]
+        } else {
+            // Locations: one "no columns" entry of 4 code units, line +2.
+            &[0x80 | 13 << 3 | 3, 4]
+        };
+        img.put_u64(TABLE + u64::from(layout.bytes_size), table.len() as u64);
+        img.put(TABLE + u64::from(layout.bytes_data), table);
+        img
+    }
+
+    /// The `instr` the eBPF side records for code unit `unit` of the
+    /// bytecode.
+    fn instr(layout: &Layout, unit: u16) -> u16 {
+        if layout.version
+            < (PyVersion {
+                major: 3,
+                minor: 11,
+            })
+        {
+            unit
+        } else {
+            (layout.code_bytecode / 2) as u16 + unit
+        }
+    }
+
+    // Guards naming frames of every supported version without its
+    // interpreter: a code object laid out by the version's offsets.
+    #[test]
+    fn code_objects_of_every_version_are_named() {
+        for minor in 10..=14 {
+            let version = PyVersion { major: 3, minor };
+            let layout =
+                known_layout(version).unwrap_or_else(|| panic!("no layout for {version:?}"));
+            for (name, file) in [("Server.handle", "/srv/app.py"), ("größe", "/srv/名前.py")] {
+                let img = image(&layout, name, file);
+                let info = CodeInfo::read(&img, &layout, CODE)
+                    .unwrap_or_else(|e| panic!("3.{minor}: {e}"));
+                assert_eq!(
+                    (info.name.as_str(), info.file.as_str()),
+                    (name, file),
+                    "3.{minor}"
+                );
+                assert_eq!(info.first_line, 40);
+                assert_eq!(
+                    info.line(instr(&layout, 2)),
+                    42,
+                    "3.{minor}: inside the table"
+                );
+                assert_eq!(
+                    info.line(instr(&layout, 9)),
+                    40,
+                    "3.{minor}: past it, the first line"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unreadable_and_corrupt_objects_are_errors() {
+        let layout = known_layout(PyVersion {
+            major: 3,
+            minor: 12,
+        })
+        .unwrap();
+        let img = image(&layout, "f", "a.py");
+        assert!(matches!(
+            CodeInfo::read(&img, &layout, CODE + 0x1000),
+            Err(CodeError::Memory { .. })
+        ));
+        // A length no string has.
+        let mut bad = img.clone();
+        bad.put_u64(NAME + u64::from(layout.unicode_length), u64::MAX);
+        assert!(matches!(
+            CodeInfo::read(&bad, &layout, CODE),
+            Err(CodeError::BadLength { .. })
+        ));
+        // Not compact.
+        let mut bad = img;
+        bad.put_u32(
+            NAME + u64::from(layout.unicode_state),
+            1 << layout.unicode_kind_shift,
+        );
+        assert!(matches!(
+            CodeInfo::read(&bad, &layout, CODE),
+            Err(CodeError::NotCompact(_))
+        ));
+    }
+}

@@ -182,3 +182,121 @@ pub fn script_of(frames: &[Frame]) -> Option<String> {
         _ => None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use layout::known_layout;
+
+    fn interpreter(minor: u8) -> Interpreter {
+        let version = PyVersion { major: 3, minor };
+        Interpreter {
+            version,
+            layout: known_layout(version),
+            eval: 0x1000..0x2000,
+            runtime: 0x9000,
+        }
+    }
+
+    fn python(function: &str, file: &str) -> Frame {
+        Frame::Named {
+            kind: FrameKind::Python,
+            function: function.into(),
+            module: None,
+            file: Some(file.into()),
+            line: 1,
+        }
+    }
+
+    #[test]
+    fn the_program_is_told_how_each_version_ends_an_activation() {
+        let bias = 0x7f00_0000_0000;
+        let e = bpf_entry(&interpreter(10), bias);
+        assert_eq!(
+            (e.entry, e.instr_is_pointer, e.thread_id_is_tid),
+            (abi::PY_ENTRY_ONE, 0, 0)
+        );
+        let e = bpf_entry(&interpreter(11), bias);
+        assert_eq!(
+            (e.entry, e.instr_is_pointer, e.thread_id_is_tid),
+            (abi::PY_ENTRY_FLAG, 1, 1)
+        );
+        assert_ne!(
+            e.cframe_current_frame,
+            abi::PY_NONE,
+            "3.11 reaches its frame through _PyCFrame"
+        );
+        for minor in [12, 13, 14] {
+            let e = bpf_entry(&interpreter(minor), bias);
+            assert_eq!(e.entry, abi::PY_ENTRY_SHIM, "3.{minor}");
+            assert_eq!(e.supported, 1);
+            assert_eq!(
+                (e.eval_start, e.eval_end, e.runtime),
+                (bias + 0x1000, bias + 0x2000, bias + 0x9000)
+            );
+        }
+        assert_eq!(
+            bpf_entry(&interpreter(14), bias).code_mask,
+            !3,
+            "3.14 tags its code references"
+        );
+        let old = Interpreter {
+            layout: None,
+            ..interpreter(9)
+        };
+        assert_eq!(
+            bpf_entry(&old, bias).supported,
+            0,
+            "a version without a layout"
+        );
+    }
+
+    #[test]
+    fn markers_name_what_went_wrong() {
+        let mut namer = PythonNamer::new();
+        let mem = MemoryImage::new();
+        let marker = |mark: u64| abi::PY_FRAME | mark << abi::PY_INSTR_SHIFT;
+        let name = |f: Frame| match f {
+            Frame::Named { function, .. } => function,
+            other => panic!("{other:?}"),
+        };
+        let old = Interpreter {
+            layout: None,
+            ..interpreter(9)
+        };
+        assert_eq!(
+            name(namer.frame(1, &old, marker(abi::PY_MARK_UNSUPPORTED), &mem)),
+            "[python: unsupported 3.9]"
+        );
+        let i = interpreter(12);
+        assert_eq!(
+            name(namer.frame(1, &i, marker(abi::PY_MARK_NO_THREAD), &mem)),
+            "[python: no thread state]"
+        );
+        assert_eq!(
+            name(namer.frame(1, &i, marker(abi::PY_MARK_UNREADABLE), &mem)),
+            "[python: unreadable]"
+        );
+        // A code object that cannot be read (the process is gone).
+        assert_eq!(
+            name(namer.frame(1, &i, abi::PY_FRAME | 0x5000, &mem)),
+            "[python: unreadable]"
+        );
+    }
+
+    #[test]
+    fn the_script_is_the_outermost_module_outside_runpy() {
+        let stack = [
+            python("_run_module_as_main", "<frozen runpy>"),
+            python("<module>", "/usr/lib/python3.11/runpy.py"),
+            python("<module>", "/srv/kestrel/kestrel_service.py"),
+            python("<module>", "/usr/lib/python3.11/json/__init__.py"),
+        ];
+        assert_eq!(script_of(&stack).as_deref(), Some("kestrel_service.py"));
+        assert_eq!(
+            script_of(&[python("worker", "/srv/w.py")]),
+            None,
+            "a thread's stack without <module>"
+        );
+    }
+}
