@@ -26,6 +26,9 @@ dpkg -s libc6-dbg >/dev/null 2>&1 || need_apt+=(libc6-dbg)
 command -v debuginfod >/dev/null || need_apt+=(debuginfod)
 # Go (Debian 12: 1.19), to build the Go program the .gopclntab test reads.
 command -v go >/dev/null || need_apt+=(golang-go)
+# Debian's own CPython (3.11, a static build), which the agent's Python
+# tests profile beside any pyenv interpreters the machine has.
+[ -x /usr/bin/python3.11 ] || need_apt+=(python3.11)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -460,3 +460,99 @@ fn run_host(mut command: Command) -> Workload {
             .unwrap(),
     )
 }
+
+/// A PyTorch-like host in Python: `train()` calls `training_step()`, which
+/// launches through ctypes into the library (`launch_kernel`, then the
+/// marker), as a PyTorch op reaches the CUDA driver through
+/// libtorch_python's native frames.
+const PYTHON_HOST: &str = r#"
+import ctypes, sys, threading, time
+lib = ctypes.CDLL(sys.argv[1])
+def training_step(i):
+    lib.launch_kernel(i, threading.get_native_id())
+def train(seconds):
+    end = time.time() + seconds
+    i = 1
+    while time.time() < end:
+        training_step(i)
+        i += 1
+train(float(sys.argv[2]))
+"#;
+
+fn python_frame_at(stack: &[kiln_model::Frame], function: &str) -> Option<usize> {
+    stack.iter().position(|f| {
+        matches!(f, kiln_model::Frame::Named { kind: kiln_model::FrameKind::Python, function: name, .. } if name == function)
+    })
+}
+
+// Guards GPU launch stacks through Python (issue 15): a kernel launched
+// from Python hangs under the Python function that launched it, with the
+// native launch path below that frame.
+#[test]
+fn launches_from_python_hang_under_their_python_caller() {
+    require_root();
+    let python = Path::new("/usr/bin/python3.11");
+    assert!(
+        python.exists(),
+        "Debian's python3.11 is missing: scripts/setup-tests.sh installs it"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let library = dir.path().join("libkiln_cuda.so");
+    std::fs::write(dir.path().join("marker.c"), LIBRARY).unwrap();
+    CBuild::clang()
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .file(&dir.path().join("marker.c"), &library);
+    let script = dir.path().join("train.py");
+    std::fs::write(&script, PYTHON_HOST).unwrap();
+    let symbols = Symbols::of(&library);
+    let mut agent = start_gpu_agent(dir.path(), None);
+    let mut sink = MemorySink::default();
+    let child = Workload(
+        Command::new(python)
+            .arg(&script)
+            .arg(&library)
+            .arg("45")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let started = Instant::now();
+    let recorded = loop {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+        let found: Vec<Vec<kiln_model::Frame>> = (1..=100_000)
+            .filter_map(|id| agent.gpu_launch_stack(pid, id))
+            .collect();
+        if found.len() >= 200 || started.elapsed() > GIVE_UP_AFTER {
+            break found;
+        }
+    };
+    drop(child);
+    assert!(
+        recorded.len() >= 50,
+        "only {} launches were recorded in {GIVE_UP_AFTER:?}",
+        recorded.len()
+    );
+    // Root first: <module>, train, training_step, then the native path
+    // (ctypes, libffi) down to launch_kernel.
+    let under_caller = recorded
+        .iter()
+        .filter(|stack| {
+            let module = python_frame_at(stack, "<module>");
+            let train = python_frame_at(stack, "train");
+            let step = python_frame_at(stack, "training_step");
+            let launch = stack.iter().position(|f| symbols.name(f) == Some("launch_kernel"));
+            matches!((module, train, step, launch), (Some(m), Some(t), Some(s), Some(l)) if m < t && t < s && s < l)
+        })
+        .count();
+    eprintln!(
+        "{under_caller} of {} launches under <module> -> train -> training_step -> launch_kernel",
+        recorded.len()
+    );
+    assert!(
+        under_caller * 100 >= recorded.len() * 99,
+        "only {under_caller} of {} launches hang under their Python caller; one: {:?}",
+        recorded.len(),
+        recorded.first()
+    );
+}
