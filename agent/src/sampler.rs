@@ -599,6 +599,13 @@ impl Sampler {
             }
         }
         debug!(
+            frames = delta(Stat::PyFrames),
+            unreadable = delta(Stat::PyUnreadable),
+            unsupported = delta(Stat::PyUnsupported),
+            no_thread = delta(Stat::PyNoThread),
+            "Python frames read"
+        );
+        debug!(
             seen = drained.seen,
             idle = drained.idle,
             lost = drained.lost,

@@ -3,8 +3,9 @@
 //! (`workloads/python_shares.py`) spends 50/35/15% of its time in three
 //! functions, the last of them hashing (native libcrypto code under a
 //! Python frame), run by every CPython 3.10+ this machine has: Debian's
-//! static `python3.11` and pyenv's shared builds (3.10 to 3.13 where
-//! installed; each one missing is named in the output). For each, its
+//! static `python3.11`, the same copied into a venv, and pyenv's shared
+//! builds (3.10 to 3.14 where installed; each one missing is named in the
+//! output). For each, its
 //! samples must carry the Python functions, with file and line, in those
 //! shares (±3 points), rooted in the script's `<module>` frame (≥ 95%),
 //! with libcrypto's frames below `digest`, and a `script` label.
@@ -32,15 +33,24 @@ const TOLERANCE_POINTS: f64 = 3.0;
 const IN_MODULE_AT_LEAST: f64 = 95.0;
 const SCRIPT: &str = "python_shares.py";
 
-/// The interpreters to run the workload with: Debian's, then pyenv's.
-fn interpreters() -> Vec<PathBuf> {
+/// The interpreters to run the workload with: Debian's, the same copied
+/// into a venv (`--copies`: a file of another name and place), then
+/// pyenv's.
+fn interpreters(venv: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let debian = PathBuf::from("/usr/bin/python3.11");
-    if debian.exists() {
-        found.push(debian);
-    } else {
-        eprintln!("skipped: Debian's python3.11 is not installed (apt-get install python3.11)");
-    }
+    assert!(
+        debian.exists(),
+        "Debian's python3.11 is not installed: scripts/setup-tests.sh installs it"
+    );
+    found.push(debian.clone());
+    let made = Command::new(&debian)
+        .args(["-m", "venv", "--copies", "--without-pip"])
+        .arg(venv)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(made, "{} -m venv --copies failed", debian.display());
+    found.push(venv.join("bin/python3"));
     let root = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
@@ -95,8 +105,8 @@ fn python_frame<'a>(frames: &'a [Frame], function: &str) -> Option<(usize, &'a F
 #[test]
 fn python_functions_in_their_shares_on_every_installed_interpreter() {
     require_root();
-    let interpreters = interpreters();
-    assert!(!interpreters.is_empty(), "no CPython 3.10+ on this machine");
+    let venv = tempfile::tempdir().unwrap();
+    let interpreters = interpreters(venv.path());
     let script_path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/workloads")
         .join(SCRIPT);
