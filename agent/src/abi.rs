@@ -77,7 +77,7 @@ pub struct SampleKey {
     pub generation: u32,
     pub tgid: u32,
     pub tid: u32,
-    pub reserved: u32,
+    pub second: u32,
     pub user_stack_id: u64,
     pub kernel_stack_id: u64,
 }

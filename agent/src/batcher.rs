@@ -19,6 +19,66 @@ use crate::unwinder;
 /// The Python processes of the host, each with its interpreter.
 type PythonProcesses = HashMap<u32, Arc<Interpreter>>;
 
+/// When the samples of one drain were taken. Each counter carries the
+/// second it was counted in (CLOCK_BOOTTIME, which keeps counting through
+/// suspend); a sample is stamped at the middle of that second in wall-clock
+/// time, kept within the interval the drain covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleClock {
+    /// Wall-clock time (ns since the Unix epoch) of boot time zero.
+    pub boot_to_wall_ns: i64,
+    /// The interval the drain covers, wall clock; samples of its keys may
+    /// date from up to a second before its start (counted just before the
+    /// previous drain flipped the generation).
+    pub from_ns: i64,
+    pub to_ns: i64,
+}
+
+impl SampleClock {
+    /// The clock of a drain covering `from_ns..to_ns`, read now.
+    pub fn now(from_ns: i64, to_ns: i64) -> SampleClock {
+        let read = |clock| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes the timespec it is given.
+            unsafe { libc::clock_gettime(clock, &mut ts) };
+            ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+        };
+        SampleClock {
+            boot_to_wall_ns: read(libc::CLOCK_REALTIME) - read(libc::CLOCK_BOOTTIME),
+            from_ns,
+            to_ns,
+        }
+    }
+
+    /// A clock that stamps every sample at `ns`.
+    #[cfg(test)]
+    pub fn at(ns: i64) -> SampleClock {
+        SampleClock {
+            boot_to_wall_ns: 0,
+            from_ns: ns,
+            to_ns: ns,
+        }
+    }
+
+    /// The wall-clock time of boot second `second`.
+    pub fn stamp(&self, second: u32) -> i64 {
+        let t = self.boot_to_wall_ns + i64::from(second) * 1_000_000_000 + 500_000_000;
+        t.clamp(
+            self.from_ns.saturating_sub(1_000_000_000).min(self.to_ns),
+            self.to_ns,
+        )
+    }
+
+    /// The middle of the interval: for what is counted per interval
+    /// (lost samples, walk outcomes).
+    pub fn middle(&self) -> i64 {
+        self.from_ns + (self.to_ns - self.from_ns) / 2
+    }
+}
+
 /// Name of the frame that stands for the idle task.
 pub const IDLE_FRAME: &str = kiln_model::IDLE_FRAME;
 /// Root frame of a stack cut at the maximum depth.
@@ -104,9 +164,10 @@ impl Batcher {
         user_frames(&mut state, &python, pid, stack, &mut HashMap::new())
     }
 
-    /// Builds the CPU batch of one interval; its samples are stamped
-    /// `timestamp_ns`. Call [`Batcher::delivered`] once the sink has it.
-    pub fn build(&mut self, drained: &Drained, timestamp_ns: i64, sent_at_ns: i64) -> Batch {
+    /// Builds the CPU batch of one interval; its samples are stamped by
+    /// `clock`. Call [`Batcher::delivered`] once the sink has it.
+    pub fn build(&mut self, drained: &Drained, clock: &SampleClock, sent_at_ns: i64) -> Batch {
+        let timestamp_ns = clock.middle();
         let state = self.state.clone();
         let mut state = lock(&state);
         state.processes.next_drain();
@@ -118,7 +179,7 @@ impl Batcher {
             &mut state,
             &drained.samples,
             None,
-            timestamp_ns,
+            clock,
             &mut executables,
         );
         if drained.coverage.walks() > 0 {
@@ -146,9 +207,10 @@ impl Batcher {
     pub fn build_off_cpu(
         &mut self,
         drained: &Drained,
-        timestamp_ns: i64,
+        clock: &SampleClock,
         sent_at_ns: i64,
     ) -> Option<Batch> {
+        let timestamp_ns = clock.middle();
         let off_cpu = drained.off_cpu.as_ref()?;
         if off_cpu.waits.is_empty() && off_cpu.lost_ns == 0 {
             return None;
@@ -162,7 +224,7 @@ impl Batcher {
             &mut state,
             &off_cpu.waits,
             Some(OFF_CPU_DEVICE_KIND),
-            timestamp_ns,
+            clock,
             &mut executables,
         );
         if off_cpu.lost_ns > 0 {
@@ -183,7 +245,7 @@ impl Batcher {
         state: &mut HostState,
         samples: &[RawSample],
         device_kind: Option<&str>,
-        timestamp_ns: i64,
+        clock: &SampleClock,
         executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
     ) {
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
@@ -199,7 +261,12 @@ impl Batcher {
             if sample.is_idle() {
                 // The one idle stack the query side tells apart from busy time.
                 frames.push(kiln_model::idle_frame());
-                builder.add(timestamp_ns, &frames, &host_only, sample.count);
+                builder.add(
+                    clock.stamp(sample.second),
+                    &frames,
+                    &host_only,
+                    sample.count,
+                );
                 continue;
             }
             // (A cut user stack carries its own marker.)
@@ -241,7 +308,7 @@ impl Batcher {
             if let Some(kind) = device_kind {
                 labels.insert(label_names::DEVICE_KIND, kind);
             }
-            builder.add(timestamp_ns, &frames, &labels, sample.count);
+            builder.add(clock.stamp(sample.second), &frames, &labels, sample.count);
         }
     }
 
@@ -536,6 +603,7 @@ mod tests {
         RawSample {
             pid,
             tid: pid,
+            second: 0,
             comm: "worker".into(),
             count: 3,
             kernel: None,
@@ -559,12 +627,12 @@ mod tests {
             lost: 0,
             ..Drained::default()
         };
-        let first = batcher.build(&drained, 1, 1);
+        let first = batcher.build(&drained, &SampleClock::at(1), 1);
         assert!(!first.frames.is_empty() && !first.stacks.is_empty());
-        let again = batcher.build(&drained, 2, 2);
+        let again = batcher.build(&drained, &SampleClock::at(2), 2);
         assert_eq!(again.stacks.len(), first.stacks.len(), "not delivered yet");
         batcher.delivered(&again);
-        let third = batcher.build(&drained, 3, 3);
+        let third = batcher.build(&drained, &SampleClock::at(3), 3);
         assert!(third.frames.is_empty() && third.stacks.is_empty());
         assert!(third.label_sets.is_empty());
         assert_eq!(third.samples.len(), 1);
@@ -578,6 +646,7 @@ mod tests {
         let idle = RawSample {
             pid: 0,
             tid: 0,
+            second: 0,
             comm: "swapper/0".into(),
             count: 7,
             kernel: None,
@@ -591,7 +660,7 @@ mod tests {
             lost: 2,
             ..Drained::default()
         };
-        let batch = batcher.build(&drained, 1, 1);
+        let batch = batcher.build(&drained, &SampleClock::at(1), 1);
         assert_eq!(batch.sample_count(), 9);
         let kinds: Vec<_> = batch.frames.iter().map(|f| f.frame.kind()).collect();
         assert!(kinds.contains(&FrameKind::Idle));
@@ -612,7 +681,7 @@ mod tests {
             lost: 0,
             ..Drained::default()
         };
-        let batch = batcher.build(&drained, 1, 1);
+        let batch = batcher.build(&drained, &SampleClock::at(1), 1);
         let frames = &batch.stacks[0].frames;
         assert_eq!(frames.len(), 3, "marker, caller, leaf");
         let root = batch.frames.iter().find(|f| f.id == frames[0]).unwrap();
@@ -628,7 +697,7 @@ mod tests {
             lost: 0,
             ..Drained::default()
         };
-        let batch = batcher.build(&gone, 1, 1);
+        let batch = batcher.build(&gone, &SampleClock::at(1), 1);
         assert_eq!(batch.stacks[0].frames.len(), 1);
     }
 
@@ -648,16 +717,26 @@ mod tests {
             seen: 3,
             ..Drained::default()
         };
-        assert!(batcher.build_off_cpu(&drained, 1, 1).is_none(), "off");
+        assert!(
+            batcher
+                .build_off_cpu(&drained, &SampleClock::at(1), 1)
+                .is_none(),
+            "off"
+        );
         drained.off_cpu = Some(OffCpuDrained::default());
-        assert!(batcher.build_off_cpu(&drained, 1, 1).is_none(), "no waits");
+        assert!(
+            batcher
+                .build_off_cpu(&drained, &SampleClock::at(1), 1)
+                .is_none(),
+            "no waits"
+        );
         drained.off_cpu = Some(OffCpuDrained {
             waits: vec![wait],
             lost_ns: 5,
             ..OffCpuDrained::default()
         });
 
-        let cpu = batcher.build(&drained, 1, 1);
+        let cpu = batcher.build(&drained, &SampleClock::at(1), 1);
         assert_eq!(cpu.period_ns, 1_000_000);
         assert_eq!(cpu.sample_count(), 3);
         assert!(
@@ -667,7 +746,7 @@ mod tests {
         );
 
         let off = batcher
-            .build_off_cpu(&drained, 1, 1)
+            .build_off_cpu(&drained, &SampleClock::at(1), 1)
             .expect("an off-CPU batch");
         assert_eq!(off.period_ns, 1);
         assert_eq!(off.sample_count(), 7_000_005);
@@ -685,7 +764,9 @@ mod tests {
         // The stack is the CPU sample's: its dictionary entries are left
         // out once the CPU batch is delivered, its label set is not.
         batcher.delivered(&cpu);
-        let again = batcher.build_off_cpu(&drained, 2, 2).unwrap();
+        let again = batcher
+            .build_off_cpu(&drained, &SampleClock::at(2), 2)
+            .unwrap();
         assert_eq!(off.stacks.len(), 2);
         assert_eq!(again.stacks.len(), 1, "only the lost frame's");
         assert_eq!(again.label_sets.len(), 2);
@@ -707,5 +788,35 @@ mod tests {
         assert!(!sent.contains(Kind::Frame, 1));
         assert!(sent.contains(Kind::Frame, 4));
         assert!(!sent.contains(Kind::Stack, 4), "kinds are apart");
+    }
+
+    #[test]
+    fn samples_keep_the_second_they_were_taken() {
+        let clock = SampleClock {
+            boot_to_wall_ns: 1_000_000_000_000,
+            from_ns: 1_000_000_000_000 + 100_000_000_000,
+            to_ns: 1_000_000_000_000 + 105_000_000_000,
+        };
+        // Second 102 of boot, in the middle of its second.
+        assert_eq!(clock.stamp(102), 1_000_000_000_000 + 102_500_000_000);
+        // A key counted just before the previous drain: within a second
+        // before the interval.
+        assert_eq!(clock.stamp(99), 1_000_000_000_000 + 99_500_000_000);
+        // Nonsense seconds stay within the interval's bounds.
+        assert_eq!(clock.stamp(0), clock.from_ns - 1_000_000_000);
+        assert_eq!(clock.stamp(u32::MAX), clock.to_ns);
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        let mut a = sample(std::process::id(), vec![]);
+        a.second = 101;
+        let mut b = sample(std::process::id(), vec![]);
+        b.second = 104;
+        let drained = Drained {
+            samples: vec![a, b],
+            ..Drained::default()
+        };
+        let batch = batcher.build(&drained, &clock, clock.to_ns);
+        let mut stamps: Vec<i64> = batch.samples.iter().map(|s| s.timestamp_ns).collect();
+        stamps.sort();
+        assert_eq!(stamps, vec![clock.stamp(101), clock.stamp(104)]);
     }
 }

@@ -782,14 +782,13 @@ impl Agent {
     pub fn collect(&mut self) -> Result<Batch, AgentError> {
         let now = SystemTime::now();
         let drained = self.sampler.drain()?;
-        // Stamp samples with the middle of the interval they cover.
+        // Samples are stamped with the second they were counted in.
         let start = nanos(self.last_drain);
         let end = nanos(now);
         self.last_drain = now;
-        let batch = self.batcher.build(&drained, start + (end - start) / 2, end);
-        self.off_cpu_batch = self
-            .batcher
-            .build_off_cpu(&drained, start + (end - start) / 2, end);
+        let clock = batcher::SampleClock::now(start, end);
+        let batch = self.batcher.build(&drained, &clock, end);
+        self.off_cpu_batch = self.batcher.build_off_cpu(&drained, &clock, end);
         drained.coverage.log();
         self.last_coverage = drained.coverage;
         if let Some(uploader) = &mut self.uploader {

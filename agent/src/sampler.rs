@@ -172,6 +172,8 @@ pub struct RawSample {
     pub pid: u32,
     /// Thread id; 0 for idle.
     pub tid: u32,
+    /// The second (CLOCK_BOOTTIME) the samples were counted in.
+    pub second: u32,
     /// Thread name.
     pub comm: String,
     /// Samples.
@@ -687,6 +689,7 @@ fn raw_sample(
     Ok(RawSample {
         pid: key.tgid,
         tid: key.tid,
+        second: key.second,
         comm: comm_str(&value.comm),
         count: value.count,
         kernel,

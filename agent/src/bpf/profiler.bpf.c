@@ -965,6 +965,7 @@ int kiln_sample(struct bpf_perf_event_data *ctx)
 		.generation = ctl->generation,
 		.tgid = pid_tgid >> 32,
 		.tid = (__u32)pid_tgid,
+		.second = bpf_ktime_get_boot_ns() / 1000000000ULL,
 	};
 
 	/* The idle task (pid 0, one per CPU): counted, with no stacks, so
@@ -1157,6 +1158,7 @@ static __noinline void off_cpu_end(struct kiln_control *ctl, struct task_struct 
 		.generation = ctl->generation,
 		.tgid = start->tgid,
 		.tid = start->tid,
+		.second = bpf_ktime_get_boot_ns() / 1000000000ULL,
 		.user_stack_id = start->user_stack_id,
 	};
 	struct kiln_sample_value fresh = { .count = waited };

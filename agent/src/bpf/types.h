@@ -112,7 +112,7 @@ enum kiln_stat {
 
 /*
  * Key of the `counts` hash map: one entry per distinct
- * (generation, thread, user stack, kernel stack).
+ * (generation, thread, second, user stack, kernel stack).
  */
 struct kiln_sample_key {
 	/* kiln_control.generation when the sample was taken. User space
@@ -123,8 +123,12 @@ struct kiln_sample_key {
 	__u32 tgid;
 	/* Thread id (the kernel's pid); 0 for the idle task. */
 	__u32 tid;
-	/* Always zero: explicit padding. */
-	__u32 reserved;
+	/* The second it was counted in (CLOCK_BOOTTIME, whole seconds):
+	 * samples keep the time they were taken to the second, whatever the
+	 * interval between drains, so no second of a chart shows more CPUs
+	 * busy than the machine has. (In `off_cpu_counts`: the second the
+	 * wait ended.) */
+	__u32 second;
 	/* Key into `stacks` of the user stack, 0 when there is none (kernel
 	 * threads, idle, or the walk failed). */
 	__u64 user_stack_id;
