@@ -112,6 +112,15 @@ if [ -n "${KILN_TEST_SCYLLA:-}" ]; then
 else
   tier "distributed: scylla" "SKIP (no ScyllaDB server can be installed on this machine; set KILN_TEST_SCYLLA to run)"
 fi
+# The Terraform deployment (infra/terraform): formatting, the HCL
+# cross-check and checkov. OpenTofu is built from the Go module proxy and
+# checkov comes from PyPI (scripts/setup-infra-tests.sh: minutes the first
+# time, then nothing). No `tofu validate`: the AWS provider can neither be
+# downloaded nor built from the Go module proxy here.
+tier "terraform" "RUN (tofu fmt, HCL cross-check, checkov; not tofu validate: no AWS provider here)"
+infra_tools="$(scripts/setup-infra-tests.sh)"
+eval "$infra_tools"
+infra/terraform/check.sh
 # The web UI in headless Chromium: build it, then frontend/e2e's tests
 # (Node's playwright-core driving Debian's chromium against a real kiln up;
 # screenshots in test-output/browser/).
