@@ -4,7 +4,9 @@
 //! front them. [`start_embedded`] wires them to the embedded bus and stores
 //! in one process, which is what `kiln up` runs; [`roles`] starts the same
 //! parts as separate processes (gateway, worker, query node) on the
-//! engines [`backends`] opens by URL (Kafka, PostgreSQL, S3).
+//! engines [`backends`] opens by URL (Kafka, PostgreSQL, S3). Every
+//! process serves its metrics for operators at `GET /metrics`
+//! ([`telemetry`]).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +27,7 @@ pub mod query;
 pub mod retention;
 pub mod roles;
 mod server;
+pub mod telemetry;
 
 /// Entry points for the fuzz targets (`fuzz/`) into decoders that are
 /// otherwise crate-private. Not an API.

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use kiln_ingest_bus::{Bus, BusError};
+use kiln_ingest_bus::Bus;
 use kiln_storage::{MetadataStore, ObjectStore, ProfileStore};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
@@ -19,6 +19,7 @@ use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes, QueryOptions, SetQueryOptions};
 use crate::retention::Retention;
 use crate::server::{Routes, Running, ServerError, serve};
+use crate::telemetry::{Metrics, ServerRole};
 
 /// Where and how a role serves HTTP, and whom it lets in.
 #[derive(Debug, Clone)]
@@ -51,13 +52,14 @@ impl HttpOptions {
     }
 
     /// What the handlers share, credentials checked against `metadata`,
-    /// stored bytes read from `store`.
+    /// stored bytes read from `store`, counted in `metrics`.
     fn state(
         &self,
         query: actix::Addr<QueryCoordinator>,
         store: Arc<dyn ProfileStore>,
         objects: Arc<dyn ObjectStore>,
         metadata: Arc<dyn MetadataStore>,
+        metrics: Metrics,
     ) -> AppState {
         AppState {
             query,
@@ -66,6 +68,7 @@ impl HttpOptions {
             defaults: self.quota,
             stored: Arc::new(StoredBytes::new(store)),
             retention: None,
+            metrics,
         }
     }
 }
@@ -82,6 +85,8 @@ impl HttpOptions {
 /// backs the small query coordinator that such uploads notify.
 ///
 /// Records are signed with `bus_key`, which the workers must share.
+///
+/// Its metrics (`GET /metrics`): ingest per tenant, quota refusals.
 pub async fn start_gateway(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
@@ -91,18 +96,27 @@ pub async fn start_gateway(
     http: HttpOptions,
     bus_key: BusKey,
 ) -> Result<Running, ServerError> {
+    let metrics = Metrics::new(ServerRole::Gateway);
     let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
+    // It answers no queries: its caches' counts are not exported.
     let query = match query_nodes {
-        None => QueryCoordinator::start(store.clone(), objects.clone(), 1),
-        Some(nodes) => QueryCoordinator::start_notifying(store.clone(), objects.clone(), 1, nodes)?,
+        None => QueryCoordinator::start(store.clone(), objects.clone(), 1, metrics.query()),
+        Some(nodes) => QueryCoordinator::start_notifying(
+            store.clone(),
+            objects.clone(),
+            1,
+            nodes,
+            metrics.query(),
+        )?,
     };
     // Gateways refuse a tenant over its stored bytes; retention is the
     // query nodes' (see `crate::retention`).
-    let state = http.state(query, store, objects, metadata);
+    let state = http.state(query, store, objects, metadata, metrics.clone());
     serve(
         Routes::Gateway(state, IngestState::new(bus, progress, bus_key)),
         http.listen,
         http.workers,
+        metrics,
     )
 }
 
@@ -117,15 +131,31 @@ pub async fn start_gateway(
 /// It stores only records signed with `bus_key`, the key every gateway of
 /// the deployment signs with (`--bus-key`, `KILN_BUS_KEY`); others are
 /// dead-lettered.
+///
+/// It serves HTTP on `listen` for operators only: `GET /metrics` (its
+/// stage times, dead letters, and the consumer lag of the partitions it
+/// holds, which the workers scale on) and `GET /healthz`.
 pub async fn start_worker(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     symbolizer: SymbolizerConfig,
     bus_key: BusKey,
-) -> Result<IngestProgress, BusError> {
+    listen: SocketAddr,
+) -> Result<Running, ServerError> {
+    let metrics = Metrics::new(ServerRole::Worker);
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
-    ingest::start(bus, store, objects, symbolizer, bus_key).await
+    ingest::start(
+        bus,
+        store,
+        objects,
+        symbolizer,
+        bus_key,
+        metrics.worker().clone(),
+    )
+    .await?;
+    // A scrape now and then, nothing on the ingest path: one thread.
+    serve(Routes::Worker, listen, 1, metrics)
 }
 
 /// Starts a query node: the query API over `store`, its scans spread over
@@ -137,6 +167,9 @@ pub async fn start_worker(
 ///
 /// It also runs the retention job ([`crate::retention`]): at start, then
 /// hourly, it deletes what is older than each tenant's retention.
+///
+/// Its metrics (`GET /metrics`): query latency per route, cache hits and
+/// misses, refusals for `max_concurrent_queries`.
 pub async fn start_query(
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
@@ -146,26 +179,43 @@ pub async fn start_query(
     peers: Option<PeerOptions>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
+    let metrics = Metrics::new(ServerRole::Query);
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
     let retention = Retention::new(store.clone(), metadata.clone(), http.quota.retention_days);
     let scans = store.clone();
     let peer_listen = peers.as_ref().map(|p| p.listen);
     let (query, cluster) = match peers {
         None => (
-            QueryCoordinator::start_with_symbolizer(scans, symbolizer, aggregators),
+            QueryCoordinator::start_with_symbolizer(
+                scans,
+                symbolizer,
+                aggregators,
+                metrics.query(),
+            ),
             None,
         ),
         Some(peers) => {
             let secret = peers.secret.clone();
-            let query = QueryCoordinator::start_with_peers(scans, symbolizer, aggregators, peers)?;
+            let query = QueryCoordinator::start_with_peers(
+                scans,
+                symbolizer,
+                aggregators,
+                peers,
+                metrics.query(),
+            )?;
             (query, Some(secret))
         }
     };
     query.do_send(SetQueryOptions(http.query));
-    let mut state = http.state(query, store, objects, metadata);
+    let mut state = http.state(query, store, objects, metadata, metrics.clone());
     state.retention = Some(retention.clone());
     let cluster = cluster.zip(peer_listen);
-    let running = serve(Routes::Query(state, cluster), http.listen, http.workers)?;
+    let running = serve(
+        Routes::Query(state, cluster),
+        http.listen,
+        http.workers,
+        metrics,
+    )?;
     // Once serving: a node that failed to start deletes nothing.
     retention.spawn();
     Ok(running)

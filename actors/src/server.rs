@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use actix_web::middleware::{Compress, Logger, from_fn};
+use actix_web::middleware::{Compress, Condition, Logger, from_fn};
 use actix_web::{App, HttpServer};
 use kiln_ingest_bus::{BusError, EmbeddedBus};
 use kiln_storage::{
@@ -20,6 +20,7 @@ use crate::http::{
 };
 use crate::ingest;
 use crate::query::{ClusterSecret, QueryCoordinator, QueryOptions, SetQueryOptions};
+use crate::telemetry::{self, Metrics, ServerRole};
 
 /// The tenant `kiln up` makes for its own use.
 pub const DEFAULT_TENANT: &str = "default";
@@ -168,6 +169,8 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let bus_key = BusKey::load_or_create(&dir.join(BUS_KEY_FILE))?;
     let local_key = local_api_key(&*metadata, &dir.join(API_KEY_FILE)).await?;
 
+    // Every role in one process: one registry for all of them.
+    let metrics = Metrics::new(ServerRole::All);
     // One symbolizer for ingest and queries: an upload tells it at once,
     // so frames ingested right after it are written symbolized.
     let symbolizer = Symbolizer::spawn(objects.clone(), options.symbolizer.clone());
@@ -177,10 +180,15 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         objects.clone(),
         symbolizer.clone(),
         bus_key.clone(),
+        metrics.worker().clone(),
     )
     .await?;
-    let query =
-        QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, options.aggregators);
+    let query = QueryCoordinator::start_with_symbolizer(
+        store.clone(),
+        symbolizer,
+        options.aggregators,
+        metrics.query(),
+    );
     query.do_send(SetQueryOptions(options.query));
     // `kiln up` is every role, so it runs the query role's retention job.
     let retention = crate::retention::Retention::new(
@@ -197,12 +205,14 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         defaults: options.quota,
         stored: Arc::new(StoredBytes::new(store)),
         retention: Some(retention.clone()),
+        metrics: metrics.clone(),
     };
     let ingest = IngestState::new(bus, progress, bus_key);
     let mut running = serve(
         Routes::All(state, ingest),
         options.listen,
         options.http_workers,
+        metrics,
     )?;
     retention.spawn();
     running.login_path = Some(login_path);
@@ -265,6 +275,8 @@ pub(crate) enum Routes {
     /// Queries and symbol uploads (`kiln query`), and, when it has peers,
     /// the internal endpoints they call, on a listener of their own.
     Query(AppState, Option<(ClusterSecret, SocketAddr)>),
+    /// Only `/metrics` and `/healthz` (`kiln worker`).
+    Worker,
 }
 
 impl Routes {
@@ -275,7 +287,16 @@ impl Routes {
             Routes::Query(state, cluster) => {
                 http::configure_query(state, cluster.map(|(secret, _)| secret))(cfg)
             }
+            Routes::Worker => {
+                cfg.route("/healthz", actix_web::web::get().to(|| async { "ok" }));
+            }
         }
+    }
+
+    /// Whether it serves the API, whose callers are authenticated (a
+    /// worker serves none: every other path is a 404 there).
+    fn authenticates(&self) -> bool {
+        !matches!(self, Routes::Worker)
     }
 
     /// Where the peers' listener is to be bound, for a query node with peers.
@@ -321,13 +342,15 @@ async fn split_listeners(
 }
 
 /// Binds `listen` (and a query node's peer listener) and serves `routes`
-/// on `workers` threads.
+/// on `workers` threads, and `metrics` at `GET /metrics`.
 pub(crate) fn serve(
     routes: Routes,
     listen: SocketAddr,
     workers: usize,
+    metrics: Metrics,
 ) -> Result<Running, ServerError> {
     let peer_listen = routes.peer_listen();
+    let authenticates = routes.authenticates();
     // Known once bound (port 0 picks one); the workers' apps are built
     // after that, when the server runs.
     let peer_bound = Arc::new(std::sync::OnceLock::<SocketAddr>::new());
@@ -338,12 +361,20 @@ pub(crate) fn serve(
             .app_data(actix_web::web::Data::new(PeerListener(
                 peer_seen.get().copied(),
             )))
-            // The last wrapped runs first: log, compress, keep the
-            // listeners apart, then authenticate.
-            .wrap(from_fn(http::auth::authenticate))
+            .app_data(actix_web::web::Data::new(metrics.clone()))
+            // The last wrapped runs first: log, time queries, compress,
+            // keep the listeners apart, then authenticate.
+            .wrap(Condition::new(
+                authenticates,
+                from_fn(http::auth::authenticate),
+            ))
             .wrap(from_fn(split_listeners))
             .wrap(Compress::default())
+            .wrap(from_fn(telemetry::time_queries))
             .wrap(Logger::new("%r %s %b %Dms").log_target("kiln::http"))
+            // Before the routes, whose last (`/{file}`, the UI's files)
+            // would take it.
+            .route("/metrics", actix_web::web::get().to(telemetry::serve))
             .configure(|cfg| routes.configure(cfg))
     })
     .workers(workers.max(1))

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use kiln_actors::query::{FlamegraphQuery, QueryRange};
+use kiln_actors::query::{FlamegraphQuery, Granularity, QueryRange};
 use kiln_model::flamewire::read;
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, NANOS_PER_HOUR};
 
@@ -49,7 +49,12 @@ async fn flamegraph(p: &Pipeline, from_ns: i64, to_ns: i64) -> (Duration, u64) {
         filters: vec![],
     };
     let started = Instant::now();
-    let wire = p.query.send(FlamegraphQuery(range)).await.unwrap().unwrap();
+    let wire = p
+        .query
+        .send(FlamegraphQuery(range, Granularity::Function))
+        .await
+        .unwrap()
+        .unwrap();
     let took = started.elapsed();
     let total = read(&wire.to_bytes(), |g| g.node(0).total).unwrap();
     (took, total)

@@ -1,6 +1,7 @@
 //! The `Bus` and `Consumer` traits every implementation provides.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -121,6 +122,46 @@ pub trait Consumer: Send + fmt::Debug {
     /// including) `next_offset`. A consumer of the group created later, or
     /// after a crash, starts there.
     async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError>;
+
+    /// A handle that reports this consumer's lag from another task while
+    /// the consumer polls (the consumer is `&mut` to its poll loop). It
+    /// does not keep the consumer alive: once the consumer is dropped, it
+    /// reports no partitions.
+    fn lag_reader(&self) -> Arc<dyn LagReader>;
+}
+
+/// How far a consumer group is behind on one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLag {
+    /// The partition.
+    pub partition: u32,
+    /// The offset the group has committed up to (the next record it will
+    /// process); where it has committed nothing, the oldest record kept.
+    pub committed: u64,
+    /// One past the last record of the partition (Kafka's high
+    /// watermark): the offset the next record published gets.
+    pub end: u64,
+}
+
+impl PartitionLag {
+    /// Records published but not yet committed by the group.
+    pub fn records(&self) -> u64 {
+        self.end.saturating_sub(self.committed)
+    }
+}
+
+/// Reads one consumer's lag: see [`Consumer::lag_reader`].
+#[async_trait]
+pub trait LagReader: Send + Sync + fmt::Debug {
+    /// What the partitions belong to: the Kafka topic, or `embedded` for
+    /// the embedded bus (which has one log and no topic name).
+    fn topic(&self) -> &str;
+
+    /// The group's lag on each partition assigned to this consumer now,
+    /// by partition; empty while it has none (a rebalance, or after it was
+    /// dropped). Each consumer of a group reports only its own
+    /// partitions, so the group's lag is the sum over its consumers.
+    async fn lag(&self) -> Result<Vec<PartitionLag>, BusError>;
 }
 
 /// The partition a key goes to: xxh3-64 of the key modulo the partition

@@ -14,6 +14,8 @@
 //!   `kafka://HOST:PORT/TOPIC`).
 //! - [`partition_for`]: how a key picks its partition, the same for every
 //!   implementation.
+//! - [`LagReader`]: a consumer's lag per assigned partition (committed
+//!   offset against the partition's end), for both implementations.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -43,7 +45,7 @@ mod error;
 mod kafka;
 mod url;
 
-pub use bus::{Bus, Consumer, Published, Record, partition_for};
+pub use bus::{Bus, Consumer, LagReader, PartitionLag, Published, Record, partition_for};
 pub use embedded::{EmbeddedBus, EmbeddedBusOptions};
 pub use error::{BusError, PublishError};
 pub use kafka::{KafkaBus, KafkaOptions};

@@ -433,3 +433,66 @@ async fn concurrent_publishers_get_distinct_offsets() {
         );
     }
 }
+
+/// Guards the lag the workers export: each member reports the partitions
+/// it is assigned, end against the group's commits, so the members' sums
+/// add up to the group's lag; a dropped member reports nothing.
+#[tokio::test]
+async fn lag_readers_report_their_members_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = EmbeddedBus::open(dir.path(), 4).unwrap();
+    publish_numbered(&bus, 0..40).await;
+    let ends = bus.end_offsets();
+
+    let mut a = bus.consumer("g").await.unwrap();
+    let lag_a = a.lag_reader();
+    assert_eq!(lag_a.topic(), "embedded");
+    let lags = lag_a.lag().await.unwrap();
+    assert_eq!(
+        lags.iter().map(|l| l.partition).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    for l in &lags {
+        assert_eq!((l.committed, l.end), (0, ends[l.partition as usize]));
+        assert_eq!(l.records(), ends[l.partition as usize]);
+    }
+
+    // A second member takes half the partitions; between them they still
+    // report each partition once.
+    let b = bus.consumer("g").await.unwrap();
+    let lag_b = b.lag_reader();
+    let mut both: Vec<u32> = lag_a
+        .lag()
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.partition)
+        .collect();
+    both.extend(lag_b.lag().await.unwrap().iter().map(|l| l.partition));
+    both.sort_unstable();
+    assert_eq!(both, [0, 1, 2, 3]);
+
+    // A commit lowers the lag of its partition only.
+    let mine = lag_a.lag().await.unwrap()[0];
+    a.commit(mine.partition, mine.end).await.unwrap();
+    let after = lag_a.lag().await.unwrap();
+    assert_eq!(after[0].records(), 0);
+    assert_eq!(after[0].committed, mine.end);
+    let total: u64 = after.iter().map(|l| l.records()).sum::<u64>()
+        + lag_b
+            .lag()
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.records())
+            .sum::<u64>();
+    assert_eq!(total, 40 - mine.end);
+
+    drop(b);
+    assert!(lag_b.lag().await.unwrap().is_empty());
+    drop(a);
+    drop(bus);
+    // The readers do not hold the directory: it opens again.
+    let _again = EmbeddedBus::open(dir.path(), 4).unwrap();
+    assert!(lag_a.lag().await.unwrap().is_empty());
+}

@@ -197,6 +197,39 @@ async fn members_of_a_group_share_the_partitions() {
     );
 }
 
+/// Guards the lag the workers export on Kafka: the high watermark of each
+/// assigned partition against the group's commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_readers_report_watermarks_against_commits() {
+    let Some(url) = broker() else { return };
+    let bus = fresh_bus(&url, "lag", 2).await;
+    publish_numbered(&bus, 0..30).await;
+    let mut consumer = bus.consumer(&group(&bus, "g")).await.unwrap();
+    let lag = consumer.lag_reader();
+    assert_eq!(lag.topic(), bus.options().topic);
+    // Partitions are assigned once the member has polled.
+    let records = poll_n(&mut *consumer, 30).await;
+    let mut ends: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in &records {
+        let end = ends.entry(r.partition).or_default();
+        *end = (*end).max(r.offset + 1);
+    }
+    let lags = lag.lag().await.unwrap();
+    assert_eq!(lags.len(), 2, "{lags:?}");
+    for l in &lags {
+        assert_eq!(l.end, ends[&l.partition], "{l:?}");
+        assert_eq!(l.records(), l.end, "nothing committed yet: {l:?}");
+    }
+    let first = lags[0];
+    consumer.commit(first.partition, first.end).await.unwrap();
+    let after = lag.lag().await.unwrap();
+    let of = |p: u32| after.iter().find(|l| l.partition == p).unwrap().records();
+    assert_eq!(of(first.partition), 0);
+    assert_eq!(of(lags[1].partition), lags[1].end);
+    drop(consumer);
+    assert!(lag.lag().await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_read_independently() {
     let Some(url) = broker() else { return };

@@ -376,6 +376,11 @@ pub struct GatewayArgs {
 
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
+    /// Address to serve the worker's metrics (GET /metrics, for
+    /// Prometheus: its consumer lag, stage times, dead letters) and health
+    /// check (GET /healthz) on. Give each worker on one host its own.
+    #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7073")]
+    pub listen: SocketAddr,
     #[command(flatten)]
     pub bus: BusArg,
     #[command(flatten)]

@@ -44,21 +44,24 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
         let bus = open_bus(&args.bus.bus).await?;
         let bus_key = args.bus_key.key()?;
         let (store, objects) = open_stores(&args.stores).await?;
-        roles::start_worker(
+        let running = roles::start_worker(
             bus,
             store,
             objects,
             args.debuginfod.symbolizer_config(),
             bus_key,
+            args.listen,
         )
         .await
-        .context("joining the workers' consumer group")?;
-        println!("Kiln worker is up");
+        .context("starting the worker")?;
+        println!("Kiln worker is up: http://{}/", running.local_addr);
         println!("  bus:     {}", args.bus.bus);
         println!("  store:   {}", args.stores.store);
-        // Nothing needs flushing on the way out: what was not committed is
-        // read again by the worker that takes over the partitions.
-        wait_for_stop().await
+        println!("  metrics: http://{}/metrics", running.local_addr);
+        // The server stops on SIGINT or SIGTERM. Nothing needs flushing on
+        // the way out: what was not committed is read again by the worker
+        // that takes over the partitions.
+        running.server.await.context("serving HTTP")
     })
 }
 
@@ -135,14 +138,4 @@ async fn open_stores(
     args: &StoresArgs,
 ) -> anyhow::Result<(Arc<dyn ProfileStore>, Arc<dyn ObjectStore>)> {
     Ok((args.store.open().await?, args.objects.open()?))
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn wait_for_stop() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    tokio::select! {
-        interrupted = tokio::signal::ctrl_c() => interrupted.context("listening for SIGINT"),
-        _ = term.recv() => Ok(()),
-    }
 }

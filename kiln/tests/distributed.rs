@@ -18,10 +18,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kiln_agent::{Delivery, HttpSink, Sink, Spool};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
-use support::aggregate;
+use support::{Exposition, aggregate};
 use support_distributed::{
-    ADMIN_TOKEN, BUS_KEY, CLUSTER_SECRET, Role, collapsed, create_tenant, free_addr,
-    fresh_database, get, http, post, servers, unique,
+    ADMIN_TOKEN, BUS_KEY, CLUSTER_SECRET, Role, Tenant, collapsed, create_tenant, free_addr,
+    fresh_database, get, http, new_tenant, post, servers, unique,
 };
 
 /// Hosts of the synthetic fleet, and the batches each sends.
@@ -48,6 +48,10 @@ struct Cluster {
     peer_urls: Vec<String>,
     /// A key (ingest and read) of a tenant made for this run.
     key: String,
+    /// That tenant's name.
+    tenant: String,
+    /// The topic the bus is on.
+    topic: String,
     _dir: tempfile::TempDir,
 }
 
@@ -55,7 +59,8 @@ impl Cluster {
     fn start(kafka: &str, postgres: &str) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let store = fresh_database(postgres);
-        let bus = format!("{kafka}/dist-{}?partitions=4", unique());
+        let topic = format!("dist-{}", unique());
+        let bus = format!("{kafka}/{topic}?partitions=4");
         let objects = format!("file://{}", dir.path().join("objects").display());
         let migrated = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(["store", "migrate", "--store", &store])
@@ -76,8 +81,10 @@ impl Cluster {
             ]
             .concat(),
         );
+        // Each worker serves its /metrics on a port of its own.
+        let worker = ["worker", "--listen", "127.0.0.1:0"];
         let workers = (0..2)
-            .map(|_| Role::start("worker", &[&["worker"][..], &backends, &bus_key].concat()))
+            .map(|_| Role::start("worker", &[&worker[..], &backends, &bus_key].concat()))
             .collect();
         // Each query node serves its peers on a listener of its own.
         let addrs = [free_addr(), free_addr()];
@@ -113,13 +120,15 @@ impl Cluster {
                 )
             })
             .collect();
-        let key = create_tenant(gateway.url());
+        let Tenant { name, key } = new_tenant(gateway.url());
         Cluster {
             gateway,
             workers,
             queries,
             peer_urls: urls.to_vec(),
             key,
+            tenant: name,
+            topic,
             _dir: dir,
         }
     }
@@ -250,6 +259,7 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
         expected,
         "the second query node"
     );
+    metrics_checks(&cluster, &batches);
     // The scope the gateway authenticated crossed the bus: another
     // tenant's key sees none of it, and no key is let in at all.
     let other = create_tenant(&gateway);
@@ -283,6 +293,67 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
     import_checks(&gateway, &query, &key);
 }
 
+/// Each role's `/metrics` after the fleet: the gateway counted every
+/// sample and byte of the tenant, the surviving worker holds all four
+/// partitions and its lag per partition drains to zero (read from Kafka:
+/// the high watermark against the group's commits), and the query node
+/// timed its flamegraphs.
+fn metrics_checks(cluster: &Cluster, batches: &[Vec<u8>]) {
+    let gateway = Exposition::scrape(cluster.gateway.url());
+    let tenant = [("tenant", cluster.tenant.as_str())];
+    let samples: u64 = batches
+        .iter()
+        .map(|b| Batch::decode(b).unwrap().sample_count())
+        .sum();
+    assert_eq!(
+        gateway.value("kiln_ingest_samples_total", &tenant),
+        Some(samples as f64)
+    );
+    let bytes: usize = batches.iter().map(Vec::len).sum();
+    assert_eq!(
+        gateway.value("kiln_ingest_bytes_total", &tenant),
+        Some(bytes as f64)
+    );
+    assert_eq!(
+        gateway.value("kiln_build_info", &[("role", "gateway")]),
+        Some(1.0)
+    );
+
+    // workers[0] was SIGKILLed halfway; the other took its partitions.
+    let worker = cluster.workers[1].url();
+    let topic = [("topic", cluster.topic.as_str())];
+    let started = Instant::now();
+    let lag = loop {
+        let metrics = Exposition::scrape(worker);
+        let lag: Vec<(String, f64)> = metrics
+            .series("kiln_worker_consumer_lag_records", &topic)
+            .map(|s| (s.labels["partition"].clone(), s.value))
+            .collect();
+        if lag.len() == 4 && lag.iter().all(|(_, v)| *v == 0.0) {
+            break lag;
+        }
+        assert!(
+            started.elapsed() < CATCH_UP,
+            "the surviving worker's lag did not drain: {lag:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut partitions: Vec<&str> = lag.iter().map(|(p, _)| p.as_str()).collect();
+    partitions.sort_unstable();
+    assert_eq!(partitions, ["0", "1", "2", "3"]);
+
+    let query = Exposition::scrape(cluster.queries[0].url());
+    assert!(
+        query
+            .value(
+                "kiln_query_seconds_count",
+                &[("route", "/api/v1/flamegraph")]
+            )
+            .unwrap()
+            >= 1.0
+    );
+}
+
 /// An agent's HTTP sink through a gateway (agents never publish to Kafka
 /// themselves): batches spooled while the gateway was unreachable, and
 /// while the agent's key was refused, are all delivered once both are
@@ -305,7 +376,8 @@ fn an_agents_spooled_batches_reach_the_workers_through_the_gateway() {
     let backends = ["--bus", &bus, "--store", &store, "--objects", &objects];
     let metadata = ["--metadata", &store, "--admin-token", ADMIN_TOKEN];
     let bus_key = ["--bus-key", BUS_KEY];
-    let _worker = Role::start("worker", &[&["worker"][..], &backends, &bus_key].concat());
+    let worker = ["worker", "--listen", "127.0.0.1:0"];
+    let _worker = Role::start("worker", &[&worker[..], &backends, &bus_key].concat());
     let gateway = Role::start(
         "gateway",
         &[

@@ -429,3 +429,274 @@ pub mod hostile {
         gz.finish().unwrap()
     }
 }
+
+/// A scrape of a server's `GET /metrics`, parsed: the Prometheus text
+/// format (0.0.4), checked as a scraper would read it.
+#[derive(Debug)]
+pub struct Exposition {
+    /// Each family's `# TYPE`, by name.
+    pub types: std::collections::BTreeMap<String, String>,
+    /// Every sample line.
+    pub samples: Vec<Sample>,
+}
+
+/// One sample line of an [`Exposition`].
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub value: f64,
+}
+
+impl Exposition {
+    /// `GET base/metrics` with no credential (as Prometheus scrapes):
+    /// expects 200 and Prometheus text, and parses it (panics naming the
+    /// line that does not).
+    pub fn scrape(base: &str) -> Exposition {
+        let mut response = agent()
+            .get(format!("{base}/metrics"))
+            .call()
+            .expect("GET /metrics");
+        assert_eq!(response.status(), 200, "GET {base}/metrics");
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        let mut text = String::new();
+        response
+            .body_mut()
+            .as_reader()
+            .read_to_string(&mut text)
+            .expect("read /metrics");
+        Exposition::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    /// Parses Prometheus text: every sample belongs to a family declared
+    /// by a `# TYPE` line before it (a histogram's by its `_bucket`,
+    /// `_sum` and `_count` lines), no series repeats, values are numbers,
+    /// and each histogram's buckets are cumulative up to `le="+Inf"`,
+    /// which equals its `_count`.
+    pub fn parse(text: &str) -> Result<Exposition, String> {
+        use std::collections::{BTreeMap, BTreeSet};
+        let mut types: BTreeMap<String, String> = BTreeMap::new();
+        let mut samples: Vec<Sample> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (n, line) in text.lines().enumerate() {
+            let at = |what: &str| format!("line {}: {what}: {line:?}", n + 1);
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').ok_or_else(|| at("TYPE"))?;
+                if !is_metric_name(name) {
+                    return Err(at("bad family name"));
+                }
+                if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
+                    return Err(at("unknown type"));
+                }
+                if samples
+                    .iter()
+                    .any(|s| family_of(&s.name, &types) == Some(name))
+                {
+                    return Err(at("TYPE after the family's samples"));
+                }
+                if types.insert(name.to_owned(), kind.to_owned()).is_some() {
+                    return Err(at("family declared twice"));
+                }
+                continue;
+            }
+            if line.starts_with('#') {
+                continue; // HELP, or a comment
+            }
+            let sample = parse_sample(line).map_err(|e| at(&e))?;
+            if family_of(&sample.name, &types).is_none() {
+                return Err(at("a sample of no declared family"));
+            }
+            if !seen.insert((sample.name.clone(), sample.labels.clone())) {
+                return Err(at("a series repeated"));
+            }
+            samples.push(sample);
+        }
+        let exposition = Exposition { types, samples };
+        exposition.check_histograms()?;
+        Ok(exposition)
+    }
+
+    fn check_histograms(&self) -> Result<(), String> {
+        use std::collections::BTreeMap;
+        for (family, _) in self.types.iter().filter(|(_, t)| *t == "histogram") {
+            let bucket = format!("{family}_bucket");
+            // Per label set but `le`: its (le, count) buckets.
+            let mut series: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
+            for s in self.samples.iter().filter(|s| s.name == bucket) {
+                let le = s.labels.get("le").ok_or(format!("{bucket} without le"))?;
+                let le: f64 = match le.as_str() {
+                    "+Inf" => f64::INFINITY,
+                    v => v.parse().map_err(|_| format!("{bucket}: le={v:?}"))?,
+                };
+                let rest = s
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| *k != "le")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                series.entry(rest).or_default().push((le, s.value));
+            }
+            for (labels, mut buckets) in series {
+                buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if !buckets.windows(2).all(|w| w[0].1 <= w[1].1) {
+                    return Err(format!("{family}{labels:?}: buckets not cumulative"));
+                }
+                let (le, top) = *buckets.last().expect("one bucket at least");
+                let wanted: Vec<(&str, &str)> = labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let count = self.value(&format!("{family}_count"), &wanted);
+                if le != f64::INFINITY || Some(top) != count {
+                    return Err(format!(
+                        "{family}{labels:?}: the +Inf bucket ({top}) is not the count ({count:?})"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The samples of `name` whose labels include `labels`.
+    pub fn series<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+
+    /// The value of the one series of `name` whose labels include
+    /// `labels`; `None` when there is none (panics when several match).
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let mut matching = self.series(name, labels);
+        let first = matching.next()?;
+        assert!(matching.next().is_none(), "several {name}{labels:?}");
+        Some(first.value)
+    }
+
+    /// The sum of the series of `name` whose labels include `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.series(name, labels).map(|s| s.value).sum()
+    }
+}
+
+/// A series' labels, `le` left out.
+type Labels = Vec<(String, String)>;
+
+fn is_metric_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// The family a sample named `name` belongs to, among `types`.
+fn family_of<'a>(
+    name: &'a str,
+    types: &std::collections::BTreeMap<String, String>,
+) -> Option<&'a str> {
+    if types.contains_key(name) {
+        return Some(name);
+    }
+    ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
+        let family = name.strip_suffix(suffix)?;
+        matches!(
+            types.get(family).map(String::as_str),
+            Some("histogram" | "summary")
+        )
+        .then_some(family)
+    })
+}
+
+/// `name{label="value",…} value [timestamp]`.
+fn parse_sample(line: &str) -> Result<Sample, String> {
+    let name_end = line.find(['{', ' ']).ok_or("no value")?;
+    let name = &line[..name_end];
+    if !is_metric_name(name) {
+        return Err("bad metric name".into());
+    }
+    let mut labels = std::collections::BTreeMap::new();
+    let mut rest = &line[name_end..];
+    if let Some(inner) = rest.strip_prefix('{') {
+        let mut chars = inner.char_indices().peekable();
+        loop {
+            match chars.peek() {
+                Some((_, '}')) => break,
+                Some(_) => {}
+                None => return Err("unclosed labels".into()),
+            }
+            let start = chars.peek().expect("peeked").0;
+            let eq = inner[start..].find('=').ok_or("label without =")? + start;
+            let key = &inner[start..eq];
+            if !is_metric_name(key) || key.contains(':') {
+                return Err(format!("bad label name {key:?}"));
+            }
+            while chars.peek().is_some_and(|(i, _)| *i <= eq) {
+                chars.next();
+            }
+            if chars.next().map(|(_, c)| c) != Some('"') {
+                return Err("label value not quoted".into());
+            }
+            let mut value = String::new();
+            loop {
+                match chars.next().ok_or("unclosed label value")?.1 {
+                    '"' => break,
+                    '\\' => match chars.next().ok_or("dangling escape")?.1 {
+                        'n' => value.push('\n'),
+                        c @ ('\\' | '"') => value.push(c),
+                        c => return Err(format!("bad escape \\{c}")),
+                    },
+                    c => value.push(c),
+                }
+            }
+            if labels.insert(key.to_owned(), value).is_some() {
+                return Err(format!("label {key} twice"));
+            }
+            if chars.peek().is_some_and(|(_, c)| *c == ',') {
+                chars.next();
+            }
+        }
+        let close = chars.next().expect("at the closing brace").0;
+        rest = &inner[close + 1..];
+    }
+    let mut fields = rest
+        .strip_prefix(' ')
+        .ok_or("no space before the value")?
+        .split(' ');
+    let value = match fields.next().ok_or("no value")? {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().map_err(|_| format!("bad value {v:?}"))?,
+    };
+    if let Some(ts) = fields.next() {
+        ts.parse::<i64>()
+            .map_err(|_| format!("bad timestamp {ts:?}"))?;
+    }
+    if fields.next().is_some() {
+        return Err("text after the timestamp".into());
+    }
+    Ok(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+    })
+}

@@ -160,7 +160,7 @@ fn frames_ingested_before_their_symbols_show_names_after_upload() {
     // frame of its own under its caller.
     let symbolized = format!("beta;{} 5", chain.join(";"));
     wait_for_line(&server, &symbolized);
-    let (status, json) = server.get("/api/v1/flamegraph?from=now-1d&format=json");
+    let (status, json) = server.get("/api/v1/flamegraph?from=now-1d&format=json&lines=true");
     assert_eq!(status, 200, "{json}");
     let tree: serde_json::Value = serde_json::from_str(&json).unwrap();
     for name in ["beta", "alpha", "mix"] {

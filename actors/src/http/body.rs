@@ -101,15 +101,26 @@ pub(crate) async fn read(
     payload: web::Payload,
     limit: BodyLimit,
 ) -> Result<Bytes, ApiError> {
+    Ok(read_counted(request, payload, limit).await?.0)
+}
+
+/// [`read`], and how many bytes were sent (before decompression).
+pub(crate) async fn read_counted(
+    request: &HttpRequest,
+    payload: web::Payload,
+    limit: BodyLimit,
+) -> Result<(Bytes, usize), ApiError> {
     let coding = coding(request)?;
     let sent = read_sent(request, payload, limit).await?;
+    let sent_len = sent.len();
     if coding == Coding::Identity {
-        return Ok(sent);
+        return Ok((sent, sent_len));
     }
     // Decompression is CPU-bound: off the event loop.
-    web::block(move || inflate(coding, &sent, limit))
+    let body = web::block(move || inflate(coding, &sent, limit))
         .await
-        .map_err(|e| ApiError::Internal(format!("decompression worker failed: {e}")))?
+        .map_err(|e| ApiError::Internal(format!("decompression worker failed: {e}")))??;
+    Ok((body, sent_len))
 }
 
 fn too_large(limit: BodyLimit) -> ApiError {

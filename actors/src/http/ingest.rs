@@ -17,6 +17,7 @@ use super::params::{label_params, now_ns};
 use super::quota::Metered;
 use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
+use crate::telemetry::{IngestMetrics, Quota, Rejection};
 
 /// Largest payload an agent batch may decompress to at the gateway. Agent
 /// batches hold a few seconds of samples, far below this; a worker still
@@ -68,6 +69,19 @@ pub(crate) async fn import(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let answer = import_for(&scope, &state, &ingest, &params, &request, payload).await;
+    count_refusal(state.metrics.ingest(), &scope, answer)
+}
+
+async fn import_for(
+    scope: &Scope,
+    state: &AppState,
+    ingest: &IngestState,
+    params: &BTreeMap<String, String>,
+    request: &HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let metrics = state.metrics.ingest();
     let format: Format = params
         .get("format")
         .ok_or_else(|| {
@@ -89,27 +103,27 @@ pub(crate) async fn import(
                 ))
             })?,
     };
-    let labels: LabelSet = label_params(&params, IMPORT_RESERVED)?
-        .into_iter()
-        .collect();
+    let labels: LabelSet = label_params(params, IMPORT_RESERVED)?.into_iter().collect();
     let options = ImportOptions {
         default_period_ns: (1e9 / hz).round().max(1.0) as u64,
         labels,
         ..ImportOptions::new(now_ns())
     };
-    let limits = admit_tenant(&state, &scope).await?;
-    let body = ingest
-        .read_metered(&scope, &limits, &request, payload, IMPORT_BODY)
+    let limits = admit_tenant(state, scope).await?;
+    let (body, sent) = ingest
+        .read_metered(metrics, scope, &limits, request, payload, IMPORT_BODY)
         .await?;
     // Parsing is CPU-bound: keep it off the server's event loop.
     let imported = web::block(move || kiln_formats::import(format, &body, &options))
         .await
         .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
-    ingest.admit_samples(&scope, &limits, imported.batch.sample_count())?;
+    let samples = imported.batch.sample_count();
+    ingest.admit_samples(metrics, scope, &limits, samples)?;
     let published = ingest
-        .publish(&scope, &imported.batch.source, &imported.batch.encode())
+        .publish(scope, &imported.batch.source, &imported.batch.encode())
         .await?;
+    metrics.accepted(scope.tenant(), samples, sent as u64);
     let queryable = ingest
         .progress
         .wait_committed(published.partition, published.offset, IMPORT_WAIT)
@@ -132,9 +146,21 @@ pub(crate) async fn ingest(
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let limits = admit_tenant(&state, &scope).await?;
-    let body = ingest
-        .read_metered(&scope, &limits, &request, payload, INGEST_BODY)
+    let answer = ingest_for(&scope, &state, &ingest, &request, payload).await;
+    count_refusal(state.metrics.ingest(), &scope, answer)
+}
+
+async fn ingest_for(
+    scope: &Scope,
+    state: &AppState,
+    ingest: &IngestState,
+    request: &HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let metrics = state.metrics.ingest();
+    let limits = admit_tenant(state, scope).await?;
+    let (body, sent) = ingest
+        .read_metered(metrics, scope, &limits, request, payload, INGEST_BODY)
         .await?;
     let bytes = body.clone();
     let decoded = web::block(move || Batch::decode_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
@@ -148,13 +174,15 @@ pub(crate) async fn ingest(
                 BatchError::UnsupportedVersion { .. } | BatchError::UnsupportedFlags { .. }
             ) {
                 // A newer agent: keep its batch for a newer backend.
-                ingest.keep_refused(&state, &scope, &body).await;
+                ingest.keep_refused(state, scope, &body).await;
             }
             return Err(ApiError::bad_request(format!("batch refused: {e}")));
         }
     };
-    ingest.admit_samples(&scope, &limits, batch.sample_count())?;
-    ingest.publish(&scope, &batch.source, &body).await?;
+    let samples = batch.sample_count();
+    ingest.admit_samples(metrics, scope, &limits, samples)?;
+    ingest.publish(scope, &batch.source, &body).await?;
+    metrics.accepted(scope.tenant(), samples, sent as u64);
     Ok(HttpResponse::Ok().json(Accepted {
         format: None,
         samples: batch.sample_count(),
@@ -162,6 +190,26 @@ pub(crate) async fn ingest(
         metric_points: batch.metrics.len(),
         queryable: false,
     }))
+}
+
+/// Counts a refused ingest or import of `scope`'s tenant by why it was
+/// refused (`kiln_ingest_rejections_total`), and passes the answer on.
+fn count_refusal(
+    metrics: &IngestMetrics,
+    scope: &Scope,
+    answer: Result<HttpResponse, ApiError>,
+) -> Result<HttpResponse, ApiError> {
+    if let Err(e) = &answer {
+        let why = match e {
+            ApiError::BadRequest(_) => Rejection::BadInput,
+            ApiError::PayloadTooLarge(_) => Rejection::TooLarge,
+            ApiError::TooManyRequests { .. } => Rejection::Quota,
+            ApiError::Unavailable(_) => Rejection::Unavailable,
+            _ => Rejection::Error,
+        };
+        metrics.rejected(scope.tenant(), why);
+    }
+    answer
 }
 
 /// The tenant's limits (read once per request: the quotas below all take
@@ -173,24 +221,33 @@ async fn admit_tenant(state: &AppState, scope: &Scope) -> Result<TenantLimits, A
         .tenant_limits(scope.tenant())
         .await?
         .or(state.defaults.limits());
-    state
+    let admitted = state
         .stored
         .admit(scope.tenant(), limits.max_stored_bytes)
-        .await?;
+        .await;
+    if let Err(ApiError::TooManyRequests { .. }) = &admitted {
+        state
+            .metrics
+            .ingest()
+            .over_quota(scope.tenant(), Quota::MaxStoredBytes);
+    }
+    admitted?;
     Ok(limits)
 }
 
 impl IngestState {
     /// Reads a request body under `limit`, metered against the tenant's
-    /// bytes-per-second quota as sent (before decompression).
+    /// bytes-per-second quota as sent (before decompression); with how
+    /// many bytes were sent.
     async fn read_metered(
         &self,
+        metrics: &IngestMetrics,
         scope: &Scope,
         limits: &TenantLimits,
         request: &HttpRequest,
         payload: web::Payload,
         limit: BodyLimit,
-    ) -> Result<web::Bytes, ApiError> {
+    ) -> Result<(web::Bytes, usize), ApiError> {
         // `admit_tenant` filled in the defaults.
         let rate = limits.ingest_bytes_per_s.unwrap_or(u64::MAX);
         let sent = request
@@ -200,21 +257,25 @@ impl IngestState {
             .and_then(|v| v.parse::<u64>().ok());
         // Refuse before reading when the length is declared; else meter
         // what was read.
+        let admit = |bytes| {
+            self.quota
+                .admit(scope.tenant(), Metered::Bytes, rate, bytes)
+                .inspect_err(|_| metrics.over_quota(scope.tenant(), Quota::IngestBytesPerS))
+        };
         if let Some(sent) = sent {
-            self.quota
-                .admit(scope.tenant(), Metered::Bytes, rate, sent)?;
+            admit(sent)?;
         }
-        let body = body::read(request, payload, limit).await?;
+        let (body, sent_len) = body::read_counted(request, payload, limit).await?;
         if sent.is_none() {
-            self.quota
-                .admit(scope.tenant(), Metered::Bytes, rate, body.len() as u64)?;
+            admit(body.len() as u64)?;
         }
-        Ok(body)
+        Ok((body, sent_len))
     }
 
     /// Admits `samples` against the tenant's samples-per-second quota.
     fn admit_samples(
         &self,
+        metrics: &IngestMetrics,
         scope: &Scope,
         limits: &TenantLimits,
         samples: u64,
@@ -222,6 +283,7 @@ impl IngestState {
         let rate = limits.ingest_samples_per_s.unwrap_or(u64::MAX);
         self.quota
             .admit(scope.tenant(), Metered::Samples, rate, samples)
+            .inspect_err(|_| metrics.over_quota(scope.tenant(), Quota::IngestSamplesPerS))
     }
 
     /// Publishes an encoded batch for `scope`; durable on return.

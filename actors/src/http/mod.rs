@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file | ingest |
 //! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) | ingest |
-//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope` | flamegraph | read |
+//! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope&lines=false\|true` | flamegraph: a node per function, or per line with `lines=true` | read |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |
 //! | GET | `/api/v1/labels?from&to` | label names and values | read |
@@ -23,6 +23,7 @@
 //! | … | `/api/v1/admin/…`, `/api/v1/keys…`, `/api/v1/whoami` | tenants, keys, limits ([`tenants`]) | admin token / admin / any |
 //! | GET, POST | `/login`, POST `/logout` | the UI's login ([`login`]) | none |
 //! | GET | `/healthz` | liveness | none |
+//! | GET | `/metrics` | Kiln's own metrics, Prometheus text ([`crate::telemetry`]) | none |
 //! | POST | `/internal/v1/scan` | query nodes only (cluster secret): a peer's partition scan | secret |
 //! | POST | `/internal/v1/symbols-stored` | query nodes only (cluster secret): a peer stored symbols | secret |
 //! | GET | `/internal/v1/scan-counts` | query nodes only (cluster secret): scans run, sent, served | secret |
@@ -90,6 +91,8 @@ pub struct AppState {
     /// The retention job, where this process runs it (the query role and
     /// `kiln up`): `POST /api/v1/admin/retention` runs a pass now.
     pub retention: Option<crate::retention::Retention>,
+    /// This process's metrics (`GET /metrics`).
+    pub metrics: crate::telemetry::Metrics,
 }
 
 /// What the write endpoints need besides [`AppState`]: only a process that

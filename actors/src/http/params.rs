@@ -55,7 +55,7 @@ pub fn parse_time(text: &str, now_ns: i64) -> Result<i64, String> {
 }
 
 /// Names a query string may use besides label filters.
-pub(crate) const RESERVED: &[&str] = &["from", "to", "format", "limit", "step"];
+pub(crate) const RESERVED: &[&str] = &["from", "to", "format", "limit", "step", "lines"];
 
 /// Builds the range of a query from its parameters: `from`, `to`, and every
 /// other parameter not in [`RESERVED`] as a label filter.
@@ -125,7 +125,13 @@ pub(crate) async fn admit(
         max_concurrent,
         stricter,
     };
+    let tenant = admit.range.scope.tenant().to_owned();
     let admitted = state.query.send(admit).await.map_err(QueryError::from)?;
+    if let Err(Refusal::TooManyQueries { .. }) = &admitted {
+        state
+            .metrics
+            .over_quota(&tenant, crate::telemetry::Quota::MaxConcurrentQueries);
+    }
     Ok(admitted?)
 }
 

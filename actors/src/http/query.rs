@@ -17,7 +17,9 @@ use super::auth::extract::Reader;
 use super::encoding::flamewire_response;
 use super::error::ApiError;
 use super::params::{admit, query_range, step_param};
-use crate::query::{Admission, FlamegraphQuery, LabelsQuery, Reads, TimelineQuery, TopQuery};
+use crate::query::{
+    Admission, FlamegraphQuery, Granularity, LabelsQuery, Reads, TimelineQuery, TopQuery,
+};
 
 /// The `format`s of `/api/v1/flamegraph`.
 const FLAMEGRAPH_FORMATS: &[&str] = &["collapsed", "json", "flamewire", "pprof", "speedscope"];
@@ -46,6 +48,15 @@ pub(crate) async fn flamegraph(
             FLAMEGRAPH_FORMATS.join(", ")
         )));
     }
+    let granularity = match params.get("lines").map(String::as_str) {
+        None | Some("false" | "0") => Granularity::Function,
+        Some("true" | "1") => Granularity::Line,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "lines: {other:?} is not true or false"
+            )));
+        }
+    };
     let range = query_range(scope, &params)?;
     // The permit is held until the answer is serialized (it costs too).
     let Admission {
@@ -54,7 +65,7 @@ pub(crate) async fn flamegraph(
     } = admit(&state, range, Reads::Samples, None).await?;
     let wire = state
         .query
-        .send(FlamegraphQuery(range))
+        .send(FlamegraphQuery(range, granularity))
         .await
         .map_err(crate::query::QueryError::from)??;
     let started = std::time::Instant::now();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use kiln_ingest_bus::{Consumer, Record};
@@ -16,6 +16,7 @@ use super::deduper::{Deduper, Filter, Remember};
 use super::progress::ProgressSender;
 use super::symbolize::{Symbolized, symbolize};
 use super::writer::{Write, Writer, Written};
+use crate::telemetry::{DeadLetter, Stage, WorkerMetrics};
 
 /// Most records taken in one poll (and written with one sync).
 const POLL_MAX: usize = 256;
@@ -64,6 +65,8 @@ pub(crate) struct Stages {
     pub symbolizer: Addr<Symbolizer>,
     pub writer: Addr<Writer>,
     pub objects: Arc<dyn ObjectStore>,
+    /// Stage times, records and dead letters are counted here.
+    pub metrics: WorkerMetrics,
 }
 
 /// Owns a bus consumer and runs the ingest loop.
@@ -114,28 +117,42 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
         if records.is_empty() {
             continue;
         }
+        let metrics = &stages.metrics;
+        metrics.took_records(records.len());
+        let mut clock = StageClock::start(metrics);
         let mut next_offsets = BTreeMap::new();
         let mut decoded = Vec::with_capacity(records.len());
+        let mut rejected = Vec::new();
         for record in records {
             let next = next_offsets.entry(record.partition).or_insert(0);
             *next = (*next).max(record.offset + 1);
             match stages.decoder.send(Decode(record)).await {
                 Ok(Ok(batch)) => decoded.push(batch),
-                Ok(Err(rejected)) => {
-                    let Rejected {
-                        record,
-                        tenant,
-                        reason,
-                    } = rejected;
-                    dead_letter(&*stages.objects, &record, tenant.as_deref(), &reason).await;
-                    progress.dead_lettered();
-                }
+                Ok(Err(refused)) => rejected.push(refused),
                 Err(e) => {
                     error!(error = %e, "decoder stopped; ingest stops");
                     return;
                 }
             }
         }
+        clock.lap(Stage::Decode);
+        for refused in rejected {
+            let Rejected {
+                record,
+                tenant,
+                reason,
+            } = refused;
+            // Only a verified envelope names its tenant.
+            let why = match tenant {
+                None => DeadLetter::Envelope,
+                Some(_) => DeadLetter::Batch,
+            };
+            dead_letter(&*stages.objects, &record, tenant.as_deref(), &reason).await;
+            progress.dead_lettered();
+            metrics.dead_lettered(why);
+        }
+        // Storing dead letters is no stage's time.
+        clock.restart();
         let mut filtered = Vec::with_capacity(decoded.len());
         for d in decoded {
             match stages.deduper.send(Filter(d)).await {
@@ -146,12 +163,15 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
                 }
             }
         }
+        clock.lap(Stage::Dedup);
         let mut remember: Vec<Option<Remember>> =
             filtered.iter().map(|d| Some(Remember::of(d))).collect();
         let symbolized = symbolize(&stages.symbolizer, filtered).await;
+        clock.lap(Stage::Symbolize);
         let Some((batches, written)) = write(&stages.writer, symbolized).await else {
             return;
         };
+        clock.lap(Stage::Write);
         for (i, e) in written.refused {
             // Refused for good: set aside, so that the records after it
             // are written and committed rather than retried forever.
@@ -165,17 +185,48 @@ async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: Progress
             )
             .await;
             progress.dead_lettered();
+            metrics.dead_lettered(DeadLetter::StoreRefused);
             // What it wrote before the refusal is not vouched for.
             remember[i] = None;
         }
         drop(batches);
+        clock.restart();
         for (partition, next) in next_offsets {
             commit(&mut *consumer, partition, next).await;
             progress.committed(partition, next);
         }
+        clock.lap(Stage::Commit);
         for r in remember.into_iter().flatten() {
             stages.deduper.do_send(r);
         }
+    }
+}
+
+/// Times the stages of one poll, each once (`kiln_worker_stage_seconds`).
+struct StageClock<'a> {
+    metrics: &'a WorkerMetrics,
+    started: Instant,
+}
+
+impl<'a> StageClock<'a> {
+    fn start(metrics: &'a WorkerMetrics) -> Self {
+        StageClock {
+            metrics,
+            started: Instant::now(),
+        }
+    }
+
+    /// Records the time since the last lap (or restart) as `stage`'s.
+    fn lap(&mut self, stage: Stage) {
+        let now = Instant::now();
+        self.metrics
+            .observe(stage, now.saturating_duration_since(self.started));
+        self.started = now;
+    }
+
+    /// Starts the next stage's time now (what came between is no stage's).
+    fn restart(&mut self) {
+        self.started = Instant::now();
     }
 }
 

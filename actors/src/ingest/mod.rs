@@ -32,6 +32,7 @@ use kiln_symbolizer_workers::Symbolizer;
 pub use progress::IngestProgress;
 
 use crate::envelope::BusKey;
+use crate::telemetry::WorkerMetrics;
 
 /// The consumer group of Kiln's ingest workers.
 pub const CONSUMER_GROUP: &str = "kiln-ingest";
@@ -46,15 +47,20 @@ pub const CONSUMER_GROUP: &str = "kiln-ingest";
 /// decode or that the store refuses for good, are set aside in the object
 /// store's dead-letter area (`tenants/<t>/dead-letters/`, or
 /// `dead-letters/` when no verified envelope names a tenant) and counted
-/// ([`IngestProgress::dead_letters`]).
+/// ([`IngestProgress::dead_letters`], `kiln_dead_letters_total`).
+///
+/// Each poll's stage times and records are counted in `metrics`, which
+/// also reads the consumer's lag when scraped.
 pub async fn start(
     bus: Arc<dyn Bus>,
     store: Arc<dyn ProfileStore>,
     objects: Arc<dyn ObjectStore>,
     symbolizer: Addr<Symbolizer>,
     bus_key: BusKey,
+    metrics: WorkerMetrics,
 ) -> Result<IngestProgress, BusError> {
     let consumer = bus.consumer(CONSUMER_GROUP).await?;
+    metrics.watch_lag(consumer.lag_reader());
     let (sender, progress) = progress::channel(bus.partition_count());
     let arbiter = Arbiter::new();
     let started = arbiter.spawn(async move {
@@ -64,6 +70,7 @@ pub async fn start(
             symbolizer,
             writer: writer::Writer::new(store).start(),
             objects,
+            metrics,
         };
         consumer::BusConsumer::new(consumer, stages, sender).start();
     });

@@ -13,6 +13,7 @@ use super::QueryRange;
 use super::abandon::Abandonable;
 use super::cache::BoundedCache;
 use super::metrics::{MetricPartial, MetricScan, run_metric_scan};
+use crate::telemetry::CacheCounters;
 
 /// What a scan adds up besides per-stack counts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -110,10 +111,15 @@ pub(crate) struct Aggregator {
 }
 
 impl Aggregator {
-    pub(crate) fn new(store: Arc<dyn ProfileStore>) -> Self {
+    /// An aggregator reading `store`, its label-set cache's lookups
+    /// counted in `counters`.
+    pub(crate) fn new(store: Arc<dyn ProfileStore>, counters: CacheCounters) -> Self {
         Self {
             store,
-            labels: Arc::new(Mutex::new(BoundedCache::new(LABEL_CACHE_SIZE))),
+            labels: Arc::new(Mutex::new(BoundedCache::counted(
+                LABEL_CACHE_SIZE,
+                counters,
+            ))),
         }
     }
 }
@@ -240,6 +246,7 @@ pub(super) async fn load_label_sets(
                 None => missing.push(id),
             }
         }
+        cache.record(found.len(), missing.len());
     }
     if missing.is_empty() {
         return Ok(found);

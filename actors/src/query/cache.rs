@@ -6,6 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
+use crate::telemetry::CacheCounters;
+
 /// A `HashMap` with foldhash instead of SipHash. A million-node query
 /// looks up ids and indices millions of times; their keys are ids we
 /// computed (content hashes) or our own indices, not strings an attacker
@@ -19,14 +21,25 @@ pub(crate) type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 pub(crate) struct BoundedCache<K, V> {
     map: FastMap<K, V>,
     capacity: usize,
+    /// Hits and misses, as its users count them ([`Self::record`]).
+    counters: CacheCounters,
 }
 
 impl<K: Eq + Hash, V> BoundedCache<K, V> {
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A cache whose lookups are counted in `counters`
+    /// (`kiln_query_cache_hits_total`, `…_misses_total`).
+    pub(crate) fn counted(capacity: usize, counters: CacheCounters) -> Self {
         Self {
             map: FastMap::default(),
             capacity,
+            counters,
         }
+    }
+
+    /// Counts a lookup of many keys: `hits` found, `misses` not. Callers
+    /// count once per batch of keys, not per key.
+    pub(crate) fn record(&self, hits: usize, misses: usize) {
+        self.counters.record(hits, misses);
     }
 
     pub(crate) fn get(&self, key: &K) -> Option<&V> {

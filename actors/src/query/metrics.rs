@@ -237,7 +237,7 @@ mod tests {
             })
             .collect();
         store.put_metric_points(&scope, &points).await.unwrap();
-        let cache = Mutex::new(BoundedCache::new(10));
+        let cache = Mutex::new(BoundedCache::counted(10, Default::default()));
         let range = QueryRange {
             scope,
             from_ns: h - 2 * S,

@@ -38,6 +38,7 @@ use kiln_model::{FileId, NANOS_PER_HOUR};
 use kiln_storage::{ObjectStore, ProfileStore, Scope, StoreError};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
+use crate::telemetry::QueryMetrics;
 use aggregator::Aggregator;
 pub(crate) use aggregator::{Partial, Scan, Want};
 use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
@@ -109,10 +110,20 @@ pub enum QueryError {
     Unavailable(#[from] actix::MailboxError),
 }
 
-/// A flamegraph of a range.
+/// What one flamegraph node stands for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Granularity {
+    /// A function: its frames at every line are one node (the default).
+    #[default]
+    Function,
+    /// A line of a function: one node per (function, file, line).
+    Line,
+}
+
+/// A flamegraph of a range, its nodes of the granularity given.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<Flamewire, QueryError>")]
-pub struct FlamegraphQuery(pub QueryRange);
+pub struct FlamegraphQuery(pub QueryRange, pub Granularity);
 
 /// The functions with the most samples.
 #[derive(Debug, Message)]
@@ -229,14 +240,16 @@ impl QueryCoordinator {
     /// own, and a coordinator over them in the current arbiter; symbols
     /// come from `objects`, with the debuginfod servers of the
     /// `DEBUGINFOD_URLS` environment variable as a fallback
-    /// ([`SymbolizerConfig::from_env`]).
+    /// ([`SymbolizerConfig::from_env`]). Its caches count their hits and
+    /// misses in `metrics`.
     pub fn start(
         store: Arc<dyn ProfileStore>,
         objects: Arc<dyn ObjectStore>,
         aggregators: usize,
+        metrics: &QueryMetrics,
     ) -> Addr<QueryCoordinator> {
         let symbolizer = Symbolizer::spawn(objects, SymbolizerConfig::from_env());
-        Self::start_with_symbolizer(store, symbolizer, aggregators)
+        Self::start_with_symbolizer(store, symbolizer, aggregators, metrics)
     }
 
     /// Like [`start`](Self::start), with frames symbolized by `symbolizer`.
@@ -244,8 +257,9 @@ impl QueryCoordinator {
         store: Arc<dyn ProfileStore>,
         symbolizer: Addr<Symbolizer>,
         aggregators: usize,
+        metrics: &QueryMetrics,
     ) -> Addr<QueryCoordinator> {
-        Self::start_node(store, symbolizer, aggregators, None, None)
+        Self::start_node(store, symbolizer, aggregators, None, None, metrics)
     }
 
     /// Like [`start_with_symbolizer`](Self::start_with_symbolizer), as one
@@ -256,6 +270,7 @@ impl QueryCoordinator {
         symbolizer: Addr<Symbolizer>,
         aggregators: usize,
         peers: PeerOptions,
+        metrics: &QueryMetrics,
     ) -> Result<Addr<QueryCoordinator>, PeerConfigError> {
         let peers = Peers::new(peers)?;
         tracing::info!(nodes = ?peers.nodes(), "query node sharing scans with its peers");
@@ -266,6 +281,7 @@ impl QueryCoordinator {
             aggregators,
             Some(peers),
             Some(notifier),
+            metrics,
         ))
     }
 
@@ -276,6 +292,7 @@ impl QueryCoordinator {
         objects: Arc<dyn ObjectStore>,
         aggregators: usize,
         nodes: QueryNodes,
+        metrics: &QueryMetrics,
     ) -> Result<Addr<QueryCoordinator>, PeerConfigError> {
         let notifier = SymbolNotifier::new(nodes)?;
         let symbolizer = Symbolizer::spawn(objects, SymbolizerConfig::from_env());
@@ -285,6 +302,7 @@ impl QueryCoordinator {
             aggregators,
             None,
             Some(notifier),
+            metrics,
         ))
     }
 
@@ -294,13 +312,15 @@ impl QueryCoordinator {
         aggregators: usize,
         peers: Option<Peers>,
         notifier: Option<SymbolNotifier>,
+        metrics: &QueryMetrics,
     ) -> Addr<QueryCoordinator> {
         let mut addrs = Vec::new();
         for _ in 0..aggregators.max(1) {
             let store = store.clone();
+            let counters = metrics.label_sets.clone();
             let arbiter = Arbiter::new();
             addrs.push(Aggregator::start_in_arbiter(&arbiter.handle(), move |_| {
-                Aggregator::new(store)
+                Aggregator::new(store, counters)
             }));
         }
         let names = (0..addrs.len()).map(|i| format!("local-{i}")).collect();
@@ -309,7 +329,7 @@ impl QueryCoordinator {
                 store: store.clone(),
                 aggregators: addrs,
                 names,
-                resolver: Resolver::new(store, symbolizer),
+                resolver: Resolver::new(store, symbolizer, metrics),
                 peers,
                 notifier,
                 counts: Counters::default(),
@@ -486,7 +506,7 @@ impl Handler<FlamegraphQuery> for QueryCoordinator {
 
     fn handle(
         &mut self,
-        FlamegraphQuery(range): FlamegraphQuery,
+        FlamegraphQuery(range, granularity): FlamegraphQuery,
         _: &mut Context<Self>,
     ) -> Self::Result {
         let cluster = self.cluster.clone();
@@ -499,7 +519,7 @@ impl Handler<FlamegraphQuery> for QueryCoordinator {
                 .resolve(range.scope.tenant(), partial.stacks.keys().copied())
                 .await?;
             let resolved_at = started.elapsed();
-            let graph = views::flamegraph(&range, &partial, &resolved);
+            let graph = views::flamegraph(&range, &partial, &resolved, granularity);
             tracing::debug!(
                 stacks = partial.stacks.len(),
                 nodes = graph.nodes.len(),

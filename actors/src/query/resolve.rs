@@ -18,6 +18,7 @@ use tracing::{debug, warn};
 
 use super::QueryError;
 use super::cache::{BoundedCache, FastMap, FastSet};
+use crate::telemetry::QueryMetrics;
 
 /// A frame as shown: kind, name and where it lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -132,12 +133,18 @@ impl Resolved {
 }
 
 impl Resolver {
-    pub(crate) fn new(store: Arc<dyn ProfileStore>, symbolizer: Addr<Symbolizer>) -> Self {
+    /// A resolver reading `store`, whose stack and frame caches count
+    /// their lookups in `metrics`.
+    pub(crate) fn new(
+        store: Arc<dyn ProfileStore>,
+        symbolizer: Addr<Symbolizer>,
+        metrics: &QueryMetrics,
+    ) -> Self {
         Self {
             store,
             symbolizer,
-            stacks: Mutex::new(BoundedCache::new(CACHE_SIZE)),
-            frames: Mutex::new(BoundedCache::new(CACHE_SIZE)),
+            stacks: Mutex::new(BoundedCache::counted(CACHE_SIZE, metrics.stacks.clone())),
+            frames: Mutex::new(BoundedCache::counted(CACHE_SIZE, metrics.frames.clone())),
         }
     }
 
@@ -212,6 +219,7 @@ impl Resolver {
                     None => missing.push(id),
                 }
             }
+            cache.record(found.len(), missing.len());
         }
         for chunk in missing.chunks(CHUNK) {
             let loaded = self.store.get_stacks(tenant, chunk).await?;
@@ -252,6 +260,7 @@ impl Resolver {
                     None => missing.push(id),
                 }
             }
+            cache.record(found.len() + addresses.len(), missing.len());
         }
         for chunk in missing.chunks(CHUNK) {
             let rows = self.store.get_frames(tenant, chunk).await?;

@@ -8,10 +8,10 @@ use kiln_model::flamewire::{FlameFrame, FlameMeta, Flamewire, FlamewireBuilder};
 use kiln_model::{FrameId, FrameKind};
 use serde::Serialize;
 
-use super::QueryRange;
 use super::aggregator::{Partial, add_count};
 use super::cache::FastMap;
 use super::resolve::{FrameLabel, Resolved};
+use super::{Granularity, QueryRange};
 
 /// Average CPU nanoseconds per sample (0 when there are none).
 fn ns_per_count(partial: &Partial) -> u64 {
@@ -34,7 +34,12 @@ fn count_scale(partial: &Partial) -> u64 {
     u64::try_from(sum.div_ceil(u128::from(u64::MAX))).map_or(u64::MAX, |k| k.max(1))
 }
 
-pub(crate) fn flamegraph(range: &QueryRange, partial: &Partial, resolved: &Resolved) -> Flamewire {
+pub(crate) fn flamegraph(
+    range: &QueryRange,
+    partial: &Partial,
+    resolved: &Resolved,
+    granularity: Granularity,
+) -> Flamewire {
     let scale = count_scale(partial);
     if scale > 1 {
         tracing::warn!(
@@ -58,6 +63,7 @@ pub(crate) fn flamegraph(range: &QueryRange, partial: &Partial, resolved: &Resol
             to_ns: range.to_ns,
             ns_per_count: ns_per_count(partial).saturating_mul(scale),
         },
+        granularity,
     )
 }
 
@@ -70,10 +76,18 @@ pub(crate) fn flamegraph(range: &QueryRange, partial: &Partial, resolved: &Resol
 /// thousands of frames, and every frame of every stack costs one lookup by
 /// key. Equal labels of distinct frames still merge (the builder interns
 /// by content).
+///
+/// With [`Granularity::Function`] (the default of the API) nodes are
+/// functions, not lines: the frames of one function at different lines (a
+/// Python function's statements, a native function's call sites) are one
+/// node, as a reader of a flamegraph expects, so the line is left out of
+/// the node (its file stays). [`Granularity::Line`] keeps one node per
+/// line.
 pub fn flamegraph_of<'a, K>(
     stacks: impl IntoIterator<Item = (&'a [K], u64)>,
     labels: impl Fn(&K) -> &'a [Arc<FrameLabel>],
     meta: FlameMeta,
+    granularity: Granularity,
 ) -> Flamewire
 where
     K: Copy + Eq + Hash + 'a,
@@ -94,7 +108,10 @@ where
                         name: &label.name,
                         module: label.module.as_deref(),
                         file: label.file.as_deref(),
-                        line: label.line,
+                        line: match granularity {
+                            Granularity::Function => 0,
+                            Granularity::Line => label.line,
+                        },
                     }));
                 }
                 (start, chains.len())
@@ -374,7 +391,7 @@ mod tests {
             samples: u64::MAX,
             cpu_ns: 2 * u128::from(big) * 10,
         };
-        let bytes = flamegraph(&range(), &partial, &resolved).to_bytes();
+        let bytes = flamegraph(&range(), &partial, &resolved, Granularity::Function).to_bytes();
         read(&bytes, |g| {
             // Halved: 2^62 each, 2^63 at the root.
             assert_eq!(g.node(0).total, big);
@@ -450,7 +467,7 @@ mod tests {
     #[test]
     fn flamegraph_merges_equal_labels_of_distinct_frames() {
         let (partial, resolved) = recursive_stacks();
-        let bytes = flamegraph(&range(), &partial, &resolved).to_bytes();
+        let bytes = flamegraph(&range(), &partial, &resolved, Granularity::Function).to_bytes();
         read(&bytes, |g| {
             let names: Vec<&str> = (0..g.node_count()).map(|i| g.node_name(i)).collect();
             assert_eq!(names, ["all", "main", "walk", "walk", "helper", "leaf"]);
@@ -458,6 +475,42 @@ mod tests {
             assert_eq!(g.node(2).self_count, 2);
             assert_eq!(g.node(5).self_count, 3);
             assert_eq!(g.meta().ns_per_count, 1_000);
+        })
+        .unwrap();
+    }
+
+    // Guards function granularity: one function's frames at two lines,
+    // side by side under the same caller, are one node.
+    #[test]
+    fn flamegraph_nodes_are_functions_not_lines() {
+        let parse = |line| {
+            Arc::new(FrameLabel {
+                kind: FrameKind::Python,
+                name: "parse".into(),
+                module: None,
+                file: Some("app.py".into()),
+                line,
+            })
+        };
+        let mut resolved = Resolved::default();
+        for (id, labels) in [
+            (1, vec![label("main")]),
+            (2, vec![parse(12)]),
+            (3, vec![parse(17)]),
+        ] {
+            resolved.labels.insert(FrameId(id), labels.into());
+        }
+        let mut partial = Partial::default();
+        for (id, frames, count) in [(1, &[1, 2][..], 377), (2, &[1, 3][..], 70)] {
+            partial.stacks.insert(StackId(id), count);
+            let frames: Arc<[FrameId]> = frames.iter().map(|&f| FrameId(f)).collect();
+            resolved.stacks.insert(StackId(id), frames);
+        }
+        let bytes = flamegraph(&range(), &partial, &resolved, Granularity::Function).to_bytes();
+        read(&bytes, |g| {
+            let names: Vec<&str> = (0..g.node_count()).map(|i| g.node_name(i)).collect();
+            assert_eq!(names, ["all", "main", "parse"]);
+            assert_eq!(g.node(2).self_count, 447);
         })
         .unwrap();
     }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use kiln_actors::envelope::{BusKey, EnvelopeHeader};
 use kiln_actors::ingest::{self, IngestProgress};
-use kiln_actors::query::{FlamegraphQuery, QueryCoordinator, QueryRange};
+use kiln_actors::query::{FlamegraphQuery, Granularity, QueryCoordinator, QueryRange};
+use kiln_actors::telemetry::{Metrics, ServerRole};
 use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::flamewire::read;
 use kiln_storage::{
@@ -67,6 +68,8 @@ pub struct Pipeline {
     pub objects: Arc<LocalObjectStore>,
     pub progress: IngestProgress,
     pub query: actix::Addr<QueryCoordinator>,
+    /// What the pipeline and the query side count.
+    pub metrics: Metrics,
     /// The tenant and project everything is published for.
     pub scope: Scope,
     pub dir: tempfile::TempDir,
@@ -97,17 +100,23 @@ impl Pipeline {
         let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
         let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
         let bus_key = BusKey::new(TEST_BUS_KEY).unwrap();
+        let metrics = Metrics::new(ServerRole::All);
         let progress = ingest::start(
             bus.clone(),
             wrap(store.clone()),
             objects.clone(),
             symbolizer.clone(),
             bus_key.clone(),
+            metrics.worker().clone(),
         )
         .await
         .unwrap();
-        let query =
-            QueryCoordinator::start_with_symbolizer(store.clone(), symbolizer, query_workers);
+        let query = QueryCoordinator::start_with_symbolizer(
+            store.clone(),
+            symbolizer,
+            query_workers,
+            metrics.query(),
+        );
         Pipeline {
             bus,
             bus_key,
@@ -115,6 +124,7 @@ impl Pipeline {
             objects,
             progress,
             query,
+            metrics,
             scope,
             dir,
         }
@@ -167,7 +177,7 @@ impl Pipeline {
     pub async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
         let wire = self
             .query
-            .send(FlamegraphQuery(self.range(filters)))
+            .send(FlamegraphQuery(self.range(filters), Granularity::Function))
             .await
             .unwrap()
             .unwrap();

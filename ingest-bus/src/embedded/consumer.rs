@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::bus::{Consumer, Record, take_within};
+use crate::bus::{Consumer, LagReader, PartitionLag, Record, take_within};
 use crate::embedded::Inner;
 use crate::embedded::group::Group;
 use crate::embedded::reader::PartitionReader;
@@ -211,6 +211,49 @@ impl Consumer for EmbeddedConsumer {
         })
         .await
         .map_err(|_| BusError::Panicked)?
+    }
+
+    fn lag_reader(&self) -> Arc<dyn LagReader> {
+        Arc::new(EmbeddedLag {
+            inner: Arc::downgrade(&self.inner),
+            group: self.group.clone(),
+            member: self.member,
+        })
+    }
+}
+
+/// The lag of one [`EmbeddedConsumer`]: its assigned partitions' ends
+/// against the group's committed offsets, read from memory (no I/O).
+#[derive(Debug)]
+struct EmbeddedLag {
+    /// Weak, so that a reader kept after the bus is closed does not hold
+    /// its directory's lock.
+    inner: Weak<Inner>,
+    group: Arc<Group>,
+    member: u64,
+}
+
+#[async_trait]
+impl LagReader for EmbeddedLag {
+    fn topic(&self) -> &str {
+        "embedded"
+    }
+
+    async fn lag(&self) -> Result<Vec<PartitionLag>, BusError> {
+        let Some(inner) = self.inner.upgrade() else {
+            return Ok(Vec::new());
+        };
+        // A member that left (its consumer dropped) is assigned nothing.
+        let (_, assigned) = self.group.assignment(self.member, inner.partition_count());
+        let committed = self.group.committed();
+        Ok(assigned
+            .into_iter()
+            .map(|p| PartitionLag {
+                partition: p,
+                committed: committed[p as usize],
+                end: inner.partitions[p as usize].durable_end(),
+            })
+            .collect())
     }
 }
 

@@ -1,7 +1,7 @@
 //! `KafkaConsumer`: a member of a Kafka consumer group.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,7 +12,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::options::KafkaOptions;
-use crate::bus::{Consumer, Record, take_within};
+use crate::bus::{Consumer, LagReader, PartitionLag, Record, take_within};
 use crate::error::BusError;
 
 /// One member of a consumer group on the bus topic. The broker assigns it
@@ -116,6 +116,78 @@ impl Consumer for KafkaConsumer {
             .await
             .map_err(|_| BusError::Panicked)?
             .map_err(BusError::kafka("commit"))
+    }
+
+    fn lag_reader(&self) -> Arc<dyn LagReader> {
+        Arc::new(KafkaLag {
+            consumer: Arc::downgrade(&self.consumer),
+            topic: self.topic.clone(),
+        })
+    }
+}
+
+/// How long one broker request of a lag reading may take.
+const LAG_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The lag of one [`KafkaConsumer`]: for each partition librdkafka has
+/// assigned it, the group's committed offset (from the group coordinator)
+/// against the partition's high watermark (from its leader). That is one
+/// request for the offsets and one per assigned partition, on tokio's
+/// blocking pool.
+#[derive(Debug)]
+struct KafkaLag {
+    /// Weak: a reader kept after its consumer is dropped must not keep it
+    /// in the group.
+    consumer: Weak<StreamConsumer>,
+    topic: String,
+}
+
+#[async_trait]
+impl LagReader for KafkaLag {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    async fn lag(&self) -> Result<Vec<PartitionLag>, BusError> {
+        let Some(consumer) = self.consumer.upgrade() else {
+            return Ok(Vec::new());
+        };
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let assigned = consumer
+                .assignment()
+                .map_err(BusError::kafka("read the assignment"))?;
+            if assigned.count() == 0 {
+                return Ok(Vec::new());
+            }
+            let committed = consumer
+                .committed_offsets(assigned, LAG_TIMEOUT)
+                .map_err(BusError::kafka("read committed offsets"))?;
+            let mut lags = Vec::new();
+            for element in committed.elements_for_topic(&topic) {
+                let partition = element.partition();
+                let (low, high) = consumer
+                    .fetch_watermarks(&topic, partition, LAG_TIMEOUT)
+                    .map_err(BusError::kafka("read watermarks"))?;
+                // Nothing committed: the group starts at the oldest record
+                // kept (auto.offset.reset=earliest).
+                let committed = match element.offset() {
+                    Offset::Offset(next) => next,
+                    _ => low,
+                };
+                lags.push(PartitionLag {
+                    // librdkafka's partitions and offsets are never
+                    // negative here.
+                    partition: partition.max(0) as u32,
+                    committed: committed.max(0) as u64,
+                    end: high.max(0) as u64,
+                });
+            }
+            lags.sort_by_key(|l| l.partition);
+            Ok(lags)
+        })
+        .await
+        .map_err(|_| BusError::Panicked)?
     }
 }
 

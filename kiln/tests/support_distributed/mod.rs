@@ -206,6 +206,8 @@ impl Backends {
             "worker",
             &[
                 "worker",
+                "--listen",
+                "127.0.0.1:0",
                 "--bus",
                 &self.bus,
                 "--store",

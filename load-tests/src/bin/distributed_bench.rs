@@ -243,8 +243,11 @@ impl Cluster {
                 let bus_key = bus_key.clone();
                 move || async move {
                     let symbolizer = SymbolizerConfig::default();
-                    roles::start_worker(bus, store, objects, symbolizer, bus_key).await?;
-                    Ok((None, None))
+                    // Its /metrics listener, on a port of its own.
+                    let running =
+                        roles::start_worker(bus, store, objects, symbolizer, bus_key, listen)
+                            .await?;
+                    Ok((None, Some(running.server)))
                 }
             })?;
             systems.push(system);

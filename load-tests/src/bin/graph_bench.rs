@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kiln_actors::query::{FrameLabel, flamegraph_of};
+use kiln_actors::query::{FrameLabel, Granularity, flamegraph_of};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::CallGraph;
 use kiln_model::flamewire::{FlameFrame, FlameMeta, FlamewireBuilder, read};
@@ -86,6 +86,8 @@ fn main() {
             stacks.iter().map(|(s, n)| (s.as_slice(), *n)),
             |frame| &labels[frame],
             FlameMeta::default(),
+            // The baseline kept a node per line.
+            Granularity::Line,
         )
     };
     let old = || baseline::flamegraph(&stacks, &labels);

@@ -352,8 +352,16 @@ async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow:
         None => None,
     };
     let started = Instant::now();
-    let progress =
-        kiln_actors::ingest::start(bus, store.clone(), objects, symbolizer, bus_key).await?;
+    let metrics = kiln_actors::telemetry::Metrics::new(kiln_actors::telemetry::ServerRole::Worker);
+    let progress = kiln_actors::ingest::start(
+        bus,
+        store.clone(),
+        objects,
+        symbolizer,
+        bus_key,
+        metrics.worker().clone(),
+    )
+    .await?;
     for (partition, offset) in last {
         let done = progress
             .wait_committed(partition, offset, Duration::from_secs(600))
