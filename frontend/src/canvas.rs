@@ -276,11 +276,11 @@ impl FlameCanvas {
         );
         let frame = graph.view().node_frame(i);
         if frame.file != 0 {
-            detail.push_str(&format!(
-                " · {}:{}",
-                graph.wire().string(frame.file.to_native()),
-                frame.line.to_native()
-            ));
+            let file = graph.wire().string(frame.file.to_native());
+            match frame.line.to_native() {
+                0 => detail.push_str(&format!(" · {file}")),
+                line => detail.push_str(&format!(" · {file}:{line}")),
+            }
         }
         // The diff's merged graph weighs both ranges: its own counts mean
         // nothing to a reader, the two ranges' samples do.

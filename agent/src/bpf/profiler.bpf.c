@@ -120,6 +120,26 @@ struct {
 	__array(values, struct unwind_table);
 } unwind_tables SEC(".maps");
 
+/* A row found for an address: (table id, table-relative address). */
+struct row_cache_key {
+	__u32 table_id;
+	__u32 addr;
+};
+
+/*
+ * Rows found, by table and address: a table's rows never change under its
+ * id (user space never reuses one), so an entry is never stale, even once
+ * the table is evicted. A walk meets the same return addresses sample
+ * after sample; one hash lookup then stands for the ~20 of the binary
+ * search. LRU: the hot addresses stay.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct row_cache_key);
+	__type(value, __u64);
+} row_cache SEC(".maps");
+
 /* Table ids user space evicted for room (and has not loaded again): a walk
  * that misses one of these says EVICTED rather than NO_TABLE. */
 struct {
@@ -521,6 +541,27 @@ __attribute__((noinline)) __u64 find_row(__u32 table_id, __u32 len, __u64 addr)
 	return packed;
 }
 
+/*
+ * find_row() through `row_cache`: a row found is remembered. Global, like
+ * find_row(): its two ways to a row, inlined into the walk's loop, doubled
+ * the states the verifier walks at every frame.
+ */
+__attribute__((noinline)) __u64 cached_row(__u32 table_id, __u32 len, __u64 addr)
+{
+	if (addr > 0xffffffffULL)
+		return KILN_ROW_NONE;
+	struct row_cache_key key = { .table_id = table_id, .addr = (__u32)addr };
+	__u64 *cached = bpf_map_lookup_elem(&row_cache, &key);
+
+	if (cached)
+		return *cached;
+	__u64 row = find_row(table_id, len, addr);
+
+	if (row != KILN_ROW_TABLE_MISSING && row != KILN_ROW_NONE)
+		bpf_map_update_elem(&row_cache, &key, &row, BPF_ANY);
+	return row;
+}
+
 /* A frame's table is not loaded: remember why for the walk's outcome, and
  * ask user space (backing off) to load it. */
 static __always_inline void table_missing(struct unwind_state *st, __u32 table_id)
@@ -776,7 +817,7 @@ static long unwind_step(__u64 index, void *data)
 		struct kiln_mapping *m = list ? bpf_map_lookup_elem(list, &idx) : NULL;
 
 		if (m && m->table_id) {
-			row = find_row(m->table_id, m->rows_len, lookup - m->bias);
+			row = cached_row(m->table_id, m->rows_len, lookup - m->bias);
 			if (row == KILN_ROW_TABLE_MISSING) {
 				table_missing(st, m->table_id);
 				row = KILN_ROW_NONE;

@@ -11,8 +11,9 @@ use super::memory::Memory;
 /// Longest name or file path read (characters); longer ones are cut.
 const MAX_STR_CHARS: u64 = 4096;
 /// Longest line table read: a function of thousands of lines has one of a
-/// few KiB.
-const MAX_LINE_TABLE: u64 = 1 << 20;
+/// few KiB; a process cannot make the agent hold more than this per code
+/// object it shows.
+const MAX_LINE_TABLE: u64 = 256 << 10;
 
 /// Why a code object could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,11 @@ pub struct CodeInfo {
 }
 
 impl CodeInfo {
+    /// Bytes it holds: what the namer's cache counts against its budget.
+    pub fn size(&self) -> usize {
+        size_of::<CodeInfo>() + self.name.len() + self.file.len() + self.line_table.len()
+    }
+
     /// Reads the code object at `code` laid out as `layout` says.
     pub fn read(mem: &dyn Memory, layout: &Layout, code: u64) -> Result<CodeInfo, CodeError> {
         let ptr = |offset: u32| {

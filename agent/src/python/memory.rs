@@ -100,6 +100,20 @@ impl MemoryImage {
 
 impl Memory for MemoryImage {
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        // The last region written that holds the whole range, when no
+        // later one overlaps it: one copy.
+        let end = addr.saturating_add(buf.len() as u64);
+        for (start, bytes) in self.regions.iter().rev() {
+            let region_end = start.saturating_add(bytes.len() as u64);
+            if *start <= addr && end <= region_end {
+                let off = (addr - start) as usize;
+                buf.copy_from_slice(&bytes[off..off + buf.len()]);
+                return Ok(());
+            }
+            if *start < end && addr < region_end {
+                break; // a later write covers part of it: byte by byte
+            }
+        }
         // Byte by byte from the last region written that holds it, so that
         // later writes shadow earlier ones, as in memory.
         for (i, out) in buf.iter_mut().enumerate() {

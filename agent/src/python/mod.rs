@@ -33,6 +33,10 @@ use layout::{Layout, PyVersion};
 /// Code objects remembered (over all processes) before the cache starts
 /// over: a few hundred bytes each.
 const MAX_CODES: usize = 64 * 1024;
+/// Bytes of code objects remembered before the cache starts over: what a
+/// process showing fake frames with huge line tables could make the agent
+/// hold is bounded by this, not by what it shows.
+const MAX_CODE_BYTES: usize = 64 << 20;
 
 /// The oldest version whose frames are read.
 const OLDEST: PyVersion = PyVersion {
@@ -97,6 +101,8 @@ fn readable_layout(interp: &Interpreter) -> Option<&Layout> {
 #[derive(Debug, Default)]
 pub struct PythonNamer {
     codes: HashMap<(u32, u64), Option<Arc<CodeInfo>>>,
+    /// Bytes the remembered code objects hold.
+    bytes: usize,
 }
 
 impl PythonNamer {
@@ -117,12 +123,17 @@ impl PythonNamer {
         let Some(layout) = readable_layout(interp) else {
             return marker(interp, abi::PY_MARK_UNSUPPORTED);
         };
-        if self.codes.len() >= MAX_CODES {
+        if self.codes.len() >= MAX_CODES || self.bytes >= MAX_CODE_BYTES {
             self.codes.clear();
+            self.bytes = 0;
         }
+        let bytes = &mut self.bytes;
         let info = self.codes.entry((pid, code)).or_insert_with(|| {
             match CodeInfo::read(mem, layout, code) {
-                Ok(info) => Some(Arc::new(info)),
+                Ok(info) => {
+                    *bytes += info.size();
+                    Some(Arc::new(info))
+                }
                 Err(e) => {
                     tracing::debug!(pid, code, error = %e, "unreadable Python code object");
                     None
@@ -141,9 +152,9 @@ impl PythonNamer {
         }
     }
 
-    /// Forgets the code objects of a process that exited.
-    pub fn forget(&mut self, pid: u32) {
-        self.codes.retain(|(p, _), _| *p != pid);
+    /// Bytes the remembered code objects hold.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 
@@ -297,6 +308,49 @@ mod tests {
             script_of(&[python("worker", "/srv/w.py")]),
             None,
             "a thread's stack without <module>"
+        );
+    }
+
+    // Guards the namer's memory against a hostile process: fake frames
+    // whose code objects carry the largest line table read cost the cache
+    // at most its budget.
+    #[test]
+    fn hostile_code_objects_cost_at_most_the_budget() {
+        let interp = interpreter(12);
+        let layout = interp.layout.clone().unwrap();
+        let mut img = MemoryImage::new();
+        let (name, file, table) = (0x20_0000u64, 0x21_0000u64, 0x30_0000u64);
+        for at in [name, file] {
+            img.put_u32(
+                at + u64::from(layout.unicode_state),
+                1 << layout.unicode_kind_shift
+                    | 1 << layout.unicode_compact_bit
+                    | 1 << layout.unicode_ascii_bit,
+            );
+            img.put_u64(at + u64::from(layout.unicode_length), 1);
+            img.put(at + u64::from(layout.unicode_ascii_data), b"f");
+        }
+        let huge = 256 << 10;
+        img.put_u64(table + u64::from(layout.bytes_size), huge as u64);
+        img.put(table + u64::from(layout.bytes_data), &vec![0u8; huge]);
+        let mut namer = PythonNamer::new();
+        let mut most = 0;
+        for i in 0..400u64 {
+            let code = 0x100_0000 + i * 0x1000;
+            img.put_u64(code + u64::from(layout.code_qualname.unwrap()), name);
+            img.put_u64(code + u64::from(layout.code_filename), file);
+            img.put_u64(code + u64::from(layout.code_linetable), table);
+            img.put_u32(code + u64::from(layout.code_firstlineno), 1);
+            namer.frame(1, &interp, abi::PY_FRAME | code, &img);
+            most = most.max(namer.bytes());
+        }
+        assert!(
+            most > MAX_CODE_BYTES / 2,
+            "the tables were read ({most} bytes)"
+        );
+        assert!(
+            most <= MAX_CODE_BYTES + (300 << 10),
+            "the cache held {most} bytes"
         );
     }
 }

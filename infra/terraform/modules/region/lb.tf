@@ -101,6 +101,33 @@ resource "aws_lb_listener" "https" {
   tags = local.tags
 }
 
+# Every role serves Prometheus metrics at /metrics without a credential
+# (for the scraper inside the VPC); their labels name tenants and their
+# volumes, so the internet-facing listener answers 404 for that path
+# before any host rule forwards it.
+resource "aws_lb_listener_rule" "no_metrics" {
+  listener_arn = aws_lb_listener.https.arn
+  priority     = 1
+
+  action {
+    type = "fixed-response"
+
+    fixed_response {
+      content_type = "text/plain"
+      message_body = "not found"
+      status_code  = "404"
+    }
+  }
+
+  condition {
+    path_pattern {
+      values = ["/metrics", "/metrics/*"]
+    }
+  }
+
+  tags = local.tags
+}
+
 resource "aws_lb_listener_rule" "role" {
   for_each = local.http_roles
 
