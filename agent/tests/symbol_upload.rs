@@ -58,7 +58,11 @@ impl Backend {
     }
 
     fn flamegraph(&self) -> serde_json::Value {
-        let url = format!("{}/api/v1/flamegraph?from=now-1d&format=json", self.url);
+        // A node per line: the lines DWARF gives are part of what is checked.
+        let url = format!(
+            "{}/api/v1/flamegraph?from=now-1d&format=json&lines=true",
+            self.url
+        );
         let body = self
             .agent()
             .get(&url)
