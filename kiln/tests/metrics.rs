@@ -171,9 +171,20 @@ fn gpu_metrics_read_back_exactly_downsampled_and_filtered() {
         ])
     );
 
-    // Every reading exactly, one series per GPU, sorted by labels.
+    // Every reading exactly, one series per GPU, sorted by labels. The
+    // names show once the first points are stored, before the last ones
+    // are: wait until every reading of both GPUs reads back.
     let util = format!("/api/v1/metrics?name={}", metric_names::GPU_UTILIZATION);
-    let set = json(&server, &format!("{util}&{range}&step=1s"));
+    let set = loop {
+        let set = json(&server, &format!("{util}&{range}&step=1s"));
+        let complete = set["series"].as_array().is_some_and(|series| {
+            series.len() == 2 && series.iter().all(|s| points(s).len() == READINGS as usize)
+        });
+        if complete || started.elapsed() > Duration::from_secs(60) {
+            break set;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(set["step_ns"], S);
     let series = set["series"].as_array().unwrap();
     assert_eq!(series.len(), 2, "{set}");
