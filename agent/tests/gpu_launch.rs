@@ -190,12 +190,40 @@ enum Load {
     Late,
 }
 
-fn compile(dir: &Path, load: Load) -> std::path::PathBuf {
+/// Builds [`LIBRARY`] as `dir`/libkiln_cuda.so, without frame pointers.
+fn build_marker_library(dir: &Path) -> std::path::PathBuf {
     let library = dir.join("libkiln_cuda.so");
     std::fs::write(dir.join("marker.c"), LIBRARY).unwrap();
     CBuild::clang()
         .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
         .file(&dir.join("marker.c"), &library);
+    library
+}
+
+/// The launch stacks of `pid` the agent has recorded once it has at
+/// least `enough` (ticking every half second), or all it has after
+/// [`GIVE_UP_AFTER`].
+fn record_launches(
+    agent: &mut Agent,
+    sink: &mut MemorySink,
+    pid: u32,
+    enough: usize,
+) -> Vec<Vec<kiln_model::Frame>> {
+    let started = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(sink).unwrap();
+        let found: Vec<Vec<kiln_model::Frame>> = (1..=100_000)
+            .filter_map(|id| agent.gpu_launch_stack(pid, id))
+            .collect();
+        if found.len() >= enough || started.elapsed() > GIVE_UP_AFTER {
+            return found;
+        }
+    }
+}
+
+fn compile(dir: &Path, load: Load) -> std::path::PathBuf {
+    let library = build_marker_library(dir);
     let linking = match load {
         Load::Linked => vec![
             format!("-L{}", dir.display()),
@@ -287,17 +315,7 @@ fn launches_through_a_big_driver_without_frame_pointers_keep_their_callers() {
     let mut sink = MemorySink::default();
     let child = run_host(Command::new(&host));
     let pid = child.0.id();
-    let started = Instant::now();
-    let recorded = loop {
-        std::thread::sleep(Duration::from_millis(500));
-        agent.tick(&mut sink).unwrap();
-        let found: Vec<Vec<kiln_model::Frame>> = (1..=100_000)
-            .filter_map(|id| agent.gpu_launch_stack(pid, id))
-            .collect();
-        if found.len() >= 200 || started.elapsed() > GIVE_UP_AFTER {
-            break found;
-        }
-    };
+    let recorded = record_launches(&mut agent, &mut sink, pid, 200);
     drop(child);
     assert!(
         recorded.len() >= 50,
@@ -497,11 +515,7 @@ fn launches_from_python_hang_under_their_python_caller() {
         "Debian's python3.11 is missing: scripts/setup-tests.sh installs it"
     );
     let dir = tempfile::tempdir().unwrap();
-    let library = dir.path().join("libkiln_cuda.so");
-    std::fs::write(dir.path().join("marker.c"), LIBRARY).unwrap();
-    CBuild::clang()
-        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
-        .file(&dir.path().join("marker.c"), &library);
+    let library = build_marker_library(dir.path());
     let script = dir.path().join("train.py");
     std::fs::write(&script, PYTHON_HOST).unwrap();
     let symbols = Symbols::of(&library);
@@ -516,17 +530,7 @@ fn launches_from_python_hang_under_their_python_caller() {
             .unwrap(),
     );
     let pid = child.0.id();
-    let started = Instant::now();
-    let recorded = loop {
-        std::thread::sleep(Duration::from_millis(500));
-        agent.tick(&mut sink).unwrap();
-        let found: Vec<Vec<kiln_model::Frame>> = (1..=100_000)
-            .filter_map(|id| agent.gpu_launch_stack(pid, id))
-            .collect();
-        if found.len() >= 200 || started.elapsed() > GIVE_UP_AFTER {
-            break found;
-        }
-    };
+    let recorded = record_launches(&mut agent, &mut sink, pid, 200);
     drop(child);
     assert!(
         recorded.len() >= 50,

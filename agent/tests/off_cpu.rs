@@ -11,15 +11,14 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kiln_agent::{Agent, AgentConfig, MemorySink, OFF_CPU_DEVICE_KIND};
-use kiln_model::{Batch, Frame, FrameKind, LabelSet, label_names};
+use kiln_model::{Frame, FrameKind, label_names};
 use kiln_test_support::CBuild;
 
-use support::{Symbols, TestCgroup, Workload, require_root};
+use support::{Resolved, Symbols, TestCgroup, Workload, require_root, resolve_labelled};
 
 /// CPU samples a second: enough for the CPU side to be checked.
 const FREQUENCY_HZ: u64 = 99;
@@ -28,51 +27,9 @@ const FREQUENCY_HZ: u64 = 99;
 const PROFILE_FOR: Duration = Duration::from_secs(8);
 const TOLERANCE_POINTS: f64 = 5.0;
 
-/// One sample with everything the backend would know of it.
-struct Resolved {
-    labels: LabelSet,
-    frames: Vec<Frame>,
-    count: u64,
-    period_ns: u64,
-}
-
-impl Resolved {
-    fn pid(&self) -> Option<&str> {
-        self.labels.get(label_names::PID)
-    }
-
-    fn off_cpu(&self) -> bool {
-        self.labels.get(label_names::DEVICE_KIND) == Some(OFF_CPU_DEVICE_KIND)
-    }
-}
-
-/// Every sample of the batches from index `first` on, resolved with the
-/// dictionary entries of those batches and the earlier ones.
-fn resolve(batches: &[Batch], first: usize) -> Vec<Resolved> {
-    let mut frames = HashMap::new();
-    let mut stacks = HashMap::new();
-    let mut labels = HashMap::new();
-    let mut out = Vec::new();
-    for (i, batch) in batches.iter().enumerate() {
-        frames.extend(batch.frames.iter().map(|e| (e.id, e.frame.clone())));
-        stacks.extend(batch.stacks.iter().map(|e| (e.id, e.frames.clone())));
-        labels.extend(batch.label_sets.iter().map(|e| (e.id, e.labels.clone())));
-        if i < first {
-            continue;
-        }
-        for s in &batch.samples {
-            out.push(Resolved {
-                labels: labels[&s.labels].clone(),
-                frames: stacks[&s.stack]
-                    .iter()
-                    .map(|id| frames[id].clone())
-                    .collect(),
-                count: s.count,
-                period_ns: batch.period_ns,
-            });
-        }
-    }
-    out
+/// Whether a sample is an off-CPU one.
+fn off_cpu(s: &Resolved) -> bool {
+    s.labels.get(label_names::DEVICE_KIND) == Some(OFF_CPU_DEVICE_KIND)
 }
 
 fn compile(dir: &Path) -> std::path::PathBuf {
@@ -168,11 +125,11 @@ fn waits_are_weighted_by_time_apart_from_cpu_samples() {
         elapsed.as_secs_f64()
     );
 
-    let samples = resolve(&sink.batches, first);
+    let samples = resolve_labelled(&sink.batches, first);
     // Apart: every off-CPU sample is in a batch of nanoseconds, every CPU
     // sample in one of samples at the sampling period.
     for s in &samples {
-        match s.off_cpu() {
+        match off_cpu(s) {
             true => assert_eq!(s.period_ns, 1, "an off-CPU sample in a CPU batch"),
             false => assert_eq!(
                 s.period_ns,
@@ -181,7 +138,7 @@ fn waits_are_weighted_by_time_apart_from_cpu_samples() {
             ),
         }
     }
-    let (off, cpu): (Vec<_>, Vec<_>) = samples.iter().partition(|s| s.off_cpu());
+    let (off, cpu): (Vec<_>, Vec<_>) = samples.iter().partition(|s| off_cpu(s));
     let off_total: u64 = off.iter().map(|s| s.count).sum();
     assert_eq!(off_total, off_cpu_ns, "TickReport::off_cpu_ns");
     // The cgroup filter: no thread outside it (this test's own, which

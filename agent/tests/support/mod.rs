@@ -79,6 +79,14 @@ pub struct Resolved {
     /// Root first.
     pub frames: Vec<Frame>,
     pub count: u64,
+    /// Its batch's: what one count weighs (1 for nanoseconds).
+    pub period_ns: u64,
+}
+
+impl Resolved {
+    pub fn pid(&self) -> Option<&str> {
+        self.labels.get(label_names::PID)
+    }
 }
 
 /// As [`resolve`], keeping each sample's labels whole.
@@ -121,6 +129,7 @@ pub fn resolve_labelled(batches: &[Batch], first: usize) -> Vec<Resolved> {
                 labels,
                 frames: resolved,
                 count: s.count,
+                period_ns: batch.period_ns,
             });
         }
     }
