@@ -590,13 +590,16 @@ impl WorkerMetrics {
 
 /// The query routes timed by `kiln_query_seconds`, by path (the `route`
 /// label): every route of `http::query_routes` that reads the store.
-const QUERY_ROUTES: [&str; 6] = [
+const QUERY_ROUTES: [&str; 9] = [
     "/api/v1/flamegraph",
     "/api/v1/top",
     "/api/v1/timeline",
     "/api/v1/labels",
     "/api/v1/metrics",
     "/api/v1/metrics/names",
+    "/api/v1/gpu/kernels",
+    "/api/v1/gpu/instructions",
+    "/api/v1/gpu/trace",
 ];
 
 /// A query cache's hits and misses, counted once per lookup of a batch of

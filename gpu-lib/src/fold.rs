@@ -1,8 +1,9 @@
 //! Folding a snapshot into stacks of frames for the agent's batches:
 //! `<launching CPU stack> → gpu_kernel → gpu_instruction → gpu_stall`.
 //!
-//! Kernel stacks weigh GPU time in ns ([`WeightUnit::Nanoseconds`]);
-//! instruction stacks weigh PC samples ([`WeightUnit::Samples`]); device
+//! Kernel stacks weigh GPU time in ns ([`WeightUnit::Nanoseconds`]), and
+//! again launches ([`WeightUnit::Launches`], for the GPU view's counts and
+//! means); instruction stacks weigh PC samples ([`WeightUnit::Samples`]); device
 //! memory stacks, `<allocating CPU stack> → gpu_memory`, weigh bytes
 //! allocated in the interval ([`WeightUnit::AllocatedBytes`]) or live at
 //! its end ([`WeightUnit::LiveBytes`]: a gauge, whose one interval is read,
@@ -16,35 +17,14 @@
 
 use std::collections::HashMap;
 
-use kiln_model::{Frame, FrameKind};
+use kiln_model::{Frame, FrameKind, GpuWeight};
 
 use crate::pcsampling::short_stall_name;
 use crate::wire::{PcSampleAggregate, Snapshot};
 
-/// What a folded stack's weight counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WeightUnit {
-    /// GPU time of the kernel, ns.
-    Nanoseconds,
-    /// PC samples.
-    Samples,
-    /// Device memory bytes allocated during the interval.
-    AllocatedBytes,
-    /// Device memory bytes live at the interval's end.
-    LiveBytes,
-}
-
-impl WeightUnit {
-    /// The unit's name, for a label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WeightUnit::Nanoseconds => "nanoseconds",
-            WeightUnit::Samples => "samples",
-            WeightUnit::AllocatedBytes => "allocated_bytes",
-            WeightUnit::LiveBytes => "live_bytes",
-        }
-    }
-}
+/// What a folded stack's weight counts: the model's [`GpuWeight`], whose
+/// name is the `gpu_weight` label the agent puts on the samples.
+pub type WeightUnit = GpuWeight;
 
 /// One stack (root first) and its weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,22 +107,34 @@ pub fn fold_snapshot(
             bases.push(Vec::new());
         }
         let even = vec![1; bases.len()];
-        let mut merged: Vec<(Vec<Frame>, u64)> = Vec::new();
-        for (base, ns) in bases.into_iter().zip(apportion(kernel.total_ns, &even)) {
-            match merged.iter_mut().find(|(b, _)| *b == base) {
-                Some(entry) => entry.1 += ns,
-                None => merged.push((base, ns)),
+        // (CPU stack, ns, launches) placed there.
+        let mut merged: Vec<(Vec<Frame>, u64, u64)> = Vec::new();
+        let shares = apportion(kernel.total_ns, &even)
+            .into_iter()
+            .zip(apportion(kernel.launches, &even));
+        for (base, (ns, launches)) in bases.into_iter().zip(shares) {
+            match merged.iter_mut().find(|(b, _, _)| *b == base) {
+                Some(entry) => {
+                    entry.1 += ns;
+                    entry.2 += launches;
+                }
+                None => merged.push((base, ns, launches)),
             }
         }
-        for (base, ns) in merged {
-            if ns > 0 {
-                let mut frames = base.clone();
-                frames.push(kernel_frame(&kernel.name));
-                out.push(FoldedStack {
-                    frames,
-                    weight: ns,
-                    unit: WeightUnit::Nanoseconds,
-                });
+        for (base, ns, launches) in merged {
+            for (weight, unit) in [
+                (ns, WeightUnit::Nanoseconds),
+                (launches, WeightUnit::Launches),
+            ] {
+                if weight > 0 {
+                    let mut frames = base.clone();
+                    frames.push(kernel_frame(&kernel.name));
+                    out.push(FoldedStack {
+                        frames,
+                        weight,
+                        unit,
+                    });
+                }
             }
             placements.entry(&kernel.name).or_default().push((base, ns));
         }
@@ -327,6 +319,16 @@ mod tests {
         assert_eq!(kernel[0].weight + kernel[1].weight, 1001);
         assert_eq!(kernel[0].weight, 668);
         assert_eq!(kernel[1].frames[..2], eval);
+
+        // Its 4 launches split over the same places (3 exemplars, 2 from
+        // train_step), under the same frames.
+        let launches: Vec<_> = stacks
+            .iter()
+            .filter(|s| s.unit == WeightUnit::Launches)
+            .collect();
+        assert_eq!(launches.len(), 2);
+        assert_eq!(launches[0].frames, kernel[0].frames);
+        assert_eq!((launches[0].weight, launches[1].weight), (3, 1));
 
         let samples: Vec<_> = stacks
             .iter()

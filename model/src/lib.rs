@@ -32,6 +32,7 @@ mod batch;
 mod envelope;
 pub mod flamewire;
 mod frame;
+mod gpu_view;
 mod ids;
 mod labels;
 mod metric;
@@ -50,6 +51,10 @@ pub use envelope::{
     MAX_SCOPE_NAME_LEN, ScopeNameError, check_scope_name,
 };
 pub use frame::{Frame, FrameKind, Symbol};
+pub use gpu_view::{
+    GpuInstructionRow, GpuInstructions, GpuKernelRow, GpuKernels, GpuStallCount, GpuWeight,
+    parse_instruction_frame,
+};
 pub use ids::{FileId, FrameId, LabelSetId, ParseIdError, StackId};
 pub use labels::{LabelSet, names as label_names};
 pub use metric::{

@@ -119,7 +119,7 @@ async fn import_for(
         .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
     let samples = imported.batch.sample_count();
-    ingest.admit_samples(metrics, scope, &limits, samples)?;
+    ingest.admit_samples(metrics, scope, &limits, imported.batch.samples.len() as u64)?;
     let published = ingest
         .publish(scope, &imported.batch.source, &imported.batch.encode())
         .await?;
@@ -180,7 +180,7 @@ async fn ingest_for(
         }
     };
     let samples = batch.sample_count();
-    ingest.admit_samples(metrics, scope, &limits, samples)?;
+    ingest.admit_samples(metrics, scope, &limits, batch.samples.len() as u64)?;
     ingest.publish(scope, &batch.source, &body).await?;
     metrics.accepted(scope.tenant(), samples, sent as u64);
     Ok(HttpResponse::Ok().json(Accepted {
@@ -272,7 +272,14 @@ impl IngestState {
         Ok((body, sent_len))
     }
 
-    /// Admits `samples` against the tenant's samples-per-second quota.
+    /// Admits `samples` sample rows against the tenant's samples-per-second
+    /// quota. Rows, not counts: a row (a stack with its labels at one
+    /// second) is what a sender costs to store and aggregate, while its
+    /// count is a weight whose unit varies: CPU samples, but GPU
+    /// nanoseconds or device-memory bytes in GPU batches, where one busy
+    /// GPU's second is 10^9. Metering counts put a GPU host's tenant in
+    /// 12 minutes of quota debt per GPU-second, refusing its CPU batches
+    /// too.
     fn admit_samples(
         &self,
         metrics: &IngestMetrics,

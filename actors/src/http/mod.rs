@@ -16,6 +16,9 @@
 //! | GET | `/api/v1/labels?from&to` | label names and values | read |
 //! | GET | `/api/v1/metrics?name&from&to&step` | one metric's series | read |
 //! | GET | `/api/v1/metrics/names?from&to` | the metric names a range holds | read |
+//! | GET | `/api/v1/gpu/kernels?from&to` | GPU kernels: launches, time, PC samples | read |
+//! | GET | `/api/v1/gpu/instructions?kernel&from&to` | a kernel's SASS instructions and stall reasons | read |
+//! | GET | `/api/v1/gpu/trace?from&to&kernel&step` | GPU time per kernel, a Perfetto (Chrome JSON) trace | read |
 //! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 | ingest |
 //! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored | ingest |
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols | ingest |
@@ -44,6 +47,7 @@ pub mod auth;
 pub mod body;
 mod encoding;
 mod error;
+mod gpu;
 mod index;
 pub mod ingest;
 mod internal;
@@ -252,6 +256,9 @@ fn query_routes(cfg: &mut web::ServiceConfig) {
         .route("/api/v1/labels", web::get().to(query::labels))
         .route("/api/v1/metrics", web::get().to(metrics::series))
         .route("/api/v1/metrics/names", web::get().to(metrics::names))
+        .route("/api/v1/gpu/kernels", web::get().to(gpu::kernels))
+        .route("/api/v1/gpu/instructions", web::get().to(gpu::instructions))
+        .route("/api/v1/gpu/trace", web::get().to(gpu::trace))
         .route("/", web::get().to(index::page))
         .route("/{file}", web::get().to(assets::file));
 }

@@ -18,7 +18,8 @@ use super::encoding::flamewire_response;
 use super::error::ApiError;
 use super::params::{admit, query_range, step_param};
 use crate::query::{
-    Admission, FlamegraphQuery, Granularity, LabelsQuery, Reads, TimelineQuery, TopQuery,
+    Admission, FlamegraphQuery, Granularity, LabelsQuery, QueryRange, Reads, TimelineQuery,
+    TopQuery,
 };
 
 /// The `format`s of `/api/v1/flamegraph`.
@@ -157,6 +158,19 @@ pub(crate) async fn timeline(
         range,
         permit: _permit,
     } = admit(&state, range, Reads::Samples, None).await?;
+    let step_ns = timeline_step(&range, step)?;
+    let timeline = state
+        .query
+        .send(TimelineQuery { range, step_ns })
+        .await
+        .map_err(crate::query::QueryError::from)??;
+    Ok(HttpResponse::Ok().json(timeline))
+}
+
+/// The step of a time series over the admitted `range`: `step` as asked,
+/// or [`DEFAULT_TIMELINE_POINTS`] over the range (at least 1 s each);
+/// refused when it gives more than [`MAX_TIMELINE_POINTS`].
+pub(crate) fn timeline_step(range: &QueryRange, step: Option<i64>) -> Result<i64, ApiError> {
     // Positive: `query_range` checked from < to, and admission keeps it.
     let span = range.to_ns.saturating_sub(range.from_ns);
     let step_ns = step.unwrap_or_else(|| (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000));
@@ -169,12 +183,7 @@ pub(crate) async fn timeline(
             humantime::format_duration(std::time::Duration::from_nanos(at_least)),
         )));
     }
-    let timeline = state
-        .query
-        .send(TimelineQuery { range, step_ns })
-        .await
-        .map_err(crate::query::QueryError::from)??;
-    Ok(HttpResponse::Ok().json(timeline))
+    Ok(step_ns)
 }
 
 /// `GET /api/v1/labels?from=T&to=T`: label names and values seen, with sample

@@ -23,7 +23,9 @@ use super::error::ApiError;
 /// The limits that apply where a tenant has none set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaDefaults {
-    /// Samples per second per tenant (agents and imports together).
+    /// Sample rows per second per tenant (agents and imports together): a
+    /// row is one stack with its labels at one second, whatever its count
+    /// (`http::ingest` says why).
     pub ingest_samples_per_s: u64,
     /// Request bytes per second per tenant, as sent.
     pub ingest_bytes_per_s: u64,

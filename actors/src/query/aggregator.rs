@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use actix::{Actor, Context, Handler, Message};
-use kiln_model::{LabelSet, LabelSetId, StackId};
+use kiln_model::{GpuWeight, LabelSet, LabelSetId, StackId};
 use kiln_storage::{ProfileStore, StoreError};
 
 use super::QueryRange;
@@ -22,6 +22,9 @@ pub(crate) struct Want {
     pub timeline: Option<(i64, i64)>,
     /// Count samples per label set.
     pub label_sets: bool,
+    /// With `timeline`, also count each stack's samples per time bucket
+    /// (the GPU trace: a kernel's time per step).
+    pub stack_buckets: bool,
 }
 
 /// Scans a sub-range that lies within one storage partition.
@@ -75,6 +78,8 @@ pub(crate) struct Partial {
     /// busy cores apart from idle ones.
     pub idle_buckets: HashMap<i64, Tally>,
     pub label_sets: HashMap<LabelSetId, (Arc<LabelSet>, u64)>,
+    /// Samples per (time bucket, stack), when [`Want::stack_buckets`].
+    pub stack_buckets: HashMap<(i64, StackId), u64>,
 }
 
 impl Partial {
@@ -91,6 +96,9 @@ impl Partial {
         }
         for (id, (labels, n)) in other.label_sets {
             add_count(&mut self.label_sets.entry(id).or_insert((labels, 0)).1, n);
+        }
+        for (key, n) in other.stack_buckets {
+            add_count(self.stack_buckets.entry(key).or_default(), n);
         }
     }
 }
@@ -172,6 +180,12 @@ async fn run_scan(
         .filters
         .iter()
         .any(|(name, _)| name == kiln_model::label_names::DEVICE_KIND);
+    // Likewise kernel launch counts, which are neither time nor samples:
+    // only a query that names its GPU unit (the GPU view) reads them.
+    let gpu_weight_asked = range
+        .filters
+        .iter()
+        .any(|(name, _)| name == GpuWeight::LABEL);
     for s in samples {
         let Some(labels) = label_sets.get(&s.labels) else {
             continue; // a label set never written: counted nowhere
@@ -190,7 +204,8 @@ async fn run_scan(
                 .or_insert_with(|| (labels.clone(), 0));
             add_count(&mut entry.1, s.count);
         }
-        if off_cpu && !off_cpu_asked {
+        let launches = labels.get(GpuWeight::LABEL) == Some(GpuWeight::Launches.as_str());
+        if (off_cpu && !off_cpu_asked) || (launches && !gpu_weight_asked) {
             continue;
         }
         add_count(partial.stacks.entry(s.stack).or_default(), s.count);
@@ -202,6 +217,12 @@ async fn run_scan(
                 .entry(bucket)
                 .or_default()
                 .add(s.count, s.period_ns);
+            if want.stack_buckets {
+                add_count(
+                    partial.stack_buckets.entry((bucket, s.stack)).or_default(),
+                    s.count,
+                );
+            }
             if s.stack == idle {
                 partial
                     .idle_buckets

@@ -20,6 +20,7 @@ mod abandon;
 mod admission;
 mod aggregator;
 mod cache;
+mod gpu;
 mod metrics;
 mod peers;
 mod rendezvous;
@@ -51,6 +52,7 @@ pub use admission::{
     SetQueryOptions,
 };
 pub use aggregator::Tally;
+pub use gpu::{GpuInstructionsQuery, GpuKernelsQuery, GpuTraceQuery, TRACE_KERNELS};
 pub use metrics::{MetricNamesQuery, MetricsQuery};
 pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
 pub use peers::{
@@ -558,7 +560,7 @@ impl Handler<TimelineQuery> for QueryCoordinator {
             let step_ns = q.step_ns.max(1);
             let want = Want {
                 timeline: Some((q.range.from_ns, step_ns)),
-                label_sets: false,
+                ..Want::default()
             };
             let partial = cluster.gather(&q.range, want).await?;
             Ok(views::timeline(&q.range, step_ns, &partial))
@@ -573,8 +575,8 @@ impl Handler<LabelsQuery> for QueryCoordinator {
         let cluster = self.cluster.clone();
         Abandonable::new(async move {
             let want = Want {
-                timeline: None,
                 label_sets: true,
+                ..Want::default()
             };
             let partial = cluster.gather(&range, want).await?;
             Ok(views::label_values(&partial))

@@ -22,8 +22,8 @@ use super::QueryRange;
 use super::aggregator::{Partial, Scan, Tally, Want};
 
 const MAGIC: &[u8; 4] = b"KLNQ";
-/// 2: partials carry idle CPU per time step.
-const VERSION: u8 = 2;
+/// 2: partials carry idle CPU per time step; 3: and stacks per time step.
+const VERSION: u8 = 3;
 const KIND_SCAN: u8 = 1;
 const KIND_PARTIAL: u8 = 2;
 const HEADER_LEN: usize = 6;
@@ -64,6 +64,7 @@ struct WireScan {
     filters: Vec<(String, String)>,
     timeline: Option<(i64, i64)>,
     label_sets: bool,
+    stack_buckets: bool,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -73,6 +74,7 @@ struct WirePartial {
     buckets: Vec<(i64, u64, u128)>,
     idle_buckets: Vec<(i64, u64, u128)>,
     label_sets: Vec<(LabelSetId, LabelSet, u64)>,
+    stack_buckets: Vec<(i64, StackId, u64)>,
 }
 
 /// The bytes of a scan.
@@ -85,6 +87,7 @@ pub(crate) fn encode_scan(scan: &Scan) -> Vec<u8> {
         filters: scan.range.filters.clone(),
         timeline: scan.want.timeline,
         label_sets: scan.want.label_sets,
+        stack_buckets: scan.want.stack_buckets,
     };
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(&wire)
         .expect("serializing a scan into memory cannot fail");
@@ -106,6 +109,7 @@ pub(crate) fn decode_scan(bytes: &[u8]) -> Result<Scan, WireError> {
         want: Want {
             timeline: wire.timeline,
             label_sets: wire.label_sets,
+            stack_buckets: wire.stack_buckets,
         },
     })
 }
@@ -129,6 +133,11 @@ pub(crate) fn encode_partial(partial: &Partial) -> Vec<u8> {
             .label_sets
             .iter()
             .map(|(&id, (labels, n))| (id, LabelSet::clone(labels), *n))
+            .collect(),
+        stack_buckets: partial
+            .stack_buckets
+            .iter()
+            .map(|(&(b, s), &n)| (b, s, n))
             .collect(),
     };
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(&wire)
@@ -160,6 +169,11 @@ pub(crate) fn decode_partial(bytes: &[u8]) -> Result<Partial, WireError> {
             .into_iter()
             .map(|(id, labels, n)| (id, (Arc::new(labels), n)))
             .collect::<HashMap<_, _>>(),
+        stack_buckets: wire
+            .stack_buckets
+            .into_iter()
+            .map(|(b, s, n)| ((b, s), n))
+            .collect(),
     })
 }
 
@@ -213,6 +227,7 @@ mod tests {
             want: Want {
                 timeline: Some((5, 10)),
                 label_sets: true,
+                stack_buckets: true,
             },
         }
     }
@@ -223,6 +238,7 @@ mod tests {
         assert_eq!(back.range, scan().range);
         assert_eq!(back.want.timeline, Some((5, 10)));
         assert!(back.want.label_sets);
+        assert!(back.want.stack_buckets);
     }
 
     #[test]
@@ -245,12 +261,14 @@ mod tests {
         partial
             .label_sets
             .insert(labels.id(), (Arc::new(labels.clone()), 10));
+        partial.stack_buckets.insert((-2, StackId(3)), 4);
         let back = decode_partial(&encode_partial(&partial)).unwrap();
         assert_eq!(back.stacks, partial.stacks);
         assert_eq!(back.total, partial.total);
         assert_eq!(back.buckets, partial.buckets);
         assert_eq!(*back.label_sets[&labels.id()].0, labels);
         assert_eq!(back.label_sets[&labels.id()].1, 10);
+        assert_eq!(back.stack_buckets, partial.stack_buckets);
     }
 
     // Guards that a body of the wrong kind, or cut short, is an error and
@@ -283,6 +301,7 @@ mod tests {
             filters: vec![],
             timeline: None,
             label_sets: false,
+            stack_buckets: false,
         };
         let bytes = frame(
             KIND_SCAN,

@@ -5,10 +5,11 @@
 //!
 //! Each connection (one per CUDA process) gets a reader thread; snapshots
 //! wait in a bounded queue (the oldest go, counted, when the agent falls
-//! behind). [`GpuReceiver::batches`] empties it into at most two batches:
-//! kernel time (weights in ns, `period_ns` = 1, so counts × period is GPU
-//! time) and PC samples (label `gpu_weight=samples`), since the two units
-//! do not add up.
+//! behind). [`GpuReceiver::batches`] empties it into one batch per unit,
+//! since the units do not add up: kernel time (weights in ns, `period_ns`
+//! = 1, so counts × period is GPU time), kernel launches, PC samples and
+//! device memory, each named by its `gpu_weight` label; and one of metric
+//! points.
 //!
 //! The launching CPU stacks come from [`LaunchStacks`], filled by the
 //! uprobe (`kiln_gpu_launch` in `profiler.bpf.c`) that the agent attaches
@@ -107,10 +108,12 @@ fn read_comm(path: &str) -> Option<String> {
 /// What [`GpuReceiver::send`] handed the sink.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GpuReport {
-    /// Batches sent (0 to 4).
+    /// Batches sent (0 to 6).
     pub batches: usize,
     /// GPU kernel time in them, ns.
     pub kernel_ns: u64,
+    /// Kernel launches in them.
+    pub launches: u64,
     /// PC samples in them.
     pub pc_samples: u64,
     /// Device memory bytes allocated, in them.
@@ -232,6 +235,7 @@ impl GpuReceiver {
             Err(_) => return Vec::new(),
         };
         let mut time = BatchBuilder::new(self.host.clone(), now_ns, 1);
+        let mut launches = BatchBuilder::new(self.host.clone(), now_ns, 0);
         let mut samples = BatchBuilder::new(self.host.clone(), now_ns, 0);
         let mut allocated = BatchBuilder::new(self.host.clone(), now_ns, 0);
         let mut live = BatchBuilder::new(self.host.clone(), now_ns, 0);
@@ -267,19 +271,24 @@ impl GpuReceiver {
                     kernels,
                     ..Snapshot::default()
                 };
-                let mut labels = process
-                    .clone()
-                    .with(GPU_WEIGHT_LABEL, WeightUnit::Nanoseconds.as_str());
+                let mut thread = process.clone();
                 if tid != 0 {
-                    labels.insert(label_names::TID, tid.to_string());
+                    thread.insert(label_names::TID, tid.to_string());
                     if let Some(name) = names.thread(tid) {
-                        labels.insert(label_names::THREAD, name);
+                        thread.insert(label_names::THREAD, name);
                     }
                 }
+                let time_labels = thread
+                    .clone()
+                    .with(GPU_WEIGHT_LABEL, WeightUnit::Nanoseconds.as_str());
+                let launch_labels = thread.with(GPU_WEIGHT_LABEL, WeightUnit::Launches.as_str());
                 for stack in fold_snapshot(&part, stalls, &options, launch_stack) {
-                    if stack.unit == WeightUnit::Nanoseconds {
-                        time.add(now_ns, &stack.frames, &labels, stack.weight);
-                    }
+                    let (builder, labels) = match stack.unit {
+                        WeightUnit::Nanoseconds => (&mut time, &time_labels),
+                        WeightUnit::Launches => (&mut launches, &launch_labels),
+                        _ => continue,
+                    };
+                    builder.add(now_ns, &stack.frames, labels, stack.weight);
                 }
             }
             // PC samples, spread over wherever their kernel's time went,
@@ -313,7 +322,7 @@ impl GpuReceiver {
                         WeightUnit::Samples => (&mut samples, &units[0].1),
                         WeightUnit::AllocatedBytes => (&mut allocated, &units[1].1),
                         WeightUnit::LiveBytes => (&mut live, &units[2].1),
-                        WeightUnit::Nanoseconds => continue,
+                        WeightUnit::Nanoseconds | WeightUnit::Launches => continue,
                     };
                     builder.add(now_ns, &stack.frames, labels, stack.weight);
                 }
@@ -323,6 +332,10 @@ impl GpuReceiver {
             (
                 GpuBatchKind::Profile(WeightUnit::Nanoseconds),
                 time.finish(),
+            ),
+            (
+                GpuBatchKind::Profile(WeightUnit::Launches),
+                launches.finish(),
             ),
             (GpuBatchKind::Profile(WeightUnit::Samples), samples.finish()),
             (
@@ -366,6 +379,7 @@ impl GpuReceiver {
             let total = batch.sample_count();
             match kind {
                 GpuBatchKind::Profile(WeightUnit::Nanoseconds) => report.kernel_ns += total,
+                GpuBatchKind::Profile(WeightUnit::Launches) => report.launches += total,
                 GpuBatchKind::Profile(WeightUnit::Samples) => report.pc_samples += total,
                 GpuBatchKind::Profile(WeightUnit::AllocatedBytes) => {
                     report.allocated_bytes += total
@@ -518,6 +532,7 @@ mod tests {
             kinds,
             [
                 GpuBatchKind::Profile(WeightUnit::Nanoseconds),
+                GpuBatchKind::Profile(WeightUnit::Launches),
                 GpuBatchKind::Profile(WeightUnit::Samples),
                 GpuBatchKind::Profile(WeightUnit::AllocatedBytes),
                 GpuBatchKind::Profile(WeightUnit::LiveBytes),
@@ -527,11 +542,16 @@ mod tests {
         let time = &batches[0].1;
         assert_eq!(time.period_ns, 1);
         assert_eq!(time.sample_count(), 5000);
-        let samples = &batches[1].1;
+        let launches = &batches[1].1;
+        assert_eq!(launches.sample_count(), 2);
+        let launch_labels = &launches.label_sets[0].labels;
+        assert_eq!(launch_labels.get(GPU_WEIGHT_LABEL), Some("launches"));
+        assert_eq!(launch_labels.get(label_names::TID), Some("78"));
+        let samples = &batches[2].1;
         assert_eq!(samples.sample_count(), 9);
-        let allocated = &batches[2].1;
+        let allocated = &batches[3].1;
         assert_eq!(allocated.sample_count(), (1 << 20) + 512);
-        let live = &batches[3].1;
+        let live = &batches[4].1;
         assert_eq!(live.sample_count(), 1 << 20);
         let memory = Frame::named(FrameKind::GpuMemory, kiln_cuda::MEMORY_FRAME);
         let live_frames: Vec<&Frame> = live.frames.iter().map(|f| &f.frame).collect();
@@ -539,7 +559,7 @@ mod tests {
         assert!(live_frames.contains(&&memory));
         // The process's live and peak bytes, as metric points at `now`
         // (the snapshot's clock is not the wall clock here).
-        let metrics = &batches[4].1;
+        let metrics = &batches[5].1;
         let mut points: Vec<(&str, f64)> = metrics
             .metrics
             .iter()
