@@ -210,7 +210,19 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(sink.batches.len(), 1, "one kernel-time batch");
+        assert_eq!(
+            sink.batches.len(),
+            2,
+            "one batch of kernel time, one of launches"
+        );
+        let launches = &sink.batches[1];
+        assert_eq!(launches.sample_count(), 6, "3 launches of each kernel");
+        assert!(
+            launches
+                .label_sets
+                .iter()
+                .all(|l| l.labels.get("gpu_weight") == Some("launches"))
+        );
         let batch = &sink.batches[0];
         assert_eq!(batch.sample_count(), 3500);
         let comm = |path: String| std::fs::read_to_string(path).unwrap().trim().to_owned();

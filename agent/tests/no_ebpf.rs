@@ -303,6 +303,39 @@ fn gpu_kernels_reach_the_flamegraph_without_ebpf() {
         &[("final_kernel", FINAL.0 * FINAL.1)],
         &log,
     );
+
+    // The GPU view's kernel table: every launch counted once, the mean
+    // time per launch exact.
+    let url = format!("{}/api/v1/gpu/kernels?from=now-1h", backend.url);
+    let body = ureq::get(&url)
+        .header("authorization", format!("Bearer {}", backend.key))
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let table: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rows: BTreeMap<String, (u64, u64, u64)> = table["kernels"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no kernels in {body}"))
+        .iter()
+        .map(|k| {
+            let figure = |name: &str| k[name].as_u64().unwrap();
+            (
+                k["name"].as_str().unwrap().to_owned(),
+                (figure("launches"), figure("total_ns"), figure("mean_ns")),
+            )
+        })
+        .collect();
+    let row = |(launches, ns): (u64, u64)| (launches, launches * ns, ns);
+    assert_eq!(
+        rows,
+        BTreeMap::from([
+            ("gemm_kernel".to_owned(), row(GEMM)),
+            ("copy_kernel".to_owned(), row(COPY)),
+            ("final_kernel".to_owned(), row(FINAL)),
+        ])
+    );
 }
 
 /// `--no-ebpf` with `--no-gpu` would profile nothing: refused, saying so,

@@ -15,6 +15,7 @@ use crate::canvas::Paint;
 use crate::diff::Diff;
 use crate::figures;
 use crate::flame_view::{CanvasHandle, Flame};
+use crate::gpu_view::GpuView;
 use crate::graph::Graph;
 use crate::load::Load;
 use crate::metrics_panel::MetricCharts;
@@ -147,6 +148,22 @@ pub fn App() -> impl IntoView {
         |q| format!("/api/v1/labels?{q}"),
         parse_json,
     );
+    let gpu_kernels = RwSignal::new(Load::<kiln_model::GpuKernels>::Loading);
+    fetch_into(
+        api_query,
+        gpu_kernels,
+        |q| format!("/api/v1/gpu/kernels?{q}"),
+        parse_json,
+    );
+    let kernel_query = Memo::new(move |_| state.with(ViewState::kernel_api_query));
+    let gpu_instructions = RwSignal::new(Load::<kiln_model::GpuInstructions>::Loading);
+    fetch_into(
+        kernel_query,
+        gpu_instructions,
+        |q| format!("/api/v1/gpu/instructions?{q}"),
+        parse_json,
+    );
+    let on_kernel = Callback::new(move |kernel: String| state.update(|s| s.kernel = kernel));
     let metrics = RwSignal::new(Load::<Vec<MetricSeriesSet>>::Loading);
     load_into(api_query, metrics, |q| {
         let q = q.clone();
@@ -499,6 +516,13 @@ pub fn App() -> impl IntoView {
         <section class="charts">
             <TimelineChart data=timeline.into() on_brush=on_brush hover=hover />
             <MetricCharts data=metrics.into() on_brush=on_brush hover=hover />
+            <GpuView
+                kernels=gpu_kernels.into()
+                instructions=gpu_instructions.into()
+                open=Signal::derive(move || state.with(|s| s.kernel.clone()))
+                on_open=on_kernel
+                query=Signal::derive(move || api_query.get().unwrap_or_default())
+            />
         </section>
         <main class="workspace">
             <section class="flame-column">

@@ -24,6 +24,27 @@ pub fn cores(cores: f64) -> String {
     }
 }
 
+/// A duration in nanoseconds with the unit that fits it: `850 ns`,
+/// `200 µs`, `1.5 ms`, `3.6 s`, three significant digits at most.
+pub fn duration_ns(ns: u64) -> String {
+    let ns = ns as f64;
+    let (value, unit) = if ns >= 1e9 {
+        (ns / 1e9, "s")
+    } else if ns >= 1e6 {
+        (ns / 1e6, "ms")
+    } else if ns >= 1e3 {
+        (ns / 1e3, "µs")
+    } else {
+        (ns, "ns")
+    };
+    format!("{} {unit}", short(value))
+}
+
+/// A share (0 to 1) as a percentage: `97.3%`, `0.41%`, `100%`.
+pub fn percent_of(share: f64) -> String {
+    format!("{}%", short(share * 100.0))
+}
+
 /// The status line's stack coverage: short text ("stacks 97.3% whole"),
 /// the breakdown for its tooltip, and whether enough broke (over 5%) that
 /// a flamegraph's callers should not be trusted as they are.
@@ -208,6 +229,18 @@ mod tests {
         assert_eq!(unit("agent.coverage").format(0.352), "0.35");
         assert_eq!(unit("x").format(0.0), "0");
         assert_eq!(unit("x").format(2.5e-5), "2.5e-5");
+    }
+
+    #[test]
+    fn durations_and_shares_read_short() {
+        assert_eq!(duration_ns(850), "850 ns");
+        assert_eq!(duration_ns(200_000), "200 µs");
+        assert_eq!(duration_ns(1_500_000), "1.5 ms");
+        assert_eq!(duration_ns(3_600_000_000), "3.6 s");
+        assert_eq!(duration_ns(0), "0 ns");
+        assert_eq!(percent_of(0.973), "97.3%");
+        assert_eq!(percent_of(1.0), "100%");
+        assert_eq!(percent_of(0.0041), "0.41%");
     }
 
     #[test]

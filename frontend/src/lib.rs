@@ -13,6 +13,7 @@ pub mod chart;
 pub mod diff;
 pub mod figures;
 pub mod flame_view;
+pub mod gpu_view;
 pub mod graph;
 pub mod layout;
 pub mod load;

@@ -96,6 +96,9 @@ pub struct ViewState {
     pub merge: String,
     /// Light theme (dark is the default).
     pub light: bool,
+    /// GPU kernel whose SASS instructions are open (its name as the API
+    /// gives it).
+    pub kernel: String,
 }
 
 /// Prefix of label filters in the page URL (`label.process=nginx`), so that
@@ -136,6 +139,7 @@ impl ViewState {
                 "hide" => state.hide = value,
                 "merge" => state.merge = value,
                 "theme" => state.light = value == "light",
+                "kernel" => state.kernel = value,
                 other => {
                     if let Some(label) = other.strip_prefix(LABEL_PREFIX) {
                         state.labels.insert(label.to_owned(), value);
@@ -176,6 +180,7 @@ impl ViewState {
         text("hide", &self.hide);
         text("merge", &self.merge);
         text("theme", if self.light { "light" } else { "" });
+        text("kernel", &self.kernel);
         for (name, value) in &self.labels {
             text(&format!("{LABEL_PREFIX}{name}"), value);
         }
@@ -205,6 +210,18 @@ impl ViewState {
             q.append_pair(name, value);
         }
         q.finish()
+    }
+
+    /// The API query string of the open kernel's instructions
+    /// (`kernel=…&from=…`), `None` when no kernel is open.
+    pub fn kernel_api_query(&self) -> Option<String> {
+        if self.kernel.is_empty() {
+            return None;
+        }
+        let kernel = form_urlencoded::Serializer::new(String::new())
+            .append_pair("kernel", &self.kernel)
+            .finish();
+        Some(format!("{kernel}&{}", self.api_query()))
     }
 
     /// Whether the diff view is on.
@@ -239,6 +256,7 @@ mod tests {
             hide: "^std::".into(),
             merge: "libc".into(),
             light: true,
+            kernel: "_Z4gemmPfS_i".into(),
         };
         let query = state.to_query();
         assert_eq!(ViewState::from_query(&format!("?{query}")), state);
@@ -251,6 +269,11 @@ mod tests {
             state.base_api_query(),
             "from=now-4h&to=now-2h&process=nginx+%26+co"
         );
+        assert_eq!(
+            state.kernel_api_query().as_deref(),
+            Some("kernel=_Z4gemmPfS_i&from=now-2h&to=1763712000&process=nginx+%26+co")
+        );
+        assert_eq!(ViewState::default().kernel_api_query(), None);
     }
 
     #[test]

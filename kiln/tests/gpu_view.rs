@@ -320,6 +320,31 @@ fn gpu_view_reads_kernels_instructions_and_trace_back_exactly() {
         "launch counts ({launches}) are read only by a query naming gpu_weight"
     );
 
+    // CPU over time leaves GPU time out (there is no CPU sample here);
+    // naming the device draws it, in GPUs busy.
+    let cpu = json(&server, &format!("/api/v1/timeline?{RANGE}&step=1s"));
+    let busy: Vec<f64> = cpu["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["cores"].as_f64().unwrap())
+        .collect();
+    assert!(busy.iter().all(|&c| c == 0.0), "CPU over time: {busy:?}");
+    let gpu = json(
+        &server,
+        &format!("/api/v1/timeline?{RANGE}&step=1s&device_kind=gpu&gpu_weight=nanoseconds"),
+    );
+    let busy: Vec<f64> = gpu["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["cores"].as_f64().unwrap() * 1000.0).round() / 1000.0)
+        .collect();
+    assert_eq!(
+        busy[..SECONDS as usize],
+        [0.36, 0.36, 0.36, 0.36, 0.36, 0.38, 0.38, 0.38, 0.38, 0.38]
+    );
+
     // One kernel's instructions, in address order, stalls most first.
     // A mangled C++ name needs no escaping in a query string.
     let kernel = GEMM;

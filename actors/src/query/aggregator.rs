@@ -176,7 +176,7 @@ async fn run_scan(
     // samples they would drown a flamegraph in waiting threads, so a query
     // reads them only when it filters on the device kind (the UI's
     // `device_kind` picker, `device_kind=off_cpu`).
-    let off_cpu_asked = range
+    let device_kind_asked = range
         .filters
         .iter()
         .any(|(name, _)| name == kiln_model::label_names::DEVICE_KIND);
@@ -205,24 +205,32 @@ async fn run_scan(
             add_count(&mut entry.1, s.count);
         }
         let launches = labels.get(GpuWeight::LABEL) == Some(GpuWeight::Launches.as_str());
-        if (off_cpu && !off_cpu_asked) || (launches && !gpu_weight_asked) {
+        if (off_cpu && !device_kind_asked) || (launches && !gpu_weight_asked) {
             continue;
         }
         add_count(partial.stacks.entry(s.stack).or_default(), s.count);
         partial.total.add(s.count, s.period_ns);
         if let Some((origin, step)) = want.timeline {
             let bucket = bucket_of(s.timestamp_ns, origin, step);
-            partial
-                .buckets
-                .entry(bucket)
-                .or_default()
-                .add(s.count, s.period_ns);
             if want.stack_buckets {
                 add_count(
                     partial.stack_buckets.entry((bucket, s.stack)).or_default(),
                     s.count,
                 );
             }
+            // CPU over time counts CPU: a GPU sample's count × period is
+            // GPU time (or launches, or bytes), which drew every busy GPU
+            // as a busy core. A query naming the device or the GPU unit
+            // asked for them.
+            let gpu = labels.get(kiln_model::label_names::DEVICE_KIND) == Some("gpu");
+            if gpu && !device_kind_asked && !gpu_weight_asked {
+                continue;
+            }
+            partial
+                .buckets
+                .entry(bucket)
+                .or_default()
+                .add(s.count, s.period_ns);
             if s.stack == idle {
                 partial
                     .idle_buckets

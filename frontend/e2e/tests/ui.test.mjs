@@ -418,3 +418,84 @@ describe('metric charts', () => {
     assert.equal(await page.locator(chart('gpu.process_memory_used_bytes')).count(), 0);
   });
 });
+
+describe('GPU view', () => {
+  // Ten seconds of a CUDA process from 1700013600, as the agent sends them
+  // (kiln/tests/gpu_view.rs builds these batches and checks the API's
+  // figures): gemm 240 launches of 1.5 ms a second with PC samples at
+  // three instructions, relu 100 launches of 0.2 ms a second in the last
+  // five.
+  const fixture = (unit) => join(repoRoot, 'frontend', 'e2e', 'fixtures', `gpu-view-${unit}.batch`);
+  const from = 1700013600;
+  const to = from + 10;
+  const GEMM = '_Z4gemmPKfS0_Pfi';
+
+  test('the kernel table and a kernel\'s SASS with stall reasons, linked to a Perfetto trace', async () => {
+    // A range without GPU kernels has no GPU panel.
+    await page.goto(`${kiln.url}/?from=now-10m`);
+    await waitForGraph(200);
+    assert.equal(await page.locator('.gpu-panel').count(), 0);
+
+    for (const unit of ['nanoseconds', 'launches', 'samples']) {
+      await postBatch(kiln.url, readFileSync(fixture(unit)));
+    }
+    const api = `${kiln.url}/api/v1/gpu/kernels?from=${from}&to=${to}`;
+    for (let i = 0; ; i++) {
+      const body = await (await fetch(api, { headers: auth(kiln.url) })).json();
+      if (body.kernels.length === 2 && body.kernels.every((k) => k.launches > 0 && k.pc_samples > 0)) break;
+      assert.ok(i < 300, `GPU kernels never became queryable: ${JSON.stringify(body)}`);
+      await sleep(100);
+    }
+
+    await page.goto(`${kiln.url}/?from=${from}&to=${to}`);
+    await page.locator('.gpu-row').first().waitFor();
+    assert.equal(await page.locator('.gpu-row').count(), 2);
+    const gemm = page.locator(`.gpu-row[data-kernel="${GEMM}"]`);
+    assert.equal(await page.locator('.gpu-row').first().getAttribute('data-kernel'), GEMM, 'most GPU time first');
+    assert.equal(await gemm.locator('.kernel-name').textContent(), 'gemm(float const*, float const*, float*, int)');
+    assert.equal(await gemm.locator('.launches').textContent(), '2400');
+    assert.equal(await gemm.locator('.pc-samples').textContent(), '540');
+    assert.match(await gemm.textContent(), /3\.6 s.*1\.5 ms.*97\.3%/);
+    assert.match(await page.locator('.gpu-summary').textContent(), /2 kernels · 3\.7 s GPU time · 570 PC samples/);
+
+    // Opening a kernel shows its instructions in address order, each bar
+    // split by stall reason, and puts the kernel in the URL.
+    await gemm.click();
+    await page.locator('.sass-row').first().waitFor();
+    assert.equal(new URL(page.url()).searchParams.get('kernel'), GEMM);
+    assert.equal(await page.locator('.sass-kernel').textContent(), 'gemm(float const*, float const*, float*, int)');
+    const offsets = await page.locator('.sass-row').evaluateAll((rows) => rows.map((r) => r.dataset.offset));
+    assert.deepEqual(offsets, ['0x90', '0x1a0', '0x2f0']);
+    const first = page.locator('.sass-row').first();
+    assert.equal(await first.locator('.sass-text').textContent(), 'LDG.E R2, desc[UR4][R2.64]');
+    assert.equal(await first.locator('.sass-samples').textContent(), '350');
+    const reasons = await first.locator('.stall-seg').evaluateAll((s) => s.map((e) => e.dataset.reason));
+    assert.deepEqual(reasons, ['long_scoreboard', 'selected']);
+    assert.match(await first.locator('.stall-bar').getAttribute('title'), /long_scoreboard 300 \(85\.7%\), selected 50 \(14\.3%\)/);
+    // The busiest instruction's bar is full width; the others in proportion.
+    const barWidth = (row) => row.locator('.stall-seg').evaluateAll((s) => s.reduce((w, e) => w + e.getBoundingClientRect().width, 0));
+    const full = await barWidth(first);
+    const ffma = await barWidth(page.locator('.sass-row').nth(1));
+    assert.ok(Math.abs(ffma / full - 150 / 350) < 0.02, `FFMA bar ${ffma} px of ${full} px`);
+    assert.match(await page.locator('.stall-legend').textContent(), /long_scoreboard.*55\.6%/);
+    await screenshot(page, 'gpu-view');
+
+    // The kernel's Perfetto link downloads a Chrome JSON trace of its GPU
+    // time over the range.
+    const href = await page.locator('.gpu-trace-kernel').getAttribute('href');
+    assert.match(href, new RegExp(`kernel=${GEMM}&from=${from}&to=${to}`));
+    const trace = await page.evaluate(async (url) => (await fetch(url)).json(), href);
+    const counters = trace.traceEvents.filter((e) => e.ph === 'C');
+    assert.ok(counters.length >= 10, `${counters.length} counter events`);
+    assert.ok(counters.every((e) => e.name === 'gemm(float const*, float const*, float*, int)'));
+    assert.ok(counters.some((e) => Math.abs(e.args.gpus - 0.36) < 1e-9), JSON.stringify(counters.slice(0, 3)));
+
+    // The open kernel survives a reload (it is in the URL), and close
+    // shuts it.
+    await page.reload();
+    await page.locator('.sass-row').first().waitFor();
+    await page.locator('.close-sass').click();
+    await page.waitForFunction(() => !new URL(location).searchParams.has('kernel'));
+    assert.equal(await page.locator('.sass').count(), 0);
+  });
+});
