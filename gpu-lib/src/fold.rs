@@ -376,11 +376,16 @@ mod tests {
             vec![Frame::named(FrameKind::GpuKernel, "gemm")]
         );
         assert_eq!(stacks[0].weight, 1001);
+        assert_eq!(
+            (stacks[1].unit, stacks[1].weight),
+            (WeightUnit::Launches, 4)
+        );
+        assert_eq!(stacks[1].frames, stacks[0].frames);
         assert!(
-            matches!(&stacks[1].frames[1], Frame::Named { function, .. } if function == "+0x90 LDG.E R2, [R2]")
+            matches!(&stacks[2].frames[1], Frame::Named { function, .. } if function == "+0x90 LDG.E R2, [R2]")
         );
         assert_eq!(
-            stacks[1].frames[2],
+            stacks[2].frames[2],
             Frame::named(FrameKind::GpuStall, "stall_4")
         );
     }
