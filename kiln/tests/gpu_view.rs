@@ -312,12 +312,18 @@ fn gpu_view_reads_kernels_instructions_and_trace_back_exactly() {
     );
     let (_, everything) = server.get(&format!("/api/v1/flamegraph?{RANGE}&format=json"));
     let everything: Value = serde_json::from_str(&everything).unwrap();
-    let launches = seconds * GEMM_RATE.0 + relu_seconds * RELU_RATE.0;
-    let pc = gemm_samples + relu_seconds * 6;
     assert_eq!(
         everything["value"].as_u64(),
-        Some(gemm_ns + relu_ns + pc),
-        "launch counts ({launches}) are read only by a query naming gpu_weight"
+        Some(gemm_ns + relu_ns),
+        "launch counts and PC samples are read only by a query naming gpu_weight"
+    );
+    let (_, sampled) = server.get(&format!(
+        "/api/v1/flamegraph?{RANGE}&format=json&gpu_weight=samples"
+    ));
+    let sampled: Value = serde_json::from_str(&sampled).unwrap();
+    assert_eq!(
+        sampled["value"].as_u64(),
+        Some(gemm_samples + relu_seconds * 6)
     );
 
     // CPU over time leaves GPU time out (there is no CPU sample here);

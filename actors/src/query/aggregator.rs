@@ -180,8 +180,11 @@ async fn run_scan(
         .filters
         .iter()
         .any(|(name, _)| name == kiln_model::label_names::DEVICE_KIND);
-    // Likewise kernel launch counts, which are neither time nor samples:
-    // only a query that names its GPU unit (the GPU view) reads them.
+    // Likewise GPU samples whose count is not time (launches, PC samples,
+    // device-memory bytes): summed with CPU samples and GPU kernel time
+    // they would swamp a flamegraph in bytes, so only a query that names
+    // its GPU unit (the GPU view, the UI's `gpu_weight` picker) reads
+    // them.
     let gpu_weight_asked = range
         .filters
         .iter()
@@ -204,8 +207,10 @@ async fn run_scan(
                 .or_insert_with(|| (labels.clone(), 0));
             add_count(&mut entry.1, s.count);
         }
-        let launches = labels.get(GpuWeight::LABEL) == Some(GpuWeight::Launches.as_str());
-        if (off_cpu && !device_kind_asked) || (launches && !gpu_weight_asked) {
+        let not_time = labels
+            .get(GpuWeight::LABEL)
+            .is_some_and(|unit| unit != GpuWeight::Nanoseconds.as_str());
+        if (off_cpu && !device_kind_asked) || (not_time && !gpu_weight_asked) {
             continue;
         }
         add_count(partial.stacks.entry(s.stack).or_default(), s.count);
