@@ -22,7 +22,7 @@ use crate::cupti::abi::{self, CallbackData, ModuleResourceData, ResourceData};
 use crate::cupti::{ContextHandle, Cupti, ErrorLog};
 use crate::join::Launch;
 use crate::log::{Level, log};
-use crate::memory::MemoryEvent;
+use crate::memory::{Block, MemoryEvent};
 use crate::pcsampling::PcSample;
 use crate::pcsampling::control::{DrainPolicy, PcOutput, PcSampler, PcSamplingSettings};
 use crate::pipeline::{Pipeline, ProducerCounts};
@@ -461,29 +461,54 @@ impl Runtime {
             match cbid {
                 id if abi::driver_cbid::MEMORY_ALLOC.contains(&id) => {
                     let p = &*(data.function_params as *const abi::MemAllocParams);
-                    (!p.dptr.is_null()).then(|| (*p.dptr, p.bytesize as u64))
+                    (!p.dptr.is_null()).then(|| (Block::Address(*p.dptr), p.bytesize as u64))
                 }
                 abi::driver_cbid::MEM_ALLOC_PITCH_V2 => {
                     let p = &*(data.function_params as *const abi::MemAllocPitchParams);
-                    (!p.dptr.is_null() && !p.pitch.is_null())
-                        .then(|| (*p.dptr, (*p.pitch as u64).saturating_mul(p.height as u64)))
+                    (!p.dptr.is_null() && !p.pitch.is_null()).then(|| {
+                        let bytes = (*p.pitch as u64).saturating_mul(p.height as u64);
+                        (Block::Address(*p.dptr), bytes)
+                    })
                 }
                 id if abi::driver_cbid::MEMORY_FREE.contains(&id) => {
                     let p = &*(data.function_params as *const abi::MemFreeParams);
                     self.send(Event::Memory(MemoryEvent::Free { address: p.dptr }));
                     None
                 }
+                abi::driver_cbid::MEM_CREATE => {
+                    let p = &*(data.function_params as *const abi::MemCreateParams);
+                    // Only a GPU's memory: the VMM API also creates host
+                    // memory.
+                    let on_device = p.prop.is_null()
+                        || (*p.prop).location_type == abi::MEM_LOCATION_TYPE_DEVICE;
+                    (!p.handle.is_null() && on_device)
+                        .then(|| (Block::Handle(*p.handle), p.size as u64))
+                }
+                abi::driver_cbid::MEM_RELEASE => {
+                    let p = &*(data.function_params as *const abi::MemReleaseParams);
+                    self.send(Event::Memory(MemoryEvent::Release { handle: p.handle }));
+                    None
+                }
                 _ => None,
             }
         };
-        if let Some((address, bytes)) = event {
+        if let Some((block, bytes)) = event {
             let tid = current_tid();
             crate::kiln_cuda_launch_marker(data.correlation_id, tid);
-            self.send(Event::Memory(MemoryEvent::Alloc {
-                correlation_id: data.correlation_id,
-                tid,
-                address,
-                bytes,
+            let correlation_id = data.correlation_id;
+            self.send(Event::Memory(match block {
+                Block::Address(address) => MemoryEvent::Alloc {
+                    correlation_id,
+                    tid,
+                    address,
+                    bytes,
+                },
+                Block::Handle(handle) => MemoryEvent::Create {
+                    correlation_id,
+                    tid,
+                    handle,
+                    bytes,
+                },
             }));
         }
     }

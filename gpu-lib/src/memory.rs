@@ -1,5 +1,7 @@
 //! Device memory: allocations and frees seen at the driver's allocation
-//! calls (`cuMemAlloc_v2`, `cuMemAllocPitch_v2`, `cuMemFree_v2`), kept by
+//! calls (`cuMemAlloc_v2`, `cuMemAllocPitch_v2`, `cuMemFree_v2`, their
+//! managed and stream-ordered kin, and the virtual memory management
+//! API's `cuMemCreate`/`cuMemRelease`), kept by
 //! the call that allocated them, so the agent can draw "GPU memory by call
 //! path": bytes allocated over an interval, and bytes still live at its
 //! end, each under the CPU stack of the allocating call (the same launch
@@ -34,6 +36,32 @@ pub enum MemoryEvent {
         /// Device address.
         address: u64,
     },
+    /// `bytes` of physical device memory created (`cuMemCreate`), known
+    /// by its handle until released.
+    Create {
+        /// The creating call's correlation id.
+        correlation_id: u32,
+        /// The calling thread.
+        tid: u32,
+        /// The allocation handle.
+        handle: u64,
+        /// Size.
+        bytes: u64,
+    },
+    /// The physical memory of `handle` released (`cuMemRelease`).
+    Release {
+        /// The allocation handle.
+        handle: u64,
+    },
+}
+
+/// What a live allocation is known by: a device address, or a
+/// virtual-memory handle (a number of its own, which may equal an
+/// address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Block {
+    Address(u64),
+    Handle(u64),
 }
 
 /// Table sizes.
@@ -76,7 +104,7 @@ pub struct MemoryReport {
 #[derive(Debug, Default)]
 pub struct MemoryTracker {
     limits: MemoryLimits,
-    live: FxHashMap<u64, Live>,
+    live: FxHashMap<Block, Live>,
     /// (tid, correlation id) → (bytes, allocations) this interval.
     allocated: FxHashMap<(u32, u32), (u64, u64)>,
     stats: MemoryStats,
@@ -99,18 +127,25 @@ impl MemoryTracker {
                 tid,
                 address,
                 bytes,
-            } => self.on_alloc(correlation_id, tid, address, bytes),
-            MemoryEvent::Free { address } => self.on_free(address),
+            } => self.on_alloc(correlation_id, tid, Block::Address(address), bytes),
+            MemoryEvent::Free { address } => self.on_free(Block::Address(address)),
+            MemoryEvent::Create {
+                correlation_id,
+                tid,
+                handle,
+                bytes,
+            } => self.on_alloc(correlation_id, tid, Block::Handle(handle), bytes),
+            MemoryEvent::Release { handle } => self.on_free(Block::Handle(handle)),
         }
     }
 
-    fn on_alloc(&mut self, correlation_id: u32, tid: u32, address: u64, bytes: u64) {
+    fn on_alloc(&mut self, correlation_id: u32, tid: u32, block: Block, bytes: u64) {
         self.stats.allocations += 1;
         self.stats.allocated_bytes = self.stats.allocated_bytes.saturating_add(bytes);
         let entry = self.allocated.entry((tid, correlation_id)).or_default();
         entry.0 = entry.0.saturating_add(bytes);
         entry.1 += 1;
-        if self.live.len() >= self.limits.live && !self.live.contains_key(&address) {
+        if self.live.len() >= self.limits.live && !self.live.contains_key(&block) {
             self.stats.untracked_allocations += 1;
             return;
         }
@@ -121,16 +156,16 @@ impl MemoryTracker {
         };
         // An address handed out again without a free seen in between: the
         // free was missed (a call Kiln does not watch); the old one is gone.
-        if let Some(old) = self.live.insert(address, live) {
+        if let Some(old) = self.live.insert(block, live) {
             self.stats.live_bytes = self.stats.live_bytes.saturating_sub(old.bytes);
         }
         self.stats.live_bytes = self.stats.live_bytes.saturating_add(bytes);
         self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
     }
 
-    fn on_free(&mut self, address: u64) {
+    fn on_free(&mut self, block: Block) {
         self.stats.frees += 1;
-        match self.live.remove(&address) {
+        match self.live.remove(&block) {
             Some(old) => {
                 self.stats.live_bytes = self.stats.live_bytes.saturating_sub(old.bytes);
             }
@@ -288,6 +323,30 @@ mod tests {
         assert_eq!(r.stats.live_bytes, 40);
         assert_eq!(r.live.len(), 1);
         assert_eq!(r.live[0].correlation_id, 2);
+    }
+
+    /// PyTorch's expandable segments: physical memory by handle, apart
+    /// from device addresses even where the numbers are equal.
+    #[test]
+    fn created_memory_is_live_until_released() {
+        let mut t = MemoryTracker::new(MemoryLimits::default());
+        t.on_event(alloc(1, 1, 0x1000, 100));
+        t.on_event(MemoryEvent::Create {
+            correlation_id: 2,
+            tid: 1,
+            handle: 0x1000,
+            bytes: 2 << 20,
+        });
+        t.on_event(MemoryEvent::Free { address: 0x1000 });
+        let r = t.report();
+        assert_eq!(r.stats.live_bytes, 2 << 20);
+        assert_eq!(r.live.len(), 1);
+        assert_eq!(r.live[0].correlation_id, 2);
+        t.on_event(MemoryEvent::Release { handle: 0x1000 });
+        t.on_event(MemoryEvent::Release { handle: 0x2000 });
+        let r = t.report();
+        assert_eq!(r.stats.live_bytes, 0);
+        assert_eq!(r.stats.unknown_frees, 1);
     }
 
     #[test]

@@ -103,6 +103,19 @@ fn replayed_cupti_reaches_the_agent_socket() {
     cupti.mem_alloc(CTX, 501, 0x7100_0000, 4096, 0);
     cupti.mem_alloc(CTX, 502, 0x7200_0000, 1 << 30, 2);
     cupti.mem_free(CTX, 503, 0x7100_0000);
+    // PyTorch's expandable segments: 2 MiB of device memory created under
+    // a handle equal to a live address (kept apart), host memory created
+    // (not device memory), and a handle created and released.
+    cupti.mem_create(
+        CTX,
+        504,
+        0x7000_0000,
+        2 << 20,
+        abi::MEM_LOCATION_TYPE_DEVICE,
+    );
+    cupti.mem_create(CTX, 505, 0x9000, 1 << 20, 2);
+    cupti.mem_create(CTX, 506, 0x9100, 4 << 20, abi::MEM_LOCATION_TYPE_DEVICE);
+    cupti.mem_release(CTX, 507, 0x9100);
 
     // Completions arrive in two buffers, out of launch order, plus one
     // kernel whose launch was never seen (id 77).
@@ -162,23 +175,26 @@ fn replayed_cupti_reaches_the_agent_socket() {
         .flat_map(|s| &s.memory_allocated)
         .map(|m| (m.correlation_id, m.bytes))
         .collect();
-    assert_eq!(allocated, HashMap::from([(500, 1 << 20), (501, 4096)]));
+    assert_eq!(
+        allocated,
+        HashMap::from([(500, 1 << 20), (501, 4096), (504, 2 << 20), (506, 4 << 20)])
+    );
     let live: Vec<(u32, u64)> = last
         .memory_live
         .iter()
         .map(|m| (m.correlation_id, m.bytes))
         .collect();
-    assert_eq!(live, vec![(500, 1 << 20)]);
-    assert_eq!(last.memory.live_bytes, 1 << 20);
-    assert_eq!(last.memory.allocations, 2);
-    assert_eq!(last.memory.frees, 1);
+    assert_eq!(live, vec![(504, 2 << 20), (500, 1 << 20)]);
+    assert_eq!(last.memory.live_bytes, 3 << 20);
+    assert_eq!(last.memory.allocations, 4);
+    assert_eq!(last.memory.frees, 2);
     assert_eq!(last.memory.unknown_frees, 0);
     let peak = snapshots
         .iter()
         .map(|s| s.memory.peak_live_bytes)
         .max()
         .unwrap();
-    assert_eq!(peak, (1 << 20) + 4096);
+    assert_eq!(peak, (1 << 20) + (2 << 20) + (4 << 20));
 
     // PC samples: every GetData's (at the module load and each of the
     // four launch exits, then at exit before Disable) and what Disable

@@ -69,6 +69,13 @@ int main(void) {
   VAL(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, 245);
   VAL(offsetof(cuMemAlloc_v2_params, bytesize), 8);
   VAL(offsetof(cuMemAllocPitch_v2_params, Height), 24);
+  VAL(CUPTI_DRIVER_TRACE_CBID_cuMemCreate, 549);
+  VAL(CUPTI_DRIVER_TRACE_CBID_cuMemRelease, 550);
+  VAL(offsetof(cuMemCreate_params, size), 8);
+  VAL(offsetof(cuMemCreate_params, prop), 16);
+  VAL(offsetof(CUmemAllocationProp, location.type), 8);
+  VAL(CU_MEM_LOCATION_TYPE_DEVICE, 1);
+  VAL(offsetof(cuMemRelease_params, handle), 0);
   /* Printed for the next library change (GPU memory by call path). */
 #define SHOW(x) printf("%-70s %ld\n", #x, (long)(x))
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged);
@@ -78,8 +85,6 @@ int main(void) {
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz);
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync);
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz);
-  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemCreate);
-  SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemRelease);
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemMap);
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuMemUnmap);
   SHOW(CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize);
@@ -89,7 +94,6 @@ int main(void) {
   SHOW(offsetof(cuMemAllocAsync_params, hStream));
   SHOW(offsetof(cuMemAllocManaged_params, flags));
   SHOW(sizeof(cuMemFreeAsync_params));
-  SHOW(offsetof(cuMemCreate_params, size));
   SHOW(offsetof(cuMemMap_params, size));
   SHOW(offsetof(cuMemUnmap_params, size));
   printf("ABI EXTRA: %s\n", bad ? "FAIL" : "PASS");

@@ -93,6 +93,14 @@ pub mod driver_cbid {
     /// `cuMemAllocFromPoolAsync_ptsz`.
     pub const MEM_ALLOC_FROM_POOL_ASYNC_PTSZ: u32 = 612;
 
+    /// `cuMemCreate`: physical memory of the virtual memory management API
+    /// (PyTorch's expandable segments), reserved until `cuMemRelease`.
+    /// `cuMemMap` (551) and `cuMemUnmap` (552) only map it at addresses,
+    /// so they are not watched.
+    pub const MEM_CREATE: u32 = 549;
+    /// `cuMemRelease`.
+    pub const MEM_RELEASE: u32 = 550;
+
     /// Calls whose params start with `CUdeviceptr *dptr; size_t bytesize`
     /// ([`super::MemAllocParams`]).
     pub const MEMORY_ALLOC: [u32; 6] = [
@@ -109,7 +117,9 @@ pub mod driver_cbid {
 
     /// The device memory calls Kiln watches (values checked against an
     /// H200's CUDA 13.0 headers by `scripts/gpucheck/field.sh`).
-    pub const MEMORY: [u32; 10] = [
+    pub const MEMORY: [u32; 12] = [
+        MEM_CREATE,
+        MEM_RELEASE,
         MEM_ALLOC_V2,
         MEM_ALLOC_PITCH_V2,
         MEM_FREE_V2,
@@ -162,6 +172,46 @@ pub struct MemAllocPitchParams {
 pub struct MemFreeParams {
     /// `CUdeviceptr dptr`.
     pub dptr: u64,
+}
+
+/// `cuMemCreate_params`: where the driver writes the new handle, the
+/// size, and the allocation's properties.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemCreateParams {
+    /// `CUmemGenericAllocationHandle *handle`.
+    pub handle: *mut u64,
+    /// `size_t size`.
+    pub size: usize,
+    /// `const CUmemAllocationProp *prop`.
+    pub prop: *const MemAllocationProp,
+    /// `unsigned long long flags`.
+    pub flags: u64,
+}
+
+/// The head of `CUmemAllocationProp`, as far as its location.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemAllocationProp {
+    /// `CUmemAllocationType type`.
+    pub allocation_type: u32,
+    /// `CUmemAllocationHandleType requestedHandleTypes`.
+    pub requested_handle_types: u32,
+    /// `CUmemLocation location`: its `type`.
+    pub location_type: u32,
+    /// Its `id` (the device ordinal for a device location).
+    pub location_id: i32,
+}
+
+/// `CU_MEM_LOCATION_TYPE_DEVICE`: memory on a GPU (others are the host's).
+pub const MEM_LOCATION_TYPE_DEVICE: u32 = 1;
+
+/// `cuMemRelease_params`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemReleaseParams {
+    /// `CUmemGenericAllocationHandle handle`.
+    pub handle: u64,
 }
 
 /// `CUpti_CallbackIdResource` values.

@@ -227,6 +227,50 @@ impl FakeCupti {
         );
     }
 
+    /// `cuMemCreate` of `bytes` at a location of `location_type`
+    /// (`abi::MEM_LOCATION_TYPE_DEVICE` or another), returning `handle`.
+    pub fn mem_create(
+        &self,
+        ctx: usize,
+        correlation_id: u32,
+        handle: u64,
+        bytes: usize,
+        location_type: u32,
+    ) {
+        let mut out = handle;
+        let prop = abi::MemAllocationProp {
+            allocation_type: 1,
+            requested_handle_types: 0,
+            location_type,
+            location_id: 0,
+        };
+        let params = abi::MemCreateParams {
+            handle: &raw mut out,
+            size: bytes,
+            prop: &raw const prop,
+            flags: 0,
+        };
+        self.driver_call(
+            ctx,
+            correlation_id,
+            abi::driver_cbid::MEM_CREATE,
+            (&raw const params).cast(),
+            0,
+        );
+    }
+
+    /// `cuMemRelease` of `handle`.
+    pub fn mem_release(&self, ctx: usize, correlation_id: u32, handle: u64) {
+        let params = abi::MemReleaseParams { handle };
+        self.driver_call(
+            ctx,
+            correlation_id,
+            abi::driver_cbid::MEM_RELEASE,
+            (&raw const params).cast(),
+            0,
+        );
+    }
+
     /// `cuMemFree_v2` of `address`.
     pub fn mem_free(&self, ctx: usize, correlation_id: u32, address: u64) {
         let params = abi::MemFreeParams { dptr: address };
