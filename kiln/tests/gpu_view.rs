@@ -458,3 +458,85 @@ fn gpu_view_reads_kernels_instructions_and_trace_back_exactly() {
     println!("another tenant's key: no kernels");
     server.stop();
 }
+
+/// Device memory live at a snapshot's end is a gauge: a range reads each
+/// process's last reading (across hour partitions), not their sum; bytes
+/// allocated add up.
+#[test]
+fn live_device_memory_reads_the_last_snapshot_not_a_sum() {
+    const MIB: u64 = 1 << 20;
+    // An hour boundary, with snapshots on both sides of it.
+    let hour = (T0_SECS / 3600 + 5) * 3600;
+    let stack = [
+        Frame::named(FrameKind::Native, "main"),
+        Frame::named(FrameKind::Native, "allocate_cache"),
+        Frame::named(FrameKind::GpuMemory, kiln_cuda::MEMORY_FRAME),
+    ];
+    let labels = |pid: &str, unit: WeightUnit| {
+        LabelSet::new()
+            .with(label_names::HOST, "gpu-box")
+            .with(label_names::PID, pid)
+            .with(label_names::DEVICE_KIND, "gpu")
+            .with("gpu_weight", unit.as_str())
+    };
+    let mut live = BatchBuilder::new("gpu-box", hour * S, 0);
+    let mut allocated = BatchBuilder::new("gpu-box", hour * S, 0);
+    // Process 1 grows to 400 MiB; process 2 holds 60 MiB and ends before
+    // the hour does.
+    for (offset, one, two) in [
+        (-10, 100, Some(50)),
+        (-5, 200, Some(60)),
+        (0, 300, None),
+        (5, 400, None),
+    ] {
+        let at = (hour + offset) * S;
+        live.add(at, &stack, &labels("1", WeightUnit::LiveBytes), one * MIB);
+        allocated.add(
+            at,
+            &stack,
+            &labels("1", WeightUnit::AllocatedBytes),
+            100 * MIB,
+        );
+        if let Some(two) = two {
+            live.add(at, &stack, &labels("2", WeightUnit::LiveBytes), two * MIB);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for batch in [live.finish(), allocated.finish()] {
+        let (status, body) = server.post("/api/v1/ingest", &batch.encode()).unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let total = |query: &str| -> u64 {
+        let (status, body) = server.get(&format!("/api/v1/flamegraph?format=json&{query}"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()["value"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let range = format!("from={}&to={}", hour - 60, hour + 60);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while total(&format!("{range}&gpu_weight=allocated_bytes")) != 400 * MIB {
+        assert!(
+            Instant::now() < deadline,
+            "the batches were never queryable"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        total(&format!("{range}&gpu_weight=live_bytes")),
+        (400 + 60) * MIB
+    );
+    assert_eq!(
+        total(&format!("{range}&gpu_weight=live_bytes&pid=1")),
+        400 * MIB
+    );
+    // A range that ends before the hour: each process's reading then.
+    let before = format!("from={}&to={}", hour - 60, hour - 1);
+    assert_eq!(
+        total(&format!("{before}&gpu_weight=live_bytes")),
+        (200 + 60) * MIB
+    );
+    println!("live bytes: the last reading per process, across hour partitions");
+    server.stop();
+}

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use actix::{Actor, Context, Handler, Message};
 use kiln_model::{GpuWeight, LabelSet, LabelSetId, StackId};
-use kiln_storage::{ProfileStore, StoreError};
+use kiln_storage::{ProfileStore, StoreError, StoredSample};
 
 use super::QueryRange;
 use super::abandon::Abandonable;
@@ -80,6 +80,44 @@ pub(crate) struct Partial {
     pub label_sets: HashMap<LabelSetId, (Arc<LabelSet>, u64)>,
     /// Samples per (time bucket, stack), when [`Want::stack_buckets`].
     pub stack_buckets: HashMap<(i64, StackId), u64>,
+    /// A gauge's last reading per label set (a query of
+    /// `gpu_weight=live_bytes`), until [`Partial::settle_gauges`] moves
+    /// them into `stacks` and `total`.
+    pub latest: HashMap<LabelSetId, Latest>,
+}
+
+/// A label set's samples at the latest time seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Latest {
+    pub at_ns: i64,
+    pub stacks: HashMap<StackId, u64>,
+    pub total: Tally,
+}
+
+impl Latest {
+    fn add(&mut self, s: &StoredSample) {
+        if self.stacks.is_empty() || s.timestamp_ns > self.at_ns {
+            *self = Latest {
+                at_ns: s.timestamp_ns,
+                ..Latest::default()
+            };
+        } else if s.timestamp_ns < self.at_ns {
+            return;
+        }
+        add_count(self.stacks.entry(s.stack).or_default(), s.count);
+        self.total.add(s.count, s.period_ns);
+    }
+
+    fn merge(&mut self, other: Latest) {
+        if self.stacks.is_empty() || other.at_ns > self.at_ns {
+            *self = other;
+        } else if other.at_ns == self.at_ns {
+            for (stack, n) in other.stacks {
+                add_count(self.stacks.entry(stack).or_default(), n);
+            }
+            self.total.merge(other.total);
+        }
+    }
 }
 
 impl Partial {
@@ -99,6 +137,20 @@ impl Partial {
         }
         for (key, n) in other.stack_buckets {
             add_count(self.stack_buckets.entry(key).or_default(), n);
+        }
+        for (id, latest) in other.latest {
+            self.latest.entry(id).or_default().merge(latest);
+        }
+    }
+
+    /// Counts each gauge's last reading as the range's samples; once every
+    /// partition is merged (a partition's last is not the range's).
+    pub(crate) fn settle_gauges(&mut self) {
+        for (_, latest) in self.latest.drain() {
+            for (stack, n) in latest.stacks {
+                add_count(self.stacks.entry(stack).or_default(), n);
+            }
+            self.total.merge(latest.total);
         }
     }
 }
@@ -189,6 +241,13 @@ async fn run_scan(
         .filters
         .iter()
         .any(|(name, _)| name == GpuWeight::LABEL);
+    // Device memory live at a snapshot's end is a gauge: a range holds
+    // each process's last reading, not the sum of every one (an hour of
+    // 5 s snapshots read as 720 times the memory).
+    let gauge = range
+        .filters
+        .iter()
+        .any(|(name, value)| name == GpuWeight::LABEL && value == GpuWeight::LiveBytes.as_str());
     for s in samples {
         let Some(labels) = label_sets.get(&s.labels) else {
             continue; // a label set never written: counted nowhere
@@ -211,6 +270,10 @@ async fn run_scan(
             .get(GpuWeight::LABEL)
             .is_some_and(|unit| unit != GpuWeight::Nanoseconds.as_str());
         if (off_cpu && !device_kind_asked) || (not_time && !gpu_weight_asked) {
+            continue;
+        }
+        if gauge {
+            partial.latest.entry(s.labels).or_default().add(&s);
             continue;
         }
         add_count(partial.stacks.entry(s.stack).or_default(), s.count);

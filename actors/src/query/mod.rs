@@ -374,6 +374,10 @@ impl Cluster {
                 Ok(merged)
             })
             .await
+            .map(|mut merged: Partial| {
+                merged.settle_gauges();
+                merged
+            })
     }
 
     /// Runs one partition's scan on the node that owns it: here, or on a

@@ -19,10 +19,11 @@ use kiln_model::{LabelSet, LabelSetId, StackId};
 use kiln_storage::{Scope, StoreError};
 
 use super::QueryRange;
-use super::aggregator::{Partial, Scan, Tally, Want};
+use super::aggregator::{Latest, Partial, Scan, Tally, Want};
 
 const MAGIC: &[u8; 4] = b"KLNQ";
-/// 2: partials carry idle CPU per time step; 3: and stacks per time step.
+/// 2: partials carry idle CPU per time step; 3: and stacks per time step,
+/// and gauges' last readings.
 const VERSION: u8 = 3;
 const KIND_SCAN: u8 = 1;
 const KIND_PARTIAL: u8 = 2;
@@ -75,6 +76,8 @@ struct WirePartial {
     idle_buckets: Vec<(i64, u64, u128)>,
     label_sets: Vec<(LabelSetId, LabelSet, u64)>,
     stack_buckets: Vec<(i64, StackId, u64)>,
+    /// (label set, time, stacks, samples, CPU ns).
+    latest: Vec<(LabelSetId, i64, Vec<(StackId, u64)>, u64, u128)>,
 }
 
 /// The bytes of a scan.
@@ -139,6 +142,14 @@ pub(crate) fn encode_partial(partial: &Partial) -> Vec<u8> {
             .iter()
             .map(|(&(b, s), &n)| (b, s, n))
             .collect(),
+        latest: partial
+            .latest
+            .iter()
+            .map(|(&id, l)| {
+                let stacks = l.stacks.iter().map(|(&s, &n)| (s, n)).collect();
+                (id, l.at_ns, stacks, l.total.samples, l.total.cpu_ns)
+            })
+            .collect(),
     };
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(&wire)
         .expect("serializing a partial into memory cannot fail");
@@ -173,6 +184,18 @@ pub(crate) fn decode_partial(bytes: &[u8]) -> Result<Partial, WireError> {
             .stack_buckets
             .into_iter()
             .map(|(b, s, n)| ((b, s), n))
+            .collect(),
+        latest: wire
+            .latest
+            .into_iter()
+            .map(|(id, at_ns, stacks, samples, cpu_ns)| {
+                let latest = Latest {
+                    at_ns,
+                    stacks: stacks.into_iter().collect(),
+                    total: tally(samples, cpu_ns),
+                };
+                (id, latest)
+            })
             .collect(),
     })
 }
@@ -262,6 +285,17 @@ mod tests {
             .label_sets
             .insert(labels.id(), (Arc::new(labels.clone()), 10));
         partial.stack_buckets.insert((-2, StackId(3)), 4);
+        partial.latest.insert(
+            labels.id(),
+            Latest {
+                at_ns: 77,
+                stacks: HashMap::from([(StackId(5), 6)]),
+                total: Tally {
+                    samples: 6,
+                    cpu_ns: 0,
+                },
+            },
+        );
         let back = decode_partial(&encode_partial(&partial)).unwrap();
         assert_eq!(back.stacks, partial.stacks);
         assert_eq!(back.total, partial.total);
@@ -269,6 +303,7 @@ mod tests {
         assert_eq!(*back.label_sets[&labels.id()].0, labels);
         assert_eq!(back.label_sets[&labels.id()].1, 10);
         assert_eq!(back.stack_buckets, partial.stack_buckets);
+        assert_eq!(back.latest, partial.latest);
     }
 
     // Guards that a body of the wrong kind, or cut short, is an error and
