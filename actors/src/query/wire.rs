@@ -76,8 +76,17 @@ struct WirePartial {
     idle_buckets: Vec<(i64, u64, u128)>,
     label_sets: Vec<(LabelSetId, LabelSet, u64)>,
     stack_buckets: Vec<(i64, StackId, u64)>,
-    /// (label set, time, stacks, samples, CPU ns).
-    latest: Vec<(LabelSetId, i64, Vec<(StackId, u64)>, u64, u128)>,
+    latest: Vec<WireLatest>,
+}
+
+/// A gauge's last reading for one label set ([`Latest`]).
+#[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+struct WireLatest {
+    labels: LabelSetId,
+    at_ns: i64,
+    stacks: Vec<(StackId, u64)>,
+    samples: u64,
+    cpu_ns: u128,
 }
 
 /// The bytes of a scan.
@@ -145,9 +154,12 @@ pub(crate) fn encode_partial(partial: &Partial) -> Vec<u8> {
         latest: partial
             .latest
             .iter()
-            .map(|(&id, l)| {
-                let stacks = l.stacks.iter().map(|(&s, &n)| (s, n)).collect();
-                (id, l.at_ns, stacks, l.total.samples, l.total.cpu_ns)
+            .map(|(&labels, l)| WireLatest {
+                labels,
+                at_ns: l.at_ns,
+                stacks: l.stacks.iter().map(|(&s, &n)| (s, n)).collect(),
+                samples: l.total.samples,
+                cpu_ns: l.total.cpu_ns,
             })
             .collect(),
     };
@@ -188,13 +200,13 @@ pub(crate) fn decode_partial(bytes: &[u8]) -> Result<Partial, WireError> {
         latest: wire
             .latest
             .into_iter()
-            .map(|(id, at_ns, stacks, samples, cpu_ns)| {
+            .map(|l| {
                 let latest = Latest {
-                    at_ns,
-                    stacks: stacks.into_iter().collect(),
-                    total: tally(samples, cpu_ns),
+                    at_ns: l.at_ns,
+                    stacks: l.stacks.into_iter().collect(),
+                    total: tally(l.samples, l.cpu_ns),
                 };
-                (id, latest)
+                (l.labels, latest)
             })
             .collect(),
     })
