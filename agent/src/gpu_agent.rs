@@ -45,8 +45,8 @@ impl Default for GpuAgentConfig {
 impl GpuAgentConfig {
     /// Checks every field, naming the first that is out of range.
     pub fn validate(&self) -> Result<(), AgentError> {
-        crate::check_interval(self.interval)?;
-        crate::check_host(&self.host)
+        crate::config::check_interval(self.interval)?;
+        crate::config::check_host(&self.host)
     }
 }
 
