@@ -6,23 +6,26 @@ use std::sync::Arc;
 use leptos::ev;
 use leptos::html;
 use leptos::prelude::*;
-use leptos::task::spawn_local;
 use regex::Regex;
-use wasm_bindgen::JsCast;
 
 use crate::api::{self, Labels, MetricSeriesSet, Timeline, TopRow, parse_json};
+use crate::browser::{blob_url, current_query, download, replace_query};
 use crate::canvas::Paint;
 use crate::diff::Diff;
+use crate::fetch::{fetch_into, load_into};
 use crate::figures;
 use crate::flame_view::{CanvasHandle, Flame};
 use crate::gpu_view::GpuView;
 use crate::graph::Graph;
+use crate::keys;
 use crate::load::Load;
 use crate::metrics_panel::MetricCharts;
+use crate::overlay::overlay;
 use crate::panels::{LabelFilters, TimelineChart, TopTable};
 use crate::sandwich::sandwich;
 use crate::search::{Search, matched_share};
-use crate::state::{ColorBy, Span, ViewState};
+use crate::state::{Span, ViewState};
+use crate::toolbar::Toolbar;
 use crate::transform::Rewrites;
 
 /// A sandwich ready to draw.
@@ -33,52 +36,6 @@ struct SandwichGraphs {
     callees: Arc<Graph>,
     total: u64,
     self_count: u64,
-}
-
-/// Fetches `url` whenever `query` changes and keeps the latest answer
-/// (answers to superseded queries are dropped).
-fn fetch_into<T, Q>(
-    query: Memo<Option<Q>>,
-    target: RwSignal<Load<T>>,
-    url: impl Fn(&Q) -> String + Send + Sync + 'static,
-    parse: impl Fn(Vec<u8>) -> Result<T, String> + Copy + Send + Sync + 'static,
-) where
-    T: Send + Sync + 'static,
-    Q: Clone + PartialEq + Send + Sync + 'static,
-{
-    load_into(query, target, move |q| {
-        let url = url(q);
-        async move { api::get_bytes(&url).await.and_then(parse) }
-    });
-}
-
-/// Runs `load` whenever `query` changes and keeps the latest answer
-/// (answers to superseded queries are dropped).
-fn load_into<T, Q, F>(
-    query: Memo<Option<Q>>,
-    target: RwSignal<Load<T>>,
-    load: impl Fn(&Q) -> F + Send + Sync + 'static,
-) where
-    T: Send + Sync + 'static,
-    Q: Clone + PartialEq + Send + Sync + 'static,
-    F: Future<Output = Result<T, String>> + 'static,
-{
-    Effect::new(move |_| {
-        let Some(q) = query.get() else {
-            return;
-        };
-        target.set(Load::Loading);
-        let loading = load(&q);
-        spawn_local(async move {
-            let result = loading.await;
-            if query.get_untracked().as_ref() == Some(&q) {
-                target.set(match result {
-                    Ok(value) => Load::Ready(value),
-                    Err(message) => Load::Failed(message),
-                });
-            }
-        });
-    });
 }
 
 fn parse_graph(bytes: Vec<u8>) -> Result<Arc<Graph>, String> {
@@ -282,53 +239,7 @@ pub fn App() -> impl IntoView {
     // Keyboard shortcuts.
     let reset = RwSignal::new(0u32);
     let search_ref = NodeRef::<html::Input>::new();
-    let keys = window_event_listener(ev::keydown, move |e| {
-        let typing = e
-            .target()
-            .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
-            .is_some_and(|t| matches!(t.tag_name().as_str(), "INPUT" | "SELECT" | "TEXTAREA"));
-        if e.key() == "Escape" {
-            state.update(|s| {
-                s.search.clear();
-                s.focus.clear();
-                s.span = None;
-                s.sandwich.clear();
-            });
-            reset.update(|n| *n += 1);
-            if let Some(input) = search_ref.get_untracked() {
-                let _ = input.blur();
-            }
-            return;
-        }
-        if typing || e.ctrl_key() || e.meta_key() || e.alt_key() {
-            return;
-        }
-        match e.key().as_str() {
-            "/" => {
-                e.prevent_default();
-                if let Some(input) = search_ref.get_untracked() {
-                    let _ = input.focus();
-                }
-            }
-            "r" => {
-                state.update(|s| {
-                    s.focus.clear();
-                    s.span = None;
-                });
-                reset.update(|n| *n += 1);
-            }
-            "f" => state.update(|s| s.icicle = !s.icicle),
-            "t" => state.update(|s| s.light = !s.light),
-            "c" => state.update(|s| {
-                s.color = match s.color {
-                    ColorBy::Kind => ColorBy::Binary,
-                    ColorBy::Binary => ColorBy::Kind,
-                }
-            }),
-            _ => {}
-        }
-    });
-    on_cleanup(move || keys.remove());
+    keys::install(state, reset, search_ref);
 
     let main_canvas: CanvasHandle = StoredValue::new_local(None);
     let callers_canvas: CanvasHandle = StoredValue::new_local(None);
@@ -370,18 +281,6 @@ pub fn App() -> impl IntoView {
             }
         })
     });
-    let toggle_diff = move |_| {
-        state.update(|s| {
-            if s.diffing() {
-                s.base_from.clear();
-                s.base_to.clear();
-            } else {
-                let (from, to) = previous_range(&s.from, &s.to);
-                s.base_from = from;
-                s.base_to = to;
-            }
-        })
-    };
     let export_png = move |_| {
         if let Some(url) = main_canvas.with_value(|c| c.as_ref().and_then(|c| c.to_png_url())) {
             download(&url, "kiln-flamegraph.png");
@@ -429,55 +328,7 @@ pub fn App() -> impl IntoView {
     let value_of = move |f: fn(&ViewState) -> String| move || state.with(f);
 
     view! {
-        <header class="toolbar">
-            <div class="brand">"kiln"</div>
-            <label class="field">
-                <span>"range"</span>
-                <select
-                    class="range-select"
-                    on:change=set(|s, v| {
-                        s.from = v;
-                        s.to.clear();
-                        s.focus.clear();
-                        s.span = None;
-                    })
-                >
-                    {["now-15m", "now-1h", "now-6h", "now-24h", "now-7d"]
-                        .into_iter()
-                        .map(|v| {
-                            let selected = move || state.with(|s| s.from == v || (s.from.is_empty() && v == "now-1h"));
-                            view! { <option value=v selected=selected>{v.trim_start_matches("now-")}</option> }
-                        })
-                        .collect_view()}
-                    <option value="" selected=move || state.with(|s| s.from.parse::<f64>().is_ok())>"custom"</option>
-                </select>
-            </label>
-            <label class="field grow">
-                <span>"search"</span>
-                <input
-                    class="search"
-                    node_ref=search_ref
-                    placeholder="regex or text  ( / )"
-                    prop:value=value_of(|s| s.search.clone())
-                    on:input=set(|s, v| s.search = v)
-                />
-            </label>
-            <label class="field">
-                <span>"colour"</span>
-                <select class="color-select" on:change=set(|s, v| s.color = if v == "binary" { ColorBy::Binary } else { ColorBy::Kind })>
-                    <option value="kind" selected=move || state.with(|s| s.color == ColorBy::Kind)>"by kind"</option>
-                    <option value="binary" selected=move || state.with(|s| s.color == ColorBy::Binary)>"by binary"</option>
-                </select>
-            </label>
-            <button class="flip" title="flame / icicle (f)" on:click=move |_| state.update(|s| s.icicle = !s.icicle)>
-                {move || if state.with(|s| s.icicle) { "icicle" } else { "flame" }}
-            </button>
-            <button class="reset" title="reset zoom (r)" on:click=move |_| { state.update(|s| { s.focus.clear(); s.span = None; }); reset.update(|n| *n += 1); }>"reset"</button>
-            <button class="diff-toggle" class:active=move || state.with(ViewState::diffing) on:click=toggle_diff>"diff"</button>
-            <button class="theme" title="theme (t)" on:click=move |_| state.update(|s| s.light = !s.light)>
-                {move || if state.with(|s| s.light) { "dark" } else { "light" }}
-            </button>
-        </header>
+        <Toolbar state=state search_ref=search_ref reset=reset />
         <section class="subbar">
             <LabelFilters
                 labels=labels.into()
@@ -609,116 +460,4 @@ pub fn App() -> impl IntoView {
             <kbd>"f"</kbd> " flame/icicle · " <kbd>"c"</kbd> " colours · " <kbd>"t"</kbd> " theme · drag to pan, wheel to zoom, click to focus"
         </footer>
     }
-}
-
-/// What covers the flamegraph while there is nothing to show: loading,
-/// an error, or an empty range.
-fn overlay(
-    raw: Load<Arc<Graph>>,
-    base: Load<Arc<Graph>>,
-    diffing: bool,
-    shown: Option<Arc<Graph>>,
-) -> Option<AnyView> {
-    if let Load::Failed(message) = &raw {
-        return Some(
-            view! {
-                <div class="overlay error-state">
-                    <h2>"Could not load the flamegraph"</h2>
-                    <p>{message.clone()}</p>
-                    <p>"Check that " <code>"kiln up"</code> " is running, then reload the page."</p>
-                </div>
-            }
-            .into_any(),
-        );
-    }
-    if let (true, Load::Failed(message)) = (diffing, &base) {
-        return Some(
-            view! {
-                <div class="overlay error-state">
-                    <h2>"Could not load the baseline"</h2>
-                    <p>{message.clone()}</p>
-                </div>
-            }
-            .into_any(),
-        );
-    }
-    if matches!(raw, Load::Loading) {
-        return Some(
-            view! { <div class="overlay loading">"Loading the flamegraph…"</div> }.into_any(),
-        );
-    }
-    let empty = shown.is_some_and(|g| g.root_total() == 0);
-    empty.then(|| {
-        view! {
-            <div class="overlay empty-state">
-                <h2>"No samples in this range"</h2>
-                <p>"Run " <code>"kiln import profile.folded"</code>
-                   " (collapsed stacks, perf script or pprof), or start the agent: "
-                   <code>"kiln up"</code> " profiles this machine when run as root."</p>
-                <p>"Or pick a wider range above."</p>
-            </div>
-        }
-        .into_any()
-    })
-}
-
-/// The range of the same length just before `from..to` (for the diff's
-/// default baseline): `now-1h..now` gives `now-2h..now-1h`; unix seconds
-/// shift by the span.
-fn previous_range(from: &str, to: &str) -> (String, String) {
-    if let (Ok(a), Ok(b)) = (from.parse::<f64>(), to.parse::<f64>()) {
-        let span = b - a;
-        return (format!("{:.3}", a - span), format!("{a:.3}"));
-    }
-    let from = if from.is_empty() { "now-1h" } else { from };
-    match (from.strip_prefix("now-"), to.is_empty() || to == "now") {
-        (Some(ago), true) => {
-            // `now-1h` → `now-2h`: double the amount, keep the unit.
-            let digits: String = ago.chars().take_while(char::is_ascii_digit).collect();
-            let unit = &ago[digits.len()..];
-            match digits.parse::<u64>() {
-                Ok(n) => (format!("now-{}{unit}", 2 * n), from.to_owned()),
-                Err(_) => (from.to_owned(), "now".to_owned()),
-            }
-        }
-        _ => (from.to_owned(), to.to_owned()),
-    }
-}
-
-fn current_query() -> String {
-    window().location().search().unwrap_or_default()
-}
-
-fn replace_query(query: &str) {
-    let url = if query.is_empty() {
-        window()
-            .location()
-            .pathname()
-            .unwrap_or_else(|_| "/".into())
-    } else {
-        format!("?{query}")
-    };
-    if let Ok(history) = window().history() {
-        let _ = history.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
-    }
-}
-
-fn download(url: &str, file_name: &str) {
-    let Ok(element) = document().create_element("a") else {
-        return;
-    };
-    let Ok(anchor) = element.dyn_into::<web_sys::HtmlAnchorElement>() else {
-        return;
-    };
-    anchor.set_href(url);
-    anchor.set_download(file_name);
-    anchor.click();
-}
-
-fn blob_url(text: &str, mime: &str) -> Option<String> {
-    let parts = js_sys::Array::of1(&text.into());
-    let options = web_sys::BlobPropertyBag::new();
-    options.set_type(mime);
-    let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).ok()?;
-    web_sys::Url::create_object_url_with_blob(&blob).ok()
 }

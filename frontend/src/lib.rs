@@ -8,21 +8,26 @@
 
 pub mod api;
 pub mod app;
+pub mod browser;
 pub mod canvas;
 pub mod chart;
 pub mod diff;
+pub mod fetch;
 pub mod figures;
 pub mod flame_view;
 pub mod gpu_view;
 pub mod graph;
+pub mod keys;
 pub mod layout;
 pub mod load;
 pub mod metrics_panel;
+pub mod overlay;
 pub mod palette;
 pub mod panels;
 pub mod sandwich;
 pub mod search;
 pub mod state;
+pub mod toolbar;
 pub mod transform;
 
 /// Entry point of the WebAssembly module: mounts the page.

@@ -230,6 +230,29 @@ impl ViewState {
     }
 }
 
+/// The range of the same length just before `from..to` (for the diff's
+/// default baseline): `now-1h..now` gives `now-2h..now-1h`; unix seconds
+/// shift by the span.
+pub fn previous_range(from: &str, to: &str) -> (String, String) {
+    if let (Ok(a), Ok(b)) = (from.parse::<f64>(), to.parse::<f64>()) {
+        let span = b - a;
+        return (format!("{:.3}", a - span), format!("{a:.3}"));
+    }
+    let from = if from.is_empty() { "now-1h" } else { from };
+    match (from.strip_prefix("now-"), to.is_empty() || to == "now") {
+        (Some(ago), true) => {
+            // `now-1h` → `now-2h`: double the amount, keep the unit.
+            let digits: String = ago.chars().take_while(char::is_ascii_digit).collect();
+            let unit = &ago[digits.len()..];
+            match digits.parse::<u64>() {
+                Ok(n) => (format!("now-{}{unit}", 2 * n), from.to_owned()),
+                Err(_) => (from.to_owned(), "now".to_owned()),
+            }
+        }
+        _ => (from.to_owned(), to.to_owned()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +324,22 @@ mod tests {
         }
         let state = ViewState::from_query("view=0.1,0.2,4");
         assert_eq!(state.to_query(), "view=0.1%2C0.2%2C4");
+    }
+
+    #[test]
+    fn the_baseline_is_the_range_before() {
+        assert_eq!(
+            previous_range("now-1h", ""),
+            ("now-2h".to_owned(), "now-1h".to_owned())
+        );
+        assert_eq!(
+            previous_range("100", "160"),
+            ("40.000".to_owned(), "100.000".to_owned())
+        );
+        assert_eq!(
+            previous_range("", ""),
+            ("now-2h".to_owned(), "now-1h".to_owned())
+        );
     }
 
     #[test]
