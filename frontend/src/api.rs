@@ -1,61 +1,15 @@
 //! Calls to Kiln's HTTP API from the browser, and the shapes it answers.
 
-use std::collections::BTreeMap;
-
 use js_sys::Uint8Array;
 use serde::Deserialize;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::Response;
 
-/// One row of `GET /api/v1/top`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct TopRow {
-    /// Function name.
-    pub name: String,
-    /// Binary or module.
-    pub module: Option<String>,
-    /// Kind of code (`native`, `kernel`, …).
-    pub kind: String,
-    /// Samples in the function itself.
-    pub self_samples: u64,
-    /// Samples in the function and below.
-    pub total_samples: u64,
-    /// Self, in cores.
-    pub self_cores: f64,
-    /// Total, in cores.
-    pub total_cores: f64,
-}
-
-/// `GET /api/v1/timeline`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Timeline {
-    /// Start of the range, ns since the epoch.
-    pub from_ns: i64,
-    /// End of the range.
-    pub to_ns: i64,
-    /// Width of a point.
-    pub step_ns: i64,
-    /// Points, one per step.
-    pub points: Vec<TimelinePoint>,
-}
-
-/// One step of a [`Timeline`].
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-pub struct TimelinePoint {
-    /// Start of the step.
-    pub t_ns: i64,
-    /// Average cores busy (idle left out).
-    pub cores: f64,
-    /// Average cores idle, where agents count idle (0 for imports).
-    #[serde(default)]
-    pub idle_cores: f64,
-}
-
-/// `GET /api/v1/labels`: name → value → samples.
-pub type Labels = BTreeMap<String, BTreeMap<String, u64>>;
-
-pub use kiln_model::{MetricNames, MetricSeries, MetricSeriesSet, MetricValue};
+pub use kiln_model::{
+    LabelValues, MetricNames, MetricSeries, MetricSeriesSet, MetricValue, Timeline, TimelinePoint,
+    TopFunction,
+};
 
 /// Every metric's series for an API query string (range and label
 /// filters): the names the range holds, then each one's series, fetched

@@ -8,7 +8,7 @@ use leptos::html;
 use leptos::prelude::*;
 use regex::Regex;
 
-use crate::api::{self, Labels, MetricSeriesSet, Timeline, TopRow, parse_json};
+use crate::api::{self, LabelValues, MetricSeriesSet, Timeline, TopFunction, parse_json};
 use crate::browser::{blob_url, current_query, download, replace_query};
 use crate::canvas::Paint;
 use crate::diff::Diff;
@@ -81,9 +81,9 @@ pub fn App() -> impl IntoView {
     });
     let raw = RwSignal::new(Load::<Arc<Graph>>::Loading);
     let base_raw = RwSignal::new(Load::<Arc<Graph>>::Loading);
-    let top = RwSignal::new(Load::<Vec<TopRow>>::Loading);
+    let top = RwSignal::new(Load::<Vec<TopFunction>>::Loading);
     let timeline = RwSignal::new(Load::<Timeline>::Loading);
-    let labels = RwSignal::new(Load::<Labels>::Loading);
+    let labels = RwSignal::new(Load::<LabelValues>::Loading);
     let flamewire = |q: &String| format!("/api/v1/flamegraph?format=flamewire&{q}");
     fetch_into(api_query, raw, flamewire, parse_graph);
     fetch_into(base_query, base_raw, flamewire, parse_graph);

@@ -251,6 +251,7 @@ mod tests {
     fn timeline_draws_idle_above_busy() {
         let point = |t_ns, cores, idle_cores| crate::api::TimelinePoint {
             t_ns,
+            samples: 0,
             cores,
             idle_cores,
         };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use leptos::html;
 use leptos::prelude::*;
 
-use crate::api::{Labels, Timeline, TopRow};
+use crate::api::{LabelValues, Timeline, TopFunction};
 use crate::chart::TimelineShape;
 use crate::figures;
 use crate::load::Load;
@@ -21,7 +21,7 @@ enum SortBy {
 
 /// Top functions by self or total time; a click on a row calls `on_pick`.
 #[component]
-pub fn TopTable(rows: Signal<Load<Vec<TopRow>>>, on_pick: Callback<String>) -> impl IntoView {
+pub fn TopTable(rows: Signal<Load<Vec<TopFunction>>>, on_pick: Callback<String>) -> impl IntoView {
     let sort = RwSignal::new((SortBy::SelfCores, true));
     let sorted = move || {
         let mut rows = rows.get().ready().cloned().unwrap_or_default();
@@ -84,7 +84,7 @@ pub fn TopTable(rows: Signal<Load<Vec<TopRow>>>, on_pick: Callback<String>) -> i
                                             let name = row.name.clone();
                                             let title = format!(
                                                 "{} · {} · {} self samples, {} total",
-                                                row.kind,
+                                                row.kind.as_str(),
                                                 row.module.as_deref().unwrap_or("unknown binary"),
                                                 row.self_samples,
                                                 row.total_samples,
@@ -243,7 +243,7 @@ pub fn TimelineChart(
 /// A picker per label name (host, process, thread, container, …).
 #[component]
 pub fn LabelFilters(
-    labels: Signal<Load<Labels>>,
+    labels: Signal<Load<LabelValues>>,
     chosen: Signal<BTreeMap<String, String>>,
     on_change: Callback<(String, String)>,
 ) -> impl IntoView {

@@ -28,6 +28,7 @@
 //! assert_eq!(kiln_model::Batch::decode(&batch.encode()).unwrap(), batch);
 //! ```
 
+mod answers;
 mod batch;
 mod envelope;
 pub mod flamewire;
@@ -40,6 +41,7 @@ mod stack;
 #[cfg(test)]
 mod test_strategies;
 
+pub use answers::{LabelValues, Timeline, TimelinePoint, TopFunction};
 pub use batch::{
     BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, Batch, BatchBuilder, BatchError, Executable,
     FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_BUILD_ID_LEN,

@@ -53,6 +53,7 @@ pub use admission::{
 };
 pub use aggregator::Tally;
 pub use gpu::{GpuInstructionsQuery, GpuKernelsQuery, GpuTraceQuery, TRACE_KERNELS};
+pub use kiln_model::{LabelValues, Timeline, TimelinePoint, TopFunction};
 pub use metrics::{MetricNamesQuery, MetricsQuery};
 pub(crate) use peers::SymbolsNotice as PeerSymbolsNotice;
 pub use peers::{
@@ -61,7 +62,7 @@ pub use peers::{
 };
 pub use rendezvous::pick as rendezvous_pick;
 pub use resolve::FrameLabel;
-pub use views::{LabelValues, Timeline, TimelinePoint, TopFunction, flamegraph_of};
+pub use views::flamegraph_of;
 pub(crate) use wire::{decode_scan, encode_partial};
 
 /// What to aggregate: a project's samples in `[from_ns, to_ns)` whose labels

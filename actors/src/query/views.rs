@@ -1,12 +1,10 @@
 //! The answers built from merged counts and resolved stacks.
 
-use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
 use kiln_model::flamewire::{FlameFrame, FlameMeta, Flamewire, FlamewireBuilder};
-use kiln_model::{FrameId, FrameKind};
-use serde::Serialize;
+use kiln_model::{FrameId, FrameKind, LabelValues, Timeline, TimelinePoint, TopFunction};
 
 use super::aggregator::{Partial, add_count};
 use super::cache::FastMap;
@@ -123,25 +121,6 @@ where
     builder.finish(meta)
 }
 
-/// One row of the top-functions table.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TopFunction {
-    /// Function name.
-    pub name: String,
-    /// Binary or module.
-    pub module: Option<String>,
-    /// Kind of code.
-    pub kind: FrameKind,
-    /// Samples in the function itself.
-    pub self_samples: u64,
-    /// Samples in the function and what it called (recursion counted once).
-    pub total_samples: u64,
-    /// `self_samples` in cores over the range.
-    pub self_cores: f64,
-    /// `total_samples` in cores over the range.
-    pub total_cores: f64,
-}
-
 pub(crate) fn top_functions(
     range: &QueryRange,
     partial: &Partial,
@@ -223,33 +202,6 @@ pub(crate) fn top_functions(
     out
 }
 
-/// CPU over time.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Timeline {
-    /// Start of the first point, ns since the epoch.
-    pub from_ns: i64,
-    /// End of the range.
-    pub to_ns: i64,
-    /// Width of each point.
-    pub step_ns: i64,
-    /// One point per step, empty steps included.
-    pub points: Vec<TimelinePoint>,
-}
-
-/// One step of a [`Timeline`].
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct TimelinePoint {
-    /// Start of the step.
-    pub t_ns: i64,
-    /// Samples in it, idle ones included.
-    pub samples: u64,
-    /// Average cores busy: CPU time, idle left out, ÷ step width.
-    pub cores: f64,
-    /// Average cores idle (the agents' idle samples ÷ step width): with
-    /// `cores`, the machines' whole capacity where agents count idle.
-    pub idle_cores: f64,
-}
-
 /// The timeline of `range` in steps of `step_ns` (> 0): as many points as
 /// steps, so the caller bounds `duration / step` (the API allows 10,000).
 pub(crate) fn timeline(range: &QueryRange, step_ns: i64, partial: &Partial) -> Timeline {
@@ -278,9 +230,6 @@ pub(crate) fn timeline(range: &QueryRange, step_ns: i64, partial: &Partial) -> T
         points,
     }
 }
-
-/// Label name → value → samples.
-pub type LabelValues = BTreeMap<String, BTreeMap<String, u64>>;
 
 pub(crate) fn label_values(partial: &Partial) -> LabelValues {
     let mut out = LabelValues::new();
