@@ -2,9 +2,10 @@
 # Installs what only Kiln's tests need, on top of scripts/setup.sh (which
 # it runs first): rustfmt and clippy, the peers the tests agree with
 # (llvm-symbolizer, glibc's debug file, a debuginfod server, Go), the test
-# servers (tansu for Kafka, Garage for S3; PostgreSQL comes with
-# scripts/pg-test-server.sh), the Kafka interop client, and Chromium with
-# Node for the browser tests. Idempotent; run as root (or with sudo).
+# servers (tansu for Kafka, Garage for S3, Apache Cassandra for the
+# ScyllaDB store's CQL; PostgreSQL comes with scripts/pg-test-server.sh),
+# the Kafka interop client, and Chromium with Node for the browser tests.
+# Idempotent; run as root (or with sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -29,6 +30,10 @@ command -v go >/dev/null || need_apt+=(golang-go)
 # Debian's own CPython (3.11, a static build), which the agent's Python
 # tests profile beside any pyenv interpreters the machine has.
 [ -x /usr/bin/python3.11 ] || need_apt+=(python3.11)
+# Java and Maven for Apache Cassandra, the CQL server the ScyllaDB store's
+# conformance suite runs against (scripts/cassandra-test-server.sh).
+command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -60,6 +65,17 @@ fi
 if ! command -v garage >/dev/null && [ ! -x "$HOME/.cargo/bin/garage" ]; then
   say "garage (the S3 test server): cargo install --locked garage"
   cargo install --locked garage
+fi
+# Apache Cassandra, the CQL server of the ScyllaDB store's conformance
+# suite (ScyllaDB itself cannot be installed here): cassandra-all and its
+# runtime jars from Maven Central into ~/.cache/kiln/cassandra-VERSION
+# (about 80 MB, seconds; nothing when already there). A failure is not
+# fatal: scripts/test.sh then skips the `distributed: scylla` tier.
+cassandra_version="$(scripts/cassandra-test-server.sh version)"
+if cassandra_lib="$(scripts/cassandra-test-server.sh install)"; then
+  say "Apache Cassandra $cassandra_version (the CQL test server): in $cassandra_lib"
+else
+  say "WARNING: Apache Cassandra $cassandra_version could not be fetched from Maven Central; the ScyllaDB conformance tier will be skipped"
 fi
 # The browser tests: Debian's chromium, driven by Node's playwright-core.
 need_browser=()

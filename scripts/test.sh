@@ -79,6 +79,27 @@ else
   exit 1
 fi
 
+# A throwaway CQL server for the ScyllaDB profile store's conformance
+# suite (storage's scylla_conformance reads KILN_TEST_SCYLLA and skips
+# without it): Apache Cassandra from Maven Central, as ScyllaDB cannot be
+# installed here. A KILN_TEST_SCYLLA set beforehand (a real ScyllaDB node)
+# is used instead. The stop is chained onto the EXIT trap.
+if [ -n "${KILN_TEST_SCYLLA:-}" ]; then
+  tier "distributed: scylla" "RUN (the CQL node at $KILN_TEST_SCYLLA from the environment: ScyllaDB ProfileStore conformance, within unit+integration)"
+else
+  cassandra_dir="${TMPDIR:-/tmp}/kiln-test-cassandra"
+  cassandra_version="$(scripts/cassandra-test-server.sh version)"
+  if KILN_TEST_SCYLLA="$(scripts/cassandra-test-server.sh start "$cassandra_dir")"; then
+    export KILN_TEST_SCYLLA
+    on_exit="$(trap -p EXIT | sed -E "s/^trap -- '(.*)' EXIT$/\1/")"
+    trap "${on_exit:+$on_exit; }scripts/cassandra-test-server.sh stop \"$cassandra_dir\" >/dev/null 2>&1 || true" EXIT
+    tier "distributed: scylla" "RUN (Apache Cassandra $cassandra_version from Maven Central at $KILN_TEST_SCYLLA, standing in for ScyllaDB: ScyllaDB ProfileStore conformance over CQL, within unit+integration)"
+  else
+    unset KILN_TEST_SCYLLA
+    tier "distributed: scylla" "SKIP (Apache Cassandra $cassandra_version could not be installed or started (scripts/cassandra-test-server.sh; see the messages above), and ScyllaDB cannot be installed here; set KILN_TEST_SCYLLA to a CQL node to run)"
+  fi
+fi
+
 if [ "$(id -u)" -eq 0 ]; then
   tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration)"
 else
@@ -107,11 +128,6 @@ else
   scripts/fuzz.sh "$fuzz_seconds"
 fi
 
-if [ -n "${KILN_TEST_SCYLLA:-}" ]; then
-  tier "distributed: scylla" "RUN (ScyllaDB at $KILN_TEST_SCYLLA: ProfileStore conformance, within unit+integration)"
-else
-  tier "distributed: scylla" "SKIP (no ScyllaDB server can be installed on this machine; set KILN_TEST_SCYLLA to run)"
-fi
 # The Terraform deployment (infra/terraform): formatting, the HCL
 # cross-check and checkov. OpenTofu is built from the Go module proxy and
 # checkov comes from PyPI (scripts/setup-infra-tests.sh: minutes the first

@@ -19,7 +19,9 @@
 //!   The PostgreSQL stores run them when `KILN_TEST_POSTGRES` holds a URL
 //!   (`scripts/pg-test-server.sh start DIR` prints one), the S3 store when
 //!   `KILN_TEST_S3` does (`scripts/s3-test-server.sh start DIR`), the
-//!   ScyllaDB store when `KILN_TEST_SCYLLA` names a node.
+//!   ScyllaDB store when `KILN_TEST_SCYLLA` names a CQL node
+//!   (`scripts/cassandra-test-server.sh start DIR` starts Apache
+//!   Cassandra, which CI runs it against, and prints one).
 //!
 //! Callers hold `Arc<dyn ProfileStore>` and `Arc<dyn ObjectStore>`, so the
 //! URL on the command line picks the backend at run time.

@@ -4,9 +4,20 @@
 //! than add, and migrations that run again harmlessly.
 //!
 //! The node comes from `KILN_TEST_SCYLLA` (`host:port`, or a whole
-//! `scylla://host:port/keyspace` URL). ScyllaDB cannot be installed on
-//! Kiln's CI machines, so there every test here says it was skipped and
-//! passes; on a developer's machine:
+//! `scylla://host:port/keyspace` URL); without it every test here says it
+//! was skipped and passes. ScyllaDB cannot be installed on Kiln's CI
+//! machines, so `scripts/test.sh` runs these tests against Apache
+//! Cassandra 5.0 (the same CQL for the plain tables the store uses),
+//! fetched from Maven Central and started by
+//! `scripts/cassandra-test-server.sh`:
+//!
+//! ```text
+//! export KILN_TEST_SCYLLA="$(scripts/cassandra-test-server.sh start /tmp/kiln-cassandra)"
+//! cargo test -p kiln-storage --test scylla_conformance
+//! scripts/cassandra-test-server.sh stop /tmp/kiln-cassandra
+//! ```
+//!
+//! Against ScyllaDB itself, on a machine with Docker:
 //!
 //! ```text
 //! docker run --rm -p 9042:9042 scylladb/scylla --smp 1
@@ -30,8 +41,10 @@ fn server() -> Option<String> {
         )),
         _ => {
             eprintln!(
-                "skipped: KILN_TEST_SCYLLA not set (docker run --rm -p 9042:9042 \
-                 scylladb/scylla --smp 1, then KILN_TEST_SCYLLA=127.0.0.1:9042)"
+                "skipped: KILN_TEST_SCYLLA not set (export KILN_TEST_SCYLLA=\"$(scripts/\
+                 cassandra-test-server.sh start /tmp/kiln-cassandra)\", or name a ScyllaDB \
+                 node: docker run --rm -p 9042:9042 scylladb/scylla --smp 1, then \
+                 KILN_TEST_SCYLLA=127.0.0.1:9042)"
             );
             None
         }

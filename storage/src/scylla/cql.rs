@@ -66,10 +66,21 @@
 //!   hour)`, a `counter`: the bytes each hour's writes added
 //!   (`crate::profile::sample_row_bytes` per sample row, `metric_row_bytes`
 //!   per point), so a tenant's usage is one small partition read (a row per
-//!   project and hour). Counters cannot carry a TTL, so a read counts only
-//!   the hours the samples' default TTL still keeps, and retention deletes
-//!   the rows of the hours it deletes. A counter update is not idempotent:
-//!   the driver does not retry it, and a batch written again counts again.
+//!   project and hour) plus, per project, a slice of its two index
+//!   partitions. Counters cannot carry a TTL, so a read counts only the
+//!   hours that `sample_hours` or `metric_names` still hold (their rows
+//!   expire with the last rows of their hour; a cutoff from the clock
+//!   would not do, as the TTL runs from the write, not from a sample's
+//!   timestamp). Retention brings the counters of the hours it deletes
+//!   down to zero by subtracting what they hold, rather than deleting
+//!   them: a counter must not be updated again after its delete (neither
+//!   Cassandra nor ScyllaDB guarantees the result; Cassandra brings the
+//!   deleted count back), and a late write to a deleted hour does that.
+//!   So a project's zeroed rows stay, one per hour it ever wrote, which
+//!   reads skip; two retention runs racing on one scope would subtract
+//!   twice. A counter update is not idempotent: the driver does not retry
+//!   it, and a batch written again counts again. Counter values are bound
+//!   and read as the driver's `Counter`, not `i64` (`bigint` only).
 //! - **`kiln_schema`**: the schema version and the keyspace's sample shard
 //!   count, one row.
 //!
@@ -251,7 +262,8 @@ pub(super) const SCAN_METRICS: &str = "SELECT ts, labelset_id, value FROM metric
     WHERE tenant = ? AND project = ? AND name = ? AND hour = ? AND shard = ? \
     AND ts >= ? AND ts < ?";
 
-/// Adds `?` bytes to hour `?` of a scope (tenant `?`, project `?`).
+/// Adds `?` bytes to hour `?` of a scope (tenant `?`, project `?`); a
+/// retention delete adds minus the count, bringing it to zero.
 pub(super) const ADD_STORED_BYTES: &str =
     "UPDATE stored_bytes SET bytes = bytes + ? WHERE tenant = ? AND project = ? AND hour = ?";
 
@@ -262,10 +274,6 @@ pub(super) const SELECT_STORED_BYTES: &str =
 /// `(hour, bytes)` of a scope's hours before `?`.
 pub(super) const SELECT_STORED_BYTES_BEFORE: &str =
     "SELECT hour, bytes FROM stored_bytes WHERE tenant = ? AND project = ? AND hour < ?";
-
-/// Deletes the usage of one hour of a scope (counters are deleted by row).
-pub(super) const DELETE_STORED_BYTES: &str =
-    "DELETE FROM stored_bytes WHERE tenant = ? AND project = ? AND hour = ?";
 
 /// Deletes one sample partition: one partition tombstone.
 pub(super) const DELETE_SAMPLE_PARTITION: &str =
@@ -284,11 +292,6 @@ pub(super) const DELETE_METRIC_PARTITION: &str = "DELETE FROM metrics \
 /// tombstone.
 pub(super) const DELETE_METRIC_NAMES_BEFORE: &str =
     "DELETE FROM metric_names WHERE tenant = ? AND project = ? AND hour < ?";
-
-/// The default TTL of `samples` in the session's keyspace `?`, as the
-/// first migration set it.
-pub(super) const SAMPLE_TTL: &str = "SELECT default_time_to_live FROM system_schema.tables \
-    WHERE keyspace_name = ? AND table_name = 'samples'";
 
 /// The dictionary tables, each with its upsert and its read by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +365,6 @@ mod tests {
             ADD_STORED_BYTES,
             SELECT_STORED_BYTES,
             SELECT_STORED_BYTES_BEFORE,
-            DELETE_STORED_BYTES,
             DELETE_SAMPLE_PARTITION,
             DELETE_SAMPLE_HOURS_BEFORE,
             DELETE_METRIC_PARTITION,
@@ -429,6 +431,26 @@ mod tests {
             assert!(DELETE_METRIC_PARTITION.contains(column), "{column}");
         }
         assert!(DELETE_METRIC_PARTITION.contains("name = ?"));
+    }
+
+    /// The usage counters are only ever added to: a counter deleted and
+    /// then updated again (a late write to a deleted hour) has no
+    /// guaranteed value on Cassandra or ScyllaDB, so retention subtracts.
+    #[test]
+    fn usage_counters_are_never_deleted() {
+        for statement in [
+            ADD_STORED_BYTES,
+            DELETE_SAMPLE_PARTITION,
+            DELETE_SAMPLE_HOURS_BEFORE,
+            DELETE_METRIC_PARTITION,
+            DELETE_METRIC_NAMES_BEFORE,
+        ] {
+            assert!(
+                !statement.contains("DELETE FROM stored_bytes"),
+                "{statement}"
+            );
+        }
+        assert!(ADD_STORED_BYTES.contains("SET bytes = bytes + ?"));
     }
 
     #[test]

@@ -64,10 +64,6 @@ struct Inner {
     statements: Statements,
     /// Partitions per project and hour, as recorded in `kiln_schema`.
     sample_shards: i16,
-    /// The samples' default TTL in seconds (0: none), as the keyspace's
-    /// first migration set it: `stored_bytes` counts only the hours it
-    /// still keeps.
-    sample_ttl_secs: i64,
     url: ScyllaUrl,
 }
 
@@ -84,7 +80,6 @@ struct Statements {
     add_stored_bytes: PreparedStatement,
     select_stored_bytes: PreparedStatement,
     select_stored_bytes_before: PreparedStatement,
-    delete_stored_bytes: PreparedStatement,
     delete_sample_partition: PreparedStatement,
     delete_sample_hours_before: PreparedStatement,
     delete_metric_partition: PreparedStatement,
@@ -123,7 +118,6 @@ impl Statements {
             add_stored_bytes: prepare(cql::ADD_STORED_BYTES).await?,
             select_stored_bytes: prepare(cql::SELECT_STORED_BYTES).await?,
             select_stored_bytes_before: prepare(cql::SELECT_STORED_BYTES_BEFORE).await?,
-            delete_stored_bytes: prepare(cql::DELETE_STORED_BYTES).await?,
             delete_sample_partition: prepare(cql::DELETE_SAMPLE_PARTITION).await?,
             delete_sample_hours_before: prepare(cql::DELETE_SAMPLE_HOURS_BEFORE).await?,
             delete_metric_partition: prepare(cql::DELETE_METRIC_PARTITION).await?,
@@ -179,14 +173,12 @@ impl ScyllaProfileStore {
             });
         }
         let statements = Statements::prepare(&session).await?;
-        let sample_ttl_secs = read_sample_ttl(&session, &url.keyspace).await?;
         tracing::debug!(url = %url.shown(), sample_shards, "connected to scylla");
         Ok(ScyllaProfileStore {
             inner: Arc::new(Inner {
                 session,
                 statements,
                 sample_shards,
-                sample_ttl_secs,
                 url,
             }),
         })
@@ -306,21 +298,6 @@ async fn read_schema_row(session: &Session) -> Result<Option<(i32, i16)>, StoreE
         .maybe_first_row::<(i32, i16)>()
         .map_err(|e| StoreError::scylla(op, e))?;
     Ok(row)
-}
-
-/// The samples table's default TTL in seconds (0 when it has none).
-async fn read_sample_ttl(session: &Session, keyspace: &str) -> Result<i64, StoreError> {
-    let op = "read the samples' TTL";
-    let result = session
-        .query_unpaged(cql::SAMPLE_TTL, (keyspace,))
-        .await
-        .map_err(|e| StoreError::scylla(op, e))?
-        .into_rows_result()
-        .map_err(|e| StoreError::scylla(op, e))?;
-    let row = result
-        .maybe_first_row::<(Option<i32>,)>()
-        .map_err(|e| StoreError::scylla(op, e))?;
-    Ok(row.and_then(|(ttl,)| ttl).map_or(0, i64::from))
 }
 
 fn check_version(found: i32) -> Result<(), StoreError> {

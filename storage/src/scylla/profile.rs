@@ -2,9 +2,10 @@
 //! statements and samples as single-partition unlogged batches, many in
 //! flight at once, through the statements of [`cql`](super::cql).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ::scylla::statement::batch::{Batch, BatchType};
+use ::scylla::value::Counter;
 use async_trait::async_trait;
 use futures_util::{StreamExt, TryStreamExt, stream};
 use kiln_model::{
@@ -283,17 +284,37 @@ impl ScyllaProfileStore {
         scope: &Scope,
         bytes: &[(i64, u64)],
     ) -> Result<(), StoreError> {
+        let deltas: Vec<(i64, i64)> = bytes
+            .iter()
+            .map(|&(hour, added)| (hour, i64::try_from(added).unwrap_or(i64::MAX)))
+            .collect();
+        self.update_stored_bytes("count stored bytes", scope, &deltas)
+            .await
+    }
+
+    /// Adds `delta` (negative: subtracts) to the usage counter of each
+    /// hour, many in flight.
+    async fn update_stored_bytes(
+        &self,
+        op: &'static str,
+        scope: &Scope,
+        deltas: &[(i64, i64)],
+    ) -> Result<(), StoreError> {
         let session = &self.inner.session;
         let statement = &self.inner.statements.add_stored_bytes;
-        let updates: Vec<_> = bytes
+        let updates: Vec<_> = deltas
             .iter()
-            .map(|&(hour, added)| async move {
-                let added = i64::try_from(added).unwrap_or(i64::MAX);
+            .map(|&(hour, delta)| async move {
+                // A `counter` column takes (and gives) the driver's
+                // `Counter`, not a plain i64 (which is `bigint` only).
                 session
-                    .execute_unpaged(statement, (added, scope.tenant(), scope.project(), hour))
+                    .execute_unpaged(
+                        statement,
+                        (Counter(delta), scope.tenant(), scope.project(), hour),
+                    )
                     .await
                     .map(drop)
-                    .map_err(|e| StoreError::scylla("count stored bytes", e))
+                    .map_err(|e| StoreError::scylla(op, e))
             })
             .collect();
         run_all(updates).await.map(drop)
@@ -438,9 +459,10 @@ impl ProfileStore for ScyllaProfileStore {
 
     /// The hours come from the indexes; every shard's partition of each
     /// goes (a partition tombstone each), then the index rows (range
-    /// tombstones), then the usage counters. In that order, a delete cut
-    /// short leaves index rows of empty partitions (a later run finds and
-    /// deletes them again), never data that no index points to.
+    /// tombstones), then the usage counters are brought down to zero. In
+    /// that order, a delete cut short leaves index rows of empty
+    /// partitions (a later run finds and deletes them again), never data
+    /// that no index points to.
     async fn delete_hours_before(
         &self,
         scope: &Scope,
@@ -508,7 +530,7 @@ impl ProfileStore for ScyllaProfileStore {
         .await?;
 
         let op = "read stored bytes";
-        let usage: Vec<(i64, i64)> = self
+        let usage: Vec<(i64, Counter)> = self
             .inner
             .session
             .execute_iter(
@@ -517,20 +539,24 @@ impl ProfileStore for ScyllaProfileStore {
             )
             .await
             .map_err(|e| StoreError::scylla(op, e))?
-            .rows_stream::<(i64, i64)>()
+            .rows_stream::<(i64, Counter)>()
             .map_err(|e| StoreError::scylla(op, e))?
             .try_collect()
             .await
             .map_err(|e| StoreError::scylla(op, e))?;
-        let bytes = usage
+        // The counters are brought to zero, not deleted: CQL (Cassandra
+        // and ScyllaDB alike) does not support updating a counter again
+        // after its delete, and a late write to a deleted hour would do
+        // just that (on Cassandra it brings the deleted count back). A
+        // decrement also keeps bytes a concurrent write added meanwhile.
+        let live: Vec<(i64, i64)> = usage
             .iter()
-            .map(|(_, b)| u64::try_from(*b).unwrap_or(0))
-            .sum();
-        let rows: Vec<_> = usage
-            .iter()
-            .map(|(hour, _)| (tenant, project, *hour))
+            .filter(|(_, bytes)| bytes.0 > 0)
+            .map(|(hour, bytes)| (*hour, bytes.0))
             .collect();
-        self.delete_each("delete stored bytes", &statements.delete_stored_bytes, rows)
+        let bytes = live.iter().map(|(_, b)| *b as u64).sum();
+        let decrements: Vec<(i64, i64)> = live.iter().map(|&(hour, b)| (hour, -b)).collect();
+        self.update_stored_bytes("uncount deleted bytes", scope, &decrements)
             .await?;
         Ok(DeletedHours {
             sample_hours: sample_hours.len() as u64,
@@ -539,37 +565,63 @@ impl ProfileStore for ScyllaProfileStore {
         })
     }
 
-    /// One partition read; hours the samples' TTL has expired are not
-    /// counted (counters cannot expire with them).
+    /// One partition read of the counters, then, per project, the hours
+    /// its indexes (`sample_hours`, `metric_names`) still hold: counters
+    /// cannot carry a TTL, so an hour counts while an index row of it
+    /// lives. Index rows are written with every write of their hour and
+    /// the samples' TTL, so they expire with the last rows of the hour.
+    /// (The TTL runs from the write, not from the samples' timestamps: a
+    /// cutoff computed from the clock and the TTL would drop hours of
+    /// late-arriving or backfilled samples that are still stored.)
     async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
         Scope::validate_tenant(tenant)?;
         let op = "read stored bytes";
-        let rows: Vec<(String, i64, i64)> = self
+        let rows: Vec<(String, i64, Counter)> = self
             .inner
             .session
             .execute_iter(self.inner.statements.select_stored_bytes.clone(), (tenant,))
             .await
             .map_err(|e| StoreError::scylla(op, e))?
-            .rows_stream::<(String, i64, i64)>()
+            .rows_stream::<(String, i64, Counter)>()
             .map_err(|e| StoreError::scylla(op, e))?
             .try_collect()
             .await
             .map_err(|e| StoreError::scylla(op, e))?;
-        let ttl = self.inner.sample_ttl_secs;
-        let first_kept = if ttl > 0 {
-            let now_s = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            // An hour is kept while its last row's TTL runs.
-            hour_of(now_s.saturating_sub(ttl).saturating_mul(1_000_000_000)) - 1
-        } else {
-            i64::MIN
-        };
-        Ok(rows
-            .iter()
-            .filter(|(_, hour, _)| *hour >= first_kept)
-            .map(|(_, _, b)| u64::try_from(*b).unwrap_or(0))
-            .sum())
+        let mut by_project: BTreeMap<String, Vec<(i64, u64)>> = BTreeMap::new();
+        // Hours a retention delete brought to zero need no index read.
+        for (project, hour, bytes) in rows.into_iter().filter(|(_, _, b)| b.0 > 0) {
+            by_project
+                .entry(project)
+                .or_default()
+                .push((hour, bytes.0 as u64));
+        }
+        let counts: Vec<_> = by_project
+            .into_iter()
+            .map(|(project, hours)| async move {
+                let scope = Scope::new(tenant, project)?;
+                let first = hours.iter().map(|(hour, _)| *hour).min().unwrap_or(0);
+                let last = hours.iter().map(|(hour, _)| *hour).max().unwrap_or(0);
+                let mut live: BTreeSet<i64> = self
+                    .indexed_sample_hours(&scope, first, last)
+                    .await?
+                    .into_iter()
+                    .collect();
+                live.extend(
+                    self.indexed_metric_hours(&scope, first, last)
+                        .await?
+                        .into_iter()
+                        .map(|(hour, _)| hour),
+                );
+                Ok::<u64, StoreError>(
+                    hours
+                        .iter()
+                        .filter(|(hour, _)| live.contains(hour))
+                        .map(|(_, bytes)| bytes)
+                        .sum(),
+                )
+            })
+            .collect();
+        Ok(run_all(counts).await?.into_iter().sum())
     }
 
     async fn scan_metric_points(
