@@ -17,12 +17,13 @@ struct WireScan {
     filters: Vec<(String, String)>,
     timeline: Option<(i64, i64)>,
     label_sets: bool,
+    stack_buckets: bool,
 }
 
 fn scan_bytes(scan: &WireScan) -> Vec<u8> {
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(scan).unwrap();
-    // "KLNQ" | version 2 | kind 1 (scan) | zstd(rkyv)
-    let mut out = b"KLNQ\x02\x01".to_vec();
+    // "KLNQ" | version 3 | kind 1 (scan) | zstd(rkyv)
+    let mut out = b"KLNQ\x03\x01".to_vec();
     zstd::stream::copy_encode(&archive[..], &mut out, 1).unwrap();
     out
 }
@@ -36,6 +37,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         filters: Vec::new(),
         timeline: None,
         label_sets: false,
+        stack_buckets: false,
     };
     let full = WireScan {
         tenant: "t-1".into(),
@@ -48,6 +50,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ],
         timeline: Some((0, 1_000_000_000)),
         label_sets: true,
+        stack_buckets: true,
     };
     vec![("plain", scan_bytes(&plain)), ("full", scan_bytes(&full))]
 }

@@ -51,8 +51,8 @@ pub use fileid::file_id;
 pub use ksym::{Frame, Ksym, KsymError, KsymFile};
 #[cfg(feature = "service")]
 pub use service::{
-    FileAddrs, Resolve, Resolved, ResolvedFrame, Symbolizer, SymbolizerConfig, SymbolsStored,
-    resolve_chains,
+    FileAddrs, FrameAddr, Resolve, Resolved, ResolvedFrame, SymbolizeError, Symbolizer,
+    SymbolizerConfig, SymbolsStored, resolve_chains, symbolize_frames,
 };
 pub use stored::{DecodedSymbols, StoredError, StoredSymbols, build_stored, decode_stored};
 pub use table::{Function, Inline, LineRow, NONE, Range, SourceFile, SymbolTable, join_path};

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use actix::Addr;
 use futures_util::future::join_all;
-use kiln_model::{Batch, FileId, Frame, FrameId, Symbol};
+use kiln_model::{FileId, Frame, FrameId, Symbol};
 use kiln_storage::StoredFrame;
-use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer};
+use kiln_symbolizer_workers::{FrameAddr, ResolvedFrame, Symbolizer, symbolize_frames};
 use tracing::{debug, warn};
 
 use super::decoder::Decoded;
@@ -44,18 +44,6 @@ pub(crate) struct Symbolized {
 
 /// Where each frame to symbolize is: batch, then frame, within a poll.
 type Slot = (usize, usize);
-
-/// One tenant's address frames in one file.
-#[derive(Debug)]
-struct FileFrames {
-    file: FileId,
-    /// The file's GNU build id when a batch of the poll carried its
-    /// executable (lets the symbolizer start a debuginfod fetch).
-    build_id: Option<String>,
-    addrs: Vec<u64>,
-    /// Where the frame of each address is.
-    slots: Vec<Slot>,
-}
 
 /// Turns each batch's frames into rows, with the symbols of those whose
 /// files have some.
@@ -81,11 +69,10 @@ pub(crate) async fn symbolize(
     let by_tenant = address_frames(&out);
     let lookups = by_tenant
         .into_iter()
-        .map(|(tenant, files)| lookup(symbolizer, tenant, files));
-    for (files, resolved) in join_all(lookups).await {
-        for (file, chains) in files.into_iter().zip(resolved) {
-            let Some(chains) = chains else { continue };
-            for ((b, f), chain) in file.slots.into_iter().zip(chains) {
+        .map(|(tenant, frames)| lookup(symbolizer, tenant, frames));
+    for named in join_all(lookups).await {
+        for ((b, f), chain) in named {
+            if let Some(chain) = chain {
                 out[b].frames[f].symbols = chain.into_iter().map(Symbol::from).collect();
             }
         }
@@ -93,84 +80,60 @@ pub(crate) async fn symbolize(
     out
 }
 
-/// The address frames of `batches`, grouped by tenant and file.
-fn address_frames(batches: &[Symbolized]) -> HashMap<String, Vec<FileFrames>> {
-    let mut by_tenant: HashMap<&str, HashMap<FileId, FileFrames>> = HashMap::new();
+/// The address frames of `batches`, grouped by tenant, with the build ids
+/// of their files where a batch of the poll carried the executable.
+fn address_frames(batches: &[Symbolized]) -> HashMap<String, Vec<FrameAddr<Slot>>> {
+    let mut build_ids: HashMap<(&str, FileId), &str> = HashMap::new();
+    for batch in batches {
+        let tenant = batch.decoded.header.scope.tenant();
+        for executable in &batch.decoded.batch.executables {
+            if let Some(id) = &executable.build_id {
+                build_ids.entry((tenant, executable.file_id)).or_insert(id);
+            }
+        }
+    }
+    let mut by_tenant: HashMap<String, Vec<FrameAddr<Slot>>> = HashMap::new();
     for (b, batch) in batches.iter().enumerate() {
         let tenant = batch.decoded.header.scope.tenant();
-        let files = by_tenant.entry(tenant).or_default();
         for (f, row) in batch.frames.iter().enumerate() {
             let Frame::Address { file_id, addr, .. } = row.frame else {
                 continue;
             };
-            let file = files.entry(file_id).or_insert_with(|| FileFrames {
-                file: file_id,
-                build_id: None,
-                addrs: Vec::new(),
-                slots: Vec::new(),
-            });
-            file.addrs.push(addr);
-            file.slots.push((b, f));
-        }
-    }
-    for batch in batches {
-        let tenant = batch.decoded.header.scope.tenant();
-        if let Some(files) = by_tenant.get_mut(tenant) {
-            add_build_ids(&batch.decoded.batch, files);
+            by_tenant
+                .entry(tenant.to_owned())
+                .or_default()
+                .push(FrameAddr {
+                    key: (b, f),
+                    file: file_id,
+                    build_id: build_ids.get(&(tenant, file_id)).map(|id| (*id).to_owned()),
+                    addr,
+                });
         }
     }
     by_tenant
-        .into_iter()
-        .filter(|(_, files)| !files.is_empty())
-        .map(|(tenant, files)| (tenant.to_owned(), files.into_values().collect()))
-        .collect()
 }
 
-fn add_build_ids(batch: &Batch, files: &mut HashMap<FileId, FileFrames>) {
-    for executable in &batch.executables {
-        if let Some(file) = files.get_mut(&executable.file_id) {
-            file.build_id = file.build_id.take().or(executable.build_id.clone());
-        }
-    }
-}
-
-/// One tenant's lookup: per file, in order, the chains of its addresses
-/// (outermost first), or `None` when the file has no symbols at hand —
-/// or for every file, when the lookup failed or took too long.
+/// One tenant's lookup: each frame's chain (outermost first), or `None`
+/// where its file has no symbols at hand, or for every frame when the
+/// lookup failed or took too long.
 async fn lookup(
     symbolizer: &Addr<Symbolizer>,
     tenant: String,
-    files: Vec<FileFrames>,
-) -> (Vec<FileFrames>, Vec<Option<Vec<Vec<ResolvedFrame>>>>) {
-    let request = Resolve {
-        tenant: tenant.clone(),
-        files: files
-            .iter()
-            .map(|f| FileAddrs {
-                file: f.file,
-                build_id: f.build_id.clone(),
-                addrs: f.addrs.clone(),
-            })
-            .collect(),
-        debuginfod_wait: Some(Duration::ZERO),
-    };
-    let resolved = match tokio::time::timeout(LOOKUP_WAIT, symbolizer.send(request)).await {
-        Ok(Ok(Ok(resolved))) => resolved,
-        Ok(Ok(Err(e))) => {
-            warn!(tenant, error = %e, "symbol lookup failed; frames written unsymbolized");
-            Vec::new()
-        }
+    frames: Vec<FrameAddr<Slot>>,
+) -> Vec<(Slot, Option<Vec<ResolvedFrame>>)> {
+    let slots: Vec<Slot> = frames.iter().map(|f| f.key).collect();
+    let named = symbolize_frames(symbolizer, &tenant, frames, Some(Duration::ZERO));
+    match tokio::time::timeout(LOOKUP_WAIT, named).await {
+        Ok(Ok(named)) => return named,
         Ok(Err(e)) => {
-            warn!(tenant, error = %e, "symbolizer unavailable; frames written unsymbolized");
-            Vec::new()
+            warn!(tenant, error = %e, "symbol lookup failed; frames written unsymbolized");
         }
         Err(_) => {
             debug!(
                 tenant,
                 "symbol lookup still loading; frames written unsymbolized"
             );
-            Vec::new()
         }
-    };
-    (files, resolved)
+    }
+    slots.into_iter().map(|slot| (slot, None)).collect()
 }

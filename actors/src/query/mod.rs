@@ -113,6 +113,15 @@ pub enum QueryError {
     Unavailable(#[from] actix::MailboxError),
 }
 
+impl From<kiln_symbolizer_workers::SymbolizeError> for QueryError {
+    fn from(e: kiln_symbolizer_workers::SymbolizeError) -> Self {
+        match e {
+            kiln_symbolizer_workers::SymbolizeError::Store(e) => QueryError::Store(e),
+            kiln_symbolizer_workers::SymbolizeError::Unavailable(e) => QueryError::Unavailable(e),
+        }
+    }
+}
+
 /// What one flamegraph node stands for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Granularity {

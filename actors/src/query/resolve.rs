@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use actix::Addr;
 use kiln_model::{Executable, FileId, Frame, FrameId, FrameKind, StackId, Symbol};
 use kiln_storage::{ProfileStore, StoreError, StoredFrame};
-use kiln_symbolizer_workers::{FileAddrs, Resolve, ResolvedFrame, Symbolizer, SymbolsStored};
+use kiln_symbolizer_workers::{
+    FrameAddr, ResolvedFrame, Symbolizer, SymbolsStored, symbolize_frames,
+};
 use tracing::{debug, warn};
 
 use super::QueryError;
@@ -304,8 +306,8 @@ impl Resolver {
         Ok(found)
     }
 
-    /// Labels for address frames: grouped by file, all files in one
-    /// batched lookup. Frames whose file has symbols are cached for good;
+    /// Labels for address frames, named in one batched lookup
+    /// ([`symbolize_frames`], as ingest names them). Frames whose file has symbols are cached for good;
     /// the others keep their address entry, to be tried again by a later
     /// query.
     async fn symbolize(
@@ -313,57 +315,35 @@ impl Resolver {
         tenant: &str,
         addresses: Vec<(FrameId, Address)>,
     ) -> Result<Vec<(FrameId, Labels)>, QueryError> {
-        let mut by_file: HashMap<FileId, Vec<(FrameId, Address)>> = HashMap::new();
-        for (id, a) in addresses {
-            by_file.entry(a.file_id).or_default().push((id, a));
-        }
-        if by_file.is_empty() {
-            return Ok(Vec::new());
-        }
-        let by_file: Vec<_> = by_file.into_values().collect();
-        let files = by_file
-            .iter()
-            .map(|frames| FileAddrs {
-                file: frames[0].1.file_id,
-                build_id: frames[0].1.build_id.clone(),
-                addrs: frames.iter().map(|(_, a)| a.addr).collect(),
-            })
-            .collect();
-        let resolved = self
-            .symbolizer
-            .send(Resolve {
-                tenant: tenant.to_owned(),
-                files,
-                debuginfod_wait: None,
-            })
-            .await??;
-        let mut out = Vec::new();
+        let frames = addresses.into_iter().map(|(id, a)| FrameAddr {
+            file: a.file_id,
+            build_id: a.build_id.clone(),
+            addr: a.addr,
+            key: (id, a),
+        });
+        let named = symbolize_frames(&self.symbolizer, tenant, frames, None).await?;
+        let mut out = Vec::with_capacity(named.len());
         let mut write_back = Vec::new();
         let mut cache = self.frames.lock().expect("frame cache lock");
-        for (frames, chains) in by_file.into_iter().zip(resolved) {
-            match chains {
-                Some(chains) => {
-                    for ((id, a), chain) in frames.into_iter().zip(chains) {
-                        let symbols: Vec<Symbol> =
-                            chain.iter().cloned().map(Symbol::from).collect();
-                        if is_final(&symbols) {
-                            write_back.push(StoredFrame {
-                                id,
-                                frame: a.frame(),
-                                symbols,
-                            });
-                        }
-                        let labels = symbolized_labels(&a, chain);
-                        cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
-                        out.push((id, labels));
+        for ((id, a), chain) in named {
+            match chain {
+                Some(chain) => {
+                    let symbols: Vec<Symbol> = chain.iter().cloned().map(Symbol::from).collect();
+                    if is_final(&symbols) {
+                        write_back.push(StoredFrame {
+                            id,
+                            frame: a.frame(),
+                            symbols,
+                        });
                     }
+                    let labels = symbolized_labels(&a, chain);
+                    cache.insert((tenant.to_owned(), id), Entry::Labels(labels.clone()));
+                    out.push((id, labels));
                 }
                 None => {
-                    for (id, a) in frames {
-                        let label = Arc::new(address_label(&a));
-                        cache.insert((tenant.to_owned(), id), Entry::Address(a));
-                        out.push((id, Arc::new([label]) as _));
-                    }
+                    let label = Arc::new(address_label(&a));
+                    cache.insert((tenant.to_owned(), id), Entry::Address(a));
+                    out.push((id, Arc::new([label]) as _));
                 }
             }
         }

@@ -27,8 +27,10 @@
 //! ```
 
 mod expiring;
+mod frames;
 mod loader;
 
+pub use frames::{FrameAddr, SymbolizeError, symbolize_frames};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
