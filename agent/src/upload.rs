@@ -40,7 +40,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use kiln_model::FileId;
-use kiln_symbolizer_workers::ksym;
+use kiln_symbolizer_workers::{SymbolBody, SymbolClient, SymbolClientError, SymbolScope};
 use tracing::{debug, info, warn};
 
 pub use extract::{ExtractedSymbols, SymbolsError, extract_symbols};
@@ -191,13 +191,13 @@ impl SymbolUploader {
         dwarf: bool,
     ) -> std::io::Result<SymbolUploader> {
         let shared = Arc::new(Shared::default());
-        let base = format!("{}/api/v1/symbols", server.trim_end_matches('/'));
-        let authorization = api_key.map(|key| format!("Bearer {key}"));
+        // Extraction is local; a large ksym may take a while to send.
+        let client = SymbolClient::new(server, api_key, Duration::from_secs(300));
         let jobs = shared.clone();
         let extraction = Extraction { debug_dirs, dwarf };
         std::thread::Builder::new()
             .name("kiln-symbols".into())
-            .spawn(move || upload_all(&base, authorization.as_deref(), &extraction, &jobs))?;
+            .spawn(move || upload_all(&client, &extraction, &jobs))?;
         Ok(SymbolUploader { shared })
     }
 
@@ -216,15 +216,9 @@ impl Drop for SymbolUploader {
     }
 }
 
-fn upload_all(base: &str, authorization: Option<&str>, extraction: &Extraction, jobs: &Shared) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_connect(Some(Duration::from_secs(3)))
-        .timeout_global(Some(Duration::from_secs(300)))
-        .build()
-        .into();
+fn upload_all(client: &SymbolClient, extraction: &Extraction, jobs: &Shared) {
     while let Some(job) = jobs.next_job() {
-        match upload(&agent, base, authorization, extraction, &job) {
+        match upload(client, extraction, &job) {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
             Ok(Outcome::Uploaded(sent)) => info!(
                 file_id = %job.file_id,
@@ -268,10 +262,8 @@ enum Outcome {
 /// Why one upload failed.
 #[derive(Debug, thiserror::Error)]
 enum UploadError {
-    #[error("HTTP: {0}")]
-    Http(#[from] ureq::Error),
-    #[error("backend answered {status}: {body}")]
-    Status { status: u16, body: String },
+    #[error(transparent)]
+    Backend(#[from] SymbolClientError),
     #[error(transparent)]
     Unopened(#[from] MappedFileError),
     #[error("the file mapped now is not the one sampled (a newer build of it)")]
@@ -285,9 +277,7 @@ enum UploadError {
 }
 
 fn upload(
-    agent: &ureq::Agent,
-    base: &str,
-    authorization: Option<&str>,
+    client: &SymbolClient,
     extraction: &Extraction,
     job: &Job,
 ) -> Result<Outcome, UploadError> {
@@ -306,36 +296,16 @@ fn upload(
     if info.file_id != job.file_id {
         return Err(UploadError::Changed);
     }
-    let url = format!("{base}/{}", job.file_id);
-    let mut head = agent.head(&url);
-    if let Some(authorization) = authorization {
-        head = head.header("authorization", authorization);
-    }
-    let response = head.call()?;
-    match response.status().as_u16() {
-        200 => return Ok(Outcome::Present),
-        404 => {}
-        status => {
-            return Err(UploadError::Status {
-                status,
-                body: String::new(),
-            });
-        }
+    if client.has(SymbolScope::Tenant, job.file_id)? {
+        return Ok(Outcome::Present);
     }
     let (body, sent) = build_body(&file, &info, job.source.mapping.name(), extraction)?;
-    let mut put = agent
-        .put(&url)
-        .header("content-type", ksym::MEDIA_TYPE)
-        .header("content-encoding", "zstd");
-    if let Some(authorization) = authorization {
-        put = put.header("authorization", authorization);
-    }
-    let mut response = put.send(&body[..])?;
-    let status = response.status().as_u16();
-    if status != 200 {
-        let body = response.body_mut().read_to_string().unwrap_or_default();
-        return Err(UploadError::Status { status, body });
-    }
+    client.put(
+        SymbolScope::Tenant,
+        job.file_id,
+        SymbolBody::KsymZstd,
+        &body,
+    )?;
     Ok(Outcome::Uploaded(sent))
 }
 
@@ -498,7 +468,7 @@ mod tests {
     /// What a body names `addr` (innermost first), and its line.
     fn names_at(body: &[u8], addr: u64) -> (Vec<String>, u32) {
         let bytes = zstd::decode_all(body).unwrap();
-        let symbols = ksym::Ksym::open(&bytes).unwrap();
+        let symbols = kiln_symbolizer_workers::ksym::Ksym::open(&bytes).unwrap();
         let mut frames = Vec::new();
         symbols.lookup(addr, &mut frames);
         let line = frames.first().map_or(0, |f| f.line);

@@ -65,10 +65,6 @@ impl Server {
         self.authorize(self.agent.get(self.url(path, query)))
     }
 
-    pub(crate) fn head(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
-        self.authorize(self.agent.head(self.url(path, &[])))
-    }
-
     pub(crate) fn delete(&self, path: &str) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
         self.authorize(self.agent.delete(self.url(path, &[])))
     }
@@ -85,36 +81,13 @@ impl Server {
         self.authorize(self.agent.put(self.url(path, &[])))
     }
 
-    /// Whether `HEAD path` finds something (200) or not (404). A `HEAD`
-    /// answer has no body to explain a refusal, so 401 and 403 are
-    /// explained here.
-    pub(crate) fn exists(&self, path: &str) -> anyhow::Result<bool> {
-        let response = self
-            .head(path)
-            .call()
-            .with_context(|| format!("asking {}", self.name()))?;
-        match response.status().as_u16() {
-            200 => Ok(true),
-            404 => Ok(false),
-            status @ (401 | 403) => Err(Refused(format!(
-                "server answered {status}: {} (give a key with --api-key or KILN_API_KEY; \
-                 global writes need --admin-token)",
-                match self.bearer {
-                    None => "no credential was sent",
-                    Some(_) => "the credential sent was refused",
-                }
-            ))
-            .into()),
-            status => Err(failure(status, "")),
-        }
+    /// This server's symbol store, with the same credential.
+    pub(crate) fn symbol_client(&self) -> kiln_symbolizer_workers::SymbolClient {
+        // A large debug file over a slow link: minutes.
+        let timeout = std::time::Duration::from_secs(30 * 60);
+        kiln_symbolizer_workers::SymbolClient::new(&self.base, self.bearer.as_deref(), timeout)
     }
 }
-
-/// The server refused the credential: every other request would be
-/// refused the same way, so a loop over files stops at once.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Refused(pub String);
 
 /// A secret a local `kiln up` keeps in its data directory (`file`), when
 /// this machine has one: `KILN_DATA_DIR`, else the user's data directory.
@@ -235,6 +208,17 @@ fn import_one(server: &Server, args: &ImportArgs, path: &Path) -> anyhow::Result
     Ok(text.trim().to_owned())
 }
 
+/// A progress bar of sending `len` bytes, shown after `message`.
+pub(crate) fn progress_bar(len: usize, message: String) -> ProgressBar {
+    let bar = ProgressBar::new(len as u64).with_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(message);
+    bar
+}
+
 /// Sends `body` with `request` (a POST or a PUT) as an octet stream,
 /// showing its progress after `message`; the response's text when the
 /// server answers 200, else the error it explained.
@@ -244,12 +228,7 @@ pub(crate) fn send_with_progress(
     message: String,
     server: &str,
 ) -> anyhow::Result<String> {
-    let bar = ProgressBar::new(body.len() as u64).with_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(message);
+    let bar = progress_bar(body.len(), message);
     let mut reader = bar.wrap_read(body);
     let mut response = request
         .header("Content-Type", "application/octet-stream")

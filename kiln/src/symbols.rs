@@ -6,39 +6,43 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::cli::{CrawlArgs, ResolveArgs, UploadArgs};
-use crate::client::{Refused, Server, each_file, failure, local_secret, send_with_progress};
+use crate::client::{Server, each_file, local_secret, progress_bar};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use kiln_symbolizer_workers::{
-    DebugDirs, DebugMember, ExtractOptions, Frame, Ksym, debug_files_in_deb, extract, file_id, ksym,
+    DebugDirs, DebugMember, ExtractOptions, Frame, Ksym, SymbolBody, SymbolClient,
+    SymbolClientError, SymbolScope, debug_files_in_deb, extract, file_id, ksym,
 };
 
 /// `kiln symbols upload`: for each file, asks whether the server has its
 /// symbols (`HEAD`) and sends the file when not (`PUT`); the server
 /// extracts the symbols itself. Exits non-zero when any file failed.
 pub fn upload(args: UploadArgs) -> anyhow::Result<()> {
-    let server = Server::with_api_key(&args.server)?;
+    let client = Server::with_api_key(&args.server)?.symbol_client();
     each_file(&args.files, "upload", |path| {
-        upload_one(&server, &args, path)
+        upload_one(&client, &args, path)
     })
 }
 
-fn upload_one(server: &Server, args: &UploadArgs, path: &Path) -> anyhow::Result<String> {
+fn upload_one(client: &SymbolClient, args: &UploadArgs, path: &Path) -> anyhow::Result<String> {
     let body = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     // The same id the agent gives the file, so the symbols meet its frames.
     let id = file_id(&body);
-    let path_of_id = format!("/api/v1/symbols/{id}");
-    if !args.force && server.exists(&path_of_id)? {
+    if !args.force && client.has(SymbolScope::Tenant, id).map_err(explain)? {
         return Ok(format!(
             "{id} already has symbols (skipped; --force uploads)"
         ));
     }
-    let text = send_with_progress(
-        server.put(&path_of_id),
-        &body,
-        format!("uploading {}", path.display()),
-        server.name(),
-    )?;
+    let bar = progress_bar(body.len(), format!("uploading {}", path.display()));
+    let text = client
+        .put_reader(
+            SymbolScope::Tenant,
+            id,
+            SymbolBody::Elf,
+            &mut bar.wrap_read(&body[..]),
+        )
+        .map_err(explain)?;
+    bar.finish_and_clear();
     let stored: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     let ranges = stored["ranges"].as_u64().unwrap_or(0);
     let bytes = stored["bytes"].as_u64().unwrap_or(0);
@@ -50,6 +54,24 @@ fn upload_one(server: &Server, args: &UploadArgs, path: &Path) -> anyhow::Result
     Ok(format!(
         "{id} uploaded: {ranges} address ranges, {bytes} bytes stored{detail}"
     ))
+}
+
+/// A symbol store's refusal, with what to do about the credential.
+fn explain(e: SymbolClientError) -> anyhow::Error {
+    match e {
+        SymbolClientError::Refused { .. } => anyhow::Error::new(e)
+            .context("give a key with --api-key or KILN_API_KEY; global writes need --admin-token"),
+        other => other.into(),
+    }
+}
+
+/// Whether `e` says the credential was refused: every other file would be
+/// refused the same way.
+fn refused(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<SymbolClientError>(),
+        Some(SymbolClientError::Refused { .. })
+    )
 }
 
 /// What a crawl did, for its summary line.
@@ -72,7 +94,7 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
         Some(token) => Some(token.clone()),
         None => local_secret(kiln_actors::ADMIN_TOKEN_FILE)?,
     };
-    let server = Server::with_bearer(&args.server, token);
+    let client = Server::with_bearer(&args.server, token).symbol_client();
     let downloads = Downloads::create()?;
     let mut debs = Vec::new();
     for source in &args.sources {
@@ -96,11 +118,11 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
         let name = deb.file_name().unwrap_or_default().to_string_lossy();
         bar.set_message(name.into_owned());
         for member in members {
-            match crawl_one(&server, &args, &member) {
+            match crawl_one(&client, &args, &member) {
                 Ok(true) => tally.uploaded += 1,
                 Ok(false) => tally.present += 1,
                 // Every other file would be refused the same way.
-                Err(e) if e.is::<Refused>() => {
+                Err(e) if refused(&e) => {
                     bar.finish_and_clear();
                     return Err(e);
                 }
@@ -125,25 +147,18 @@ pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
 
 /// Uploads one debug file to the global store; `false` when the store had
 /// its symbols already.
-fn crawl_one(server: &Server, args: &CrawlArgs, member: &DebugMember) -> anyhow::Result<bool> {
+fn crawl_one(
+    client: &SymbolClient,
+    args: &CrawlArgs,
+    member: &DebugMember,
+) -> anyhow::Result<bool> {
     let id = file_id(&member.data);
-    let path = format!("/api/v1/symbols/global/{id}");
-    if !args.force && server.exists(&path)? {
+    if !args.force && client.has(SymbolScope::Global, id).map_err(explain)? {
         return Ok(false);
     }
-    let mut response = server
-        .put(&path)
-        .header("Content-Type", "application/octet-stream")
-        .send(&member.data[..])
-        .with_context(|| format!("sending to {}", server.name()))?;
-    let status = response.status().as_u16();
-    if status != 200 {
-        let text = response.body_mut().read_to_string().unwrap_or_default();
-        if status == 401 || status == 403 {
-            return Err(Refused(failure(status, &text).to_string()).into());
-        }
-        return Err(failure(status, &text));
-    }
+    client
+        .put(SymbolScope::Global, id, SymbolBody::Elf, &member.data)
+        .map_err(explain)?;
     Ok(true)
 }
 

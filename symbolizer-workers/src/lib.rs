@@ -31,6 +31,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "client")]
+mod client;
 mod deb;
 #[cfg(feature = "service")]
 pub mod debuginfod;
@@ -42,6 +44,8 @@ mod service;
 mod stored;
 mod table;
 
+#[cfg(feature = "client")]
+pub use client::{SymbolBody, SymbolClient, SymbolClientError, SymbolScope};
 pub use deb::{DebError, DebugMember, debug_files_in_deb, debug_files_in_deb_reader};
 pub use extract::{
     DebugDirs, ExtractError, ExtractOptions, Extracted, demangle, extract, extract_bytes,
