@@ -315,6 +315,34 @@ impl Batch {
     }
 }
 
+/// What [`Batch::peek_within`] reads of a batch without building it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPeek {
+    /// Who sent it (the agent's host name).
+    pub source: String,
+    /// The sum of its samples' counts.
+    pub samples: u64,
+    /// Its sample rows (what the ingest quota meters).
+    pub sample_rows: usize,
+    /// Its new stacks.
+    pub stacks: usize,
+    /// Its metric points.
+    pub metric_points: usize,
+}
+
+impl BatchPeek {
+    /// The same figures of a batch already built.
+    pub fn of(batch: &Batch) -> BatchPeek {
+        BatchPeek {
+            source: batch.source.clone(),
+            samples: batch.sample_count(),
+            sample_rows: batch.samples.len(),
+            stacks: batch.stacks.len(),
+            metric_points: batch.metrics.len(),
+        }
+    }
+}
+
 #[cfg(feature = "codec")]
 mod codec {
     use std::io::Read;
@@ -352,22 +380,7 @@ mod codec {
         /// are small, with a lower limit than a worker, which also reads
         /// large imports.
         pub fn decode_within(bytes: &[u8], max_payload: usize) -> Result<Batch, BatchError> {
-            let limit = max_payload.min(MAX_BATCH_BYTES);
-            let version = batch_version(bytes)?;
-            let mut payload = rkyv::util::AlignedVec::<16>::new();
-            let mut decoder = zstd::stream::Decoder::new(&bytes[BATCH_HEADER_LEN..])
-                .map_err(BatchError::Decompress)?;
-            let mut chunk = [0u8; 64 * 1024];
-            loop {
-                let n = decoder.read(&mut chunk).map_err(BatchError::Decompress)?;
-                if n == 0 {
-                    break;
-                }
-                if payload.len() + n > limit {
-                    return Err(BatchError::TooLarge { limit });
-                }
-                payload.extend_from_slice(&chunk[..n]);
-            }
+            let (version, payload) = inflate(bytes, max_payload)?;
             let archive = |e: rkyv::rancor::Error| BatchError::Archive(e.to_string());
             // Validate, check the limits on the archive, and only then make
             // owned values: a field over its limit is never copied.
@@ -382,31 +395,7 @@ mod codec {
                         .map_err(archive)?
                 }
                 _ => {
-                    let archived = rkyv::access::<ArchivedBatch, rkyv::rancor::Error>(&payload)
-                        .map_err(archive)?;
-                    limits::ArchivedParts {
-                        source: &archived.source,
-                        frames: &archived.frames,
-                        stacks: &archived.stacks,
-                        label_sets: &archived.label_sets,
-                        executables: &archived.executables,
-                        samples: &archived.samples,
-                    }
-                    .check()?;
-                    if archived.metrics.len() > MAX_METRIC_POINTS {
-                        return Err(BatchError::TooManyMetrics {
-                            count: archived.metrics.len(),
-                        });
-                    }
-                    for (index, point) in archived.metrics.iter().enumerate() {
-                        if point.name.len() > MAX_METRIC_NAME_LEN {
-                            return Err(BatchError::FieldTooLong {
-                                field: format!("metric point {index} name"),
-                                len: point.name.len(),
-                                limit: MAX_METRIC_NAME_LEN,
-                            });
-                        }
-                    }
+                    let archived = access_checked(&payload)?;
                     rkyv::deserialize::<Batch, rkyv::rancor::Error>(archived).map_err(archive)?
                 }
             };
@@ -414,6 +403,91 @@ mod codec {
             batch.verify_metrics()?;
             Ok(batch)
         }
+
+        /// What a gateway checks of a batch before it takes it, without
+        /// building it: the header, the payload decompressed within
+        /// `max_payload`, the archive valid, every limit of
+        /// [`decode`](Self::decode) (field lengths, entry counts, stack
+        /// depth, counts that add up, metric points). What it leaves to
+        /// the worker's full decode is the dictionary's ids against their
+        /// content and the metric values, which cost as much CPU again. A
+        /// batch of an earlier version is decoded in full (only old agents
+        /// send those).
+        pub fn peek_within(bytes: &[u8], max_payload: usize) -> Result<BatchPeek, BatchError> {
+            let (version, payload) = inflate(bytes, max_payload)?;
+            if version != BATCH_VERSION {
+                return Self::decode_within(bytes, max_payload).map(|b| BatchPeek::of(&b));
+            }
+            let archived = access_checked(&payload)?;
+            let samples = archived
+                .samples
+                .iter()
+                .try_fold(0u64, |sum, s| sum.checked_add(s.count.to_native()))
+                .ok_or(BatchError::CountOverflow)?;
+            Ok(BatchPeek {
+                source: archived.source.as_str().to_owned(),
+                samples,
+                sample_rows: archived.samples.len(),
+                stacks: archived.stacks.len(),
+                metric_points: archived.metrics.len(),
+            })
+        }
+    }
+
+    /// A batch's version and its payload decompressed, refused past
+    /// `max_payload` bytes (at most [`MAX_BATCH_BYTES`]) before inflating
+    /// further.
+    fn inflate(
+        bytes: &[u8],
+        max_payload: usize,
+    ) -> Result<(u16, rkyv::util::AlignedVec<16>), BatchError> {
+        let limit = max_payload.min(MAX_BATCH_BYTES);
+        let version = batch_version(bytes)?;
+        let mut payload = rkyv::util::AlignedVec::<16>::new();
+        let mut decoder = zstd::stream::Decoder::new(&bytes[BATCH_HEADER_LEN..])
+            .map_err(BatchError::Decompress)?;
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            let n = decoder.read(&mut chunk).map_err(BatchError::Decompress)?;
+            if n == 0 {
+                return Ok((version, payload));
+            }
+            if payload.len() + n > limit {
+                return Err(BatchError::TooLarge { limit });
+            }
+            payload.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// The current version's archive in `payload`, validated, with every
+    /// limit checked on it.
+    fn access_checked(payload: &[u8]) -> Result<&ArchivedBatch, BatchError> {
+        let archived = rkyv::access::<ArchivedBatch, rkyv::rancor::Error>(payload)
+            .map_err(|e| BatchError::Archive(e.to_string()))?;
+        limits::ArchivedParts {
+            source: &archived.source,
+            frames: &archived.frames,
+            stacks: &archived.stacks,
+            label_sets: &archived.label_sets,
+            executables: &archived.executables,
+            samples: &archived.samples,
+        }
+        .check()?;
+        if archived.metrics.len() > MAX_METRIC_POINTS {
+            return Err(BatchError::TooManyMetrics {
+                count: archived.metrics.len(),
+            });
+        }
+        for (index, point) in archived.metrics.iter().enumerate() {
+            if point.name.len() > MAX_METRIC_NAME_LEN {
+                return Err(BatchError::FieldTooLong {
+                    field: format!("metric point {index} name"),
+                    len: point.name.len(),
+                    limit: MAX_METRIC_NAME_LEN,
+                });
+            }
+        }
+        Ok(archived)
     }
 }
 
@@ -873,6 +947,39 @@ mod tests {
             frame,
         });
         batch
+    }
+
+    /// Guards the gateway's checks: a peek names the same limits a full
+    /// decode does, and reads the figures the gateway meters; only the
+    /// ids' content (the worker's full decode) is left unchecked.
+    #[test]
+    fn peeking_checks_every_limit_but_not_the_ids() {
+        let mut b = BatchBuilder::new("host-a", 0, 1);
+        let labels = LabelSet::new().with("process", "p");
+        b.add(0, &[Frame::named(FrameKind::Native, "main")], &labels, 3);
+        b.add(1, &[Frame::named(FrameKind::Native, "main")], &labels, 4);
+        let batch = b.finish();
+        let peek = Batch::peek_within(&batch.encode(), MAX_BATCH_BYTES).unwrap();
+        assert_eq!(peek, BatchPeek::of(&batch));
+        assert_eq!((peek.samples, peek.sample_rows), (7, 2));
+
+        let long = with_function_name(&"f".repeat(MAX_NAME_LEN + 1)).encode();
+        let err = Batch::peek_within(&long, MAX_BATCH_BYTES).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            Batch::decode(&long).unwrap_err().to_string()
+        );
+        assert!(err.to_string().contains("frame 0 function name"), "{err}");
+        assert!(Batch::peek_within(b"not a batch", MAX_BATCH_BYTES).is_err());
+
+        let mut forged = batch.clone();
+        forged.frames[0].id = FrameId(7);
+        let forged = forged.encode();
+        assert!(Batch::peek_within(&forged, MAX_BATCH_BYTES).is_ok());
+        assert!(matches!(
+            Batch::decode(&forged),
+            Err(BatchError::IdMismatch { .. })
+        ));
     }
 
     /// Guards "a caller's lower payload limit stops inflating at it": a
