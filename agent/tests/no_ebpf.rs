@@ -52,21 +52,12 @@ impl Backend {
     /// The flamegraph of the last hour with `filters` (`&name=value`…):
     /// its roots by name, as (kind, value).
     fn roots(&self, filters: &str) -> BTreeMap<String, (String, u64)> {
-        let url = format!(
-            "{}/api/v1/flamegraph?from=now-1h&format=json{filters}",
-            self.url
-        );
-        let body = ureq::get(&url)
-            .header("authorization", format!("Bearer {}", self.key))
-            .call()
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-            .body_mut()
-            .read_to_string()
-            .unwrap();
-        let graph: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let graph = self.get_json(&format!(
+            "/api/v1/flamegraph?from=now-1h&format=json{filters}"
+        ));
         graph["children"]
             .as_array()
-            .unwrap_or_else(|| panic!("no children in {body}"))
+            .unwrap_or_else(|| panic!("no children in {graph}"))
             .iter()
             .map(|node| {
                 (
@@ -306,18 +297,10 @@ fn gpu_kernels_reach_the_flamegraph_without_ebpf() {
 
     // The GPU view's kernel table: every launch counted once, the mean
     // time per launch exact.
-    let url = format!("{}/api/v1/gpu/kernels?from=now-1h", backend.url);
-    let body = ureq::get(&url)
-        .header("authorization", format!("Bearer {}", backend.key))
-        .call()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    let table: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let table = backend.get_json("/api/v1/gpu/kernels?from=now-1h");
     let rows: BTreeMap<String, (u64, u64, u64)> = table["kernels"]
         .as_array()
-        .unwrap_or_else(|| panic!("no kernels in {body}"))
+        .unwrap_or_else(|| panic!("no kernels in {table}"))
         .iter()
         .map(|k| {
             let figure = |name: &str| k[name].as_u64().unwrap();

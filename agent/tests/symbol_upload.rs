@@ -59,20 +59,7 @@ impl Backend {
 
     fn flamegraph(&self) -> serde_json::Value {
         // A node per line: the lines DWARF gives are part of what is checked.
-        let url = format!(
-            "{}/api/v1/flamegraph?from=now-1d&format=json&lines=true",
-            self.url
-        );
-        let body = self
-            .agent()
-            .get(&url)
-            .header("authorization", self.bearer())
-            .call()
-            .unwrap()
-            .body_mut()
-            .read_to_string()
-            .unwrap();
-        serde_json::from_str(&body).unwrap()
+        self.get_json("/api/v1/flamegraph?from=now-1d&format=json&lines=true")
     }
 
     fn has_symbols(&self, id: kiln_model::FileId) -> bool {

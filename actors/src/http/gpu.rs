@@ -12,7 +12,7 @@ use super::AppState;
 use super::auth::extract::Reader;
 use super::error::ApiError;
 use super::params::{RESERVED, admit, query_range_reserving, step_param};
-use super::query::timeline_step;
+use super::query::{admit_and_answer, timeline_step};
 use crate::query::{
     Admission, GpuInstructionsQuery, GpuKernelsQuery, GpuTraceQuery, QueryError, QueryRange, Reads,
 };
@@ -51,16 +51,7 @@ pub(crate) async fn kernels(
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
     let range = gpu_range(scope, &params)?;
-    let Admission {
-        range,
-        permit: _permit,
-    } = admit(&state, range, Reads::Samples, None).await?;
-    let table = state
-        .query
-        .send(GpuKernelsQuery(range))
-        .await
-        .map_err(QueryError::from)??;
-    Ok(HttpResponse::Ok().json(table))
+    admit_and_answer(&state, range, GpuKernelsQuery).await
 }
 
 /// `GET /api/v1/gpu/instructions?kernel=NAME&from=T&to=T[&LABEL=VALUE…]`:
@@ -73,16 +64,11 @@ pub(crate) async fn instructions(
 ) -> Result<HttpResponse, ApiError> {
     let kernel = kernel_param(&params)?.to_owned();
     let range = gpu_range(scope, &params)?;
-    let Admission {
+    admit_and_answer(&state, range, |range| GpuInstructionsQuery {
         range,
-        permit: _permit,
-    } = admit(&state, range, Reads::Samples, None).await?;
-    let view = state
-        .query
-        .send(GpuInstructionsQuery { range, kernel })
-        .await
-        .map_err(QueryError::from)??;
-    Ok(HttpResponse::Ok().json(view))
+        kernel,
+    })
+    .await
 }
 
 /// `GET /api/v1/gpu/trace?from=T&to=T[&kernel=NAME][&step=DURATION][&LABEL=VALUE…]`:

@@ -129,16 +129,7 @@ pub(crate) async fn top(
             })?,
     };
     let range = query_range(scope, &params)?;
-    let Admission {
-        range,
-        permit: _permit,
-    } = admit(&state, range, Reads::Samples, None).await?;
-    let rows = state
-        .query
-        .send(TopQuery { range, limit })
-        .await
-        .map_err(crate::query::QueryError::from)??;
-    Ok(HttpResponse::Ok().json(rows))
+    admit_and_answer(&state, range, |range| TopQuery { range, limit }).await
 }
 
 /// `GET /api/v1/timeline?from=T&to=T[&step=DURATION][&LABEL=VALUE…]`: CPU
@@ -194,14 +185,30 @@ pub(crate) async fn labels(
     params: Params,
 ) -> Result<HttpResponse, ApiError> {
     let range = query_range(scope, &params)?;
+    admit_and_answer(&state, range, LabelsQuery).await
+}
+
+/// Admits a query of `range` reading samples, sends the coordinator the
+/// message `message` makes of the admitted range, and answers with its
+/// result as JSON: the whole of a read route once its parameters are read.
+pub(crate) async fn admit_and_answer<M, T>(
+    state: &AppState,
+    range: QueryRange,
+    message: impl FnOnce(QueryRange) -> M,
+) -> Result<HttpResponse, ApiError>
+where
+    M: actix::Message<Result = Result<T, crate::query::QueryError>> + Send + 'static,
+    T: serde::Serialize + Send + 'static,
+    crate::query::QueryCoordinator: actix::Handler<M>,
+{
     let Admission {
         range,
         permit: _permit,
-    } = admit(&state, range, Reads::Samples, None).await?;
-    let labels = state
+    } = admit(state, range, Reads::Samples, None).await?;
+    let answer = state
         .query
-        .send(LabelsQuery(range))
+        .send(message(range))
         .await
         .map_err(crate::query::QueryError::from)??;
-    Ok(HttpResponse::Ok().json(labels))
+    Ok(HttpResponse::Ok().json(answer))
 }

@@ -52,6 +52,23 @@ impl Backend {
             _data: data,
         }
     }
+
+    /// `GET path_and_query` with the backend's key: the answer as JSON.
+    #[allow(
+        dead_code,
+        reason = "each test file uses a different part of the harness"
+    )]
+    pub fn get_json(&self, path_and_query: &str) -> serde_json::Value {
+        let url = format!("{}{path_and_query}", self.url);
+        let body = ureq::get(&url)
+            .header("authorization", format!("Bearer {}", self.key))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+    }
 }
 
 impl Drop for Backend {
