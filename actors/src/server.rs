@@ -131,7 +131,7 @@ pub enum ServerError {
 }
 
 /// A started server.
-#[allow(missing_debug_implementations)] // actix's Server is not Debug
+#[allow(missing_debug_implementations, reason = "actix's Server is not Debug")]
 pub struct Running {
     /// Where it serves HTTP.
     pub local_addr: SocketAddr,

@@ -1,6 +1,9 @@
 //! A `kiln up` child process for end-to-end tests, and HTTP helpers.
 
-#![allow(dead_code)] // each test file uses a different part of the harness
+#![allow(
+    dead_code,
+    reason = "each test file uses a different part of the harness"
+)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! runs it without HTTP: a real bus and stores in a temporary directory,
 //! the ingest pipeline, and a query coordinator sharing its symbolizer.
 
-#![allow(dead_code)] // Each test binary uses its own part.
+#![allow(dead_code, reason = "Each test binary uses its own part")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! that send to a real one. Each test adds the queries it needs in an
 //! `impl Backend` of its own.
 
-#![allow(dead_code)] // Each test binary uses its own part.
+#![allow(dead_code, reason = "Each test binary uses its own part")]
 
 use std::net::SocketAddr;
 use std::process::Child;
@@ -54,10 +54,6 @@ impl Backend {
     }
 
     /// `GET path_and_query` with the backend's key: the answer as JSON.
-    #[allow(
-        dead_code,
-        reason = "each test file uses a different part of the harness"
-    )]
     pub fn get_json(&self, path_and_query: &str) -> serde_json::Value {
         let url = format!("{}{path_and_query}", self.url);
         let body = ureq::get(&url)

@@ -2,7 +2,7 @@
 //! C workload, resolving the batches it sends, naming the workload's
 //! frames.
 
-#![allow(dead_code)] // Each test binary uses its own part.
+#![allow(dead_code, reason = "Each test binary uses its own part")]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

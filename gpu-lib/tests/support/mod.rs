@@ -16,7 +16,7 @@
 //! - **One PC Sampling call per context at a time.**
 //!
 //! Shared by several test binaries, each using part of it.
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each test binary uses its own part")]
 
 use std::cell::Cell;
 use std::collections::HashMap;

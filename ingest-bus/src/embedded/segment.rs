@@ -307,7 +307,10 @@ impl SegmentReader {
     /// Parses the record at `pos`: `Ok(None)` at the clean end of the file,
     /// `Err(damage)` if the bytes there are not a valid record. The outer
     /// `Result` is for I/O errors.
-    #[allow(clippy::type_complexity)] // three outcomes, each plain; a type alias would hide them
+    #[allow(
+        clippy::type_complexity,
+        reason = "three outcomes, each plain; a type alias would hide them"
+    )]
     fn parse_at(&mut self, pos: u64) -> Result<Result<Option<(Stored, u64)>, Damage>, BusError> {
         let header = self.window(pos, HEADER_LEN)?;
         if header.is_empty() {

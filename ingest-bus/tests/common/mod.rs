@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests.
 
-#![allow(dead_code)] // each test binary uses its own subset
+#![allow(dead_code, reason = "each test binary uses its own subset")]
 
 use std::time::Duration;
 

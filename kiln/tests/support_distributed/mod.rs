@@ -9,7 +9,10 @@
 //! scripts/pg-test-server.sh print them), and skip with a message
 //! otherwise ([`servers`]).
 
-#![allow(dead_code)] // each test file uses a different part of the harness
+#![allow(
+    dead_code,
+    reason = "each test file uses a different part of the harness"
+)]
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};

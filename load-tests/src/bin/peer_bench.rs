@@ -666,7 +666,10 @@ fn row(profiler: Profiler, run: usize, w: &Window, stacks: &Stacks, note: String
 
 // ---- Kiln ------------------------------------------------------------
 
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one run of one profiler: each argument is a different part of its setting"
+)]
 fn run_kiln(
     profiler: Profiler,
     args: &Args,
