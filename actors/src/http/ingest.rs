@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_formats::{Format, ImportOptions};
-use kiln_model::{Batch, BatchError, LabelSet};
+use kiln_model::{BatchError, LabelSet};
 use kiln_storage::{ObjectKey, Scope, TenantLimits};
 use serde::Serialize;
 use tracing::warn;
@@ -14,6 +14,7 @@ use super::auth::extract::Ingester;
 use super::body::{self, BodyLimit, IMPORT_BODY, INGEST_BODY};
 use super::error::ApiError;
 use super::params::{label_params, now_ns};
+use super::peek::peek_batch;
 use super::quota::Metered;
 use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
@@ -137,8 +138,10 @@ async fn import_for(
     }))
 }
 
-/// `POST /api/v1/ingest` with an encoded [`Batch`] as the body: what agents
-/// send. Answers once the batch is durable on the bus.
+/// `POST /api/v1/ingest` with an encoded [`kiln_model::Batch`] as the
+/// body: what agents send. Answers once the batch is durable on the bus.
+/// Only what [`peek_batch`] checks is refused here; a batch that fails the
+/// worker's full decode is set aside in its tenant's dead-letter area.
 pub(crate) async fn ingest(
     Ingester(scope): Ingester,
     state: web::Data<AppState>,
@@ -162,11 +165,14 @@ async fn ingest_for(
     let (body, sent) = ingest
         .read_metered(metrics, scope, &limits, request, payload, INGEST_BODY)
         .await?;
+    // The header, the payload's size and the archive's shape only: the
+    // worker decodes the batch in full, and sets it aside if it fails
+    // deeper checks (`peek`'s module doc says which stay here).
     let bytes = body.clone();
-    let decoded = web::block(move || Batch::decode_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
+    let peeked = web::block(move || peek_batch(&bytes, MAX_AGENT_BATCH_PAYLOAD))
         .await
         .map_err(|e| ApiError::Internal(format!("decode worker failed: {e}")))?;
-    let batch = match decoded {
+    let batch = match peeked {
         Ok(batch) => batch,
         Err(e) => {
             if matches!(
@@ -179,15 +185,14 @@ async fn ingest_for(
             return Err(ApiError::bad_request(format!("batch refused: {e}")));
         }
     };
-    let samples = batch.sample_count();
-    ingest.admit_samples(metrics, scope, &limits, samples)?;
+    ingest.admit_samples(metrics, scope, &limits, batch.samples)?;
     ingest.publish(scope, &batch.source, &body).await?;
-    metrics.accepted(scope.tenant(), samples, sent as u64);
+    metrics.accepted(scope.tenant(), batch.samples, sent as u64);
     Ok(HttpResponse::Ok().json(Accepted {
         format: None,
-        samples: batch.sample_count(),
-        stacks: batch.stacks.len(),
-        metric_points: batch.metrics.len(),
+        samples: batch.samples,
+        stacks: batch.stacks,
+        metric_points: batch.metric_points,
         queryable: false,
     }))
 }

@@ -50,6 +50,7 @@ mod internal;
 pub mod login;
 mod metrics;
 mod params;
+mod peek;
 mod query;
 pub mod quota;
 mod symbols;
@@ -72,6 +73,7 @@ pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
 pub use metrics::{MAX_METRIC_POINTS_PER_SERIES, MAX_METRIC_RANGE};
 pub use params::{now_ns, parse_time};
+pub use peek::{BatchSummary, peek_batch};
 pub use quota::{IngestQuota, QuotaDefaults, STORED_BYTES_TTL, StoredBytes};
 
 /// What every handler shares: the query side, the object store, and who

@@ -1,24 +1,11 @@
-//! `Writer`: decoded batches (samples and metric points) → the profile
-//! store, made durable in one sync.
+//! The write stage: a poll's batches (dictionary entries, samples and
+//! metric points) → the profile store, made durable in one sync.
 
-use std::sync::Arc;
-
-use actix::{Actor, Context, Handler, Message, ResponseFuture};
 use kiln_storage::{ProfileStore, StoreError, StoredSample};
 
 use super::symbolize::Symbolized;
 
-/// Writes batches; answers once they are durable.
-///
-/// A batch the store refuses for good ([`is_permanent`]) is skipped and
-/// named in the answer, so that one bad record cannot stop ingest; any
-/// other error stops the write and is the answer (retry the whole poll:
-/// writes are idempotent).
-#[derive(Debug, Message)]
-#[rtype(result = "Result<Written, StoreError>")]
-pub(crate) struct Write(pub Arc<Vec<Symbolized>>);
-
-/// What a [`Write`] did: every batch is durable but those `refused`.
+/// What a [`write`] did: every batch is durable but those `refused`.
 #[derive(Debug, Default)]
 pub(crate) struct Written {
     /// The batches the store refused for good (their positions in the
@@ -41,42 +28,29 @@ pub(crate) fn is_permanent(error: &StoreError) -> bool {
         )
 }
 
-/// Writes to the profile store.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    store: Arc<dyn ProfileStore>,
-}
-
-impl Writer {
-    pub(crate) fn new(store: Arc<dyn ProfileStore>) -> Self {
-        Self { store }
+/// Writes `batches` and syncs the store: once this returns `Ok`, every
+/// batch is durable but those it names as refused.
+///
+/// A batch the store refuses for good ([`is_permanent`]) is skipped and
+/// named in the answer, so that one bad record cannot stop ingest; any
+/// other error stops the write and is the answer (retry the whole poll:
+/// writes are idempotent).
+pub(crate) async fn write(
+    store: &dyn ProfileStore,
+    batches: &[Symbolized],
+) -> Result<Written, StoreError> {
+    let mut written = Written::default();
+    for (i, batch) in batches.iter().enumerate() {
+        match write_one(store, batch).await {
+            Ok(()) => {}
+            Err(e) if is_permanent(&e) => written.refused.push((i, e)),
+            Err(e) => return Err(e),
+        }
     }
-}
-
-impl Actor for Writer {
-    type Context = Context<Self>;
-}
-
-impl Handler<Write> for Writer {
-    type Result = ResponseFuture<Result<Written, StoreError>>;
-
-    fn handle(&mut self, Write(batches): Write, _: &mut Context<Self>) -> Self::Result {
-        let store = self.store.clone();
-        Box::pin(async move {
-            let mut written = Written::default();
-            for (i, batch) in batches.iter().enumerate() {
-                match write_one(&*store, batch).await {
-                    Ok(()) => {}
-                    Err(e) if is_permanent(&e) => written.refused.push((i, e)),
-                    Err(e) => return Err(e),
-                }
-            }
-            // One sync for the whole poll: the bus offsets are committed
-            // only after this returns.
-            store.sync().await?;
-            Ok(written)
-        })
-    }
+    // One sync for the whole poll: the bus offsets are committed only
+    // after this returns.
+    store.sync().await?;
+    Ok(written)
 }
 
 async fn write_one(store: &dyn ProfileStore, batch: &Symbolized) -> Result<(), StoreError> {
