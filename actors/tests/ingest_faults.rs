@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use kiln_actors::envelope::{BusKey, EnvelopeHeader};
 use kiln_actors::ingest::PipelineConfig;
 use kiln_actors::telemetry::{Metrics, ServerRole};
-use kiln_ingest_bus::{Bus, BusError, Consumer, EmbeddedBus, LagReader, PublishError, Published, Record};
+use kiln_ingest_bus::{
+    Bus, BusError, Consumer, EmbeddedBus, LagReader, PublishError, Published, Record,
+};
 use kiln_model::{Batch, BatchBuilder};
 use kiln_model::{
     Envelope, Executable, FileId, Frame, FrameId, FrameKind, LabelSet, LabelSetEntry, LabelSetId,
@@ -436,6 +438,7 @@ async fn overlapping_polls_commit_in_order_after_their_sync() {
     let config = PipelineConfig {
         depth: 2,
         decoders: 2,
+        writes: 2,
     };
     let progress = kiln_actors::ingest::start_with(
         bus,
@@ -457,7 +460,11 @@ async fn overlapping_polls_commit_in_order_after_their_sync() {
 
     let events = log.events();
     // The second poll was taken before the first was stored: they overlapped.
-    assert_eq!(events[..2], [Event::Polled(256), Event::Polled(256)], "{events:?}");
+    assert_eq!(
+        events[..2],
+        [Event::Polled(256), Event::Polled(256)],
+        "{events:?}"
+    );
     let first_sync = events.iter().position(|e| *e == Event::Synced).unwrap();
     let failed = events[..first_sync]
         .iter()
@@ -474,7 +481,10 @@ async fn overlapping_polls_commit_in_order_after_their_sync() {
             matches!(events[i - 1], Event::Synced | Event::Committed(..)),
             "a commit that does not follow a sync: {events:?}"
         );
-        assert!(next > last[partition as usize], "a commit went back: {events:?}");
+        assert!(
+            next > last[partition as usize],
+            "a commit went back: {events:?}"
+        );
         last[partition as usize] = next;
     }
     assert_eq!(last, ends);

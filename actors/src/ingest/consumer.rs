@@ -44,6 +44,8 @@ pub(crate) struct Stages {
     pub deduper: Deduper,
     pub symbolizer: Addr<Symbolizer>,
     pub store: Arc<dyn ProfileStore>,
+    /// Batches of a poll written at once.
+    pub writes: usize,
     pub objects: Arc<dyn ObjectStore>,
     /// Stage times, records and dead letters are counted here.
     pub metrics: WorkerMetrics,
@@ -181,7 +183,7 @@ async fn store(
         filtered.iter().map(|d| Some(Remember::of(d))).collect();
     let batches = symbolize(&stages.symbolizer, filtered).await;
     clock.lap(Stage::Symbolize);
-    let written = write_until_taken(&*stages.store, &batches).await;
+    let written = write_until_taken(&*stages.store, &batches, stages.writes).await;
     clock.lap(Stage::Write);
     for (i, e) in written.refused {
         // Refused for good: set aside, so that the records after it are
@@ -239,10 +241,14 @@ impl<'a> StageClock<'a> {
 /// good. Other errors are retried with a capped exponential backoff:
 /// nothing of this poll (nor of any poll after it) is committed yet, so
 /// nothing is lost, and the store's writes are idempotent.
-async fn write_until_taken(store: &dyn ProfileStore, batches: &[Symbolized]) -> Written {
+async fn write_until_taken(
+    store: &dyn ProfileStore,
+    batches: &[Symbolized],
+    at_once: usize,
+) -> Written {
     let mut backoff = Backoff::new();
     loop {
-        match write(store, batches).await {
+        match write(store, batches, at_once).await {
             Ok(written) => return written,
             Err(e) => {
                 warn!(error = %e, retry_in = ?backoff.next(), "writing batches failed; retrying");

@@ -24,19 +24,19 @@
 //! the pipeline has two halves: up to [`PipelineConfig::depth`] polls are
 //! in flight, the younger ones decoding on Tokio's blocking pool (each
 //! split among [`PipelineConfig::decoders`] threads) while the oldest is
-//! deduplicated, symbolized, written and committed on the pipeline's
-//! arbiter. Polls are stored and committed in the order they were taken;
-//! the bus is not read further ahead than `depth` polls (the
-//! backpressure), which also bounds memory to `depth` polls' records.
+//! deduplicated, symbolized, written ([`PipelineConfig::writes`] batches
+//! at once, every dictionary entry of the poll before any sample) and
+//! committed on the pipeline's arbiter. Polls are stored and committed in
+//! the order they were taken; the bus is not read further ahead than
+//! `depth` polls (the backpressure), which also bounds memory to `depth`
+//! polls' records.
 //!
-//! One task per partition would parallelize the write half too, but a
+//! One task per partition was the other way to use more cores, but a
 //! consumer polls all its partitions through one handle and the store
 //! syncs once per poll for all of them; per-partition tasks would split
 //! the consumer, multiply the syncs, and write (and look up) once per
-//! partition the frames that hosts running the same binaries share. The
-//! write half
-//! already spends its time in the store (whose engine work runs on the
-//! blocking pool), so decoding ahead is what frees the second core.
+//! partition the frames that hosts running the same binaries share. One
+//! ordered store half keeps the commit rule as simple as it was.
 
 mod backoff;
 mod consumer;
@@ -71,6 +71,9 @@ pub struct PipelineConfig {
     pub depth: usize,
     /// Blocking threads one poll's records are decoded on.
     pub decoders: usize,
+    /// Batches of one poll written to the store at once (dictionaries
+    /// first, then samples, so a sample never precedes its stack).
+    pub writes: usize,
 }
 
 impl PipelineConfig {
@@ -80,16 +83,20 @@ impl PipelineConfig {
     pub const SEQUENTIAL: PipelineConfig = PipelineConfig {
         depth: 1,
         decoders: 1,
+        writes: 1,
     };
 }
 
 impl Default for PipelineConfig {
     /// Two polls in flight (one decoding while one is stored), each
-    /// decoded on as many threads as the machine has cores.
+    /// decoded on as many threads as the machine has cores and written as
+    /// many batches at once.
     fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         PipelineConfig {
             depth: 2,
-            decoders: std::thread::available_parallelism().map_or(1, usize::from),
+            decoders: cores,
+            writes: cores,
         }
     }
 }
@@ -143,6 +150,7 @@ pub async fn start_with(
             deduper: deduper::Deduper::default(),
             symbolizer,
             store,
+            writes: config.writes,
             objects,
             metrics,
         };

@@ -1,6 +1,7 @@
 //! The write stage: a poll's batches (dictionary entries, samples and
 //! metric points) → the profile store, made durable in one sync.
 
+use futures_util::stream::{self, StreamExt};
 use kiln_storage::{ProfileStore, StoreError, StoredSample};
 
 use super::symbolize::Symbolized;
@@ -31,6 +32,14 @@ pub(crate) fn is_permanent(error: &StoreError) -> bool {
 /// Writes `batches` and syncs the store: once this returns `Ok`, every
 /// batch is durable but those it names as refused.
 ///
+/// Up to `at_once` batches are written concurrently (the embedded store
+/// does its engine work on the blocking pool, a distributed one waits on
+/// the network), in two phases: every batch's dictionary entries, then
+/// every batch's samples and metric points. A batch's samples may refer
+/// to frames an earlier batch of the poll carries (`symbolize` writes each
+/// once), so no sample is written before the whole poll's dictionary: a
+/// reader that sees a sample can resolve its stack.
+///
 /// A batch the store refuses for good ([`is_permanent`]) is skipped and
 /// named in the answer, so that one bad record cannot stop ingest; any
 /// other error stops the write and is the answer (retry the whole poll:
@@ -38,36 +47,65 @@ pub(crate) fn is_permanent(error: &StoreError) -> bool {
 pub(crate) async fn write(
     store: &dyn ProfileStore,
     batches: &[Symbolized],
+    at_once: usize,
 ) -> Result<Written, StoreError> {
-    let mut written = Written::default();
-    for (i, batch) in batches.iter().enumerate() {
-        match write_one(store, batch).await {
-            Ok(()) => {}
-            Err(e) if is_permanent(&e) => written.refused.push((i, e)),
-            Err(e) => return Err(e),
+    let mut refused: Vec<Option<StoreError>> = batches.iter().map(|_| None).collect();
+    for phase in [Phase::Dictionary, Phase::Rows] {
+        let results: Vec<_> = stream::iter(batches.iter().enumerate())
+            .filter(|(i, _)| std::future::ready(refused[*i].is_none()))
+            .map(|(i, batch)| async move { (i, phase.write(store, batch).await) })
+            .buffer_unordered(at_once.max(1))
+            .collect()
+            .await;
+        for (i, result) in results {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_permanent(&e) => refused[i] = Some(e),
+                Err(e) => return Err(e),
+            }
         }
     }
     // One sync for the whole poll: the bus offsets are committed only
     // after this returns.
     store.sync().await?;
-    Ok(written)
+    let refused = refused
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, e)| Some((i, e?)))
+        .collect();
+    Ok(Written { refused })
 }
 
-async fn write_one(store: &dyn ProfileStore, batch: &Symbolized) -> Result<(), StoreError> {
-    let scope = &batch.decoded.header.scope;
-    let tenant = scope.tenant();
-    let b = &batch.decoded.batch;
-    // Dictionary first, samples last: a reader that sees a sample can
-    // resolve its stack.
-    store.put_frames(tenant, &batch.frames).await?;
-    store.put_stacks(tenant, &b.stacks).await?;
-    store.put_label_sets(tenant, &b.label_sets).await?;
-    store.put_executables(tenant, &b.executables).await?;
-    let samples = StoredSample::of_batch(b);
-    store.put_samples(scope, &samples).await?;
-    // Metric points refer to label sets only, written above. Their keys
-    // are deterministic too, so a replayed poll rewrites the same points.
-    store.put_metric_points(scope, &b.metrics).await
+/// What of a batch one pass of [`write`] writes.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Frames, stacks, label sets, executables.
+    Dictionary,
+    /// Samples and metric points, which refer to the dictionary.
+    Rows,
+}
+
+impl Phase {
+    async fn write(self, store: &dyn ProfileStore, batch: &Symbolized) -> Result<(), StoreError> {
+        let scope = &batch.decoded.header.scope;
+        let tenant = scope.tenant();
+        let b = &batch.decoded.batch;
+        match self {
+            Phase::Dictionary => {
+                store.put_frames(tenant, &batch.frames).await?;
+                store.put_stacks(tenant, &b.stacks).await?;
+                store.put_label_sets(tenant, &b.label_sets).await?;
+                store.put_executables(tenant, &b.executables).await
+            }
+            Phase::Rows => {
+                let samples = StoredSample::of_batch(b);
+                store.put_samples(scope, &samples).await?;
+                // Their keys are deterministic too, so a replayed poll
+                // rewrites the same points.
+                store.put_metric_points(scope, &b.metrics).await
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -80,6 +80,10 @@ struct Args {
     /// worker's, one per core).
     #[arg(long)]
     decoders: Option<usize>,
+    /// Batches of a poll written at once in the parallel pipeline
+    /// (default: the worker's, one per core).
+    #[arg(long)]
+    writes: Option<usize>,
     /// Skips the native-frame (symbolization) runs.
     #[arg(long)]
     no_native: bool,
@@ -145,11 +149,14 @@ fn main() -> anyhow::Result<()> {
     let config = PipelineConfig {
         depth: args.depth.unwrap_or(defaults.depth),
         decoders: args.decoders.unwrap_or(defaults.decoders),
+        writes: args.writes.unwrap_or(defaults.writes),
     };
     println!(
-        "parallel pipeline: {} polls in flight, {} decoding threads; {} cores",
+        "parallel pipeline: {} polls in flight, {} decoding threads, {} batches written at once; \
+         {} cores",
         config.depth,
         config.decoders,
+        config.writes,
         std::thread::available_parallelism().map_or(1, usize::from),
     );
     gateway_check(&encoded, &mut report)?;
@@ -284,7 +291,11 @@ fn gateway_check(encoded: &[Vec<u8>], report: &mut Report) -> anyhow::Result<()>
     let peek = started.elapsed();
     let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / encoded.len() as f64;
     report.add("gateway: full decode per batch", per_batch(decode), "us");
-    report.add("gateway: header and archive check per batch", per_batch(peek), "us");
+    report.add(
+        "gateway: header and archive check per batch",
+        per_batch(peek),
+        "us",
+    );
     report.add(
         "full decode / gateway check",
         decode.as_secs_f64() / peek.as_secs_f64(),
