@@ -181,11 +181,11 @@ fn main() -> anyhow::Result<()> {
         let (mut one_stage, mut parallel, mut publish) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
             let run = pipeline(&encoded, None, PipelineConfig::SEQUENTIAL).await?;
-            println!("  one stage at a time: {}", run.stages);
+            println!("  one stage at a time: {}", run.summary());
             one_stage.push(run.drain);
             publish.push(run.publish);
             let run = pipeline(&encoded, None, config).await?;
-            println!("  parallel stages:     {}", run.stages);
+            println!("  parallel stages:     {}", run.summary());
             parallel.push(run.drain);
         }
         let publish = median(&mut publish);
@@ -407,6 +407,15 @@ struct Run {
 }
 
 impl Run {
+    /// The drain, the stage sums, and the machine's load average after
+    /// the run (another process's work skews the comparison).
+    fn summary(&self) -> String {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let load = load.split_whitespace().next().unwrap_or("?");
+        let drain = self.drain.as_secs_f64();
+        format!("{drain:.3} s ({}); load {load}", self.stages)
+    }
+
     /// Of the distinct frames of `batches`: how many the store holds, and
     /// how many of those with symbols.
     async fn frames_with_symbols(&self, batches: &[Batch]) -> anyhow::Result<(usize, usize)> {
