@@ -122,6 +122,7 @@ struct Faulty {
 #[async_trait]
 impl ProfileStore for Faulty {
     async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError> {
+        self.log.push(Event::Frames);
         self.inner.put_frames(tenant, frames).await
     }
     async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError> {
@@ -151,6 +152,7 @@ impl ProfileStore for Faulty {
                 reason: "injected permanent refusal".into(),
             });
         }
+        self.log.push(Event::Samples);
         self.inner.put_samples(scope, samples).await
     }
     async fn get_frames(
@@ -315,6 +317,8 @@ async fn transient_store_errors_are_retried_not_dead_lettered() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Event {
     Polled(usize),
+    Frames,
+    Samples,
     WriteFailed,
     Synced,
     Committed(u32, u64),
@@ -393,7 +397,9 @@ impl Consumer for RecordingConsumer {
 /// on the bus, the second poll is taken (and decoded) while the first is
 /// still being written; the first poll's writes fail for a while and are
 /// retried, and nothing is committed until they pass; every commit follows
-/// a sync, and each partition's commits only move forward. An undecodable
+/// a sync, and each partition's commits only move forward; batches are
+/// written two at a time, but no write of a poll puts samples before all
+/// its frames. An undecodable
 /// record and one the store refuses for good, in later polls, are set
 /// aside while the records around them are stored.
 #[actix_rt::test]
@@ -488,6 +494,15 @@ async fn overlapping_polls_commit_in_order_after_their_sync() {
         last[partition as usize] = next;
     }
     assert_eq!(last, ends);
+    let mut samples_written = false;
+    for event in &events {
+        match event {
+            Event::Synced | Event::WriteFailed => samples_written = false,
+            Event::Samples => samples_written = true,
+            Event::Frames => assert!(!samples_written, "frames after samples: {events:?}"),
+            _ => {}
+        }
+    }
 
     // All but the two set aside are stored, once each.
     let rows = store.scan_samples(&scope, 0, i64::MAX).await.unwrap();

@@ -51,16 +51,18 @@ pub(crate) async fn write(
 ) -> Result<Written, StoreError> {
     let mut refused: Vec<Option<StoreError>> = batches.iter().map(|_| None).collect();
     for phase in [Phase::Dictionary, Phase::Rows] {
-        let results: Vec<_> = stream::iter(batches.iter().enumerate())
-            .filter(|(i, _)| std::future::ready(refused[*i].is_none()))
-            .map(|(i, batch)| async move { (i, phase.write(store, batch).await) })
-            .buffer_unordered(at_once.max(1))
-            .collect()
-            .await;
-        for (i, result) in results {
+        let todo: Vec<usize> = (0..batches.len())
+            .filter(|&i| refused[i].is_none())
+            .collect();
+        let mut writes = stream::iter(todo)
+            .map(|i| async move { (i, phase.write(store, &batches[i]).await) })
+            .buffer_unordered(at_once.max(1));
+        while let Some((i, result)) = writes.next().await {
             match result {
                 Ok(()) => {}
                 Err(e) if is_permanent(&e) => refused[i] = Some(e),
+                // The writes still under way are dropped: the whole poll
+                // is written again.
                 Err(e) => return Err(e),
             }
         }
