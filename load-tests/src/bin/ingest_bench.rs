@@ -142,8 +142,14 @@ fn main() -> anyhow::Result<()> {
         Some(path) => path.clone(),
         None => std::env::current_exe()?,
     };
-    let (native, symbols) = native_batches(&batches, &elf)?;
-    let native_encoded: Vec<Vec<u8>> = native.iter().map(Batch::encode).collect();
+    let native = match args.no_native {
+        true => None,
+        false => {
+            let (native, symbols) = native_batches(&batches, &elf)?;
+            let encoded: Vec<Vec<u8>> = native.iter().map(Batch::encode).collect();
+            Some((native, symbols, encoded))
+        }
+    };
 
     let defaults = PipelineConfig::default();
     let config = PipelineConfig {
@@ -225,16 +231,16 @@ fn main() -> anyhow::Result<()> {
                 "x",
             );
         }
-        if args.no_native {
+        let Some((native, symbols, native_encoded)) = &native else {
             return anyhow::Ok(());
-        }
+        };
 
         // The two alternate, `rounds` times each, and the medians are
         // compared: on a shared machine one run of each says little.
         let (mut without, mut with) = (Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            without.push(pipeline(&native_encoded, None, config).await?.drain);
-            let symbolized = pipeline(&native_encoded, Some(&symbols), config).await?;
+            without.push(pipeline(native_encoded, None, config).await?.drain);
+            let symbolized = pipeline(native_encoded, Some(symbols), config).await?;
             with.push(symbolized.drain);
             if with.len() == 1 {
                 if let Some(warm_up) = symbolized.warm_up {
@@ -242,7 +248,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 // The figure means something only if the frames were
                 // symbolized.
-                let (stored, symbolized) = symbolized.frames_with_symbols(&native).await?;
+                let (stored, symbolized) = symbolized.frames_with_symbols(native).await?;
                 report.add("native frames stored", stored as f64, "frames");
                 report.add(
                     "of them stored symbolized",
