@@ -186,11 +186,11 @@ fn main() -> anyhow::Result<()> {
         // `rounds` times each, and the medians are compared.
         let (mut one_stage, mut parallel, mut publish) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            let run = pipeline(&encoded, None, PipelineConfig::SEQUENTIAL).await?;
+            let run = isolated(&encoded, None, PipelineConfig::SEQUENTIAL)?;
             println!("  one stage at a time: {}", run.summary());
             one_stage.push(run.drain);
             publish.push(run.publish);
-            let run = pipeline(&encoded, None, config).await?;
+            let run = isolated(&encoded, None, config)?;
             println!("  parallel stages:     {}", run.summary());
             parallel.push(run.drain);
         }
@@ -239,8 +239,8 @@ fn main() -> anyhow::Result<()> {
         // compared: on a shared machine one run of each says little.
         let (mut without, mut with) = (Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            without.push(pipeline(native_encoded, None, config).await?.drain);
-            let symbolized = pipeline(native_encoded, Some(symbols), config).await?;
+            without.push(isolated(native_encoded, None, config)?.drain);
+            let symbolized = isolated(native_encoded, Some(symbols), config)?;
             with.push(symbolized.drain);
             if with.len() == 1 {
                 if let Some(warm_up) = symbolized.warm_up {
@@ -308,6 +308,18 @@ fn gateway_check(encoded: &[Vec<u8>], report: &mut Report) -> anyhow::Result<()>
         "x",
     );
     Ok(())
+}
+
+/// User and system CPU time of this process so far, all threads.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// `stage 1.234 s, …` from a worker's metrics text: the sum of each
@@ -408,6 +420,8 @@ struct Run {
     /// The time each stage took, summed over the polls (stages that
     /// overlap add up to more than `drain`).
     stages: String,
+    /// CPU time this process spent during the drain, all threads.
+    cpu: Duration,
     store: Arc<EmbeddedProfileStore>,
     _dir: tempfile::TempDir,
 }
@@ -419,7 +433,11 @@ impl Run {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let load = load.split_whitespace().next().unwrap_or("?");
         let drain = self.drain.as_secs_f64();
-        format!("{drain:.3} s ({}); load {load}", self.stages)
+        let cores = self.cpu.as_secs_f64() / drain;
+        format!(
+            "{drain:.3} s, {cores:.2} cores busy ({}); load {load}",
+            self.stages
+        )
     }
 
     /// Of the distinct frames of `batches`: how many the store holds, and
@@ -436,6 +454,28 @@ impl Run {
         let with_symbols = stored.iter().filter(|f| !f.symbols.is_empty()).count();
         Ok((stored.len(), with_symbols))
     }
+}
+
+/// [`pipeline`] on a thread of its own with an actix system that is
+/// stopped after the run: the pipeline (and its store's background work)
+/// ends with the run instead of going on beside the next one. Blocks.
+fn isolated(
+    encoded: &[Vec<u8>],
+    symbols: Option<&FileSymbols>,
+    config: PipelineConfig,
+) -> anyhow::Result<Run> {
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(|| {
+            let system = actix_rt::System::new();
+            let run = system.block_on(pipeline(encoded, symbols, config));
+            actix_rt::System::current().stop();
+            system.run()?;
+            run
+        });
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pipeline's thread panicked"))?
+    })
 }
 
 /// Publishes every batch to an embedded bus, then starts the pipeline with
@@ -493,6 +533,7 @@ async fn pipeline(
         None => None,
     };
     let started = Instant::now();
+    let cpu_before = cpu_time();
     let metrics = kiln_actors::telemetry::Metrics::new(kiln_actors::telemetry::ServerRole::Worker);
     let progress = kiln_actors::ingest::start_with(
         bus,
@@ -511,12 +552,14 @@ async fn pipeline(
         anyhow::ensure!(done, "pipeline did not finish partition {partition}");
     }
     let drain = started.elapsed();
+    let cpu = cpu_time() - cpu_before;
     let text = metrics.scrape().await?;
     Ok(Run {
         publish,
         warm_up,
         drain,
         stages: stage_sums(&text),
+        cpu,
         store,
         _dir: dir,
     })
