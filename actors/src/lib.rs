@@ -1,12 +1,12 @@
-//! Kiln's actors and HTTP API: the ingest pipeline
-//! (`BusConsumer → Decoder → Deduper → Symbolizer → Writer`), the query cluster
-//! (`QueryCoordinator` over `Aggregator`s) and the actix-web routes that
-//! front them. [`start_embedded`] wires them to the embedded bus and stores
-//! in one process, which is what `kiln up` runs; [`roles`] starts the same
-//! parts as separate processes (gateway, worker, query node) on the
-//! engines [`backends`] opens by URL (Kafka, PostgreSQL, S3). Every
-//! process serves its metrics for operators at `GET /metrics`
-//! ([`telemetry`]).
+//! Kiln's actors and HTTP API: the ingest pipeline (`BusConsumer`: decode,
+//! ahead on the blocking pool, then dedup → symbolize → write → commit, in
+//! order), the query cluster (`QueryCoordinator` over `Aggregator`s) and
+//! the actix-web routes that front them. [`start_embedded`] wires them to
+//! the embedded bus and stores in one process, which is what `kiln up`
+//! runs; [`roles`] starts the same parts as separate processes (gateway,
+//! worker, query node) on the engines [`backends`] opens by URL (Kafka,
+//! PostgreSQL, S3). Every process serves its metrics for operators at
+//! `GET /metrics` ([`telemetry`]).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -381,7 +381,9 @@ impl IngestMetrics {
 /// `kiln_worker_stage_seconds`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// Envelopes verified, batches decompressed and decoded.
+    /// Envelopes verified, batches decompressed and decoded (on the
+    /// blocking pool, while the poll before is stored: this stage overlaps
+    /// the others).
     Decode,
     /// Dictionary entries already written dropped.
     Dedup,

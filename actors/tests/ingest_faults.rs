@@ -4,20 +4,27 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::envelope::{BusKey, EnvelopeHeader};
+use kiln_actors::ingest::PipelineConfig;
+use kiln_actors::telemetry::{Metrics, ServerRole};
+use kiln_ingest_bus::{
+    Bus, BusError, Consumer, EmbeddedBus, LagReader, PublishError, Published, Record,
+};
 use kiln_model::{Batch, BatchBuilder};
 use kiln_model::{
     Envelope, Executable, FileId, Frame, FrameId, FrameKind, LabelSet, LabelSetEntry, LabelSetId,
     MetricPoint, StackEntry, StackId,
 };
 use kiln_storage::{
-    EmbeddedProfileStore, ObjectStore, ProfileStore, Scope, StoreError, StoredFrame,
-    StoredMetricPoint, StoredSample,
+    EmbeddedProfileStore, LocalObjectStore, ObjectStore, ProfileStore, Scope, StoreError,
+    StoredFrame, StoredMetricPoint, StoredSample,
 };
+use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use common::{Pipeline, T0};
 
@@ -108,11 +115,14 @@ struct Faulty {
     inner: Arc<EmbeddedProfileStore>,
     transient: AtomicUsize,
     refused: AtomicUsize,
+    /// Failed writes and syncs, in order with the bus's polls and commits.
+    log: Arc<Log>,
 }
 
 #[async_trait]
 impl ProfileStore for Faulty {
     async fn put_frames(&self, tenant: &str, frames: &[StoredFrame]) -> Result<(), StoreError> {
+        self.log.push(Event::Frames);
         self.inner.put_frames(tenant, frames).await
     }
     async fn put_stacks(&self, tenant: &str, stacks: &[StackEntry]) -> Result<(), StoreError> {
@@ -128,6 +138,7 @@ impl ProfileStore for Faulty {
         let left = self.transient.load(Ordering::SeqCst);
         if left > 0 {
             self.transient.store(left - 1, Ordering::SeqCst);
+            self.log.push(Event::WriteFailed);
             return Err(StoreError::Io {
                 op: "write",
                 path: "/injected".into(),
@@ -141,6 +152,7 @@ impl ProfileStore for Faulty {
                 reason: "injected permanent refusal".into(),
             });
         }
+        self.log.push(Event::Samples);
         self.inner.put_samples(scope, samples).await
     }
     async fn get_frames(
@@ -233,7 +245,9 @@ impl ProfileStore for Faulty {
         self.inner.stored_bytes(tenant).await
     }
     async fn sync(&self) -> Result<(), StoreError> {
-        self.inner.sync().await
+        self.inner.sync().await?;
+        self.log.push(Event::Synced);
+        Ok(())
     }
 }
 
@@ -244,6 +258,7 @@ async fn faulty_pipeline(transient: usize) -> (Pipeline, Arc<Faulty>) {
             inner,
             transient: AtomicUsize::new(transient),
             refused: AtomicUsize::new(0),
+            log: Arc::default(),
         });
         faulty = Some(f.clone());
         f
@@ -295,4 +310,213 @@ async fn transient_store_errors_are_retried_not_dead_lettered() {
     s.publish("a", &batch("main", T0, 4)).await;
     assert_eq!(s.collapsed(&[]).await, "main 4\n");
     assert_eq!(s.progress.dead_letters(), 0);
+}
+
+/// What the pipeline did, in order: the bus's side (polls, commits) and
+/// the store's (failed writes, syncs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Polled(usize),
+    Frames,
+    Samples,
+    WriteFailed,
+    Synced,
+    Committed(u32, u64),
+}
+
+#[derive(Debug, Default)]
+struct Log(Mutex<Vec<Event>>);
+
+impl Log {
+    fn push(&self, event: Event) {
+        self.0.lock().unwrap().push(event);
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A bus whose consumers log their polls and commits.
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<EmbeddedBus>,
+    log: Arc<Log>,
+}
+
+#[async_trait]
+impl Bus for Recording {
+    fn partition_count(&self) -> u32 {
+        self.inner.partition_count()
+    }
+    async fn publish(&self, key: &[u8], payload: Vec<u8>) -> Result<Published, PublishError> {
+        self.inner.publish(key, payload).await
+    }
+    async fn consumer(&self, group: &str) -> Result<Box<dyn Consumer>, BusError> {
+        Ok(Box::new(RecordingConsumer {
+            inner: self.inner.consumer(group).await?,
+            log: self.log.clone(),
+        }))
+    }
+    async fn committed_offsets(&self, group: &str) -> Result<Vec<u64>, BusError> {
+        self.inner.committed_offsets(group).await
+    }
+}
+
+#[derive(Debug)]
+struct RecordingConsumer {
+    inner: Box<dyn Consumer>,
+    log: Arc<Log>,
+}
+
+#[async_trait]
+impl Consumer for RecordingConsumer {
+    async fn poll(
+        &mut self,
+        max: usize,
+        max_bytes: usize,
+        timeout: Duration,
+    ) -> Result<Vec<Record>, BusError> {
+        let records = self.inner.poll(max, max_bytes, timeout).await?;
+        if !records.is_empty() {
+            self.log.push(Event::Polled(records.len()));
+        }
+        Ok(records)
+    }
+    async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError> {
+        self.inner.commit(partition, next_offset).await?;
+        self.log.push(Event::Committed(partition, next_offset));
+        Ok(())
+    }
+    fn lag_reader(&self) -> Arc<dyn LagReader> {
+        self.inner.lag_reader()
+    }
+}
+
+/// Guards the pipeline's order while its stages overlap: with a backlog
+/// on the bus, the second poll is taken (and decoded) while the first is
+/// still being written; the first poll's writes fail for a while and are
+/// retried, and nothing is committed until they pass; every commit follows
+/// a sync, and each partition's commits only move forward; batches are
+/// written two at a time, but no write of a poll puts samples before all
+/// its frames. An undecodable
+/// record and one the store refuses for good, in later polls, are set
+/// aside while the records around them are stored.
+#[actix_rt::test]
+async fn overlapping_polls_commit_in_order_after_their_sync() {
+    const RECORDS: usize = 600;
+    let dir = tempfile::tempdir().unwrap();
+    let inner = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 2).unwrap());
+    let scope = Scope::new("acme", "web").unwrap();
+    let bus_key = BusKey::new(common::TEST_BUS_KEY).unwrap();
+    let header = EnvelopeHeader {
+        scope: scope.clone(),
+        received_at_ns: T0,
+    };
+    // The whole backlog first: polls of 256, 256 and 88 records.
+    let mut ends = [0u64; 2];
+    for i in 0..RECORDS {
+        let payload = match i {
+            300 => b"not an envelope".to_vec(),
+            450 => header.wrap(&batch("poison", POISON_NS, 1), &bus_key),
+            _ => header.wrap(&batch("main", T0 + 1000 + i as i64, 1), &bus_key),
+        };
+        let key = header.bus_key(&format!("host-{}", i % 7));
+        let p = inner.publish(&key, payload).await.unwrap();
+        ends[p.partition as usize] = p.offset + 1;
+    }
+
+    let log = Arc::new(Log::default());
+    let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
+    let faulty = Arc::new(Faulty {
+        inner: store.clone(),
+        transient: AtomicUsize::new(2),
+        refused: AtomicUsize::new(0),
+        log: log.clone(),
+    });
+    let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
+    let symbolizer = Symbolizer::spawn(objects.clone(), SymbolizerConfig::default());
+    let metrics = Metrics::new(ServerRole::Worker);
+    let bus = Arc::new(Recording {
+        inner,
+        log: log.clone(),
+    });
+    let config = PipelineConfig {
+        depth: 2,
+        decoders: 2,
+        writes: 2,
+    };
+    let progress = kiln_actors::ingest::start_with(
+        bus,
+        faulty,
+        objects.clone(),
+        symbolizer,
+        bus_key,
+        metrics.worker().clone(),
+        config,
+    )
+    .await
+    .unwrap();
+    for (partition, end) in ends.into_iter().enumerate() {
+        let committed = progress
+            .wait_committed(partition as u32, end - 1, Duration::from_secs(60))
+            .await;
+        assert!(committed, "partition {partition} not committed");
+    }
+
+    let events = log.events();
+    // The second poll was taken before the first was stored: they overlapped.
+    assert_eq!(
+        events[..2],
+        [Event::Polled(256), Event::Polled(256)],
+        "{events:?}"
+    );
+    let first_sync = events.iter().position(|e| *e == Event::Synced).unwrap();
+    let failed = events[..first_sync]
+        .iter()
+        .filter(|e| **e == Event::WriteFailed)
+        .count();
+    assert_eq!(failed, 2, "the first poll's write is retried: {events:?}");
+    let mut last = [0u64; 2];
+    for (i, event) in events.iter().enumerate() {
+        let Event::Committed(partition, next) = *event else {
+            continue;
+        };
+        assert!(i > first_sync, "a commit before the first sync: {events:?}");
+        assert!(
+            matches!(events[i - 1], Event::Synced | Event::Committed(..)),
+            "a commit that does not follow a sync: {events:?}"
+        );
+        assert!(
+            next > last[partition as usize],
+            "a commit went back: {events:?}"
+        );
+        last[partition as usize] = next;
+    }
+    assert_eq!(last, ends);
+    let mut samples_written = false;
+    for event in &events {
+        match event {
+            Event::Synced | Event::WriteFailed => samples_written = false,
+            Event::Samples => samples_written = true,
+            Event::Frames => assert!(!samples_written, "frames after samples: {events:?}"),
+            _ => {}
+        }
+    }
+
+    // All but the two set aside are stored, once each.
+    let rows = store.scan_samples(&scope, 0, i64::MAX).await.unwrap();
+    let stored: u64 = rows.iter().map(|r| r.count).sum();
+    assert_eq!(stored, RECORDS as u64 - 2);
+    assert_eq!(progress.dead_letters(), 2);
+    let kept = objects.list("dead-letters/").await.unwrap();
+    assert_eq!(kept.len(), 2, "the undecodable record: {kept:?}");
+    let kept = objects.list("tenants/acme/dead-letters/").await.unwrap();
+    assert_eq!(kept.len(), 2, "the refused record: {kept:?}");
+    // The stage timings are still kept, once per poll.
+    let text = metrics.scrape().await.unwrap();
+    for stage in ["decode", "dedup", "symbolize", "write", "commit"] {
+        let line = format!("kiln_worker_stage_seconds_count{{stage=\"{stage}\"}} 3");
+        assert!(text.contains(&line), "{line} in {text}");
+    }
 }

@@ -137,8 +137,11 @@ async fn import_for(
     }))
 }
 
-/// `POST /api/v1/ingest` with an encoded [`Batch`] as the body: what agents
-/// send. Answers once the batch is durable on the bus.
+/// `POST /api/v1/ingest` with an encoded [`kiln_model::Batch`] as the
+/// body: what agents send. Answers once the batch is durable on the bus.
+/// Refused here is what [`Batch::peek_within`] checks; a batch that then
+/// fails the worker's full decode (ids against their content) is set aside
+/// in its tenant's dead-letter area.
 pub(crate) async fn ingest(
     Ingester(scope): Ingester,
     state: web::Data<AppState>,
@@ -162,11 +165,15 @@ async fn ingest_for(
     let (body, sent) = ingest
         .read_metered(metrics, scope, &limits, request, payload, INGEST_BODY)
         .await?;
+    // Every check a client must hear of at once, with the problem named
+    // (header, size, archive, field and list limits), without building
+    // the batch: the worker decodes it once, in full, and sets it aside
+    // if its ids do not match their content.
     let bytes = body.clone();
-    let decoded = web::block(move || Batch::decode_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
+    let peeked = web::block(move || Batch::peek_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
         .await
         .map_err(|e| ApiError::Internal(format!("decode worker failed: {e}")))?;
-    let batch = match decoded {
+    let batch = match peeked {
         Ok(batch) => batch,
         Err(e) => {
             if matches!(
@@ -179,15 +186,14 @@ async fn ingest_for(
             return Err(ApiError::bad_request(format!("batch refused: {e}")));
         }
     };
-    let samples = batch.sample_count();
-    ingest.admit_samples(metrics, scope, &limits, batch.samples.len() as u64)?;
+    ingest.admit_samples(metrics, scope, &limits, batch.sample_rows as u64)?;
     ingest.publish(scope, &batch.source, &body).await?;
-    metrics.accepted(scope.tenant(), samples, sent as u64);
+    metrics.accepted(scope.tenant(), batch.samples, sent as u64);
     Ok(HttpResponse::Ok().json(Accepted {
         format: None,
-        samples: batch.sample_count(),
-        stacks: batch.stacks.len(),
-        metric_points: batch.metrics.len(),
+        samples: batch.samples,
+        stacks: batch.stacks,
+        metric_points: batch.metric_points,
         queryable: false,
     }))
 }

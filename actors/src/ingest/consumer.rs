@@ -1,80 +1,61 @@
-//! `BusConsumer`: polls the bus and drives each poll through
-//! decode → dedup → symbolize → write, then commits the offsets.
+//! `BusConsumer`: polls the bus, decodes polls ahead on the blocking pool,
+//! and stores them one after the other — dead letters, dedup, symbolize,
+//! write and sync — committing each poll's offsets once it is durable.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
-use kiln_ingest_bus::{Consumer, Record};
-use kiln_storage::{ObjectKey, ObjectStore};
+use kiln_ingest_bus::Consumer;
+use kiln_storage::{ObjectStore, ProfileStore};
 use kiln_symbolizer_workers::Symbolizer;
-use tracing::{debug, error, warn};
+use tokio::task::JoinError;
+use tracing::{error, warn};
 
-use super::decoder::{Decode, Decoder, Rejected};
-use super::deduper::{Deduper, Filter, Remember};
+use super::PipelineConfig;
+use super::backoff::Backoff;
+use super::dead_letter::dead_letter;
+use super::decoder::{DecodedPoll, Decoder, Rejected};
+use super::deduper::{Deduper, Remember};
 use super::progress::ProgressSender;
 use super::symbolize::{Symbolized, symbolize};
-use super::writer::{Write, Writer, Written};
+use super::writer::{Written, write};
 use crate::telemetry::{DeadLetter, Stage, WorkerMetrics};
 
 /// Most records taken in one poll (and written with one sync).
 const POLL_MAX: usize = 256;
 /// Most record bytes taken in one poll (at least one record is always
 /// taken, so a record larger than this still moves ingest on). A poll's
-/// records are all held decoded until its sync; without this, a few
+/// records are all held decoded until its sync, and up to
+/// [`PipelineConfig::depth`] polls are in flight; without this, a few
 /// batches near the decoder's limit ([`kiln_model::MAX_BATCH_BYTES`]
 /// decompressed each) times [`POLL_MAX`] would hold tens of GiB.
-pub(crate) const POLL_MAX_BYTES: usize = 64 << 20;
-/// How long one poll waits for the first record.
+const POLL_MAX_BYTES: usize = 64 << 20;
+/// How long a poll waits for the first record when no poll is in flight.
 const POLL_WAIT: Duration = Duration::from_millis(500);
-/// First pause before retrying after the bus or the store failed; it
-/// doubles on each failure in a row, up to [`RETRY_MAX_PAUSE`].
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
-/// Longest pause between retries.
-const RETRY_MAX_PAUSE: Duration = Duration::from_secs(30);
-/// Where records the pipeline sets aside go, under their tenant's area
-/// (`tenants/<t>/dead-letters/`) when a verified envelope names it, at the
-/// top of the object store otherwise.
-pub(crate) const DEAD_LETTERS: &str = "dead-letters";
 
-/// A capped exponential backoff: [`RETRY_PAUSE`], doubling to
-/// [`RETRY_MAX_PAUSE`].
+/// What the consumer drives: the stages after the bus.
 #[derive(Debug)]
-struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    fn new() -> Self {
-        Backoff { next: RETRY_PAUSE }
-    }
-
-    /// Sleeps for the current pause, and doubles the next one.
-    async fn wait(&mut self) {
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(RETRY_MAX_PAUSE);
-    }
-}
-
-/// The stages a consumer drives.
-#[derive(Debug, Clone)]
 pub(crate) struct Stages {
-    pub decoder: Addr<Decoder>,
-    pub deduper: Addr<Deduper>,
+    pub decoder: Decoder,
+    pub deduper: Deduper,
     pub symbolizer: Addr<Symbolizer>,
-    pub writer: Addr<Writer>,
+    pub store: Arc<dyn ProfileStore>,
+    /// Batches of a poll written at once.
+    pub writes: usize,
     pub objects: Arc<dyn ObjectStore>,
     /// Stage times, records and dead letters are counted here.
     pub metrics: WorkerMetrics,
 }
 
-/// Owns a bus consumer and runs the ingest loop.
+/// Owns a bus consumer and runs the ingest loop on its arbiter.
 #[derive(Debug)]
 pub(crate) struct BusConsumer {
-    consumer: Option<Box<dyn Consumer>>,
-    stages: Stages,
-    progress: Option<ProgressSender>,
+    run: Option<(Box<dyn Consumer>, Stages, ProgressSender)>,
+    config: PipelineConfig,
 }
 
 impl BusConsumer {
@@ -82,11 +63,11 @@ impl BusConsumer {
         consumer: Box<dyn Consumer>,
         stages: Stages,
         progress: ProgressSender,
+        config: PipelineConfig,
     ) -> Self {
         Self {
-            consumer: Some(consumer),
-            stages,
-            progress: Some(progress),
+            run: Some((consumer, stages, progress)),
+            config,
         }
     }
 }
@@ -95,110 +76,136 @@ impl Actor for BusConsumer {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let (Some(consumer), Some(progress)) = (self.consumer.take(), self.progress.take()) else {
+        let Some((consumer, stages, progress)) = self.run.take() else {
             return;
         };
-        ctx.spawn(run(consumer, self.stages.clone(), progress).into_actor(self));
+        ctx.spawn(run(consumer, stages, progress, self.config).into_actor(self));
     }
 }
 
-async fn run(mut consumer: Box<dyn Consumer>, stages: Stages, progress: ProgressSender) {
+/// A poll being decoded on the blocking pool.
+type InFlight = Pin<Box<dyn Future<Output = Result<DecodedPoll, JoinError>> + Send>>;
+
+/// The ingest loop. Up to `config.depth` polls are in flight: the oldest
+/// is stored on this task while the younger ones decode on the blocking
+/// pool. Polls are stored, and their offsets committed, in the order they
+/// were taken, so a partition's commits only move forward, and only past
+/// records that are durable.
+async fn run(
+    mut consumer: Box<dyn Consumer>,
+    mut stages: Stages,
+    progress: ProgressSender,
+    config: PipelineConfig,
+) {
+    let depth = config.depth.max(1);
+    let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(depth);
     let mut backoff = Backoff::new();
     loop {
-        let records = match consumer.poll(POLL_MAX, POLL_MAX_BYTES, POLL_WAIT).await {
-            Ok(records) => records,
-            Err(e) => {
-                warn!(error = %e, "polling the ingest bus failed; retrying");
-                backoff.wait().await;
-                continue;
-            }
-        };
-        backoff = Backoff::new();
-        if records.is_empty() {
-            continue;
-        }
-        let metrics = &stages.metrics;
-        metrics.took_records(records.len());
-        let mut clock = StageClock::start(metrics);
-        let mut next_offsets = BTreeMap::new();
-        let mut decoded = Vec::with_capacity(records.len());
-        let mut rejected = Vec::new();
-        for record in records {
-            let next = next_offsets.entry(record.partition).or_insert(0);
-            *next = (*next).max(record.offset + 1);
-            match stages.decoder.send(Decode(record)).await {
-                Ok(Ok(batch)) => decoded.push(batch),
-                Ok(Err(refused)) => rejected.push(refused),
-                Err(e) => {
-                    error!(error = %e, "decoder stopped; ingest stops");
-                    return;
-                }
-            }
-        }
-        clock.lap(Stage::Decode);
-        for refused in rejected {
-            let Rejected {
-                record,
-                tenant,
-                reason,
-            } = refused;
-            // Only a verified envelope names its tenant.
-            let why = match tenant {
-                None => DeadLetter::Envelope,
-                Some(_) => DeadLetter::Batch,
+        // Take polls until `depth` are in flight (the backpressure: the
+        // bus is not read further ahead than that). Wait for records only
+        // when nothing is in flight: a poll decoded and waiting to be
+        // stored must not wait on an idle bus.
+        while in_flight.len() < depth {
+            let wait = match in_flight.is_empty() {
+                true => POLL_WAIT,
+                false => Duration::ZERO,
             };
-            dead_letter(&*stages.objects, &record, tenant.as_deref(), &reason).await;
-            progress.dead_lettered();
-            metrics.dead_lettered(why);
-        }
-        // Storing dead letters is no stage's time.
-        clock.restart();
-        let mut filtered = Vec::with_capacity(decoded.len());
-        for d in decoded {
-            match stages.deduper.send(Filter(d)).await {
-                Ok(d) => filtered.push(d),
+            let records = match consumer.poll(POLL_MAX, POLL_MAX_BYTES, wait).await {
+                Ok(records) => records,
                 Err(e) => {
-                    error!(error = %e, "deduper stopped; ingest stops");
-                    return;
+                    warn!(error = %e, "polling the ingest bus failed; retrying");
+                    if in_flight.is_empty() {
+                        backoff.wait().await;
+                    }
+                    break;
                 }
+            };
+            backoff = Backoff::new();
+            if records.is_empty() {
+                break;
             }
+            stages.metrics.took_records(records.len());
+            in_flight.push_back(Box::pin(stages.decoder.decode(records)));
         }
-        clock.lap(Stage::Dedup);
-        let mut remember: Vec<Option<Remember>> =
-            filtered.iter().map(|d| Some(Remember::of(d))).collect();
-        let symbolized = symbolize(&stages.symbolizer, filtered).await;
-        clock.lap(Stage::Symbolize);
-        let Some((batches, written)) = write(&stages.writer, symbolized).await else {
-            return;
+        let Some(oldest) = in_flight.pop_front() else {
+            continue;
         };
-        clock.lap(Stage::Write);
-        for (i, e) in written.refused {
-            // Refused for good: set aside, so that the records after it
-            // are written and committed rather than retried forever.
-            let decoded = &batches[i].decoded;
-            let reason = format!("the store refused the batch: {e}");
-            dead_letter(
-                &*stages.objects,
-                &decoded.record,
-                Some(decoded.header.scope.tenant()),
-                &reason,
-            )
-            .await;
-            progress.dead_lettered();
-            metrics.dead_lettered(DeadLetter::StoreRefused);
-            // What it wrote before the refusal is not vouched for.
-            remember[i] = None;
-        }
-        drop(batches);
-        clock.restart();
-        for (partition, next) in next_offsets {
-            commit(&mut *consumer, partition, next).await;
-            progress.committed(partition, next);
-        }
-        clock.lap(Stage::Commit);
-        for r in remember.into_iter().flatten() {
-            stages.deduper.do_send(r);
-        }
+        let poll = match oldest.await {
+            Ok(poll) => poll,
+            Err(e) => {
+                error!(error = %e, "a decoding thread failed; ingest stops");
+                return;
+            }
+        };
+        store(&mut *consumer, &mut stages, &progress, poll).await;
+    }
+}
+
+/// Stores one decoded poll: sets its rejected records aside, drops the
+/// dictionary entries already written, symbolizes, writes and syncs
+/// (retrying until the store takes it), commits its offsets, and only then
+/// remembers what it wrote.
+async fn store(
+    consumer: &mut dyn Consumer,
+    stages: &mut Stages,
+    progress: &ProgressSender,
+    poll: DecodedPoll,
+) {
+    let DecodedPoll {
+        next_offsets,
+        decoded,
+        rejected,
+    } = poll;
+    let metrics = stages.metrics.clone();
+    for Rejected {
+        record,
+        tenant,
+        reason,
+    } in rejected
+    {
+        // Only a verified envelope names its tenant.
+        let why = match tenant {
+            None => DeadLetter::Envelope,
+            Some(_) => DeadLetter::Batch,
+        };
+        dead_letter(&*stages.objects, &record, tenant.as_deref(), &reason).await;
+        progress.dead_lettered();
+        metrics.dead_lettered(why);
+    }
+    // Storing dead letters is no stage's time.
+    let mut clock = StageClock::start(&metrics);
+    let filtered: Vec<_> = decoded
+        .into_iter()
+        .map(|d| stages.deduper.filter(d))
+        .collect();
+    clock.lap(Stage::Dedup);
+    let mut remember: Vec<Option<Remember>> =
+        filtered.iter().map(|d| Some(Remember::of(d))).collect();
+    let batches = symbolize(&stages.symbolizer, filtered).await;
+    clock.lap(Stage::Symbolize);
+    let written = write_until_taken(&*stages.store, &batches, stages.writes).await;
+    clock.lap(Stage::Write);
+    for (i, e) in written.refused {
+        // Refused for good: set aside, so that the records after it are
+        // written and committed rather than retried forever.
+        let decoded = &batches[i].decoded;
+        let reason = format!("the store refused the batch: {e}");
+        let tenant = Some(decoded.header.scope.tenant());
+        dead_letter(&*stages.objects, &decoded.record, tenant, &reason).await;
+        progress.dead_lettered();
+        metrics.dead_lettered(DeadLetter::StoreRefused);
+        // What it wrote before the refusal is not vouched for.
+        remember[i] = None;
+    }
+    drop(batches);
+    clock.restart();
+    for (partition, next) in next_offsets {
+        commit(consumer, partition, next).await;
+        progress.committed(partition, next);
+    }
+    clock.lap(Stage::Commit);
+    for r in remember.into_iter().flatten() {
+        stages.deduper.remember(r);
     }
 }
 
@@ -231,25 +238,21 @@ impl<'a> StageClock<'a> {
 }
 
 /// Writes until the store takes the batches, but for those it refuses for
-/// good; `None` if the writer is gone. Other errors are retried with a
-/// capped exponential backoff: nothing is committed yet, so nothing is
-/// lost, and the store's writes are idempotent.
-async fn write(
-    writer: &Addr<Writer>,
-    batches: Vec<Symbolized>,
-) -> Option<(Arc<Vec<Symbolized>>, Written)> {
-    let batches = Arc::new(batches);
+/// good. Other errors are retried with a capped exponential backoff:
+/// nothing of this poll (nor of any poll after it) is committed yet, so
+/// nothing is lost, and the store's writes are idempotent.
+async fn write_until_taken(
+    store: &dyn ProfileStore,
+    batches: &[Symbolized],
+    at_once: usize,
+) -> Written {
     let mut backoff = Backoff::new();
     loop {
-        match writer.send(Write(batches.clone())).await {
-            Ok(Ok(written)) => return Some((batches, written)),
-            Ok(Err(e)) => {
-                warn!(error = %e, retry_in = ?backoff.next, "writing batches failed; retrying");
-                backoff.wait().await;
-            }
+        match write(store, batches, at_once).await {
+            Ok(written) => return written,
             Err(e) => {
-                error!(error = %e, "writer stopped; ingest stops");
-                return None;
+                warn!(error = %e, retry_in = ?backoff.next(), "writing batches failed; retrying");
+                backoff.wait().await;
             }
         }
     }
@@ -265,65 +268,6 @@ async fn commit(consumer: &mut dyn Consumer, partition: u32, next: u64) {
             Err(e) => {
                 warn!(partition, next, attempt, error = %e, "committing an offset failed");
                 backoff.wait().await;
-            }
-        }
-    }
-}
-
-/// Sets `record` aside in the object store, whole, with `reason` beside it
-/// (`<name>.envelope` and `<name>.reason`, named by partition and offset):
-/// under `tenants/<tenant>/dead-letters/` when `tenant` is known from a
-/// verified envelope, under `dead-letters/` otherwise. It is logged once,
-/// here; a newer build (or an operator) can replay it.
-async fn dead_letter(
-    objects: &dyn ObjectStore,
-    record: &Record,
-    tenant: Option<&str>,
-    reason: &str,
-) {
-    let name = format!("p{}-o{}", record.partition, record.offset);
-    let prefix = match tenant {
-        Some(t) => format!("tenants/{t}/{DEAD_LETTERS}/"),
-        None => format!("{DEAD_LETTERS}/"),
-    };
-    let key = format!("{prefix}{name}.envelope");
-    warn!(
-        partition = record.partition,
-        offset = record.offset,
-        tenant = tenant.unwrap_or("?"),
-        key,
-        reason,
-        "bus record set aside in the dead-letter area"
-    );
-    let note = format!(
-        "partition {}\noffset {}\nbytes {}\nreason {reason}\n",
-        record.partition,
-        record.offset,
-        record.payload.len()
-    );
-    let objects_to_put = [
-        (key, record.payload.clone()),
-        (format!("{prefix}{name}.reason"), note.into_bytes()),
-    ];
-    for (key, bytes) in objects_to_put {
-        let key = match ObjectKey::new(&key) {
-            Ok(key) => key,
-            Err(e) => {
-                error!(error = %e, "cannot name a dead letter; record dropped");
-                return;
-            }
-        };
-        let mut backoff = Backoff::new();
-        loop {
-            match objects.put(&key, bytes.clone().into()).await {
-                Ok(()) => {
-                    debug!(%key, "dead letter stored");
-                    break;
-                }
-                Err(e) => {
-                    warn!(error = %e, "storing a dead letter failed; retrying");
-                    backoff.wait().await;
-                }
             }
         }
     }

@@ -1,11 +1,25 @@
-//! `Decoder`: bus record → envelope header and batch, once the envelope's
-//! MAC verifies under the bus key.
+//! The decode stage: bus records → envelope headers and batches, once each
+//! envelope's MAC verifies under the bus key.
+//!
+//! Decoding (a MAC over every byte, zstd, archive validation, a hash of
+//! every dictionary entry) is most of ingest's CPU, and it needs nothing
+//! but the record: a poll's records are decoded on Tokio's blocking pool,
+//! split among up to [`PipelineConfig::decoders`] threads, while the
+//! pipeline's event loop stores the poll before it.
+//!
+//! [`PipelineConfig::decoders`]: super::PipelineConfig::decoders
 
-use actix::{Actor, Context, Handler, Message};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Instant;
+
+use futures_util::future::join_all;
 use kiln_ingest_bus::Record;
 use kiln_model::Batch;
+use tokio::task::JoinError;
 
 use crate::envelope::{BusKey, EnvelopeHeader};
+use crate::telemetry::{Stage, WorkerMetrics};
 
 /// A decoded bus record.
 #[derive(Debug)]
@@ -33,37 +47,89 @@ pub(crate) struct Rejected {
     pub reason: String,
 }
 
-/// Decodes one record.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<Decoded, Rejected>")]
-pub(crate) struct Decode(pub Record);
+/// One poll of the bus, decoded.
+#[derive(Debug, Default)]
+pub(crate) struct DecodedPoll {
+    /// Per partition, the offset after the poll's last record: what is
+    /// committed once the poll is stored.
+    pub next_offsets: BTreeMap<u32, u64>,
+    /// The records that decoded, in the poll's order.
+    pub decoded: Vec<Decoded>,
+    /// Those that did not.
+    pub rejected: Vec<Rejected>,
+}
 
-/// Verifies envelopes and decompresses and validates batches (the
-/// CPU-heavy step of ingest, so it runs in an actor of its own).
-#[derive(Debug)]
+/// Decodes polls off the event loop.
+#[derive(Debug, Clone)]
 pub(crate) struct Decoder {
     key: BusKey,
+    /// Most blocking threads one poll is split among (at least 1).
+    threads: usize,
+    metrics: WorkerMetrics,
 }
 
 impl Decoder {
-    /// A decoder that trusts records signed with `key`.
-    pub(crate) fn new(key: BusKey) -> Self {
-        Decoder { key }
+    /// A decoder that trusts records signed with `key`, splitting each
+    /// poll among up to `threads` blocking threads; its time is counted as
+    /// [`Stage::Decode`] in `metrics`.
+    pub(crate) fn new(key: BusKey, threads: usize, metrics: WorkerMetrics) -> Self {
+        Decoder {
+            key,
+            threads: threads.max(1),
+            metrics,
+        }
+    }
+
+    /// Starts decoding `records` at once, on the blocking pool; the
+    /// returned future only collects the result, so the work goes on
+    /// whether or not it is polled yet. An error means a decoding thread
+    /// panicked.
+    pub(crate) fn decode(
+        &self,
+        records: Vec<Record>,
+    ) -> impl Future<Output = Result<DecodedPoll, JoinError>> + Send + 'static {
+        let started = Instant::now();
+        let mut poll = DecodedPoll::default();
+        for record in &records {
+            let next = poll.next_offsets.entry(record.partition).or_insert(0);
+            *next = (*next).max(record.offset + 1);
+        }
+        let per_thread = records.len().div_ceil(self.threads).max(1);
+        let mut records = records.into_iter();
+        let mut chunks = Vec::new();
+        loop {
+            let chunk: Vec<Record> = records.by_ref().take(per_thread).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            let key = self.key.clone();
+            chunks.push(tokio::task::spawn_blocking(move || {
+                let out: Vec<_> = chunk.into_iter().map(|r| decode(r, &key)).collect();
+                (out, Instant::now())
+            }));
+        }
+        let metrics = self.metrics.clone();
+        async move {
+            let mut finished = started;
+            for chunk in join_all(chunks).await {
+                let (out, done) = chunk?;
+                finished = finished.max(done);
+                for result in out {
+                    match result {
+                        Ok(decoded) => poll.decoded.push(decoded),
+                        Err(rejected) => poll.rejected.push(rejected),
+                    }
+                }
+            }
+            // From the start to the last thread's end, however late the
+            // pipeline collects it.
+            metrics.observe(Stage::Decode, finished - started);
+            Ok(poll)
+        }
     }
 }
 
-impl Actor for Decoder {
-    type Context = Context<Self>;
-}
-
-impl Handler<Decode> for Decoder {
-    type Result = Result<Decoded, Rejected>;
-
-    fn handle(&mut self, Decode(record): Decode, _: &mut Context<Self>) -> Self::Result {
-        decode(record, &self.key)
-    }
-}
-
+/// Decodes one record.
 pub(crate) fn decode(record: Record, key: &BusKey) -> Result<Decoded, Rejected> {
     let parsed = match EnvelopeHeader::parse(&record.payload, key) {
         Ok((header, bytes)) => match Batch::decode(bytes) {

@@ -5,7 +5,6 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
-use actix::{Actor, Context, Handler, Message};
 use kiln_model::{FileId, FrameId, LabelSetId, StackId};
 
 use super::decoder::Decoded;
@@ -44,14 +43,8 @@ impl<T: Eq + Hash> Generations<T> {
     }
 }
 
-/// Filters a decoded batch down to the dictionary entries not yet written.
-#[derive(Debug, Message)]
-#[rtype(result = "Decoded")]
-pub(crate) struct Filter(pub Decoded);
-
-/// Remembers what a batch wrote, once the write is durable.
-#[derive(Debug, Message, Default)]
-#[rtype(result = "()")]
+/// What a batch wrote: remembered once the write is durable.
+#[derive(Debug, Default)]
 pub(crate) struct Remember {
     pub tenant: String,
     pub frames: Vec<FrameId>,
@@ -95,7 +88,9 @@ impl TenantCache {
     }
 }
 
-/// The dictionary caches of every tenant this worker has seen.
+/// The dictionary caches of every tenant this worker has seen. Only the
+/// pipeline's store stage uses it, one poll after the other, so that a
+/// poll is filtered with everything the polls before it made durable.
 #[derive(Debug)]
 pub(crate) struct Deduper {
     tenants: HashMap<String, TenantCache>,
@@ -116,6 +111,7 @@ impl Deduper {
         }
     }
 
+    /// `decoded` without the dictionary entries already written.
     pub(crate) fn filter(&self, mut decoded: Decoded) -> Decoded {
         let Some(cache) = self.tenants.get(decoded.header.scope.tenant()) else {
             return decoded;
@@ -129,6 +125,7 @@ impl Deduper {
         decoded
     }
 
+    /// Remembers what a batch wrote; call only once it is durable.
     pub(crate) fn remember(&mut self, r: Remember) {
         let capacity = self.capacity;
         let cache = self
@@ -143,26 +140,6 @@ impl Deduper {
         r.executables
             .into_iter()
             .for_each(|id| cache.executables.insert(id));
-    }
-}
-
-impl Actor for Deduper {
-    type Context = Context<Self>;
-}
-
-impl Handler<Filter> for Deduper {
-    type Result = actix::MessageResult<Filter>;
-
-    fn handle(&mut self, Filter(decoded): Filter, _: &mut Context<Self>) -> Self::Result {
-        actix::MessageResult(self.filter(decoded))
-    }
-}
-
-impl Handler<Remember> for Deduper {
-    type Result = ();
-
-    fn handle(&mut self, r: Remember, _: &mut Context<Self>) {
-        self.remember(r);
     }
 }
 

@@ -1,6 +1,6 @@
 //! Embedded ingest throughput: a Zipf-distributed synthetic fleet's batches
-//! through the bus and the pipeline (`Decoder → Deduper → Symbolizer →
-//! Writer`), against the baseline of writing every batch's rows,
+//! through the bus and the pipeline (decode → dedup → symbolize → write →
+//! commit), against the baseline of writing every batch's rows,
 //! dictionary entries included, straight into the same kind of store: what
 //! a writer without the Deduper's caches would do. Each batch carries its
 //! whole dictionary (an agent would send only new entries), so the Deduper
@@ -14,7 +14,14 @@
 //! frame is symbolized before it is written. Their ratio is the cost of
 //! ingest-side symbolization.
 //!
-//! `cargo run --release -p kiln-load-tests --bin ingest_bench`
+//! The pipeline runs twice per round, alternating: one stage at a time
+//! (`PipelineConfig::SEQUENTIAL`: each poll decoded, then stored, on one
+//! thread, as ingest ran before it was a pipeline) and with its stages in
+//! parallel (`--depth` polls in flight, each decoded on `--decoders`
+//! threads); the medians and their ratio are printed. The gateway's check
+//! of a batch (`Batch::peek_within`) is timed against a full decode too.
+//!
+//! `cargo run --release -p kiln-load-tests --bin ingest_bench -- --rounds 3`
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -23,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use kiln_actors::envelope::EnvelopeHeader;
+use kiln_actors::ingest::PipelineConfig;
 use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_load_tests::report::Report;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
@@ -62,9 +70,26 @@ struct Args {
     /// built once, as an upload would). Default: this binary.
     #[arg(long)]
     symbols_elf: Option<PathBuf>,
-    /// Runs of each native-frame pipeline (their medians are compared).
+    /// Runs of each pipeline compared (their medians are compared).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Polls in flight in the parallel pipeline (default: the worker's).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Threads decoding one poll in the parallel pipeline (default: the
+    /// worker's, one per core).
+    #[arg(long)]
+    decoders: Option<usize>,
+    /// Batches of a poll written at once in the parallel pipeline
+    /// (default: the worker's, one per core).
+    #[arg(long)]
+    writes: Option<usize>,
+    /// Skips the native-frame (symbolization) runs.
+    #[arg(long)]
+    no_native: bool,
+    /// Skips the baseline (direct store writes).
+    #[arg(long)]
+    no_baseline: bool,
 }
 
 fn median(runs: &mut [Duration]) -> Duration {
@@ -117,49 +142,105 @@ fn main() -> anyhow::Result<()> {
         Some(path) => path.clone(),
         None => std::env::current_exe()?,
     };
-    let (native, symbols) = native_batches(&batches, &elf)?;
-    let native_encoded: Vec<Vec<u8>> = native.iter().map(Batch::encode).collect();
+    let native = match args.no_native {
+        true => None,
+        false => {
+            let (native, symbols) = native_batches(&batches, &elf)?;
+            let encoded: Vec<Vec<u8>> = native.iter().map(Batch::encode).collect();
+            Some((native, symbols, encoded))
+        }
+    };
+
+    let defaults = PipelineConfig::default();
+    let config = PipelineConfig {
+        depth: args.depth.unwrap_or(defaults.depth),
+        decoders: args.decoders.unwrap_or(defaults.decoders),
+        writes: args.writes.unwrap_or(defaults.writes),
+    };
+    println!(
+        "parallel pipeline: {} polls in flight, {} decoding threads, {} batches written at once; \
+         {} cores",
+        config.depth,
+        config.decoders,
+        config.writes,
+        std::thread::available_parallelism().map_or(1, usize::from),
+    );
+    gateway_check(&encoded, &mut report)?;
 
     let runtime = actix_rt::System::new();
     runtime.block_on(async {
-        let baseline = baseline(&batches).await?;
-        report.time("baseline: direct store writes, no dedup", baseline);
-        report.add(
-            "baseline samples/s",
-            samples as f64 / baseline.as_secs_f64(),
-            "samples/s",
-        );
+        let baseline = match args.no_baseline {
+            true => None,
+            false => Some(baseline(&batches).await?),
+        };
+        if let Some(baseline) = baseline {
+            report.time("baseline: direct store writes, no dedup", baseline);
+            report.add(
+                "baseline samples/s",
+                samples as f64 / baseline.as_secs_f64(),
+                "samples/s",
+            );
+        }
 
-        let Run { publish, drain, .. } = pipeline(&encoded, None).await?;
+        // One stage at a time against stages in parallel: they alternate,
+        // `rounds` times each, and the medians are compared.
+        let (mut one_stage, mut parallel, mut publish) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..args.rounds.max(1) {
+            let run = isolated(&encoded, None, PipelineConfig::SEQUENTIAL)?;
+            println!("  one stage at a time: {}", run.summary());
+            one_stage.push(run.drain);
+            publish.push(run.publish);
+            let run = isolated(&encoded, None, config)?;
+            println!("  parallel stages:     {}", run.summary());
+            parallel.push(run.drain);
+        }
+        let publish = median(&mut publish);
         report.time("pipeline: publish to bus (fsync each)", publish);
         report.add(
             "publish batches/s",
             encoded.len() as f64 / publish.as_secs_f64(),
             "batches/s",
         );
-        report.time("pipeline: bus -> store, committed", drain);
+        let (one_stage, drain) = (median(&mut one_stage), median(&mut parallel));
+        report.time("one stage at a time: bus -> store (median)", one_stage);
         report.add(
-            "pipeline samples/s",
+            "one stage at a time: samples/s",
+            samples as f64 / one_stage.as_secs_f64(),
+            "samples/s",
+        );
+        report.time("parallel stages: bus -> store (median)", drain);
+        report.add(
+            "parallel stages: samples/s",
             samples as f64 / drain.as_secs_f64(),
             "samples/s",
+        );
+        report.add(
+            "parallel / one stage throughput",
+            one_stage.as_secs_f64() / drain.as_secs_f64(),
+            "x",
         );
         report.add(
             "pipeline rows/s",
             rows as f64 / drain.as_secs_f64(),
             "rows/s",
         );
-        report.add(
-            "pipeline / baseline throughput",
-            baseline.as_secs_f64() / drain.as_secs_f64(),
-            "x",
-        );
+        if let Some(baseline) = baseline {
+            report.add(
+                "pipeline / baseline throughput",
+                baseline.as_secs_f64() / drain.as_secs_f64(),
+                "x",
+            );
+        }
+        let Some((native, symbols, native_encoded)) = &native else {
+            return anyhow::Ok(());
+        };
 
         // The two alternate, `rounds` times each, and the medians are
         // compared: on a shared machine one run of each says little.
         let (mut without, mut with) = (Vec::new(), Vec::new());
         for _ in 0..args.rounds.max(1) {
-            without.push(pipeline(&native_encoded, None).await?.drain);
-            let symbolized = pipeline(&native_encoded, Some(&symbols)).await?;
+            without.push(isolated(native_encoded, None, config)?.drain);
+            let symbolized = isolated(native_encoded, Some(symbols), config)?;
             with.push(symbolized.drain);
             if with.len() == 1 {
                 if let Some(warm_up) = symbolized.warm_up {
@@ -167,7 +248,7 @@ fn main() -> anyhow::Result<()> {
                 }
                 // The figure means something only if the frames were
                 // symbolized.
-                let (stored, symbolized) = symbolized.frames_with_symbols(&native).await?;
+                let (stored, symbolized) = symbolized.frames_with_symbols(native).await?;
                 report.add("native frames stored", stored as f64, "frames");
                 report.add(
                     "of them stored symbolized",
@@ -198,6 +279,62 @@ fn main() -> anyhow::Result<()> {
     })?;
     report.finish("ingest");
     Ok(())
+}
+
+/// What a gateway spends per batch: the full decode it used to make, and
+/// the check it makes now ([`Batch::peek_within`]).
+fn gateway_check(encoded: &[Vec<u8>], report: &mut Report) -> anyhow::Result<()> {
+    let limit = kiln_actors::http::ingest::MAX_AGENT_BATCH_PAYLOAD;
+    let started = Instant::now();
+    for bytes in encoded {
+        Batch::decode_within(bytes, limit)?;
+    }
+    let decode = started.elapsed();
+    let started = Instant::now();
+    for bytes in encoded {
+        Batch::peek_within(bytes, limit)?;
+    }
+    let peek = started.elapsed();
+    let per_batch = |d: Duration| d.as_secs_f64() * 1e6 / encoded.len() as f64;
+    report.add("gateway: full decode per batch", per_batch(decode), "us");
+    report.add(
+        "gateway: header and archive check per batch",
+        per_batch(peek),
+        "us",
+    );
+    report.add(
+        "full decode / gateway check",
+        decode.as_secs_f64() / peek.as_secs_f64(),
+        "x",
+    );
+    Ok(())
+}
+
+/// User and system CPU time of this process so far, all threads.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// `stage 1.234 s, …` from a worker's metrics text: the sum of each
+/// stage's times (`kiln_worker_stage_seconds_sum`).
+fn stage_sums(metrics: &str) -> String {
+    let prefix = "kiln_worker_stage_seconds_sum{stage=\"";
+    let sums: Vec<String> = metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix(prefix))
+        .filter_map(|rest| {
+            let (stage, value) = rest.split_once("\"} ")?;
+            Some(format!("{stage} {:.3} s", value.parse::<f64>().ok()?))
+        })
+        .collect();
+    sums.join(", ")
 }
 
 /// Writes every batch's rows straight into a fresh store, one sync per 256
@@ -280,11 +417,29 @@ struct Run {
     /// Loading the symbols into the symbolizer, before the drain.
     warm_up: Option<Duration>,
     drain: Duration,
+    /// The time each stage took, summed over the polls (stages that
+    /// overlap add up to more than `drain`).
+    stages: String,
+    /// CPU time this process spent during the drain, all threads.
+    cpu: Duration,
     store: Arc<EmbeddedProfileStore>,
     _dir: tempfile::TempDir,
 }
 
 impl Run {
+    /// The drain, the stage sums, and the machine's load average after
+    /// the run (another process's work skews the comparison).
+    fn summary(&self) -> String {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let load = load.split_whitespace().next().unwrap_or("?");
+        let drain = self.drain.as_secs_f64();
+        let cores = self.cpu.as_secs_f64() / drain;
+        format!(
+            "{drain:.3} s, {cores:.2} cores busy ({}); load {load}",
+            self.stages
+        )
+    }
+
     /// Of the distinct frames of `batches`: how many the store holds, and
     /// how many of those with symbols.
     async fn frames_with_symbols(&self, batches: &[Batch]) -> anyhow::Result<(usize, usize)> {
@@ -301,10 +456,36 @@ impl Run {
     }
 }
 
-/// Publishes every batch to an embedded bus, then starts the pipeline and
-/// waits until everything is committed; with `symbols` in the object store
-/// first when given.
-async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow::Result<Run> {
+/// [`pipeline`] on a thread of its own with an actix system that is
+/// stopped after the run: the pipeline (and its store's background work)
+/// ends with the run instead of going on beside the next one. Blocks.
+fn isolated(
+    encoded: &[Vec<u8>],
+    symbols: Option<&FileSymbols>,
+    config: PipelineConfig,
+) -> anyhow::Result<Run> {
+    std::thread::scope(|scope| {
+        let thread = scope.spawn(|| {
+            let system = actix_rt::System::new();
+            let run = system.block_on(pipeline(encoded, symbols, config));
+            actix_rt::System::current().stop();
+            system.run()?;
+            run
+        });
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pipeline's thread panicked"))?
+    })
+}
+
+/// Publishes every batch to an embedded bus, then starts the pipeline with
+/// `config` and waits until everything is committed; with `symbols` in the
+/// object store first when given.
+async fn pipeline(
+    encoded: &[Vec<u8>],
+    symbols: Option<&FileSymbols>,
+    config: PipelineConfig,
+) -> anyhow::Result<Run> {
     let dir = tempfile::tempdir()?;
     let bus = Arc::new(EmbeddedBus::open(&dir.path().join("bus"), 4)?);
     let store = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles"))?);
@@ -352,14 +533,16 @@ async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow:
         None => None,
     };
     let started = Instant::now();
+    let cpu_before = cpu_time();
     let metrics = kiln_actors::telemetry::Metrics::new(kiln_actors::telemetry::ServerRole::Worker);
-    let progress = kiln_actors::ingest::start(
+    let progress = kiln_actors::ingest::start_with(
         bus,
         store.clone(),
         objects,
         symbolizer,
         bus_key,
         metrics.worker().clone(),
+        config,
     )
     .await?;
     for (partition, offset) in last {
@@ -368,10 +551,15 @@ async fn pipeline(encoded: &[Vec<u8>], symbols: Option<&FileSymbols>) -> anyhow:
             .await;
         anyhow::ensure!(done, "pipeline did not finish partition {partition}");
     }
+    let drain = started.elapsed();
+    let cpu = cpu_time() - cpu_before;
+    let text = metrics.scrape().await?;
     Ok(Run {
         publish,
         warm_up,
-        drain: started.elapsed(),
+        drain,
+        stages: stage_sums(&text),
+        cpu,
         store,
         _dir: dir,
     })
