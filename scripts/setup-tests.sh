@@ -2,8 +2,9 @@
 # Installs what only Kiln's tests need, on top of scripts/setup.sh (which
 # it runs first): rustfmt and clippy, the peers the tests agree with
 # (llvm-symbolizer, glibc's debug file, a debuginfod server, Go), the test
-# servers (tansu for Kafka, Garage for S3, Apache Cassandra for the
-# ScyllaDB store's CQL; PostgreSQL comes with scripts/pg-test-server.sh),
+# servers (tansu and Apache Kafka for Kafka, Garage for S3, Apache
+# Cassandra for the ScyllaDB store's CQL; PostgreSQL comes with
+# scripts/pg-test-server.sh),
 # the Kafka interop client, and Chromium with Node for the browser tests.
 # Idempotent; run as root (or with sudo).
 set -euo pipefail
@@ -31,7 +32,8 @@ command -v go >/dev/null || need_apt+=(golang-go)
 # tests profile beside any pyenv interpreters the machine has.
 [ -x /usr/bin/python3.11 ] || need_apt+=(python3.11)
 # Java and Maven for Apache Cassandra, the CQL server the ScyllaDB store's
-# conformance suite runs against (scripts/cassandra-test-server.sh).
+# conformance suite runs against (scripts/cassandra-test-server.sh), and
+# for Apache Kafka (scripts/apache-kafka-test-server.sh).
 command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -76,6 +78,17 @@ if cassandra_lib="$(scripts/cassandra-test-server.sh install)"; then
   say "Apache Cassandra $cassandra_version (the CQL test server): in $cassandra_lib"
 else
   say "WARNING: Apache Cassandra $cassandra_version could not be fetched from Maven Central; the ScyllaDB conformance tier will be skipped"
+fi
+# Apache Kafka, the second broker of the Kafka bus tests (tansu is the
+# first): kafka_2.13 and its runtime jars from Maven Central into
+# ~/.cache/kiln/apache-kafka-VERSION (about 45 MB, seconds; nothing when
+# already there). A failure is not fatal: scripts/test.sh then skips the
+# `distributed: apache kafka` tier.
+akafka_version="$(scripts/apache-kafka-test-server.sh version)"
+if akafka_lib="$(scripts/apache-kafka-test-server.sh install)"; then
+  say "Apache Kafka $akafka_version (the second Kafka test broker): in $akafka_lib"
+else
+  say "WARNING: Apache Kafka $akafka_version could not be fetched from Maven Central; the Apache Kafka bus tier will be skipped"
 fi
 # The browser tests: Debian's chromium, driven by Node's playwright-core.
 need_browser=()

@@ -1,7 +1,8 @@
 //! The Kafka bus against a real broker: run when `KILN_TEST_KAFKA` names
 //! one (`kafka://127.0.0.1:PORT`, as `scripts/kafka-test-server.sh start`
-//! prints), skipped with a message otherwise. Each test uses a topic of
-//! its own, which the bus creates.
+//! (tansu) and `scripts/apache-kafka-test-server.sh start` (Apache Kafka)
+//! print), skipped with a message otherwise. Each test uses a topic of its
+//! own, which the bus creates. `scripts/test.sh` runs them against both.
 
 mod common;
 
@@ -31,20 +32,22 @@ fn broker() -> Option<String> {
 /// run in parallel on one broker, and members of one group on different
 /// topics would rebalance each other.
 async fn fresh_bus(url: &str, test: &str, partitions: u32) -> KafkaBus {
-    let unique = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let url = format!(
-        "{url}/t-{test}-{}-{unique}?partitions={partitions}",
-        std::process::id()
-    );
+    let url = format!("{url}/{}?partitions={partitions}", fresh_topic(test));
     let BusUrl::Kafka(options) = url.parse().unwrap() else {
         panic!("{url} is not a Kafka URL")
     };
     KafkaBus::connect(options.session_timeout(Duration::from_secs(6)))
         .await
         .unwrap()
+}
+
+/// A topic name no other test (or run) uses.
+fn fresh_topic(test: &str) -> String {
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("t-{test}-{}-{unique}", std::process::id())
 }
 
 /// A consumer group of this test's own.
@@ -274,6 +277,106 @@ async fn an_unreachable_broker_is_named_in_the_error() {
     let text = err.to_string();
     assert!(matches!(err, BusError::Kafka { .. }), "{err:?}");
     assert!(text.contains("metadata"), "{text}");
+}
+
+/// A record the broker refuses is not lost quietly: the publish fails,
+/// with the payload handed back (the gateway answers 503, the agent keeps
+/// the batch). The bus takes records up to `max_record_bytes` (64 MiB),
+/// but a broker takes only what its `message.max.bytes` or the topic's
+/// `max.message.bytes` allow (Apache Kafka's default: 1 MiB): here a topic
+/// taking 4 KiB gets a 64 KiB record (zstd cannot shrink it: the payload is
+/// random), and the broker's refusal must reach the caller. A record within
+/// the limit still goes through.
+///
+/// Runs on brokers that report the topic's `max.message.bytes` back as
+/// the topic's own config (Apache Kafka:
+/// `scripts/apache-kafka-test-server.sh`); skips with a message on brokers
+/// that only echo it (tansu, which does not enforce it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_broker_refuses_fails_the_publish() {
+    use rdkafka::ClientConfig;
+    use rdkafka::admin::{
+        AdminClient, AdminOptions, ConfigSource, NewTopic, ResourceSpecifier, TopicReplication,
+    };
+    use rdkafka::client::DefaultClientContext;
+
+    let Some(url) = broker() else { return };
+    let BusUrl::Kafka(base) = url.parse().unwrap() else {
+        panic!("{url} is not a Kafka URL")
+    };
+    let topic = fresh_topic("refused");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &base.brokers)
+        .create()
+        .unwrap();
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let created = admin
+        .create_topics(
+            [&NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+                .set("max.message.bytes", "4096")],
+            &options,
+        )
+        .await
+        .unwrap();
+    assert!(created.iter().all(Result::is_ok), "{created:?}");
+    // The broker may not know a topic for a moment after its creation.
+    let mut limit = None;
+    for _ in 0..20 {
+        let described = admin
+            .describe_configs([&ResourceSpecifier::Topic(&topic)], &options)
+            .await;
+        limit = described.ok().and_then(|results| {
+            let config = results.into_iter().next()?.ok()?;
+            let entry = config.get("max.message.bytes")?;
+            Some((
+                entry.value.clone(),
+                entry.source == ConfigSource::DynamicTopic,
+            ))
+        });
+        if limit.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Apache Kafka reports the setting as the topic's own (a dynamic topic
+    // config). tansu echoes it back as a default, and does not enforce it.
+    if limit != Some((Some("4096".to_owned()), true)) {
+        eprintln!(
+            "skipped: the broker at {url} does not report max.message.bytes=4096 as the \
+             topic's own config ({limit:?}), so it does not enforce it (tansu); run against \
+             Apache Kafka (scripts/apache-kafka-test-server.sh)"
+        );
+        return;
+    }
+
+    // The bus on that topic: it exists, so the bus keeps its one partition.
+    let BusUrl::Kafka(options) = format!("{url}/{topic}").parse().unwrap() else {
+        unreachable!()
+    };
+    let bus = KafkaBus::connect(options.publish_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(bus.partition_count(), 1);
+    // xorshift: bytes zstd cannot compress below the limit.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let big: Vec<u8> = (0..64 << 10)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let err = bus.publish(b"k", big.clone()).await.unwrap_err();
+    assert!(matches!(err.source, BusError::Kafka { .. }), "{err:?}");
+    let text = err.source.to_string();
+    assert!(text.contains("too large"), "{text}");
+    assert_eq!(err.into_payload(), big, "the payload comes back");
+
+    let at = bus.publish(&key(1), payload(1)).await.unwrap();
+    assert_eq!(at.offset, 0, "the refused record took no offset");
+    let mut consumer = bus.consumer(&group(&bus, "g")).await.unwrap();
+    assert_eq!(numbers(&poll_n(&mut *consumer, 1).await), vec![1]);
 }
 
 /// The Python side of the interop check: consumes `count` records of a
