@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub const ABI_VERSION: u32 = 11;
+pub(crate) const ABI_VERSION: u32 = 11;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -12,10 +12,10 @@ const _: () = assert!(
 );
 
 /// `KILN_MAX_STACK_DEPTH`.
-pub const MAX_STACK_DEPTH: usize = 127;
+pub(crate) const MAX_STACK_DEPTH: usize = 127;
 
 /// `KILN_STACK_TRUNCATED`.
-pub const STACK_TRUNCATED: u32 = 1 << 0;
+pub(crate) const STACK_TRUNCATED: u32 = 1 << 0;
 
 /// `enum kiln_stat`: indexes of the per-CPU `stats` array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,12 +68,12 @@ pub enum Stat {
 }
 
 /// `KILN_STAT_NR`.
-pub const STAT_NR: u32 = 22;
+pub(crate) const STAT_NR: u32 = 22;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(C)]
-pub struct SampleKey {
+pub(crate) struct SampleKey {
     pub generation: u32,
     pub tgid: u32,
     pub tid: u32,
@@ -85,7 +85,7 @@ pub struct SampleKey {
 /// `struct kiln_sample_value`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
-pub struct SampleValue {
+pub(crate) struct SampleValue {
     pub count: u64,
     pub comm: [u8; 16],
 }
@@ -93,7 +93,7 @@ pub struct SampleValue {
 /// `struct kiln_stack`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
-pub struct Stack {
+pub(crate) struct Stack {
     pub len: u32,
     pub flags: u32,
     pub addrs: [u64; MAX_STACK_DEPTH],
@@ -101,7 +101,7 @@ pub struct Stack {
 
 impl Stack {
     /// The recorded addresses, leaf first.
-    pub fn frames(&self) -> &[u64] {
+    pub(crate) fn frames(&self) -> &[u64] {
         &self.addrs[..(self.len as usize).min(MAX_STACK_DEPTH)]
     }
 }
@@ -109,24 +109,24 @@ impl Stack {
 /// `struct kiln_new_process`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
-pub struct NewProcess {
+pub(crate) struct NewProcess {
     pub tgid: u32,
     pub event: u32,
 }
 
 /// `KILN_PROCESS_SAMPLED`.
-pub const PROCESS_SAMPLED: u32 = 1;
+pub(crate) const PROCESS_SAMPLED: u32 = 1;
 /// `KILN_PROCESS_EXEC`.
-pub const PROCESS_EXEC: u32 = 2;
+pub(crate) const PROCESS_EXEC: u32 = 2;
 /// `KILN_PROCESS_REMAPPED`.
-pub const PROCESS_REMAPPED: u32 = 3;
+pub(crate) const PROCESS_REMAPPED: u32 = 3;
 /// `KILN_PROCESS_TABLE_MISSING`.
-pub const PROCESS_TABLE_MISSING: u32 = 4;
+pub(crate) const PROCESS_TABLE_MISSING: u32 = 4;
 
 /// `struct kiln_control`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
-pub struct Control {
+pub(crate) struct Control {
     pub abi_version: u32,
     pub generation: u32,
     pub cgroup_id: u64,
@@ -136,28 +136,28 @@ pub struct Control {
 }
 
 /// `KILN_CFA_NONE`.
-pub const CFA_NONE: u8 = 0;
+pub(crate) const CFA_NONE: u8 = 0;
 /// `KILN_CFA_RSP`.
-pub const CFA_RSP: u8 = 1;
+pub(crate) const CFA_RSP: u8 = 1;
 /// `KILN_CFA_RBP`.
-pub const CFA_RBP: u8 = 2;
+pub(crate) const CFA_RBP: u8 = 2;
 /// `KILN_CFA_PLT`.
-pub const CFA_PLT: u8 = 3;
+pub(crate) const CFA_PLT: u8 = 3;
 /// `KILN_CFA_UNSUPPORTED`.
-pub const CFA_UNSUPPORTED: u8 = 4;
+pub(crate) const CFA_UNSUPPORTED: u8 = 4;
 /// `KILN_CFA_END`.
-pub const CFA_END: u8 = 5;
+pub(crate) const CFA_END: u8 = 5;
 /// `KILN_RBP_SAME`.
-pub const RBP_SAME: u8 = 0;
+pub(crate) const RBP_SAME: u8 = 0;
 /// `KILN_RBP_AT_CFA`.
-pub const RBP_AT_CFA: u8 = 1;
+pub(crate) const RBP_AT_CFA: u8 = 1;
 /// `KILN_RBP_UNSUPPORTED`.
-pub const RBP_UNSUPPORTED: u8 = 2;
+pub(crate) const RBP_UNSUPPORTED: u8 = 2;
 
 /// `struct kiln_unwind_row`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
-pub struct UnwindRow {
+pub(crate) struct UnwindRow {
     pub pc: u32,
     pub cfa_offset: i16,
     pub rbp_offset: i8,
@@ -166,12 +166,12 @@ pub struct UnwindRow {
 }
 
 /// `KILN_MAX_MAPPINGS`.
-pub const MAX_MAPPINGS: usize = 4096;
+pub(crate) const MAX_MAPPINGS: usize = 4096;
 
 /// `struct kiln_mapping`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
-pub struct BpfMapping {
+pub(crate) struct BpfMapping {
     pub start: u64,
     pub end: u64,
     pub bias: u64,
@@ -180,25 +180,25 @@ pub struct BpfMapping {
 }
 
 /// `KILN_PY_FRAME`: the top bit of a stack entry that is a Python frame.
-pub const PY_FRAME: u64 = 1 << 63;
+pub(crate) const PY_FRAME: u64 = 1 << 63;
 /// `KILN_PY_INSTR_SHIFT`.
-pub const PY_INSTR_SHIFT: u32 = 47;
+pub(crate) const PY_INSTR_SHIFT: u32 = 47;
 /// `KILN_PY_CODE_MASK`.
-pub const PY_CODE_MASK: u64 = (1 << PY_INSTR_SHIFT) - 1;
+pub(crate) const PY_CODE_MASK: u64 = (1 << PY_INSTR_SHIFT) - 1;
 /// `KILN_PY_MARK_UNREADABLE`.
-pub const PY_MARK_UNREADABLE: u64 = 1;
+pub(crate) const PY_MARK_UNREADABLE: u64 = 1;
 /// `KILN_PY_MARK_UNSUPPORTED`.
-pub const PY_MARK_UNSUPPORTED: u64 = 2;
+pub(crate) const PY_MARK_UNSUPPORTED: u64 = 2;
 /// `KILN_PY_MARK_NO_THREAD`.
-pub const PY_MARK_NO_THREAD: u64 = 3;
+pub(crate) const PY_MARK_NO_THREAD: u64 = 3;
 /// `KILN_PY_ENTRY_ONE`.
-pub const PY_ENTRY_ONE: u8 = 0;
+pub(crate) const PY_ENTRY_ONE: u8 = 0;
 /// `KILN_PY_ENTRY_FLAG`.
-pub const PY_ENTRY_FLAG: u8 = 1;
+pub(crate) const PY_ENTRY_FLAG: u8 = 1;
 /// `KILN_PY_ENTRY_SHIM`.
-pub const PY_ENTRY_SHIM: u8 = 2;
+pub(crate) const PY_ENTRY_SHIM: u8 = 2;
 /// `KILN_PY_NONE`.
-pub const PY_NONE: u32 = u32::MAX;
+pub(crate) const PY_NONE: u32 = u32::MAX;
 
 /// `struct kiln_python_proc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -266,7 +266,7 @@ const fn parse_u32(s: &str) -> u32 {
 /// `struct kiln_gpu_launch`.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub struct GpuLaunch {
+pub(crate) struct GpuLaunch {
     pub tgid: u32,
     pub tid: u32,
     pub correlation_id: u32,
@@ -280,7 +280,7 @@ const _: () = assert!(size_of::<GpuLaunch>() == 24);
 impl GpuLaunch {
     /// The record at the start of a `gpu_launches` ring buffer item, if
     /// the item is long enough to hold one.
-    pub fn read(bytes: &[u8]) -> Option<GpuLaunch> {
+    pub(crate) fn read(bytes: &[u8]) -> Option<GpuLaunch> {
         if bytes.len() < size_of::<GpuLaunch>() {
             return None;
         }

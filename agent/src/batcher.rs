@@ -24,7 +24,7 @@ type PythonProcesses = HashMap<u32, Arc<Interpreter>>;
 /// suspend); a sample is stamped at the middle of that second in wall-clock
 /// time, kept within the interval the drain covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SampleClock {
+pub(crate) struct SampleClock {
     /// Wall-clock time (ns since the Unix epoch) of boot time zero.
     pub boot_to_wall_ns: i64,
     /// The interval the drain covers, wall clock; samples of its keys may
@@ -36,7 +36,7 @@ pub struct SampleClock {
 
 impl SampleClock {
     /// The clock of a drain covering `from_ns..to_ns`, read now.
-    pub fn now(from_ns: i64, to_ns: i64) -> SampleClock {
+    pub(crate) fn now(from_ns: i64, to_ns: i64) -> SampleClock {
         let read = |clock| {
             let mut ts = libc::timespec {
                 tv_sec: 0,
@@ -55,7 +55,7 @@ impl SampleClock {
 
     /// A clock that stamps every sample at `ns`.
     #[cfg(test)]
-    pub fn at(ns: i64) -> SampleClock {
+    pub(crate) fn at(ns: i64) -> SampleClock {
         SampleClock {
             boot_to_wall_ns: 0,
             from_ns: ns,
@@ -64,7 +64,7 @@ impl SampleClock {
     }
 
     /// The wall-clock time of boot second `second`.
-    pub fn stamp(&self, second: u32) -> i64 {
+    pub(crate) fn stamp(&self, second: u32) -> i64 {
         let t = self.boot_to_wall_ns + i64::from(second) * 1_000_000_000 + 500_000_000;
         t.clamp(
             self.from_ns.saturating_sub(1_000_000_000).min(self.to_ns),
@@ -74,7 +74,7 @@ impl SampleClock {
 
     /// The middle of the interval: for what is counted per interval
     /// (lost samples, walk outcomes).
-    pub fn middle(&self) -> i64 {
+    pub(crate) fn middle(&self) -> i64 {
         self.from_ns + (self.to_ns - self.from_ns) / 2
     }
 }
@@ -101,7 +101,7 @@ pub const OFF_CPU_DEVICE_KIND: &str = label_names::OFF_CPU;
 /// Builds batches. Holds the per-host knowledge that outlives an interval:
 /// processes, files, kernel symbols, and what was sent.
 #[derive(Debug)]
-pub struct Batcher {
+pub(crate) struct Batcher {
     host: String,
     period_ns: u64,
     state: Arc<Mutex<HostState>>,
@@ -118,7 +118,7 @@ pub struct Batcher {
 impl Batcher {
     /// A batcher for `host`, whose samples each stand for `period_ns` of
     /// CPU. Without kernel symbols, kernel frames are named by address.
-    pub fn new(host: impl Into<String>, period_ns: u64, kallsyms: Option<Kallsyms>) -> Self {
+    pub(crate) fn new(host: impl Into<String>, period_ns: u64, kallsyms: Option<Kallsyms>) -> Self {
         Batcher {
             host: host.into(),
             period_ns,
@@ -151,13 +151,13 @@ impl Batcher {
     /// batch's, and the off-CPU batch's when there is one), each with a
     /// process and mapping it can be opened through (by
     /// [`crate::open_mapped`], which refuses a file swapped since).
-    pub fn files(&self) -> &[(kiln_model::FileId, MappedSource)] {
+    pub(crate) fn files(&self) -> &[(kiln_model::FileId, MappedSource)] {
         &self.files
     }
 
     /// Root-first frames of a user stack (leaf first, as the program
     /// walked it) of process `pid`, placed like a sample's.
-    pub fn user_stack_frames(&mut self, pid: u32, stack: &RawStack) -> Vec<Frame> {
+    pub(crate) fn user_stack_frames(&mut self, pid: u32, stack: &RawStack) -> Vec<Frame> {
         let python = self.python_processes();
         let state = self.state.clone();
         let mut state = lock(&state);
@@ -166,7 +166,12 @@ impl Batcher {
 
     /// Builds the CPU batch of one interval; its samples are stamped by
     /// `clock`. Call [`Batcher::delivered`] once the sink has it.
-    pub fn build(&mut self, drained: &Drained, clock: &SampleClock, sent_at_ns: i64) -> Batch {
+    pub(crate) fn build(
+        &mut self,
+        drained: &Drained,
+        clock: &SampleClock,
+        sent_at_ns: i64,
+    ) -> Batch {
         let timestamp_ns = clock.middle();
         let state = self.state.clone();
         let mut state = lock(&state);
@@ -204,7 +209,7 @@ impl Batcher {
     /// [`Batcher::build`] of the same interval: its files are added to
     /// that batch's for symbol upload. Call [`Batcher::delivered`] once the
     /// sink has it.
-    pub fn build_off_cpu(
+    pub(crate) fn build_off_cpu(
         &mut self,
         drained: &Drained,
         clock: &SampleClock,
@@ -345,7 +350,7 @@ impl Batcher {
     /// batches leave them out. Not called for spooled batches: until the
     /// backend is back, every batch carries all it needs on its own, so
     /// dropping the oldest spooled batch never orphans a later one.
-    pub fn delivered(&mut self, batch: &Batch) {
+    pub(crate) fn delivered(&mut self, batch: &Batch) {
         for e in &batch.frames {
             self.sent.insert(Kind::Frame, e.id.0);
         }
@@ -361,13 +366,13 @@ impl Batcher {
     }
 
     /// Number of processes known.
-    pub fn processes(&self) -> usize {
+    pub(crate) fn processes(&self) -> usize {
         lock(&self.state).processes.count()
     }
 
     /// What the batcher knows of the host's processes and files, shared
     /// with the thread that learns new processes as they appear.
-    pub fn state(&self) -> Arc<Mutex<HostState>> {
+    pub(crate) fn state(&self) -> Arc<Mutex<HostState>> {
         self.state.clone()
     }
 
@@ -399,7 +404,7 @@ impl Batcher {
 /// batcher at each drain and, as they appear, by the thread that reads the
 /// eBPF program's new-process announcements (see [`crate::Agent`]).
 #[derive(Debug, Default)]
-pub struct HostState {
+pub(crate) struct HostState {
     processes: ProcessTable,
     files: FileCache,
     /// Names Python frames, remembering code objects.
@@ -412,7 +417,7 @@ pub struct HostState {
 impl HostState {
     /// Takes in a process read (outside the lock) as it appeared, and
     /// reads the ids of the files it maps, which it returns with them.
-    pub fn learn(&mut self, pid: u32, process: Process) -> Vec<(Mapping, Arc<FileInfo>)> {
+    pub(crate) fn learn(&mut self, pid: u32, process: Process) -> Vec<(Mapping, Arc<FileInfo>)> {
         let HostState {
             processes, files, ..
         } = self;

@@ -170,7 +170,7 @@ fn head_tail_id(file: &mut File, len: u64) -> io::Result<FileId> {
 /// File infos by (device, inode), so each file is read once however many
 /// processes map it. Files that could not be read are remembered as such.
 #[derive(Debug, Default)]
-pub struct FileCache {
+pub(crate) struct FileCache {
     files: HashMap<(u64, u64), Option<Arc<FileInfo>>>,
 }
 
@@ -183,7 +183,7 @@ impl FileCache {
     /// that files in other mount namespaces and deleted files are found
     /// (see [`open_mapped`]: a file swapped since it was mapped is never
     /// read).
-    pub fn get(&mut self, pid: u32, mapping: &Mapping) -> Option<Arc<FileInfo>> {
+    pub(crate) fn get(&mut self, pid: u32, mapping: &Mapping) -> Option<Arc<FileInfo>> {
         let key = (mapping.dev, mapping.inode);
         if let Some(hit) = self.files.get(&key) {
             return hit.clone();
@@ -207,7 +207,7 @@ impl FileCache {
 /// Kept for the unwinder until it opens through
 /// [`crate::open_mapped`], which checks what it opens; nothing else may
 /// open these paths.
-pub fn file_paths(pid: u32, mapping: &Mapping) -> [PathBuf; 2] {
+pub(crate) fn file_paths(pid: u32, mapping: &Mapping) -> [PathBuf; 2] {
     [
         PathBuf::from(format!(
             "/proc/{pid}/map_files/{:x}-{:x}",

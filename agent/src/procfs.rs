@@ -126,7 +126,7 @@ pub fn container_id(cgroup: &str) -> Option<String> {
 
 /// A process as far as the agent needs to know it.
 #[derive(Debug, Clone)]
-pub struct Process {
+pub(crate) struct Process {
     /// Executable mappings, sorted by start.
     pub mappings: Vec<Mapping>,
     /// The executable's file name, else the process's name.
@@ -144,7 +144,7 @@ pub struct Process {
 
 impl Process {
     /// The mapping that holds `addr`.
-    pub fn mapping(&self, addr: u64) -> Option<&Mapping> {
+    pub(crate) fn mapping(&self, addr: u64) -> Option<&Mapping> {
         let i = self.mappings.partition_point(|m| m.start <= addr);
         let m = self.mappings.get(i.checked_sub(1)?)?;
         (addr < m.end).then_some(m)
@@ -153,7 +153,7 @@ impl Process {
 
 /// Processes sampled recently.
 #[derive(Debug, Default)]
-pub struct ProcessTable {
+pub(crate) struct ProcessTable {
     processes: HashMap<u32, Process>,
     drain: u64,
 }
@@ -164,7 +164,7 @@ const FORGET_AFTER_DRAINS: u64 = 12;
 impl ProcessTable {
     /// Starts a new drain: forgets processes not sampled for a while (they
     /// exited, or sleep; a sleeper is re-read when it is sampled again).
-    pub fn next_drain(&mut self) {
+    pub(crate) fn next_drain(&mut self) {
         self.drain += 1;
         let drain = self.drain;
         self.processes
@@ -173,7 +173,7 @@ impl ProcessTable {
 
     /// Puts a process read with [`read_process_now`] in the table,
     /// replacing what was known of its pid.
-    pub fn insert(&mut self, pid: u32, mut process: Process) -> &Process {
+    pub(crate) fn insert(&mut self, pid: u32, mut process: Process) -> &Process {
         process.last_seen = self.drain;
         process.maps_read = self.drain;
         self.processes.insert(pid, process);
@@ -181,14 +181,14 @@ impl ProcessTable {
     }
 
     /// Number of processes known.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.processes.len()
     }
 
     /// The process `pid`, read from `/proc` on first use in a drain when
     /// it is new or its pid was reused. `None` when it has exited and was
     /// not known.
-    pub fn get(&mut self, pid: u32) -> Option<&Process> {
+    pub(crate) fn get(&mut self, pid: u32) -> Option<&Process> {
         let drain = self.drain;
         let fresh = match self.processes.get_mut(&pid) {
             Some(p) if p.last_seen == drain => return self.processes.get(&pid),
@@ -217,7 +217,7 @@ impl ProcessTable {
     /// The mapping of `addr` in `pid`; re-reads the maps (once per drain)
     /// when no known mapping holds it, since the process may have mapped
     /// a library since.
-    pub fn mapping(&mut self, pid: u32, addr: u64) -> Option<&Mapping> {
+    pub(crate) fn mapping(&mut self, pid: u32, addr: u64) -> Option<&Mapping> {
         let drain = self.drain;
         let process = self.processes.get_mut(&pid)?;
         if process.mapping(addr).is_none() && process.maps_read != drain {
@@ -232,7 +232,7 @@ impl ProcessTable {
 
 /// Reads what the agent needs of process `pid` from `/proc`; `None` when
 /// it has exited.
-pub fn read_process_now(pid: u32) -> Option<Process> {
+pub(crate) fn read_process_now(pid: u32) -> Option<Process> {
     read_process(pid, 0)
 }
 

@@ -34,7 +34,7 @@ const EXEC_PROGRAM: &str = "kiln_exec";
 /// The uprobe on libkiln_cuda.so's launch marker.
 const GPU_LAUNCH_PROGRAM: &str = "kiln_gpu_launch";
 /// The function of libkiln_cuda.so (gpu-lib) called at every kernel launch.
-pub const GPU_LAUNCH_MARKER: &str = "kiln_cuda_launch_marker";
+pub(crate) const GPU_LAUNCH_MARKER: &str = "kiln_cuda_launch_marker";
 /// The off-CPU program, on the scheduler's `sched_switch`.
 const OFF_CPU_PROGRAM: &str = "kiln_switch";
 
@@ -61,7 +61,7 @@ pub const MAX_FREQUENCY_HZ: u64 = 1000;
 
 /// How the sampler samples.
 #[derive(Debug, Clone)]
-pub struct SamplerConfig {
+pub(crate) struct SamplerConfig {
     /// Samples per second on each CPU (1..=1000).
     pub frequency_hz: u64,
     /// How often [`Sampler::drain`] will be called: sizes the maps.
@@ -147,7 +147,7 @@ impl SamplerError {
 
 /// A stack read from the kernel, leaf first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawStack {
+pub(crate) struct RawStack {
     /// Instruction pointer, then return addresses.
     pub addrs: Vec<u64>,
     /// The walk filled every slot, so the stack was probably cut.
@@ -167,7 +167,7 @@ impl RawStack {
 /// One drained counter: `count` samples of one thread with one pair of
 /// stacks.
 #[derive(Debug, Clone)]
-pub struct RawSample {
+pub(crate) struct RawSample {
     /// Process id; 0 for idle.
     pub pid: u32,
     /// Thread id; 0 for idle.
@@ -189,14 +189,14 @@ pub struct RawSample {
 
 impl RawSample {
     /// Whether this is the idle task.
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.tid == 0
     }
 }
 
 /// What one [`Sampler::drain`] returns.
 #[derive(Debug, Default)]
-pub struct Drained {
+pub(crate) struct Drained {
     /// The counters of the interval.
     pub samples: Vec<RawSample>,
     /// Off-CPU profiling: the interval's waits, each `count` in
@@ -215,7 +215,7 @@ pub struct Drained {
 
 /// What off-CPU profiling recorded in one interval.
 #[derive(Debug, Default)]
-pub struct OffCpuDrained {
+pub(crate) struct OffCpuDrained {
     /// Time off CPU by thread and stacks (`count` in nanoseconds).
     pub waits: Vec<RawSample>,
     /// Nanoseconds of waits lost because the counts map was full.
@@ -236,7 +236,7 @@ struct OffCpuMaps {
 }
 
 /// The loaded and attached sampler. Dropping it detaches the program.
-pub struct Sampler {
+pub(crate) struct Sampler {
     // Owns the program (and its perf events): dropping it detaches them.
     ebpf: Ebpf,
     counts: BpfHashMap<MapData, SampleKey, SampleValue>,
@@ -279,7 +279,7 @@ impl Sampler {
     /// # Minimum kernel version
     ///
     /// 5.17 (`bpf_loop` in the `.eh_frame` walker; CAP_BPF/CAP_PERFMON from 5.8).
-    pub fn start(config: SamplerConfig) -> Result<Self, SamplerError> {
+    pub(crate) fn start(config: SamplerConfig) -> Result<Self, SamplerError> {
         if !NOT_BUILT.is_empty() || OBJECT.is_empty() {
             return Err(SamplerError::NotBuilt(NOT_BUILT));
         }
@@ -426,7 +426,10 @@ impl Sampler {
 
     /// Attaches the GPU launch uprobe to the libkiln_cuda.so at `library`
     /// (once per file). Returns whether it attached now.
-    pub fn attach_gpu_probe(&mut self, library: &std::path::Path) -> Result<bool, SamplerError> {
+    pub(crate) fn attach_gpu_probe(
+        &mut self,
+        library: &std::path::Path,
+    ) -> Result<bool, SamplerError> {
         use std::os::unix::fs::MetadataExt;
 
         if self.gpu_launches.is_none() {
@@ -447,7 +450,7 @@ impl Sampler {
     }
 
     /// Appends the launches the uprobe reported since the last call.
-    pub fn read_gpu_launches(&mut self, out: &mut Vec<Launch>) {
+    pub(crate) fn read_gpu_launches(&mut self, out: &mut Vec<Launch>) {
         if let Some(feed) = &mut self.gpu_launches {
             feed.read(out);
         }
@@ -455,24 +458,24 @@ impl Sampler {
 
     /// The feed of processes the program sees for the first time; `None`
     /// once taken.
-    pub fn take_new_processes(&mut self) -> Option<NewProcessFeed> {
+    pub(crate) fn take_new_processes(&mut self) -> Option<NewProcessFeed> {
         self.new_processes.take()
     }
 
     /// The owner of the program's unwind-table maps; `None` once taken.
-    pub fn take_unwinder(&mut self) -> Option<Unwinder> {
+    pub(crate) fn take_unwinder(&mut self) -> Option<Unwinder> {
         self.unwinder.take()
     }
 
     /// Number of CPUs sampled.
-    pub fn cpus(&self) -> usize {
+    pub(crate) fn cpus(&self) -> usize {
         self.cpus
     }
 
     /// Total time the kernel has spent running the program, and how many
     /// times it ran. Both stay 0 unless BPF run-time statistics are on
     /// (`kernel.bpf_stats_enabled`, or `aya::sys::enable_stats`).
-    pub fn program_stats(&self) -> Result<(Duration, u64), SamplerError> {
+    pub(crate) fn program_stats(&self) -> Result<(Duration, u64), SamplerError> {
         let program: &PerfEvent = self
             .ebpf
             .program(PROGRAM)
@@ -488,14 +491,14 @@ impl Sampler {
     }
 
     /// Whether off-CPU profiling is on (asked for, and its program loaded).
-    pub fn off_cpu(&self) -> bool {
+    pub(crate) fn off_cpu(&self) -> bool {
         self.off_cpu.is_some()
     }
 
     /// [`Sampler::program_stats`] of the off-CPU program, which runs at
     /// every context switch of the host; `None` when off-CPU profiling is
     /// off.
-    pub fn off_cpu_program_stats(&self) -> Option<Result<(Duration, u64), SamplerError>> {
+    pub(crate) fn off_cpu_program_stats(&self) -> Option<Result<(Duration, u64), SamplerError>> {
         self.off_cpu.as_ref()?;
         let stats = || {
             let program: &BtfTracePoint = self
@@ -521,7 +524,7 @@ impl Sampler {
     /// increments from a program that read the generation just before the
     /// flip, a window of microseconds. A key that such a program adds after
     /// the drain keeps its old generation and is taken by the next drain.
-    pub fn drain(&mut self) -> Result<Drained, SamplerError> {
+    pub(crate) fn drain(&mut self) -> Result<Drained, SamplerError> {
         let old = self.generation;
         self.generation = self.generation.wrapping_add(1);
         self.control
@@ -792,7 +795,7 @@ fn load_off_cpu(ebpf: &mut Ebpf) -> Result<OffCpuMaps, SamplerError> {
 /// Processes the program sampled for the first time, from its
 /// `new_processes` ring buffer. The program never wakes the reader, so it
 /// is polled.
-pub struct NewProcessFeed(RingBuf<MapData>);
+pub(crate) struct NewProcessFeed(RingBuf<MapData>);
 
 impl std::fmt::Debug for NewProcessFeed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -802,7 +805,7 @@ impl std::fmt::Debug for NewProcessFeed {
 
 /// A process announced by the program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Announcement {
+pub(crate) struct Announcement {
     /// Its pid.
     pub pid: u32,
     /// Why it was announced.
@@ -812,7 +815,7 @@ pub struct Announcement {
 /// Why the program announced a process: in each case what the agent knows
 /// of its mappings is missing or stale, and its maps are read again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
+pub(crate) enum Why {
     /// Sampled for the first time (it may predate the agent).
     Sampled,
     /// It just called execve.
@@ -830,7 +833,7 @@ pub enum Why {
 
 impl NewProcessFeed {
     /// Appends the processes announced since the last call to `out`.
-    pub fn read(&mut self, out: &mut Vec<Announcement>) {
+    pub(crate) fn read(&mut self, out: &mut Vec<Announcement>) {
         while let Some(item) = self.0.next() {
             let Some(bytes) = item.get(..size_of::<NewProcess>()) else {
                 continue;
@@ -858,7 +861,7 @@ impl NewProcessFeed {
 
 /// A CUDA kernel launch the uprobe reported.
 #[derive(Debug, Clone)]
-pub struct Launch {
+pub(crate) struct Launch {
     /// The launching process.
     pub tgid: u32,
     /// CUPTI's correlation id of the launch.

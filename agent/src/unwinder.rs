@@ -145,7 +145,7 @@ pub(crate) struct UnwindMaps {
 }
 
 /// Owns the program's unwind maps; runs on the agent's unwinder thread.
-pub struct Unwinder {
+pub(crate) struct Unwinder {
     maps: UnwindMaps,
     budget: u64,
     used: u64,
@@ -246,7 +246,7 @@ impl Unwinder {
     /// Gives the program `pid`'s mappings and asks for the unwind tables
     /// of its files, so its next samples are walked with them. Does
     /// nothing when the process has already exited.
-    pub fn load_process(&mut self, pid: u32, mut mappings: ProcessMappings) {
+    pub(crate) fn load_process(&mut self, pid: u32, mut mappings: ProcessMappings) {
         let Ok(start_time) = procfs::start_time(pid) else {
             return;
         };

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 /// Log levels, most severe first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
+pub(crate) enum Level {
     /// Nothing is printed.
     Off,
     /// Failures that turn a feature off.
@@ -24,7 +24,7 @@ pub enum Level {
 
 impl Level {
     /// Parses a `KILN_CUDA_LOG` value; unknown values give `Warn`.
-    pub fn parse(text: &str) -> Level {
+    pub(crate) fn parse(text: &str) -> Level {
         match text.trim().to_ascii_lowercase().as_str() {
             "off" | "none" | "0" => Level::Off,
             "error" => Level::Error,
@@ -36,7 +36,7 @@ impl Level {
 }
 
 /// The level from the environment, read once.
-pub fn level() -> Level {
+pub(crate) fn level() -> Level {
     static LEVEL: OnceLock<Level> = OnceLock::new();
     *LEVEL.get_or_init(|| {
         std::env::var("KILN_CUDA_LOG")
@@ -46,7 +46,7 @@ pub fn level() -> Level {
 }
 
 /// Prints `kiln-cuda: <message>` when `at` is enabled.
-pub fn log(at: Level, message: std::fmt::Arguments<'_>) {
+pub(crate) fn log(at: Level, message: std::fmt::Arguments<'_>) {
     if at != Level::Off && at <= level() {
         eprintln!("kiln-cuda: {message}");
     }

@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// `kiln flamegraph` reads them back.
 #[derive(Debug, Parser)]
 #[command(name = "kiln", version, about, long_about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// More log output (-v debug, -vv trace). KILN_LOG overrides it with a
     /// tracing filter, e.g. KILN_LOG=kiln_actors=debug.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -24,7 +24,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run Kiln on this machine: ingest, storage, queries and the HTTP API
     /// in one process, with all data under --data-dir.
     Up(UpArgs),
@@ -61,7 +61,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum TenantCommand {
+pub(crate) enum TenantCommand {
     /// Create a tenant with a project, and print a new key with ingest and
     /// read rights on it as the last line of output.
     Create(TenantCreateArgs),
@@ -75,7 +75,7 @@ pub enum TenantCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum KeyCommand {
+pub(crate) enum KeyCommand {
     /// Make a key; its secret is printed once, as the last line.
     Create(KeyCreateArgs),
     /// List keys (never their secrets).
@@ -87,7 +87,7 @@ pub enum KeyCommand {
 
 /// The server and the operator's credential.
 #[derive(Debug, Args)]
-pub struct OperatorArgs {
+pub(crate) struct OperatorArgs {
     #[command(flatten)]
     pub server: ServerArg,
 
@@ -98,7 +98,7 @@ pub struct OperatorArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct TenantCreateArgs {
+pub(crate) struct TenantCreateArgs {
     #[command(flatten)]
     pub operator: OperatorArgs,
 
@@ -111,7 +111,7 @@ pub struct TenantCreateArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct TenantNameArgs {
+pub(crate) struct TenantNameArgs {
     #[command(flatten)]
     pub operator: OperatorArgs,
 
@@ -120,7 +120,7 @@ pub struct TenantNameArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct SetLimitsArgs {
+pub(crate) struct SetLimitsArgs {
     #[command(flatten)]
     pub operator: OperatorArgs,
 
@@ -153,7 +153,7 @@ pub struct SetLimitsArgs {
 /// Whose keys: a tenant named with the admin token (the operator), or
 /// without `--tenant`, the tenant of `--api-key` (a key with the admin role).
 #[derive(Debug, Args)]
-pub struct KeyScopeArgs {
+pub(crate) struct KeyScopeArgs {
     #[command(flatten)]
     pub operator: OperatorArgs,
 
@@ -164,7 +164,7 @@ pub struct KeyScopeArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct KeyCreateArgs {
+pub(crate) struct KeyCreateArgs {
     #[command(flatten)]
     pub scope: KeyScopeArgs,
 
@@ -184,13 +184,13 @@ pub struct KeyCreateArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct KeyListArgs {
+pub(crate) struct KeyListArgs {
     #[command(flatten)]
     pub scope: KeyScopeArgs,
 }
 
 #[derive(Debug, Args)]
-pub struct KeyRevokeArgs {
+pub(crate) struct KeyRevokeArgs {
     #[command(flatten)]
     pub scope: KeyScopeArgs,
 
@@ -199,14 +199,14 @@ pub struct KeyRevokeArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum StoreCommand {
+pub(crate) enum StoreCommand {
     /// Create or upgrade the store's schema (idempotent).
     Migrate(MigrateArgs),
 }
 
 /// `--bus`: where gateways publish and workers consume.
 #[derive(Debug, Args)]
-pub struct BusArg {
+pub(crate) struct BusArg {
     /// The ingest bus: kafka://HOST:PORT[,HOST:PORT…][/TOPIC][?partitions=N]
     /// (the topic is created when missing), or file:///DIR for the
     /// embedded bus (one process only).
@@ -216,7 +216,7 @@ pub struct BusArg {
 
 /// `--store` and `--objects`: where profiles and symbol files live.
 #[derive(Debug, Args)]
-pub struct StoresArgs {
+pub(crate) struct StoresArgs {
     /// The profile store: postgres://USER@HOST:PORT/DB,
     /// scylla://HOST:PORT/KEYSPACE, or file:///DIR for the embedded store
     /// (one process only).
@@ -232,7 +232,7 @@ pub struct StoresArgs {
 /// `--debuginfod-urls`: where the symbols of files that have none are
 /// fetched from (`kiln up`, `kiln worker`, `kiln query`).
 #[derive(Debug, Args)]
-pub struct DebuginfodArg {
+pub(crate) struct DebuginfodArg {
     /// debuginfod servers to fetch the symbols of files that have none
     /// from, space separated (elfutils' DEBUGINFOD_URLS syntax), e.g.
     /// "https://debuginfod.debian.net". Fetched symbols go to the global
@@ -243,7 +243,7 @@ pub struct DebuginfodArg {
 
 impl DebuginfodArg {
     /// The symbolizer's configuration: the defaults, with these servers.
-    pub fn symbolizer_config(&self) -> kiln_symbolizer_workers::SymbolizerConfig {
+    pub(crate) fn symbolizer_config(&self) -> kiln_symbolizer_workers::SymbolizerConfig {
         let urls = self.debuginfod_urls.as_deref().unwrap_or_default();
         kiln_symbolizer_workers::SymbolizerConfig::with_debuginfod(
             kiln_symbolizer_workers::debuginfod::Debuginfod::parse_urls(urls),
@@ -254,7 +254,7 @@ impl DebuginfodArg {
 /// The limits of tenants that have none of their own (`kiln tenant
 /// set-limits` sets a tenant's).
 #[derive(Debug, Args)]
-pub struct QuotaArgs {
+pub(crate) struct QuotaArgs {
     /// Samples per second a tenant may send, by default.
     #[arg(long, env = "KILN_DEFAULT_INGEST_SAMPLES_PER_S", default_value_t = kiln_actors::http::QuotaDefaults::default().ingest_samples_per_s)]
     pub default_ingest_samples_per_s: u64,
@@ -281,7 +281,7 @@ pub struct QuotaArgs {
 
 /// How a query node admits queries (`kiln up`, `kiln query`).
 #[derive(Debug, Args)]
-pub struct QueryLimitArgs {
+pub(crate) struct QueryLimitArgs {
     /// The longest span of data one query reads (`400d`, `90d`): a query
     /// whose range holds data over a longer span gets a 400 saying so (a
     /// longer range over less data is narrowed to the data and answered).
@@ -291,7 +291,7 @@ pub struct QueryLimitArgs {
 
 impl QuotaArgs {
     /// The defaults given.
-    pub fn defaults(&self) -> kiln_actors::http::QuotaDefaults {
+    pub(crate) fn defaults(&self) -> kiln_actors::http::QuotaDefaults {
         kiln_actors::http::QuotaDefaults {
             ingest_samples_per_s: self.default_ingest_samples_per_s,
             ingest_bytes_per_s: self.default_ingest_bytes_per_s,
@@ -304,7 +304,7 @@ impl QuotaArgs {
 
 impl QueryLimitArgs {
     /// How queries are admitted.
-    pub fn query_options(&self) -> kiln_actors::query::QueryOptions {
+    pub(crate) fn query_options(&self) -> kiln_actors::query::QueryOptions {
         kiln_actors::query::QueryOptions {
             max_range: self.max_query_range,
             ..Default::default()
@@ -314,7 +314,7 @@ impl QueryLimitArgs {
 
 /// `--admin-token` of the processes that serve symbol uploads.
 #[derive(Debug, Args)]
-pub struct AdminTokenArg {
+pub(crate) struct AdminTokenArg {
     /// The token that writes to the global symbol store (`kiln symbols
     /// crawl`) must present, as "Authorization: Bearer TOKEN"; at least 16
     /// characters. Without one, `kiln up` uses the token in DATA_DIR/
@@ -326,7 +326,7 @@ pub struct AdminTokenArg {
 
 impl AdminTokenArg {
     /// The token given, checked.
-    pub fn token(&self) -> anyhow::Result<Option<kiln_actors::http::AdminToken>> {
+    pub(crate) fn token(&self) -> anyhow::Result<Option<kiln_actors::http::AdminToken>> {
         use anyhow::Context;
         self.admin_token
             .as_deref()
@@ -337,7 +337,7 @@ impl AdminTokenArg {
 }
 
 #[derive(Debug, Args)]
-pub struct GatewayArgs {
+pub(crate) struct GatewayArgs {
     /// Address to serve the ingest, import and symbol endpoints on.
     #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7071")]
     pub listen: SocketAddr,
@@ -375,7 +375,7 @@ pub struct GatewayArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     /// Address to serve the worker's metrics (GET /metrics, for
     /// Prometheus: its consumer lag, stage times, dead letters) and health
     /// check (GET /healthz) on. Give each worker on one host its own.
@@ -394,7 +394,7 @@ pub struct WorkerArgs {
 /// `--metadata`: where tenants, keys and limits live (gateways and query
 /// nodes check every request's key there).
 #[derive(Debug, Args)]
-pub struct MetadataArg {
+pub(crate) struct MetadataArg {
     /// The metadata store: postgres://USER@HOST:PORT/DB (its schema is
     /// made by `kiln store migrate --store` on the same database), or
     /// file:///PATH/metadata.json (one process only).
@@ -404,7 +404,7 @@ pub struct MetadataArg {
 
 /// `--bus-key`: what gateways sign bus records with and workers check.
 #[derive(Debug, Args)]
-pub struct BusKeyArg {
+pub(crate) struct BusKeyArg {
     /// The key bus records are signed with (HMAC-SHA256): the same on
     /// every gateway and worker, at least 16 characters. A worker stores
     /// only records signed with it, so the tenant a record names is the
@@ -415,14 +415,14 @@ pub struct BusKeyArg {
 
 impl BusKeyArg {
     /// The key given, checked.
-    pub fn key(&self) -> anyhow::Result<kiln_actors::envelope::BusKey> {
+    pub(crate) fn key(&self) -> anyhow::Result<kiln_actors::envelope::BusKey> {
         use anyhow::Context;
         kiln_actors::envelope::BusKey::new(&self.bus_key).context("--bus-key")
     }
 }
 
 #[derive(Debug, Args)]
-pub struct QueryArgs {
+pub(crate) struct QueryArgs {
     /// Address to serve the query API on.
     #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7072")]
     pub listen: SocketAddr,
@@ -448,7 +448,7 @@ pub struct QueryArgs {
 
 /// `--peers` and what goes with it: query nodes that share scans.
 #[derive(Debug, Args)]
-pub struct PeersArgs {
+pub(crate) struct PeersArgs {
     /// Every query node of the cluster, as http://HOST:PORT, comma
     /// separated (give every node the same list). Each query's partition
     /// scans are spread over them by rendezvous hashing; a node that fails
@@ -492,7 +492,7 @@ pub struct PeersArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     /// The profile store, as for `kiln worker --store`.
     #[arg(long, env = "KILN_STORE", value_parser = parse_store_url)]
     pub store: kiln_actors::backends::StoreUrl,
@@ -518,7 +518,7 @@ fn parse_objects_url(text: &str) -> Result<kiln_actors::backends::ObjectsUrl, St
 }
 
 #[derive(Debug, Subcommand)]
-pub enum SymbolsCommand {
+pub(crate) enum SymbolsCommand {
     /// Resolve addresses in an ELF file to their inline chains (function,
     /// file, line), innermost first, through the ksym format Kiln stores.
     ///
@@ -541,7 +541,7 @@ pub enum SymbolsCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ExportCommand {
+pub(crate) enum ExportCommand {
     /// Write a GPU timeline (the file libkiln_cuda.so writes when
     /// KILN_CUDA_TIMELINE=path is set) as a Chrome/Perfetto trace JSON that
     /// ui.perfetto.dev opens: kernels per device and stream, their launches
@@ -550,7 +550,7 @@ pub enum ExportCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum GpuCommand {
+pub(crate) enum GpuCommand {
     /// Listen where libkiln_cuda.so sends its snapshots (instead of the
     /// agent) and print what they hold, decoded with the agent's own reader.
     ///
@@ -572,7 +572,7 @@ pub enum GpuCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct GpuDumpArgs {
+pub(crate) struct GpuDumpArgs {
     /// The socket to listen on (what the CUDA processes have in
     /// KILN_GPU_SOCKET). A stale socket file is replaced; one an agent is
     /// listening on is not.
@@ -596,7 +596,7 @@ pub struct GpuDumpArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct PerfettoArgs {
+pub(crate) struct PerfettoArgs {
     /// The timeline file (JSON lines, one kernel per line).
     #[arg(long, short)]
     pub input: PathBuf,
@@ -607,7 +607,7 @@ pub struct PerfettoArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct CrawlArgs {
+pub(crate) struct CrawlArgs {
     #[command(flatten)]
     pub server: ServerArg,
 
@@ -628,7 +628,7 @@ pub struct CrawlArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct UploadArgs {
+pub(crate) struct UploadArgs {
     #[command(flatten)]
     pub server: ServerArg,
 
@@ -642,7 +642,7 @@ pub struct UploadArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ResolveArgs {
+pub(crate) struct ResolveArgs {
     /// One JSON object per line and address:
     /// {"addr":"0x…","frames":[{"function":…,"file":…,"line":…},…]}
     /// (function null when unknown, file the full path or null, line 0
@@ -677,7 +677,7 @@ fn parse_hex(text: &str) -> Result<u64, String> {
 }
 
 #[derive(Debug, Args)]
-pub struct UpArgs {
+pub(crate) struct UpArgs {
     /// Address to serve the API and UI on.
     #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
@@ -722,7 +722,7 @@ pub struct UpArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ServerArg {
+pub(crate) struct ServerArg {
     /// URL of the Kiln server.
     #[arg(long, env = "KILN_SERVER", default_value = "http://127.0.0.1:7070")]
     pub server: String,
@@ -736,7 +736,7 @@ pub struct ServerArg {
 
 /// Profile file formats `kiln import` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ImportFormat {
+pub(crate) enum ImportFormat {
     /// Guess from the contents: pprof (gzipped or not), perf script, or
     /// collapsed stacks.
     Auto,
@@ -749,7 +749,7 @@ pub enum ImportFormat {
 }
 
 #[derive(Debug, Args)]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     #[command(flatten)]
     pub server: ServerArg,
 
@@ -773,7 +773,7 @@ pub struct ImportArgs {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// `root;…;leaf count` per line, one line per distinct stack.
     Collapsed,
     /// Nested JSON, d3-flamegraph style.
@@ -781,7 +781,7 @@ pub enum OutputFormat {
 }
 
 #[derive(Debug, Args)]
-pub struct FlamegraphArgs {
+pub(crate) struct FlamegraphArgs {
     #[command(flatten)]
     pub server: ServerArg,
 

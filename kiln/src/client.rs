@@ -152,7 +152,7 @@ fn serde_json_error(body: &str) -> Option<String> {
     Some(value.get("error")?.as_str()?.to_owned())
 }
 
-pub fn import(args: ImportArgs) -> anyhow::Result<()> {
+pub(crate) fn import(args: ImportArgs) -> anyhow::Result<()> {
     let server = Server::with_api_key(&args.server)?;
     each_file(&args.files, "import", |path| {
         import_one(&server, &args, path)
@@ -161,7 +161,7 @@ pub fn import(args: ImportArgs) -> anyhow::Result<()> {
 
 /// Runs `one` on every file, printing a line per file (its summary, or
 /// its error on stderr); fails, after all of them, when any failed.
-pub fn each_file(
+pub(crate) fn each_file(
     files: &[std::path::PathBuf],
     verb: &str,
     mut one: impl FnMut(&Path) -> anyhow::Result<String>,
@@ -243,7 +243,7 @@ pub(crate) fn send_with_progress(
     Ok(text)
 }
 
-pub fn flamegraph(args: FlamegraphArgs) -> anyhow::Result<()> {
+pub(crate) fn flamegraph(args: FlamegraphArgs) -> anyhow::Result<()> {
     let format = match args.format {
         OutputFormat::Collapsed => "collapsed",
         OutputFormat::Json => "json",

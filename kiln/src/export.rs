@@ -9,7 +9,7 @@ use anyhow::Context;
 use crate::cli::PerfettoArgs;
 
 /// Reads the timeline, writes the trace, says what it wrote.
-pub fn perfetto(args: PerfettoArgs) -> anyhow::Result<()> {
+pub(crate) fn perfetto(args: PerfettoArgs) -> anyhow::Result<()> {
     let input = File::open(&args.input)
         .with_context(|| format!("opening the timeline {}", args.input.display()))?;
     let kernels = kiln_cuda::timeline::read_timeline(BufReader::new(input))

@@ -42,7 +42,7 @@ enum Event {
 
 /// Listens, prints, writes the summary. An error when no process
 /// connected or a frame did not decode (after the report is printed).
-pub fn run(args: GpuDumpArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: GpuDumpArgs) -> anyhow::Result<()> {
     let listener = SnapshotListener::bind(&args.socket)
         .with_context(|| format!("listening on {}", args.socket.display()))?;
     let mut out = std::io::stdout().lock();

@@ -16,14 +16,14 @@ const SPOOL_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A running local agent.
 #[derive(Debug)]
-pub struct LocalAgent {
+pub(crate) struct LocalAgent {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
 /// Checks the agent's configuration before anything starts, so that a bad
 /// flag fails `kiln up` at once.
-pub fn config(frequency_hz: u64, cgroup: Option<PathBuf>) -> anyhow::Result<AgentConfig> {
+pub(crate) fn config(frequency_hz: u64, cgroup: Option<PathBuf>) -> anyhow::Result<AgentConfig> {
     let config = AgentConfig {
         frequency_hz,
         cgroup,
@@ -37,7 +37,11 @@ pub fn config(frequency_hz: u64, cgroup: Option<PathBuf>) -> anyhow::Result<Agen
 /// key (read from the data directory). When the agent cannot start (no
 /// root, no BPF), says why and returns `None`: the server is useful
 /// without it.
-pub fn start(mut config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Option<LocalAgent> {
+pub(crate) fn start(
+    mut config: AgentConfig,
+    addr: SocketAddr,
+    data_dir: &Path,
+) -> Option<LocalAgent> {
     // Tables built once stay built across restarts of `kiln up`.
     config
         .unwind_cache_dir
@@ -103,7 +107,7 @@ pub fn start(mut config: AgentConfig, addr: SocketAddr, data_dir: &Path) -> Opti
 
 impl LocalAgent {
     /// Stops the agent after it sends what it sampled since its last batch.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
     }

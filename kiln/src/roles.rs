@@ -12,7 +12,7 @@ use kiln_storage::{ObjectStore, ProfileStore};
 
 use crate::cli::{GatewayArgs, MigrateArgs, PeersArgs, QueryArgs, StoresArgs, WorkerArgs};
 
-pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
+pub(crate) fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let query_nodes = match args.cluster_secret {
         // clap makes --query-nodes and --cluster-secret require each other.
         None => None,
@@ -39,7 +39,7 @@ pub fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+pub(crate) fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
         let bus_key = args.bus_key.key()?;
@@ -65,7 +65,7 @@ pub fn worker(args: WorkerArgs) -> anyhow::Result<()> {
     })
 }
 
-pub fn query(args: QueryArgs) -> anyhow::Result<()> {
+pub(crate) fn query(args: QueryArgs) -> anyhow::Result<()> {
     let peers = peer_options(args.peers)?;
     actix_rt::System::new().block_on(async move {
         let (store, objects) = open_stores(&args.stores).await?;
@@ -122,7 +122,7 @@ fn peer_options(args: PeersArgs) -> anyhow::Result<Option<PeerOptions>> {
     Ok(Some(options))
 }
 
-pub fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
+pub(crate) fn migrate(args: MigrateArgs) -> anyhow::Result<()> {
     actix_rt::System::new().block_on(async move {
         args.store.migrate().await?;
         println!("{}: schema is up to date", args.store);

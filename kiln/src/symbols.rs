@@ -17,7 +17,7 @@ use kiln_symbolizer_workers::{
 /// `kiln symbols upload`: for each file, asks whether the server has its
 /// symbols (`HEAD`) and sends the file when not (`PUT`); the server
 /// extracts the symbols itself. Exits non-zero when any file failed.
-pub fn upload(args: UploadArgs) -> anyhow::Result<()> {
+pub(crate) fn upload(args: UploadArgs) -> anyhow::Result<()> {
     let client = Server::with_api_key(&args.server)?.symbol_client();
     each_file(&args.files, "upload", |path| {
         upload_one(&client, &args, path)
@@ -89,7 +89,7 @@ struct CrawlTally {
 /// itself (as for any upload) and keys them by the debug file's build id:
 /// the same [`FileId`](kiln_symbolizer_workers::file_id) the agent gives
 /// the stripped library. Exits non-zero when any file or package failed.
-pub fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
+pub(crate) fn crawl(args: CrawlArgs) -> anyhow::Result<()> {
     let token = match &args.admin_token {
         Some(token) => Some(token.clone()),
         None => local_secret(kiln_actors::ADMIN_TOKEN_FILE)?,
@@ -246,7 +246,7 @@ impl Drop for Downloads {
 /// `kiln symbols resolve`: extracts the ELF's symbols, encodes them as
 /// ksym and resolves through that, so that what it prints is what Kiln
 /// would store.
-pub fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
+pub(crate) fn resolve(args: ResolveArgs) -> anyhow::Result<()> {
     let mut options = ExtractOptions::default();
     if !args.debug_dirs.is_empty() {
         options.debug_dirs = DebugDirs {

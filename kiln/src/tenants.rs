@@ -12,7 +12,7 @@ use crate::cli::{
 };
 use crate::client::{Server, failure, local_secret};
 
-pub fn tenant(command: TenantCommand) -> anyhow::Result<()> {
+pub(crate) fn tenant(command: TenantCommand) -> anyhow::Result<()> {
     match command {
         TenantCommand::Create(args) => create_tenant(args),
         TenantCommand::List(args) => {
@@ -33,7 +33,7 @@ pub fn tenant(command: TenantCommand) -> anyhow::Result<()> {
     }
 }
 
-pub fn key(command: KeyCommand) -> anyhow::Result<()> {
+pub(crate) fn key(command: KeyCommand) -> anyhow::Result<()> {
     match command {
         KeyCommand::Create(args) => create_key(args),
         KeyCommand::List(args) => {

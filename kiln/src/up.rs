@@ -8,7 +8,7 @@ use kiln_actors::{ADMIN_TOKEN_FILE, EmbeddedOptions, start_embedded};
 use crate::cli::UpArgs;
 use crate::local_agent;
 
-pub fn run(args: UpArgs) -> anyhow::Result<()> {
+pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     let data_dir = match args.data_dir {
         Some(dir) => dir,
         None => default_data_dir()?,

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A running `kiln up`.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     pub url: String,
     pub data_dir: PathBuf,
@@ -28,19 +28,19 @@ pub struct Server {
 
 impl Server {
     /// Starts `kiln up` on a free port with data in `data_dir`.
-    pub fn start(data_dir: &Path) -> Server {
+    pub(crate) fn start(data_dir: &Path) -> Server {
         // The local agent would add this machine's samples to the exact
         // counts the tests check.
         Server::start_with(data_dir, &["--no-agent"])
     }
 
     /// Starts `kiln up` with `extra` flags.
-    pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+    pub(crate) fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
         Server::start_with_env(data_dir, extra, &[])
     }
 
     /// Starts `kiln up` with `extra` flags and environment variables.
-    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    pub(crate) fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(["up", "--listen", "127.0.0.1:0"])
             .args(extra)
@@ -96,14 +96,14 @@ impl Server {
     }
 
     /// `Authorization: Bearer` with the server's own API key.
-    pub fn bearer(&self) -> String {
+    pub(crate) fn bearer(&self) -> String {
         format!("Bearer {}", self.key)
     }
 
     /// A `kiln` command (`kiln import`, `kiln symbols upload`, …) that
     /// finds this server's API key and admin token the way it would on the
     /// same machine: in the server's data directory (`KILN_DATA_DIR`).
-    pub fn cli(&self) -> Command {
+    pub(crate) fn cli(&self) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
         command
             .env("KILN_LOG", "warn")
@@ -114,29 +114,29 @@ impl Server {
     }
 
     /// The server's process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The one-time login link's path and query, as `kiln up` printed it.
-    pub fn login_path(&self) -> Option<&str> {
+    pub(crate) fn login_path(&self) -> Option<&str> {
         self.login_path.as_deref()
     }
 
     /// Stops the server the way Ctrl-C does, and waits for it.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         // SAFETY: kill(2) with a pid we own and a valid signal number.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let _ = self.child.wait();
     }
 
     /// Kills the server with SIGKILL: no chance to flush anything.
-    pub fn kill9(mut self) {
+    pub(crate) fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    pub fn get(&self, path_and_query: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path_and_query: &str) -> (u16, String) {
         let mut response = agent()
             .get(format!("{}{path_and_query}", self.url))
             .header("authorization", self.bearer())
@@ -154,7 +154,7 @@ impl Server {
 
     /// GETs `path_and_query` with `Accept-Encoding: accept_encoding` and
     /// returns the status, the `Content-Encoding` and the body as sent.
-    pub fn get_encoded(
+    pub(crate) fn get_encoded(
         &self,
         path_and_query: &str,
         accept_encoding: &str,
@@ -179,7 +179,11 @@ impl Server {
         (status, coding, body)
     }
 
-    pub fn post(&self, path_and_query: &str, body: &[u8]) -> Result<(u16, String), ureq::Error> {
+    pub(crate) fn post(
+        &self,
+        path_and_query: &str,
+        body: &[u8],
+    ) -> Result<(u16, String), ureq::Error> {
         let mut response = agent()
             .post(format!("{}{path_and_query}", self.url))
             .header("authorization", self.bearer())
@@ -191,7 +195,7 @@ impl Server {
     }
 
     /// Imports `body`, expecting success.
-    pub fn import(&self, format: &str, body: &[u8]) -> serde_json::Value {
+    pub(crate) fn import(&self, format: &str, body: &[u8]) -> serde_json::Value {
         let (status, text) = self
             .post(&format!("/api/v1/import?format={format}"), body)
             .expect("POST import");
@@ -200,7 +204,7 @@ impl Server {
     }
 
     /// Collapsed stacks of the last day, as a sorted multiset of lines.
-    pub fn collapsed(&self, extra_query: &str) -> Vec<String> {
+    pub(crate) fn collapsed(&self, extra_query: &str) -> Vec<String> {
         let (status, body) = self.get(&format!(
             "/api/v1/flamegraph?from=now-1d&format=collapsed{extra_query}"
         ));
@@ -237,7 +241,7 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-pub fn sorted_lines(text: &str) -> Vec<String> {
+pub(crate) fn sorted_lines(text: &str) -> Vec<String> {
     let mut lines: Vec<String> = text
         .lines()
         .filter(|l| !l.is_empty())
@@ -248,7 +252,7 @@ pub fn sorted_lines(text: &str) -> Vec<String> {
 }
 
 /// Sums `stack count` lines by stack, sorted.
-pub fn aggregate(lines: impl IntoIterator<Item = String>) -> Vec<String> {
+pub(crate) fn aggregate(lines: impl IntoIterator<Item = String>) -> Vec<String> {
     let mut sums = std::collections::BTreeMap::<String, u64>::new();
     for line in lines {
         let (stack, count) = line.rsplit_once(' ').expect("stack count");
@@ -260,7 +264,7 @@ pub fn aggregate(lines: impl IntoIterator<Item = String>) -> Vec<String> {
 /// One request to `base` (a server's URL): `headers` besides the bearer,
 /// `body` for methods that take one (POST, PUT). Returns the status and
 /// the body's text. Timeout: 60 s.
-pub fn request(
+pub(crate) fn request(
     base: &str,
     method: &str,
     path: &str,
@@ -312,7 +316,7 @@ pub fn request(
 }
 
 /// Resident memory of a process, in bytes.
-pub fn rss(pid: u32) -> u64 {
+pub(crate) fn rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status
         .lines()
@@ -362,7 +366,7 @@ fn line_bomb(lines: usize) -> Vec<u8> {
 
 /// A new key of `tenant` with `roles`, made with the admin token `admin`
 /// through the server at `base`: the key and its id.
-pub fn key_with(base: &str, admin: &str, tenant: &str, roles: &str) -> (String, i64) {
+pub(crate) fn key_with(base: &str, admin: &str, tenant: &str, roles: &str) -> (String, i64) {
     let (status, text) = request(
         base,
         "POST",
@@ -380,7 +384,7 @@ pub fn key_with(base: &str, admin: &str, tenant: &str, roles: &str) -> (String, 
 }
 
 /// Nanoseconds since the Unix epoch, now.
-pub fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -388,12 +392,12 @@ pub fn now_ns() -> i64 {
 }
 
 /// The attack suites' hostile bodies, built one way for both.
-pub mod hostile {
+pub(crate) mod hostile {
     use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
 
     /// 512 MiB of zeros as zstd: a few KB on the wire (streamed, so the
     /// zeros are never held at once).
-    pub fn zstd_bomb() -> Vec<u8> {
+    pub(crate) fn zstd_bomb() -> Vec<u8> {
         let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
         let zeros = vec![0u8; 1 << 20];
         for _ in 0..512 {
@@ -404,7 +408,7 @@ pub mod hostile {
 
     /// An encoded agent batch whose one frame has a function name `len`
     /// bytes long (built past the builder, which would cut it).
-    pub fn batch_with_function_name(len: usize) -> Vec<u8> {
+    pub(crate) fn batch_with_function_name(len: usize) -> Vec<u8> {
         let labels = LabelSet::new().with("process", "attacker");
         let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
         builder.add(1, &[Frame::named(FrameKind::Native, "x")], &labels, 1);
@@ -415,7 +419,7 @@ pub mod hostile {
 
     /// An encoded agent batch with two samples of 2^63: their sum
     /// overflows a u64.
-    pub fn overflowing_counts_batch() -> Vec<u8> {
+    pub(crate) fn overflowing_counts_batch() -> Vec<u8> {
         let labels = LabelSet::new().with("process", "attacker");
         let mut builder = BatchBuilder::new("attacker", 1, 10_000_000);
         let frames = [Frame::named(FrameKind::Native, "overflow")];
@@ -426,7 +430,7 @@ pub mod hostile {
     }
 
     /// A gzipped pprof profile whose one location has `lines` lines.
-    pub fn gzipped_line_bomb(lines: usize) -> Vec<u8> {
+    pub(crate) fn gzipped_line_bomb(lines: usize) -> Vec<u8> {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         std::io::Write::write_all(&mut gz, &super::line_bomb(lines)).unwrap();
         gz.finish().unwrap()
@@ -436,7 +440,7 @@ pub mod hostile {
 /// A scrape of a server's `GET /metrics`, parsed: the Prometheus text
 /// format (0.0.4), checked as a scraper would read it.
 #[derive(Debug)]
-pub struct Exposition {
+pub(crate) struct Exposition {
     /// Each family's `# TYPE`, by name.
     pub types: std::collections::BTreeMap<String, String>,
     /// Every sample line.
@@ -445,7 +449,7 @@ pub struct Exposition {
 
 /// One sample line of an [`Exposition`].
 #[derive(Debug, Clone)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub name: String,
     pub labels: std::collections::BTreeMap<String, String>,
     pub value: f64,
@@ -455,7 +459,7 @@ impl Exposition {
     /// `GET base/metrics` with no credential (as Prometheus scrapes):
     /// expects 200 and Prometheus text, and parses it (panics naming the
     /// line that does not).
-    pub fn scrape(base: &str) -> Exposition {
+    pub(crate) fn scrape(base: &str) -> Exposition {
         let mut response = agent()
             .get(format!("{base}/metrics"))
             .call()
@@ -485,7 +489,7 @@ impl Exposition {
     /// `_sum` and `_count` lines), no series repeats, values are numbers,
     /// and each histogram's buckets are cumulative up to `le="+Inf"`,
     /// which equals its `_count`.
-    pub fn parse(text: &str) -> Result<Exposition, String> {
+    pub(crate) fn parse(text: &str) -> Result<Exposition, String> {
         use std::collections::{BTreeMap, BTreeSet};
         let mut types: BTreeMap<String, String> = BTreeMap::new();
         let mut samples: Vec<Sample> = Vec::new();
@@ -573,7 +577,7 @@ impl Exposition {
     }
 
     /// The samples of `name` whose labels include `labels`.
-    pub fn series<'a>(
+    pub(crate) fn series<'a>(
         &'a self,
         name: &'a str,
         labels: &'a [(&'a str, &'a str)],
@@ -588,7 +592,7 @@ impl Exposition {
 
     /// The value of the one series of `name` whose labels include
     /// `labels`; `None` when there is none (panics when several match).
-    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let mut matching = self.series(name, labels);
         let first = matching.next()?;
         assert!(matching.next().is_none(), "several {name}{labels:?}");
@@ -596,7 +600,7 @@ impl Exposition {
     }
 
     /// The sum of the series of `name` whose labels include `labels`.
-    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub(crate) fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.series(name, labels).map(|s| s.value).sum()
     }
 }

@@ -167,7 +167,7 @@ impl ContentHasher {
 }
 
 /// Bytes hashed from each end of a file that has no build id.
-pub const HEAD_TAIL_BYTES: u64 = 4096;
+pub(crate) const HEAD_TAIL_BYTES: u64 = 4096;
 
 impl FileId {
     /// The FileId of a file of `len` bytes: from its GNU build id when it

@@ -45,7 +45,7 @@ use crate::query::SymbolsStored;
 
 /// Symbol uploads read and built at once in one process: each may hold
 /// up to [`SYMBOLS_BODY`]'s limit in memory.
-pub const MAX_CONCURRENT_UPLOADS: usize = 2;
+pub(super) const MAX_CONCURRENT_UPLOADS: usize = 2;
 
 static UPLOADS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(MAX_CONCURRENT_UPLOADS));
 

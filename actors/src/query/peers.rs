@@ -132,7 +132,7 @@ pub enum PeerConfigError {
 
 /// Why a peer did not answer a scan.
 #[derive(Debug, thiserror::Error)]
-pub enum PeerError {
+pub(super) enum PeerError {
     /// No answer: connection refused, reset or timed out.
     #[error("no answer: {0}")]
     Request(#[from] reqwest::Error),

@@ -35,7 +35,7 @@ const MAX_DECODED_BYTES: usize = 512 * 1024 * 1024;
 
 /// Why bytes are not a scan or a partial.
 #[derive(Debug, thiserror::Error)]
-pub enum WireError {
+pub(crate) enum WireError {
     /// Wrong magic, version or kind.
     #[error("not a kiln {what} of wire version {VERSION}")]
     Header {

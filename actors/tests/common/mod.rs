@@ -21,11 +21,11 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 /// The bus key the tests' gateway side signs with and their pipeline
 /// verifies with.
-pub const TEST_BUS_KEY: &str = "a-test-bus-key-not-a-secret";
+pub(crate) const TEST_BUS_KEY: &str = "a-test-bus-key-not-a-secret";
 
 /// Who the HTTP API lets in: a metadata store holding a tenant and
 /// project, and a key on them.
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// The store the servers check keys against.
     pub metadata: Arc<dyn MetadataStore>,
     /// A key granting the key's roles on the scope.
@@ -36,7 +36,7 @@ impl Credentials {
     /// An embedded metadata store under `dir` with `scope`'s tenant and
     /// project, made through the [`MetadataStore`] trait as an operator
     /// would, and a key granting `roles` on it.
-    pub async fn new(dir: &std::path::Path, scope: &Scope, roles: Roles) -> Credentials {
+    pub(crate) async fn new(dir: &std::path::Path, scope: &Scope, roles: Roles) -> Credentials {
         let metadata: Arc<dyn MetadataStore> =
             Arc::new(EmbeddedMetadataStore::open(&dir.join("metadata.json")).unwrap());
         metadata.create_tenant(scope.tenant()).await.unwrap();
@@ -52,15 +52,15 @@ impl Credentials {
     }
 
     /// `Authorization: Bearer KEY`.
-    pub fn bearer(&self) -> String {
+    pub(crate) fn bearer(&self) -> String {
         format!("Bearer {}", self.key)
     }
 }
 
 /// A timestamp the tests' samples sit around (2027).
-pub const T0: i64 = 1_800_000_000_000_000_000;
+pub(crate) const T0: i64 = 1_800_000_000_000_000_000;
 
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     pub bus: Arc<EmbeddedBus>,
     /// What the pipeline's records are signed with.
     pub bus_key: BusKey,
@@ -78,18 +78,18 @@ pub struct Pipeline {
 impl Pipeline {
     /// Starts it all with `query_workers` scan workers, for tenant `acme`,
     /// project `web`.
-    pub async fn start(query_workers: usize) -> Pipeline {
+    pub(crate) async fn start(query_workers: usize) -> Pipeline {
         Pipeline::for_scope(Scope::new("acme", "web").unwrap(), query_workers).await
     }
 
     /// The same for `scope`.
-    pub async fn for_scope(scope: Scope, query_workers: usize) -> Pipeline {
+    pub(crate) async fn for_scope(scope: Scope, query_workers: usize) -> Pipeline {
         Pipeline::with_ingest_store(scope, query_workers, |store| store).await
     }
 
     /// The same, ingest writing through `wrap` of the store (a fault
     /// injector) while queries read the store itself.
-    pub async fn with_ingest_store(
+    pub(crate) async fn with_ingest_store(
         scope: Scope,
         query_workers: usize,
         wrap: impl FnOnce(Arc<EmbeddedProfileStore>) -> Arc<dyn ProfileStore>,
@@ -132,7 +132,7 @@ impl Pipeline {
 
     /// Publishes `bytes` (an encoded batch, or anything) from host
     /// `source`, and waits until ingest has committed it.
-    pub async fn publish(&self, source: &str, bytes: &[u8]) {
+    pub(crate) async fn publish(&self, source: &str, bytes: &[u8]) {
         let header = EnvelopeHeader {
             scope: self.scope.clone(),
             received_at_ns: T0,
@@ -151,7 +151,7 @@ impl Pipeline {
 
     /// Publishes `payload` as it is (a forged or damaged record) under the
     /// bus key `key`, and waits until ingest has committed it.
-    pub async fn publish_raw(&self, key: &[u8], payload: Vec<u8>) {
+    pub(crate) async fn publish_raw(&self, key: &[u8], payload: Vec<u8>) {
         let p = self.bus.publish(key, payload).await.unwrap();
         assert!(
             self.progress
@@ -161,7 +161,7 @@ impl Pipeline {
     }
 
     /// A range around [`T0`] with label `filters`.
-    pub fn range(&self, filters: &[(&str, &str)]) -> QueryRange {
+    pub(crate) fn range(&self, filters: &[(&str, &str)]) -> QueryRange {
         QueryRange {
             scope: self.scope.clone(),
             from_ns: T0 - 10_000_000_000_000,
@@ -174,7 +174,7 @@ impl Pipeline {
     }
 
     /// The flamegraph of [`Pipeline::range`] as collapsed stacks.
-    pub async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
+    pub(crate) async fn collapsed(&self, filters: &[(&str, &str)]) -> String {
         let wire = self
             .query
             .send(FlamegraphQuery(self.range(filters), Granularity::Function))

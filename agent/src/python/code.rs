@@ -110,7 +110,7 @@ impl CodeInfo {
 }
 
 /// A compact `str` object's text (`PyASCIIObject` / `PyCompactUnicodeObject`).
-pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, CodeError> {
+pub(super) fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, CodeError> {
     let memory = |at: u64, source| CodeError::Memory { addr: at, source };
     let state_at = addr.wrapping_add(u64::from(layout.unicode_state));
     let state = mem.u32_at(state_at).map_err(|e| memory(state_at, e))?;
@@ -153,7 +153,11 @@ pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<String, 
 }
 
 /// A `bytes` object's contents.
-pub fn read_bytes(mem: &dyn Memory, layout: &Layout, addr: u64) -> Result<Vec<u8>, CodeError> {
+pub(super) fn read_bytes(
+    mem: &dyn Memory,
+    layout: &Layout,
+    addr: u64,
+) -> Result<Vec<u8>, CodeError> {
     let size_at = addr.wrapping_add(u64::from(layout.bytes_size));
     let len = mem.u64_at(size_at).map_err(|source| CodeError::Memory {
         addr: size_at,

@@ -27,12 +27,12 @@ use object::read::elf::{FileHeader, SectionHeader};
 /// tens of MB (librustc_driver: 23 MB), and extraction's peak memory is
 /// about 5.5 times what it reads (150 MB for librustc_driver): this
 /// bounds it near 350 MB.
-pub const MAX_SYMBOL_BYTES: u64 = 64 << 20;
+pub(super) const MAX_SYMBOL_BYTES: u64 = 64 << 20;
 /// Most bytes of DWARF read from a file (or its debug file) with
 /// `--upload-dwarf`; past it the file's symbols go without lines. Peak
 /// memory with DWARF is about 2.2 times what is read (350 MB for 160 MB
 /// of DWARF).
-pub const MAX_DWARF_BYTES: u64 = 256 << 20;
+pub(super) const MAX_DWARF_BYTES: u64 = 256 << 20;
 
 /// Why symbols could not be extracted.
 #[derive(Debug, thiserror::Error)]

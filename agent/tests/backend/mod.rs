@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kiln_actors::{EmbeddedOptions, start_embedded};
 
-pub struct Backend {
+pub(crate) struct Backend {
     pub url: String,
     /// The API key the backend made for itself (its data directory's
     /// `api-key`): what the agent sends with, and the test reads with.
@@ -21,7 +21,7 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn start() -> Backend {
+    pub(crate) fn start() -> Backend {
         let data = tempfile::tempdir().unwrap();
         let mut options = EmbeddedOptions::new(
             data.path().to_owned(),
@@ -54,7 +54,7 @@ impl Backend {
     }
 
     /// `GET path_and_query` with the backend's key: the answer as JSON.
-    pub fn get_json(&self, path_and_query: &str) -> serde_json::Value {
+    pub(crate) fn get_json(&self, path_and_query: &str) -> serde_json::Value {
         let url = format!("{}{path_and_query}", self.url);
         let body = ureq::get(&url)
             .header("authorization", format!("Bearer {}", self.key))
@@ -74,7 +74,7 @@ impl Drop for Backend {
 }
 
 /// Kills the child when the test ends, however it ends.
-pub struct Killed(pub Child);
+pub(crate) struct Killed(pub Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {

@@ -13,7 +13,7 @@ use kiln_model::{Batch, FileId, Frame, LabelSet, label_names};
 use kiln_test_support::CBuild;
 use object::{Object, ObjectSymbol, SymbolKind};
 
-pub fn require_root() {
+pub(crate) fn require_root() {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(
@@ -25,7 +25,7 @@ pub fn require_root() {
 
 /// Starts the agent with `config`, or fails the test saying what is
 /// missing.
-pub fn start_agent(config: AgentConfig) -> Agent {
+pub(crate) fn start_agent(config: AgentConfig) -> Agent {
     match Agent::start(config) {
         Ok(agent) => agent,
         Err(AgentError::Sampler(e @ SamplerError::PermissionDenied(_))) => {
@@ -40,7 +40,7 @@ pub fn start_agent(config: AgentConfig) -> Agent {
 }
 
 /// Compiles the workload with `flags` into `dir`.
-pub fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
+pub(crate) fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c");
     let out = dir.join("shares");
     CBuild::clang().args(flags).file(&source, &out);
@@ -48,7 +48,7 @@ pub fn compile_workload(dir: &Path, flags: &[&str]) -> PathBuf {
 }
 
 /// Kills the child when the test ends, however it ends.
-pub struct Workload(pub Child);
+pub(crate) struct Workload(pub Child);
 
 impl Drop for Workload {
     fn drop(&mut self) {
@@ -60,7 +60,7 @@ impl Drop for Workload {
 /// Every sample of the batches from index `first` on with its stack
 /// resolved, as (pid label, frames root first, count). Dictionary entries
 /// come from the batch itself or an earlier one, as the backend sees them.
-pub fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Frame>, u64)> {
+pub(crate) fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Frame>, u64)> {
     resolve_labelled(batches, first)
         .into_iter()
         .map(|s| {
@@ -74,7 +74,7 @@ pub fn resolve(batches: &[Batch], first: usize) -> Vec<(Option<String>, Vec<Fram
 }
 
 /// One sample as the backend would see it.
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub labels: LabelSet,
     /// Root first.
     pub frames: Vec<Frame>,
@@ -84,13 +84,13 @@ pub struct Resolved {
 }
 
 impl Resolved {
-    pub fn pid(&self) -> Option<&str> {
+    pub(crate) fn pid(&self) -> Option<&str> {
         self.labels.get(label_names::PID)
     }
 }
 
 /// As [`resolve`], keeping each sample's labels whole.
-pub fn resolve_labelled(batches: &[Batch], first: usize) -> Vec<Resolved> {
+pub(crate) fn resolve_labelled(batches: &[Batch], first: usize) -> Vec<Resolved> {
     let mut frames = HashMap::new();
     let mut stacks = HashMap::new();
     let mut labels = HashMap::new();
@@ -138,7 +138,7 @@ pub fn resolve_labelled(batches: &[Batch], first: usize) -> Vec<Resolved> {
 
 /// The executables the batches name, by id: what a native frame's
 /// `file_id` stands for.
-pub fn executables(batches: &[Batch]) -> HashMap<FileId, String> {
+pub(crate) fn executables(batches: &[Batch]) -> HashMap<FileId, String> {
     batches
         .iter()
         .flat_map(|b| &b.executables)
@@ -148,13 +148,13 @@ pub fn executables(batches: &[Batch]) -> HashMap<FileId, String> {
 
 /// The workload's function symbols, to name its frames (the test's own
 /// stand-in for the symbolizer).
-pub struct Symbols {
+pub(crate) struct Symbols {
     pub file_id: FileId,
     functions: Vec<(u64, u64, String)>,
 }
 
 impl Symbols {
-    pub fn of(exe: &Path) -> Symbols {
+    pub(crate) fn of(exe: &Path) -> Symbols {
         let data = std::fs::read(exe).unwrap();
         let file = object::File::parse(&*data).unwrap();
         let mut functions: Vec<_> = file
@@ -169,7 +169,7 @@ impl Symbols {
         }
     }
 
-    pub fn name(&self, frame: &Frame) -> Option<&str> {
+    pub(crate) fn name(&self, frame: &Frame) -> Option<&str> {
         let Frame::Address { file_id, addr, .. } = frame else {
             return None;
         };
@@ -184,7 +184,7 @@ impl Symbols {
 
 /// A cgroup v2 made for one test, removed when the test ends, however it
 /// ends: what is still running in it is killed first.
-pub struct TestCgroup {
+pub(crate) struct TestCgroup {
     path: PathBuf,
     /// `path/cgroup.procs`, ready for `pre_exec`, which must not allocate.
     procs: std::ffi::CString,
@@ -194,7 +194,7 @@ impl TestCgroup {
     /// Makes a cgroup named after `name` and this process under the cgroup
     /// v2 mount; `None` (saying why on stderr, for the test to skip) when
     /// cgroup v2 is not mounted.
-    pub fn create(name: &str) -> Option<TestCgroup> {
+    pub(crate) fn create(name: &str) -> Option<TestCgroup> {
         use std::os::unix::ffi::OsStrExt;
 
         let Some(mount) = kiln_agent::cgroup2_mount() else {
@@ -213,7 +213,7 @@ impl TestCgroup {
     }
 
     /// A cgroup below this one, removed when dropped (drop it first).
-    pub fn child(&self, name: &str) -> TestCgroup {
+    pub(crate) fn child(&self, name: &str) -> TestCgroup {
         use std::os::unix::ffi::OsStrExt;
 
         let path = self.path.join(name);
@@ -224,14 +224,14 @@ impl TestCgroup {
         TestCgroup { path, procs }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// `program`, to be started in this cgroup: the child moves itself in
     /// before it executes `program`, so the program's every sample and
     /// its execve are in it.
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    pub(crate) fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
         use std::os::unix::process::CommandExt;
 
         let mut command = std::process::Command::new(program);

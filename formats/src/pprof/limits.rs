@@ -13,28 +13,28 @@
 use crate::error::ImportError;
 
 /// Most samples in one profile.
-pub const MAX_SAMPLES: usize = 1 << 22;
+pub(super) const MAX_SAMPLES: usize = 1 << 22;
 /// Most locations in one profile.
-pub const MAX_LOCATIONS: usize = 1 << 21;
+pub(super) const MAX_LOCATIONS: usize = 1 << 21;
 /// Most functions in one profile.
-pub const MAX_FUNCTIONS: usize = 1 << 21;
+pub(super) const MAX_FUNCTIONS: usize = 1 << 21;
 /// Most mappings in one profile (a process maps thousands of files at most).
-pub const MAX_MAPPINGS: usize = 1 << 16;
+pub(super) const MAX_MAPPINGS: usize = 1 << 16;
 /// Most lines, summed over all locations: each becomes a frame.
-pub const MAX_LINES: usize = 1 << 22;
+pub(super) const MAX_LINES: usize = 1 << 22;
 /// Most lines in one location (a call and the calls inlined into it): no
 /// stack holds more than [`kiln_model::MAX_STACK_DEPTH`] frames.
-pub const MAX_LOCATION_LINES: usize = kiln_model::MAX_STACK_DEPTH;
+pub(super) const MAX_LOCATION_LINES: usize = kiln_model::MAX_STACK_DEPTH;
 /// Most entries in the string table.
-pub const MAX_STRINGS: usize = 1 << 22;
+pub(super) const MAX_STRINGS: usize = 1 << 22;
 /// Most location ids, summed over all samples.
-pub const MAX_SAMPLE_LOCATIONS: usize = 1 << 24;
+pub(super) const MAX_SAMPLE_LOCATIONS: usize = 1 << 24;
 /// Most values, summed over all samples.
-pub const MAX_SAMPLE_VALUES: usize = 1 << 24;
+pub(super) const MAX_SAMPLE_VALUES: usize = 1 << 24;
 /// Most labels, summed over all samples.
-pub const MAX_SAMPLE_LABELS: usize = 1 << 22;
+pub(super) const MAX_SAMPLE_LABELS: usize = 1 << 22;
 /// Most sample types (each sample has one value per type) and comments.
-pub const MAX_SAMPLE_TYPES: usize = 1 << 10;
+pub(super) const MAX_SAMPLE_TYPES: usize = 1 << 10;
 
 /// What decoding a profile would build, as far as [`check`] counted.
 #[derive(Debug, Default, PartialEq, Eq)]

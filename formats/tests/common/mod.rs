@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use kiln_model::{Batch, Frame, FrameId, StackId};
 
-pub const NOW_NS: i64 = 1_700_000_000_000_000_000;
+pub(crate) const NOW_NS: i64 = 1_700_000_000_000_000_000;
 
 /// The name a frame shows in a flamegraph.
-pub fn frame_name(frame: &Frame) -> String {
+pub(crate) fn frame_name(frame: &Frame) -> String {
     match frame {
         Frame::Named { function, .. } => function.clone(),
         Frame::Address { addr, .. } => format!("{addr:#x}"),
@@ -17,13 +17,13 @@ pub fn frame_name(frame: &Frame) -> String {
 }
 
 /// A batch's stacks as collapsed lines (`root;…;leaf` → summed count).
-pub fn collapsed(batch: &Batch) -> BTreeMap<String, u64> {
+pub(crate) fn collapsed(batch: &Batch) -> BTreeMap<String, u64> {
     collapsed_with(batch, |f| Some(frame_name(f)))
 }
 
 /// Like [`collapsed`], with `name` deciding each frame's name, or that it
 /// is left out.
-pub fn collapsed_with(
+pub(crate) fn collapsed_with(
     batch: &Batch,
     name: impl Fn(&Frame) -> Option<String>,
 ) -> BTreeMap<String, u64> {
@@ -43,7 +43,7 @@ pub fn collapsed_with(
 }
 
 /// The frames of the stack of `batch`'s sample `i`, root first.
-pub fn stack_frames(batch: &Batch, i: usize) -> Vec<Frame> {
+pub(crate) fn stack_frames(batch: &Batch, i: usize) -> Vec<Frame> {
     let stack = batch
         .stacks
         .iter()
@@ -65,7 +65,7 @@ pub fn stack_frames(batch: &Batch, i: usize) -> Vec<Frame> {
 }
 
 /// Reads a fixture from `tests/data`.
-pub fn fixture(name: &str) -> String {
+pub(crate) fn fixture(name: &str) -> String {
     let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }

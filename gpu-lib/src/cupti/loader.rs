@@ -58,7 +58,7 @@ pub fn candidate_paths(
 
 /// Paths of libcupti copies mapped into this process, from a
 /// `/proc/<pid>/maps` text.
-pub fn mapped_copies(maps: &str) -> Vec<PathBuf> {
+pub(super) fn mapped_copies(maps: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for line in maps.lines() {
         let Some(path) = line.split_whitespace().nth(5) else {

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Contexts a process can sample over its life.
-pub const MAX: usize = 256;
+pub(super) const MAX: usize = 256;
 
 /// A slot being written: not yet visible to lookups.
 const CLAIMED: usize = usize::MAX;
@@ -27,7 +27,7 @@ struct Slot<T> {
 }
 
 /// A fixed table of `T` by context handle.
-pub struct ContextTable<T> {
+pub(super) struct ContextTable<T> {
     slots: Box<[Slot<T>]>,
 }
 
@@ -47,7 +47,7 @@ impl<T> Default for ContextTable<T> {
 impl<T> ContextTable<T> {
     /// Adds `value` under `handle` (non-zero); gives it back when the table
     /// is full.
-    pub fn insert(&self, handle: usize, value: T) -> Result<&T, T> {
+    pub(super) fn insert(&self, handle: usize, value: T) -> Result<&T, T> {
         debug_assert!(handle != 0 && handle != CLAIMED);
         for slot in self.slots.iter() {
             if slot
@@ -65,7 +65,7 @@ impl<T> ContextTable<T> {
 
     /// Every value under `handle`, oldest first (a handle the driver
     /// reused after a context was destroyed has several).
-    pub fn find(&self, handle: usize) -> impl Iterator<Item = &T> {
+    pub(super) fn find(&self, handle: usize) -> impl Iterator<Item = &T> {
         self.claimed()
             .filter(move |slot| slot.key.load(Ordering::Acquire) == handle)
             .filter_map(|slot| slot.value.get())
@@ -81,7 +81,7 @@ impl<T> ContextTable<T> {
     }
 
     /// Every value.
-    pub fn all(&self) -> impl Iterator<Item = &T> {
+    pub(super) fn all(&self) -> impl Iterator<Item = &T> {
         self.claimed()
             .filter(|slot| slot.key.load(Ordering::Acquire) != CLAIMED)
             .filter_map(|slot| slot.value.get())

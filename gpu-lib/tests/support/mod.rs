@@ -35,16 +35,16 @@ use kiln_cuda::wire::StallReasonName;
 use kiln_cuda::{Cupti, Snapshot, SnapshotListener};
 
 /// The name CUPTI gives the sampled function.
-pub const FUNCTION: &str = "_Z5k_addPfS_";
+pub(crate) const FUNCTION: &str = "_Z5k_addPfS_";
 /// The CRC its PCs carry.
-pub const CUBIN_CRC: u64 = 4007;
+pub(crate) const CUBIN_CRC: u64 = 4007;
 /// The kernel name pointer kernel records carry.
-pub const KERNEL_NAME_PTR: u64 = 0xa000;
+pub(crate) const KERNEL_NAME_PTR: u64 = 0xa000;
 /// Samples per PC per `GetData`: two PCs, at 0x10 (stall 3) and 0x20
 /// (stall 8).
-pub const SAMPLES_PER_PC: u32 = 5;
+pub(crate) const SAMPLES_PER_PC: u32 = 5;
 /// What `Disable` leaves in the configured buffer: one PC at 0x30.
-pub const SAMPLES_AT_DISABLE: u32 = 7;
+pub(crate) const SAMPLES_AT_DISABLE: u32 = 7;
 
 /// Where the calling thread is, as CUPTI would know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ enum PcState {
 
 /// How `GetData` behaves.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct GetDataFaults {
+pub(crate) struct GetDataFaults {
     /// The first this many calls fail with `CUPTI_ERROR_OUT_OF_MEMORY`
     /// and a full hardware buffer.
     pub fail_first: u64,
@@ -78,7 +78,7 @@ pub struct GetDataFaults {
 
 /// Plays CUPTI.
 #[derive(Default)]
-pub struct FakeCupti {
+pub(crate) struct FakeCupti {
     requested: Mutex<Option<BufferRequestedFunc>>,
     completed: Mutex<Option<BufferCompletedFunc>>,
     callback: Mutex<Option<CallbackFunc>>,
@@ -101,7 +101,7 @@ pub struct FakeCupti {
 
 impl FakeCupti {
     /// A fake whose `GetData` returns PCs of [`FUNCTION`].
-    pub fn new(faults: GetDataFaults) -> Self {
+    pub(crate) fn new(faults: GetDataFaults) -> Self {
         Self {
             pc_name: Some(CString::new(FUNCTION).unwrap()),
             faults,
@@ -110,7 +110,7 @@ impl FakeCupti {
     }
 
     /// Every breach of the rules so far.
-    pub fn violations(&self) -> Vec<String> {
+    pub(crate) fn violations(&self) -> Vec<String> {
         self.violations.lock().unwrap().clone()
     }
 
@@ -130,7 +130,7 @@ impl FakeCupti {
     }
 
     /// A resource callback on this thread.
-    pub fn resource(&self, cbid: u32, ctx: usize, descriptor: *mut c_void) {
+    pub(crate) fn resource(&self, cbid: u32, ctx: usize, descriptor: *mut c_void) {
         let data = ResourceData {
             context: ctx as *mut c_void,
             resource_handle: std::ptr::null_mut(),
@@ -152,14 +152,14 @@ impl FakeCupti {
 
     /// A launch on `ctx` from this thread: the enter and exit callbacks,
     /// with the launch "in the driver" in between.
-    pub fn launch(&self, ctx: usize, correlation_id: u32, cbid: u32) {
+    pub(crate) fn launch(&self, ctx: usize, correlation_id: u32, cbid: u32) {
         let _in_flight = self.launch_in_flight();
         self.driver_call(ctx, correlation_id, cbid, std::ptr::null(), 0);
     }
 
     /// A driver call with `params` from this thread: enter and exit
     /// callbacks, the exit with `result` as the call's CUresult.
-    pub fn driver_call(
+    pub(crate) fn driver_call(
         &self,
         ctx: usize,
         correlation_id: u32,
@@ -205,7 +205,7 @@ impl FakeCupti {
 
     /// `cuMemAlloc_v2` returning `address`, or failing when `result` is
     /// not 0.
-    pub fn mem_alloc(
+    pub(crate) fn mem_alloc(
         &self,
         ctx: usize,
         correlation_id: u32,
@@ -229,7 +229,7 @@ impl FakeCupti {
 
     /// `cuMemCreate` of `bytes` at a location of `location_type`
     /// (`abi::MEM_LOCATION_TYPE_DEVICE` or another), returning `handle`.
-    pub fn mem_create(
+    pub(crate) fn mem_create(
         &self,
         ctx: usize,
         correlation_id: u32,
@@ -260,7 +260,7 @@ impl FakeCupti {
     }
 
     /// `cuMemRelease` of `handle`.
-    pub fn mem_release(&self, ctx: usize, correlation_id: u32, handle: u64) {
+    pub(crate) fn mem_release(&self, ctx: usize, correlation_id: u32, handle: u64) {
         let params = abi::MemReleaseParams { handle };
         self.driver_call(
             ctx,
@@ -272,7 +272,7 @@ impl FakeCupti {
     }
 
     /// `cuMemFree_v2` of `address`.
-    pub fn mem_free(&self, ctx: usize, correlation_id: u32, address: u64) {
+    pub(crate) fn mem_free(&self, ctx: usize, correlation_id: u32, address: u64) {
         let params = abi::MemFreeParams { dptr: address };
         self.driver_call(
             ctx,
@@ -284,13 +284,13 @@ impl FakeCupti {
     }
 
     /// Holds a launch "in the driver" until the guard drops.
-    pub fn launch_in_flight(&self) -> InFlight<'_> {
+    pub(crate) fn launch_in_flight(&self) -> InFlight<'_> {
         self.launches_in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self)
     }
 
     /// Asks for a buffer, fills it with `records`, hands it back.
-    pub fn complete_buffer(&self, records: &[u8]) {
+    pub(crate) fn complete_buffer(&self, records: &[u8]) {
         let requested = self.requested.lock().unwrap().expect("registered");
         let completed = self.completed.lock().unwrap().expect("registered");
         let (mut ptr, mut size, mut max) = (std::ptr::null_mut(), 0usize, 0usize);
@@ -345,7 +345,7 @@ impl FakeCupti {
 }
 
 /// A launch held in flight.
-pub struct InFlight<'a>(&'a FakeCupti);
+pub(crate) struct InFlight<'a>(&'a FakeCupti);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -532,7 +532,7 @@ impl Cupti for FakeCupti {
 
 /// Listens on a socket in `dir` and collects every snapshot of one
 /// connection on a thread.
-pub fn listen(
+pub(crate) fn listen(
     dir: &std::path::Path,
 ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<Snapshot>>) {
     let socket = dir.join("gpu.sock");
@@ -545,7 +545,7 @@ pub fn listen(
 }
 
 /// PC samples per (offset, stall reason), summed over snapshots.
-pub fn pc_totals(snapshots: &[Snapshot]) -> HashMap<(u64, u32), u64> {
+pub(crate) fn pc_totals(snapshots: &[Snapshot]) -> HashMap<(u64, u32), u64> {
     let mut totals = HashMap::new();
     for p in snapshots.iter().flat_map(|s| &s.pc_samples) {
         assert_eq!(p.function_name, FUNCTION);

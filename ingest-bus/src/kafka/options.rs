@@ -34,7 +34,7 @@ pub struct KafkaOptions {
 }
 
 /// The topic name used when a URL names none.
-pub const DEFAULT_TOPIC: &str = "kiln-ingest";
+pub(super) const DEFAULT_TOPIC: &str = "kiln-ingest";
 
 impl KafkaOptions {
     /// Defaults, for `brokers`.

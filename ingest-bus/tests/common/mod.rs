@@ -8,7 +8,7 @@ use kiln_ingest_bus::{Consumer, Record};
 
 /// Polls until exactly `n` records arrived; fails if a poll waits 10 s for
 /// nothing (the records should all be there already).
-pub async fn poll_exactly(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> {
+pub(crate) async fn poll_exactly(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> {
     let mut out = Vec::new();
     while out.len() < n {
         let batch = consumer
@@ -26,7 +26,7 @@ pub async fn poll_exactly(consumer: &mut dyn Consumer, n: usize) -> Vec<Record> 
 }
 
 /// Asserts that nothing more arrives within a short wait.
-pub async fn assert_drained(consumer: &mut dyn Consumer) {
+pub(crate) async fn assert_drained(consumer: &mut dyn Consumer) {
     let extra = consumer
         .poll(10, usize::MAX, Duration::from_millis(50))
         .await
@@ -37,7 +37,7 @@ pub async fn assert_drained(consumer: &mut dyn Consumer) {
 /// The payload the tests publish as record number `i`: its length and bytes
 /// both depend on `i`, so a record swapped, cut or mixed with another is
 /// caught.
-pub fn payload(i: u64) -> Vec<u8> {
+pub(crate) fn payload(i: u64) -> Vec<u8> {
     let len = (i % 97) as usize * 13 + 8;
     let mut p = i.to_le_bytes().to_vec();
     p.extend((0..len - 8).map(|j| (i as usize * 31 + j) as u8));
@@ -45,7 +45,7 @@ pub fn payload(i: u64) -> Vec<u8> {
 }
 
 /// The number `payload` was built from, if `p` is intact.
-pub fn payload_number(p: &[u8]) -> Option<u64> {
+pub(crate) fn payload_number(p: &[u8]) -> Option<u64> {
     let i = u64::from_le_bytes(p.get(..8)?.try_into().ok()?);
     (payload(i) == p).then_some(i)
 }

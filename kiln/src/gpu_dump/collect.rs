@@ -12,7 +12,7 @@ use kiln_model::Frame;
 
 /// One kernel's launches over the whole connection.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct KernelTotal {
+pub(super) struct KernelTotal {
     /// Executions.
     pub launches: u64,
     /// GPU time, ns.
@@ -25,18 +25,18 @@ pub struct KernelTotal {
 
 impl KernelTotal {
     /// Mean GPU time per launch, ns.
-    pub fn mean_ns(&self) -> f64 {
+    pub(super) fn mean_ns(&self) -> f64 {
         self.total_ns as f64 / self.launches.max(1) as f64
     }
 }
 
 /// Where PC samples were taken: function, cubin CRC, PC offset, stall
 /// reason index.
-pub type PcKey = (String, u64, u64, u32);
+pub(super) type PcKey = (String, u64, u64, u32);
 
 /// How a connection ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum End {
+pub(super) enum End {
     /// Still open when the dump stopped (at the timeout).
     #[default]
     Open,
@@ -49,7 +49,7 @@ pub enum End {
 
 /// Everything one connection sent.
 #[derive(Debug, Default)]
-pub struct Connection {
+pub(super) struct Connection {
     /// The pids its snapshots carried (one, unless something is wrong).
     pub pids: BTreeSet<u32>,
     /// Snapshot sequence numbers in arrival order.
@@ -84,7 +84,7 @@ pub struct Connection {
 impl Connection {
     /// Adds one snapshot. Its cubins go into `cubins`, which names the
     /// SASS instructions of the stacks folded here and in [`Self::pc_summary`].
-    pub fn take(&mut self, snapshot: &Snapshot, cubins: &RefCell<CubinStore>) {
+    pub(super) fn take(&mut self, snapshot: &Snapshot, cubins: &RefCell<CubinStore>) {
         self.pids.insert(snapshot.pid);
         self.sequences.push(snapshot.sequence);
         for k in &snapshot.kernels {
@@ -137,19 +137,19 @@ impl Connection {
 
     /// The short name of a stall reason (`long_scoreboard`), or `stall_<n>`
     /// when CUPTI's table did not name it.
-    pub fn stall_name(&self, index: u32) -> String {
+    pub(super) fn stall_name(&self, index: u32) -> String {
         self.stalls.name(index)
     }
 
     /// Whether the sequences run 0, 1, 2, … without a gap, and which are
     /// missing.
-    pub fn sequence_check(&self) -> SequenceCheck {
+    pub(super) fn sequence_check(&self) -> SequenceCheck {
         SequenceCheck::of(&self.sequences)
     }
 
     /// The PC sample figures; `instruction(crc, function, pc_offset)`
     /// names SASS instructions (a [`CubinStore`]).
-    pub fn pc_summary(
+    pub(super) fn pc_summary(
         &self,
         mut instruction: impl FnMut(u64, &str, u64) -> Option<String>,
     ) -> PcSummary {
@@ -209,7 +209,7 @@ impl Connection {
     }
 
     /// Folded stacks per unit: (stacks, total weight).
-    pub fn folded_units(&self) -> BTreeMap<&'static str, (usize, u64)> {
+    pub(super) fn folded_units(&self) -> BTreeMap<&'static str, (usize, u64)> {
         let mut units: BTreeMap<&'static str, (usize, u64)> = BTreeMap::new();
         for ((unit, _), weight) in &self.folded {
             let entry = units.entry(*unit).or_default();
@@ -220,7 +220,7 @@ impl Connection {
     }
 
     /// The heaviest folded stacks, heaviest first.
-    pub fn top_folded(&self, n: usize) -> Vec<(&'static str, &str, u64)> {
+    pub(super) fn top_folded(&self, n: usize) -> Vec<(&'static str, &str, u64)> {
         let mut folded: Vec<(&'static str, &str, u64)> = self
             .folded
             .iter()
@@ -233,7 +233,7 @@ impl Connection {
 }
 
 /// PCs listed with their instruction.
-pub const TOP_PCS: usize = 20;
+pub(super) const TOP_PCS: usize = 20;
 
 /// `kind:name`, as the stacks print.
 fn frame_text(frame: &Frame) -> String {
@@ -245,7 +245,7 @@ fn frame_text(frame: &Frame) -> String {
 
 /// Snapshot sequences against 0, 1, 2, …
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SequenceCheck {
+pub(super) struct SequenceCheck {
     /// Missing sequences, as inclusive ranges.
     pub gaps: Vec<(u64, u64)>,
     /// Sequences that came again or went backwards.
@@ -270,14 +270,14 @@ impl SequenceCheck {
     }
 
     /// Every sequence from 0 on, once, in order.
-    pub fn ok(&self) -> bool {
+    pub(super) fn ok(&self) -> bool {
         self.gaps.is_empty() && self.out_of_order == 0
     }
 }
 
 /// One of the most sampled PCs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopPc {
+pub(super) struct TopPc {
     /// The function, mangled.
     pub function: String,
     /// Its cubin's CRC.
@@ -294,7 +294,7 @@ pub struct TopPc {
 
 /// PC sample figures of one connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PcSummary {
+pub(super) struct PcSummary {
     /// All samples.
     pub total_samples: u64,
     /// Distinct (function, cubin, offset).
@@ -320,7 +320,7 @@ pub struct PcSummary {
 /// The struct is destructured without `..`: a counter added to
 /// [`Counters`] stops this from compiling until it is listed here, so the
 /// dump can never leave one out.
-pub fn counter_fields(counters: &Counters) -> Vec<(&'static str, u64)> {
+pub(super) fn counter_fields(counters: &Counters) -> Vec<(&'static str, u64)> {
     macro_rules! fields {
         ($($field:ident),* $(,)?) => {{
             let Counters { $($field),* } = *counters;

@@ -19,7 +19,7 @@ use super::collect::{Connection, End, PcSummary, counter_fields};
 const TOP_FOLDED: usize = 8;
 
 /// One line per snapshot as it arrives.
-pub fn snapshot_line(index: usize, s: &Snapshot) -> String {
+pub(super) fn snapshot_line(index: usize, s: &Snapshot) -> String {
     format!(
         "snapshot conn={index} pid={} seq={} interval={:.3}s kernels={} pc_samples={} \
          stall_reasons={} cubins={} launches_so_far={}",
@@ -78,7 +78,7 @@ fn wrapped(out: &mut impl Write, indent: &str, items: &[String]) -> io::Result<(
 }
 
 /// The text report of one connection.
-pub fn print_connection(
+pub(super) fn print_connection(
     out: &mut impl Write,
     index: usize,
     conn: &Connection,
@@ -257,7 +257,7 @@ fn print_stall_reasons(out: &mut impl Write, conn: &Connection, pc: &PcSummary) 
 }
 
 /// Every counter by its field name.
-pub fn counters_json(counters: &Counters) -> Value {
+pub(super) fn counters_json(counters: &Counters) -> Value {
     Value::Object(
         counter_fields(counters)
             .into_iter()
@@ -267,7 +267,7 @@ pub fn counters_json(counters: &Counters) -> Value {
 }
 
 /// The JSON summary of one connection.
-pub fn connection_json(index: usize, conn: &Connection, pc: &PcSummary) -> Value {
+pub(super) fn connection_json(index: usize, conn: &Connection, pc: &PcSummary) -> Value {
     let check = conn.sequence_check();
     let kernels: serde_json::Map<String, Value> = conn
         .kernels

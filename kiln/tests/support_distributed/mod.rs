@@ -21,14 +21,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::support::aggregate;
 
 /// The query nodes' shared secret.
-pub const CLUSTER_SECRET: &str = "distributed-test-cluster-secret";
+pub(crate) const CLUSTER_SECRET: &str = "distributed-test-cluster-secret";
 /// The operator's token, the same on every gateway and query node.
-pub const ADMIN_TOKEN: &str = "distributed-test-admin-token";
+pub(crate) const ADMIN_TOKEN: &str = "distributed-test-admin-token";
 /// What the gateway signs bus records with and the workers verify.
-pub const BUS_KEY: &str = "distributed-test-bus-key";
+pub(crate) const BUS_KEY: &str = "distributed-test-bus-key";
 
 /// The broker and PostgreSQL URLs, or `None` (after saying why).
-pub fn servers() -> Option<(String, String)> {
+pub(crate) fn servers() -> Option<(String, String)> {
     let kafka = std::env::var("KILN_TEST_KAFKA")
         .ok()
         .filter(|v| !v.is_empty());
@@ -50,7 +50,7 @@ pub fn servers() -> Option<(String, String)> {
 }
 
 /// A name no other run uses: the process id and the time.
-pub fn unique() -> String {
+pub(crate) fn unique() -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -59,7 +59,7 @@ pub fn unique() -> String {
 }
 
 /// A fresh database on the test server; returns its URL.
-pub fn fresh_database(server_url: &str) -> String {
+pub(crate) fn fresh_database(server_url: &str) -> String {
     let name = format!("kiln_dist_{}", unique());
     psql(server_url, &format!("CREATE DATABASE {name}"));
     let (base, _) = server_url.rsplit_once('/').expect("a URL with a database");
@@ -67,7 +67,7 @@ pub fn fresh_database(server_url: &str) -> String {
 }
 
 /// Runs one SQL statement with `psql` against `database_url`.
-pub fn psql(database_url: &str, sql: &str) {
+pub(crate) fn psql(database_url: &str, sql: &str) {
     let status = Command::new("psql")
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", database_url, "-c", sql])
         .status()
@@ -76,7 +76,7 @@ pub fn psql(database_url: &str, sql: &str) {
 }
 
 /// `kiln store migrate` of `store`.
-pub fn migrate(store: &str) {
+pub(crate) fn migrate(store: &str) {
     let migrated = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["store", "migrate", "--store", store])
         .status()
@@ -85,7 +85,7 @@ pub fn migrate(store: &str) {
 }
 
 /// A `kiln` role process.
-pub struct Role {
+pub(crate) struct Role {
     pub name: &'static str,
     child: Child,
     /// The HTTP base URL, for roles that serve.
@@ -94,7 +94,7 @@ pub struct Role {
 
 impl Role {
     /// Runs `kiln ARGS` and waits for its "is up" line.
-    pub fn start(name: &'static str, args: &[&str]) -> Role {
+    pub(crate) fn start(name: &'static str, args: &[&str]) -> Role {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(args)
             .env("KILN_LOG", "warn")
@@ -119,17 +119,17 @@ impl Role {
         Role { name, child, url }
     }
 
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         self.url.as_deref().expect("a role that serves HTTP")
     }
 
     /// The process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// SIGKILL: no chance to commit, flush or leave the group.
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         self.child.kill().expect("kill");
         let _ = self.child.wait();
         eprintln!("killed kiln {} with SIGKILL", self.name);
@@ -146,7 +146,7 @@ impl Drop for Role {
 /// What a deployment's processes share: a fresh, migrated database (the
 /// profile store and the metadata store), a topic of its own, and an
 /// object store in a temporary directory.
-pub struct Backends {
+pub(crate) struct Backends {
     /// The PostgreSQL URL of the store.
     pub store: String,
     /// The `kafka://` bus URL, topic and partitions included.
@@ -160,7 +160,7 @@ pub struct Backends {
 impl Backends {
     /// Fresh backends on the test servers; `topic` prefixes the topic's
     /// name, which has `partitions` partitions.
-    pub fn new(kafka: &str, postgres: &str, topic: &str, partitions: u32) -> Backends {
+    pub(crate) fn new(kafka: &str, postgres: &str, topic: &str, partitions: u32) -> Backends {
         let dir = tempfile::tempdir().unwrap();
         let store = fresh_database(postgres);
         migrate(&store);
@@ -175,12 +175,12 @@ impl Backends {
     }
 
     /// The object store's root directory.
-    pub fn objects_dir(&self) -> std::path::PathBuf {
+    pub(crate) fn objects_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("objects")
     }
 
     /// `kiln gateway` on a free port, checking keys against the store.
-    pub fn gateway(&self) -> Role {
+    pub(crate) fn gateway(&self) -> Role {
         Role::start(
             "gateway",
             &[
@@ -204,7 +204,7 @@ impl Backends {
     }
 
     /// `kiln worker`, verifying records with [`BUS_KEY`].
-    pub fn worker(&self) -> Role {
+    pub(crate) fn worker(&self) -> Role {
         Role::start(
             "worker",
             &[
@@ -224,7 +224,7 @@ impl Backends {
     }
 
     /// `kiln query` on a free port, without peers.
-    pub fn query(&self) -> Role {
+    pub(crate) fn query(&self) -> Role {
         Role::start(
             "query",
             &[
@@ -246,19 +246,19 @@ impl Backends {
 
 /// A tenant made for a test: its name and a key with ingest and read
 /// rights on its default project.
-pub struct Tenant {
+pub(crate) struct Tenant {
     pub name: String,
     pub key: String,
 }
 
 /// `kiln tenant create` of a tenant named after this run, through `server`
 /// with the admin token; returns the key it prints as its last line.
-pub fn create_tenant(server: &str) -> String {
+pub(crate) fn create_tenant(server: &str) -> String {
     new_tenant(server).key
 }
 
 /// [`create_tenant`], with the tenant's name.
-pub fn new_tenant(server: &str) -> Tenant {
+pub(crate) fn new_tenant(server: &str) -> Tenant {
     let name = format!("t{}", unique());
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["tenant", "create", "--server", server])
@@ -280,14 +280,14 @@ pub fn new_tenant(server: &str) -> Tenant {
 
 /// A loopback address that was free a moment ago (the query nodes must
 /// know each other's URLs before they start).
-pub fn free_addr() -> std::net::SocketAddr {
+pub(crate) fn free_addr() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
 }
 
-pub fn http() -> ureq::Agent {
+pub(crate) fn http() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(120)))
@@ -296,7 +296,7 @@ pub fn http() -> ureq::Agent {
 }
 
 /// `GET base+path` with `Authorization: Bearer key`.
-pub fn get(base: &str, key: &str, path: &str) -> (u16, String) {
+pub(crate) fn get(base: &str, key: &str, path: &str) -> (u16, String) {
     let mut response = http()
         .get(format!("{base}{path}"))
         .header("authorization", format!("Bearer {key}"))
@@ -312,7 +312,7 @@ pub fn get(base: &str, key: &str, path: &str) -> (u16, String) {
 }
 
 /// `POST base+path` with `Authorization: Bearer key`.
-pub fn post(base: &str, key: &str, path: &str, body: &[u8]) -> (u16, String) {
+pub(crate) fn post(base: &str, key: &str, path: &str, body: &[u8]) -> (u16, String) {
     let mut response = http()
         .post(format!("{base}{path}"))
         .header("authorization", format!("Bearer {key}"))
@@ -329,7 +329,7 @@ pub fn post(base: &str, key: &str, path: &str, body: &[u8]) -> (u16, String) {
 
 /// `stack count` lines of the last day matching `filter`, summed by stack,
 /// as `key` sees them.
-pub fn collapsed(query: &str, key: &str, filter: &str) -> Vec<String> {
+pub(crate) fn collapsed(query: &str, key: &str, filter: &str) -> Vec<String> {
     let (status, body) = get(
         query,
         key,

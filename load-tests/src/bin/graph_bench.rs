@@ -167,13 +167,13 @@ mod baseline {
     use kiln_model::{FrameId, FrameKind};
 
     /// What the old builder produced, by field.
-    pub struct Graph {
+    pub(crate) struct Graph {
         pub strings: Vec<String>,
         pub frames: Vec<WireFrame>,
         pub nodes: Vec<Node>,
     }
 
-    pub fn flamegraph(
+    pub(crate) fn flamegraph(
         stacks: &[(Vec<FrameId>, u64)],
         labels: &HashMap<FrameId, Arc<[Arc<FrameLabel>]>>,
     ) -> Graph {

@@ -24,7 +24,7 @@ impl Default for DebugDirs {
 
 /// A debug file found for an ELF, read into memory.
 #[derive(Debug)]
-pub struct DebugFile {
+pub(super) struct DebugFile {
     pub path: PathBuf,
     pub data: Vec<u8>,
 }
@@ -33,7 +33,7 @@ pub struct DebugFile {
 /// id must carry the same build id; one found by debug link must match the
 /// link's CRC. Unreadable candidates are skipped: a missing debug file only
 /// means fewer symbols.
-pub fn find(elf_path: &Path, elf: &object::File<'_>, dirs: &DebugDirs) -> Option<DebugFile> {
+pub(super) fn find(elf_path: &Path, elf: &object::File<'_>, dirs: &DebugDirs) -> Option<DebugFile> {
     if let Ok(Some(id)) = elf.build_id()
         && id.len() >= 2
     {

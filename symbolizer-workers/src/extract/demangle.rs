@@ -4,7 +4,7 @@ use crate::table::Function;
 
 /// Makes a [`Function`] from a linkage (possibly mangled) name: demangled
 /// when it is a Rust or C++ symbol, with the mangled name kept beside it.
-pub fn function(linkage: &str) -> Function {
+pub(crate) fn function(linkage: &str) -> Function {
     match demangle(linkage) {
         Some(name) if name != linkage => Function {
             name,
@@ -18,7 +18,7 @@ pub fn function(linkage: &str) -> Function {
 }
 
 /// A plain (not mangled) name, e.g. DWARF's `DW_AT_name`.
-pub fn plain(name: &str) -> Function {
+pub(crate) fn plain(name: &str) -> Function {
     Function {
         name: name.to_owned(),
         mangled: None,

@@ -17,7 +17,7 @@ type Unit<'a> = gimli::Unit<R<'a>>;
 
 /// A function with code: a `DW_TAG_subprogram` with addresses.
 #[derive(Debug, Default)]
-pub struct Subprogram {
+pub(super) struct Subprogram {
     pub ranges: Vec<(u64, u64)>,
     /// Index into the function interner, or [`NONE`].
     pub function: u32,
@@ -26,7 +26,7 @@ pub struct Subprogram {
 
 /// A `DW_TAG_inlined_subroutine` within a [`Subprogram`].
 #[derive(Debug)]
-pub struct InlinedCall {
+pub(super) struct InlinedCall {
     pub ranges: Vec<(u64, u64)>,
     pub depth: u32,
     pub function: u32,
@@ -36,7 +36,7 @@ pub struct InlinedCall {
 
 /// What the DWARF of one file holds.
 #[derive(Debug, Default)]
-pub struct DwarfInfo {
+pub(super) struct DwarfInfo {
     pub subprograms: Vec<Subprogram>,
     /// Line-table sequences; each ends with a row of file [`NONE`], line 0
     /// at its end address.
@@ -46,7 +46,7 @@ pub struct DwarfInfo {
 }
 
 /// The DWARF sections of `file`, decompressed where they are compressed.
-pub struct Sections<'d> {
+pub(super) struct Sections<'d> {
     sections: gimli::DwarfSections<Cow<'d, [u8]>>,
     endian: RunTimeEndian,
     info_bytes: usize,
@@ -54,7 +54,7 @@ pub struct Sections<'d> {
 }
 
 impl<'d> Sections<'d> {
-    pub fn load(file: &object::File<'d>) -> Result<Self, ExtractError> {
+    pub(super) fn load(file: &object::File<'d>) -> Result<Self, ExtractError> {
         let endian = if file.is_little_endian() {
             RunTimeEndian::Little
         } else {
@@ -88,19 +88,19 @@ impl<'d> Sections<'d> {
     }
 
     /// Whether there is any DWARF to read.
-    pub fn has_info(&self) -> bool {
+    pub(super) fn has_info(&self) -> bool {
         self.info_bytes > 0
     }
 
     /// Total size of the (uncompressed) DWARF sections, for size reports.
-    pub fn total_size(&self) -> usize {
+    pub(super) fn total_size(&self) -> usize {
         self.total_bytes
     }
 
     /// Reads functions, inline trees and line tables. `text` are the
     /// executable ranges of the ELF: code outside them was discarded by the
     /// linker and is ignored.
-    pub fn read(
+    pub(super) fn read(
         &self,
         text: &[(u64, u64)],
         functions: &mut Interner<Function>,

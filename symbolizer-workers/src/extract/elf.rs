@@ -10,7 +10,7 @@ use crate::table::{Function, NONE, SourceFile};
 
 /// A function symbol: `[start, end)` named `function`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Symbol {
+pub(super) struct Symbol {
     pub start: u64,
     pub end: u64,
     /// Index into the function interner.
@@ -30,7 +30,7 @@ pub struct Symbol {
 /// bytes stayed in the stripped file) but keep their addresses and the
 /// executable flag: they count, so that a debug file alone (from a distro
 /// package or debuginfod) yields its symbols.
-pub fn text_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
+pub(super) fn text_ranges(file: &object::File<'_>) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = file
         .sections()
         .filter(|s| (s.kind() == SectionKind::Text || is_exec_alloc(s.flags())) && s.size() > 0)
@@ -47,7 +47,7 @@ fn is_exec_alloc(flags: SectionFlags) -> bool {
 }
 
 /// Whether `[start, end)` lies within one of `text` (sorted ranges).
-pub fn in_text(text: &[(u64, u64)], start: u64, end: u64) -> bool {
+pub(super) fn in_text(text: &[(u64, u64)], start: u64, end: u64) -> bool {
     let i = text.partition_point(|&(s, _)| s <= start);
     i > 0 && start < end && end <= text[i - 1].1
 }
@@ -67,7 +67,7 @@ struct Candidate<'a> {
 
 /// Which symbol tables [`function_symbols`] reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tables {
+pub(super) enum Tables {
     /// The table `llvm-symbolizer` reads: the ELF's `.symtab`, or its
     /// `.dynsym` when it has no `.symtab` (a stripped file). Its names win
     /// over DWARF's (they name aliases and code without debug info).
@@ -85,7 +85,7 @@ pub enum Tables {
 /// This mirrors how `llvm-symbolizer` reads symbol tables: an address
 /// belongs to the nearest symbol at or below it, if that one's size covers
 /// it.
-pub fn function_symbols(
+pub(super) fn function_symbols(
     objects: &[&object::File<'_>],
     tables: Tables,
     text: &[(u64, u64)],

@@ -52,7 +52,7 @@ const FUNC_CU_OFFSET: usize = 32;
 
 /// The functions `.gopclntab` names, sorted, or none when the file has no
 /// such table of a layout this reads.
-pub fn function_symbols(
+pub(super) fn function_symbols(
     file: &object::File<'_>,
     text: &[(u64, u64)],
     functions: &mut Interner<Function>,
@@ -79,7 +79,7 @@ pub fn function_symbols(
 /// file and line from its pcfile and pcln tables, ending with a row of
 /// file [`NONE`] at its end, as DWARF sequences do), or none when the file
 /// has no such table of a layout this reads.
-pub fn line_sequences(
+pub(super) fn line_sequences(
     file: &object::File<'_>,
     text: &[(u64, u64)],
     files: &mut Interner<SourceFile>,

@@ -6,13 +6,13 @@ use std::hash::Hash;
 
 /// Hands out one index per distinct value, in order of first sight.
 #[derive(Debug)]
-pub struct Interner<T> {
+pub(super) struct Interner<T> {
     index: HashMap<T, u32>,
     values: Vec<T>,
 }
 
 impl<T: Clone + Eq + Hash> Interner<T> {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Interner {
             index: HashMap::new(),
             values: Vec::new(),
@@ -20,7 +20,7 @@ impl<T: Clone + Eq + Hash> Interner<T> {
     }
 
     /// The index of `value`, adding it if it is new.
-    pub fn intern(&mut self, value: T) -> u32 {
+    pub(super) fn intern(&mut self, value: T) -> u32 {
         if let Some(&i) = self.index.get(&value) {
             return i;
         }
@@ -32,11 +32,11 @@ impl<T: Clone + Eq + Hash> Interner<T> {
         i
     }
 
-    pub fn get(&self, i: u32) -> Option<&T> {
+    pub(super) fn get(&self, i: u32) -> Option<&T> {
         self.values.get(i as usize)
     }
 
-    pub fn into_values(self) -> Vec<T> {
+    pub(super) fn into_values(self) -> Vec<T> {
         self.values
     }
 }

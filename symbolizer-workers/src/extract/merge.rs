@@ -10,7 +10,7 @@ use crate::table::{Inline, LineRow, NONE, Range};
 /// other symbol tables' (`llvm-symbolizer` does the same with the first
 /// two: the ELF's symbol table names aliases and code without debug
 /// info). Its inline chain and lines are DWARF's.
-pub fn ranges(primary: &[Symbol], secondary: &[Symbol], dwarf: &DwarfInfo) -> Vec<Range> {
+pub(super) fn ranges(primary: &[Symbol], secondary: &[Symbol], dwarf: &DwarfInfo) -> Vec<Range> {
     let (lines, covered) = line_rows(&dwarf.sequences);
     let pieces = dwarf_pieces(dwarf);
 

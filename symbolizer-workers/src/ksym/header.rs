@@ -7,7 +7,7 @@ use super::KsymError;
 use super::fields::u32_at;
 
 /// `KSYM`, the first bytes of every version.
-pub const MAGIC: &[u8; 4] = b"KSYM";
+pub(super) const MAGIC: &[u8; 4] = b"KSYM";
 
 /// A version's sections, in header order: names (for errors and size
 /// reports) and record sizes in bytes, of which the header of that

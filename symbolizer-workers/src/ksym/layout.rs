@@ -1,6 +1,6 @@
 //! Constants of the ksym layout shared by the writer and the reader.
 
-pub use super::header::MAGIC;
+pub(super) use super::header::MAGIC;
 /// Bumped whenever the meaning of any byte changes.
 pub const VERSION: u32 = 6;
 /// The earliest version read as it is. A version 2 file is a version 3
@@ -11,20 +11,20 @@ pub const VERSION: u32 = 6;
 /// [`Records::Full`]; a version 5 file is a version 6 file whose mangled
 /// names are in the blob, uncompressed (see [`MANGLED`]). Version 1 is
 /// [upgraded](super::upgrade).
-pub const READS_FROM: u32 = 2;
+pub(super) const READS_FROM: u32 = 2;
 
 /// Sections, in header order.
-pub const RANGES: usize = 0;
-pub const BODIES: usize = 1;
-pub const NODES: usize = 2;
-pub const FUNCS: usize = 3;
-pub const FILES: usize = 4;
-pub const BLOB: usize = 5;
-pub const PAGES: usize = 6;
+pub(super) const RANGES: usize = 0;
+pub(super) const BODIES: usize = 1;
+pub(super) const NODES: usize = 2;
+pub(super) const FUNCS: usize = 3;
+pub(super) const FILES: usize = 4;
+pub(super) const BLOB: usize = 5;
+pub(super) const PAGES: usize = 6;
 /// Version 6 on: mangled names, compressed in blocks (see
 /// `names::packed`); before, they were in the blob.
-pub const MANGLED: usize = 7;
-pub const SECTIONS: usize = 8;
+pub(super) const MANGLED: usize = 7;
+pub(super) const SECTIONS: usize = 8;
 
 /// The sections of a file of `version` and `records`, in header order:
 /// names and record sizes in bytes (versions 2 to 5 have no
@@ -43,15 +43,15 @@ pub(super) const fn section_table(
 }
 
 /// Set in the header's flags (version 4 on): the file is [`Widths::Narrow`].
-pub const NARROW: u32 = 1;
+pub(super) const NARROW: u32 = 1;
 /// Set in the header's flags (version 5 on): the file's range records are
 /// [`Records::Compact`].
-pub const COMPACT: u32 = 2;
+pub(super) const COMPACT: u32 = 2;
 
 /// How the range records are laid out: one choice per file (its header's
 /// flags), passed to lookups as a constant like [`Widths`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Records {
+pub(super) enum Records {
     /// 24 bytes: start u32 | len u32 | function u32 | body u32 | format
     /// u32 | rows u16 | chains u16, for files whose ranges all end below
     /// 4 GiB, which is every file but a kernel's (a range with more than
@@ -66,16 +66,16 @@ pub enum Records {
 
 /// Most rows, and most chain entries, a [`Records::Compact`] record
 /// counts (16 bits each).
-pub const MAX_COMPACT_COUNT: usize = 0xffff;
+pub(super) const MAX_COMPACT_COUNT: usize = 0xffff;
 
 /// Bytes of a [`Records::Full`] range record.
-pub const FULL_RANGE_LEN: usize = 32;
+pub(super) const FULL_RANGE_LEN: usize = 32;
 /// Bytes of a [`Records::Compact`] range record.
-pub const COMPACT_RANGE_LEN: usize = 24;
+pub(super) const COMPACT_RANGE_LEN: usize = 24;
 
 impl Records {
     /// The layout of a table whose ranges end at or before `end`.
-    pub fn for_end(end: u64) -> Records {
+    pub(super) fn for_end(end: u64) -> Records {
         match end <= u64::from(u32::MAX) {
             true => Records::Compact,
             false => Records::Full,
@@ -83,7 +83,7 @@ impl Records {
     }
 
     /// Bytes of a record.
-    pub const fn len(self) -> usize {
+    pub(super) const fn len(self) -> usize {
         match self {
             Records::Compact => COMPACT_RANGE_LEN,
             Records::Full => FULL_RANGE_LEN,
@@ -94,7 +94,7 @@ impl Records {
 /// The choices a file makes once for all its ranges (its header's
 /// flags), which each lookup takes as constants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileLayout {
+pub(super) struct FileLayout {
     pub widths: Widths,
     pub records: Records,
 }
@@ -102,7 +102,7 @@ pub struct FileLayout {
 impl FileLayout {
     /// The layout a file of `version` with these header `flags` has, or
     /// `None` for flags its version does not define.
-    pub fn from_flags(version: u32, flags: u32) -> Option<FileLayout> {
+    pub(super) fn from_flags(version: u32, flags: u32) -> Option<FileLayout> {
         // Before version 4 the flags word was reserved, and every file wide.
         let defined = match version {
             ..4 => return Some(FileLayout::FULL_WIDE),
@@ -125,7 +125,7 @@ impl FileLayout {
     }
 
     /// The header flags that say this layout.
-    pub fn flags(self) -> u32 {
+    pub(super) fn flags(self) -> u32 {
         let narrow = match self.widths {
             Widths::Narrow => NARROW,
             Widths::Wide => 0,
@@ -151,7 +151,7 @@ impl FileLayout {
 /// more instructions per lookup, spilled to the stack, for 5% fewer bytes
 /// than this.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Widths {
+pub(super) enum Widths {
     /// Node functions in 3 bytes, file table entries in 2: a file with
     /// fewer than 2^24 − 1 functions and 2^16 − 1 files, which is every
     /// file but the largest. All ones (0xff_ffff, 0xffff) is none: an
@@ -164,7 +164,7 @@ pub enum Widths {
 
 impl Widths {
     /// The widths of a table of `functions` functions and `files` files.
-    pub fn for_table(functions: usize, files: usize) -> Widths {
+    pub(super) fn for_table(functions: usize, files: usize) -> Widths {
         if functions < 0xff_ffff && files < 0xffff {
             Widths::Narrow
         } else {
@@ -174,7 +174,7 @@ impl Widths {
 
     /// Bytes of a node's function.
     #[inline(always)]
-    pub fn function(self) -> usize {
+    pub(super) fn function(self) -> usize {
         match self {
             Widths::Narrow => 3,
             Widths::Wide => 4,
@@ -183,7 +183,7 @@ impl Widths {
 
     /// Bytes of a file table entry.
     #[inline(always)]
-    pub fn file_entry(self) -> usize {
+    pub(super) fn file_entry(self) -> usize {
         match self {
             Widths::Narrow => 2,
             Widths::Wide => 4,
@@ -193,7 +193,7 @@ impl Widths {
 
 /// Whether `value`, read from a column of `width` bytes, is none: `NONE`,
 /// or all ones of a narrower width (how a narrow file writes none).
-pub fn reads_as_none(value: u32, width: usize) -> bool {
+pub(super) fn reads_as_none(value: u32, width: usize) -> bool {
     value == crate::table::NONE || (width < 4 && value == (1 << (8 * width)) - 1)
 }
 
@@ -210,21 +210,21 @@ pub(super) const PAGE_LAYOUT: super::pages::Layout = super::pages::Layout {
 /// where its rows begin, and per row only its low byte. A lookup goes
 /// straight to its bucket and counts a few bytes there: no search, and a
 /// byte per row rather than two.
-pub const BUCKET_SHIFT: u32 = 8;
+pub(super) const BUCKET_SHIFT: u32 = 8;
 
 /// A column of offsets has at most this many buckets per offset before
 /// it, plus [`SPARSE_BUCKETS`]: bounds what its bucket starts can cost.
-pub const MAX_BUCKETS_PER_OFFSET: u64 = 4;
+pub(super) const MAX_BUCKETS_PER_OFFSET: u64 = 4;
 /// Buckets any column may have, whatever its number of offsets: a range
 /// may run 64 KiB without a new line row (straight-line code on one line).
-pub const SPARSE_BUCKETS: u64 = 256;
+pub(super) const SPARSE_BUCKETS: u64 = 256;
 
 /// Low bytes are compared this many at a time.
-pub const BLOCK: usize = 16;
+pub(super) const BLOCK: usize = 16;
 
 /// Zero bytes after the last body: what reading a block of low bytes, or
 /// a value 4 bytes at a time, may read past the last one.
-pub const BODIES_PADDING: usize = BLOCK - 1;
+pub(super) const BODIES_PADDING: usize = BLOCK - 1;
 
 /// How a range's body is laid out, packed in the range record's `format`
 /// word: the byte widths of the rows' bucket starts (bits 0-1), lines
@@ -235,7 +235,7 @@ pub const BODIES_PADDING: usize = BLOCK - 1;
 /// (bits 25-26) and of the range's own inline nodes' call lines (27-28).
 /// Other bits are 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Format {
+pub(super) struct Format {
     /// Width of a bucket start of the rows: 0 (no buckets), 1, 2 or 4.
     pub row_bucket: usize,
     /// Width of a row's line (above the body's base line): 0, 1, 2 or 4.
@@ -263,10 +263,10 @@ pub struct Format {
 }
 
 /// Most files one range's table may hold (16 bits of `format`).
-pub const MAX_RANGE_FILES: usize = 0xffff;
+pub(super) const MAX_RANGE_FILES: usize = 0xffff;
 
 impl Format {
-    pub fn pack(self) -> u32 {
+    pub(super) fn pack(self) -> u32 {
         // Width 0, 1, 2, 4 as code 0, 1, 2, 3.
         let code = |w: usize| (usize::BITS - w.leading_zeros()).min(3);
         code(self.row_bucket)
@@ -282,7 +282,7 @@ impl Format {
     /// The format of a `format` word in a file of `widths`; `None` when
     /// bits that must be 0 are not.
     #[inline(always)]
-    pub fn unpack(word: u32, widths: Widths) -> Option<Format> {
+    pub(super) fn unpack(word: u32, widths: Widths) -> Option<Format> {
         /// Code 0, 1, 2, 3 as width 0, 1, 2, 4.
         #[inline(always)]
         fn width(code: u32) -> usize {
@@ -309,7 +309,7 @@ impl Format {
     /// Width of the chain's node references: 4 for ids of the nodes
     /// section.
     #[inline(always)]
-    pub fn node_ref(&self) -> usize {
+    pub(super) fn node_ref(&self) -> usize {
         match self.node {
             0 => 4,
             width => width,
@@ -318,7 +318,7 @@ impl Format {
 
     /// The smallest width (1, 2 or 4) that holds `max`, or 0 for 0 when
     /// `zero_ok`.
-    pub fn width_for(max: u64, zero_ok: bool) -> usize {
+    pub(super) fn width_for(max: u64, zero_ok: bool) -> usize {
         match max {
             0 if zero_ok => 0,
             0..=0xff => 1,

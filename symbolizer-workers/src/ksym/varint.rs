@@ -1,6 +1,6 @@
 //! LEB128 varints and zigzag, for the line rows.
 
-pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn write_u64(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -8,14 +8,14 @@ pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-pub fn write_i64(out: &mut Vec<u8>, v: i64) {
+pub(super) fn write_i64(out: &mut Vec<u8>, v: i64) {
     write_u64(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
 /// Reads a varint at `*pos`, advancing it; `None` past the end of `buf` or
 /// for a varint longer than 10 bytes.
 #[inline]
-pub fn read_u64(buf: &[u8], pos: &mut usize) -> Option<u64> {
+pub(super) fn read_u64(buf: &[u8], pos: &mut usize) -> Option<u64> {
     // Most line rows are one-byte varints: answer those without the loop.
     let first = *buf.get(*pos)?;
     if first < 0x80 {
@@ -38,7 +38,7 @@ pub fn read_u64(buf: &[u8], pos: &mut usize) -> Option<u64> {
 /// lookups, where a slice cursor costs less than an index into a buffer.
 /// `None` at the end or for a varint longer than 10 bytes.
 #[inline]
-pub fn next_u64(rest: &mut &[u8]) -> Option<u64> {
+pub(super) fn next_u64(rest: &mut &[u8]) -> Option<u64> {
     let (&first, tail) = rest.split_first()?;
     *rest = tail;
     // Most line rows are one-byte varints: answer those without the loop.
@@ -58,7 +58,7 @@ pub fn next_u64(rest: &mut &[u8]) -> Option<u64> {
 }
 
 #[inline]
-pub fn next_i64(rest: &mut &[u8]) -> Option<i64> {
+pub(super) fn next_i64(rest: &mut &[u8]) -> Option<i64> {
     next_u64(rest).map(unzigzag)
 }
 
@@ -68,7 +68,7 @@ fn unzigzag(v: u64) -> i64 {
 }
 
 #[inline]
-pub fn read_i64(buf: &[u8], pos: &mut usize) -> Option<i64> {
+pub(super) fn read_i64(buf: &[u8], pos: &mut usize) -> Option<i64> {
     read_u64(buf, pos).map(unzigzag)
 }
 

@@ -20,11 +20,11 @@ use sha2::{Digest, Sha256};
 use super::super::admin::AdminToken;
 
 /// The session cookie's name.
-pub const SESSION_COOKIE: &str = "kiln_session";
+pub(crate) const SESSION_COOKIE: &str = "kiln_session";
 /// How long a session lasts.
-pub const SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const SESSION_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a login link can be used (once).
-pub const LOGIN_LINK_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const LOGIN_LINK_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Login links kept at most (each is small; the bound stops a caller who
 /// may mint them from growing the map without end).
 const MAX_LOGIN_LINKS: usize = 1024;

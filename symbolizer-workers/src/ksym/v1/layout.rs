@@ -4,17 +4,17 @@
 pub const VERSION: u32 = 1;
 
 /// Sections, in header order.
-pub const STARTS: usize = 0;
-pub const RANGES: usize = 1;
-pub const CHAINS: usize = 2;
-pub const NODES: usize = 3;
-pub const FUNCS: usize = 4;
-pub const FILES: usize = 5;
-pub const MARKS: usize = 6;
-pub const BLOB: usize = 7;
-pub const LINES: usize = 8;
-pub const PAGES: usize = 9;
-pub const SECTIONS: usize = 10;
+pub(super) const STARTS: usize = 0;
+pub(super) const RANGES: usize = 1;
+pub(super) const CHAINS: usize = 2;
+pub(super) const NODES: usize = 3;
+pub(super) const FUNCS: usize = 4;
+pub(super) const FILES: usize = 5;
+pub(super) const MARKS: usize = 6;
+pub(super) const BLOB: usize = 7;
+pub(super) const LINES: usize = 8;
+pub(super) const PAGES: usize = 9;
+pub(super) const SECTIONS: usize = 10;
 
 /// The sections, in header order: names and record sizes in bytes.
 pub(crate) const SECTION_TABLE: crate::ksym::header::Sections<SECTIONS> =
@@ -37,4 +37,4 @@ pub(crate) const PAGE_LAYOUT: crate::ksym::pages::Layout = crate::ksym::pages::L
 /// many rows, so that finding a row in a long function decodes at most
 /// this many: about one byte per row buys lookups that do not slow down
 /// with function size.
-pub const MARK_EVERY: u32 = 32;
+pub(super) const MARK_EVERY: u32 = 32;
