@@ -58,9 +58,12 @@ readonly MESSAGE_MAX_BYTES=$(((64 << 20) + (1 << 16)))
 # busy cores; a loaded machine can take many times that).
 readonly START_TIMEOUT_S=120
 
+readonly PRODUCT=Kafka
 readonly SERVER_NAME=apache-kafka-test-server
 # shellcheck source=lib/test-server.sh
 source "$(dirname "$0")/lib/test-server.sh"
+# shellcheck source=lib/maven-server.sh
+source "$(dirname "$0")/lib/maven-server.sh"
 
 readonly TOOLS="${KILN_TOOLS_DIR:-$HOME/.cache/kiln}"
 readonly HOME_DIR="$TOOLS/apache-kafka-$VERSION"
@@ -72,73 +75,15 @@ usage() {
 }
 
 # Milliseconds since the epoch, for the timings printed on stderr.
-now_ms() { date +%s%3N; }
 
-java_bin() {
-    local java
-    if [[ -n ${JAVA_HOME:-} && -x $JAVA_HOME/bin/java ]]; then
-        java=$JAVA_HOME/bin/java
-    else
-        java=$(command -v java) || die "no java on PATH (Kafka $VERSION needs Java 17 or newer: apt-get install openjdk-17-jre-headless)"
-    fi
-    local major
-    major=$("$java" -XshowSettings:properties -version 2>&1 |
-        sed -nE 's/^ *java\.specification\.version = ([0-9]+).*/\1/p')
-    [[ -n $major && $major -ge 17 ]] ||
-        die "$java is Java ${major:-?}; Kafka $VERSION needs Java 17 or newer"
-    echo "$java"
-}
-
-# Fetches kafka_2.13 and its runtime dependencies into $LIB, once: a
-# marker file written last says the copy is whole.
+# Kafka's pom brings no logging binding: without one, kafka.log stays
+# empty.
 cmd_install() {
-    if [[ -f $LIB/.complete ]]; then
-        echo "$LIB"
-        return 0
-    fi
-    command -v mvn >/dev/null || die "mvn is not installed (apt-get install maven)"
-    local started work
-    started=$(now_ms)
-    echo "$SERVER_NAME: fetching Apache Kafka $VERSION from Maven Central into $LIB" >&2
-    mkdir -p "$HOME_DIR" || die "could not create $HOME_DIR"
-    rm -rf "$HOME_DIR"/fetch.* # what an earlier failed fetch left
-    work=$(mktemp -d "$HOME_DIR/fetch.XXXXXX")
-    cat >"$work/pom.xml" <<EOF
-<?xml version="1.0" encoding="UTF-8"?>
-<!-- Written by scripts/apache-kafka-test-server.sh: the Kafka broker's runtime classpath. -->
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>dev.kiln.test</groupId>
-  <artifactId>apache-kafka-test-server</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>$VERSION</version>
-    </dependency>
-    <dependency>
+    maven_install org.apache.kafka kafka_2.13 "    <dependency>
       <groupId>org.apache.logging.log4j</groupId>
       <artifactId>log4j-slf4j-impl</artifactId>
       <version>$LOG4J_VERSION</version>
-    </dependency>
-  </dependencies>
-</project>
-EOF
-    if ! (cd "$work" && mvn -q -B dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$work/lib") >"$work/mvn.log" 2>&1; then
-        tail -n 30 "$work/mvn.log" >&2
-        die "mvn could not fetch org.apache.kafka:kafka_2.13:$VERSION (whole log: $work/mvn.log)"
-    fi
-    [[ -f $work/lib/kafka_2.13-$VERSION.jar ]] ||
-        die "mvn ran but kafka_2.13-$VERSION.jar is missing from $work/lib"
-    rm -rf "$LIB"
-    mv "$work/lib" "$LIB"
-    rm -rf "$work"
-    touch "$LIB/.complete"
-    echo "$SERVER_NAME: installed Kafka $VERSION ($(find "$LIB" -name '*.jar' | wc -l) jars) in $(($(now_ms) - started)) ms" >&2
-    echo "$LIB"
+    </dependency>"
 }
 
 # Whether a Kafka broker answers on port $1: an ApiVersions request (v0,
@@ -297,38 +242,7 @@ cmd_start() {
     echo "kafka://127.0.0.1:$port"
 }
 
-# Waits up to $2 tenths of a second for process $1 to end.
-wait_gone() {
-    local i
-    for ((i = 0; i < $2; i++)); do
-        kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    return 1
-}
-
-cmd_stop() {
-    [[ -d $DIR ]] || die "$DIR does not exist"
-    if [[ -f $DIR/pid ]] && kill -0 "$(cat "$DIR/pid")" 2>/dev/null; then
-        local pid
-        pid=$(cat "$DIR/pid")
-        # SIGTERM runs Kafka's controlled shutdown: give it 30 seconds,
-        # then kill it.
-        kill "$pid"
-        wait_gone "$pid" 300 || kill -9 "$pid" 2>/dev/null || true
-        wait_gone "$pid" 50 || true
-        rm -f "$DIR/pid"
-    else
-        echo "$SERVER_NAME: no broker running in $DIR" >&2
-    fi
-}
-
-cmd_url() {
-    [[ -d $DIR ]] || die "$DIR does not exist"
-    DIR=$(cd "$DIR" && pwd)
-    is_running || die "no broker running in $DIR (start it with: $0 start $DIR)"
-    echo "kafka://127.0.0.1:$(cat "$DIR/port")"
-}
+cmd_url() { print_url kafka://; }
 
 case ${1:-} in
 install)

@@ -1,4 +1,5 @@
-# Shared by scripts/{kafka,apache-kafka,pg,s3,cassandra}-test-server.sh: error exit, free loopback
+# Shared by scripts/{kafka,apache-kafka,pg,s3,cassandra}-test-server.sh (the JVM
+# ones also source lib/maven-server.sh): error exit, free loopback
 # ports and finding a `cargo install`ed server. Source it after setting
 # SERVER_NAME (the prefix of error messages).
 
