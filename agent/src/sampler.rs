@@ -1,4 +1,4 @@
-//! Loads the eBPF sampler (`src/bpf/profiler.bpf.c`), attaches it to a
+//! Loads the eBPF programs (`src/bpf/*.bpf.c`, linked into one object), attaches the sampler to a
 //! CPU-clock perf event on every online CPU, and drains its counters.
 
 use std::collections::HashMap;
@@ -27,7 +27,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/pr
 /// Why build.rs did not build the program; empty when it did.
 const NOT_BUILT: &str = env!("KILN_BPF_NOT_BUILT");
 
-/// The name of the program's function in profiler.bpf.c.
+/// The CPU sampler's function (`sample.bpf.c`).
 const PROGRAM: &str = "kiln_sample";
 /// The program that announces every execve.
 const EXEC_PROGRAM: &str = "kiln_exec";

@@ -17,7 +17,7 @@
 //!
 //! [`Unwinder`](crate::unwinder::Unwinder) loads the tables of each
 //! process's files into the eBPF program's maps, where `unwind_step()` in
-//! `profiler.bpf.c` walks them.
+//! `walk.bpf.h` walks them.
 
 use std::collections::HashMap;
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 OR GPL-2.0-only */
 /*
  * The one source of truth for everything that crosses the kernel boundary
- * between profiler.bpf.c and the agent (agent/src/abi.rs mirrors it).
+ * between the eBPF programs (*.bpf.c) and the agent (agent/src/abi.rs mirrors it).
  *
  * If you change a struct, a constant or the meaning of a map here:
  *   - bump KILN_ABI_VERSION (build.rs hands it to the Rust side, and

@@ -12,7 +12,7 @@
 //! points.
 //!
 //! The launching CPU stacks come from [`LaunchStacks`], filled by the
-//! uprobe (`kiln_gpu_launch` in `profiler.bpf.c`) that the agent attaches
+//! uprobe (`kiln_gpu_launch` in `gpu_launch.bpf.c`) that the agent attaches
 //! to `kiln_cuda_launch_marker(correlation_id, tid)` in every
 //! `libkiln_cuda.so` it sees mapped; kernels whose launch it did not see
 //! (all of them without eBPF, `kiln-agent --no-ebpf`) are rooted at the

@@ -3,7 +3,7 @@
 //! A profiled Python program is, to a native unwinder, the interpreter:
 //! `_PyEval_EvalFrameDefault` over and over. Where the eBPF walk meets that
 //! function, it reads the Python frames that activation runs out of the
-//! interpreter's memory instead (profiler.bpf.c, `python_frame()`), with
+//! interpreter's memory instead (`walk.bpf.h`, `python_frame()`), with
 //! what this module tells it per process ([`bpf_entry`]): where the
 //! bytecode loop and the runtime state are ([`detect`]), and the layout of
 //! the interpreter's structs in that version ([`layout`]; from 3.13, the
