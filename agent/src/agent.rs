@@ -11,8 +11,8 @@ use tracing::{debug, warn};
 use crate::sink::{Delivery, Sink};
 use crate::watcher::{GPU_PROBE_WAITS_FOR_TABLES, GpuLibraries, Watcher};
 use crate::{
-    AgentConfig, AgentError, Kallsyms, StackCoverage, SymbolUploader, UnwindStats, batcher, gpu,
-    nanos, run, sampler, unwinder,
+    AgentConfig, AgentError, Kallsyms, StackCoverage, SymbolUpload, SymbolUploader, UnwindStats,
+    batcher, gpu, nanos, run, sampler, unwinder,
 };
 
 /// What one [`Agent::tick`] did.
@@ -188,18 +188,17 @@ impl Agent {
     }
 
     /// Uploads the symbols of the files it samples to the backend at
-    /// `server` (with `api_key`, a key with the ingest role), each once per run, from a background thread, extracted
-    /// here (with a file's separate debug file under `debug_dirs`) and
-    /// sent as a ksym: function names, and with `dwarf` lines and inline
-    /// chains (see [`SymbolUploader`]). Off until called.
+    /// `server` (with `api_key`, a key with the ingest role), each once per
+    /// run, from a background thread within a CPU budget, extracted here
+    /// and sent as a ksym, as `how` says (see [`SymbolUploader`]). Off
+    /// until called.
     pub fn upload_symbols_to(
         &mut self,
         server: &str,
         api_key: Option<&str>,
-        debug_dirs: Vec<std::path::PathBuf>,
-        dwarf: bool,
+        how: SymbolUpload,
     ) -> std::io::Result<()> {
-        self.uploader = Some(SymbolUploader::start(server, api_key, debug_dirs, dwarf)?);
+        self.uploader = Some(SymbolUploader::start(server, api_key, how)?);
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! `kiln-agent`: Kiln's whole-system CPU profiler. An eBPF program
-//! (`src/bpf/profiler.bpf.c`, compiled by clang in `build.rs`, loaded with
+//! (`src/bpf/sample.bpf.c`, compiled by clang and linked with the other
+//! programs by bpftool in `build.rs`, loaded with
 //! aya) samples every CPU at a fixed frequency and counts (thread, kernel
 //! stack, user stack) in the kernel; once per interval the agent drains the
 //! counts, turns addresses into file-relative frames (`/proc/<pid>/maps`,
@@ -54,7 +55,7 @@
 //!   (`unwinder.rs`). Tables are counted by the live processes mapping
 //!   them; past the budget ([`AgentConfig::unwind_table_bytes`]), exited
 //!   processes are reaped and unused tables evicted, least recently used
-//!   first. `unwind_step()` in `profiler.bpf.c` walks frames with
+//!   first. `unwind_step()` in `walk.bpf.h` walks frames with
 //!   `bpf_loop`, binary-searching both; where a mapping has no table it
 //!   follows frame pointers. This is what makes code built without frame
 //!   pointers (most distributions' libraries) unwind.
@@ -93,7 +94,7 @@
 //! # Off CPU
 //!
 //! With [`AgentConfig::off_cpu`] (`kiln-agent --off-cpu`; off by default)
-//! a `tp_btf/sched_switch` program (`kiln_switch` in `profiler.bpf.c`)
+//! a `tp_btf/sched_switch` program (`kiln_switch` in `off_cpu.bpf.c`)
 //! records where profiled threads wait: their user stack, walked with the
 //! same walker when they leave the CPU to wait (not when preempted), and
 //! their kernel stack when they come back, if they were away at least
@@ -176,7 +177,8 @@ pub use table_cache::{load_unwind_table, save_unwind_table};
 pub use unwind::{CfaRule, MAX_EH_FRAME_BYTES, RbpRule, TableRow, UnwindError, UnwindTable};
 pub use unwinder::UnwindStats;
 pub use upload::{
-    DEFAULT_DEBUG_DIR, ExtractedSymbols, SymbolUploader, SymbolsError, extract_symbols,
+    DEFAULT_DEBUG_DIR, DEFAULT_SYMBOL_CPU_PERCENT, ExtractedSymbols, LocalLimits, PreparedSymbols,
+    SparseImage, SymbolUpload, SymbolUploader, SymbolsError, extract_symbols, prepare_upload,
 };
 
 /// This machine's host name, from the kernel.

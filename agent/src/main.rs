@@ -82,6 +82,12 @@ struct Args {
     /// Files with more than 256 MiB of DWARF go with names only.
     #[arg(long, env = "KILN_UPLOAD_DWARF")]
     upload_dwarf: bool,
+    /// Most CPU the symbol upload thread may use, in percent of all this
+    /// machine's CPUs, averaged over each file and the pause after it (it
+    /// also runs at nice 19). A busy host's backlog of files is spread over
+    /// minutes; raise it to get names sooner.
+    #[arg(long, env = "KILN_SYMBOL_UPLOAD_CPU_PERCENT", default_value_t = kiln_agent::DEFAULT_SYMBOL_CPU_PERCENT)]
+    symbol_upload_cpu_percent: f64,
     /// Directories holding separate debug files by build id
     /// (`DIR/.build-id/xx/rest.debug`, where -dbg packages install them);
     /// a sampled file's symbols are extracted with its debug file's (the
@@ -226,8 +232,12 @@ fn try_main(args: Args) -> anyhow::Result<()> {
             .upload_symbols_to(
                 &url,
                 args.api_key.as_deref(),
-                args.debug_dirs.clone(),
-                args.upload_dwarf,
+                kiln_agent::SymbolUpload {
+                    debug_dirs: args.debug_dirs.clone(),
+                    dwarf: args.upload_dwarf,
+                    cpu_percent: args.symbol_upload_cpu_percent,
+                    ..Default::default()
+                },
             )
             .context("starting the symbol upload thread")?;
     }

@@ -25,6 +25,10 @@
 //! its path was swapped) may be offered again, by another process mapping
 //! it.
 //!
+//! The thread keeps to a CPU budget, a share of the machine
+//! ([`SymbolUpload::cpu_percent`]), pausing after each file, at nice 19
+//! (`upload/pace.rs` says why).
+//!
 //! A file whose separate debug file is on this host
 //! (`<debug dir>/.build-id/xx/rest.debug`, what `-dbg` and `-debuginfo`
 //! packages install) is extracted with it: it carries the same build id,
@@ -32,6 +36,7 @@
 //! distribution binaries lack.
 
 mod extract;
+mod pace;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -43,7 +48,12 @@ use kiln_model::FileId;
 use kiln_symbolizer_workers::{SymbolBody, SymbolClient, SymbolClientError, SymbolScope};
 use tracing::{debug, info, warn};
 
-pub use extract::{ExtractedSymbols, SymbolsError, extract_symbols};
+pub use extract::{
+    ExtractedSymbols, LocalLimits, PreparedSymbols, SparseImage, SymbolsError, extract_symbols,
+    prepare_upload,
+};
+pub use pace::DEFAULT_SYMBOL_CPU_PERCENT;
+use pace::Pacer;
 
 use crate::fileid::FileInfo;
 use crate::mapped_file::{MappedFileError, MappedSource};
@@ -146,6 +156,24 @@ impl Shared {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Sleeps for `pause`, or until the uploader is gone: offers that come
+    /// meanwhile wait.
+    fn rest(&self, pause: Duration) {
+        let until = std::time::Instant::now() + pause;
+        let mut pending = self.lock();
+        while !pending.closed {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            pending = self
+                .wake
+                .wait_timeout(pending, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     /// Blocks until a file waits (and takes it) or the uploader is gone.
     fn next_job(&self) -> Option<Job> {
         let mut pending = self.lock();
@@ -164,11 +192,31 @@ impl Shared {
     }
 }
 
-/// What is extracted and where debug files are looked for.
-#[derive(Debug, Clone, Default)]
-struct Extraction {
-    debug_dirs: Vec<PathBuf>,
-    dwarf: bool,
+/// How the agent uploads symbols: what it extracts, where it looks for
+/// debug files, and how much CPU it may spend.
+#[derive(Debug, Clone)]
+pub struct SymbolUpload {
+    /// Directories of separate debug files by build id, in order.
+    pub debug_dirs: Vec<PathBuf>,
+    /// DWARF line tables and inline chains too, else function names only.
+    pub dwarf: bool,
+    /// Most CPU the upload thread uses, in percent of all the machine's
+    /// CPUs, averaged over each file and the pause after it.
+    pub cpu_percent: f64,
+    /// Which files are extracted here; larger ones go to the backend as
+    /// sparse images.
+    pub local: LocalLimits,
+}
+
+impl Default for SymbolUpload {
+    fn default() -> Self {
+        SymbolUpload {
+            debug_dirs: vec![PathBuf::from(DEFAULT_DEBUG_DIR)],
+            dwarf: false,
+            cpu_percent: DEFAULT_SYMBOL_CPU_PERCENT,
+            local: LocalLimits::default(),
+        }
+    }
 }
 
 /// Hands files to the upload thread, heaviest first, at most once each per
@@ -179,25 +227,26 @@ pub struct SymbolUploader {
 }
 
 impl SymbolUploader {
-    /// Starts the upload thread, sending to the backend at `server` and
-    /// looking for separate debug files under `debug_dirs` (in order);
-    /// with `dwarf`, line tables and inline chains are extracted and sent
-    /// too, else function names only. The thread ends when the uploader is
-    /// dropped and nothing waits.
+    /// Starts the upload thread, sending to the backend at `server` as
+    /// `how` says. The thread ends when the uploader is dropped and
+    /// nothing waits.
     pub fn start(
         server: &str,
         api_key: Option<&str>,
-        debug_dirs: Vec<PathBuf>,
-        dwarf: bool,
+        how: SymbolUpload,
     ) -> std::io::Result<SymbolUploader> {
         let shared = Arc::new(Shared::default());
         // Extraction is local; a large ksym may take a while to send.
         let client = SymbolClient::new(server, api_key, Duration::from_secs(300));
         let jobs = shared.clone();
-        let extraction = Extraction { debug_dirs, dwarf };
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let pacer = Pacer::new(how.cpu_percent, cpus);
         std::thread::Builder::new()
             .name("kiln-symbols".into())
-            .spawn(move || upload_all(&client, &extraction, &jobs))?;
+            .spawn(move || {
+                pace::lowest_priority();
+                upload_all(&client, &how, pacer, &jobs)
+            })?;
         Ok(SymbolUploader { shared })
     }
 
@@ -216,14 +265,18 @@ impl Drop for SymbolUploader {
     }
 }
 
-fn upload_all(client: &SymbolClient, extraction: &Extraction, jobs: &Shared) {
+fn upload_all(client: &SymbolClient, how: &SymbolUpload, pacer: Pacer, jobs: &Shared) {
     while let Some(job) = jobs.next_job() {
-        match upload(client, extraction, &job) {
+        let before = pace::thread_cpu_time();
+        let outcome = upload(client, how, &job);
+        let pause = pacer.pause_after(pace::thread_cpu_time().saturating_sub(before));
+        match outcome {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
             Ok(Outcome::Uploaded(sent)) => info!(
                 file_id = %job.file_id,
                 file = %job.source.mapping.path,
-                ranges = sent.ranges,
+                ranges = ?sent.ranges,
+                extracted_by = if sent.ranges.is_some() { "agent" } else { "backend" },
                 bytes = sent.bytes,
                 dwarf = sent.dwarf,
                 debug_file = sent.debug_file.as_ref().map(|p| p.display().to_string()),
@@ -240,14 +293,22 @@ fn upload_all(client: &SymbolClient, extraction: &Extraction, jobs: &Shared) {
                 warn!(file_id = %job.file_id, file = %job.source.mapping.path, error = %e, "symbol upload failed")
             }
         }
+        if !pause.is_zero() {
+            debug!(
+                pause_s = pause.as_secs_f64(),
+                "symbol thread pausing within its CPU budget"
+            );
+            jobs.rest(pause);
+        }
     }
 }
 
 /// What one upload sent.
 #[derive(Debug)]
 struct Sent {
-    ranges: usize,
-    /// Bytes sent (compressed ksym).
+    /// Ranges extracted here (`None`: the backend extracts a sparse image).
+    ranges: Option<usize>,
+    /// Bytes sent (compressed).
     bytes: usize,
     dwarf: bool,
     debug_file: Option<PathBuf>,
@@ -276,11 +337,7 @@ enum UploadError {
     Compress(std::io::Error),
 }
 
-fn upload(
-    client: &SymbolClient,
-    extraction: &Extraction,
-    job: &Job,
-) -> Result<Outcome, UploadError> {
+fn upload(client: &SymbolClient, how: &SymbolUpload, job: &Job) -> Result<Outcome, UploadError> {
     // Opened first (cheap, local): a file that cannot be opened costs the
     // backend no request.
     let file = job.source.open()?;
@@ -299,46 +356,59 @@ fn upload(
     if client.has(SymbolScope::Tenant, job.file_id)? {
         return Ok(Outcome::Present);
     }
-    let (body, sent) = build_body(&file, &info, job.source.mapping.name(), extraction)?;
-    client.put(
-        SymbolScope::Tenant,
-        job.file_id,
-        SymbolBody::KsymZstd,
-        &body,
-    )?;
+    let (kind, body, sent) = build_body(&file, &info, job.source.mapping.name(), how)?;
+    client.put(SymbolScope::Tenant, job.file_id, kind, &body)?;
     Ok(Outcome::Uploaded(sent))
 }
 
-/// The body of a `PUT`: the symbols of `file` (whose facts are `info`),
-/// with its separate debug file's when one of the debug directories has
-/// it, as zstd-compressed ksym.
+/// The body of a `PUT` and its kind: the symbols of `file` (whose facts
+/// are `info`), with its separate debug file's when one of the debug
+/// directories has it, as zstd-compressed ksym, or for a large file as a
+/// compressed sparse image for the backend to extract.
 fn build_body(
     file: &File,
     info: &FileInfo,
     name: &str,
-    extraction: &Extraction,
-) -> Result<(Vec<u8>, Sent), UploadError> {
+    how: &SymbolUpload,
+) -> Result<(SymbolBody, Vec<u8>, Sent), UploadError> {
     let debug = info
         .build_id
         .as_deref()
-        .and_then(|id| debug_file(id, info.file_id, &extraction.debug_dirs));
-    let extracted = extract_symbols(
+        .and_then(|id| debug_file(id, info.file_id, &how.debug_dirs));
+    let prepared = prepare_upload(
         file,
         Path::new(name),
         debug.as_ref().map(|(path, file)| (path.as_path(), file)),
-        extraction.dwarf,
+        how.dwarf,
+        info.build_id.is_some(),
+        how.local,
     )?;
-    let body = zstd::encode_all(&extracted.ksym[..], ZSTD_LEVEL).map_err(UploadError::Compress)?;
-    let sent = Sent {
-        ranges: extracted.ranges,
-        bytes: body.len(),
-        dwarf: extracted.dwarf,
-        debug_file: extracted
-            .used_debug_file
-            .then(|| debug.map(|(p, _)| p))
-            .flatten(),
+    let debug_path = |used: bool| {
+        used.then(|| debug.as_ref().map(|(p, _)| p.clone()))
+            .flatten()
     };
-    Ok((body, sent))
+    Ok(match prepared {
+        PreparedSymbols::Ksym(extracted) => {
+            let body =
+                zstd::encode_all(&extracted.ksym[..], ZSTD_LEVEL).map_err(UploadError::Compress)?;
+            let sent = Sent {
+                ranges: Some(extracted.ranges),
+                bytes: body.len(),
+                dwarf: extracted.dwarf,
+                debug_file: debug_path(extracted.used_debug_file),
+            };
+            (SymbolBody::KsymZstd, body, sent)
+        }
+        PreparedSymbols::Image(image) => {
+            let sent = Sent {
+                ranges: None,
+                bytes: image.zstd.len(),
+                dwarf: image.dwarf,
+                debug_file: debug_path(image.used_debug_file),
+            };
+            (SymbolBody::ElfZstd, image.zstd, sent)
+        }
+    })
 }
 
 /// The separate debug file of the file with `build_id` (hex) and
@@ -479,10 +549,12 @@ mod tests {
         (names, line)
     }
 
-    fn body_of(elf: &Path, extraction: &Extraction) -> (Vec<u8>, Sent) {
+    fn body_of(elf: &Path, how: &SymbolUpload) -> (Vec<u8>, Sent) {
         let file = File::open(elf).unwrap();
         let info = FileInfo::read(elf, "prog").unwrap();
-        build_body(&file, &info, "prog", extraction).unwrap()
+        let (kind, body, sent) = build_body(&file, &info, "prog", how).unwrap();
+        assert_eq!(kind, SymbolBody::KsymZstd, "small files are extracted here");
+        (body, sent)
     }
 
     /// What goes to the backend is a compressed ksym of the names, a
@@ -498,7 +570,7 @@ mod tests {
         let alpha = address_of(&elf, "alpha");
         let whole = std::fs::read(&elf).unwrap();
 
-        let (body, sent) = body_of(&elf, &Extraction::default());
+        let (body, sent) = body_of(&elf, &SymbolUpload::default());
         assert!(!sent.dwarf);
         assert!(
             body.len() * 4 < whole.len(),
@@ -511,9 +583,9 @@ mod tests {
 
         let (body, sent) = body_of(
             &elf,
-            &Extraction {
+            &SymbolUpload {
                 dwarf: true,
-                ..Extraction::default()
+                ..SymbolUpload::default()
             },
         );
         assert!(sent.dwarf);
@@ -541,9 +613,9 @@ mod tests {
         let info = FileInfo::read(&stripped, "prog").unwrap();
         let build_id = info.build_id.clone().expect("built with a build id");
         let debug_dir = dir.path().join("debug");
-        let extraction = Extraction {
+        let extraction = SymbolUpload {
             debug_dirs: vec![dir.path().join("elsewhere"), debug_dir.clone()],
-            dwarf: false,
+            ..SymbolUpload::default()
         };
         let (body, sent) = body_of(&stripped, &extraction);
         assert_eq!(sent.debug_file, None);

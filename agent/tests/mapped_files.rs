@@ -299,7 +299,13 @@ fn the_uploader_sends_nothing_through_a_swapped_path() {
     let (mapper, decoy) = programs(dir.path());
     let decoy_id = FileInfo::read(&decoy, "decoy").unwrap().file_id;
     let recorder = Recorder::start();
-    let mut uploader = SymbolUploader::start(&recorder.url, None, vec![], false).unwrap();
+    let how = kiln_agent::SymbolUpload {
+        debug_dirs: vec![],
+        // No pauses: the test offers files one after the other.
+        cpu_percent: 100.0,
+        ..Default::default()
+    };
+    let mut uploader = SymbolUploader::start(&recorder.url, None, how).unwrap();
 
     let mut children = Vec::new();
     let mut refused: Vec<(FileId, PathBuf)> = Vec::new();

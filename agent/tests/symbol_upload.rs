@@ -22,7 +22,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use backend::{Backend, Killed};
-use kiln_agent::{FileInfo, HttpSink, MappedSource, Sink, SymbolUploader};
+use kiln_agent::{
+    FileInfo, HttpSink, LocalLimits, MappedSource, Sink, SymbolUpload, SymbolUploader,
+};
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_symbolizer_workers::ksym;
 use kiln_test_support::CBuild;
@@ -124,7 +126,13 @@ fn inlined_address(elf: &Path) -> u64 {
 /// Runs the program built as `name`, ingests a sample of its frames, has
 /// the agent's uploader send its symbols (`dwarf` or not), and returns
 /// the flamegraph once `alpha` and `beta` are named in it.
-fn upload_and_query(backend: &Backend, dir: &Path, name: &str, dwarf: bool) -> serde_json::Value {
+fn upload_and_query(
+    backend: &Backend,
+    dir: &Path,
+    name: &str,
+    dwarf: bool,
+    local: LocalLimits,
+) -> serde_json::Value {
     let elf = CBuild::cc().args(["-O2", "-g"]).program(dir, name, PROGRAM);
     let mut child = Killed(Command::new(&elf).stdout(Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
@@ -165,8 +173,13 @@ fn upload_and_query(backend: &Backend, dir: &Path, name: &str, dwarf: bool) -> s
         .into_iter()
         .find(|m| Path::new(&m.path) == elf)
         .expect("the program's text is mapped");
-    let mut uploader =
-        SymbolUploader::start(&backend.url, Some(&backend.key), vec![], dwarf).unwrap();
+    let how = SymbolUpload {
+        debug_dirs: vec![],
+        dwarf,
+        local,
+        ..SymbolUpload::default()
+    };
+    let mut uploader = SymbolUploader::start(&backend.url, Some(&backend.key), how).unwrap();
     uploader.offer(info.file_id, &MappedSource { pid, mapping });
 
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -196,18 +209,103 @@ fn symbols_extracted_by_the_agent_name_frames_in_queries() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
 
     // By default: function names, no lines, no inlined frames.
-    let graph = upload_and_query(&backend, dir.path(), "names_only", false);
+    let graph = upload_and_query(
+        &backend,
+        dir.path(),
+        "names_only",
+        false,
+        LocalLimits::default(),
+    );
     let beta = find_node(&graph, "beta", "names_only").unwrap();
     assert!(beta["line"].as_u64().is_none_or(|l| l == 0), "{beta}");
     assert!(find_node(&graph, "mix", "names_only").is_none(), "{graph}");
 
     // With DWARF: the inlined function as a frame of its own, and lines.
-    let graph = upload_and_query(&backend, dir.path(), "with_dwarf", true);
+    let graph = upload_and_query(
+        &backend,
+        dir.path(),
+        "with_dwarf",
+        true,
+        LocalLimits::default(),
+    );
     for name in ["beta", "alpha", "mix"] {
         let node =
             find_node(&graph, name, "with_dwarf").unwrap_or_else(|| panic!("no {name} in {graph}"));
         assert!(node["line"].as_u64().is_some_and(|l| l > 0), "{node}");
     }
+}
+
+/// A file with more symbols (or DWARF) than the agent extracts in its own
+/// memory goes to the backend as a sparse image: the same names (and with
+/// DWARF, lines and inlined frames) come back, and the image holds the
+/// symbol tables but none of the file's code.
+#[test]
+fn a_large_files_symbols_go_as_a_sparse_image_the_backend_extracts() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "reading /proc/<pid>/map_files needs CAP_SYS_ADMIN: run as root (CI does)"
+    );
+    let backend = Backend::start();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Every file is "large".
+    let none = LocalLimits {
+        symbol_bytes: 0,
+        dwarf_bytes: 0,
+    };
+
+    let graph = upload_and_query(&backend, dir.path(), "image_names", false, none);
+    let beta = find_node(&graph, "beta", "image_names").unwrap();
+    assert!(beta["line"].as_u64().is_none_or(|l| l == 0), "{beta}");
+    assert!(find_node(&graph, "mix", "image_names").is_none(), "{graph}");
+
+    let graph = upload_and_query(&backend, dir.path(), "image_dwarf", true, none);
+    for name in ["beta", "alpha", "mix"] {
+        let node = find_node(&graph, name, "image_dwarf")
+            .unwrap_or_else(|| panic!("no {name} in {graph}"));
+        assert!(node["line"].as_u64().is_some_and(|l| l > 0), "{node}");
+    }
+
+    // What such an upload holds: the file's symbol table, its build id
+    // (so the backend's file id check passes), no code, and without
+    // DWARF wanted, DWARF sections marked empty rather than zeros.
+    let elf = dir.path().join("image_names");
+    let data = std::fs::read(&elf).unwrap();
+    let file = std::fs::File::open(&elf).unwrap();
+    let prepared = kiln_agent::prepare_upload(&file, &elf, None, false, true, none).unwrap();
+    let kiln_agent::PreparedSymbols::Image(image) = prepared else {
+        panic!("a file over the limits is sent as an image");
+    };
+    assert!(!image.dwarf && !image.used_debug_file);
+    let sent = zstd::decode_all(&image.zstd[..]).unwrap();
+    assert_eq!(sent.len(), data.len());
+    assert_eq!(
+        kiln_symbolizer_workers::file_id(&sent),
+        FileInfo::read(&elf, "image_names").unwrap().file_id
+    );
+    let original = object::File::parse(&data[..]).unwrap();
+    let image_elf = object::File::parse(&sent[..]).unwrap();
+    use object::ObjectSection;
+    let text = original
+        .section_by_name(".text")
+        .unwrap()
+        .file_range()
+        .unwrap();
+    let text = text.0 as usize..(text.0 + text.1) as usize;
+    assert!(sent[text.clone()].iter().all(|&b| b == 0), "code was sent");
+    assert!(data[text].iter().any(|&b| b != 0));
+    let symtab = original.section_by_name(".symtab").unwrap();
+    assert_eq!(
+        image_elf
+            .section_by_name(".symtab")
+            .unwrap()
+            .data()
+            .unwrap(),
+        symtab.data().unwrap()
+    );
+    let debug_info = image_elf.section_by_name(".debug_info").unwrap();
+    assert!(debug_info.file_range().is_none(), "DWARF not marked empty");
 }
 
 #[test]

@@ -13,6 +13,9 @@ use tracing::{info, warn};
 /// Spool cap for the local agent: the backend is in the same process, so
 /// the spool only bridges its start and stop.
 const SPOOL_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// The local agent's symbol CPU budget, in percent of the machine: its
+/// user opened the UI to see names.
+const LOCAL_SYMBOL_CPU_PERCENT: f64 = 5.0;
 
 /// A running local agent.
 #[derive(Debug)]
@@ -71,11 +74,17 @@ pub(crate) fn start(
     let server = format!("http://{addr}");
     // The files it samples get symbols on this server without a step of
     // the user's own.
-    let debug_dirs = vec![std::path::PathBuf::from(kiln_agent::DEFAULT_DEBUG_DIR)];
-    // With DWARF: the server is this machine, so nothing leaves it, and
-    // lines and inlined functions are what `kiln up` showed before the
-    // agent extracted symbols itself.
-    if let Err(e) = agent.upload_symbols_to(&server, Some(&api_key), debug_dirs, true) {
+    let how = kiln_agent::SymbolUpload {
+        // With DWARF: the server is this machine, so nothing leaves it, and
+        // lines and inlined functions are what `kiln up` showed before the
+        // agent extracted symbols itself.
+        dwarf: true,
+        // A user trying Kiln on their own machine looks for names at once:
+        // a larger budget than a fleet agent's, still at nice 19.
+        cpu_percent: LOCAL_SYMBOL_CPU_PERCENT,
+        ..kiln_agent::SymbolUpload::default()
+    };
+    if let Err(e) = agent.upload_symbols_to(&server, Some(&api_key), how) {
         warn!(error = %e, "the local agent will not upload symbols");
     }
     // CUDA processes started with CUDA_INJECTION64_PATH=libkiln_cuda.so

@@ -23,6 +23,9 @@ pub enum SymbolScope {
 pub enum SymbolBody {
     /// An ELF executable or debug file; the backend extracts its symbols.
     Elf,
+    /// The same, zstd-compressed (an agent's sparse image of a large
+    /// file: its symbol sections, the rest zeros).
+    ElfZstd,
     /// A zstd-compressed ksym file the sender extracted.
     KsymZstd,
 }
@@ -170,6 +173,9 @@ impl SymbolClient {
         let mut put = self.agent.put(self.url(scope, file_id));
         put = match kind {
             SymbolBody::Elf => put.header("content-type", "application/octet-stream"),
+            SymbolBody::ElfZstd => put
+                .header("content-type", "application/octet-stream")
+                .header("content-encoding", "zstd"),
             SymbolBody::KsymZstd => put
                 .header("content-type", crate::ksym::MEDIA_TYPE)
                 .header("content-encoding", "zstd"),

@@ -8,8 +8,14 @@
 //! extractor reads is read into it: the ELF and section headers, the
 //! symbol and string tables, notes, a Go binary's `.gopclntab`, and with
 //! DWARF the `.debug_*` sections. Code and data stay unread zero pages.
-//! Files whose wanted sections exceed a budget are refused (symbols), or
-//! lose their DWARF (logged), rather than take the agent's memory.
+//!
+//! Extraction's peak memory is several times what it reads (names demangled
+//! and encoded), so only files with small symbol tables (and DWARF) are
+//! extracted here: [`prepare_upload`] sends a larger file's image instead,
+//! its unread sections marked empty, zstd-compressed as it is read, for the
+//! backend to extract. That is the same information as the ksym (symbol
+//! tables, and with DWARF the line tables; never code or data), held as
+//! what was read plus its compressed copy, and a fraction of the CPU.
 
 use std::fs::File;
 use std::io;
@@ -33,6 +39,32 @@ pub(super) const MAX_SYMBOL_BYTES: u64 = 64 << 20;
 /// memory with DWARF is about 2.2 times what is read (350 MB for 160 MB
 /// of DWARF).
 pub(super) const MAX_DWARF_BYTES: u64 = 256 << 20;
+
+/// Which files [`prepare_upload`] extracts here: those with at most this
+/// many bytes of symbol tables and (when DWARF is wanted) of DWARF. A file
+/// with more goes to the backend as a sparse image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalLimits {
+    /// Bytes of symbol and string tables.
+    pub symbol_bytes: u64,
+    /// Bytes of DWARF.
+    pub dwarf_bytes: u64,
+}
+
+impl Default for LocalLimits {
+    /// Extraction's peak is about 5.5 times the symbol bytes (45 MB for
+    /// 8 MiB) and 2.2 times the DWARF (35 MB for 16 MiB): with the
+    /// sampler's own 80 MB, the agent stays under 150 MB.
+    fn default() -> Self {
+        LocalLimits {
+            symbol_bytes: 8 << 20,
+            dwarf_bytes: 16 << 20,
+        }
+    }
+}
+/// zstd level of a sparse image: fast, and the unread sections, zeros,
+/// cost next to nothing at any level.
+const IMAGE_ZSTD_LEVEL: i32 = 3;
 
 /// Why symbols could not be extracted.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +103,85 @@ pub struct ExtractedSymbols {
     /// Bytes read from the file and the debug file: what extraction held
     /// of them.
     pub bytes_read: u64,
+}
+
+/// What to send the backend for a file.
+#[derive(Debug)]
+pub enum PreparedSymbols {
+    /// Symbols extracted here.
+    Ksym(ExtractedSymbols),
+    /// The file's (or its debug file's) image, zstd-compressed, holding
+    /// only its headers, symbol tables, notes and (when wanted) DWARF; the
+    /// sections not read are marked `SHT_NOBITS`. An ELF upload: the
+    /// backend extracts it.
+    Image(SparseImage),
+}
+
+/// A sparse ELF image, compressed.
+#[derive(Debug)]
+pub struct SparseImage {
+    /// The zstd stream.
+    pub zstd: Vec<u8>,
+    /// Whether DWARF is in it.
+    pub dwarf: bool,
+    /// Whether it is the debug file's image.
+    pub used_debug_file: bool,
+    /// Bytes read from the file.
+    pub bytes_read: u64,
+}
+
+/// The symbols of the open ELF `file` ready to send: extracted here when
+/// its symbol tables (and DWARF, with `dwarf`) are within `local`, else as a sparse
+/// image for the backend to extract ([`PreparedSymbols::Image`]), which
+/// needs a build id (`has_build_id`): the backend checks an image's file
+/// id, which for a file without one is a hash of its bytes, and an image
+/// is not the file's bytes. A large file without a build id is extracted
+/// here, within [`MAX_SYMBOL_BYTES`].
+pub fn prepare_upload(
+    file: &File,
+    name: &Path,
+    debug: Option<(&Path, &File)>,
+    dwarf: bool,
+    has_build_id: bool,
+    local: LocalLimits,
+) -> Result<PreparedSymbols, SymbolsError> {
+    let main = Sparse::load(file)?;
+    let debug_image = debug.and_then(|(path, debug)| match Sparse::load(debug) {
+        Ok(image) => Some((image, debug)),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "debug file not used");
+            None
+        }
+    });
+    // The image sent is the debug file's when there is one: it has the
+    // symbol table (and DWARF) a stripped file lacks, under the same id.
+    let (image, from, used_debug_file) = match debug_image {
+        Some((image, debug)) => (image, debug, true),
+        None => (main, file, false),
+    };
+    let with_dwarf = dwarf && image.dwarf_bytes > 0 && image.dwarf_bytes <= MAX_DWARF_BYTES;
+    let small = image.symbol_bytes <= local.symbol_bytes
+        && (!with_dwarf || image.dwarf_bytes <= local.dwarf_bytes);
+    if small || !has_build_id {
+        drop(image);
+        return extract_symbols(file, name, debug, dwarf).map(PreparedSymbols::Ksym);
+    }
+    let mut image = image;
+    let mut bytes_read = image.read_symbols(from)?;
+    if with_dwarf {
+        bytes_read += image.read_dwarf(from)?;
+    } else {
+        image.mark_dwarf_empty()?;
+    }
+    let zstd = zstd::encode_all(image.image.bytes(), IMAGE_ZSTD_LEVEL)?;
+    drop(image);
+    release_freed_memory();
+    Ok(PreparedSymbols::Image(SparseImage {
+        zstd,
+        dwarf: with_dwarf,
+        used_debug_file,
+        bytes_read,
+    }))
 }
 
 /// Extracts the symbols of the open ELF `file` (`name` names it in
@@ -183,6 +294,10 @@ struct Sparse {
     /// (offset, size) of DWARF sections.
     dwarf: Vec<(u64, u64)>,
     dwarf_bytes: u64,
+    /// Where the DWARF sections' `sh_type` words are in the image, and
+    /// whether the file is big-endian: to mark them empty.
+    dwarf_types: Vec<u64>,
+    big_endian: bool,
 }
 
 impl Sparse {
@@ -203,6 +318,9 @@ impl Sparse {
             symbol_bytes: 0,
             dwarf: Vec::new(),
             dwarf_bytes: 0,
+            dwarf_types: Vec::new(),
+            // e_ident[EI_DATA], byte 5.
+            big_endian: ident[5] == elf::ELFDATA2MSB,
         };
         // e_ident[EI_CLASS], byte 4: 32- or 64-bit.
         match (ident.get(..4), ident[4]) {
@@ -261,7 +379,7 @@ impl Sparse {
         let header = H::parse(self.image.bytes()).map_err(bad)?;
         let endian = header.endian().map_err(bad)?;
         let sections = header.sections(endian, self.image.bytes()).map_err(bad)?;
-        for section in sections.iter() {
+        for (index, section) in sections.iter().enumerate() {
             let Some((offset, size)) = section.file_range(endian) else {
                 continue; // SHT_NOBITS: nothing in the file
             };
@@ -280,6 +398,9 @@ impl Sparse {
             } else if name.starts_with(b".debug_") || name.starts_with(b".zdebug_") {
                 self.dwarf.push((offset, size));
                 self.dwarf_bytes += size;
+                // sh_type is the second word of a section header, in both
+                // classes.
+                self.dwarf_types.push(shoff + index as u64 * shentsize + 4);
             }
         }
         Ok(())
@@ -290,6 +411,26 @@ impl Sparse {
             fill(file, &mut self.image, offset, size)?;
         }
         Ok(self.symbol_bytes)
+    }
+
+    /// Marks the DWARF sections `SHT_NOBITS`, as a stripped file's are:
+    /// their bytes were not read, and zeros are no DWARF to a reader.
+    fn mark_dwarf_empty(&mut self) -> io::Result<()> {
+        let nobits = match self.big_endian {
+            true => elf::SHT_NOBITS.to_be_bytes(),
+            false => elf::SHT_NOBITS.to_le_bytes(),
+        };
+        let len = self.image.len() as u64;
+        for &at in &self.dwarf_types {
+            if at + 4 > len {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a section header past the end of the file",
+                ));
+            }
+            self.image.bytes_mut()[at as usize..at as usize + 4].copy_from_slice(&nobits);
+        }
+        Ok(())
     }
 
     fn read_dwarf(&mut self, file: &File) -> io::Result<u64> {
