@@ -12,7 +12,8 @@
 //! `peak_memory_of_extraction` (ignored; `--ignored --nocapture`)
 //! reports the peak RSS of extracting a big library
 //! (`KILN_EXTRACT_FILE`, by default rustc's driver library) with and
-//! without DWARF.
+//! without DWARF, against reading it whole, and of what the uploader does
+//! with it (`prepare_upload`: a sparse image, over the local limits).
 
 mod backend;
 
@@ -132,8 +133,12 @@ fn upload_and_query(
     name: &str,
     dwarf: bool,
     local: LocalLimits,
+    link: &[&str],
 ) -> serde_json::Value {
-    let elf = CBuild::cc().args(["-O2", "-g"]).program(dir, name, PROGRAM);
+    let elf = CBuild::cc()
+        .args(["-O2", "-g"])
+        .args(link)
+        .program(dir, name, PROGRAM);
     let mut child = Killed(Command::new(&elf).stdout(Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
     BufReader::new(child.0.stdout.take().unwrap())
@@ -215,6 +220,7 @@ fn symbols_extracted_by_the_agent_name_frames_in_queries() {
         "names_only",
         false,
         LocalLimits::default(),
+        &[],
     );
     let beta = find_node(&graph, "beta", "names_only").unwrap();
     assert!(beta["line"].as_u64().is_none_or(|l| l == 0), "{beta}");
@@ -227,6 +233,7 @@ fn symbols_extracted_by_the_agent_name_frames_in_queries() {
         "with_dwarf",
         true,
         LocalLimits::default(),
+        &[],
     );
     for name in ["beta", "alpha", "mix"] {
         let node =
@@ -255,17 +262,32 @@ fn a_large_files_symbols_go_as_a_sparse_image_the_backend_extracts() {
         dwarf_bytes: 0,
     };
 
-    let graph = upload_and_query(&backend, dir.path(), "image_names", false, none);
+    let graph = upload_and_query(&backend, dir.path(), "image_names", false, none, &[]);
     let beta = find_node(&graph, "beta", "image_names").unwrap();
     assert!(beta["line"].as_u64().is_none_or(|l| l == 0), "{beta}");
     assert!(find_node(&graph, "mix", "image_names").is_none(), "{graph}");
 
-    let graph = upload_and_query(&backend, dir.path(), "image_dwarf", true, none);
+    let graph = upload_and_query(&backend, dir.path(), "image_dwarf", true, none, &[]);
     for name in ["beta", "alpha", "mix"] {
         let node = find_node(&graph, name, "image_dwarf")
             .unwrap_or_else(|| panic!("no {name} in {graph}"));
         assert!(node["line"].as_u64().is_some_and(|l| l > 0), "{node}");
     }
+
+    // Without a build id the file id is a hash of the file's ends, which
+    // the image keeps; the DWARF it does not send stays zeros.
+    let graph = upload_and_query(
+        &backend,
+        dir.path(),
+        "image_no_id",
+        false,
+        none,
+        &["-Wl,--build-id=none"],
+    );
+    assert!(
+        find_node(&graph, "beta", "image_no_id").is_some(),
+        "{graph}"
+    );
 
     // What such an upload holds: the file's symbol table, its build id
     // (so the backend's file id check passes), no code, and without
@@ -411,6 +433,31 @@ fn extract_once_in_this_process() {
         return;
     }
     let started = Instant::now();
+    if std::env::var_os("KILN_EXTRACT_PREPARE").is_some() {
+        // What the uploader does: a file over the local limits becomes a
+        // sparse image for the backend.
+        let info = FileInfo::read(Path::new(&path), "big").unwrap();
+        let prepared = kiln_agent::prepare_upload(
+            &file,
+            Path::new(&path),
+            None,
+            dwarf,
+            info.build_id.is_some(),
+            LocalLimits::default(),
+        )
+        .unwrap();
+        let (how, bytes) = match prepared {
+            kiln_agent::PreparedSymbols::Ksym(k) => ("ksym", k.ksym.len()),
+            kiln_agent::PreparedSymbols::Image(i) => ("image", i.zstd.len()),
+        };
+        println!(
+            "MEASURED prepare dwarf={dwarf} sent={how} body_bytes={bytes} \
+             peak_rss_before_kib={before} peak_rss_after_kib={} took_ms={}",
+            peak_rss_kib(),
+            started.elapsed().as_millis()
+        );
+        return;
+    }
     let out = kiln_agent::extract_symbols(&file, Path::new(&path), None, dwarf).unwrap();
     let took = started.elapsed();
     let after = peak_rss_kib();
@@ -437,7 +484,14 @@ fn peak_memory_of_extraction() {
         .map(PathBuf::from)
         .or_else(default_big_file)
         .expect("set KILN_EXTRACT_FILE to a big ELF file");
-    for (dwarf, whole) in [(false, false), (true, false), (false, true), (true, true)] {
+    for (dwarf, mode) in [
+        (false, ""),
+        (true, ""),
+        (false, "KILN_EXTRACT_WHOLE"),
+        (true, "KILN_EXTRACT_WHOLE"),
+        (false, "KILN_EXTRACT_PREPARE"),
+        (true, "KILN_EXTRACT_PREPARE"),
+    ] {
         let mut command = Command::new(std::env::current_exe().unwrap());
         command
             .args([
@@ -450,8 +504,8 @@ fn peak_memory_of_extraction() {
         if dwarf {
             command.env("KILN_EXTRACT_DWARF", "1");
         }
-        if whole {
-            command.env("KILN_EXTRACT_WHOLE", "1");
+        if !mode.is_empty() {
+            command.env(mode, "1");
         }
         let out = command.output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

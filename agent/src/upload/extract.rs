@@ -62,6 +62,9 @@ impl Default for LocalLimits {
         }
     }
 }
+/// Bytes at each end of a file without a build id that its file id hashes
+/// (`kiln_model::FileId::of_file`).
+const FILE_ID_ENDS: u64 = 4096;
 /// zstd level of a sparse image: fast, and the unread sections, zeros,
 /// cost next to nothing at any level.
 const IMAGE_ZSTD_LEVEL: i32 = 3;
@@ -131,12 +134,11 @@ pub struct SparseImage {
 }
 
 /// The symbols of the open ELF `file` ready to send: extracted here when
-/// its symbol tables (and DWARF, with `dwarf`) are within `local`, else as a sparse
-/// image for the backend to extract ([`PreparedSymbols::Image`]), which
-/// needs a build id (`has_build_id`): the backend checks an image's file
-/// id, which for a file without one is a hash of its bytes, and an image
-/// is not the file's bytes. A large file without a build id is extracted
-/// here, within [`MAX_SYMBOL_BYTES`].
+/// its symbol tables (and DWARF, with `dwarf`) are within `local`, else
+/// as a sparse image for the backend to extract
+/// ([`PreparedSymbols::Image`]). The backend checks an image's file id:
+/// for a file without a build id (`has_build_id` false) that is a hash of
+/// its first and last 4 KiB, so the image keeps those bytes too.
 pub fn prepare_upload(
     file: &File,
     name: &Path,
@@ -162,17 +164,23 @@ pub fn prepare_upload(
     let with_dwarf = dwarf && image.dwarf_bytes > 0 && image.dwarf_bytes <= MAX_DWARF_BYTES;
     let small = image.symbol_bytes <= local.symbol_bytes
         && (!with_dwarf || image.dwarf_bytes <= local.dwarf_bytes);
-    if small || !has_build_id {
+    if small {
         drop(image);
         return extract_symbols(file, name, debug, dwarf).map(PreparedSymbols::Ksym);
     }
     let mut image = image;
     let mut bytes_read = image.read_symbols(from)?;
+    if !has_build_id {
+        bytes_read += image.read_ends(from)?;
+    }
     if with_dwarf {
         bytes_read += image.read_dwarf(from)?;
-    } else {
+    } else if has_build_id {
         image.mark_dwarf_empty()?;
     }
+    // Without a build id the DWARF sections not sent stay zeros: marking
+    // them would change the section headers, which the last 4 KiB (part
+    // of the file id) usually hold. The extractor reads zeros as no DWARF.
     let zstd = zstd::encode_all(image.image.bytes(), IMAGE_ZSTD_LEVEL)?;
     drop(image);
     release_freed_memory();
@@ -431,6 +439,16 @@ impl Sparse {
             self.image.bytes_mut()[at as usize..at as usize + 4].copy_from_slice(&nobits);
         }
         Ok(())
+    }
+
+    /// Reads the file's first and last [`FILE_ID_ENDS`] bytes: what its
+    /// file id hashes when it has no build id.
+    fn read_ends(&mut self, file: &File) -> io::Result<u64> {
+        let len = self.image.len() as u64;
+        let n = FILE_ID_ENDS.min(len);
+        fill(file, &mut self.image, 0, n)?;
+        fill(file, &mut self.image, len - n, n)?;
+        Ok(2 * n)
     }
 
     fn read_dwarf(&mut self, file: &File) -> io::Result<u64> {
