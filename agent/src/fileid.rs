@@ -42,6 +42,8 @@ pub struct LoadSegment {
     pub vaddr: u64,
     /// `p_filesz`.
     pub filesz: u64,
+    /// `PF_X` in `p_flags`: it holds code.
+    pub executable: bool,
 }
 
 /// What the agent knows about one executable file.
@@ -121,6 +123,34 @@ impl FileInfo {
             .unwrap_or(offset)
     }
 
+    /// The bias of the executable `mapping`: runtime address − file
+    /// virtual address, the same for every address of the mapping. It is
+    /// the executable `PT_LOAD` in the mapping's file range that says it
+    /// (else the one covering most of it), not the one holding the
+    /// mapping's first byte: lld starts the text segment in the page where
+    /// the read-only segment before it ends, a page above its file offset
+    /// in virtual addresses, so the text mapping's first page belongs to
+    /// both (and its first byte to the wrong one, which would put every
+    /// address a page off).
+    pub fn bias(&self, mapping: &Mapping) -> u64 {
+        let start = mapping.offset;
+        let end = start.saturating_add(mapping.end.saturating_sub(mapping.start));
+        let overlap = |s: &&LoadSegment| {
+            let from = s.offset.max(start);
+            let to = s.offset.saturating_add(s.filesz).min(end);
+            to.saturating_sub(from)
+        };
+        let vaddr_of_start = self
+            .loads
+            .iter()
+            .filter(|s| overlap(s) > 0)
+            .max_by_key(|s| (s.executable, overlap(s)))
+            .map_or(start, |s| {
+                start.wrapping_sub(s.offset).wrapping_add(s.vaddr)
+            });
+        mapping.start.wrapping_sub(vaddr_of_start)
+    }
+
     /// The [`Executable`] record for a batch.
     pub fn executable(&self) -> Executable {
         Executable {
@@ -154,6 +184,7 @@ fn facts_of<'a, H: FileHeader<Endian = object::Endianness>>(
             offset: p.p_offset(endian).into(),
             vaddr: p.p_vaddr(endian).into(),
             filesz: p.p_filesz(endian).into(),
+            executable: p.p_flags(endian) & elf::PF_X != 0,
         })
         .collect();
     let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
@@ -243,11 +274,13 @@ mod tests {
                     offset: 0,
                     vaddr: 0,
                     filesz: 0x1000,
+                    executable: false,
                 },
                 LoadSegment {
                     offset: 0x1000,
                     vaddr: 0x401000,
                     filesz: 0x2000,
+                    executable: true,
                 },
             ],
         };
@@ -261,6 +294,67 @@ mod tests {
         };
         assert_eq!(info.vaddr(&mapping, 0x5555_0000_1010), 0x401010);
         assert_eq!(info.vaddr(&mapping, 0x5555_0000_2fff), 0x402fff);
+    }
+
+    /// lld's layout (here `shares.c` linked by rust-lld, the linker of
+    /// every Rust program since 1.90): the text segment starts at file
+    /// offset 0x8a0 but vaddr 0x18a0, in the page where the read-only
+    /// segment ends, so its mapping's first byte is in the read-only
+    /// segment's range. The bias is the text segment's, for every address.
+    #[test]
+    fn the_bias_is_the_text_segments_when_it_shares_a_page() {
+        let segment = |offset, vaddr, filesz, executable| LoadSegment {
+            offset,
+            vaddr,
+            filesz,
+            executable,
+        };
+        let info = FileInfo {
+            file_id: FileId(1),
+            name: "x".into(),
+            build_id: None,
+            loads: vec![
+                segment(0, 0, 0x898, false),
+                segment(0x8a0, 0x18a0, 0x430, true),
+                segment(0xcd0, 0x2cd0, 0x1d8, false),
+            ],
+        };
+        // The r-xp mapping: the page at file offset 0, mapped a page in.
+        let text = Mapping {
+            start: 0x5555_0000_1000,
+            end: 0x5555_0000_2000,
+            offset: 0,
+            dev: 0,
+            inode: 1,
+            path: "/x".into(),
+        };
+        let bias = info.bias(&text);
+        assert_eq!(bias, 0x5555_0000_0000);
+        // The same as each address's own vaddr.
+        for addr in [0x5555_0000_18a0, 0x5555_0000_1cc0] {
+            assert_eq!(addr - bias, info.vaddr(&text, addr));
+        }
+        // GNU ld's layout, the text at vaddr == offset: unchanged.
+        let gnu = FileInfo {
+            loads: vec![
+                segment(0, 0, 0x1000, false),
+                segment(0x1000, 0x1000, 0x2000, true),
+            ],
+            ..info.clone()
+        };
+        let text = Mapping {
+            start: 0x5555_0000_1000,
+            end: 0x5555_0000_3000,
+            offset: 0x1000,
+            ..text
+        };
+        assert_eq!(gnu.bias(&text), 0x5555_0000_0000);
+        // No segment known (not an ELF we parse): the offset.
+        let none = FileInfo {
+            loads: vec![],
+            ..info
+        };
+        assert_eq!(none.bias(&text), 0x5555_0000_0000);
     }
 
     #[test]

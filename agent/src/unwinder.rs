@@ -308,7 +308,7 @@ impl Unwinder {
                 .or_insert_with(|| inspect_python(pid, m).map(Arc::new))
                 .clone();
             if let Some(interp) = interp {
-                found = Some((interp, m.start.wrapping_sub(file.vaddr(m, m.start))));
+                found = Some((interp, file.bias(m)));
                 break;
             }
         }
@@ -351,7 +351,7 @@ impl Unwinder {
                     start: m.start,
                     end: m.end,
                     // runtime - bias = the file vaddr the rows use.
-                    bias: m.start.wrapping_sub(file.vaddr(m, m.start)),
+                    bias: file.bias(m),
                     table_id: table.map_or(0, |t| t.id),
                     // Before it is built, the search is bounded by the
                     // array's own end.

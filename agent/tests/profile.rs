@@ -95,27 +95,65 @@ fn profile(agent: &mut Agent, sink: &mut MemorySink, first: usize, pids: &[&str]
 // Frame pointers only: the kernel's walk (bpf_get_stack).
 #[test]
 fn frame_pointer_build_shares_and_kernel_frames() {
-    shares_and_kernel_frames("-fno-omit-frame-pointer", false);
+    shares_and_kernel_frames(&["-fno-omit-frame-pointer"], false, "");
 }
 
 // The .eh_frame walker: the same checks on a build without frame pointers,
 // where a frame-pointer walk breaks off after the leaf.
 #[test]
 fn eh_frame_build_shares_and_kernel_frames() {
-    shares_and_kernel_frames("-fomit-frame-pointer", true);
+    shares_and_kernel_frames(&["-fomit-frame-pointer"], true, "profile-eh-frame");
 }
 
-fn shares_and_kernel_frames(frame_pointer_flag: &str, unwind_tables: bool) {
+/// The same, linked by lld, as every Rust program is since Rust 1.90
+/// (rust-lld): its text segment starts in the page where the read-only
+/// segment ends, a page above its file offset in virtual addresses, so a
+/// bias taken from the text mapping's first byte put every table lookup a
+/// page off and broke every walk of such a program on a real host.
+#[test]
+fn lld_build_shares_and_kernel_frames() {
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("rustc runs");
+    let sysroot = String::from_utf8(sysroot.stdout).unwrap();
+    let gcc_ld = Path::new(sysroot.trim()).join(format!(
+        "lib/rustlib/{}-unknown-linux-gnu/bin/gcc-ld",
+        std::env::consts::ARCH
+    ));
+    assert!(
+        gcc_ld.join("ld.lld").exists(),
+        "rust-lld's ld.lld wrapper is not in {}",
+        gcc_ld.display()
+    );
+    let gcc_ld = format!("-B{}", gcc_ld.display());
+    shares_and_kernel_frames(
+        &["-fomit-frame-pointer", &gcc_ld, "-fuse-ld=lld"],
+        true,
+        "profile-lld",
+    );
+}
+
+fn shares_and_kernel_frames(flags: &[&str], unwind_tables: bool, cgroup_name: &str) {
     require_root();
     let cgroup = match unwind_tables {
-        true => match TestCgroup::create("profile-eh-frame") {
+        true => match TestCgroup::create(cgroup_name) {
             Some(cgroup) => Some(cgroup),
             None => return,
         },
         false => None,
     };
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile_workload(dir.path(), &["-O2", frame_pointer_flag]);
+    let exe = compile_workload(dir.path(), &[&["-O2"], flags].concat());
+    if flags.contains(&"-fuse-ld=lld") {
+        // The layout this case is about: text at a vaddr a page above its
+        // file offset.
+        let loads = kiln_agent::FileInfo::read(&exe, "shares").unwrap().loads;
+        assert!(
+            loads.iter().any(|s| s.vaddr != s.offset),
+            "lld laid the workload out as GNU ld would: {loads:?}"
+        );
+    }
     let symbols = Symbols::of(&exe);
 
     let mut agent = start_agent(unwind_tables, cgroup.as_ref());
