@@ -571,12 +571,85 @@ fn assert_same_answers(old: &[u8], new: &[u8], mut each: impl FnMut(&[Frame<'_>]
     }
 }
 
+/// The version of ksym bytes.
+fn version(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes[4..8].try_into().unwrap())
+}
+
+/// A digest (FNV-1a) of every answer of `k`, frames whole, to every
+/// address of its ranges, and the number of those addresses: what a
+/// reader answered, to compare with what another answers for the same
+/// addresses after it is gone.
+fn answers_digest(k: &Ksym<'_>) -> (u64, usize) {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x100_0000_01b3);
+        }
+    };
+    let mut frames = Vec::new();
+    let mut addresses = 0;
+    for i in 0..k.len() {
+        let (start, end) = k.range(i).unwrap();
+        for addr in start..end {
+            addresses += 1;
+            eat(&addr.to_le_bytes());
+            k.lookup(addr, &mut frames);
+            for f in &frames {
+                for s in [
+                    f.function().map(|s| s.into_owned()),
+                    f.mangled().map(|s| s.into_owned()),
+                    f.dir().map(str::to_owned),
+                    f.file().map(str::to_owned),
+                ] {
+                    match s {
+                        Some(s) => {
+                            eat(&[1]);
+                            eat(&(s.len() as u64).to_le_bytes());
+                            eat(s.as_bytes());
+                        }
+                        None => eat(&[0]),
+                    }
+                }
+                eat(&f.line.to_le_bytes());
+            }
+            eat(&[0xff]);
+        }
+    }
+    (hash, addresses)
+}
+
+/// `old`, a file of an earlier version, upgraded: a current file that
+/// verifies and answers every address as the in-place reader of versions
+/// 2 to 5 did, which `expected` (its [`answers_digest`] over the file,
+/// taken with that reader before it gave way to upgrades) says.
+fn upgraded(old: &[u8], expected: (u64, usize)) -> Vec<u8> {
+    let std::borrow::Cow::Owned(new) = ksym::upgrade(old).unwrap() else {
+        panic!("a version {} file is rewritten", version(old));
+    };
+    assert_eq!(version(&new), ksym::VERSION);
+    let k = Ksym::open(&new).unwrap();
+    k.verify().unwrap();
+    assert_eq!(answers_digest(&k), expected, "version {}", version(old));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let in_place = Ksym::open(old).unwrap();
+    for i in 0..in_place.len() {
+        let (start, end) = in_place.range(i).unwrap();
+        for addr in start - 1..=end {
+            assert_eq!(in_place.lookup(addr, &mut a), k.lookup(addr, &mut b));
+            assert_eq!(a, b, "{addr:#x}");
+        }
+    }
+    new
+}
+
 /// A version 2 file (its inline nodes in one section shared by every
-/// range) is read as it is, and answers as the current encoding of the
-/// same ELF does: a C++ program with deep template inlining, and the file
-/// Kiln 2's encoder wrote for it.
+/// range) upgrades to a current file that answers as the current encoding
+/// of the same ELF does: a C++ program with deep template inlining, and
+/// the file Kiln 2's encoder wrote for it.
 #[test]
-fn version_2_files_answer_as_the_current_layout() {
+fn version_2_files_upgrade_to_the_current_layout() {
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2");
     let unzstd =
         |name: &str| zstd::decode_all(&std::fs::read(fixtures.join(name)).unwrap()[..]).unwrap();
@@ -585,13 +658,10 @@ fn version_2_files_answer_as_the_current_layout() {
     std::fs::write(&elf, unzstd("shapes.elf.zst")).unwrap();
     let v2 = unzstd("shapes.ksym.zst");
     let current = ksym::encode(&extract(&elf, &ExtractOptions::default()).unwrap().table);
-    assert_eq!(u32::from_le_bytes(v2[4..8].try_into().unwrap()), 2);
-    assert!(matches!(
-        ksym::upgrade(&v2),
-        Ok(std::borrow::Cow::Borrowed(_))
-    ));
+    assert_eq!(version(&v2), 2);
+    let upgraded = upgraded(&v2, (0x62d7_3ab5_f2e6_0933, 12_727));
     let mut inlined = 0;
-    assert_same_answers(&v2, &current, |frames| {
+    assert_same_answers(&upgraded, &current, |frames| {
         inlined += usize::from(frames.len() > 2);
     });
     assert!(
@@ -730,25 +800,47 @@ fn upgrade_leaves_current_and_foreign_bytes_alone() {
     ));
 }
 
-/// A damaged version 1 file fails its upgrade with an error, or upgrades
-/// to a file that opens, verifies and answers; never a panic.
+/// A damaged file of an earlier version fails its upgrade with an error,
+/// or upgrades to a file that opens, verifies and answers; never a panic:
+/// every byte flipped, of a version 1 file and of the `ksym_open` fuzz
+/// seeds of versions 2 to 5.
 #[test]
-fn damaged_version_1_files_fail_their_upgrade_cleanly() {
-    let bytes = ksym::v1::encode(&table());
-    for i in 0..bytes.len() {
-        for flip in [0x01u8, 0x80, 0xff] {
-            let mut bad = bytes.clone();
-            bad[i] ^= flip;
-            let Ok(upgraded) = ksym::upgrade(&bad) else {
-                continue;
-            };
-            if let Ok(k) = Ksym::open(&upgraded) {
+fn damaged_earlier_files_fail_their_upgrade_cleanly() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/ksym_open");
+    let seeds = [
+        "c-O2-g-v2.ksym",
+        "c-O2-g-v3.ksym",
+        "c-O2-g-v4.ksym",
+        "c-O2-g-v5.ksym",
+        "rust-like-v4.ksym",
+        "rust-like-v5.ksym",
+    ]
+    .map(|name| std::fs::read(dir.join(name)).unwrap());
+    for bytes in std::iter::once(ksym::v1::encode(&table())).chain(seeds) {
+        let mut upgraded_ok = 0;
+        for i in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = bytes.clone();
+                bad[i] ^= flip;
+                let Ok(upgraded) = ksym::upgrade(&bad) else {
+                    continue;
+                };
+                let Ok(k) = Ksym::open(&upgraded) else {
+                    // Flipped into no ksym file, or into a newer version.
+                    assert!(matches!(upgraded, std::borrow::Cow::Borrowed(_)));
+                    continue;
+                };
+                if matches!(upgraded, std::borrow::Cow::Owned(_)) {
+                    k.verify().unwrap();
+                    upgraded_ok += 1;
+                }
                 let mut frames = Vec::new();
                 for addr in [0x1000, 0x1025, 0x1040, 0x2005, 0x3000] {
                     k.lookup(addr, &mut frames);
                 }
             }
         }
+        assert!(upgraded_ok > 0, "version {}", version(&bytes));
     }
 }
 
@@ -899,24 +991,26 @@ fn rust_like_table(functions: usize, files: usize, ranges: usize) -> SymbolTable
     }
 }
 
-/// Files of earlier versions are read as they are, and answer as the
-/// current encoding of the same table does, mangled names included:
-/// version 3 (the hashes of Rust legacy names as text in the blob, node
-/// functions and file table entries in 4 bytes) and version 4 (range
-/// records of 32 bytes, holding the counts of rows and chain entries).
-/// The fixtures are what those versions' encoders wrote for
+/// Files of versions 3, 4 and 5 upgrade to exactly what the current
+/// writer writes for their table, and answer as they did: version 3 (the
+/// hashes of Rust legacy names as text in the blob, node functions and
+/// file table entries in 4 bytes), version 4 (range records of 32 bytes)
+/// and version 5 (mangled names in the blob, uncompressed). The fixtures
+/// are what those versions' encoders wrote for
 /// `rust_like_table(600, 300, 80)`; each is larger than the current
 /// encoding.
 #[test]
-fn earlier_versions_answer_as_the_current_layout() {
+fn earlier_versions_upgrade_to_the_current_layout() {
     let current = ksym::encode(&rust_like_table(600, 300, 80));
-    for version in [3, 4, 5] {
+    for v in [3, 4, 5] {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("tests/fixtures/v{version}/rust-like.ksym.zst"));
+            .join(format!("tests/fixtures/v{v}/rust-like.ksym.zst"));
         let old = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
-        assert_eq!(u32::from_le_bytes(old[4..8].try_into().unwrap()), version);
+        assert_eq!(version(&old), v);
+        let upgraded = upgraded(&old, (0xe4cb_5313_5573_5748, 64_997));
+        assert_eq!(upgraded, current, "version {v}");
         let (mut inlined, mut made) = (0, 0);
-        assert_same_answers(&old, &current, |frames| {
+        assert_same_answers(&upgraded, &current, |frames| {
             inlined += usize::from(frames.len() > 2);
             made += frames
                 .iter()
@@ -926,10 +1020,29 @@ fn earlier_versions_answer_as_the_current_layout() {
         assert!(inlined > 1000 && made > 1000, "{inlined} {made}");
         assert!(
             current.len() < old.len(),
-            "{} bytes, {} in version {version}",
+            "{} bytes, {} in version {v}",
             current.len(),
             old.len()
         );
+    }
+}
+
+/// The `ksym_open` fuzz target's seeds (`fuzz/seeds/ksym_open`) of earlier
+/// versions upgrade to exactly the bytes its version 6 seeds hold, which
+/// the current writer wrote for the same programs: a C program in every
+/// version (1 to 6), a C++ one in versions 5 and 6.
+#[test]
+fn earlier_fuzz_seeds_upgrade_to_the_current_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/ksym_open");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let earlier = (1..=5).map(|v| (format!("c-O2-g-v{v}.ksym"), "c-O2-g-v6.ksym"));
+    let cpp = [("cpp-shapes-v5.ksym".to_owned(), "cpp-shapes-v6.ksym")];
+    for (old, current) in earlier.chain(cpp) {
+        let (old_bytes, current) = (read(&old), read(current));
+        assert_eq!(version(&current), ksym::VERSION);
+        assert!(version(&old_bytes) < ksym::VERSION, "{old}");
+        let upgraded = ksym::upgrade(&old_bytes).unwrap();
+        assert!(upgraded.as_ref() == current.as_slice(), "{old}");
     }
 }
 

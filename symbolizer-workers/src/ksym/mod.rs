@@ -139,6 +139,7 @@
 mod batch;
 mod body;
 mod chains;
+mod earlier;
 mod error;
 mod fields;
 mod file;
