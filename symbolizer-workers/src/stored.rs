@@ -166,6 +166,7 @@ mod tests {
             let stored = std::fs::read(fixtures.join(fixture)).unwrap();
             let old = zstd::decode_all(&stored[..]).unwrap();
             assert_eq!(old[4..8], u32::to_le_bytes(version));
+            assert_eq!(Ksym::open(&old).unwrap_err(), KsymError::Outdated(version));
             let decoded = decode_stored(&stored).unwrap();
             let upgraded = decoded.upgraded.expect("an earlier version is upgraded");
             let current = zstd::decode_all(&upgraded[..]).unwrap();

@@ -3,8 +3,10 @@
 //! Object stores hold files written by earlier versions of Kiln, and the
 //! ELF files they came from may be long gone (a CI upload, a container
 //! image since replaced), so refusing them would cost profiles their
-//! names. Instead the loader upgrades them as it reads them: the earlier
-//! reader reads the whole table back and the current writer encodes it.
+//! names. Instead the loader upgrades them as it reads them (and stores
+//! the result in their place): the reader of the earlier layouts
+//! (`earlier`) reads the whole table back and the current writer encodes
+//! it.
 
 use std::borrow::Cow;
 

@@ -32,7 +32,6 @@ fn section_table(records: Records) -> Sections<7> {
             "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages",
         ],
         record: [records.len(), 1, 16, 16, 16, 1, 4],
-        in_header: 7,
     }
 }
 
@@ -41,9 +40,9 @@ fn section_table(records: Records) -> Sections<7> {
 fn layout(version: u32, flags: u32) -> Option<FileLayout> {
     match version {
         // The flags word was reserved: every file wide, of full records.
-        ..4 => FileLayout::from_flags(6, 0),
+        ..4 => FileLayout::from_flags(0),
         4 if flags & COMPACT != 0 => None,
-        _ => FileLayout::from_flags(6, flags),
+        _ => FileLayout::from_flags(flags),
     }
 }
 
