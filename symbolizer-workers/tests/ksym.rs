@@ -3,7 +3,7 @@
 
 use kiln_symbolizer_workers::{
     ExtractOptions, Frame, Function, Inline, Ksym, KsymError, LineRow, NONE, Range, SourceFile,
-    SymbolTable, extract, ksym,
+    SymbolTable, extract, join_path, ksym,
 };
 use proptest::prelude::*;
 
@@ -734,8 +734,8 @@ proptest! {
 /// overflow; a page index sound but wrong passed `verify`; a range
 /// ending past `u64::MAX` overflowed where a batch reuses an answer. Each
 /// input under fixtures/fuzz must open or fail cleanly and answer lookups
-/// without panicking, in the version it is written in and after an
-/// upgrade (the fixtures of version 1 go through both readers). The finds
+/// without panicking after an upgrade (a version 1 find, of the reader of
+/// version 1 that lookups no longer use, now of its upgrade). The finds
 /// of versions 2 and 3, which their upgrade refuses, are also there
 /// rewritten in version 6 (`-v6`: header, version and flags; the
 /// version 2 one without its inline chains), with their damage, for the
@@ -749,13 +749,6 @@ fn fuzz_finds_stay_fixed() {
         if path.to_string_lossy().ends_with("-v6") {
             // Damaged past what `open` checks: `verify` refuses them.
             assert!(Ksym::open(&data).unwrap().verify().is_err(), "{path:?}");
-        }
-        if let Ok(ksym) = ksym::v1::Ksym::open(&data) {
-            let _ = ksym.verify();
-            let mut frames = Vec::new();
-            for addr in [0, 1, 0x1000, u64::MAX] {
-                ksym.lookup(addr, &mut frames);
-            }
         }
         let Ok(data) = ksym::upgrade(&data) else {
             continue;
@@ -779,21 +772,30 @@ fn fuzz_finds_stay_fixed() {
     }
 }
 
-/// Every address of the hand-made table (and around it) gets the same
-/// answer from a version 1 file, from the same table in version 2, and from
-/// the version 1 file upgraded; the upgrade writes what `encode` writes.
+/// A version 1 file upgrades to what `encode` writes for its table, which
+/// answers every address (and around it) as the table says, and as the
+/// in-place reader of version 1 did (digests taken with it at commit
+/// 5763cad): of the hand-made table, and of a table shaped like a Rust
+/// program's (whose answers the files of versions 3 to 5 gave too).
 #[test]
-fn upgraded_files_answer_as_before() {
-    let v1_bytes = ksym::v1::encode(&table());
-    let v1 = ksym::v1::Ksym::open(&v1_bytes).unwrap();
-    let upgraded = ksym::upgrade(&v1_bytes).unwrap();
-    assert_eq!(upgraded.as_ref(), ksym::encode(&table()).as_slice());
-    let v2 = Ksym::open(&upgraded).unwrap();
-    v2.verify().unwrap();
-    let (mut old, mut new) = (Vec::new(), Vec::new());
-    for addr in 0xff0..0x2020 {
-        assert_eq!(v1.lookup(addr, &mut old), v2.lookup(addr, &mut new));
-        assert_eq!(old, new, "{addr:#x}");
+fn upgraded_version_1_files_answer_as_before() {
+    for (table, expected) in [
+        (table(), (0xa1dc_3eef_2172_2f95, 272)),
+        (
+            rust_like_table(600, 300, 80),
+            (0xe4cb_5313_5573_5748, 64_997),
+        ),
+    ] {
+        let v1 = ksym::v1::encode(&table);
+        assert_eq!(Ksym::open(&v1).unwrap_err(), KsymError::Outdated(1));
+        let upgraded = ksym::upgrade(&v1).unwrap();
+        assert_eq!(upgraded.as_ref(), ksym::encode(&table).as_slice());
+        let k = Ksym::open(&upgraded).unwrap();
+        k.verify().unwrap();
+        assert_eq!(answers_digest(&k), expected);
+        let (first, _) = k.range(0).unwrap();
+        let (_, last) = k.range(k.len() - 1).unwrap();
+        assert_answers_as_the_table(&k, &table, (first - 16..last + 16).step_by(1));
     }
 }
 
@@ -1060,14 +1062,14 @@ fn earlier_fuzz_seeds_upgrade_to_the_current_seeds() {
 
 /// Every layout a file can have: node functions and file table entries
 /// in 3 and 2 bytes (narrow: fewer than 2^24 − 1 functions and 2^16 − 1
-/// files) or 4 and 4 (wide), and range records of 20 bytes (compact: code
+/// files) or 4 and 4 (wide), and range records of 24 bytes (compact: code
 /// below 4 GiB) or 32. In tables of 70,000 small ranges, each with a
 /// function of its own, rows in files from all over (some in none) and
 /// some with a call inlined from anywhere (some of no known function),
-/// every address answers as version 1's layout (kept for upgrades, read
-/// apart) does.
+/// every address answers as the table says, singly and in a batch; the
+/// table's version 1 file upgrades to the same bytes.
 #[test]
-fn every_layout_answers_as_version_1() {
+fn every_layout_answers_as_its_table() {
     let (narrow, compact) = (1, 2);
     for (files, base, header_flags) in [
         (1_000, 0, narrow | compact),
@@ -1076,38 +1078,31 @@ fn every_layout_answers_as_version_1() {
         (70_000, 1 << 32, 0),
     ] {
         let table = many_indexes_table(70_000, files, base);
-        let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
+        let current = ksym::encode(&table);
+        let v1 = ksym::v1::encode(&table);
         assert_eq!(ksym::upgrade(&v1).unwrap().as_ref(), &current[..]);
         assert_eq!(
             u32::from_le_bytes(current[12..16].try_into().unwrap()),
             header_flags
         );
-        let (old, new) = (
-            ksym::v1::Ksym::open(&v1).unwrap(),
-            Ksym::open(&current).unwrap(),
-        );
+        let new = Ksym::open(&current).unwrap();
         new.verify().unwrap();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
         let (start, _) = new.range(0).unwrap();
         let (_, end) = new.range(new.len() - 1).unwrap();
-        for addr in (start..end).step_by(2) {
-            old.lookup(addr, &mut a);
-            new.lookup(addr, &mut b);
-            let keys = |frames: &[Frame<'_>]| frames.iter().map(frame_key).collect::<Vec<_>>();
-            assert_eq!(keys(&a), keys(&b), "{addr:#x}");
-        }
+        assert_answers_as_the_table(&new, &table, (start..end).step_by(2));
         let addrs: Vec<u64> = (start..end).step_by(5).collect();
+        let mut single = Vec::new();
         new.lookup_many(&addrs, |i, frames| {
-            old.lookup(addrs[i], &mut a);
-            assert_eq!(a, frames, "{:#x}", addrs[i]);
+            new.lookup(addrs[i], &mut single);
+            assert_eq!(single, frames, "{:#x}", addrs[i]);
         });
     }
 }
 
 /// A range with more line rows and chain entries than a compact record
 /// counts (65,535) is written as several ranges of the same function,
-/// which answer every address as the one range did (version 1 has no such
-/// limit); the line in effect where a piece begins carries over.
+/// which answer every address as the one range of the table does; the
+/// line in effect where a piece begins carries over.
 #[test]
 fn ranges_too_long_to_count_are_written_in_pieces() {
     let (start, len) = (0x10_000u64, 0x60_000u64);
@@ -1139,20 +1134,101 @@ fn ranges_too_long_to_count_are_written_in_pieces() {
     };
     let mut table = table();
     table.ranges = vec![range];
-    let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
-    let (old, new) = (
-        ksym::v1::Ksym::open(&v1).unwrap(),
-        Ksym::open(&current).unwrap(),
-    );
+    let current = ksym::encode(&table);
+    let new = Ksym::open(&current).unwrap();
     new.verify().unwrap();
     assert!(new.len() > 1, "{} ranges", new.len());
     assert_eq!(new.range(0).unwrap().0, start);
     assert_eq!(new.range(new.len() - 1).unwrap().1, start + len);
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for addr in start - 1..start + len + 1 {
-        old.lookup(addr, &mut a);
-        new.lookup(addr, &mut b);
-        assert_eq!(a, b, "{addr:#x}");
+    assert_answers_as_the_table(&new, &table, start - 1..start + len + 1);
+}
+
+/// An answer as [`assert_answers_as_the_table`] compares it: per frame,
+/// innermost first, the function's name and mangled name, the path and
+/// the line.
+type Answer = Vec<(Option<String>, Option<String>, Option<String>, u32)>;
+
+/// Checks that `k` answers each of `addrs` as `table`, which it encodes,
+/// says, read from the table itself with no ksym code: the range that
+/// holds the address, the last line row at or before it (no file and line
+/// 0 before the first), and the inlined calls around it, one per depth
+/// (of two at one depth, the later-starting one), innermost first, each
+/// called from the file and line of the frame outside it.
+fn assert_answers_as_the_table(
+    k: &Ksym<'_>,
+    table: &SymbolTable,
+    addrs: impl Iterator<Item = u64>,
+) {
+    // Per range, its calls by start and the longest one's length: the
+    // calls around an address start at most that far before it.
+    let calls: Vec<(Vec<&Inline>, u64)> = table
+        .ranges
+        .iter()
+        .map(|r| {
+            let mut calls: Vec<&Inline> = r.inlines.iter().collect();
+            calls.sort_by_key(|c| c.start);
+            let longest = calls.iter().map(|c| c.end - c.start).max().unwrap_or(0);
+            (calls, longest)
+        })
+        .collect();
+    let frame = |function: u32, file: u32, line: u32| {
+        let f = table.functions.get(function as usize);
+        let path = table
+            .files
+            .get(file as usize)
+            .map(|f| join_path(&f.dir, &f.name));
+        (
+            f.map(|f| f.name.clone()),
+            f.and_then(|f| f.mangled.clone()),
+            path,
+            line,
+        )
+    };
+    let expected = |addr: u64| -> Answer {
+        let r = table.ranges.partition_point(|r| r.start <= addr);
+        let Some(range) = r.checked_sub(1).map(|r| &table.ranges[r]) else {
+            return Vec::new();
+        };
+        if addr >= range.end {
+            return Vec::new();
+        }
+        let row = range.lines.partition_point(|row| row.addr <= addr);
+        let (mut file, mut line) = row.checked_sub(1).map_or((NONE, 0), |row| {
+            (range.lines[row].file, range.lines[row].line)
+        });
+        let (by_start, longest) = &calls[r - 1];
+        let from = by_start.partition_point(|c| c.start + longest <= addr);
+        let to = by_start.partition_point(|c| c.start <= addr);
+        let mut around: Vec<&Inline> = by_start[from..to]
+            .iter()
+            .copied()
+            .filter(|c| addr < c.end)
+            .collect();
+        around.sort_by_key(|c| (std::cmp::Reverse(c.depth), std::cmp::Reverse(c.start)));
+        around.dedup_by_key(|c| c.depth);
+        let mut out = Vec::new();
+        for call in around {
+            out.push(frame(call.function, file, line));
+            (file, line) = (call.call_file, call.call_line);
+        }
+        out.push(frame(range.function, file, line));
+        out
+    };
+    let mut frames = Vec::new();
+    for addr in addrs {
+        k.lookup(addr, &mut frames);
+        let answer: Answer = frames
+            .iter()
+            .map(|f| {
+                (
+                    f.function().map(|n| n.into_owned()),
+                    f.mangled().map(|m| m.into_owned()),
+                    f.path(),
+                    f.line,
+                )
+            })
+            .collect();
+        assert_eq!(answer, expected(addr), "{addr:#x}");
     }
 }
 

@@ -2,7 +2,7 @@
 
 pub(super) use super::header::MAGIC;
 /// Bumped whenever the meaning of any byte changes. The only version
-/// read: files of earlier ones are [upgraded](super::upgrade).
+/// read: files of earlier ones are [upgraded](super::upgrade()).
 pub const VERSION: u32 = 6;
 
 /// Sections, in header order.

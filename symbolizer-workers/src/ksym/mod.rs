@@ -12,11 +12,11 @@
 //! an answer up to the next line row or chain entry.
 //! [`encode`] writes the same bytes for the same table.
 //!
-//! Version 6 is the only layout read here. [`upgrade`] rewrites a file of
-//! an earlier version (1 to 5) in it, reading it whole once with a reader
-//! of those layouts kept apart for that (`earlier`), and the symbolizer's
-//! loader stores the result in the earlier file's place;
-//! [`Ksym::open`] refuses earlier files as [`KsymError::Outdated`].
+//! Version 6 is the only layout read here: [`Ksym::open`] refuses a file
+//! of an earlier version (1 to 5) as [`KsymError::Outdated`], and
+//! [`upgrade`](upgrade()) rewrites it in version 6, reading it whole once
+//! with a reader of the earlier layouts kept apart for that (`earlier`);
+//! the symbolizer's loader stores the result in the earlier file's place.
 //!
 //! # Layout (version 6)
 //!
@@ -152,10 +152,9 @@ mod ranges;
 mod read;
 mod rust_legacy;
 mod upgrade;
-pub mod v1;
-mod varint;
 mod write;
 
+pub use earlier::v1;
 pub use error::KsymError;
 pub use file::KsymFile;
 pub use frame::Frame;

@@ -128,7 +128,7 @@ impl<'a> Ksym<'a> {
     /// not lead outward. [`verify`](Self::verify) checks them all. Corrupt
     /// input gives an error or wrong names, never a panic or a hang. A
     /// file of an earlier version gives [`KsymError::Outdated`]:
-    /// [`upgrade`](super::upgrade) it first.
+    /// [`upgrade`](super::upgrade()) it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
         // The flags say how long a range record is, which sizes the
         // ranges section: they are read first (0 when the header is short,
@@ -144,7 +144,7 @@ impl<'a> Ksym<'a> {
         if !sections[NODES].is_empty() {
             return Err(KsymError::BadHeader);
         }
-        let packed = Some(Packed::open(sections[MANGLED])?);
+        let packed = Packed::open(sections[MANGLED])?;
         let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB], packed);
         let mut k = Ksym {
             ranges: sections[RANGES],
@@ -253,7 +253,7 @@ impl<'a> Ksym<'a> {
             self.names.files.len(),
             self.names.blob.len(),
             self.pages.len(),
-            self.names.packed.map_or(0, |p| p.len),
+            self.names.packed.len,
         ];
         let names = section_table(self.layout.records).names;
         std::array::from_fn(|i| (names[i], lens[i]))

@@ -1,4 +1,4 @@
-//! The layouts before version 6, read for [`upgrade`](super::upgrade)
+//! The layouts before version 6, read for [`upgrade`](super::upgrade())
 //! only: an earlier file is read whole, once, into the [`SymbolTable`] it
 //! encodes, which the current writer encodes again.
 //!
@@ -18,11 +18,14 @@
 //! loading a file upgrades it, so a sweep that loads every stored symbol
 //! file once leaves none.
 //!
+//! - [`v1`]: version 1 (line rows as varints, inline chains in sections
+//!   of their own), with its writer, which the tests make such files with.
 //! - `v2_to_5`: versions 2 to 5, whose bodies are version 6's.
 //! - `names`: the function and file records of versions 1 to 5, whose
 //!   strings are all in the blob.
 
 mod names;
+pub mod v1;
 mod v2_to_5;
 
 use super::KsymError;
@@ -31,7 +34,7 @@ use crate::table::{Inline, SymbolTable};
 /// The table an earlier file of `version` (1 to 5) encodes.
 pub(super) fn to_table(data: &[u8], version: u32) -> Result<SymbolTable, KsymError> {
     match version {
-        super::v1::VERSION => super::v1::Ksym::open(data)?.to_table(),
+        v1::VERSION => v1::to_table(data),
         _ => v2_to_5::to_table(data, version),
     }
 }
