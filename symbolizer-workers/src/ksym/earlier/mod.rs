@@ -13,10 +13,11 @@
 //! rather than fast: a file that its version's reader would not have
 //! verified gives an error, never part of a table.
 //!
-//! It can go (and `upgrade` with it, `Ksym::open` refusing every earlier
-//! version as it does) once no store holds a file older than version 6:
-//! loading a file upgrades it, so a sweep that loads every stored symbol
-//! file once leaves none.
+//! It can go once no store holds a file older than version 6 (loading a
+//! file upgrades it and stores it back, so a sweep that loads every
+//! stored symbol file once leaves none), with `upgrade` (whose callers
+//! then get `Ksym::open`'s `Outdated`) and the tests, fixtures and bench
+//! figures of earlier versions: nothing else uses it.
 //!
 //! - [`v1`]: version 1 (line rows as varints, inline chains in sections
 //!   of their own), with its writer, which the tests make such files with.
