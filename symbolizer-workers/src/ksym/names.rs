@@ -140,40 +140,52 @@ impl<'a> Names<'a> {
 
     /// Checks that every string of the records lies within the blob.
     fn check_records(&self) -> Result<(), KsymError> {
-        self.string_fields()
-            .try_for_each(|field| self.check_string(&field))
+        self.each_string_field(|field| self.check_string(&field))
     }
 
-    /// Where the records hold strings: both halves of each record, but
-    /// for the hash a function record may hold instead of its mangled
-    /// name, and the slot it may hold instead of its name.
-    fn string_fields(&self) -> impl Iterator<Item = StringField<'a>> + '_ {
-        let funcs = (0..self.functions()).flat_map(move |index| {
+    /// Calls `each` with every place the records hold a string, until it
+    /// fails: both halves of each record, but for the hash a function
+    /// record may hold instead of its mangled name, and the slot it may
+    /// hold instead of its name. Plain loops, which the compiler makes
+    /// tight: as a chain of flattened iterators it was 2.7 to 3.9 times
+    /// slower, by how much the compiler inlined (`Ksym::open` of glibc's
+    /// file, which checks its strings: 20 µs, against 54 to 78 µs).
+    fn each_string_field<E>(
+        &self,
+        mut each: impl FnMut(StringField<'a>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for index in 0..self.functions() {
             let at = RECORD * index;
             let flags = u32_at(self.funcs, at + 4);
-            let name = (flags & DEMANGLED == 0).then_some(at);
-            let mangled = (flags & HASH_IN_RECORD == 0).then_some(at + 8);
-            name.into_iter().chain(mangled).map(move |at| StringField {
+            // A function's mangled name may be none.
+            let field = |at: usize, mangled: bool| StringField {
                 what: "function",
                 index,
                 records: self.funcs,
                 at,
-                // A function's mangled name may be none.
-                none_ok: at % RECORD == 8,
-                packed: at % RECORD == 8,
-            })
-        });
-        let files = (0..self.files()).flat_map(move |index| {
-            [RECORD * index, RECORD * index + 8].map(|at| StringField {
-                what: "file",
-                index,
-                records: self.files,
-                at,
-                none_ok: false,
-                packed: false,
-            })
-        });
-        funcs.chain(files)
+                none_ok: mangled,
+                packed: mangled,
+            };
+            if flags & DEMANGLED == 0 {
+                each(field(at, false))?;
+            }
+            if flags & HASH_IN_RECORD == 0 {
+                each(field(at + 8, true))?;
+            }
+        }
+        for index in 0..self.files() {
+            for at in [RECORD * index, RECORD * index + 8] {
+                each(StringField {
+                    what: "file",
+                    index,
+                    records: self.files,
+                    at,
+                    none_ok: false,
+                    packed: false,
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Number of function records.
@@ -197,16 +209,16 @@ impl<'a> Names<'a> {
             blocks: Some(&blocks),
             ..*self
         };
-        for field in names.string_fields() {
+        names.each_string_field(|field| {
             let read = match field.packed {
                 true => names.packed_string(field.records, field.at).is_some(),
                 false => names.string(field.records, field.at).is_some(),
             };
-            if u32_at(field.records, field.at) != NONE && !read {
-                return Err(KsymError::BadUtf8);
+            match u32_at(field.records, field.at) != NONE && !read {
+                true => Err(KsymError::BadUtf8),
+                false => Ok(()),
             }
-        }
-        Ok(())
+        })
     }
 
     /// Asks the CPU to start loading function record `index`, which a
@@ -339,12 +351,15 @@ impl<'a> Names<'a> {
     /// [`string`](Self::string) slice without checking. Reads one record
     /// after another, so it costs little next to the UTF-8 check.
     fn strings_on_char_boundaries(&self, text: &str) -> bool {
-        self.string_fields()
-            .filter(|field| !field.packed)
-            .all(|field| match Self::span(field.records, field.at) {
-                Some((off, end)) => text.is_char_boundary(off) && text.is_char_boundary(end),
-                None => u32_at(field.records, field.at) == NONE,
-            })
+        self.each_string_field(|field| {
+            let on_boundaries = field.packed
+                || match Self::span(field.records, field.at) {
+                    Some((off, end)) => text.is_char_boundary(off) && text.is_char_boundary(end),
+                    None => u32_at(field.records, field.at) == NONE,
+                };
+            on_boundaries.then_some(()).ok_or(())
+        })
+        .is_ok()
     }
 
     /// Checks the string of `field` lies within the blob.
