@@ -2,12 +2,12 @@
 //! an error or an answer, never a panic, a hang or an out-of-bounds read.
 //! Seeds in `fuzz/seeds/ksym_open` are real ksym files, of versions 6
 //! (mangled names compressed in blocks; one of a C++ program, whose names
-//! are read by demangling its mangled ones), 5 (compact range records,
-//! mangled names in the blob), 4 (32-byte records; one of each with Rust
-//! legacy hashes in its function records), 3 and 2 (read as they are:
-//! version 2's bodies refer to shared nodes) and 1 (which the upgrade
-//! reads whole), so mutations reach past the header checks of both
-//! readers.
+//! are read by demangling its mangled ones), which `Ksym::open` reads,
+//! and 5 (compact range records, mangled names in the blob), 4 (32-byte
+//! records; one of each with Rust legacy hashes in its function records),
+//! 3, 2 (bodies that refer to shared nodes) and 1, which the upgrade reads
+//! whole and rewrites in version 6, so mutations reach past the header
+//! checks of both the reader and the upgrade.
 
 #![no_main]
 

@@ -3,8 +3,7 @@
 //!
 //! - lookups per second on one core with warm caches, ksym against the
 //!   `addr2line` crate (gimli) on the same addresses in the same run
-//!   (interleaved passes, the best of each), and against ksym version 1
-//!   (kept for upgrades), to show what the current layout bought;
+//!   (interleaved passes, the best of each);
 //! - batched lookups (`Ksym::lookup_many`, what a symbolizer worker does
 //!   with one file's addresses) on the distinct addresses of each set, in
 //!   their order of first appearance, against addr2line on the same
@@ -14,8 +13,10 @@
 //!   symbolizer worker answers it, with owned strings per frame;
 //! - time from ksym bytes to the first answer (`Ksym::open` + one lookup),
 //!   and to a `KsymFile` (what the symbolizer's loader keeps: strings
-//!   checked whole once), from which the lookups above are made;
-//! - ksym size (raw and zstd) against the DWARF it came from.
+//!   checked whole once), from which the lookups above are made; and the
+//!   time an upgrade of the same table's version 1 file takes;
+//! - ksym size (raw and zstd) against the DWARF it came from, and against
+//!   version 1's (to show what the current layout bought).
 //!
 //! The ELF files measured are `KILN_BENCH_ELF` (colon-separated paths), by
 //! default glibc (with its debug file when `libc6-dbg` is installed), the
@@ -232,7 +233,7 @@ fn report(path: &Path, n: usize) {
         mib(mangled)
     );
     let (uniform, skewed) = address_sets(&k, n);
-    let (mut best, mut v1_best) = (Duration::MAX, Duration::MAX);
+    let mut best = Duration::MAX;
     for _ in 0..20 {
         let t = Instant::now();
         let k = Ksym::open(black_box(&bytes)).unwrap();
@@ -240,11 +241,6 @@ fn report(path: &Path, n: usize) {
         k.lookup(uniform[0], &mut frames);
         black_box(read(&frames));
         best = best.min(t.elapsed());
-        let t = Instant::now();
-        let k = ksym::v1::Ksym::open(black_box(&v1_bytes)).unwrap();
-        k.lookup(uniform[0], &mut frames);
-        black_box(read(&frames));
-        v1_best = v1_best.min(t.elapsed());
     }
     let t = Instant::now();
     k.verify().expect("our own ksym verifies");
@@ -264,10 +260,9 @@ fn report(path: &Path, n: usize) {
     let file = KsymFile::new(copy).expect("our own ksym opens");
     let file_time = t.elapsed();
     println!(
-        "   ksym bytes to first answer: {best:.2?} (version 1: {v1_best:.2?}; best of 20); KsymFile::new (strings checked) {file_time:.2?}; full verify() {verify_time:.2?}; upgrade from version 1 {upgrade_time:.2?}"
+        "   ksym bytes to first answer: {best:.2?} (best of 20); KsymFile::new (strings checked) {file_time:.2?}; full verify() {verify_time:.2?}; upgrade from version 1 {upgrade_time:.2?}"
     );
     let k = file.ksym();
-    let v1 = ksym::v1::Ksym::open(&v1_bytes).unwrap();
 
     // addr2line reads DWARF from the file it is given: give it the debug
     // file when there is one.
@@ -279,16 +274,13 @@ fn report(path: &Path, n: usize) {
         // First passes: warm the CPU caches for ksym, fill addr2line's
         // own caches (its cold time is reported).
         ksym_pass(|a, f| k.lookup(a, f), addrs);
-        ksym_pass(|a, f| v1.lookup(a, f), addrs);
         let cold = loader.as_ref().ok().map(|l| addr2line_pass(l, addrs));
         // Then passes of each in turn, keeping each one's best: on a
         // shared machine the load changes from second to second, and
         // interleaving gives every side the same chances of a quiet one.
-        let (mut ksym_best, mut v1_best, mut a2l_best) =
-            (Duration::MAX, Duration::MAX, Duration::MAX);
+        let (mut ksym_best, mut a2l_best) = (Duration::MAX, Duration::MAX);
         for _ in 0..ROUNDS {
             ksym_best = ksym_best.min(ksym_pass(|a, f| k.lookup(a, f), addrs));
-            v1_best = v1_best.min(ksym_pass(|a, f| v1.lookup(a, f), addrs));
             if let Ok(loader) = &loader {
                 a2l_best = a2l_best.min(addr2line_pass(loader, addrs));
             }
@@ -296,10 +288,8 @@ fn report(path: &Path, n: usize) {
         let rate = |d: Duration| addrs.len() as f64 / d.as_secs_f64() / 1e6;
         let ratio = |slow: Duration| slow.as_secs_f64() / ksym_best.as_secs_f64();
         println!(
-            "   {n} {label} lookups, one core, warm, best of {ROUNDS}: ksym {:.2} M/s; version 1 {:.2} M/s ({:.1}x)",
+            "   {n} {label} lookups, one core, warm, best of {ROUNDS}: ksym {:.2} M/s",
             rate(ksym_best),
-            rate(v1_best),
-            ratio(v1_best),
         );
         if let Some(cold) = cold {
             println!(

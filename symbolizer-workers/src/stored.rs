@@ -150,6 +150,35 @@ mod tests {
         assert_eq!(frames[0].line, 7);
     }
 
+    /// Every earlier version comes back upgraded, with the bytes to store
+    /// in its place; the current version comes back as it is: stored
+    /// files of versions 2 to 5 (the fixtures of tests/ksym.rs, which
+    /// compares their answers) and of version 1 (above).
+    #[test]
+    fn stored_files_of_every_earlier_version_come_back_upgraded() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (version, fixture) in [
+            (2, "v2/shapes.ksym.zst"),
+            (3, "v3/rust-like.ksym.zst"),
+            (4, "v4/rust-like.ksym.zst"),
+            (5, "v5/rust-like.ksym.zst"),
+        ] {
+            let stored = std::fs::read(fixtures.join(fixture)).unwrap();
+            let old = zstd::decode_all(&stored[..]).unwrap();
+            assert_eq!(old[4..8], u32::to_le_bytes(version));
+            assert_eq!(Ksym::open(&old).unwrap_err(), KsymError::Outdated(version));
+            let decoded = decode_stored(&stored).unwrap();
+            let upgraded = decoded.upgraded.expect("an earlier version is upgraded");
+            let current = zstd::decode_all(&upgraded[..]).unwrap();
+            assert_eq!(current, decoded.file.bytes(), "version {version}");
+            assert_eq!(current[4..8], ksym::VERSION.to_le_bytes());
+            // Stored in its place, it comes back as it is.
+            let again = decode_stored(&upgraded).unwrap();
+            assert!(again.upgraded.is_none(), "version {version}");
+            assert_eq!(again.file.bytes(), current);
+        }
+    }
+
     #[test]
     fn damaged_files_are_refused() {
         assert!(matches!(

@@ -3,7 +3,7 @@
 
 use kiln_symbolizer_workers::{
     ExtractOptions, Frame, Function, Inline, Ksym, KsymError, LineRow, NONE, Range, SourceFile,
-    SymbolTable, extract, ksym,
+    SymbolTable, extract, join_path, ksym,
 };
 use proptest::prelude::*;
 
@@ -465,19 +465,28 @@ fn foreign_and_truncated_bytes_are_refused() {
         Ksym::open(&newer).unwrap_err(),
         KsymError::UnsupportedVersion(ksym::VERSION + 1)
     );
-    // Flags this version does not know, and compact records (flag 2) in
-    // a version 4 file.
+    // Flags this version does not know; inline nodes shared by every
+    // range, which version 2 had.
     let mut flagged = bytes.clone();
     flagged[12] = 4;
     assert_eq!(Ksym::open(&flagged).unwrap_err(), KsymError::BadHeader);
-    flagged[12] = 2;
-    flagged[4] = 4;
-    assert_eq!(Ksym::open(&flagged).unwrap_err(), KsymError::BadHeader);
-    // A version 1 file is named as such, so that the caller upgrades it.
+    let mut shared_nodes = bytes.clone();
+    shared_nodes[16 + 8 * 2 + 4] = 1;
+    assert_eq!(Ksym::open(&shared_nodes).unwrap_err(), KsymError::BadHeader);
+    // A file of an earlier version is named as such, so that the caller
+    // upgrades it.
     assert_eq!(
         Ksym::open(&ksym::v1::encode(&table())).unwrap_err(),
         KsymError::Outdated(1)
     );
+    for version in 2..ksym::VERSION {
+        let mut earlier = bytes.clone();
+        earlier[4] = version as u8;
+        assert_eq!(
+            Ksym::open(&earlier).unwrap_err(),
+            KsymError::Outdated(version)
+        );
+    }
     for len in 0..bytes.len() {
         assert!(
             Ksym::open(&bytes[..len]).is_err(),
@@ -571,12 +580,79 @@ fn assert_same_answers(old: &[u8], new: &[u8], mut each: impl FnMut(&[Frame<'_>]
     }
 }
 
+/// The version of ksym bytes.
+fn version(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes[4..8].try_into().unwrap())
+}
+
+/// A digest (FNV-1a) of every answer of `k`, frames whole, to every
+/// address of its ranges, and the number of those addresses: what a
+/// reader answered, to compare with what another answers for the same
+/// addresses after it is gone.
+fn answers_digest(k: &Ksym<'_>) -> (u64, usize) {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x100_0000_01b3);
+        }
+    };
+    let mut frames = Vec::new();
+    let mut addresses = 0;
+    for i in 0..k.len() {
+        let (start, end) = k.range(i).unwrap();
+        for addr in start..end {
+            addresses += 1;
+            eat(&addr.to_le_bytes());
+            k.lookup(addr, &mut frames);
+            for f in &frames {
+                for s in [
+                    f.function().map(|s| s.into_owned()),
+                    f.mangled().map(|s| s.into_owned()),
+                    f.dir().map(str::to_owned),
+                    f.file().map(str::to_owned),
+                ] {
+                    match s {
+                        Some(s) => {
+                            eat(&[1]);
+                            eat(&(s.len() as u64).to_le_bytes());
+                            eat(s.as_bytes());
+                        }
+                        None => eat(&[0]),
+                    }
+                }
+                eat(&f.line.to_le_bytes());
+            }
+            eat(&[0xff]);
+        }
+    }
+    (hash, addresses)
+}
+
+/// `old`, a file of an earlier version, which `Ksym::open` refuses as
+/// such, upgraded: a current file that verifies and answers every address
+/// as the in-place reader of versions 2 to 5 did, which `expected` says
+/// (its [`answers_digest`] of `old`, taken with that reader before it gave
+/// way to upgrades, at commit 74a2e87).
+fn upgraded(old: &[u8], expected: (u64, usize)) -> Vec<u8> {
+    let v = version(old);
+    assert_eq!(Ksym::open(old).unwrap_err(), KsymError::Outdated(v));
+    let std::borrow::Cow::Owned(new) = ksym::upgrade(old).unwrap() else {
+        panic!("a version {v} file is rewritten");
+    };
+    assert_eq!(version(&new), ksym::VERSION);
+    let k = Ksym::open(&new).unwrap();
+    k.verify().unwrap();
+    assert_eq!(answers_digest(&k), expected, "version {v}");
+    new
+}
+
 /// A version 2 file (its inline nodes in one section shared by every
-/// range) is read as it is, and answers as the current encoding of the
-/// same ELF does: a C++ program with deep template inlining, and the file
-/// Kiln 2's encoder wrote for it.
+/// range) upgrades to a current file that answers as the current encoding
+/// of the same ELF does: a C++ program with deep template inlining, and
+/// the file Kiln 2's encoder wrote for it.
 #[test]
-fn version_2_files_answer_as_the_current_layout() {
+fn version_2_files_upgrade_to_the_current_layout() {
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v2");
     let unzstd =
         |name: &str| zstd::decode_all(&std::fs::read(fixtures.join(name)).unwrap()[..]).unwrap();
@@ -585,13 +661,10 @@ fn version_2_files_answer_as_the_current_layout() {
     std::fs::write(&elf, unzstd("shapes.elf.zst")).unwrap();
     let v2 = unzstd("shapes.ksym.zst");
     let current = ksym::encode(&extract(&elf, &ExtractOptions::default()).unwrap().table);
-    assert_eq!(u32::from_le_bytes(v2[4..8].try_into().unwrap()), 2);
-    assert!(matches!(
-        ksym::upgrade(&v2),
-        Ok(std::borrow::Cow::Borrowed(_))
-    ));
+    assert_eq!(version(&v2), 2);
+    let upgraded = upgraded(&v2, (0x62d7_3ab5_f2e6_0933, 12_727));
     let mut inlined = 0;
-    assert_same_answers(&v2, &current, |frames| {
+    assert_same_answers(&upgraded, &current, |frames| {
         inlined += usize::from(frames.len() > 2);
     });
     assert!(
@@ -661,19 +734,21 @@ proptest! {
 /// overflow; a page index sound but wrong passed `verify`; a range
 /// ending past `u64::MAX` overflowed where a batch reuses an answer. Each
 /// input under fixtures/fuzz must open or fail cleanly and answer lookups
-/// without panicking, in the version it is written in and after an
-/// upgrade (the fixtures of version 1 go through both readers).
+/// without panicking after an upgrade (a version 1 find, of the reader of
+/// version 1 that lookups no longer use, now of its upgrade). The finds
+/// of versions 2 and 3, which their upgrade refuses, are also there
+/// rewritten in version 6 (`-v6`: header, version and flags; the
+/// version 2 one without its inline chains), with their damage, for the
+/// reader of version 6.
 #[test]
 fn fuzz_finds_stay_fixed() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fuzz");
     for entry in std::fs::read_dir(dir).unwrap() {
-        let data = std::fs::read(entry.unwrap().path()).unwrap();
-        if let Ok(ksym) = ksym::v1::Ksym::open(&data) {
-            let _ = ksym.verify();
-            let mut frames = Vec::new();
-            for addr in [0, 1, 0x1000, u64::MAX] {
-                ksym.lookup(addr, &mut frames);
-            }
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        if path.to_string_lossy().ends_with("-v6") {
+            // Damaged past what `open` checks: `verify` refuses them.
+            assert!(Ksym::open(&data).unwrap().verify().is_err(), "{path:?}");
         }
         let Ok(data) = ksym::upgrade(&data) else {
             continue;
@@ -697,21 +772,30 @@ fn fuzz_finds_stay_fixed() {
     }
 }
 
-/// Every address of the hand-made table (and around it) gets the same
-/// answer from a version 1 file, from the same table in version 2, and from
-/// the version 1 file upgraded; the upgrade writes what `encode` writes.
+/// A version 1 file upgrades to what `encode` writes for its table, which
+/// answers every address (and around it) as the table says, and as the
+/// in-place reader of version 1 did (digests taken with it at commit
+/// 5763cad): of the hand-made table, and of a table shaped like a Rust
+/// program's (whose answers the files of versions 3 to 5 gave too).
 #[test]
-fn upgraded_files_answer_as_before() {
-    let v1_bytes = ksym::v1::encode(&table());
-    let v1 = ksym::v1::Ksym::open(&v1_bytes).unwrap();
-    let upgraded = ksym::upgrade(&v1_bytes).unwrap();
-    assert_eq!(upgraded.as_ref(), ksym::encode(&table()).as_slice());
-    let v2 = Ksym::open(&upgraded).unwrap();
-    v2.verify().unwrap();
-    let (mut old, mut new) = (Vec::new(), Vec::new());
-    for addr in 0xff0..0x2020 {
-        assert_eq!(v1.lookup(addr, &mut old), v2.lookup(addr, &mut new));
-        assert_eq!(old, new, "{addr:#x}");
+fn upgraded_version_1_files_answer_as_before() {
+    for (table, expected) in [
+        (table(), (0xa1dc_3eef_2172_2f95, 272)),
+        (
+            rust_like_table(600, 300, 80),
+            (0xe4cb_5313_5573_5748, 64_997),
+        ),
+    ] {
+        let v1 = ksym::v1::encode(&table);
+        assert_eq!(Ksym::open(&v1).unwrap_err(), KsymError::Outdated(1));
+        let upgraded = ksym::upgrade(&v1).unwrap();
+        assert_eq!(upgraded.as_ref(), ksym::encode(&table).as_slice());
+        let k = Ksym::open(&upgraded).unwrap();
+        k.verify().unwrap();
+        assert_eq!(answers_digest(&k), expected);
+        let (first, _) = k.range(0).unwrap();
+        let (_, last) = k.range(k.len() - 1).unwrap();
+        assert_answers_as_the_table(&k, &table, (first - 16..last + 16).step_by(1));
     }
 }
 
@@ -730,25 +814,47 @@ fn upgrade_leaves_current_and_foreign_bytes_alone() {
     ));
 }
 
-/// A damaged version 1 file fails its upgrade with an error, or upgrades
-/// to a file that opens, verifies and answers; never a panic.
+/// A damaged file of an earlier version fails its upgrade with an error,
+/// or upgrades to a file that opens, verifies and answers; never a panic:
+/// every byte flipped, of a version 1 file and of the `ksym_open` fuzz
+/// seeds of versions 2 to 5.
 #[test]
-fn damaged_version_1_files_fail_their_upgrade_cleanly() {
-    let bytes = ksym::v1::encode(&table());
-    for i in 0..bytes.len() {
-        for flip in [0x01u8, 0x80, 0xff] {
-            let mut bad = bytes.clone();
-            bad[i] ^= flip;
-            let Ok(upgraded) = ksym::upgrade(&bad) else {
-                continue;
-            };
-            if let Ok(k) = Ksym::open(&upgraded) {
+fn damaged_earlier_files_fail_their_upgrade_cleanly() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/ksym_open");
+    let seeds = [
+        "c-O2-g-v2.ksym",
+        "c-O2-g-v3.ksym",
+        "c-O2-g-v4.ksym",
+        "c-O2-g-v5.ksym",
+        "rust-like-v4.ksym",
+        "rust-like-v5.ksym",
+    ]
+    .map(|name| std::fs::read(dir.join(name)).unwrap());
+    for bytes in std::iter::once(ksym::v1::encode(&table())).chain(seeds) {
+        let mut upgraded_ok = 0;
+        for i in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = bytes.clone();
+                bad[i] ^= flip;
+                let Ok(upgraded) = ksym::upgrade(&bad) else {
+                    continue;
+                };
+                let Ok(k) = Ksym::open(&upgraded) else {
+                    // Flipped into no ksym file, or into a newer version.
+                    assert!(matches!(upgraded, std::borrow::Cow::Borrowed(_)));
+                    continue;
+                };
+                if matches!(upgraded, std::borrow::Cow::Owned(_)) {
+                    k.verify().unwrap();
+                    upgraded_ok += 1;
+                }
                 let mut frames = Vec::new();
                 for addr in [0x1000, 0x1025, 0x1040, 0x2005, 0x3000] {
                     k.lookup(addr, &mut frames);
                 }
             }
         }
+        assert!(upgraded_ok > 0, "version {}", version(&bytes));
     }
 }
 
@@ -899,24 +1005,26 @@ fn rust_like_table(functions: usize, files: usize, ranges: usize) -> SymbolTable
     }
 }
 
-/// Files of earlier versions are read as they are, and answer as the
-/// current encoding of the same table does, mangled names included:
-/// version 3 (the hashes of Rust legacy names as text in the blob, node
-/// functions and file table entries in 4 bytes) and version 4 (range
-/// records of 32 bytes, holding the counts of rows and chain entries).
-/// The fixtures are what those versions' encoders wrote for
+/// Files of versions 3, 4 and 5 upgrade to exactly what the current
+/// writer writes for their table, and answer as they did: version 3 (the
+/// hashes of Rust legacy names as text in the blob, node functions and
+/// file table entries in 4 bytes), version 4 (range records of 32 bytes)
+/// and version 5 (mangled names in the blob, uncompressed). The fixtures
+/// are what those versions' encoders wrote for
 /// `rust_like_table(600, 300, 80)`; each is larger than the current
 /// encoding.
 #[test]
-fn earlier_versions_answer_as_the_current_layout() {
+fn earlier_versions_upgrade_to_the_current_layout() {
     let current = ksym::encode(&rust_like_table(600, 300, 80));
-    for version in [3, 4, 5] {
+    for v in [3, 4, 5] {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("tests/fixtures/v{version}/rust-like.ksym.zst"));
+            .join(format!("tests/fixtures/v{v}/rust-like.ksym.zst"));
         let old = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
-        assert_eq!(u32::from_le_bytes(old[4..8].try_into().unwrap()), version);
+        assert_eq!(version(&old), v);
+        let upgraded = upgraded(&old, (0xe4cb_5313_5573_5748, 64_997));
+        assert_eq!(upgraded, current, "version {v}");
         let (mut inlined, mut made) = (0, 0);
-        assert_same_answers(&old, &current, |frames| {
+        assert_same_answers(&upgraded, &current, |frames| {
             inlined += usize::from(frames.len() > 2);
             made += frames
                 .iter()
@@ -926,23 +1034,42 @@ fn earlier_versions_answer_as_the_current_layout() {
         assert!(inlined > 1000 && made > 1000, "{inlined} {made}");
         assert!(
             current.len() < old.len(),
-            "{} bytes, {} in version {version}",
+            "{} bytes, {} in version {v}",
             current.len(),
             old.len()
         );
     }
 }
 
+/// The `ksym_open` fuzz target's seeds (`fuzz/seeds/ksym_open`) of earlier
+/// versions upgrade to exactly the bytes its version 6 seeds hold, which
+/// the current writer wrote for the same programs: a C program in every
+/// version (1 to 6), a C++ one in versions 5 and 6.
+#[test]
+fn earlier_fuzz_seeds_upgrade_to_the_current_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/ksym_open");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let earlier = (1..=5).map(|v| (format!("c-O2-g-v{v}.ksym"), "c-O2-g-v6.ksym"));
+    let cpp = [("cpp-shapes-v5.ksym".to_owned(), "cpp-shapes-v6.ksym")];
+    for (old, current) in earlier.chain(cpp) {
+        let (old_bytes, current) = (read(&old), read(current));
+        assert_eq!(version(&current), ksym::VERSION);
+        assert!(version(&old_bytes) < ksym::VERSION, "{old}");
+        let upgraded = ksym::upgrade(&old_bytes).unwrap();
+        assert!(upgraded.as_ref() == current.as_slice(), "{old}");
+    }
+}
+
 /// Every layout a file can have: node functions and file table entries
 /// in 3 and 2 bytes (narrow: fewer than 2^24 − 1 functions and 2^16 − 1
-/// files) or 4 and 4 (wide), and range records of 20 bytes (compact: code
+/// files) or 4 and 4 (wide), and range records of 24 bytes (compact: code
 /// below 4 GiB) or 32. In tables of 70,000 small ranges, each with a
 /// function of its own, rows in files from all over (some in none) and
 /// some with a call inlined from anywhere (some of no known function),
-/// every address answers as version 1's layout (kept for upgrades, read
-/// apart) does.
+/// every address answers as the table says, singly and in a batch; the
+/// table's version 1 file upgrades to the same bytes.
 #[test]
-fn every_layout_answers_as_version_1() {
+fn every_layout_answers_as_its_table() {
     let (narrow, compact) = (1, 2);
     for (files, base, header_flags) in [
         (1_000, 0, narrow | compact),
@@ -951,38 +1078,31 @@ fn every_layout_answers_as_version_1() {
         (70_000, 1 << 32, 0),
     ] {
         let table = many_indexes_table(70_000, files, base);
-        let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
+        let current = ksym::encode(&table);
+        let v1 = ksym::v1::encode(&table);
         assert_eq!(ksym::upgrade(&v1).unwrap().as_ref(), &current[..]);
         assert_eq!(
             u32::from_le_bytes(current[12..16].try_into().unwrap()),
             header_flags
         );
-        let (old, new) = (
-            ksym::v1::Ksym::open(&v1).unwrap(),
-            Ksym::open(&current).unwrap(),
-        );
+        let new = Ksym::open(&current).unwrap();
         new.verify().unwrap();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
         let (start, _) = new.range(0).unwrap();
         let (_, end) = new.range(new.len() - 1).unwrap();
-        for addr in (start..end).step_by(2) {
-            old.lookup(addr, &mut a);
-            new.lookup(addr, &mut b);
-            let keys = |frames: &[Frame<'_>]| frames.iter().map(frame_key).collect::<Vec<_>>();
-            assert_eq!(keys(&a), keys(&b), "{addr:#x}");
-        }
+        assert_answers_as_the_table(&new, &table, (start..end).step_by(2));
         let addrs: Vec<u64> = (start..end).step_by(5).collect();
+        let mut single = Vec::new();
         new.lookup_many(&addrs, |i, frames| {
-            old.lookup(addrs[i], &mut a);
-            assert_eq!(a, frames, "{:#x}", addrs[i]);
+            new.lookup(addrs[i], &mut single);
+            assert_eq!(single, frames, "{:#x}", addrs[i]);
         });
     }
 }
 
 /// A range with more line rows and chain entries than a compact record
 /// counts (65,535) is written as several ranges of the same function,
-/// which answer every address as the one range did (version 1 has no such
-/// limit); the line in effect where a piece begins carries over.
+/// which answer every address as the one range of the table does; the
+/// line in effect where a piece begins carries over.
 #[test]
 fn ranges_too_long_to_count_are_written_in_pieces() {
     let (start, len) = (0x10_000u64, 0x60_000u64);
@@ -1014,20 +1134,101 @@ fn ranges_too_long_to_count_are_written_in_pieces() {
     };
     let mut table = table();
     table.ranges = vec![range];
-    let (v1, current) = (ksym::v1::encode(&table), ksym::encode(&table));
-    let (old, new) = (
-        ksym::v1::Ksym::open(&v1).unwrap(),
-        Ksym::open(&current).unwrap(),
-    );
+    let current = ksym::encode(&table);
+    let new = Ksym::open(&current).unwrap();
     new.verify().unwrap();
     assert!(new.len() > 1, "{} ranges", new.len());
     assert_eq!(new.range(0).unwrap().0, start);
     assert_eq!(new.range(new.len() - 1).unwrap().1, start + len);
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for addr in start - 1..start + len + 1 {
-        old.lookup(addr, &mut a);
-        new.lookup(addr, &mut b);
-        assert_eq!(a, b, "{addr:#x}");
+    assert_answers_as_the_table(&new, &table, start - 1..start + len + 1);
+}
+
+/// An answer as [`assert_answers_as_the_table`] compares it: per frame,
+/// innermost first, the function's name and mangled name, the path and
+/// the line.
+type Answer = Vec<(Option<String>, Option<String>, Option<String>, u32)>;
+
+/// Checks that `k` answers each of `addrs` as `table`, which it encodes,
+/// says, read from the table itself with no ksym code: the range that
+/// holds the address, the last line row at or before it (no file and line
+/// 0 before the first), and the inlined calls around it, one per depth
+/// (of two at one depth, the later-starting one), innermost first, each
+/// called from the file and line of the frame outside it.
+fn assert_answers_as_the_table(
+    k: &Ksym<'_>,
+    table: &SymbolTable,
+    addrs: impl Iterator<Item = u64>,
+) {
+    // Per range, its calls by start and the longest one's length: the
+    // calls around an address start at most that far before it.
+    let calls: Vec<(Vec<&Inline>, u64)> = table
+        .ranges
+        .iter()
+        .map(|r| {
+            let mut calls: Vec<&Inline> = r.inlines.iter().collect();
+            calls.sort_by_key(|c| c.start);
+            let longest = calls.iter().map(|c| c.end - c.start).max().unwrap_or(0);
+            (calls, longest)
+        })
+        .collect();
+    let frame = |function: u32, file: u32, line: u32| {
+        let f = table.functions.get(function as usize);
+        let path = table
+            .files
+            .get(file as usize)
+            .map(|f| join_path(&f.dir, &f.name));
+        (
+            f.map(|f| f.name.clone()),
+            f.and_then(|f| f.mangled.clone()),
+            path,
+            line,
+        )
+    };
+    let expected = |addr: u64| -> Answer {
+        let r = table.ranges.partition_point(|r| r.start <= addr);
+        let Some(range) = r.checked_sub(1).map(|r| &table.ranges[r]) else {
+            return Vec::new();
+        };
+        if addr >= range.end {
+            return Vec::new();
+        }
+        let row = range.lines.partition_point(|row| row.addr <= addr);
+        let (mut file, mut line) = row.checked_sub(1).map_or((NONE, 0), |row| {
+            (range.lines[row].file, range.lines[row].line)
+        });
+        let (by_start, longest) = &calls[r - 1];
+        let from = by_start.partition_point(|c| c.start + longest <= addr);
+        let to = by_start.partition_point(|c| c.start <= addr);
+        let mut around: Vec<&Inline> = by_start[from..to]
+            .iter()
+            .copied()
+            .filter(|c| addr < c.end)
+            .collect();
+        around.sort_by_key(|c| (std::cmp::Reverse(c.depth), std::cmp::Reverse(c.start)));
+        around.dedup_by_key(|c| c.depth);
+        let mut out = Vec::new();
+        for call in around {
+            out.push(frame(call.function, file, line));
+            (file, line) = (call.call_file, call.call_line);
+        }
+        out.push(frame(range.function, file, line));
+        out
+    };
+    let mut frames = Vec::new();
+    for addr in addrs {
+        k.lookup(addr, &mut frames);
+        let answer: Answer = frames
+            .iter()
+            .map(|f| {
+                (
+                    f.function().map(|n| n.into_owned()),
+                    f.mangled().map(|m| m.into_owned()),
+                    f.path(),
+                    f.line,
+                )
+            })
+            .collect();
+        assert_eq!(answer, expected(addr), "{addr:#x}");
     }
 }
 

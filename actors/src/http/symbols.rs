@@ -345,6 +345,24 @@ mod tests {
         assert_eq!(frames[0].function().as_deref(), Some("main"));
     }
 
+    /// An upload of an earlier ksym version is checked and stored in the
+    /// current one: version 1 (made here) and version 5 (a fixture of the
+    /// ksym tests), which the store then holds as `upgrade` writes them.
+    #[test]
+    fn earlier_ksym_versions_are_stored_upgraded() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../symbolizer-workers/tests/fixtures/v5/rust-like.ksym.zst");
+        let v5 = zstd::decode_all(&std::fs::read(fixture).unwrap()[..]).unwrap();
+        for earlier in [ksym::v1::encode(&table()), v5] {
+            assert!(Ksym::open(&earlier).is_err(), "an earlier version");
+            let stored = check_ksym(&earlier).unwrap();
+            let decoded = kiln_symbolizer_workers::decode_stored(&stored.compressed).unwrap();
+            assert!(decoded.upgraded.is_none(), "stored in the current version");
+            assert_eq!(decoded.file.bytes(), &*ksym::upgrade(&earlier).unwrap());
+            assert_eq!(decoded.file.ksym().len(), stored.ranges);
+        }
+    }
+
     /// Untrusted bytes: every fault is a 400 that names it.
     #[test]
     fn malformed_ksyms_are_refused_naming_the_fault() {

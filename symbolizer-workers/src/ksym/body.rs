@@ -217,7 +217,7 @@ impl<'a> Body<'a> {
         };
         // The header: the base line and the rows' bucket count when there
         // are rows, the chain's bucket count and node count when there is
-        // a chain (version 2 has no node count).
+        // a chain.
         let value = |at: usize, width: usize| checked_value_at(bytes, at, width);
         let count = |at: usize| value(at, format.count) as usize;
         if rows > 0 {
@@ -227,11 +227,8 @@ impl<'a> Body<'a> {
         }
         if chains > 0 {
             body.chain_buckets = count(body.header);
-            body.header += format.count;
-            if format.node != 0 {
-                body.local_nodes = count(body.header);
-                body.header += format.count;
-            }
+            body.local_nodes = count(body.header + format.count);
+            body.header += 2 * format.count;
         }
         // Counts are below 2^32 and widths at most 4: the sums cannot
         // overflow a 64-bit usize. Column reads rely on the bytes after
@@ -282,7 +279,7 @@ impl<'a> Body<'a> {
     }
     #[inline(always)]
     fn local_at(&self) -> usize {
-        self.nodes_at() + self.chains * self.format.node_ref()
+        self.nodes_at() + self.chains * self.format.node
     }
     /// The byte after the body's last column.
     #[inline(always)]
@@ -329,12 +326,11 @@ impl<'a> Body<'a> {
         self.column(self.file_indexes_at(), self.format.file, self.rows)
     }
 
-    /// Per chain entry, its innermost node: an id in the nodes section
-    /// when `format.node` is 0, else 1 + an index of
+    /// Per chain entry, its innermost node: 1 + an index of
     /// [`local`](Self::local), 0 for none.
     #[inline(always)]
     pub(super) fn nodes(&self) -> Column<'a> {
-        self.column(self.nodes_at(), self.format.node_ref(), self.chains)
+        self.column(self.nodes_at(), self.format.node, self.chains)
     }
 
     /// Number of the range's own inline nodes.
@@ -343,7 +339,7 @@ impl<'a> Body<'a> {
         self.local_nodes as u32
     }
 
-    /// The range's own inline nodes (none when `format.node` is 0).
+    /// The range's own inline nodes.
     #[inline(always)]
     pub(super) fn local(&self) -> LocalNodes<'a> {
         let (n, f) = (self.local_nodes, &self.format);

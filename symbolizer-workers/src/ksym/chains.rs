@@ -1,36 +1,9 @@
-//! Inline chains as every ksym version writes them: at every offset of a
+//! Inline chains as every ksym writer writes them: at every offset of a
 //! range where the set of inlined calls around it changes, the innermost
 //! call's node, each node (function, call file, call line, parent) written
-//! once ([`Nodes`] for the whole file, as version 1 does; versions 3 and 4 keep
-//! each range's own, in `write.rs`).
-
-use std::collections::HashMap;
+//! once (for the range, in `write.rs`; for the whole file in version 1).
 
 use crate::table::{Inline, Range};
-
-/// Each distinct inline node of a file once, numbered in order of first
-/// use (which keeps the output deterministic), as 16-byte records: the
-/// nodes section of version 1.
-#[derive(Debug, Default)]
-pub(super) struct Nodes {
-    ids: HashMap<[u32; 4], u32>,
-    pub(super) bytes: Vec<u8>,
-}
-
-impl Nodes {
-    /// The id of the node (function, call file, call line, parent).
-    pub(super) fn intern(&mut self, key: [u32; 4]) -> u32 {
-        if let Some(&id) = self.ids.get(&key) {
-            return id;
-        }
-        let id = u32::try_from(self.bytes.len() / 16).unwrap_or(u32::MAX);
-        for v in key {
-            self.bytes.extend(v.to_le_bytes());
-        }
-        self.ids.insert(key, id);
-        id
-    }
-}
 
 /// Calls `at` with each address of `range` where the set of inlined calls
 /// around it changes, and those calls, outermost first (of two calls at

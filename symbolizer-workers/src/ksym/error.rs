@@ -1,4 +1,5 @@
-//! Why bytes are not a ksym file: shared by the readers of every version.
+//! Why bytes are not a ksym file: shared by the reader and the upgrade of
+//! earlier versions.
 
 use super::layout::VERSION;
 
@@ -14,7 +15,7 @@ pub enum KsymError {
     /// A version this build does not know.
     #[error("unsupported ksym version {0} (this build reads version {VERSION})")]
     UnsupportedVersion(u32),
-    /// An earlier version, which [`upgrade`](super::upgrade) rewrites in
+    /// An earlier version, which [`upgrade`](super::upgrade()) rewrites in
     /// this one (the symbolizer's loader does so for stored files).
     #[error(
         "ksym version {0} is an earlier layout: ksym::upgrade rewrites it in version {VERSION}"

@@ -1,5 +1,6 @@
 //! Reading the fixed-size fields and records of ksym bytes, and the
-//! searches over them: shared by the readers of every version.
+//! searches over them: for the reader, and for that of earlier versions
+//! (see `earlier`).
 
 use crate::table::NONE;
 
@@ -57,11 +58,11 @@ pub(super) fn partition_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> us
 }
 
 /// [`partition_point`] for the ranges of one page: scanned in order when
-/// they are few (version 1's 4 KiB pages hold about 20 of glibc's small
-/// functions, version 2's pages one or two), as sequential cache lines
-/// cost less than a binary search's dependent loads (measured 10% faster
-/// per lookup on glibc in version 1); searched when many tiny functions
-/// share a page.
+/// they are few (a page holds one or two; version 1's 4 KiB pages held
+/// about 20 of glibc's small functions), as sequential cache lines cost
+/// less than a binary search's dependent loads (measured 10% faster per
+/// lookup on glibc in version 1); searched when many tiny functions share
+/// a page.
 #[inline]
 pub(super) fn scan_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> usize {
     const SCAN: usize = 32;
@@ -69,17 +70,6 @@ pub(super) fn scan_point<T>(items: &[T], before: impl Fn(&T) -> bool) -> usize {
         return partition_point(items, before);
     }
     items.iter().take_while(|item| before(item)).count()
-}
-
-/// `count` records from `first`, or none when a damaged file names
-/// records that are not there (open() checks this; lookups must not rely
-/// on it, as the page index shows).
-#[inline]
-pub(super) fn window<const N: usize>(records: &[[u8; N]], first: u32, count: u32) -> &[[u8; N]] {
-    let first = first as usize;
-    records
-        .get(first..first.saturating_add(count as usize))
-        .unwrap_or_default()
 }
 
 /// Checks that `index` is [`NONE`] or below `count`.

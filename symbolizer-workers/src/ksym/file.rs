@@ -31,12 +31,7 @@ impl KsymFile {
         let mut ksym = Ksym::open(&bytes)?;
         let text_checked = ksym.names.check_text();
         let demangled = Demangled::for_names(&ksym.names);
-        let blocks = ksym
-            .names
-            .packed
-            .as_ref()
-            .map(Blocks::for_packed)
-            .unwrap_or_default();
+        let blocks = Blocks::for_packed(&ksym.names.packed);
         Ok(KsymFile {
             bytes,
             text_checked,
@@ -69,10 +64,7 @@ impl KsymFile {
     /// times the section). The names demangled from them are not counted:
     /// how long they are is known only once they are made.
     pub fn memory(&self) -> usize {
-        let text = Ksym::open(&self.bytes)
-            .ok()
-            .and_then(|k| k.names.packed)
-            .map_or(0, |p| p.text_len());
+        let text = Ksym::open(&self.bytes).map_or(0, |k| k.names.packed.text_len());
         self.bytes.len().saturating_add(text)
     }
 }

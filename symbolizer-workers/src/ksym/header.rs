@@ -1,7 +1,7 @@
 //! The header of a ksym file, the same in every version but for its
-//! sections: magic, version, header length, a flags word (0 before
-//! version 4), then each section's (offset, record count), so that every
-//! section is a whole number of records.
+//! sections: magic, version, header length, a flags word, then each
+//! section's (offset, record count), so that every section is a whole
+//! number of records.
 
 use super::KsymError;
 use super::fields::u32_at;
@@ -10,20 +10,17 @@ use super::fields::u32_at;
 pub(super) const MAGIC: &[u8; 4] = b"KSYM";
 
 /// A version's sections, in header order: names (for errors and size
-/// reports) and record sizes in bytes, of which the header of that
-/// version has the first `in_header` (an earlier version lacks the
-/// sections added after it, which read as empty).
+/// reports) and record sizes in bytes.
 pub(super) struct Sections<const N: usize> {
     pub(super) names: [&'static str; N],
     pub(super) record: [usize; N],
-    pub(super) in_header: usize,
 }
 
 impl<const N: usize> Sections<N> {
     /// Header bytes: magic, version, header length, flags, then an
     /// (offset, count) pair of `u32` per section.
     pub(super) const fn header_len(&self) -> usize {
-        16 + 8 * self.in_header
+        16 + 8 * N
     }
 
     /// The sections of `data` and its flags word, once its magic and
@@ -45,7 +42,7 @@ impl<const N: usize> Sections<N> {
             return Err(KsymError::BadHeader);
         }
         let mut sections: [&[u8]; N] = [&[]; N];
-        for (i, section) in sections.iter_mut().enumerate().take(self.in_header) {
+        for (i, section) in sections.iter_mut().enumerate() {
             let offset = u32_at(data, 16 + 8 * i) as usize;
             let count = u32_at(data, 20 + 8 * i) as usize;
             let out = KsymError::SectionOutOfBounds {
@@ -60,16 +57,15 @@ impl<const N: usize> Sections<N> {
 
     /// A file of `version` with `flags` holding `sections` (in header
     /// order, each a whole number of its records), each section 8-byte
-    /// aligned. Sections the header has no room for must be empty.
+    /// aligned.
     pub(super) fn write(&self, version: u32, flags: u32, sections: [&[u8]; N]) -> Vec<u8> {
-        debug_assert!(sections[self.in_header..].iter().all(|s| s.is_empty()));
         let to_u32 = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
         let mut out = vec![0u8; self.header_len()];
         out[..4].copy_from_slice(MAGIC);
         out[4..8].copy_from_slice(&version.to_le_bytes());
         out[8..12].copy_from_slice(&to_u32(self.header_len()).to_le_bytes());
         out[12..16].copy_from_slice(&flags.to_le_bytes());
-        for (i, bytes) in sections.into_iter().enumerate().take(self.in_header) {
+        for (i, bytes) in sections.into_iter().enumerate() {
             while !out.len().is_multiple_of(8) {
                 out.push(0);
             }

@@ -1,50 +1,38 @@
 //! Constants of the ksym layout shared by the writer and the reader.
 
 pub(super) use super::header::MAGIC;
-/// Bumped whenever the meaning of any byte changes.
+/// Bumped whenever the meaning of any byte changes. The only version
+/// read: files of earlier ones are [upgraded](super::upgrade()).
 pub const VERSION: u32 = 6;
-/// The earliest version read as it is. A version 2 file is a version 3
-/// file whose bodies all refer to the shared nodes section (see
-/// [`Format::node`]); a version 3 file is a version 4 file of
-/// [`Widths::Wide`] whose function records keep no hash in place of a
-/// mangled name (see `names`); a version 4 file is a version 5 file of
-/// [`Records::Full`]; a version 5 file is a version 6 file whose mangled
-/// names are in the blob, uncompressed (see [`MANGLED`]). Version 1 is
-/// [upgraded](super::upgrade).
-pub(super) const READS_FROM: u32 = 2;
 
 /// Sections, in header order.
 pub(super) const RANGES: usize = 0;
 pub(super) const BODIES: usize = 1;
+/// Empty: version 2's inline nodes, shared by every range, which every
+/// range has of its own since. Its header entry stays, with no records.
 pub(super) const NODES: usize = 2;
 pub(super) const FUNCS: usize = 3;
 pub(super) const FILES: usize = 4;
 pub(super) const BLOB: usize = 5;
 pub(super) const PAGES: usize = 6;
-/// Version 6 on: mangled names, compressed in blocks (see
-/// `names::packed`); before, they were in the blob.
+/// Mangled names, compressed in blocks (see `packed`).
 pub(super) const MANGLED: usize = 7;
 pub(super) const SECTIONS: usize = 8;
 
-/// The sections of a file of `version` and `records`, in header order:
-/// names and record sizes in bytes (versions 2 to 5 have no
-/// [`MANGLED`] section).
-pub(super) const fn section_table(
-    version: u32,
-    records: Records,
-) -> super::header::Sections<SECTIONS> {
+/// The sections of a file of range records of `records`, in header order:
+/// names and record sizes in bytes.
+pub(super) const fn section_table(records: Records) -> super::header::Sections<SECTIONS> {
     super::header::Sections {
         names: [
             "ranges", "bodies", "nodes", "funcs", "files", "blob", "pages", "mangled",
         ],
         record: [records.len(), 1, 16, 16, 16, 1, 4, 1],
-        in_header: if version < 6 { MANGLED } else { SECTIONS },
     }
 }
 
-/// Set in the header's flags (version 4 on): the file is [`Widths::Narrow`].
+/// Set in the header's flags: the file is [`Widths::Narrow`].
 pub(super) const NARROW: u32 = 1;
-/// Set in the header's flags (version 5 on): the file's range records are
+/// Set in the header's flags: the file's range records are
 /// [`Records::Compact`].
 pub(super) const COMPACT: u32 = 2;
 
@@ -59,8 +47,7 @@ pub(super) enum Records {
     /// record bytes, 4.5% of a large Rust program's file.
     Compact,
     /// 32 bytes: start u64 | len u32 | function u32 | body u32 | rows u32
-    /// | chains u32 | format u32 (versions 2 to 4, and files with code
-    /// above 4 GiB).
+    /// | chains u32 | format u32, for files with code above 4 GiB.
     Full,
 }
 
@@ -100,16 +87,10 @@ pub(super) struct FileLayout {
 }
 
 impl FileLayout {
-    /// The layout a file of `version` with these header `flags` has, or
-    /// `None` for flags its version does not define.
-    pub(super) fn from_flags(version: u32, flags: u32) -> Option<FileLayout> {
-        // Before version 4 the flags word was reserved, and every file wide.
-        let defined = match version {
-            ..4 => return Some(FileLayout::FULL_WIDE),
-            4 => NARROW,
-            _ => NARROW | COMPACT,
-        };
-        if flags & !defined != 0 {
+    /// The layout a file with these header `flags` has, or `None` for
+    /// flags that are not defined.
+    pub(super) fn from_flags(flags: u32) -> Option<FileLayout> {
+        if flags & !(NARROW | COMPACT) != 0 {
             return None;
         }
         Some(FileLayout {
@@ -136,12 +117,6 @@ impl FileLayout {
         };
         narrow | compact
     }
-
-    /// Versions 2 and 3.
-    const FULL_WIDE: FileLayout = FileLayout {
-        widths: Widths::Wide,
-        records: Records::Full,
-    };
 }
 
 /// How wide the bodies' node functions and file table entries are: one
@@ -157,8 +132,8 @@ pub(super) enum Widths {
     /// file but the largest. All ones (0xff_ffff, 0xffff) is none: an
     /// index past the records, which reads as unknown.
     Narrow,
-    /// Both in 4 bytes (version 3 and earlier, and files too large for
-    /// [`Narrow`](Self::Narrow)).
+    /// Both in 4 bytes, for files too large for
+    /// [`Narrow`](Self::Narrow).
     Wide,
 }
 
@@ -248,9 +223,9 @@ pub(super) struct Format {
     pub files: usize,
     /// Width of the body's bucket counts (and node count): 2 or 4.
     pub count: usize,
-    /// Width of the chain's references to inline nodes: 1, 2 or 4 for
-    /// the range's own nodes, in its body (version 3 on); 0 for 4-byte ids
-    /// of the nodes section, shared by every range (version 2).
+    /// Width of the chain's references to the range's own inline nodes,
+    /// in its body, and of their parents: 1, 2 or 4 (0, which the writer
+    /// never writes, reads as no node).
     pub node: usize,
     /// Width of the call lines of the range's own nodes: 0, 1, 2 or 4.
     pub call_line: usize,
@@ -304,16 +279,6 @@ impl Format {
             function: widths.function(),
             file_entry: widths.file_entry(),
         })
-    }
-
-    /// Width of the chain's node references: 4 for ids of the nodes
-    /// section.
-    #[inline(always)]
-    pub(super) fn node_ref(&self) -> usize {
-        match self.node {
-            0 => 4,
-            width => width,
-        }
     }
 
     /// The smallest width (1, 2 or 4) that holds `max`, or 0 for 0 when

@@ -12,6 +12,12 @@
 //! an answer up to the next line row or chain entry.
 //! [`encode`] writes the same bytes for the same table.
 //!
+//! Version 6 is the only layout read here: [`Ksym::open`] refuses a file
+//! of an earlier version (1 to 5) as [`KsymError::Outdated`], and
+//! [`upgrade`](upgrade()) rewrites it in version 6, reading it whole once
+//! with a reader of the earlier layouts kept apart for that (`earlier`);
+//! the symbolizer's loader stores the result in the earlier file's place.
+//!
 //! # Layout (version 6)
 //!
 //! All integers little-endian; sections start 8-aligned. A string is an
@@ -38,10 +44,8 @@
 //! bodies   bytes           per range, at `body`: see below; then 15 zero
 //!                          bytes (lookups read values 4 bytes at a time,
 //!                          low bytes 16 at a time)
-//! nodes    16 B            version 2 only (empty in version 3): inline
-//!                          nodes shared by every range, function u32 |
-//!                          call_file u32 | call_line u32 | parent u32
-//!                          (an earlier node, or none)
+//! nodes    none            empty: version 2's inline nodes, shared by
+//!                          every range (its header entry stays)
 //! funcs    16 B            name string | mangled string (or none); for a
 //!                          Rust legacy name that mangling the name with
 //!                          its hash gives back, the hash as a u64 in
@@ -49,22 +53,21 @@
 //!                          the name's length set (or, for a hash not in
 //!                          lower-case hex or followed by a `.llvm.`
 //!                          suffix, the hash and suffix as text, and bit
-//!                          31 of the mangled string's length set, as
-//!                          version 3 kept every hash); for a name that
+//!                          31 of the mangled string's length set); for
+//!                          a name that
 //!                          demangling the mangled one gives back, a
 //!                          slot number in place of the name's offset,
 //!                          and bit 30 of its length set (see
 //!                          `names::DEMANGLED`)
 //! files    16 B            dir string | name string
 //! blob     bytes           UTF-8: function and file names first, then
-//!                          directories (and before version 6, mangled
-//!                          names)
+//!                          directories
 //! pages    4 B             page shift u32, then per page of 2^shift bytes
 //!                          from the first range's page: the first range
 //!                          ending after the page start
-//! mangled  bytes           version 6 on: mangled names (and hash texts),
-//!                          sorted, zstd-compressed in blocks of about
-//!                          16 KiB (see `packed`)
+//! mangled  bytes           mangled names (and hash texts), sorted,
+//!                          zstd-compressed in blocks of about 16 KiB
+//!                          (see `packed`)
 //! ```
 //!
 //! A range's body holds its line rows and its inline chain as columns,
@@ -101,18 +104,14 @@
 //! ```
 //!
 //! A range's inline nodes are in its body, next to the chain that refers
-//! to them, rather than in one section for the whole file: the walk up
-//! a chain reads the cache lines the chain was read from, and references
-//! take one or two bytes rather than four. Version 2 had that section; a
-//! version 2 body (`format` says so) refers to it with 4-byte ids, and
-//! version 2 files are read as they are. Version 3 kept the hashes of
-//! Rust legacy names as text in the blob, and node functions and file
-//! table entries in 4 bytes: 14% more bytes on a large Rust program.
-//! Version 4 kept every range record in 32 bytes: 4.5% more on a large
-//! Rust program. Version 5 kept mangled names uncompressed in the blob:
-//! twice the bytes for a C++ program. Version 3, 4 and 5 files are read
-//! as they are too (as wide files, as files of 32-byte records, and with
-//! mangled names in the blob).
+//! to them, rather than in one section for the whole file (version 2's):
+//! the walk up a chain reads the cache lines the chain was read from, and
+//! references take one or two bytes rather than four. Version 3 kept the
+//! hashes of Rust legacy names as text in the blob, and node functions
+//! and file table entries in 4 bytes: 14% more bytes on a large Rust
+//! program. Version 4 kept every range record in 32 bytes: 4.5% more on a
+//! large Rust program. Version 5 kept mangled names uncompressed in the
+//! blob: twice the bytes for a C++ program.
 //!
 //! Narrow or wide, and compact or not, are choices per file, not per
 //! range, so that each lookup reads those widths and that record size as
@@ -139,6 +138,7 @@
 mod batch;
 mod body;
 mod chains;
+mod earlier;
 mod error;
 mod fields;
 mod file;
@@ -152,10 +152,9 @@ mod ranges;
 mod read;
 mod rust_legacy;
 mod upgrade;
-pub mod v1;
-mod varint;
 mod write;
 
+pub use earlier::v1;
 pub use error::KsymError;
 pub use file::KsymFile;
 pub use frame::Frame;

@@ -1,6 +1,6 @@
-//! Strings kept compressed: the mangled names of a ksym file (version 6
-//! on), sorted, so that neighbours share most of their bytes, and
-//! zstd-compressed in blocks of about [`BLOCK_TEXT`] bytes.
+//! Strings kept compressed: the mangled names of a ksym file, sorted, so
+//! that neighbours share most of their bytes, and zstd-compressed in
+//! blocks of about [`BLOCK_TEXT`] bytes.
 //!
 //! A lookup's caller rarely reads a mangled name, but a C++ file's names
 //! are made from them (see `names::DEMANGLED`): they were more than half

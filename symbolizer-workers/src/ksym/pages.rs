@@ -5,7 +5,6 @@
 
 use super::KsymError;
 use super::fields::u32_at;
-use crate::table::SymbolTable;
 
 /// A version's page sizes.
 #[derive(Debug, Clone, Copy)]
@@ -15,20 +14,6 @@ pub(super) struct Layout {
     /// Pages per range at most: where code is spread thinly over the
     /// address space, pages grow instead.
     pub per_range: u64,
-}
-
-/// The page index: page shift, then for each page the first range that
-/// ends after the page's start.
-pub(super) fn build(table: &SymbolTable, layout: Layout) -> Vec<u8> {
-    let bounds: Vec<(u64, u64)> = table
-        .ranges
-        .iter()
-        .map(|r| {
-            let len = u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX);
-            (r.start, r.start + u64::from(len))
-        })
-        .collect();
-    build_over(&bounds, layout)
 }
 
 /// The page index over ranges given as (start, end), sorted.
@@ -96,22 +81,4 @@ pub(super) fn check_exact(
             index: first.unwrap_or(expected.len().min(pages.len())) / 4,
         }),
     }
-}
-
-/// Checks a page index over `n` ranges: a shift, then nondecreasing range
-/// indexes.
-pub(super) fn check(pages: &[u8], n: usize, layout: Layout) -> Result<(), KsymError> {
-    check_shift(pages, n, layout)?;
-    let mut prev = 0;
-    for at in (4..pages.len()).step_by(4) {
-        let r = u32_at(pages, at) as usize;
-        if r < prev || r > n {
-            return Err(KsymError::BadIndex {
-                what: "page",
-                index: at / 4 - 1,
-            });
-        }
-        prev = r;
-    }
-    Ok(())
 }

@@ -2,7 +2,7 @@
 //! lookups answer, [`Ksym::verify`] checks the rest.
 
 use super::body::{Body, Offsets, Position};
-use super::fields::{check, field, records, scan_point, u32_at};
+use super::fields::{check, records, scan_point, u32_at};
 use super::layout::*;
 use super::names::Names;
 use super::packed::Packed;
@@ -59,7 +59,6 @@ pub(super) use with_layout;
 pub struct Ksym<'a> {
     ranges: &'a [u8],
     bodies: &'a [u8],
-    nodes: &'a [u8],
     pub(super) names: Names<'a>,
     /// The page index section: the shift, then the entries.
     pages: &'a [u8],
@@ -128,31 +127,28 @@ impl<'a> Ksym<'a> {
     /// damaged one reads as unknown) and stop an inline chain that does
     /// not lead outward. [`verify`](Self::verify) checks them all. Corrupt
     /// input gives an error or wrong names, never a panic or a hang. A
-    /// version 1 file gives [`KsymError::Outdated`]: [`upgrade`](super::upgrade)
-    /// it first.
+    /// file of an earlier version gives [`KsymError::Outdated`]:
+    /// [`upgrade`](super::upgrade()) it first.
     pub fn open(data: &'a [u8]) -> Result<Ksym<'a>, KsymError> {
         // The flags say how long a range record is, which sizes the
         // ranges section: they are read first (0 when the header is short,
         // which `read` then refuses).
-        let (version, flags) = (u32_at(data, 4), u32_at(data, 12));
-        let layout = FileLayout::from_flags(version, flags);
+        let layout = FileLayout::from_flags(u32_at(data, 12));
         let sized_by = layout.map_or(Records::Full, |l| l.records);
-        let (sections, _) =
-            section_table(version, sized_by).read(data, |version| match version {
-                READS_FROM..=VERSION => Ok(()),
-                1..READS_FROM => Err(KsymError::Outdated(version)),
-                _ => Err(KsymError::UnsupportedVersion(version)),
-            })?;
+        let (sections, _) = section_table(sized_by).read(data, |version| match version {
+            VERSION => Ok(()),
+            1..VERSION => Err(KsymError::Outdated(version)),
+            _ => Err(KsymError::UnsupportedVersion(version)),
+        })?;
         let layout = layout.ok_or(KsymError::BadHeader)?;
-        let packed = match version {
-            6.. => Some(Packed::open(sections[MANGLED])?),
-            _ => None,
-        };
+        if !sections[NODES].is_empty() {
+            return Err(KsymError::BadHeader);
+        }
+        let packed = Packed::open(sections[MANGLED])?;
         let names = Names::new(sections[FUNCS], sections[FILES], sections[BLOB], packed);
         let mut k = Ksym {
             ranges: sections[RANGES],
             bodies: sections[BODIES],
-            nodes: sections[NODES],
             names,
             pages: sections[PAGES],
             page_entries: &[],
@@ -171,7 +167,7 @@ impl<'a> Ksym<'a> {
     }
 
     /// Checks the fixed-size records: indexes within their sections,
-    /// ranges sorted, parents before their children, the page index.
+    /// ranges sorted, the page index.
     fn check_records(&self) -> Result<(), KsymError> {
         match self.layout.records {
             Records::Full => self.check_records_of::<FULL_RANGE_LEN>(),
@@ -183,13 +179,6 @@ impl<'a> Ksym<'a> {
     /// bytes.
     fn check_records_of<const N: usize>(&self) -> Result<(), KsymError> {
         let n_funcs = self.names.functions();
-        let n_files = self.names.files();
-        for (i, node) in records::<16>(self.nodes).iter().enumerate() {
-            check("inline node", i, field(node, 0), n_funcs, true)?;
-            check("inline node", i, field(node, 4), n_files, true)?;
-            // Parents come first, so walking up a chain always ends.
-            check("inline node", i, field(node, 12), i, true)?;
-        }
         let mut prev_end = 0u64;
         for (r, range) in records::<N>(self.ranges).iter().enumerate() {
             let range = RangeRecord(range);
@@ -227,13 +216,12 @@ impl<'a> Ksym<'a> {
 
     /// Checks every body, of range records of `N` bytes.
     fn verify_bodies<const N: usize>(&self) -> Result<(), KsymError> {
-        let n_nodes = self.nodes.len() / 16;
         for (r, range) in records::<N>(self.ranges).iter().enumerate() {
             let range = RangeRecord(range);
             let Some(body) = self.body(range, self.layout.widths) else {
                 return Err(KsymError::BadLines { range: r });
             };
-            if !body_is_sound(&body, range.len(), &self.names, n_nodes) {
+            if !body_is_sound(&body, range.len(), &self.names) {
                 return Err(KsymError::BadLines { range: r });
             }
         }
@@ -260,14 +248,14 @@ impl<'a> Ksym<'a> {
         let lens = [
             self.ranges.len(),
             self.bodies.len(),
-            self.nodes.len(),
+            0,
             self.names.funcs.len(),
             self.names.files.len(),
             self.names.blob.len(),
             self.pages.len(),
-            self.names.packed.map_or(0, |p| p.len),
+            self.names.packed.len,
         ];
-        let names = section_table(VERSION, self.layout.records).names;
+        let names = section_table(self.layout.records).names;
         std::array::from_fn(|i| (names[i], lens[i]))
     }
 
@@ -376,18 +364,8 @@ impl<'a> Ksym<'a> {
         self.names.prefetch_file(file);
         let mut node = body.node_of(at);
         // Parents come before their children (verify() checks), so the
-        // walks end; in a damaged file, at the first that does not.
-        if body.format.node == 0 {
-            // Version 2: the nodes section, shared by every range.
-            let nodes = records::<16>(self.nodes);
-            while let Some(n) = nodes.get(node as usize) {
-                out.push(Frame::new(&self.names, field(n, 0), file, line));
-                file = field(n, 4);
-                line = field(n, 8);
-                let parent = field(n, 12);
-                node = if parent < node { parent } else { NONE };
-            }
-        } else if node.wrapping_sub(1) < body.local_len() {
+        // walk ends; in a damaged file, at the first that does not.
+        if node.wrapping_sub(1) < body.local_len() {
             // The range's own nodes, in its body: the cache lines the
             // chain was read from, or the next ones (laid out only where
             // an inlined call covers the address).
@@ -418,8 +396,7 @@ impl<'a> Ksym<'a> {
     }
 }
 
-/// Whether a body's own inline nodes (version 3 on) are ones a lookup can
-/// use: chain references and parents to nodes that exist (parents before
+/// Whether a body's own inline nodes are ones a lookup can use: chain references and parents to nodes that exist (parents before
 /// their children), functions and call files that exist.
 fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
     let local = body.local();
@@ -436,7 +413,7 @@ fn local_nodes_are_sound(body: &Body<'_>, n_funcs: usize) -> bool {
 /// Whether every value in `body` (of a range of `len` bytes) is one a
 /// lookup can use: offsets ascending within the range, lines that do not
 /// overflow, file and node indexes that exist.
-fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -> bool {
+fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>) -> bool {
     // Bucket starts take bytes: a count of them with no width would have
     // the walks below go through billions of buckets that are not there.
     let format = body.format;
@@ -468,13 +445,7 @@ fn body_is_sound(body: &Body<'_>, len: u32, names: &Names<'_>, n_nodes: usize) -
         let f = body.file(i);
         reads_as_none(f, format.file_entry) || (f as usize) < n_files
     });
-    let nodes_exist = match format.node {
-        0 => (0..body.chain().len()).all(|i| {
-            let n = body.nodes().get(i);
-            n == NONE || (n as usize) < n_nodes
-        }),
-        _ => local_nodes_are_sound(body, names.functions()),
-    };
+    let nodes_exist = local_nodes_are_sound(body, names.functions());
     ascending(&body.rows())
         && ascending(&body.chain())
         && lines_fit

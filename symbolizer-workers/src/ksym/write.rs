@@ -44,13 +44,13 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
     let pages = pages::build_over(&bounds, PAGE_LAYOUT);
     let (funcs, files, blob, mangled) = w.strings.finish();
 
-    section_table(VERSION, layout.records).write(
+    section_table(layout.records).write(
         VERSION,
         layout.flags(),
         [
             &ranges,
             &bodies,
-            // The shared nodes of version 2: every range has its own now.
+            // No shared inline nodes: each range has its own.
             &[],
             &funcs,
             &files,

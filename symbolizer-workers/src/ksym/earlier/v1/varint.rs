@@ -1,4 +1,4 @@
-//! LEB128 varints and zigzag, for the line rows.
+//! LEB128 varints and zigzag, for the line rows of version 1.
 
 pub(super) fn write_u64(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -32,34 +32,6 @@ pub(super) fn read_u64(buf: &[u8], pos: &mut usize) -> Option<u64> {
         }
     }
     None
-}
-
-/// Reads a varint from the front of `rest`, advancing it: the decoder of
-/// lookups, where a slice cursor costs less than an index into a buffer.
-/// `None` at the end or for a varint longer than 10 bytes.
-#[inline]
-pub(super) fn next_u64(rest: &mut &[u8]) -> Option<u64> {
-    let (&first, tail) = rest.split_first()?;
-    *rest = tail;
-    // Most line rows are one-byte varints: answer those without the loop.
-    if first < 0x80 {
-        return Some(u64::from(first));
-    }
-    let mut v = u64::from(first & 0x7f);
-    for shift in (7..64).step_by(7) {
-        let (&b, tail) = rest.split_first()?;
-        *rest = tail;
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-#[inline]
-pub(super) fn next_i64(rest: &mut &[u8]) -> Option<i64> {
-    next_u64(rest).map(unzigzag)
 }
 
 #[inline]

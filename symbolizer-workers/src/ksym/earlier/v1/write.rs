@@ -1,15 +1,17 @@
-//! Encoding a [`SymbolTable`] as ksym bytes.
+//! Encoding a [`SymbolTable`] as version 1 ksym bytes.
 
 use std::collections::HashMap;
 
 use super::layout::*;
-use crate::ksym::varint;
+use super::varint;
 use crate::ksym::{chains, pages};
 use crate::table::{NONE, Range, SymbolTable};
 
 /// Encodes `table` (ranges sorted and not overlapping, as extraction
-/// makes them) as a ksym file. The same table always gives the same
-/// bytes. Functions and files no range refers to are left out.
+/// makes them) as a version 1 ksym file, for tests of the upgrade and
+/// for comparison: [`crate::ksym::encode`] writes the current version.
+/// The same table always gives the same bytes. Functions and files no
+/// range refers to are left out.
 ///
 /// A range longer than 4 GiB is cut to 4 GiB.
 pub fn encode(table: &SymbolTable) -> Vec<u8> {
@@ -45,7 +47,15 @@ pub fn encode(table: &SymbolTable) -> Vec<u8> {
         }
     }
 
-    let pages = pages::build(table, PAGE_LAYOUT);
+    let bounds: Vec<(u64, u64)> = table
+        .ranges
+        .iter()
+        .map(|r| {
+            let len = u32::try_from(r.end.saturating_sub(r.start)).unwrap_or(u32::MAX);
+            (r.start, r.start + u64::from(len))
+        })
+        .collect();
+    let pages = pages::build_over(&bounds, PAGE_LAYOUT);
     SECTION_TABLE.write(
         VERSION,
         0,
@@ -81,7 +91,31 @@ struct Writer {
     funcs: Vec<u8>,
     files: Vec<u8>,
     blob: Vec<u8>,
-    nodes: chains::Nodes,
+    nodes: Nodes,
+}
+
+/// Each distinct inline node of a file once, numbered in order of first
+/// use (which keeps the output deterministic), as 16-byte records: the
+/// nodes section.
+#[derive(Default)]
+struct Nodes {
+    ids: HashMap<[u32; 4], u32>,
+    bytes: Vec<u8>,
+}
+
+impl Nodes {
+    /// The id of the node (function, call file, call line, parent).
+    fn intern(&mut self, key: [u32; 4]) -> u32 {
+        if let Some(&id) = self.ids.get(&key) {
+            return id;
+        }
+        let id = to_u32(self.bytes.len() / 16);
+        for v in key {
+            self.bytes.extend(v.to_le_bytes());
+        }
+        self.ids.insert(key, id);
+        id
+    }
 }
 
 impl Writer {

@@ -24,7 +24,6 @@ pub(crate) const SECTION_TABLE: crate::ksym::header::Sections<SECTIONS> =
             "pages",
         ],
         record: [8, 32, 8, 16, 16, 16, 16, 1, 1, 4],
-        in_header: SECTIONS,
     };
 
 /// The page index: pages from 4 KiB, at most 4 entries per range.

@@ -1,10 +1,8 @@
-//! Version 1 of the ksym layout, as Kiln wrote it before version 2.
-//!
-//! Kept for two reasons: object stores hold version 1 files, which
-//! [`upgrade`](super::upgrade) reads here and rewrites in the current
-//! layout so that profiles keep their names without re-extraction; and
-//! its writer lets the tests make version 1 files and the benchmark show
-//! what the new layout bought. Nothing else writes version 1.
+//! Version 1 of the ksym layout, as Kiln wrote it before version 2: read
+//! whole for [`upgrade`](crate::ksym::upgrade()) (see `ksym::earlier`), and
+//! written by [`encode`] for the tests, which make version 1 files with
+//! it, and the benchmark, which reports their size. Nothing else writes
+//! version 1, and nothing looks addresses up in it.
 //!
 //! # Layout
 //!
@@ -37,24 +35,21 @@
 //!                                    the first range ending after the page start
 //! ```
 //!
-//! The page index narrows the binary search over `starts` to the few
-//! ranges of one page (a lookup's first cache misses are otherwise spent
-//! there); pages are 4 KiB or larger, at most 4 per range.
+//! The page index narrowed a lookup's binary search over `starts` to the
+//! few ranges of one page; pages are 4 KiB or larger, at most 4 per range.
 //!
 //! Line rows start from (range start, line 0, no file); a row holds until
 //! the next one.
 //!
-//! [`Ksym::open`] checks every fixed-size record (offsets, indexes, sort
-//! order) and, up to 4 MiB, the UTF-8 of the strings; the variable-length
-//! line rows (and the strings of larger files) are checked as lookups read
-//! them (a corrupt row ends the walk, a corrupt string reads as unknown)
-//! and in full by [`Ksym::verify`], which an upload path should call.
+//! `to_table` checks every record, line row and string: a damaged file
+//! gives an error, never part of a table.
 
 mod layout;
 mod read;
 mod unpack;
+mod varint;
 mod write;
 
 pub use layout::VERSION;
-pub use read::Ksym;
+pub(super) use unpack::to_table;
 pub use write::encode;
