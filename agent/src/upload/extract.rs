@@ -62,6 +62,9 @@ impl Default for LocalLimits {
         }
     }
 }
+/// Largest file sent as an image: the backend's limit on an ELF upload,
+/// decompressed (`actors/src/http/body.rs`, `SYMBOLS_BODY`).
+const MAX_IMAGE_BYTES: u64 = 1 << 30;
 /// Bytes at each end of a file without a build id that its file id hashes
 /// (`kiln_model::FileId::of_file`).
 const FILE_ID_ENDS: u64 = 4096;
@@ -164,7 +167,11 @@ pub fn prepare_upload(
     let with_dwarf = dwarf && image.dwarf_bytes > 0 && image.dwarf_bytes <= MAX_DWARF_BYTES;
     let small = image.symbol_bytes <= local.symbol_bytes
         && (!with_dwarf || image.dwarf_bytes <= local.dwarf_bytes);
-    if small {
+    // An image is the file's size once the backend decompresses it: past
+    // its limit on an ELF upload, extracting here (within
+    // MAX_SYMBOL_BYTES) is the only way to names.
+    let too_big_to_send = image.image.len() as u64 > MAX_IMAGE_BYTES;
+    if small || too_big_to_send {
         drop(image);
         return extract_symbols(file, name, debug, dwarf).map(PreparedSymbols::Ksym);
     }
