@@ -13,9 +13,12 @@ use tracing::{info, warn};
 /// Spool cap for the local agent: the backend is in the same process, so
 /// the spool only bridges its start and stop.
 const SPOOL_MAX_BYTES: u64 = 64 * 1024 * 1024;
-/// The local agent's symbol CPU budget, in percent of the machine: its
-/// user opened the UI to see names.
-const LOCAL_SYMBOL_CPU_PERCENT: f64 = 5.0;
+/// The local agent's symbol CPU budget, in percent of the machine: none
+/// (no pauses). Its user is at this machine to see names; the upload
+/// thread's nice 19 keeps it out of their programs' way. (At 5% of a
+/// 2-core machine, the pauses after the machine's big binaries left a
+/// program sampled at start unnamed for over three minutes.)
+const LOCAL_SYMBOL_CPU_PERCENT: f64 = 100.0;
 
 /// A running local agent.
 #[derive(Debug)]
@@ -79,8 +82,6 @@ pub(crate) fn start(
         // lines and inlined functions are what `kiln up` showed before the
         // agent extracted symbols itself.
         dwarf: true,
-        // A user trying Kiln on their own machine looks for names at once:
-        // a larger budget than a fleet agent's, still at nice 19.
         cpu_percent: LOCAL_SYMBOL_CPU_PERCENT,
         ..kiln_agent::SymbolUpload::default()
     };
