@@ -201,7 +201,8 @@ pub struct SymbolUpload {
     /// DWARF line tables and inline chains too, else function names only.
     pub dwarf: bool,
     /// Most CPU the upload thread uses, in percent of all the machine's
-    /// CPUs, averaged over each file and the pause after it.
+    /// CPUs, once a first 10 s of CPU (the busiest programs' files) are
+    /// spent.
     pub cpu_percent: f64,
     /// Which files are extracted here; larger ones go to the backend as
     /// sparse images.
@@ -240,7 +241,7 @@ impl SymbolUploader {
         let client = SymbolClient::new(server, api_key, Duration::from_secs(300));
         let jobs = shared.clone();
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        let pacer = Pacer::new(how.cpu_percent, cpus);
+        let pacer = Pacer::new(how.cpu_percent, cpus, std::time::Instant::now());
         std::thread::Builder::new()
             .name("kiln-symbols".into())
             .spawn(move || {
@@ -265,11 +266,12 @@ impl Drop for SymbolUploader {
     }
 }
 
-fn upload_all(client: &SymbolClient, how: &SymbolUpload, pacer: Pacer, jobs: &Shared) {
+fn upload_all(client: &SymbolClient, how: &SymbolUpload, mut pacer: Pacer, jobs: &Shared) {
     while let Some(job) = jobs.next_job() {
         let before = pace::thread_cpu_time();
         let outcome = upload(client, how, &job);
-        let pause = pacer.pause_after(pace::thread_cpu_time().saturating_sub(before));
+        let spent = pace::thread_cpu_time().saturating_sub(before);
+        let pause = pacer.pause_after(spent, std::time::Instant::now());
         match outcome {
             Ok(Outcome::Present) => debug!(file_id = %job.file_id, "backend has the symbols"),
             Ok(Outcome::Uploaded(sent)) => info!(

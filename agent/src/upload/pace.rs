@@ -5,47 +5,68 @@
 //! busy host hands the agent hundreds of files at start: unpaced, the
 //! thread works through them back to back, and the agent costs the host
 //! several percent of its CPU for minutes. The sampler's own cost is a
-//! fraction of a percent. So after each file the thread sleeps long enough
-//! that its CPU time over work and sleep stays within its budget (a share
-//! of all the machine's CPUs, as a user reads an agent's cost), and it runs
+//! fraction of a percent. So once the first seconds of work (the busiest
+//! programs' files, taken first) are spent, the thread sleeps after each
+//! file long enough that its CPU time stays within its budget (a share of
+//! all the machine's CPUs, as a user reads an agent's cost), and it runs
 //! at the lowest priority (nice 19), so that while it works a busy
 //! workload is not delayed. Names come later on a small machine (the
 //! backlog is spread over minutes), never at the workload's expense; the
 //! backend names earlier samples too once a file's symbols arrive, since
 //! frames are symbolized again at query time.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The default budget: a twentieth of a percent of the machine's CPUs
 /// (1 ms a second on 2 cores, 32 ms on 64).
 pub const DEFAULT_SYMBOL_CPU_PERCENT: f64 = 0.05;
 
-/// The pause that keeps CPU within a share of one core.
+/// CPU the thread may spend before its first pause: the head of a
+/// backlog, the busiest programs' files (taken first), gets names at
+/// once; what is left is spread within the budget.
+const BURST: Duration = Duration::from_secs(10);
+
+/// The longest pause (a budget of nothing would never sleep out).
+const MAX_PAUSE: Duration = Duration::from_secs(24 * 3600);
+
+/// Keeps a thread's CPU within a share of one core plus [`BURST`]: a
+/// token bucket of CPU seconds, filled at the share's rate up to the
+/// burst, emptied by work, and when overdrawn repaid by sleeping.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pacer {
     /// The budget as a share of one core (1.0 or more: no pauses).
     share_of_core: f64,
+    /// CPU seconds the thread may still spend without a pause.
+    credit: f64,
+    /// When `credit` was brought up to date.
+    at: Instant,
 }
 
 impl Pacer {
-    /// A budget of `machine_percent` % of `cpus` CPUs.
-    pub(crate) fn new(machine_percent: f64, cpus: usize) -> Pacer {
+    /// A budget of `machine_percent` % of `cpus` CPUs, full at `now`.
+    pub(crate) fn new(machine_percent: f64, cpus: usize, now: Instant) -> Pacer {
         Pacer {
             share_of_core: machine_percent.max(0.0) / 100.0 * cpus.max(1) as f64,
+            credit: BURST.as_secs_f64(),
+            at: now,
         }
     }
 
-    /// How long to sleep after `spent` of CPU, so that `spent` is the
-    /// budget's share of the work and the sleep together.
-    pub(crate) fn pause_after(&self, spent: Duration) -> Duration {
+    /// How long to sleep after `spent` of CPU, the work having ended at
+    /// `now`: none while the bucket holds it, else as long as the budget
+    /// takes to repay what was overdrawn.
+    pub(crate) fn pause_after(&mut self, spent: Duration, now: Instant) -> Duration {
         if self.share_of_core >= 1.0 {
             return Duration::ZERO;
         }
-        // No budget at all would never sleep out: a day is the longest.
-        let share = self.share_of_core.max(1e-6);
-        spent
-            .mul_f64(1.0 / share - 1.0)
-            .min(Duration::from_secs(24 * 3600))
+        let share = self.share_of_core.max(1e-9);
+        let accrued = share * now.saturating_duration_since(self.at).as_secs_f64();
+        self.credit = (self.credit + accrued).min(BURST.as_secs_f64()) - spent.as_secs_f64();
+        self.at = now;
+        if self.credit >= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(-self.credit / share).min(MAX_PAUSE)
     }
 }
 
@@ -82,25 +103,37 @@ mod tests {
 
     #[test]
     fn the_pause_keeps_the_thread_within_its_share_of_the_machine() {
-        // 0.05% of 2 CPUs is a thousandth of one core: a second of work,
-        // then 999 s asleep.
-        let pacer = Pacer::new(0.05, 2);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // 0.05% of 2 CPUs is a thousandth of one core. The burst goes
+        // through: 4 s, then 5 s of work, no pause.
+        let mut pacer = Pacer::new(0.05, 2, t0);
         assert_eq!(
-            pacer.pause_after(Duration::from_secs(1)),
-            Duration::from_secs(999)
-        );
-        // 50% of 4 CPUs is two cores: never a pause.
-        assert_eq!(
-            Pacer::new(50.0, 4).pause_after(Duration::from_secs(5)),
+            pacer.pause_after(Duration::from_secs(4), at(5)),
             Duration::ZERO
         );
-        // 10% of 1 CPU: 100 ms of work, 900 ms asleep.
-        let pause = Pacer::new(10.0, 1).pause_after(Duration::from_millis(100));
-        assert!((pause.as_secs_f64() - 0.9).abs() < 1e-9, "{pause:?}");
-        // No budget: the longest pause, not forever.
         assert_eq!(
-            Pacer::new(0.0, 8).pause_after(Duration::from_secs(1)),
-            Duration::from_secs(24 * 3600)
+            pacer.pause_after(Duration::from_secs(5), at(11)),
+            Duration::ZERO
+        );
+        // 2 s more overdraws the bucket by 0.991 s: 991 s repay it.
+        let pause = pacer.pause_after(Duration::from_secs(2), at(14));
+        assert!((pause.as_secs_f64() - 991.0).abs() < 0.01, "{pause:?}");
+        // Then each second of work costs a thousand of sleep.
+        let after = at(14) + pause;
+        let pause = pacer.pause_after(Duration::from_secs(1), after + Duration::from_secs(1));
+        assert!((pause.as_secs_f64() - 999.0).abs() < 0.01, "{pause:?}");
+        // 50% of 4 CPUs is two cores: never a pause.
+        let mut pacer = Pacer::new(50.0, 4, t0);
+        assert_eq!(
+            pacer.pause_after(Duration::from_secs(500), at(1)),
+            Duration::ZERO
+        );
+        // No budget: the longest pause, not forever.
+        let mut pacer = Pacer::new(0.0, 8, t0);
+        assert_eq!(
+            pacer.pause_after(Duration::from_secs(11), at(11)),
+            MAX_PAUSE
         );
     }
 
