@@ -83,10 +83,9 @@ struct Args {
     #[arg(long, env = "KILN_UPLOAD_DWARF")]
     upload_dwarf: bool,
     /// Most CPU the symbol upload thread may use, in percent of all this
-    /// machine's CPUs, once its first second of CPU is spent (on the
-    /// busiest program's files, taken first); it also runs at nice 19. The
-    /// rest of a busy host's backlog is spread over minutes; raise it to
-    /// get names sooner.
+    /// machine's CPUs: it pauses after each file (the busiest programs'
+    /// first) and runs at nice 19. A busy host's backlog is spread over
+    /// minutes; raise it to get names sooner.
     #[arg(long, env = "KILN_SYMBOL_UPLOAD_CPU_PERCENT", default_value_t = kiln_agent::DEFAULT_SYMBOL_CPU_PERCENT)]
     symbol_upload_cpu_percent: f64,
     /// Directories holding separate debug files by build id

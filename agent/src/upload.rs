@@ -201,8 +201,8 @@ pub struct SymbolUpload {
     /// DWARF line tables and inline chains too, else function names only.
     pub dwarf: bool,
     /// Most CPU the upload thread uses, in percent of all the machine's
-    /// CPUs, once a first second of CPU (the busiest program's files) is
-    /// spent.
+    /// CPUs: the thread pauses after each file (the busiest programs'
+    /// first).
     pub cpu_percent: f64,
     /// Which files are extracted here; larger ones go to the backend as
     /// sparse images.
