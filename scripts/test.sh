@@ -37,6 +37,10 @@ cargo fmt --all -- --check
 tier "lint" "RUN (cargo clippy --all-targets -D warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+tier "lean build" "RUN (kiln without its distributed engines, as scripts/up.sh builds it)"
+cargo clippy --locked -p kiln --no-default-features -- -D warnings
+cargo test --locked -p kiln-actors --lib backends
+
 tier "wasm32" "RUN (kiln-model builds for wasm32-unknown-unknown)"
 cargo build --locked -p kiln-model --no-default-features --target wasm32-unknown-unknown
 

@@ -15,6 +15,10 @@
 //!
 //! The embedded bus and store lock their directory, so they serve one
 //! process; several processes need Kafka and PostgreSQL (or ScyllaDB).
+//!
+//! The distributed engines' clients are built with the `distributed`
+//! feature (the `kiln` binary's default). Without it their URLs still
+//! parse, and opening one fails with [`BackendError::NotBuilt`].
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -24,8 +28,11 @@ pub use kiln_ingest_bus::BusUrl;
 use kiln_ingest_bus::{Bus, BusError};
 use kiln_storage::{
     EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
-    PostgresMetadataStore, PostgresProfileStore, ProfileStore, S3ObjectStore, ScyllaProfileStore,
-    StoreError,
+    ProfileStore, StoreError,
+};
+#[cfg(feature = "distributed")]
+use kiln_storage::{
+    PostgresMetadataStore, PostgresProfileStore, S3ObjectStore, ScyllaProfileStore,
 };
 
 /// Partitions of an embedded bus created through a `file://` URL.
@@ -43,6 +50,17 @@ pub enum BackendError {
         url: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A distributed engine's URL in a build without its client.
+    #[error(
+        "cannot open {url}: this build of Kiln has no {engine} client; rebuild with the \
+         `distributed` feature (cargo build --release -p kiln --features distributed)"
+    )]
+    NotBuilt {
+        /// The URL, without credentials.
+        url: String,
+        /// "PostgreSQL", "ScyllaDB", "S3".
+        engine: &'static str,
     },
     /// The bus could not be opened.
     #[error("cannot open the ingest bus {url}: {source}")]
@@ -127,9 +145,12 @@ impl MetadataUrl {
             source,
         };
         Ok(match self {
+            #[cfg(feature = "distributed")]
             MetadataUrl::Postgres(url) => {
                 Arc::new(PostgresMetadataStore::connect(url).await.map_err(error)?)
             }
+            #[cfg(not(feature = "distributed"))]
+            MetadataUrl::Postgres(_) => return Err(not_built(self, "PostgreSQL")),
             MetadataUrl::Embedded(path) => {
                 Arc::new(EmbeddedMetadataStore::open(path).map_err(error)?)
             }
@@ -222,16 +243,20 @@ impl StoreUrl {
     /// exist ([`StoreUrl::migrate`]).
     pub async fn open(&self) -> Result<Arc<dyn ProfileStore>, BackendError> {
         let store: Arc<dyn ProfileStore> = match self {
+            #[cfg(feature = "distributed")]
             StoreUrl::Postgres(url) => Arc::new(
                 PostgresProfileStore::connect(url)
                     .await
                     .map_err(|e| self.error(e))?,
             ),
+            #[cfg(feature = "distributed")]
             StoreUrl::Scylla(url) => Arc::new(
                 ScyllaProfileStore::connect(url)
                     .await
                     .map_err(|e| self.error(e))?,
             ),
+            #[cfg(not(feature = "distributed"))]
+            StoreUrl::Postgres(_) | StoreUrl::Scylla(_) => return Err(self.not_built()),
             StoreUrl::Embedded(dir) => {
                 Arc::new(EmbeddedProfileStore::open(dir).map_err(|e| self.error(e))?)
             }
@@ -243,15 +268,19 @@ impl StoreUrl {
     /// embedded store needs none.
     pub async fn migrate(&self) -> Result<(), BackendError> {
         match self {
+            #[cfg(feature = "distributed")]
             StoreUrl::Postgres(url) => {
                 let store = PostgresProfileStore::connect(url)
                     .await
                     .map_err(|e| self.error(e))?;
                 store.migrate().await.map_err(|e| self.error(e))
             }
+            #[cfg(feature = "distributed")]
             StoreUrl::Scylla(url) => ScyllaProfileStore::migrate(url)
                 .await
                 .map_err(|e| self.error(e)),
+            #[cfg(not(feature = "distributed"))]
+            StoreUrl::Postgres(_) | StoreUrl::Scylla(_) => Err(self.not_built()),
             StoreUrl::Embedded(_) => Ok(()),
         }
     }
@@ -262,6 +291,15 @@ impl StoreUrl {
             url: self.to_string(),
             source,
         }
+    }
+
+    #[cfg(not(feature = "distributed"))]
+    fn not_built(&self) -> BackendError {
+        let engine = match self {
+            StoreUrl::Scylla(_) => "ScyllaDB",
+            _ => "PostgreSQL",
+        };
+        not_built(self, engine)
     }
 }
 
@@ -274,9 +312,21 @@ impl ObjectsUrl {
             source,
         };
         Ok(match self {
+            #[cfg(feature = "distributed")]
             ObjectsUrl::S3(url) => Arc::new(S3ObjectStore::from_url(url).map_err(error)?),
+            #[cfg(not(feature = "distributed"))]
+            ObjectsUrl::S3(_) => return Err(not_built(self, "S3")),
             ObjectsUrl::Local(dir) => Arc::new(LocalObjectStore::open(dir).map_err(error)?),
         })
+    }
+}
+
+/// The error for a distributed engine's URL in a build without it.
+#[cfg(not(feature = "distributed"))]
+fn not_built(url: &impl std::fmt::Display, engine: &'static str) -> BackendError {
+    BackendError::NotBuilt {
+        url: url.to_string(),
+        engine,
     }
 }
 
@@ -376,6 +426,28 @@ mod tests {
         let e = parse_bus("nats://h:1").unwrap_err().to_string();
         assert!(e.starts_with("bad --bus URL \"nats://h:1\""), "{e}");
         assert!(parse_bus("kafka://h:9092").is_ok());
+    }
+
+    /// Without the `distributed` feature (`cargo test -p kiln-actors`
+    /// alone, as the lint tier runs it) the URLs parse and opening one
+    /// names the missing client and how to build it.
+    #[cfg(not(feature = "distributed"))]
+    #[actix_rt::test]
+    async fn a_build_without_distributed_engines_says_so() {
+        let store: StoreUrl = "scylla://kiln:pw@h:9042/k".parse().unwrap();
+        let e = store.open().await.err().unwrap().to_string();
+        assert!(e.contains("no ScyllaDB client"), "{e}");
+        assert!(e.contains("--features distributed"), "{e}");
+        assert!(!e.contains("pw"), "{e}");
+        let objects: ObjectsUrl = "s3://b?endpoint=http://h:1".parse().unwrap();
+        let e = objects.open().err().unwrap().to_string();
+        assert!(e.contains("no S3 client"), "{e}");
+        let metadata: MetadataUrl = "postgres://kiln@db/kiln".parse().unwrap();
+        let e = metadata.open().await.err().unwrap().to_string();
+        assert!(e.contains("no PostgreSQL client"), "{e}");
+        let bus = parse_bus("kafka://h:9092").unwrap();
+        let e = open_bus(&bus).await.err().unwrap().to_string();
+        assert!(e.contains("no Kafka client"), "{e}");
     }
 
     #[test]

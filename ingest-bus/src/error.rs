@@ -148,6 +148,15 @@ pub enum BusError {
         detail: String,
     },
 
+    /// A `kafka://` bus in a build without the Kafka client (the `kafka`
+    /// feature; the `kiln` binary's default `distributed` feature turns it
+    /// on).
+    #[error(
+        "this build of Kiln has no Kafka client: rebuild with the `distributed` feature \
+         (cargo build --release -p kiln --features distributed)"
+    )]
+    KafkaNotBuilt,
+
     /// A bus URL that names no bus Kiln has, or is malformed.
     #[error("bad bus URL {url:?}: {reason}")]
     BadUrl {
@@ -180,6 +189,7 @@ impl BusError {
 impl BusError {
     /// Builds the `map_err` closure for a Kafka client error:
     /// `producer.flush(t).map_err(BusError::kafka("flush"))?`.
+    #[cfg(feature = "kafka")]
     pub(crate) fn kafka(op: &'static str) -> impl FnOnce(rdkafka::error::KafkaError) -> BusError {
         move |e| BusError::Kafka {
             op,

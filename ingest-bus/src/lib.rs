@@ -48,5 +48,7 @@ mod url;
 pub use bus::{Bus, Consumer, LagReader, PartitionLag, Published, Record, partition_for};
 pub use embedded::{EmbeddedBus, EmbeddedBusOptions};
 pub use error::{BusError, PublishError};
-pub use kafka::{KafkaBus, KafkaOptions};
+#[cfg(feature = "kafka")]
+pub use kafka::KafkaBus;
+pub use kafka::KafkaOptions;
 pub use url::BusUrl;

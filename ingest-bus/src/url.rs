@@ -8,7 +8,9 @@ use std::sync::Arc;
 use crate::bus::Bus;
 use crate::embedded::EmbeddedBus;
 use crate::error::BusError;
-use crate::kafka::{KafkaBus, KafkaOptions};
+#[cfg(feature = "kafka")]
+use crate::kafka::KafkaBus;
+use crate::kafka::KafkaOptions;
 
 /// A bus, named by URL:
 ///
@@ -56,7 +58,10 @@ impl BusUrl {
                 .map_err(|_| BusError::Panicked)??;
                 Ok(Arc::new(bus))
             }
+            #[cfg(feature = "kafka")]
             BusUrl::Kafka(options) => Ok(Arc::new(KafkaBus::connect(options.clone()).await?)),
+            #[cfg(not(feature = "kafka"))]
+            BusUrl::Kafka(_) => Err(BusError::KafkaNotBuilt),
         }
     }
 }

@@ -183,6 +183,7 @@ impl StoreError {
     }
 
     /// Wraps an error of the PostgreSQL driver or its connection pool.
+    #[cfg(feature = "postgres")]
     pub(crate) fn postgres(
         op: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
@@ -219,6 +220,7 @@ impl StoreError {
     }
 
     /// Wraps an error of the ScyllaDB driver.
+    #[cfg(feature = "scylla")]
     pub(crate) fn scylla(
         op: &'static str,
         source: impl std::error::Error + Send + Sync + 'static,
@@ -295,11 +297,12 @@ pub enum DecodeError {
 /// data exceptions (22), integrity constraint violations (23) and program
 /// limits such as a row too large (54). Connection, resource, lock and
 /// serialization errors (08, 53, 55, 40) pass and are retried.
+#[cfg(feature = "postgres")]
 fn refuses_for_good(sqlstate: &str) -> bool {
     matches!(sqlstate.get(..2), Some("22" | "23" | "54"))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 mod refusal_tests {
     use super::*;
 

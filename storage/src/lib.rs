@@ -69,10 +69,13 @@ mod local_dir;
 mod metadata;
 mod object;
 mod object_key;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod profile;
+#[cfg(feature = "s3")]
 mod s3;
 mod scope;
+#[cfg(feature = "scylla")]
 mod scylla;
 mod values;
 
@@ -86,11 +89,14 @@ pub use local_dir::LocalObjectStore;
 pub use metadata::{ApiKeyInfo, MAX_LABEL_LEN, MetadataStore, NewApiKey};
 pub use object::ObjectStore;
 pub use object_key::{MAX_KEY_LEN, ObjectKey};
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresMetadataStore, PostgresProfileStore};
 pub use profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, metric_row_bytes,
     sample_row_bytes,
 };
+#[cfg(feature = "s3")]
 pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};
+#[cfg(feature = "scylla")]
 pub use scylla::{ScyllaProfileStore, ScyllaUrl};
