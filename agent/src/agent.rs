@@ -146,8 +146,8 @@ impl Agent {
                 later.push((pid, library, seen));
                 continue;
             }
-            if let Err(e) = self.sampler.attach_gpu_probe(&library) {
-                warn!(library = %library.display(), error = %e, "attaching the GPU launch probe failed");
+            if let Err(e) = self.sampler.attach_gpu_probe(pid, &library) {
+                warn!(library = %library.path, pid, error = %e, "attaching the GPU launch probe failed");
             }
         }
         if !later.is_empty() {

@@ -231,23 +231,6 @@ impl FileCache {
     }
 }
 
-/// Where the file a mapping maps can be opened from: its
-/// `/proc/<pid>/map_files` link (found even in another mount namespace, or
-/// deleted), then its path under the process's root.
-///
-/// Kept for the unwinder until it opens through
-/// [`crate::open_mapped`], which checks what it opens; nothing else may
-/// open these paths.
-pub(crate) fn file_paths(pid: u32, mapping: &Mapping) -> [PathBuf; 2] {
-    [
-        PathBuf::from(format!(
-            "/proc/{pid}/map_files/{:x}-{:x}",
-            mapping.start, mapping.end
-        )),
-        PathBuf::from(format!("/proc/{pid}/root{}", mapping.path)),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -424,28 +425,36 @@ impl Sampler {
         })
     }
 
-    /// Attaches the GPU launch uprobe to the libkiln_cuda.so at `library`
-    /// (once per file). Returns whether it attached now.
+    /// Attaches the GPU launch uprobe to the libkiln_cuda.so that process
+    /// `pid` maps in `mapping` (once per file). Returns whether it attached
+    /// now.
+    ///
+    /// The file is opened as every mapped file is ([`open_mapped`]: the
+    /// mapped file itself, a regular file, never what its path holds now),
+    /// and both aya (which reads the marker's offset from it) and the
+    /// kernel (which resolves the probe's path) reach it through that
+    /// descriptor's `/proc/self/fd` link: a FIFO or a symlink swapped onto
+    /// the library's path is never opened and never probed.
     pub(crate) fn attach_gpu_probe(
         &mut self,
-        library: &std::path::Path,
+        pid: u32,
+        mapping: &crate::procfs::Mapping,
     ) -> Result<bool, SamplerError> {
-        use std::os::unix::fs::MetadataExt;
-
         if self.gpu_launches.is_none() {
             return Ok(false);
         }
-        let meta = std::fs::metadata(library)
-            .map_err(|e| SamplerError::Config(format!("GPU library {}: {e}", library.display())))?;
-        if !self.gpu_attached.insert((meta.dev(), meta.ino())) {
+        let file = crate::mapped_file::open_mapped(pid, mapping)
+            .map_err(|e| SamplerError::Config(format!("GPU library: {e}")))?;
+        if !self.gpu_attached.insert((mapping.dev, mapping.inode)) {
             return Ok(false);
         }
+        let through = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
         let program: &mut UProbe = typed_program(&mut self.ebpf, GPU_LAUNCH_PROGRAM)?;
-        if let Err(e) = program.attach(GPU_LAUNCH_MARKER, library, UProbeScope::AllProcesses) {
-            self.gpu_attached.remove(&(meta.dev(), meta.ino()));
+        if let Err(e) = program.attach(GPU_LAUNCH_MARKER, &through, UProbeScope::AllProcesses) {
+            self.gpu_attached.remove(&(mapping.dev, mapping.inode));
             return Err(SamplerError::Program(Box::new(e)));
         }
-        info!(library = %library.display(), "GPU launch probe attached");
+        info!(library = %mapping.path, pid, "GPU launch probe attached");
         Ok(true)
     }
 

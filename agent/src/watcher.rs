@@ -31,8 +31,8 @@ type Learned = Vec<(u32, unwinder::ProcessMappings)>;
 pub(crate) const GPU_LIBRARY: &str = "libkiln_cuda.so";
 
 /// GPU libraries seen mapped, for the agent to attach its uprobe to: the
-/// process, the path (under `/proc/<pid>/root`), and when it was seen.
-pub(crate) type GpuLibraries = Arc<Mutex<Vec<(u32, std::path::PathBuf, Instant)>>>;
+/// process, its mapping of the library, and when it was seen.
+pub(crate) type GpuLibraries = Arc<Mutex<Vec<(u32, procfs::Mapping, Instant)>>>;
 
 /// How long the launch probe waits for a process's unwind tables before
 /// attaching anyway (a table that finds no room never arrives).
@@ -47,11 +47,10 @@ fn found_gpu_libraries(
 ) {
     let found = mappings.iter().filter(|(m, _)| m.name() == GPU_LIBRARY);
     for (m, _) in found {
-        let [_, rooted] = fileid::file_paths(pid, m);
         queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((pid, rooted, Instant::now()));
+            .push((pid, m.clone(), Instant::now()));
     }
 }
 

@@ -11,6 +11,8 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_agent::{Agent, AgentConfig, MemorySink, UnwindTable};
@@ -347,6 +349,67 @@ fn launches_through_a_big_driver_without_frame_pointers_keep_their_callers() {
 /// loaded machine (CI's tests beside each other) the unwinder thread may
 /// be building other processes' tables first.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(30);
+
+// A FIFO was renamed over the library's path before
+// the agent learned of the process: the probe must still attach, to the
+// mapped file itself, and the FIFO must never be opened (an open of it
+// blocks until a writer comes, and the agent's tick with it).
+#[test]
+fn the_launch_probe_attaches_to_the_mapped_library_when_its_path_was_swapped() {
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let host = compile(dir.path(), Load::Linked);
+    let library = dir.path().join("libkiln_cuda.so");
+    let child = run_host(Command::new(&host));
+    let pid = child.0.id();
+    let started = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .contains("libkiln_cuda.so")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the host never mapped the library"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Renamed over it, as an attacker would: the mapped file is unlinked
+    // (its maps line says "(deleted)") and the path is the FIFO's.
+    let fifo = dir.path().join("fifo");
+    support::mkfifo(&fifo);
+    std::fs::rename(&fifo, &library).unwrap();
+    // Notes an opener of the FIFO, and lets it go (a writer's open wakes
+    // a reader blocked in its own, and its close gives that reader EOF).
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let (stop, library) = (stop.clone(), library.clone());
+        std::thread::spawn(move || {
+            let mut opened = false;
+            while !stop.load(Ordering::Relaxed) {
+                opened |= support::fifo_has_reader(&library);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            opened
+        })
+    };
+
+    let mut agent = start_gpu_agent(dir.path(), None);
+    let mut sink = MemorySink::default();
+    let recorded = record_launches(&mut agent, &mut sink, pid, 5);
+    stop.store(true, Ordering::Relaxed);
+    let opened = watch.join().unwrap();
+    drop(child);
+    assert!(
+        !opened,
+        "the agent opened the FIFO put at the library's path since it was mapped"
+    );
+    assert!(
+        recorded.len() >= 5,
+        "only {} launches of pid {pid} were recorded in {GIVE_UP_AFTER:?}: the probe did not \
+         attach to the mapped library (see the agent's log)",
+        recorded.len()
+    );
+}
 
 fn launches_are_recorded(load: Load) {
     require_root();

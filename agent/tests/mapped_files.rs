@@ -7,7 +7,15 @@
 //! does not exist) nothing is opened. The symbol uploader, given such
 //! mappings, sends nothing for them and goes on with the next file.
 //!
-//! Run as root (CI does): `map_files` needs CAP_SYS_ADMIN. No eBPF.
+//! The whole agent (eBPF sampling, unwind tables, symbol upload) on a
+//! program whose library's path became a FIFO after it was mapped keeps
+//! sampling it with whole stacks, uploads the mapped library's symbols,
+//! and never opens the FIFO.
+//!
+//! Run as root (CI does): `map_files` needs CAP_SYS_ADMIN, the last test
+//! loads the eBPF program.
+
+mod support;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -20,6 +28,7 @@ use std::time::{Duration, Instant};
 use kiln_agent::{FileInfo, MappedFileError, MappedSource, Mapping, SymbolUploader, open_mapped};
 use kiln_model::FileId;
 use kiln_test_support::CBuild;
+use support::{fifo_has_reader, mkfifo};
 
 /// Maps its argument with PROT_EXEC, prints the address, and waits.
 const MAPPER: &str = r#"
@@ -112,12 +121,6 @@ enum Swap {
     SymlinkToDevice,
 }
 
-fn mkfifo(path: &Path) {
-    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-}
-
 /// Puts `swap` at `path` by renaming it over (atomic, as an attacker
 /// would): `decoy` is the other file a symlink points at.
 fn swap(path: &Path, swap: Swap, decoy: &Path) {
@@ -134,17 +137,6 @@ fn swap(path: &Path, swap: Swap, decoy: &Path) {
         }
     }
     std::fs::rename(&new, path).unwrap();
-}
-
-/// Whether any process has the FIFO at `path` open for reading: a writer's
-/// non-blocking open succeeds only then.
-fn fifo_has_reader(path: &Path) -> bool {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .is_ok()
 }
 
 fn programs(dir: &Path) -> (PathBuf, PathBuf) {
@@ -393,4 +385,165 @@ fn the_uploader_sends_nothing_through_a_swapped_path() {
         }
     }
     drop(uploader);
+}
+
+/// A library built without frame pointers, whose function the host spends
+/// its time in.
+const HOT_LIBRARY: &str = r#"
+volatile unsigned long hot_state;
+__attribute__((noinline)) void hot_spin(unsigned long n) {
+    for (unsigned long i = 0; i < n; i++) hot_state = hot_state * 6364136223846793005UL + i;
+    __asm__ volatile("");
+}
+"#;
+
+/// Calls into the library until killed: main -> work -> hot_spin.
+const HOT_HOST: &str = r#"
+void hot_spin(unsigned long n);
+__attribute__((noinline)) void work(void) { hot_spin(1000000); __asm__ volatile(""); }
+int main(void) { for (;;) work(); }
+"#;
+
+/// The whole agent on a process whose library's path holds a FIFO by the
+/// time the agent starts: its unwind table and its symbols come from the
+/// mapped file (through `map_files`), so its stacks stay whole and its
+/// functions get names, and the FIFO is never opened (which would block
+/// the thread that opened it for good).
+#[test]
+fn the_whole_agent_profiles_and_uploads_a_swapped_library_from_the_mapped_file() {
+    require_root();
+    let Some(cgroup) = support::TestCgroup::create("mapped-files-swap") else {
+        return;
+    };
+    let dir = workdir();
+    let library = CBuild::cc()
+        .args(["-O2", "-fomit-frame-pointer", "-shared", "-fPIC"])
+        .program(dir.path(), "libhot.so", HOT_LIBRARY);
+    let host = CBuild::cc()
+        .args(["-O2", "-fomit-frame-pointer"])
+        .args([
+            format!("-L{}", dir.path().display()),
+            "-lhot".into(),
+            format!("-Wl,-rpath,{}", dir.path().display()),
+        ])
+        .program(dir.path(), "hot-host", HOT_HOST);
+    let library_id = FileInfo::read(&library, "libhot.so").unwrap().file_id;
+    let host_symbols = support::Symbols::of(&host);
+    let library_symbols = support::Symbols::of(&library);
+
+    let child = support::Workload(
+        cgroup
+            .command(&host)
+            .env_remove("LD_LIBRARY_PATH")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let started = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .contains("libhot.so")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "libhot.so never mapped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Renamed over it, as an attacker would: the mapped file is unlinked
+    // (its maps line says "(deleted)") and the path is the FIFO's.
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    std::fs::rename(&fifo, &library).unwrap();
+    let opened = Arc::new(Mutex::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watch = {
+        let (opened, stop, library) = (opened.clone(), stop.clone(), library.clone());
+        // A writer's open also lets a reader blocked in its own go.
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if fifo_has_reader(&library) {
+                    *opened.lock().unwrap() = true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    let recorder = Recorder::start();
+    let mut agent = support::start_agent(kiln_agent::AgentConfig {
+        frequency_hz: 199,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        unwind_tables: true,
+        cgroup: Some(cgroup.path().to_owned()),
+        ..kiln_agent::AgentConfig::default()
+    });
+    agent
+        .upload_symbols_to(
+            &recorder.url,
+            None,
+            kiln_agent::SymbolUpload {
+                cpu_percent: 100.0,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut sink = kiln_agent::MemorySink::default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !agent.unwind_tables_loaded(pid) {
+        assert!(Instant::now() < deadline, "the host's tables never loaded");
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+    }
+    let first = sink.batches.len();
+    let (uploaded, whole, in_library) = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        agent.tick(&mut sink).unwrap();
+        let samples = support::resolve(&sink.batches, first);
+        let ours = samples
+            .iter()
+            .filter(|s| s.0.as_deref() == Some(&*pid.to_string()));
+        let (mut whole, mut in_library) = (0, 0);
+        for (_, frames, count) in ours {
+            let names: Vec<&str> = frames
+                .iter()
+                .filter_map(|f| host_symbols.name(f).or_else(|| library_symbols.name(f)))
+                .collect();
+            if names.ends_with(&["main", "work", "hot_spin"]) {
+                whole += count;
+            }
+            if names.contains(&"hot_spin") {
+                in_library += count;
+            }
+        }
+        let put = recorder
+            .requests()
+            .into_iter()
+            .find(|r| r.method == "PUT" && r.path == format!("/api/v1/symbols/{library_id}"));
+        if (put.is_some() && in_library >= 200) || Instant::now() > deadline {
+            break (put, whole, in_library);
+        }
+    };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    watch.join().unwrap();
+    drop(agent);
+    drop(child);
+
+    assert!(
+        !*opened.lock().unwrap(),
+        "the agent opened the FIFO put at the library's path since it was mapped"
+    );
+    assert!(
+        in_library >= 200,
+        "only {in_library} samples in hot_spin: sampling stopped"
+    );
+    assert!(
+        whole * 100 >= in_library * 99,
+        "{whole} of {in_library} samples in hot_spin run main -> work -> hot_spin: the \
+         library's unwind table was not built from the mapped file"
+    );
+    let put = uploaded.expect("the mapped library's symbols were never uploaded");
+    let ksym = zstd::decode_all(&put.body[..]).unwrap();
+    assert!(String::from_utf8_lossy(&ksym).contains("hot_spin"));
 }

@@ -277,3 +277,21 @@ impl Drop for TestCgroup {
         }
     }
 }
+
+/// Makes a FIFO at `path`.
+pub(crate) fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// Whether any process has the FIFO at `path` open for reading: a writer's
+/// non-blocking open succeeds only then.
+pub(crate) fn fifo_has_reader(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .is_ok()
+}
