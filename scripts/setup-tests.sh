@@ -21,6 +21,8 @@ rustup component add rustfmt clippy >/dev/null
 # - llvm for llvm-symbolizer, the peer the symbolizer's tests agree with;
 need_apt=()
 command -v g++ >/dev/null || need_apt+=(g++)
+# ip and tc: the regions test puts each region in a network namespace.
+command -v tc >/dev/null || need_apt+=(iproute2)
 command -v llvm-symbolizer >/dev/null || need_apt+=(llvm)
 # glibc's debug file, for the symbolizer's agreement test on glibc.
 dpkg -s libc6-dbg >/dev/null 2>&1 || need_apt+=(libc6-dbg)

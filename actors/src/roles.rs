@@ -36,6 +36,8 @@ pub struct HttpOptions {
     pub quota: QuotaDefaults,
     /// How a query node admits queries (longest span, wait for a slot).
     pub query: QueryOptions,
+    /// Its region and the others, in a deployment with regions.
+    pub regions: Option<crate::http::region::Regions>,
 }
 
 impl HttpOptions {
@@ -48,6 +50,7 @@ impl HttpOptions {
             admin_token: None,
             quota: QuotaDefaults::default(),
             query: QueryOptions::default(),
+            regions: None,
         }
     }
 
@@ -69,6 +72,7 @@ impl HttpOptions {
             stored: Arc::new(StoredBytes::new(store)),
             retention: None,
             metrics,
+            regions: self.regions.clone(),
         }
     }
 }

@@ -15,6 +15,7 @@ use kiln_storage::{
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::{BusKey, BusKeyError, SecretFileError, load_or_create_secret_file};
+use crate::http::region::Regions;
 use crate::http::{
     self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults, StoredBytes,
 };
@@ -64,6 +65,8 @@ pub struct EmbeddedOptions {
     pub quota: QuotaDefaults,
     /// How queries are admitted (longest span, wait for a slot).
     pub query: QueryOptions,
+    /// Its region and the others, in a deployment with regions.
+    pub regions: Option<Regions>,
 }
 
 impl EmbeddedOptions {
@@ -80,6 +83,7 @@ impl EmbeddedOptions {
             admin_token: None,
             quota: QuotaDefaults::default(),
             query: QueryOptions::default(),
+            regions: None,
         }
     }
 }
@@ -167,7 +171,12 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         None => AdminToken::load_or_create(&dir.join(ADMIN_TOKEN_FILE))?,
     };
     let bus_key = BusKey::load_or_create(&dir.join(BUS_KEY_FILE))?;
-    let local_key = local_api_key(&*metadata, &dir.join(API_KEY_FILE)).await?;
+    let local_key = local_api_key(
+        &*metadata,
+        &dir.join(API_KEY_FILE),
+        options.regions.as_ref(),
+    )
+    .await?;
 
     // Every role in one process: one registry for all of them.
     let metrics = Metrics::new(ServerRole::All);
@@ -206,6 +215,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         stored: Arc::new(StoredBytes::new(store)),
         retention: Some(retention.clone()),
         metrics: metrics.clone(),
+        regions: options.regions,
     };
     let ingest = IngestState::new(bus, progress, bus_key);
     let mut running = serve(
@@ -226,16 +236,20 @@ pub(crate) fn default_scope() -> Result<Scope, StoreError> {
 
 /// `kiln up`'s own key: the one in `path` when it still verifies, else a
 /// new one (every role, on the default tenant and project, made first when
-/// missing) written there, readable by its owner only. Returns its hash.
+/// missing) written there, readable by its owner only, tagged with the
+/// region where there are regions. Returns its hash.
 async fn local_api_key(
     metadata: &dyn MetadataStore,
     path: &std::path::Path,
+    regions: Option<&Regions>,
 ) -> Result<KeyHash, ServerError> {
     let file_error = |reason: String| ServerError::ApiKeyFile {
         path: path.to_owned(),
         reason,
     };
+    let here = regions.map(Regions::here);
     if let Ok(text) = std::fs::read_to_string(path)
+        && kiln_storage::key_region(text.trim()) == here
         && metadata.verify_api_key(text.trim()).await?.is_some()
     {
         return KeyHash::of_key(text.trim()).ok_or_else(|| file_error("not a key".into()));
@@ -256,7 +270,8 @@ async fn local_api_key(
     if path.exists() {
         std::fs::remove_file(path).map_err(|e| file_error(e.to_string()))?;
     }
-    load_or_create_secret_file::<()>(path, || Ok(key.expose().to_owned())).map_err(|e| {
+    let given = regions.map_or_else(|| key.expose().to_owned(), |r| r.key_for_owner(&key));
+    load_or_create_secret_file::<()>(path, || Ok(given)).map_err(|e| {
         file_error(match e {
             SecretFileError::Io(e) => e.to_string(),
             SecretFileError::Make(()) => "cannot make a key".into(),
@@ -363,11 +378,13 @@ pub(crate) fn serve(
             )))
             .app_data(actix_web::web::Data::new(metrics.clone()))
             // The last wrapped runs first: log, time queries, compress,
-            // keep the listeners apart, then authenticate.
+            // keep the listeners apart, send other regions' requests
+            // there, then authenticate.
             .wrap(Condition::new(
                 authenticates,
                 from_fn(http::auth::authenticate),
             ))
+            .wrap(from_fn(http::region::route))
             .wrap(from_fn(split_listeners))
             .wrap(Compress::default())
             .wrap(from_fn(telemetry::time_queries))

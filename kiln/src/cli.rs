@@ -372,6 +372,8 @@ pub(crate) struct GatewayArgs {
     pub admin: AdminTokenArg,
     #[command(flatten)]
     pub quota: QuotaArgs,
+    #[command(flatten)]
+    pub regions: RegionArgs,
 }
 
 #[derive(Debug, Args)]
@@ -444,6 +446,43 @@ pub(crate) struct QueryArgs {
     pub quota: QuotaArgs,
     #[command(flatten)]
     pub query_limits: QueryLimitArgs,
+    #[command(flatten)]
+    pub regions: RegionArgs,
+}
+
+/// `--region` and `--peer-region`: one region of a deployment with
+/// several, each a whole Kiln holding its own tenants' data.
+#[derive(Debug, Args)]
+pub(crate) struct RegionArgs {
+    /// This deployment's region (e.g. eu-west-1): keys made here carry it
+    /// (kiln_REGION_…), so every region can tell where a key's tenant
+    /// lives. A request with another region's key is forwarded to that
+    /// region (--peer-region) and nothing of it is kept here.
+    #[arg(long, env = "KILN_REGION")]
+    pub region: Option<String>,
+    /// Another region's public URL, as NAME=http(s)://HOST[:PORT] (repeat
+    /// the flag, or comma separated): where requests with that region's
+    /// keys are forwarded.
+    #[arg(
+        long = "peer-region",
+        env = "KILN_PEER_REGIONS",
+        value_delimiter = ',',
+        value_name = "NAME=URL",
+        requires = "region"
+    )]
+    pub peer_regions: Vec<String>,
+}
+
+impl RegionArgs {
+    /// The region set-up given, checked; `None` without `--region`.
+    pub(crate) fn regions(&self) -> anyhow::Result<Option<kiln_actors::http::region::Regions>> {
+        use anyhow::Context;
+        self.region
+            .as_deref()
+            .map(|here| kiln_actors::http::region::Regions::new(here, &self.peer_regions))
+            .transpose()
+            .context("--region/--peer-region")
+    }
 }
 
 /// `--peers` and what goes with it: query nodes that share scans.
@@ -719,6 +758,9 @@ pub(crate) struct UpArgs {
 
     #[command(flatten)]
     pub query_limits: QueryLimitArgs,
+
+    #[command(flatten)]
+    pub regions: RegionArgs,
 }
 
 #[derive(Debug, Args)]

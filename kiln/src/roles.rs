@@ -29,6 +29,7 @@ pub(crate) fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         let mut http = HttpOptions::new(args.listen);
         http.admin_token = args.admin.token()?;
         http.quota = args.quota.defaults();
+        http.regions = args.regions.regions()?;
         let running =
             roles::start_gateway(bus, store, objects, metadata, query_nodes, http, bus_key)
                 .await
@@ -76,6 +77,7 @@ pub(crate) fn query(args: QueryArgs) -> anyhow::Result<()> {
         http.admin_token = args.admin.token()?;
         http.quota = args.quota.defaults();
         http.query = args.query_limits.query_options();
+        http.regions = args.regions.regions()?;
         let symbolizer = args.debuginfod.symbolizer_config();
         let running = roles::start_query(
             store,

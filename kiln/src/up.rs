@@ -28,6 +28,8 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     options.admin_token = args.admin.token()?;
     options.quota = args.quota.defaults();
     options.query = args.query_limits.query_options();
+    options.regions = args.regions.regions()?;
+    let region_note = options.regions.as_ref().map(ToString::to_string);
     let token_note = match options.admin_token {
         Some(_) => "from --admin-token".to_owned(),
         None => format!("in {}", data_dir.join(ADMIN_TOKEN_FILE).display()),
@@ -42,6 +44,9 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
             println!("  login:  http://{}{login}", running.local_addr);
         }
         println!("  data:   {}", data_dir.display());
+        if let Some(note) = &region_note {
+            println!("  region: {note}");
+        }
         println!(
             "  key:    {} (kiln import, kiln flamegraph and kiln symbols on this machine use it)",
             data_dir.join(kiln_actors::API_KEY_FILE).display()

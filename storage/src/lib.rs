@@ -80,7 +80,7 @@ mod scylla;
 mod values;
 
 pub use access::{Grant, Role, Roles, UnknownRole};
-pub use api_key::{ApiKey, KeyHash};
+pub use api_key::{ApiKey, KeyHash, MAX_REGION_LEN, is_region_name, key_region};
 pub use embedded::EmbeddedProfileStore;
 pub use embedded_metadata::EmbeddedMetadataStore;
 pub use error::{DecodeError, StoreError};

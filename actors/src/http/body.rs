@@ -111,7 +111,7 @@ pub(crate) async fn read_counted(
     limit: BodyLimit,
 ) -> Result<(Bytes, usize), ApiError> {
     let coding = coding(request)?;
-    let sent = read_sent(request, payload, limit).await?;
+    let sent = read_sent(request, payload.into_inner(), limit).await?;
     let sent_len = sent.len();
     if coding == Coding::Identity {
         return Ok((sent, sent_len));
@@ -132,10 +132,10 @@ fn too_large(limit: BodyLimit) -> ApiError {
     ))
 }
 
-/// The body as sent, at most `limit.max_bytes` of it.
-async fn read_sent(
+/// The body as sent (not decompressed), at most `limit.max_bytes` of it.
+pub(crate) async fn read_sent(
     request: &HttpRequest,
-    payload: web::Payload,
+    payload: actix_web::dev::Payload,
     limit: BodyLimit,
 ) -> Result<Bytes, ApiError> {
     let declared = request
@@ -146,7 +146,7 @@ async fn read_sent(
     if declared.is_some_and(|n| n > limit.max_bytes) {
         return Err(too_large(limit));
     }
-    let mut stream = payload.into_inner();
+    let mut stream = payload;
     let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
     while let Some(chunk) = stream.next().await {
         let chunk = chunk

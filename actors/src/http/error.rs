@@ -38,6 +38,10 @@ pub enum ApiError {
         /// Seconds until a retry can succeed (`Retry-After`).
         retry_after_s: u64,
     },
+    /// The request's key belongs to a region this one cannot send it to
+    /// (421 Misdirected Request); the message says where it belongs.
+    #[error("{0}")]
+    Misdirected(String),
     /// The ingest bus cannot take the batch now; the client should retry.
     #[error("{0}")]
     Unavailable(String),
@@ -88,6 +92,7 @@ impl ResponseError for ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

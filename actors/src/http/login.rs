@@ -45,12 +45,27 @@ pub(crate) async fn with_key(
     form: web::Form<LoginForm>,
     request: HttpRequest,
 ) -> HttpResponse {
+    if let Some(message) = another_regions_key(form.key.trim(), &request) {
+        return form_page_status(Some(&message));
+    }
     let Some(hash) = KeyHash::of_key(form.key.trim()) else {
         return form_page_status(Some(
             "That is not a Kiln API key (kiln_ and 64 hex digits).",
         ));
     };
     start_session(&auth, &hash, &request).await
+}
+
+/// Why `key` cannot log in here when it is another region's: a browser's
+/// session is made at its tenant's home region (see `region.rs`).
+fn another_regions_key(key: &str, request: &HttpRequest) -> Option<String> {
+    let state = request.app_data::<web::Data<super::AppState>>()?;
+    let regions = state.regions.as_ref()?;
+    let region = kiln_storage::key_region(key).filter(|r| *r != regions.here())?;
+    Some(match regions.url_of(region) {
+        Some(url) => format!("This key belongs to region {region}: log in at {url}/login."),
+        None => format!("This key belongs to region {region}: log in at that region's address."),
+    })
 }
 
 /// `POST /logout`: ends the session.

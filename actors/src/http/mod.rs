@@ -56,6 +56,7 @@ mod metrics;
 mod params;
 mod query;
 pub mod quota;
+pub mod region;
 mod symbols;
 pub mod tenants;
 
@@ -97,6 +98,9 @@ pub struct AppState {
     pub retention: Option<crate::retention::Retention>,
     /// This process's metrics (`GET /metrics`).
     pub metrics: crate::telemetry::Metrics,
+    /// Its region and the others, in a deployment with regions: requests
+    /// with other regions' keys go there ([`region`]).
+    pub regions: Option<region::Regions>,
 }
 
 /// What the write endpoints need besides [`AppState`]: only a process that

@@ -140,8 +140,16 @@ impl KeyView {
         }
     }
 
-    fn made(new: NewApiKey) -> KeyView {
-        let secret = new.key.expose().to_owned();
+    /// A key as made by `request`: tagged with this region where there
+    /// are regions ([`super::region`]).
+    fn made(new: NewApiKey, request: &HttpRequest) -> KeyView {
+        let regions = request
+            .app_data::<web::Data<super::AppState>>()
+            .and_then(|state| state.regions.as_ref());
+        let secret = match regions {
+            Some(regions) => regions.key_for_owner(&new.key),
+            None => new.key.expose().to_owned(),
+        };
         KeyView::of(new.info, Some(secret))
     }
 }
@@ -181,7 +189,7 @@ pub(crate) async fn create_tenant(
         project = scope.project(),
         "tenant created"
     );
-    Ok(HttpResponse::Created().json(KeyView::made(key)))
+    Ok(HttpResponse::Created().json(KeyView::made(key, &request)))
 }
 
 /// `GET /api/v1/admin/tenants`.
@@ -301,7 +309,7 @@ async fn create_key_in(
         .metadata()
         .create_api_key(&scope, &body.label, roles)
         .await?;
-    Ok(HttpResponse::Created().json(KeyView::made(key)))
+    Ok(HttpResponse::Created().json(KeyView::made(key, request)))
 }
 
 async fn revoke_key_in(auth: &Auth, tenant: &str, id: i64) -> Result<HttpResponse, ApiError> {

@@ -55,6 +55,8 @@ module "region_eu" {
 
   name                   = "${var.name}-eu"
   dns_label              = "eu"
+  kiln_region            = "eu"
+  peer_regions           = { us = "us" }
   domain                 = var.domain
   route53_zone_id        = var.route53_zone_id
   global_api_hostname    = module.global.api_hostname
@@ -84,6 +86,8 @@ module "region_us" {
 
   name                   = "${var.name}-us"
   dns_label              = "us"
+  kiln_region            = "us"
+  peer_regions           = { eu = "eu" }
   domain                 = var.domain
   route53_zone_id        = var.route53_zone_id
   global_api_hostname    = module.global.api_hostname

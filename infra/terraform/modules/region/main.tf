@@ -49,6 +49,10 @@ locals {
   # load balancer answers them too.
   api_hostname    = "api.${var.dns_label}.${var.domain}"
   ingest_hostname = "ingest.${var.dns_label}.${var.domain}"
+  # Where each role forwards the requests of other regions' tenants: the
+  # same role there (see actors/src/http/region.rs).
+  peer_gateways = join(",", [for name, label in var.peer_regions : "${name}=https://ingest.${label}.${var.domain}"])
+  peer_queries  = join(",", [for name, label in var.peer_regions : "${name}=https://api.${label}.${var.domain}"])
 
   # --- Kafka, sized by input -------------------------------------------
   # The topic and consumer group Kiln uses (ingest-bus DEFAULT_TOPIC,
@@ -109,6 +113,8 @@ locals {
       needs_postgres = true
       env = [
         "KILN_LISTEN=0.0.0.0:7071",
+        "KILN_REGION=${var.kiln_region}",
+        "KILN_PEER_REGIONS=${local.peer_gateways}",
         "KILN_BUS=${local.bus_url}",
         "KILN_STORE=${local.store_url}",
         "KILN_OBJECTS=${local.objects_url}",
@@ -141,6 +147,8 @@ locals {
       needs_postgres = true
       env = concat([
         "KILN_LISTEN=0.0.0.0:7072",
+        "KILN_REGION=${var.kiln_region}",
+        "KILN_PEER_REGIONS=${local.peer_queries}",
         "KILN_STORE=${local.store_url}",
         "KILN_OBJECTS=${local.objects_url}",
         "KILN_METADATA=${local.postgres_url}",

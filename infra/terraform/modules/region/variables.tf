@@ -34,6 +34,22 @@ variable "dns_label" {
   }
 }
 
+variable "kiln_region" {
+  description = "This region's name as Kiln knows it (KILN_REGION): the keys made here are tagged with it (kiln_<name>_...), and every other region forwards requests carrying such keys here."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$", var.kiln_region)) && var.kiln_region != "admin"
+    error_message = "kiln_region must be 1 to 32 lowercase letters, digits and inner hyphens, and not \"admin\"."
+  }
+}
+
+variable "peer_regions" {
+  description = "Every other region of the deployment: its kiln_region name mapped to its dns_label. Gateways forward requests with those regions' keys to ingest.<label>.<domain>, query nodes to api.<label>.<domain> (KILN_PEER_REGIONS)."
+  type        = map(string)
+  default     = {}
+}
+
 variable "route53_zone_id" {
   description = "ID of the Route 53 hosted zone of domain: the regional records and the certificate's DNS validation records go there."
   type        = string

@@ -14,7 +14,7 @@ locals {
 
   roles = {
     gateway = {
-      env        = ["KILN_LISTEN=0.0.0.0:7071", "KILN_BUS=${local.bus_url}", "KILN_STORE=${local.scylla_url}", "KILN_OBJECTS=${local.objects_url}", "KILN_METADATA=${local.postgres_url}", "KILN_MIGRATE=${local.postgres_url}"]
+      env        = ["KILN_LISTEN=0.0.0.0:7071", "KILN_REGION=eu", "KILN_PEER_REGIONS=us=https://ingest.us.example.com,ap=https://ingest.ap.example.com", "KILN_BUS=${local.bus_url}", "KILN_STORE=${local.scylla_url}", "KILN_OBJECTS=${local.objects_url}", "KILN_METADATA=${local.postgres_url}", "KILN_MIGRATE=${local.postgres_url}"]
       secret_env = { KILN_BUS_KEY = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kiln-eu/bus-key", KILN_ADMIN_TOKEN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kiln-eu/admin-token" }
       postgres   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kiln-eu/postgres-password"
     }
@@ -24,7 +24,7 @@ locals {
       postgres   = ""
     }
     query = {
-      env        = ["KILN_LISTEN=0.0.0.0:7072", "KILN_STORE=${local.postgres_url}", "KILN_OBJECTS=${local.objects_url}", "KILN_METADATA=${local.postgres_url}", "KILN_MIGRATE=${local.postgres_url}"]
+      env        = ["KILN_LISTEN=0.0.0.0:7072", "KILN_REGION=eu", "KILN_PEER_REGIONS=us=https://api.us.example.com", "KILN_STORE=${local.postgres_url}", "KILN_OBJECTS=${local.objects_url}", "KILN_METADATA=${local.postgres_url}", "KILN_MIGRATE=${local.postgres_url}"]
       secret_env = { KILN_ADMIN_TOKEN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kiln-eu/admin-token" }
       postgres   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:kiln-eu/postgres-password"
     }

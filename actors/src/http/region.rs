@@ -1,0 +1,326 @@
+//! Regions: each is a whole Kiln (bus, stores, gateways, workers, query
+//! nodes), and a tenant's profiles, symbols and metrics live only in its
+//! home region.
+//!
+//! A key is given to its owner tagged with its home region
+//! (`kiln_<region>_…`, [`kiln_storage::ApiKey::tagged`]), so a process
+//! tells where a request belongs from its credential alone, before it
+//! authenticates or reads the body: [`route`] sends a request whose key is
+//! another region's to that region's public URL and hands back its answer.
+//! Such a request is never authenticated, stored or counted here (the home
+//! region does all of that); a region that cannot be reached is a 503 with
+//! `Retry-After`, which agents spool and retry, and only that region's
+//! tenants see it.
+//!
+//! Forwarding rather than redirecting: agents, `kiln import` and scripts
+//! then need one URL (the nearest region's), a redirect would make every
+//! client resend its body to a second host, and POST redirects are
+//! followed inconsistently by HTTP clients. The cost is one more hop
+//! between regions, measured in `kiln/tests/regions.rs`. Browsers are the
+//! exception: the UI's session is made at the home region's `/login`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{AUTHORIZATION, HeaderName};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, web};
+use kiln_storage::{ApiKey, is_region_name, key_region};
+
+use super::body::{self, BodyLimit};
+use super::error::ApiError;
+
+/// Set on a forwarded request to the region it came from: a region that
+/// receives a forwarded request for yet another region refuses it instead
+/// of forwarding again (a misconfigured pair would otherwise loop).
+pub const FORWARDED_FROM: &str = "x-kiln-forwarded-from";
+
+/// How long a forwarded request may take, queries included (the home
+/// region bounds its own queries).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long connecting to another region may take before it counts as
+/// unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a region set-up was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// Not a region name.
+    #[error(
+        "{0:?} is not a region name: 1 to {max} lowercase letters, digits and inner dashes, \
+         not \"admin\"",
+        max = kiln_storage::MAX_REGION_LEN
+    )]
+    BadName(String),
+    /// An https peer in a build whose HTTP client has no TLS.
+    #[error(
+        "peer region {0:?}: this build of Kiln has no TLS client; rebuild with the \
+         `distributed` feature (cargo build --release -p kiln --features distributed)"
+    )]
+    NoTls(String),
+    /// A `--peer-region` that is not `NAME=URL`.
+    #[error("peer region {0:?}: expected NAME=http(s)://HOST[:PORT]")]
+    BadPeer(String),
+    /// A region named twice, or this region named as its own peer.
+    #[error("region {0:?} is named twice")]
+    Duplicate(String),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client for other regions: {0}")]
+    Client(String),
+}
+
+/// This process's region and where the others are.
+#[derive(Debug, Clone)]
+pub struct Regions {
+    here: String,
+    /// Region → its public base URL, without a trailing slash.
+    peers: Arc<BTreeMap<String, String>>,
+    client: reqwest::Client,
+}
+
+impl Regions {
+    /// Region `here`, with `peers` given as `NAME=URL`.
+    pub fn new(here: &str, peers: &[String]) -> Result<Regions, RegionError> {
+        if !is_region_name(here) {
+            return Err(RegionError::BadName(here.to_owned()));
+        }
+        let mut known = BTreeMap::new();
+        for peer in peers {
+            let (name, url) = peer
+                .split_once('=')
+                .ok_or_else(|| RegionError::BadPeer(peer.clone()))?;
+            if !is_region_name(name) {
+                return Err(RegionError::BadName(name.to_owned()));
+            }
+            let url = url.trim_end_matches('/');
+            let has_host = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .is_some_and(|host| !host.is_empty() && !host.contains('/'));
+            if !has_host {
+                return Err(RegionError::BadPeer(peer.clone()));
+            }
+            if url.starts_with("https://") && !cfg!(feature = "distributed") {
+                return Err(RegionError::NoTls(peer.clone()));
+            }
+            if name == here || known.insert(name.to_owned(), url.to_owned()).is_some() {
+                return Err(RegionError::Duplicate(name.to_owned()));
+            }
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(FORWARD_TIMEOUT)
+            // Bodies and answers pass through as sent, compressed or not.
+            .no_proxy()
+            .build()
+            .map_err(|e| RegionError::Client(e.to_string()))?;
+        Ok(Regions {
+            here: here.to_owned(),
+            peers: Arc::new(known),
+            client,
+        })
+    }
+
+    /// This process's region.
+    pub fn here(&self) -> &str {
+        &self.here
+    }
+
+    /// `key` as its owner is given it here: tagged with this region.
+    pub fn key_for_owner(&self, key: &ApiKey) -> String {
+        key.tagged(&self.here)
+    }
+
+    /// The public URL of region `region`, when this one knows it.
+    pub fn url_of(&self, region: &str) -> Option<&str> {
+        self.peers.get(region).map(String::as_str)
+    }
+
+    fn known(&self) -> String {
+        let mut names: Vec<&str> = vec![&self.here];
+        names.extend(self.peers.keys().map(String::as_str));
+        names.join(", ")
+    }
+}
+
+/// `eu (other regions: us at http://…)`.
+impl std::fmt::Display for Regions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.here)?;
+        let peers: Vec<String> = self
+            .peers
+            .iter()
+            .map(|(name, url)| format!("{name} at {url}"))
+            .collect();
+        if !peers.is_empty() {
+            write!(f, " (other regions: {})", peers.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// The region a request belongs to by its `Authorization` key, when that
+/// is not this one.
+fn elsewhere<'r>(request: &'r ServiceRequest, regions: &Regions) -> Option<&'r str> {
+    let key = request
+        .headers()
+        .get(AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")?
+        .trim();
+    key_region(key).filter(|region| *region != regions.here)
+}
+
+/// A middleware on every route of a process with regions: a request whose
+/// key is tagged with another region goes there (see the module docs);
+/// the rest, to this region's routes.
+pub(crate) async fn route(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let regions = request
+        .app_data::<web::Data<super::AppState>>()
+        .and_then(|state| state.regions.clone());
+    let Some(regions) = regions else {
+        return next
+            .call(request)
+            .await
+            .map(ServiceResponse::map_into_boxed_body);
+    };
+    let Some(region) = elsewhere(&request, &regions).map(str::to_owned) else {
+        return next
+            .call(request)
+            .await
+            .map(ServiceResponse::map_into_boxed_body);
+    };
+    if let Some(from) = request.headers().get(FORWARDED_FROM) {
+        return Err(ApiError::Misdirected(format!(
+            "region {} got a request forwarded from {:?} with a key of region {region:?}: \
+             requests are forwarded once, to the key's home region",
+            regions.here,
+            from.to_str().unwrap_or("?")
+        ))
+        .into());
+    }
+    let Some(base) = regions.url_of(&region).map(str::to_owned) else {
+        return Err(ApiError::Misdirected(format!(
+            "the key belongs to region {region:?}, which region {} does not know (it knows {}): \
+             send it to its own region's URL",
+            regions.here,
+            regions.known()
+        ))
+        .into());
+    };
+    let (http_request, payload) = request.into_parts();
+    let limit = body_limit(http_request.path());
+    let sent = body::read_sent(&http_request, payload, limit).await?;
+    let answer = forward(&regions, &region, &base, &http_request, sent).await?;
+    Ok(ServiceResponse::new(http_request, answer))
+}
+
+/// The largest body (as sent) a forwarded request may carry: the route's
+/// own limit, which the home region applies again after decompression.
+fn body_limit(path: &str) -> BodyLimit {
+    if path.starts_with("/api/v1/symbols/") {
+        body::SYMBOLS_BODY
+    } else if path == "/api/v1/import" {
+        body::IMPORT_BODY
+    } else if path == "/api/v1/ingest" {
+        body::INGEST_BODY
+    } else {
+        body::ADMIN_BODY
+    }
+}
+
+/// Headers that belong to one connection, not to the request or answer.
+fn hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    ) || name == FORWARDED_FROM
+}
+
+/// Sends the request to `base` (region `region`) and builds the answer
+/// from its reply, status, headers and body as they came.
+async fn forward(
+    regions: &Regions,
+    region: &str,
+    base: &str,
+    request: &actix_web::HttpRequest,
+    body: bytes::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
+        .map_err(|e| ApiError::bad_request(format!("method: {e}")))?;
+    let mut outgoing = regions
+        .client
+        .request(method, format!("{base}{target}"))
+        .header(FORWARDED_FROM, &regions.here)
+        .body(body);
+    for (name, value) in request.headers() {
+        if !hop_by_hop(name.as_str()) {
+            outgoing = outgoing.header(name.as_str(), value.as_bytes());
+        }
+    }
+    let unreachable = |e: reqwest::Error| {
+        tracing::warn!(region, error = %e, "forwarding to the home region failed");
+        ApiError::Unavailable(format!(
+            "the key's home region {region:?} cannot be reached from region {} now ({e}); retry later",
+            regions.here
+        ))
+    };
+    let reply = outgoing.send().await.map_err(unreachable)?;
+    let status = actix_web::http::StatusCode::from_u16(reply.status().as_u16())
+        .map_err(|e| ApiError::Internal(format!("region {region:?} answered: {e}")))?;
+    let mut answer = HttpResponse::build(status);
+    for (name, value) in reply.headers() {
+        if hop_by_hop(name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            actix_web::http::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            answer.append_header((name, value));
+        }
+    }
+    let bytes = reply.bytes().await.map_err(unreachable)?;
+    Ok(answer.body(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_name_equals_url() {
+        let regions = Regions::new("eu", &["us=http://10.0.0.2:7070/".into()]).unwrap();
+        assert_eq!(regions.url_of("us"), Some("http://10.0.0.2:7070"));
+        assert_eq!(regions.known(), "eu, us");
+        for (here, peers, fault) in [
+            ("EU", vec![], "not a region name"),
+            ("eu", vec!["us"], "expected NAME="),
+            ("eu", vec!["us=10.0.0.2:7070"], "expected NAME="),
+            ("eu", vec!["us=http://h/api"], "expected NAME="),
+            ("eu", vec!["eu=http://h"], "named twice"),
+            ("eu", vec!["us=http://a", "us=http://b"], "named twice"),
+            ("eu", vec!["admin=http://a"], "not a region name"),
+        ] {
+            let peers: Vec<String> = peers.into_iter().map(String::from).collect();
+            let e = Regions::new(here, &peers).unwrap_err().to_string();
+            assert!(e.contains(fault), "{here} {peers:?}: {e}");
+        }
+    }
+}
