@@ -16,6 +16,8 @@ pub(crate) const MAX_STACK_DEPTH: usize = 127;
 
 /// `KILN_STACK_TRUNCATED`.
 pub(crate) const STACK_TRUNCATED: u32 = 1 << 0;
+/// `KILN_STACK_NO_TABLE`.
+pub(crate) const STACK_NO_TABLE: u32 = 1 << 1;
 
 /// `enum kiln_stat`: indexes of the per-CPU `stats` array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -82,6 +82,7 @@ impl Agent {
         }
         let unwind_shared = unwinder.as_ref().map(unwinder::Unwinder::shared);
         if let Some(shared) = &unwind_shared {
+            batcher.expect_unwind_tables();
             batcher.name_python_with(shared.clone());
         }
         let gpu_libraries = GpuLibraries::default();

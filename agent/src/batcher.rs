@@ -91,6 +91,10 @@ pub const BROKEN_CHAIN_FRAME: &str = "[broken frame chain]";
 /// Module of the one frame that stands for the user stack of a process
 /// that exited before the agent could read its maps.
 pub const PROCESS_GONE_MODULE: &str = "[process exited]";
+/// Root frame of a user stack whose walk stopped at a file whose unwind
+/// table was not loaded yet: the process was new to the agent (its tables
+/// are built in the background after its first sample).
+pub const NO_TABLE_YET_FRAME: &str = "[unwind table not loaded yet]";
 /// Frame of samples lost because the kernel's counter map was full.
 pub const SAMPLES_LOST_FRAME: &str = "[samples lost]";
 /// Value of the `device_kind` label of off-CPU samples: time threads spent
@@ -128,6 +132,13 @@ impl Batcher {
             files: Vec::new(),
             python: None,
         }
+    }
+
+    /// Says that the agent loads unwind tables, so that walks the program
+    /// stopped at a file whose table was not loaded yet get a root marker
+    /// saying so ([`NO_TABLE_YET_FRAME`]).
+    pub(crate) fn expect_unwind_tables(&mut self) {
+        lock(&self.state).unwind_tables = true;
     }
 
     /// Names the Python frames of the processes that `shared` (the
@@ -412,6 +423,9 @@ pub(crate) struct HostState {
     /// The script each Python process runs (the `script` label), once a
     /// stack of its main thread showed it.
     scripts: HashMap<u32, String>,
+    /// Whether the agent loads unwind tables: only then is a walk that
+    /// stopped for want of one marked so (without them, every walk would).
+    unwind_tables: bool,
 }
 
 impl HostState {
@@ -525,7 +539,9 @@ fn user_frames(
         };
         out.push(frame);
     }
-    if broken {
+    if stack.no_table && state.unwind_tables {
+        out.push(Frame::named(FrameKind::Truncated, NO_TABLE_YET_FRAME));
+    } else if broken {
         out.push(Frame::named(FrameKind::Truncated, BROKEN_CHAIN_FRAME));
     } else if stack.truncated {
         out.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
@@ -615,6 +631,7 @@ mod tests {
             user: Some(Arc::new(RawStack {
                 addrs: user,
                 truncated: false,
+                no_table: false,
             })),
             stack_lost: false,
         }
@@ -670,6 +687,36 @@ mod tests {
         let kinds: Vec<_> = batch.frames.iter().map(|f| f.frame.kind()).collect();
         assert!(kinds.contains(&FrameKind::Idle));
         assert!(kinds.contains(&FrameKind::Truncated));
+    }
+
+    // Guards the root marker of a walk that stopped at a file without its
+    // table yet: it says why, in place of a bare short stack.
+    #[test]
+    fn walks_stopped_for_want_of_a_table_say_so_at_the_root() {
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        batcher.expect_unwind_tables();
+        let me = std::process::id();
+        let code =
+            walks_stopped_for_want_of_a_table_say_so_at_the_root as *const () as usize as u64;
+        let mut early = sample(me, vec![code]);
+        early.user = Some(Arc::new(RawStack {
+            addrs: vec![code],
+            truncated: false,
+            no_table: true,
+        }));
+        let drained = Drained {
+            samples: vec![early],
+            seen: 1,
+            ..Drained::default()
+        };
+        let batch = batcher.build(&drained, &SampleClock::at(1), 1);
+        let frames = &batch.stacks[0].frames;
+        assert_eq!(frames.len(), 2, "marker, leaf");
+        let root = batch.frames.iter().find(|f| f.id == frames[0]).unwrap();
+        assert_eq!(
+            root.frame,
+            Frame::named(FrameKind::Truncated, NO_TABLE_YET_FRAME)
+        );
     }
 
     // Guards the cut of frame-pointer walks that leave the process's code,

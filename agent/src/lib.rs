@@ -145,8 +145,8 @@ mod watcher;
 
 pub use agent::{Agent, TickReport};
 pub use batcher::{
-    BROKEN_CHAIN_FRAME, IDLE_FRAME, OFF_CPU_DEVICE_KIND, PROCESS_GONE_MODULE, SAMPLES_LOST_FRAME,
-    STACK_LOST_FRAME, TRUNCATED_FRAME,
+    BROKEN_CHAIN_FRAME, IDLE_FRAME, NO_TABLE_YET_FRAME, OFF_CPU_DEVICE_KIND, PROCESS_GONE_MODULE,
+    SAMPLES_LOST_FRAME, STACK_LOST_FRAME, TRUNCATED_FRAME,
 };
 pub use cgroup::{Cgroup, CgroupError, cgroup2_mount};
 pub use config::{

@@ -153,6 +153,8 @@ pub(crate) struct RawStack {
     pub addrs: Vec<u64>,
     /// The walk filled every slot, so the stack was probably cut.
     pub truncated: bool,
+    /// The walk stopped at a file whose unwind table was not loaded yet.
+    pub no_table: bool,
 }
 
 impl RawStack {
@@ -161,6 +163,7 @@ impl RawStack {
         Arc::new(RawStack {
             addrs: stack.frames().to_vec(),
             truncated: stack.flags & abi::STACK_TRUNCATED != 0,
+            no_table: stack.flags & abi::STACK_NO_TABLE != 0,
         })
     }
 }
@@ -841,6 +844,21 @@ pub(crate) enum Why {
 }
 
 impl NewProcessFeed {
+    /// Sleeps until a process is announced, or `timeout` has passed; says
+    /// whether one was. The program's ring buffer wakes the reader once per
+    /// batch (when it had read everything before), so a host that starts
+    /// few processes costs few wakeups.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let mut ready = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let millis = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: one valid pollfd, for the duration of the call.
+        unsafe { libc::poll(&mut ready, 1, millis) > 0 }
+    }
+
     /// Appends the processes announced since the last call to `out`.
     pub(crate) fn read(&mut self, out: &mut Vec<Announcement>) {
         while let Some(item) = self.0.next() {

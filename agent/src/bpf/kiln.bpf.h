@@ -204,9 +204,10 @@ static __always_inline __u64 store_stack_in(void *map, struct kiln_stack *buf, _
 static __always_inline void announce(__u32 tgid, __u32 why)
 {
 	struct kiln_new_process event = { .tgid = tgid, .event = why };
-	/* No wakeup: user space polls on a timer, so announcing costs no
-	 * interrupt work here. */
-	if (bpf_ringbuf_output(&new_processes, &event, sizeof(event), BPF_RB_NO_WAKEUP)) {
+	/* The default wakeup: user space sleeps on the ring buffer, and is
+	 * woken only by a record it had not caught up to (once per batch),
+	 * rather than polling it 100 times a second. */
+	if (bpf_ringbuf_output(&new_processes, &event, sizeof(event), 0)) {
 		stat_inc(KILN_STAT_ANNOUNCE_DROPPED);
 		/* Forget it, so a later sample announces it again. */
 		bpf_map_delete_elem(&known_processes, &tgid);

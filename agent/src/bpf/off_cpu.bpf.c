@@ -192,7 +192,8 @@ static __noinline void off_cpu_begin(struct kiln_control *ctl, __u64 preempt, __
 	if (st.n == 0)
 		return;
 	buf->len = st.n;
-	buf->flags = (st.n >= KILN_MAX_STACK_DEPTH && !st.done) ? KILN_STACK_TRUNCATED : 0;
+	buf->flags = ((st.n >= KILN_MAX_STACK_DEPTH && !st.done) ? KILN_STACK_TRUNCATED : 0) |
+		     (st.outcome == KILN_STAT_WALK_NO_TABLE ? KILN_STACK_NO_TABLE : 0);
 	start.user_stack_id = store_stack_in(&off_cpu_stacks, buf, 0x75736572ULL /* "user" */);
 	bpf_get_current_comm(start.comm, sizeof(start.comm));
 

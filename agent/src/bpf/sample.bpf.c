@@ -103,7 +103,8 @@ static __always_inline __u64 record_user_stack(struct bpf_perf_event_data *ctx, 
 		return 0;
 	stat_inc(st.outcome);
 	buf->len = st.n;
-	buf->flags = (st.n >= KILN_MAX_STACK_DEPTH && !st.done) ? KILN_STACK_TRUNCATED : 0;
+	buf->flags = ((st.n >= KILN_MAX_STACK_DEPTH && !st.done) ? KILN_STACK_TRUNCATED : 0) |
+		     (st.outcome == KILN_STAT_WALK_NO_TABLE ? KILN_STACK_NO_TABLE : 0);
 	return store_stack(buf, 0x75736572ULL /* "user" */);
 }
 

@@ -33,6 +33,10 @@ enum kiln_stack_flags {
 	/* The walk filled all KILN_MAX_STACK_DEPTH slots: the stack was
 	 * probably cut, and user space puts a truncation marker at its root. */
 	KILN_STACK_TRUNCATED = 1u << 0,
+	/* The .eh_frame walk stopped at a frame of a file whose table was
+	 * not loaded yet (the process is new to the agent): user space puts a
+	 * marker at its root saying so, rather than leaving a short stack. */
+	KILN_STACK_NO_TABLE = 1u << 1,
 };
 
 /*

@@ -202,6 +202,9 @@ fn parse_args() -> anyhow::Result<Args> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Frame {
     Workload(Option<String>),
+    /// Kiln's root marker of a walk that stopped at a file whose table it
+    /// did not have yet (`[unwind table not loaded yet]`).
+    NoTableYet,
     Other,
 }
 
@@ -240,6 +243,11 @@ struct Row {
     /// The workload's samples, and how many reach `main`.
     samples: u64,
     rooted: u64,
+    /// Of the samples, how many Kiln took before it had the workload's
+    /// unwind table. The OpenTelemetry profiler keeps no such samples (its
+    /// eBPF program returns without a trace for a process it does not
+    /// know yet), so Kiln's share over the others is the like-for-like one.
+    before_tables: u64,
     /// Percent of the workload's samples under each of [`SHARES`].
     shares: Vec<f64>,
     /// Over the measured window, as a share of all CPUs: the process's
@@ -341,6 +349,15 @@ fn print_row(row: &Row, header: bool) {
     }
     let rooted = if row.samples == 0 {
         "-".to_string()
+    } else if row.before_tables > 0 {
+        let after = row.samples - row.before_tables;
+        format!(
+            "{:.1}% ({}/{}); {:.1}% of the {after} taken once it had the tables",
+            100.0 * row.rooted as f64 / row.samples as f64,
+            row.rooted,
+            row.samples,
+            100.0 * row.rooted as f64 / after.max(1) as f64,
+        )
     } else {
         format!(
             "{:.1}% ({}/{})",
@@ -647,11 +664,17 @@ fn row(profiler: Profiler, run: usize, w: &Window, stacks: &Stacks, note: String
             .map(|s| s.1)
             .sum()
     };
+    let before_tables = stacks
+        .iter()
+        .filter(|s| s.0.contains(&Frame::NoTableYet))
+        .map(|s| s.1)
+        .sum();
     Row {
         profiler,
         run,
         samples,
         rooted: under("main"),
+        before_tables,
         shares: SHARES
             .iter()
             .map(|(f, _)| 100.0 * under(f) as f64 / samples.max(1) as f64)
@@ -820,6 +843,11 @@ fn kiln_stacks(
                     Some(KilnFrame::Address {
                         file_id: f, addr, ..
                     }) if *f == file_id => Ok(Frame::Workload(symbols.name(*addr))),
+                    Some(KilnFrame::Named { function, .. })
+                        if function == kiln_agent::NO_TABLE_YET_FRAME =>
+                    {
+                        Ok(Frame::NoTableYet)
+                    }
                     Some(_) => Ok(Frame::Other),
                     None => bail!("frame {id} was never sent"),
                 })
