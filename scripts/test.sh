@@ -106,8 +106,10 @@ fi
 
 if [ "$(id -u)" -eq 0 ]; then
   tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration)"
+  tier "regions" "RUN (root: two kiln up regions in network namespaces, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency, region loss; kiln/tests/regions.rs, within unit+integration)"
 else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
+  tier "regions" "RUN, and it will fail: kiln/tests/regions.rs makes network namespaces, which needs root"
 fi
 
 tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU: scripts/gpucheck/prepare.sh, then scripts/gpucheck/field.sh on one; without one, within unit+integration: libkiln_cuda.so under a fake CUPTI that enforces CUPTI's PC-sampling rules, a C host through a stand-in libcupti to kiln-agent --no-ebpf and a backend, NVML through a stand-in libnvidia-ml)"
