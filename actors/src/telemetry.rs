@@ -148,6 +148,17 @@ struct CacheLabels {
     cache: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForwardLabels {
+    region: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RegionLabels {
+    region: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn stage_histogram() -> Histogram {
@@ -167,6 +178,7 @@ pub struct Metrics {
     ingest: IngestMetrics,
     worker: WorkerMetrics,
     query: QueryMetrics,
+    regions: RegionMetrics,
 }
 
 impl Metrics {
@@ -207,12 +219,17 @@ impl Metrics {
         if role.queries() {
             query.register(&mut registry);
         }
+        let regions = RegionMetrics::default();
+        if role.ingests() || role.queries() {
+            regions.register(&mut registry);
+        }
         Metrics {
             role,
             registry: Arc::new(registry),
             ingest,
             worker,
             query,
+            regions,
         }
     }
 
@@ -236,6 +253,11 @@ impl Metrics {
         &self.query
     }
 
+    /// Requests forwarded to other regions.
+    pub fn regions(&self) -> &RegionMetrics {
+        &self.regions
+    }
+
     /// Counts a request of `tenant` refused for `quota`
     /// (`kiln_quota_rejections_total`).
     pub fn over_quota(&self, tenant: &str, quota: Quota) {
@@ -251,6 +273,77 @@ impl Metrics {
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
         Ok(text)
+    }
+}
+
+/// Requests forwarded to their key's home region (`http/region.rs`).
+#[derive(Debug, Clone)]
+pub struct RegionMetrics {
+    forwarded: Family<ForwardLabels, Counter>,
+    seconds: HistogramFamily<RegionLabels>,
+}
+
+impl Default for RegionMetrics {
+    fn default() -> Self {
+        RegionMetrics {
+            forwarded: Family::default(),
+            seconds: HistogramFamily::<RegionLabels>::new_with_constructor(query_histogram),
+        }
+    }
+}
+
+/// How a forwarded request ended: the `outcome` label of
+/// `kiln_region_forwarded_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forwarded {
+    /// The home region answered (whatever its status).
+    Answered,
+    /// The home region could not be reached (503 here).
+    Unreachable,
+    /// Not forwarded: a region this one does not know, or a request
+    /// forwarded already (421).
+    Misdirected,
+}
+
+impl RegionMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "region_forwarded_requests",
+            "Requests with another region's key sent to that region, by region and outcome: \
+             answered, unreachable (503 here), misdirected (421: an unknown region, or \
+             forwarded already)",
+            self.forwarded.clone(),
+        );
+        registry.register_with_unit(
+            "region_forward",
+            "Time from taking a request with another region's key to handing back that \
+             region's answer, body included, by region",
+            Unit::Seconds,
+            self.seconds.clone(),
+        );
+    }
+
+    /// Counts a request for `region` that ended as `outcome`, and how long
+    /// an answered one took.
+    pub fn forwarded(&self, region: &str, outcome: Forwarded, took: Duration) {
+        let label = match outcome {
+            Forwarded::Answered => "answered",
+            Forwarded::Unreachable => "unreachable",
+            Forwarded::Misdirected => "misdirected",
+        };
+        self.forwarded
+            .get_or_create(&ForwardLabels {
+                region: region.to_owned(),
+                outcome: label,
+            })
+            .inc();
+        if outcome == Forwarded::Answered {
+            self.seconds
+                .get_or_create(&RegionLabels {
+                    region: region.to_owned(),
+                })
+                .observe(took.as_secs_f64());
+        }
     }
 }
 

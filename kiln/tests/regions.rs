@@ -432,6 +432,30 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     assert_eq!(status, 421, "{text}");
     println!("misdirected: a key of an unknown region and a twice-forwarded request are 421");
 
+    // What operators see of it: region a's forwards, by region and outcome.
+    let metrics = support::Exposition::scrape(&a.url);
+    let answered = metrics.sum(
+        "kiln_region_forwarded_requests_total",
+        &[("region", "b"), ("outcome", "answered")],
+    );
+    assert!(answered >= 1.0, "region a counted no answered forward to b");
+    let misdirected = metrics.sum(
+        "kiln_region_forwarded_requests_total",
+        &[("region", "unknown"), ("outcome", "misdirected")],
+    );
+    assert_eq!(
+        misdirected, 1.0,
+        "the zz key counts once, as region \"unknown\""
+    );
+    let (_, text) = request(&a.url, "GET", "/metrics", None, &[], b"");
+    assert!(
+        !text.contains("region=\"zz\""),
+        "a forged region became a label value"
+    );
+    println!(
+        "metrics: kiln_region_forwarded_requests_total by region and outcome, forged regions as \"unknown\""
+    );
+
     // Region loss: b stops.
     let dir_b = b.stop();
     let (status, text) = import(&a.url, &alpha, &alpha_here);

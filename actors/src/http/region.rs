@@ -32,6 +32,7 @@ use kiln_storage::{ApiKey, is_region_name, key_region};
 
 use super::body::{self, BodyLimit};
 use super::error::ApiError;
+use crate::telemetry::Forwarded;
 
 /// Set on a forwarded request to the region it came from: a region that
 /// receives a forwarded request for yet another region refuses it instead
@@ -197,7 +198,25 @@ pub(crate) async fn route(
             .await
             .map(ServiceResponse::map_into_boxed_body);
     };
+    let started = std::time::Instant::now();
+    let metrics = request
+        .app_data::<web::Data<crate::telemetry::Metrics>>()
+        .cloned();
+    let count = |outcome: Forwarded| {
+        if let Some(metrics) = &metrics {
+            // A region no one configured is "unknown": its name comes from
+            // the request, and must not grow the metric's label values.
+            let label = match regions.url_of(&region) {
+                Some(_) => region.as_str(),
+                None => "unknown",
+            };
+            metrics
+                .regions()
+                .forwarded(label, outcome, started.elapsed());
+        }
+    };
     if let Some(from) = request.headers().get(FORWARDED_FROM) {
+        count(Forwarded::Misdirected);
         return Err(ApiError::Misdirected(format!(
             "region {} got a request forwarded from {:?} with a key of region {region:?}: \
              requests are forwarded once, to the key's home region",
@@ -207,6 +226,7 @@ pub(crate) async fn route(
         .into());
     }
     let Some(base) = regions.url_of(&region).map(str::to_owned) else {
+        count(Forwarded::Misdirected);
         return Err(ApiError::Misdirected(format!(
             "the key belongs to region {region:?}, which region {} does not know (it knows {}): \
              send it to its own region's URL",
@@ -218,8 +238,13 @@ pub(crate) async fn route(
     let (http_request, payload) = request.into_parts();
     let limit = body_limit(http_request.path());
     let sent = body::read_sent(&http_request, payload, limit).await?;
-    let answer = forward(&regions, &region, &base, &http_request, sent).await?;
-    Ok(ServiceResponse::new(http_request, answer))
+    let answer = forward(&regions, &region, &base, &http_request, sent).await;
+    match &answer {
+        Ok(_) => count(Forwarded::Answered),
+        Err(ApiError::Unavailable(_)) => count(Forwarded::Unreachable),
+        Err(_) => {}
+    }
+    Ok(ServiceResponse::new(http_request, answer?))
 }
 
 /// The largest body (as sent) a forwarded request may carry: the route's
