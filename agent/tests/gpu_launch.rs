@@ -11,8 +11,6 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kiln_agent::{Agent, AgentConfig, MemorySink, UnwindTable};
@@ -362,42 +360,13 @@ fn the_launch_probe_attaches_to_the_mapped_library_when_its_path_was_swapped() {
     let library = dir.path().join("libkiln_cuda.so");
     let child = run_host(Command::new(&host));
     let pid = child.0.id();
-    let started = Instant::now();
-    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_default()
-        .contains("libkiln_cuda.so")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the host never mapped the library"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Renamed over it, as an attacker would: the mapped file is unlinked
-    // (its maps line says "(deleted)") and the path is the FIFO's.
-    let fifo = dir.path().join("fifo");
-    support::mkfifo(&fifo);
-    std::fs::rename(&fifo, &library).unwrap();
-    // Notes an opener of the FIFO, and lets it go (a writer's open wakes
-    // a reader blocked in its own, and its close gives that reader EOF).
-    let stop = Arc::new(AtomicBool::new(false));
-    let watch = {
-        let (stop, library) = (stop.clone(), library.clone());
-        std::thread::spawn(move || {
-            let mut opened = false;
-            while !stop.load(Ordering::Relaxed) {
-                opened |= support::fifo_has_reader(&library);
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            opened
-        })
-    };
+    support::wait_until_mapped(pid, "libkiln_cuda.so");
+    let fifo = support::SwappedFifo::rename_over(&library);
 
     let mut agent = start_gpu_agent(dir.path(), None);
     let mut sink = MemorySink::default();
     let recorded = record_launches(&mut agent, &mut sink, pid, 5);
-    stop.store(true, Ordering::Relaxed);
-    let opened = watch.join().unwrap();
+    let opened = fifo.opened();
     drop(child);
     assert!(
         !opened,

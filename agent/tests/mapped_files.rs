@@ -439,36 +439,8 @@ fn the_whole_agent_profiles_and_uploads_a_swapped_library_from_the_mapped_file()
             .unwrap(),
     );
     let pid = child.0.id();
-    let started = Instant::now();
-    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .unwrap_or_default()
-        .contains("libhot.so")
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "libhot.so never mapped"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Renamed over it, as an attacker would: the mapped file is unlinked
-    // (its maps line says "(deleted)") and the path is the FIFO's.
-    let fifo = dir.path().join("fifo");
-    mkfifo(&fifo);
-    std::fs::rename(&fifo, &library).unwrap();
-    let opened = Arc::new(Mutex::new(false));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watch = {
-        let (opened, stop, library) = (opened.clone(), stop.clone(), library.clone());
-        // A writer's open also lets a reader blocked in its own go.
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if fifo_has_reader(&library) {
-                    *opened.lock().unwrap() = true;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    support::wait_until_mapped(pid, "libhot.so");
+    let fifo = support::SwappedFifo::rename_over(&library);
 
     let recorder = Recorder::start();
     let mut agent = support::start_agent(kiln_agent::AgentConfig {
@@ -525,13 +497,12 @@ fn the_whole_agent_profiles_and_uploads_a_swapped_library_from_the_mapped_file()
             break (put, whole, in_library);
         }
     };
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    watch.join().unwrap();
+    let opened = fifo.opened();
     drop(agent);
     drop(child);
 
     assert!(
-        !*opened.lock().unwrap(),
+        !opened,
         "the agent opened the FIFO put at the library's path since it was mapped"
     );
     assert!(

@@ -295,3 +295,56 @@ pub(crate) fn fifo_has_reader(path: &Path) -> bool {
         .open(path)
         .is_ok()
 }
+
+/// Waits, up to 10 s, until process `pid` maps a file named `name`.
+pub(crate) fn wait_until_mapped(pid: u32, name: &str) {
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .contains(name)
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "process {pid} never mapped {name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A FIFO renamed over a mapped file's path, as an attacker would (the
+/// mapped file is unlinked, its maps line says "(deleted)", and the path
+/// is the FIFO's), watched for anyone opening it.
+pub(crate) struct SwappedFifo {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    watch: std::thread::JoinHandle<bool>,
+}
+
+impl SwappedFifo {
+    /// Renames a new FIFO over `path` and starts watching it.
+    pub(crate) fn rename_over(path: &Path) -> SwappedFifo {
+        let fifo = path.with_extension("fifo");
+        mkfifo(&fifo);
+        std::fs::rename(&fifo, path).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = {
+            let (stop, path) = (stop.clone(), path.to_owned());
+            // Notes an opener, and lets it go: a writer's open wakes a
+            // reader blocked in its own, and its close gives it EOF.
+            std::thread::spawn(move || {
+                let mut opened = false;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    opened |= fifo_has_reader(&path);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                opened
+            })
+        };
+        SwappedFifo { stop, watch }
+    }
+
+    /// Stops watching: whether anyone opened the FIFO meanwhile.
+    pub(crate) fn opened(self) -> bool {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.watch.join().unwrap()
+    }
+}
