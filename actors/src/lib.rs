@@ -26,6 +26,7 @@ pub mod ingest;
 pub mod query;
 pub mod retention;
 pub mod roles;
+pub mod rollup;
 mod server;
 pub mod telemetry;
 

@@ -38,6 +38,10 @@ pub struct HttpOptions {
     pub query: QueryOptions,
     /// Its region and the others, in a deployment with regions.
     pub regions: Option<crate::http::region::Regions>,
+    /// How often a query node runs the rollup job ([`crate::rollup`]);
+    /// `None`: never on its own (`POST /api/v1/admin/rollups` still runs
+    /// a pass), so long ranges read samples unless another node rolls.
+    pub rollup_every: Option<std::time::Duration>,
 }
 
 impl HttpOptions {
@@ -51,6 +55,7 @@ impl HttpOptions {
             quota: QuotaDefaults::default(),
             query: QueryOptions::default(),
             regions: None,
+            rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
         }
     }
 
@@ -71,6 +76,7 @@ impl HttpOptions {
             defaults: self.quota,
             stored: Arc::new(StoredBytes::new(store)),
             retention: None,
+            rollups: None,
             metrics,
             regions: self.regions.clone(),
         }
@@ -170,7 +176,9 @@ pub async fn start_worker(
 /// node), serve each other's scans, and tell each other of symbol uploads.
 ///
 /// It also runs the retention job ([`crate::retention`]): at start, then
-/// hourly, it deletes what is older than each tenant's retention.
+/// hourly, it deletes what is older than each tenant's retention; and the
+/// rollup job ([`crate::rollup`]), which sums each written hour for
+/// queries of long ranges.
 ///
 /// Its metrics (`GET /metrics`): query latency per route, cache hits and
 /// misses, refusals for `max_concurrent_queries`.
@@ -186,6 +194,7 @@ pub async fn start_query(
     let metrics = Metrics::new(ServerRole::Query);
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
     let retention = Retention::new(store.clone(), metadata.clone(), http.quota.retention_days);
+    let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone());
     let scans = store.clone();
     let peer_listen = peers.as_ref().map(|p| p.listen);
     let (query, cluster) = match peers {
@@ -213,6 +222,7 @@ pub async fn start_query(
     query.do_send(SetQueryOptions(http.query));
     let mut state = http.state(query, store, objects, metadata, metrics.clone());
     state.retention = Some(retention.clone());
+    state.rollups = Some(rollups.clone());
     let cluster = cluster.zip(peer_listen);
     let running = serve(
         Routes::Query(state, cluster),
@@ -222,5 +232,8 @@ pub async fn start_query(
     )?;
     // Once serving: a node that failed to start deletes nothing.
     retention.spawn();
+    if let Some(every) = http.rollup_every {
+        rollups.spawn(every);
+    }
     Ok(running)
 }

@@ -67,6 +67,8 @@ pub struct EmbeddedOptions {
     pub query: QueryOptions,
     /// Its region and the others, in a deployment with regions.
     pub regions: Option<Regions>,
+    /// How often the rollup job runs (as [`HttpOptions::rollup_every`](crate::roles::HttpOptions)).
+    pub rollup_every: Option<std::time::Duration>,
 }
 
 impl EmbeddedOptions {
@@ -84,6 +86,7 @@ impl EmbeddedOptions {
             quota: QuotaDefaults::default(),
             query: QueryOptions::default(),
             regions: None,
+            rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
         }
     }
 }
@@ -205,6 +208,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         metadata.clone(),
         options.quota.retention_days,
     );
+    let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone());
     let auth = Auth::new(metadata, Some(admin));
     let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {
@@ -214,6 +218,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         defaults: options.quota,
         stored: Arc::new(StoredBytes::new(store)),
         retention: Some(retention.clone()),
+        rollups: Some(rollups.clone()),
         metrics: metrics.clone(),
         regions: options.regions,
     };
@@ -225,6 +230,9 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         metrics,
     )?;
     retention.spawn();
+    if let Some(every) = options.rollup_every {
+        rollups.spawn(every);
+    }
     running.login_path = Some(login_path);
     Ok(running)
 }

@@ -279,7 +279,7 @@ pub(crate) struct QuotaArgs {
     pub default_max_stored_bytes: Option<u64>,
 }
 
-/// How a query node admits queries (`kiln up`, `kiln query`).
+/// How a query node admits and answers queries (`kiln up`, `kiln query`).
 #[derive(Debug, Args)]
 pub(crate) struct QueryLimitArgs {
     /// The longest span of data one query reads (`400d`, `90d`): a query
@@ -287,6 +287,12 @@ pub(crate) struct QueryLimitArgs {
     /// longer range over less data is narrowed to the data and answered).
     #[arg(long, env = "KILN_MAX_QUERY_RANGE", default_value = "400d", value_parser = humantime::parse_duration)]
     pub max_query_range: std::time::Duration,
+
+    /// How often this node sums each written hour into rollups, which
+    /// queries of long ranges read instead of samples (`0s`: never; a
+    /// pass can still be asked for with `POST /api/v1/admin/rollups`).
+    #[arg(long, env = "KILN_ROLLUP_EVERY", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub rollup_every: std::time::Duration,
 }
 
 impl QuotaArgs {
@@ -303,6 +309,11 @@ impl QuotaArgs {
 }
 
 impl QueryLimitArgs {
+    /// How often the rollup job runs; `None` for `0s`.
+    pub(crate) fn rollup_every(&self) -> Option<std::time::Duration> {
+        (!self.rollup_every.is_zero()).then_some(self.rollup_every)
+    }
+
     /// How queries are admitted.
     pub(crate) fn query_options(&self) -> kiln_actors::query::QueryOptions {
         kiln_actors::query::QueryOptions {

@@ -77,6 +77,7 @@ pub(crate) fn query(args: QueryArgs) -> anyhow::Result<()> {
         http.admin_token = args.admin.token()?;
         http.quota = args.quota.defaults();
         http.query = args.query_limits.query_options();
+        http.rollup_every = args.query_limits.rollup_every();
         http.regions = args.regions.regions()?;
         let symbolizer = args.debuginfod.symbolizer_config();
         let running = roles::start_query(

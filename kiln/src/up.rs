@@ -28,6 +28,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     options.admin_token = args.admin.token()?;
     options.quota = args.quota.defaults();
     options.query = args.query_limits.query_options();
+    options.rollup_every = args.query_limits.rollup_every();
     options.regions = args.regions.regions()?;
     let region_note = options.regions.as_ref().map(ToString::to_string);
     let token_note = match options.admin_token {

@@ -32,3 +32,10 @@ impl Report {
         println!("RESULT {{\"bench\":\"{bench}\",{}}}", fields.join(","));
     }
 }
+
+/// The `p`th percentile of `sorted` (ascending), nearest rank; zero when
+/// empty.
+pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    let i = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
+    sorted.get(i).copied().unwrap_or_default()
+}

@@ -65,3 +65,13 @@ pub async fn tenant_key(
         .await?;
     Ok(key.key.expose().to_owned())
 }
+
+/// An HTTP client for the benches' requests: statuses are answers, not
+/// errors (the benches check them), and a request may take `timeout`.
+pub fn http_client(timeout: std::time::Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}

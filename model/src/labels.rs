@@ -36,6 +36,15 @@ pub mod names {
     /// A GPU's NVML UUID (`GPU-…`), stable across reboots and index
     /// changes, for GPU metrics.
     pub const GPU_UUID: &str = "gpu_uuid";
+
+    /// Labels that name one instance (a machine, a process, a thread, a
+    /// container, a device) rather than what ran. A fleet has thousands of
+    /// values of each, so long-range rollups sum over them
+    /// ([`LabelSet::without_instance`](super::LabelSet::without_instance)):
+    /// a week of a 1,000-host fleet is then one row per stack and hour
+    /// instead of a thousand. A query that filters on one of them reads
+    /// the samples instead.
+    pub const PER_INSTANCE: &[&str] = &[HOST, PID, TID, THREAD, CONTAINER, POD, GPU_UUID];
 }
 
 /// A set of labels, kept sorted by name with one value per name, so that
@@ -108,6 +117,19 @@ impl LabelSet {
         filter.into_iter().all(|(n, v)| self.get(n) == Some(v))
     }
 
+    /// This set without its per-instance labels ([`names::PER_INSTANCE`]):
+    /// the label set a rollup sums samples under.
+    pub fn without_instance(&self) -> LabelSet {
+        LabelSet {
+            pairs: self
+                .pairs
+                .iter()
+                .filter(|(n, _)| !names::PER_INSTANCE.contains(&n.as_str()))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// The content id of this set.
     pub fn id(&self) -> LabelSetId {
         let mut h = ContentHasher::new(Domain::LabelSet);
@@ -169,6 +191,31 @@ mod tests {
         assert_eq!(a.id(), b.id());
         assert!(a.matches([("host", "a")]));
         assert!(!a.matches([("host", "b")]));
+    }
+
+    #[test]
+    fn without_instance_keeps_what_ran_and_drops_where() {
+        let set: LabelSet = [
+            ("host", "web-17"),
+            ("pid", "4242"),
+            ("tid", "4243"),
+            ("thread", "worker-3"),
+            ("container", "c0ffee"),
+            ("pod", "web-7d9f"),
+            ("gpu_uuid", "GPU-1"),
+            ("process", "web"),
+            ("namespace", "prod"),
+            ("device_kind", "cpu"),
+            ("service", "checkout"),
+        ]
+        .into_iter()
+        .collect();
+        let reduced = set.without_instance();
+        let kept: Vec<_> = reduced.iter().map(|(n, _)| n).collect();
+        assert_eq!(kept, ["device_kind", "namespace", "process", "service"]);
+        // Two hosts of one service fold into one label set.
+        let other = set.clone().with("host", "web-18").with("pid", "1");
+        assert_eq!(set.without_instance().id(), other.without_instance().id());
     }
 
     #[test]

@@ -72,6 +72,7 @@ mod object_key;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod profile;
+mod rollup;
 #[cfg(feature = "s3")]
 mod s3;
 mod scope;
@@ -95,6 +96,7 @@ pub use profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, metric_row_bytes,
     sample_row_bytes,
 };
+pub use rollup::{HourVersion, ROLLUP_WINDOW_NS, RollupRow, current_rollups};
 #[cfg(feature = "s3")]
 pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};

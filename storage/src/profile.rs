@@ -7,6 +7,7 @@ use kiln_model::{
 };
 
 use crate::error::StoreError;
+use crate::rollup::{HourVersion, RollupRow};
 use crate::scope::Scope;
 
 /// One stored sample row: a count of one stack with one label set at one
@@ -322,7 +323,7 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
     /// the hour of `before_ns` (`hour < before_ns.div_euclid(1 h)`: whole
     /// hours that end at or before `before_ns`, so nothing at or after it
     /// goes), with their index rows ([`sample_hours`](Self::sample_hours),
-    /// [`metric_names`](Self::metric_names)) and what
+    /// [`metric_names`](Self::metric_names)), their rollups and what
     /// [`stored_bytes`](Self::stored_bytes) counted for them. Dictionary
     /// rows stay: they are shared by every hour and not partitioned by
     /// time. This is retention; it costs what the deleted data costs, and
@@ -347,6 +348,49 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
     /// frames, label sets) are not counted. The cost is one read per
     /// (project, hour) with data, so callers cache it.
     async fn stored_bytes(&self, tenant: &str) -> Result<u64, StoreError>;
+
+    /// The version of each hour of the scope's data (samples and metric
+    /// points) from the hour of `from_ns` to the hour of `to_ns - 1`,
+    /// sorted by hour: the hour's usage counter of
+    /// [`stored_bytes`](Self::stored_bytes), which every write of the hour
+    /// adds to, so a write makes the version grow. Hours without a counter
+    /// (no data) are left out. Empty when `from_ns >= to_ns`. Costs one
+    /// row per hour with data.
+    async fn hour_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError>;
+
+    /// Writes the rollup of `hour` (see `rollup.rs`), made from the hour's
+    /// data at `version`: `rows` replace every row of an earlier rollup of
+    /// the hour (a scan returns exactly `rows`, summed per key when one key
+    /// comes twice), and [`rollup_versions`](Self::rollup_versions) then
+    /// gives `version` for the hour. Rollups are not counted in
+    /// [`stored_bytes`](Self::stored_bytes): they are derived, and counting
+    /// them would change the version they are marked with.
+    async fn put_rollup(
+        &self,
+        scope: &Scope,
+        hour: i64,
+        version: u64,
+        rows: &[RollupRow],
+    ) -> Result<(), StoreError>;
+
+    /// The hours from the hour of `from_ns` to the hour of `to_ns - 1`
+    /// that have a rollup, each with the version it was made from, sorted
+    /// by hour. Empty when `from_ns >= to_ns`.
+    async fn rollup_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError>;
+
+    /// The rows of the rollup of `hour`, in no particular order; empty
+    /// when it has none.
+    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError>;
 
     /// Makes every write that returned `Ok` durable (fsync). The ingest
     /// pipeline calls it before committing bus offsets.

@@ -96,6 +96,9 @@ pub struct AppState {
     /// The retention job, where this process runs it (the query role and
     /// `kiln up`): `POST /api/v1/admin/retention` runs a pass now.
     pub retention: Option<crate::retention::Retention>,
+    /// The rollup job, where this process runs it (the query role and
+    /// `kiln up`): `POST /api/v1/admin/rollups` runs a pass now.
+    pub rollups: Option<crate::rollup::Rollups>,
     /// This process's metrics (`GET /metrics`).
     pub metrics: crate::telemetry::Metrics,
     /// Its region and the others, in a deployment with regions: requests
@@ -218,6 +221,10 @@ fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
         .route(
             "/api/v1/admin/retention",
             web::post().to(tenants::run_retention),
+        )
+        .route(
+            "/api/v1/admin/rollups",
+            web::post().to(tenants::run_rollups),
         )
         .route(
             "/api/v1/admin/tenants/{tenant}/keys",

@@ -6,6 +6,7 @@
 //! | POST | `/api/v1/admin/tenants/{tenant}/projects` | operator |
 //! | GET, PUT | `/api/v1/admin/tenants/{tenant}/limits` | operator |
 //! | POST | `/api/v1/admin/retention` (a retention pass, now) | operator |
+//! | POST | `/api/v1/admin/rollups` (a rollup pass, now) | operator |
 //! | GET, POST | `/api/v1/admin/tenants/{tenant}/keys` | operator |
 //! | DELETE | `/api/v1/admin/tenants/{tenant}/keys/{id}` | operator |
 //! | GET, POST | `/api/v1/keys` | a key with the admin role, its own tenant |
@@ -242,6 +243,22 @@ pub(crate) async fn run_retention(
         ));
     };
     let report = retention.run_once(super::params::now_ns()).await;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// `POST /api/v1/admin/rollups`: runs a pass of the rollup job now
+/// (hours that ended at least `ROLLUP_SETTLE_NS` ago) and answers what it
+/// rolled.
+pub(crate) async fn run_rollups(
+    _: Operator,
+    state: web::Data<super::AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let Some(rollups) = &state.rollups else {
+        return Err(ApiError::NotFound(
+            "this process does not run the rollup job (query nodes and kiln up do)".into(),
+        ));
+    };
+    let report = rollups.run_once(super::params::now_ns()).await;
     Ok(HttpResponse::Ok().json(report))
 }
 

@@ -33,6 +33,31 @@ pub(crate) struct Want {
 pub(crate) struct Scan {
     pub range: QueryRange,
     pub want: Want,
+    /// Read the partition's rollup instead of its samples: set by the
+    /// coordinator only for a whole hour whose rollup is current and a
+    /// query the rollup answers exactly (`rollup_answers`).
+    pub rollup: bool,
+}
+
+impl Want {
+    /// Whether an hour's rollup gives what this asks for exactly, for
+    /// `filters`: label sets, stacks per bucket and gauges need each
+    /// sample's own labels and time; a filter on a per-instance label
+    /// needs the labels the rollup dropped; a timeline needs every hour
+    /// within one bucket (steps of whole hours from an hour's start).
+    pub(crate) fn rollup_answers(&self, filters: &[(String, String)]) -> bool {
+        let hour = kiln_storage::ROLLUP_WINDOW_NS;
+        let per_instance = filters
+            .iter()
+            .any(|(name, _)| kiln_model::label_names::PER_INSTANCE.contains(&name.as_str()));
+        let gauge = filters.iter().any(|(name, value)| {
+            name == GpuWeight::LABEL && value == GpuWeight::LiveBytes.as_str()
+        });
+        let aligned = self
+            .timeline
+            .is_none_or(|(origin, step)| origin.rem_euclid(hour) == 0 && step % hour == 0);
+        !self.label_sets && !self.stack_buckets && !per_instance && !gauge && aligned
+    }
 }
 
 /// Samples and CPU time.
@@ -211,14 +236,44 @@ impl Handler<MetricScan> for Aggregator {
     }
 }
 
+/// A partition's rows: its samples, or its rollup's rows as samples at
+/// the hour's start.
+async fn partition_rows(
+    store: &dyn ProfileStore,
+    range: &QueryRange,
+    rollup: bool,
+) -> Result<Vec<StoredSample>, StoreError> {
+    if !rollup {
+        return store
+            .scan_samples(&range.scope, range.from_ns, range.to_ns)
+            .await;
+    }
+    let hour = range.from_ns.div_euclid(kiln_storage::ROLLUP_WINDOW_NS);
+    let start = hour.saturating_mul(kiln_storage::ROLLUP_WINDOW_NS);
+    Ok(store
+        .scan_rollup(&range.scope, hour)
+        .await?
+        .into_iter()
+        .map(|row| StoredSample {
+            timestamp_ns: start,
+            stack: row.stack,
+            labels: row.labels,
+            count: row.count,
+            period_ns: row.period_ns,
+        })
+        .collect())
+}
+
 async fn run_scan(
     store: &dyn ProfileStore,
     cache: &Mutex<LabelCache>,
-    Scan { range, want }: Scan,
+    Scan {
+        range,
+        want,
+        rollup,
+    }: Scan,
 ) -> Result<Partial, StoreError> {
-    let samples = store
-        .scan_samples(&range.scope, range.from_ns, range.to_ns)
-        .await?;
+    let samples = partition_rows(store, &range, rollup).await?;
     let tenant = range.scope.tenant();
     let label_sets =
         load_label_sets(store, cache, tenant, samples.iter().map(|s| s.labels)).await?;

@@ -90,6 +90,13 @@ impl QueryRange {
         self.to_ns.saturating_sub(self.from_ns).max(1)
     }
 
+    /// Whether the range is exactly one storage partition (hour): the
+    /// span a rollup sums.
+    fn is_whole_hour(&self) -> bool {
+        self.from_ns.rem_euclid(NANOS_PER_HOUR) == 0
+            && self.to_ns.checked_sub(self.from_ns) == Some(NANOS_PER_HOUR)
+    }
+
     /// The part of the range within storage partition (hour) `hour`.
     fn partition(&self, hour: i64) -> QueryRange {
         QueryRange {
@@ -371,11 +378,15 @@ impl Cluster {
             .store
             .sample_hours(&range.scope, range.from_ns, range.to_ns)
             .await?;
+        let rolled = self.current_rollups(range, want).await?;
         stream::iter(hours)
             .map(|hour| {
+                let range = range.partition(hour);
+                let rollup = range.is_whole_hour() && rolled.contains(&hour);
                 self.scan(Scan {
-                    range: range.partition(hour),
+                    range,
                     want,
+                    rollup,
                 })
             })
             .buffer_unordered(SCANS_IN_FLIGHT)
@@ -388,6 +399,31 @@ impl Cluster {
                 merged.settle_gauges();
                 merged
             })
+    }
+
+    /// The hours of `range` whose rollup is current, when the rollups
+    /// answer what `want` asks exactly (see [`Want::rollup_answers`]);
+    /// none otherwise. Two index reads of one row per hour.
+    ///
+    /// A write that makes a rollup stale after this read (a late batch)
+    /// is missed by this query, as it would be had it landed a moment
+    /// later; the next query reads the hour's samples.
+    async fn current_rollups(
+        &self,
+        range: &QueryRange,
+        want: Want,
+    ) -> Result<std::collections::HashSet<i64>, QueryError> {
+        if !want.rollup_answers(&range.filters) {
+            return Ok(Default::default());
+        }
+        let (scope, from, to) = (&range.scope, range.from_ns, range.to_ns);
+        let (versions, rollups) = futures_util::try_join!(
+            self.store.hour_versions(scope, from, to),
+            self.store.rollup_versions(scope, from, to),
+        )?;
+        Ok(kiln_storage::current_rollups(&versions, &rollups)
+            .into_iter()
+            .collect())
     }
 
     /// Runs one partition's scan on the node that owns it: here, or on a

@@ -66,6 +66,7 @@ struct WireScan {
     timeline: Option<(i64, i64)>,
     label_sets: bool,
     stack_buckets: bool,
+    rollup: bool,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -100,6 +101,7 @@ pub(crate) fn encode_scan(scan: &Scan) -> Vec<u8> {
         timeline: scan.want.timeline,
         label_sets: scan.want.label_sets,
         stack_buckets: scan.want.stack_buckets,
+        rollup: scan.rollup,
     };
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(&wire)
         .expect("serializing a scan into memory cannot fail");
@@ -123,6 +125,7 @@ pub(crate) fn decode_scan(bytes: &[u8]) -> Result<Scan, WireError> {
             label_sets: wire.label_sets,
             stack_buckets: wire.stack_buckets,
         },
+        rollup: wire.rollup,
     })
 }
 
@@ -264,6 +267,7 @@ mod tests {
                 label_sets: true,
                 stack_buckets: true,
             },
+            rollup: true,
         }
     }
 
@@ -274,6 +278,7 @@ mod tests {
         assert_eq!(back.want.timeline, Some((5, 10)));
         assert!(back.want.label_sets);
         assert!(back.want.stack_buckets);
+        assert!(back.rollup);
     }
 
     #[test]
@@ -349,6 +354,7 @@ mod tests {
             timeline: None,
             label_sets: false,
             stack_buckets: false,
+            rollup: false,
         };
         let bytes = frame(
             KIND_SCAN,

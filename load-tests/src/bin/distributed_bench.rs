@@ -29,9 +29,9 @@ use clap::Parser;
 use kiln_actors::ingest::CONSUMER_GROUP;
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::{Bus, BusUrl, EmbeddedBus};
-use kiln_load_tests::report::Report;
+use kiln_load_tests::report::{Report, percentile};
 use kiln_load_tests::synth::{Fleet, StackPopulation};
-use kiln_load_tests::systems::{spawn_system, tenant_key};
+use kiln_load_tests::systems::{http_client, spawn_system, tenant_key};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet};
 use kiln_storage::{
     EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
@@ -133,11 +133,6 @@ fn main() -> anyhow::Result<()> {
     );
     report.finish("distributed");
     Ok(())
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    let i = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
-    sorted.get(i).copied().unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -279,7 +274,7 @@ impl Cluster {
     }
 
     fn post(&self, batch: &[u8]) -> anyhow::Result<()> {
-        let mut response = http()
+        let mut response = http_client(Duration::from_secs(120))
             .post(format!("{}/api/v1/ingest", self.gateway))
             .header("authorization", &self.authorization)
             .send(batch)?;
@@ -320,7 +315,7 @@ impl Cluster {
                     (batches.clone(), next.clone(), self.gateway.clone());
                 let authorization = self.authorization.clone();
                 std::thread::spawn(move || -> anyhow::Result<()> {
-                    let agent = http();
+                    let agent = http_client(Duration::from_secs(120));
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(batch) = batches.get(i) else {
@@ -361,7 +356,7 @@ impl Cluster {
                 self.query
             );
             loop {
-                let mut response = http()
+                let mut response = http_client(Duration::from_secs(120))
                     .get(&url)
                     .header("authorization", &self.authorization)
                     .call()?;
@@ -398,14 +393,6 @@ fn probe_batch(tag: &str) -> Vec<u8> {
     ];
     b.add(now, &frames, &LabelSet::new().with("probe", tag), 1);
     b.finish().encode()
-}
-
-fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build()
-        .into()
 }
 
 fn unique() -> String {

@@ -38,9 +38,9 @@ use kiln_actors::query::{
 };
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
-use kiln_load_tests::report::Report;
+use kiln_load_tests::report::{Report, percentile};
 use kiln_load_tests::synth::{Fleet, StackPopulation};
-use kiln_load_tests::systems::{spawn_system, tenant_key};
+use kiln_load_tests::systems::{http_client, spawn_system, tenant_key};
 use kiln_model::NANOS_PER_HOUR;
 use kiln_storage::{
     EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
@@ -382,7 +382,7 @@ impl QueryCluster {
             false => &self.urls[node],
         };
         let url = format!("{base}{path}");
-        let mut response = http()
+        let mut response = http_client(Duration::from_secs(300))
             .get(&url)
             .header("authorization", &self.authorization)
             .header(CLUSTER_SECRET_HEADER, SECRET)
@@ -463,19 +463,6 @@ fn free_addrs(n: usize) -> anyhow::Result<Vec<SocketAddr>> {
         .iter()
         .map(|l| l.local_addr())
         .collect::<Result<Vec<_>, _>>()?)
-}
-
-fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(300)))
-        .build()
-        .into()
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    let i = (sorted.len() * p / 100).min(sorted.len().saturating_sub(1));
-    sorted.get(i).copied().unwrap_or_default()
 }
 
 /// The queried node's split of one flamegraph, in milliseconds.

@@ -29,6 +29,7 @@ mod metrics;
 mod object;
 mod profile;
 mod retention;
+mod rollups;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -13,6 +13,10 @@ use super::metrics::{
 use super::retention::{
     retention_deletes_whole_hours_before, stored_bytes_follow_writes_and_retention,
 };
+use super::rollups::{
+    hour_versions_grow_with_every_write, rollups_go_stale_and_follow_retention,
+    rollups_round_trip_and_replace,
+};
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
 use crate::profile::{ProfileStore, StoredFrame, StoredSample};
 use crate::scope::Scope;
@@ -29,7 +33,10 @@ use crate::scope::Scope;
 /// hours of each metric, isolation, refusal of invalid points, a
 /// 90 000-point scan; and retention (`retention.rs`): whole hours before a
 /// cutoff deleted with their indexes, in one scope only, and stored bytes
-/// per tenant that follow writes and deletes exactly.
+/// per tenant that follow writes and deletes exactly; and rollups
+/// (`rollups.rs`): hour versions that grow with every write, rollups that
+/// round-trip, replace earlier ones, go stale after a late write and
+/// leave with their hour.
 pub async fn profile_store(store: &dyn ProfileStore) {
     run_checks!(
         "ProfileStore",
@@ -66,6 +73,9 @@ pub async fn profile_store(store: &dyn ProfileStore) {
             sync_after_writes,
             retention_deletes_whole_hours_before,
             stored_bytes_follow_writes_and_retention,
+            hour_versions_grow_with_every_write,
+            rollups_round_trip_and_replace,
+            rollups_go_stale_and_follow_retention,
         ]
     );
 }

@@ -17,6 +17,13 @@
 //!
 //! stored_bytes        len(tenant):u8  tenant  len(project):u8  project
 //!                     hour:8                                  → bytes:8 BE
+//!
+//! rollups             len(tenant):u8  tenant  len(project):u8  project
+//!                     hour:8  stack_id:16 BE  labelset_id:16 BE  period_ns:8 BE
+//!                                                             → count:8 BE
+//!
+//! rollup_hours        len(tenant):u8  tenant  len(project):u8  project
+//!                     hour:8                                  → version:8 BE
 //! ```
 //!
 //! Why this shape:
@@ -54,11 +61,17 @@
 //!   names of a range of hours are one key range too. Metric names are at
 //!   most 128 bytes (`kiln_model::check_metric_name`), so one byte holds
 //!   the length.
+//! - **Rollups: the hour after the scope**, as samples, so an hour's rollup
+//!   is one key range, and `rollup_hours` (one row per rolled hour, the
+//!   version it was made from) is laid out like `stored_bytes`, whose
+//!   value is the hour's current version: a query reads the two over the
+//!   same key range and compares.
 
 use kiln_model::{LabelSetId, MAX_METRIC_NAME_LEN, StackId};
 
 use crate::error::DecodeError;
 use crate::profile::{StoredSample, hour_of};
+use crate::rollup::RollupRow;
 use crate::scope::{MAX_NAME_LEN, Scope};
 
 /// The shard every sample of the embedded store is written to.
@@ -191,6 +204,44 @@ pub(crate) fn decode_hour(key: &[u8], prefix_len: usize) -> Result<i64, DecodeEr
             len: key.len(),
             expected: prefix_len + 8,
         })
+}
+
+/// Bytes of a rollup key after the scope prefix: hour, stack, labels,
+/// period.
+const ROLLUP_TAIL_LEN: usize = 8 + 16 + 16 + 8;
+
+/// The key of one rollup row of `hour`.
+pub(crate) fn rollup_key(scope_prefix: &[u8], hour: i64, row: &RollupRow) -> Vec<u8> {
+    let mut key = Vec::with_capacity(scope_prefix.len() + ROLLUP_TAIL_LEN);
+    key.extend_from_slice(scope_prefix);
+    key.extend_from_slice(&ordered(hour));
+    key.extend_from_slice(&row.stack.to_be_bytes());
+    key.extend_from_slice(&row.labels.to_be_bytes());
+    key.extend_from_slice(&row.period_ns.to_be_bytes());
+    key
+}
+
+/// A rollup key's stack, labels and period; `prefix_len` is the length of
+/// its scope prefix.
+pub(crate) fn decode_rollup_key(
+    key: &[u8],
+    prefix_len: usize,
+) -> Result<(StackId, LabelSetId, u64), DecodeError> {
+    let tail = key
+        .get(prefix_len..)
+        .filter(|tail| tail.len() == ROLLUP_TAIL_LEN)
+        .ok_or(DecodeError::KeyLength {
+            len: key.len(),
+            expected: prefix_len + ROLLUP_TAIL_LEN,
+        })?;
+    // The length is checked above, so these splits cannot fail.
+    let (stack, rest) = tail[8..].split_at(16);
+    let (labels, period) = rest.split_at(16);
+    Ok((
+        StackId::from_be_bytes(stack.try_into().unwrap_or_default()),
+        LabelSetId::from_be_bytes(labels.try_into().unwrap_or_default()),
+        u64::from_be_bytes(period.try_into().unwrap_or_default()),
+    ))
 }
 
 /// Bytes of a metric key after its scope and name: hour, timestamp, labels.

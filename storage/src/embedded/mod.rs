@@ -21,6 +21,7 @@ use crate::profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
     check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
+use crate::rollup::{HourVersion, RollupRow, merge_rows};
 use crate::scope::Scope;
 use crate::values;
 
@@ -99,8 +100,13 @@ struct Tables {
     executables: Keyspace,
     metrics: Keyspace,
     metric_names: Keyspace,
-    /// Bytes written per (scope, hour): `ProfileStore::stored_bytes`.
+    /// Bytes written per (scope, hour): `ProfileStore::stored_bytes`, and
+    /// the hour's version for rollups.
     usage: Keyspace,
+    /// Rollup rows per (scope, hour).
+    rollups: Keyspace,
+    /// The version each (scope, hour)'s rollup was made from.
+    rollup_hours: Keyspace,
     /// Held while a usage counter is read and written back, so that two
     /// writes of one hour do not lose an increment, and a retention delete
     /// does not race a write of the hour it deletes.
@@ -119,6 +125,8 @@ enum Table {
     Metrics,
     MetricNames,
     Usage,
+    Rollups,
+    RollupHours,
 }
 
 impl Table {
@@ -132,6 +140,8 @@ impl Table {
             Table::Metrics => &tables.metrics,
             Table::MetricNames => &tables.metric_names,
             Table::Usage => &tables.usage,
+            Table::Rollups => &tables.rollups,
+            Table::RollupHours => &tables.rollup_hours,
         }
     }
 
@@ -146,6 +156,8 @@ impl Table {
             Table::Metrics => "metric point",
             Table::MetricNames => "metric name",
             Table::Usage => "stored bytes",
+            Table::Rollups => "rollup row",
+            Table::RollupHours => "rollup version",
         }
     }
 }
@@ -178,6 +190,8 @@ impl EmbeddedProfileStore {
             metrics: keyspace("metrics")?,
             metric_names: keyspace("metric_names")?,
             usage: keyspace("stored_bytes")?,
+            rollups: keyspace("rollups")?,
+            rollup_hours: keyspace("rollup_hours")?,
             usage_lock: std::sync::Mutex::new(()),
             db,
         };
@@ -326,6 +340,35 @@ impl EmbeddedProfileStore {
         self.run(move |tables| hours_in(tables, table, &prefix, first, last))
             .await
     }
+}
+
+/// The (hour, version) rows of `table` (`stored_bytes` or
+/// `rollup_hours`, keyed scope and hour, valued a `u64`) of hours
+/// `first..=last` under `scope_prefix`.
+fn versions_in(
+    tables: &Tables,
+    table: Table,
+    scope_prefix: &[u8],
+    first: i64,
+    last: i64,
+) -> Result<Vec<HourVersion>, StoreError> {
+    // Hours are timestamps / 1 h: `last + 1` cannot overflow.
+    let range = keys::hour_bound(scope_prefix, first)..keys::hour_bound(scope_prefix, last + 1);
+    let mut versions = Vec::new();
+    for row in table.keyspace(tables).range(range) {
+        let (key, value) = row
+            .into_inner()
+            .map_err(|e| StoreError::fjall("read hour versions", e))?;
+        let corrupt = |reason| StoreError::Corrupt {
+            what: table.row(),
+            key: hex(&key),
+            reason,
+        };
+        let hour = keys::decode_hour(&key, scope_prefix.len()).map_err(corrupt)?;
+        let version = decode_u64(table, &key, &value)?;
+        versions.push(HourVersion { hour, version });
+    }
+    Ok(versions)
 }
 
 /// The hours `first..=last` holding rows of `table` under `prefix`.
@@ -539,6 +582,19 @@ fn delete_scope_before(
         up_to(scope_prefix),
     )?;
 
+    let freed_rollups = delete_range(
+        tables,
+        Table::Rollups,
+        scope_prefix.to_vec(),
+        up_to(scope_prefix),
+    )?;
+    delete_range(
+        tables,
+        Table::RollupHours,
+        scope_prefix.to_vec(),
+        up_to(scope_prefix),
+    )?;
+
     // Usage last, under its lock: a write of a deleted hour that raced the
     // deletes above is counted afresh after this, not added to a count
     // that is gone.
@@ -563,15 +619,22 @@ fn delete_scope_before(
 
     reclaim(tables, Table::Samples, freed_samples)?;
     reclaim(tables, Table::Metrics, freed_metrics)?;
+    reclaim(tables, Table::Rollups, freed_rollups)?;
     Ok(deleted)
 }
 
 /// A usage counter's value: a big-endian `u64`.
 fn decode_usage(key: &[u8], value: &[u8]) -> Result<u64, StoreError> {
+    decode_u64(Table::Usage, key, value)
+}
+
+/// A row's value that is one big-endian `u64` (a usage counter, a
+/// version, a rollup count).
+fn decode_u64(table: Table, key: &[u8], value: &[u8]) -> Result<u64, StoreError> {
     <[u8; 8]>::try_from(value)
         .map(u64::from_be_bytes)
         .map_err(|_| StoreError::Corrupt {
-            what: Table::Usage.row(),
+            what: table.row(),
             key: hex(key),
             reason: DecodeError::KeyLength {
                 len: value.len(),
@@ -905,6 +968,105 @@ impl ProfileStore for EmbeddedProfileStore {
                 total = total.saturating_add(decode_usage(&key, &value)?);
             }
             Ok(total)
+        })
+        .await
+    }
+
+    async fn hour_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let prefix = keys::scope_prefix(scope);
+        let (first, last) = (hour_of(from_ns), hour_of(to_ns - 1));
+        self.run(move |tables| versions_in(tables, Table::Usage, &prefix, first, last))
+            .await
+    }
+
+    /// One atomic batch: the new rows, the removal of the earlier
+    /// rollup's rows that the new one lacks, and the version.
+    async fn put_rollup(
+        &self,
+        scope: &Scope,
+        hour: i64,
+        version: u64,
+        rows: &[RollupRow],
+    ) -> Result<(), StoreError> {
+        let prefix = keys::scope_prefix(scope);
+        let rows = merge_rows(rows);
+        self.run(move |tables| {
+            let new: std::collections::BTreeMap<Vec<u8>, u64> = rows
+                .iter()
+                .map(|row| (keys::rollup_key(&prefix, hour, row), row.count))
+                .collect();
+            let mut batch = tables.db.batch();
+            let hour_keys = keys::hour_bound(&prefix, hour)..keys::hour_bound(&prefix, hour + 1);
+            for row in tables.rollups.range(hour_keys) {
+                let key = row
+                    .key()
+                    .map_err(|e| StoreError::fjall("read an earlier rollup", e))?;
+                if !new.contains_key(&*key) {
+                    batch.remove(&tables.rollups, key);
+                }
+            }
+            for (key, count) in new {
+                batch.insert(&tables.rollups, key, count.to_be_bytes());
+            }
+            batch.insert(
+                &tables.rollup_hours,
+                keys::usage_key(&prefix, hour),
+                version.to_be_bytes(),
+            );
+            batch
+                .commit()
+                .map_err(|e| StoreError::fjall("commit a rollup", e))
+        })
+        .await
+    }
+
+    async fn rollup_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let prefix = keys::scope_prefix(scope);
+        let (first, last) = (hour_of(from_ns), hour_of(to_ns - 1));
+        self.run(move |tables| versions_in(tables, Table::RollupHours, &prefix, first, last))
+            .await
+    }
+
+    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError> {
+        let prefix = keys::scope_prefix(scope);
+        self.run(move |tables| {
+            let hour_keys = keys::hour_bound(&prefix, hour)..keys::hour_bound(&prefix, hour + 1);
+            let mut rows = Vec::new();
+            for row in tables.rollups.range(hour_keys) {
+                let (key, value) = row
+                    .into_inner()
+                    .map_err(|e| StoreError::fjall("scan a rollup", e))?;
+                let (stack, labels, period_ns) = keys::decode_rollup_key(&key, prefix.len())
+                    .map_err(|reason| StoreError::Corrupt {
+                        what: Table::Rollups.row(),
+                        key: hex(&key),
+                        reason,
+                    })?;
+                let count = decode_u64(Table::Rollups, &key, &value)?;
+                rows.push(RollupRow {
+                    stack,
+                    labels,
+                    period_ns,
+                    count,
+                });
+            }
+            Ok(rows)
         })
         .await
     }

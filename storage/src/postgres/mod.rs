@@ -410,9 +410,9 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(
-            tables, 13,
-            "kiln_schema, the eight tables of version 1, the two of version 2, the one of version 3 \
-             and the one of version 4"
+            tables, 15,
+            "kiln_schema, the eight tables of version 1, the two of version 2, the one of version 3, \
+             the one of version 4 and the two of version 5"
         );
 
         admin
@@ -520,6 +520,59 @@ mod tests {
         assert_eq!(
             store.stored_bytes("t").await.unwrap(),
             2 * crate::sample_row_bytes(&scope) + crate::metric_row_bytes(&scope, "gpu.power")
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
+    /// Guards migration V5: a version-4 database gains the rollup tables,
+    /// and the usage it already counted is the version of its hours.
+    #[tokio::test]
+    async fn a_version_4_database_gains_rollups() {
+        use crate::ProfileStore;
+        use crate::rollup::{HourVersion, RollupRow};
+        use kiln_model::{LabelSetId, StackId};
+
+        let Some((schema, url, admin)) = private_schema().await else {
+            return;
+        };
+        admin
+            .batch_execute(&format!(
+                "SET search_path = {schema}; {}; {}; {}; {}; {};
+                 INSERT INTO kiln_schema (version) VALUES (4);
+                 INSERT INTO stored_bytes VALUES ('t', 'p', 1, 70);",
+                schema::CREATE_VERSION_TABLE,
+                schema::MIGRATIONS[0],
+                schema::MIGRATIONS[1],
+                schema::MIGRATIONS[2],
+                schema::MIGRATIONS[3],
+            ))
+            .await
+            .unwrap();
+        let store = PostgresProfileStore::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let scope = crate::Scope::new("t", "p").unwrap();
+        let hour = HourVersion {
+            hour: 1,
+            version: 70,
+        };
+        assert_eq!(
+            store.hour_versions(&scope, 0, i64::MAX).await.unwrap(),
+            [hour]
+        );
+        let row = RollupRow {
+            stack: StackId(1),
+            labels: LabelSetId(2),
+            period_ns: 3,
+            count: 4,
+        };
+        store.put_rollup(&scope, 1, 70, &[row]).await.unwrap();
+        assert_eq!(store.scan_rollup(&scope, 1).await.unwrap(), [row]);
+        assert_eq!(
+            store.rollup_versions(&scope, 0, i64::MAX).await.unwrap(),
+            [hour]
         );
         admin
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

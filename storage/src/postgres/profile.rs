@@ -17,6 +17,7 @@ use crate::profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
     check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
+use crate::rollup::{HourVersion, RollupRow, merge_rows};
 use crate::scope::Scope;
 use crate::values;
 
@@ -179,6 +180,43 @@ impl PostgresProfileStore {
         rows.iter()
             .map(|row| row.try_get::<_, i64>(0))
             .collect::<Result<_, _>>()
+            .map_err(pg)
+    }
+
+    /// Runs [`schema::SELECT_HOUR_VERSIONS`] or
+    /// [`schema::SELECT_ROLLUP_VERSIONS`] for the hours of `from_ns` to
+    /// `to_ns - 1`; nothing when the range is empty.
+    async fn versions(
+        &self,
+        op: &'static str,
+        sql: &str,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let pg = |e| StoreError::postgres(op, e);
+        let (first_hour, last_hour) = (hour_of(from_ns), hour_of(to_ns - 1));
+        let client = self.db.client(op).await?;
+        let statement = client.prepare_cached(sql).await.map_err(pg)?;
+        let rows = client
+            .query(
+                &statement,
+                &[&scope.tenant(), &scope.project(), &first_hour, &last_hour],
+            )
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|row| {
+                Ok(HourVersion {
+                    hour: row.try_get(0)?,
+                    // u64 stored as the same 64 bits (see schema).
+                    version: row.try_get::<_, i64>(1)? as u64,
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
             .map_err(pg)
     }
 }
@@ -347,9 +385,9 @@ impl ProfileStore for PostgresProfileStore {
         self.db.execute_steps("write metric points", steps).await
     }
 
-    /// One transaction: the counts for the log, then the rows, then the
-    /// usage. The samples' delete is one range of the primary key; the
-    /// freed space is reused after autovacuum.
+    /// One transaction: the counts for the log, then the rows and the
+    /// rollups, then the usage. The samples' delete is one range of the
+    /// primary key; the freed space is reused after autovacuum.
     async fn delete_hours_before(
         &self,
         scope: &Scope,
@@ -377,6 +415,9 @@ impl ProfileStore for PostgresProfileStore {
         run(schema::DELETE_SAMPLES_BEFORE).await?;
         run(schema::DELETE_METRICS_BEFORE).await?;
         let metric_hours = run(schema::DELETE_METRIC_NAMES_BEFORE).await?;
+        // Versions before rows: the order a concurrent rollup locks them in.
+        run(schema::DELETE_ROLLUP_HOURS_BEFORE).await?;
+        run(schema::DELETE_ROLLUPS_BEFORE).await?;
         let statement = tx
             .prepare_cached(schema::DELETE_STORED_BYTES_BEFORE)
             .await
@@ -401,6 +442,118 @@ impl ProfileStore for PostgresProfileStore {
             .map_err(pg)?;
         let row = client.query_one(&statement, &[&tenant]).await.map_err(pg)?;
         Ok(u64::try_from(row.try_get::<_, i64>(0).map_err(pg)?).unwrap_or(0))
+    }
+
+    async fn hour_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        self.versions(
+            "read hour versions",
+            schema::SELECT_HOUR_VERSIONS,
+            scope,
+            from_ns,
+            to_ns,
+        )
+        .await
+    }
+
+    /// One transaction: the version first (it serializes two rollups of
+    /// the hour, see [`schema::UPSERT_ROLLUP_VERSION`]), then the delete of
+    /// the earlier rollup's rows, then the new rows, merged and sorted by
+    /// key.
+    async fn put_rollup(
+        &self,
+        scope: &Scope,
+        hour: i64,
+        version: u64,
+        rows: &[RollupRow],
+    ) -> Result<(), StoreError> {
+        let rows = merge_rows(rows);
+        let tenant = || Box::new(scope.tenant().to_owned());
+        let project = || Box::new(scope.project().to_owned());
+        let mut steps: Vec<(&'static str, Params)> = vec![
+            (
+                schema::UPSERT_ROLLUP_VERSION,
+                // u64 stored as the same 64 bits (see schema).
+                vec![
+                    tenant(),
+                    project(),
+                    Box::new(hour),
+                    Box::new(version as i64),
+                ],
+            ),
+            (
+                schema::DELETE_ROLLUP,
+                vec![tenant(), project(), Box::new(hour)],
+            ),
+        ];
+        steps.extend(
+            rows.chunks(CHUNK_ROWS)
+                .map(|chunk| -> (&'static str, Params) {
+                    let uuids = |f: fn(&RollupRow) -> u128| -> Vec<Uuid> {
+                        chunk.iter().map(|r| Uuid::from_u128(f(r))).collect()
+                    };
+                    let column = |f: fn(&RollupRow) -> u64| -> Vec<i64> {
+                        chunk.iter().map(|r| f(r) as i64).collect()
+                    };
+                    let params: Params = vec![
+                        tenant(),
+                        project(),
+                        Box::new(hour),
+                        Box::new(uuids(|r| r.stack.0)),
+                        Box::new(uuids(|r| r.labels.0)),
+                        // u64 stored as the same 64 bits (see schema).
+                        Box::new(column(|r| r.period_ns)),
+                        Box::new(column(|r| r.count)),
+                    ];
+                    (schema::INSERT_ROLLUPS, params)
+                }),
+        );
+        self.db.execute_steps("write a rollup", steps).await
+    }
+
+    async fn rollup_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        self.versions(
+            "read rollup versions",
+            schema::SELECT_ROLLUP_VERSIONS,
+            scope,
+            from_ns,
+            to_ns,
+        )
+        .await
+    }
+
+    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError> {
+        let op = "scan a rollup";
+        let pg = |e| StoreError::postgres(op, e);
+        let client = self.db.client(op).await?;
+        let statement = client
+            .prepare_cached(schema::SCAN_ROLLUP)
+            .await
+            .map_err(pg)?;
+        let rows = client
+            .query(&statement, &[&scope.tenant(), &scope.project(), &hour])
+            .await
+            .map_err(pg)?;
+        rows.iter()
+            .map(|row| {
+                Ok(RollupRow {
+                    stack: StackId(row.try_get::<_, Uuid>(0)?.as_u128()),
+                    labels: LabelSetId(row.try_get::<_, Uuid>(1)?.as_u128()),
+                    period_ns: row.try_get::<_, i64>(2)? as u64,
+                    count: row.try_get::<_, i64>(3)? as u64,
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(pg)
     }
 
     async fn sample_hours(

@@ -49,6 +49,18 @@
 //!   `metric_row_bytes` per point), updated in the transaction that writes
 //!   the rows and deleted with the hour, so a tenant's usage is a sum over
 //!   one index range of a few thousand rows, never a scan of its samples.
+//! - **`rollups`** `(tenant, project, hour, stack_id, labelset_id,
+//!   period_ns) → count`: each hour's samples summed per stack, reduced
+//!   label set and period (`crate::rollup`), so that a query of days reads
+//!   one row per stack and hour. Keyed like `samples` without `shard` and
+//!   `ts`: an hour's rollup is one prefix range of the primary key, read
+//!   whole ([`SCAN_ROLLUP`]) and replaced whole ([`DELETE_ROLLUP`] then
+//!   [`INSERT_ROLLUPS`]). **`rollup_hours`** `(tenant, project, hour) →
+//!   version` marks each rolled hour with the `stored_bytes` value it was
+//!   made from; a query uses an hour's rollup only while the two agree.
+//!   The version is `bigint` holding the u64's bits, as `count` is. Neither
+//!   table counts in `stored_bytes`: rollups are derived, and counting them
+//!   would move the version they are marked with.
 //! - **No BRIN index.** BRIN pays where a table has no B-tree on a column
 //!   whose values grow with the heap order. Here the primary-key B-tree is
 //!   needed anyway (for `ON CONFLICT`) and already answers the only query,
@@ -128,7 +140,7 @@ ON CONFLICT (singleton) DO UPDATE SET version = EXCLUDED.version, migrated_at = 
 
 /// The schema's versions: entry `i` takes a database from version `i` to
 /// `i + 1`. Only ever appended to; a released entry never changes.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// Version 1: the profile tables and the metadata tables.
 const V1: &str = "
@@ -277,6 +289,29 @@ GROUP BY tenant, project, hour
 ON CONFLICT (tenant, project, hour) DO UPDATE SET bytes = u.bytes + EXCLUDED.bytes;
 ";
 
+/// Version 5: hourly rollups and the version each was made from. Hours
+/// written before this version have no rollup; the rollup job makes them.
+const V5: &str = "
+CREATE TABLE IF NOT EXISTS rollups (
+    tenant      text   NOT NULL,
+    project     text   NOT NULL,
+    hour        bigint NOT NULL,  -- ts.div_euclid(1 h) of the samples summed
+    stack_id    uuid   NOT NULL,
+    labelset_id uuid   NOT NULL,  -- the label set without per-instance labels
+    period_ns   bigint NOT NULL,  -- u64 bits
+    count       bigint NOT NULL,  -- u64 bits, the saturating sum
+    PRIMARY KEY (tenant, project, hour, stack_id, labelset_id, period_ns)
+);
+
+CREATE TABLE IF NOT EXISTS rollup_hours (
+    tenant  text   NOT NULL,
+    project text   NOT NULL,
+    hour    bigint NOT NULL,
+    version bigint NOT NULL,      -- u64 bits: stored_bytes.bytes when rolled
+    PRIMARY KEY (tenant, project, hour)
+);
+";
+
 // ---------------------------------------------------------------- samples
 
 /// Upserts samples of one scope. `$1` tenant, `$2` project, `$3` shard,
@@ -341,6 +376,64 @@ WITH gone AS (
     DELETE FROM stored_bytes WHERE tenant = $1 AND project = $2 AND hour < $3 RETURNING bytes
 )
 SELECT COALESCE(sum(bytes), 0)::bigint FROM gone";
+
+/// Deletes scope `$1`/`$2`'s rollup versions of hours before `$3`. Before
+/// [`DELETE_ROLLUPS_BEFORE`]: the order in which [`UPSERT_ROLLUP_VERSION`]
+/// and its rows are locked by a concurrent rollup.
+pub(super) const DELETE_ROLLUP_HOURS_BEFORE: &str =
+    "DELETE FROM rollup_hours WHERE tenant = $1 AND project = $2 AND hour < $3";
+
+/// Deletes scope `$1`/`$2`'s rollup rows of hours before `$3`: a prefix
+/// range of the primary key.
+pub(super) const DELETE_ROLLUPS_BEFORE: &str =
+    "DELETE FROM rollups WHERE tenant = $1 AND project = $2 AND hour < $3";
+
+// ---------------------------------------------------------------- rollups
+
+/// Each hour `$3..=$4` of scope `$1`/`$2` with its usage counter, the
+/// hour's version (see `crate::rollup`), by hour: one index range of
+/// `stored_bytes`.
+pub(super) const SELECT_HOUR_VERSIONS: &str = "
+SELECT hour, bytes FROM stored_bytes
+WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4
+ORDER BY hour";
+
+/// Marks hour `$3` of scope `$1`/`$2` as rolled from version `$4`. Run
+/// first in the transaction that writes the rollup: the row lock it takes
+/// (or the insert two first rollups of the hour race on) makes a second
+/// rollup of the same hour wait until the first commits, so that its
+/// [`DELETE_ROLLUP`] then sees, and removes, every row of the first.
+pub(super) const UPSERT_ROLLUP_VERSION: &str = "
+INSERT INTO rollup_hours (tenant, project, hour, version) VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant, project, hour) DO UPDATE SET version = EXCLUDED.version";
+
+/// Deletes the rows of hour `$3`'s rollup of scope `$1`/`$2`: one prefix
+/// range of the primary key.
+pub(super) const DELETE_ROLLUP: &str =
+    "DELETE FROM rollups WHERE tenant = $1 AND project = $2 AND hour = $3";
+
+/// Inserts rows of hour `$3`'s rollup of scope `$1`/`$2`, one array per
+/// column, all of one length. A plain insert: [`DELETE_ROLLUP`] emptied
+/// the hour in the same transaction and the rows are unique by key
+/// (`merge_rows`), so a conflict would be a bug, not a replay.
+pub(super) const INSERT_ROLLUPS: &str = "
+INSERT INTO rollups (tenant, project, hour, stack_id, labelset_id, period_ns, count)
+SELECT $1::text, $2::text, $3::bigint, u.stack_id, u.labelset_id, u.period_ns, u.count
+FROM UNNEST($4::uuid[], $5::uuid[], $6::bigint[], $7::bigint[])
+    AS u (stack_id, labelset_id, period_ns, count)";
+
+/// The rolled hours `$3..=$4` of scope `$1`/`$2` with the version each was
+/// made from, by hour.
+pub(super) const SELECT_ROLLUP_VERSIONS: &str = "
+SELECT hour, version FROM rollup_hours
+WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4
+ORDER BY hour";
+
+/// The rows of hour `$3`'s rollup of scope `$1`/`$2`. No `ORDER BY`: the
+/// trait promises no order.
+pub(super) const SCAN_ROLLUP: &str = "
+SELECT stack_id, labelset_id, period_ns, count
+FROM rollups WHERE tenant = $1 AND project = $2 AND hour = $3";
 
 // ---------------------------------------------------------------- metrics
 

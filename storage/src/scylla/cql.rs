@@ -80,7 +80,36 @@
 //!   reads skip; two retention runs racing on one scope would subtract
 //!   twice. A counter update is not idempotent: the driver does not retry
 //!   it, and a batch written again counts again. Counter values are bound
-//!   and read as the driver's `Counter`, not `i64` (`bigint` only).
+//!   and read as the driver's `Counter`, not `i64` (`bigint` only). A
+//!   positive counter is also its hour's **version** for rollups
+//!   (`hour_versions`): every write of the hour makes it grow.
+//! - **`rollups`**, partition `(tenant, project, day, resolution)`,
+//!   clustering `(window_start, stack_id, labelset_id, period_ns)`, value
+//!   `sample_count`: DESIGN.md's `((tenant, project, day, resolution),
+//!   window_start, stack_id, labelset_id) → count`, each hour's samples
+//!   summed per stack, reduced label set and period (`crate::rollup`).
+//!   `day` is `hour.div_euclid(24)` and `resolution` the window in seconds
+//!   (3600, `ROLLUP_WINDOW_NS`); `window_start` is the hour, so one
+//!   hour's rollup is one clustering slice and a day's partition holds 24
+//!   of them: a week's query reads seven partitions, not 168. A rollup is
+//!   rewritten when its hour is rolled again: a range delete of the slice
+//!   `window_start = hour` at client timestamp `t`, then the rows in
+//!   unlogged batches at a later timestamp, so the delete cannot shadow
+//!   them (a tombstone wins a tie) and two rollups of one hour racing keep
+//!   the later one's rows only. Same TTL as `samples` (a rollup goes
+//!   about when its samples do; rows of a rollup whose write failed
+//!   before its `rollup_hours` row expire), but the default grace: its
+//!   deletes are part of every rewrite, not only of retention, and a
+//!   replica missing one must not bring an earlier rollup's rows back
+//!   into a current one. Retention deletes whole day partitions before
+//!   the cutoff's day and a `window_start < hour` slice within it.
+//! - **`rollup_hours`**, partition `(tenant, project)`, clustering `hour`,
+//!   value `version` (`bigint`, u64 bits): which hours have a rollup and
+//!   the version of the hour's data it was made from, like `sample_hours`
+//!   (and with its TTL). Written after the rollup's rows, and deleted
+//!   (at the rows' delete timestamp) before them, so a rollup is listed
+//!   only while it is whole. The hour versions themselves are the
+//!   `stored_bytes` counters (below), which every write of an hour adds to.
 //! - **`kiln_schema`**: the schema version and the keyspace's sample shard
 //!   count, one row.
 //!
@@ -104,6 +133,10 @@
 //! - Writes and reads use `LOCAL_QUORUM`: a row a worker has written is
 //!   seen by every query node. Client-side monotonic timestamps make a
 //!   later write of the same key win even within one millisecond.
+//! - A rollup's rewrite takes two timestamps from the session's generator
+//!   and sets them on its statements (`set_timestamp`): the delete of the
+//!   hour's earlier rollup at the first, the new rows and version at the
+//!   second, which is later, so the delete cannot shadow them.
 //!
 //! # Migrations
 //!
@@ -117,8 +150,8 @@
 //! at a newer version than [`SCHEMA_VERSION`] is refused.
 
 /// The schema version this build writes and reads: 2 added `metrics` and
-/// `metric_names`, 3 `stored_bytes`.
-pub(super) const SCHEMA_VERSION: i32 = 3;
+/// `metric_names`, 3 `stored_bytes`, 4 `rollups` and `rollup_hours`.
+pub(super) const SCHEMA_VERSION: i32 = 4;
 
 /// Creates the keyspace `keyspace` (validated by `url`) with
 /// `replication_factor` replicas in every datacenter.
@@ -182,6 +215,30 @@ pub(super) fn create_tables(sample_ttl_secs: u32) -> Vec<String> {
     hour    bigint,
     name    text,
     PRIMARY KEY ((tenant, project), hour, name)
+) WITH default_time_to_live = {sample_ttl_secs}
+  AND gc_grace_seconds = 10800"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS rollups (
+    tenant       text,
+    project      text,
+    day          bigint,   -- hour.div_euclid(24), floor division
+    resolution   int,      -- the window in seconds: 3600
+    window_start bigint,   -- the hour
+    stack_id     uuid,
+    labelset_id  uuid,     -- without per-instance labels
+    period_ns    bigint,   -- u64 bits
+    sample_count bigint,   -- u64 bits, summed (`count` is a CQL function name)
+    PRIMARY KEY ((tenant, project, day, resolution), window_start, stack_id, labelset_id, period_ns)
+) WITH default_time_to_live = {sample_ttl_secs}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS rollup_hours (
+    tenant  text,
+    project text,
+    hour    bigint,
+    version bigint,   -- u64 bits: the stored_bytes count it was made from
+    PRIMARY KEY ((tenant, project), hour)
 ) WITH default_time_to_live = {sample_ttl_secs}
   AND gc_grace_seconds = 10800"
         ),
@@ -293,6 +350,52 @@ pub(super) const DELETE_METRIC_PARTITION: &str = "DELETE FROM metrics \
 pub(super) const DELETE_METRIC_NAMES_BEFORE: &str =
     "DELETE FROM metric_names WHERE tenant = ? AND project = ? AND hour < ?";
 
+/// `(hour, bytes)` of a scope's hours in `[?, ?]` (inclusive): their
+/// versions.
+pub(super) const SELECT_STORED_BYTES_BETWEEN: &str = "SELECT hour, bytes FROM stored_bytes \
+    WHERE tenant = ? AND project = ? AND hour >= ? AND hour <= ?";
+
+/// One rollup row; the key columns first, as in the table.
+pub(super) const INSERT_ROLLUP: &str = "INSERT INTO rollups \
+    (tenant, project, day, resolution, window_start, stack_id, labelset_id, period_ns, \
+    sample_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+
+/// `(stack_id, labelset_id, period_ns, sample_count)` of one hour's rollup:
+/// one clustering slice of one partition.
+pub(super) const SCAN_ROLLUP: &str = "SELECT stack_id, labelset_id, period_ns, sample_count \
+    FROM rollups WHERE tenant = ? AND project = ? AND day = ? AND resolution = ? \
+    AND window_start = ?";
+
+/// Deletes one hour's rollup rows: one range tombstone.
+pub(super) const DELETE_ROLLUP: &str = "DELETE FROM rollups \
+    WHERE tenant = ? AND project = ? AND day = ? AND resolution = ? AND window_start = ?";
+
+/// Deletes one day's rollup partition: one partition tombstone.
+pub(super) const DELETE_ROLLUP_PARTITION: &str = "DELETE FROM rollups \
+    WHERE tenant = ? AND project = ? AND day = ? AND resolution = ?";
+
+/// Deletes the rollups of one day's partition before hour `?`: one range
+/// tombstone.
+pub(super) const DELETE_ROLLUPS_BEFORE: &str = "DELETE FROM rollups \
+    WHERE tenant = ? AND project = ? AND day = ? AND resolution = ? AND window_start < ?";
+
+/// Records the version `?` of hour `?`'s rollup (tenant `?`, project `?`).
+pub(super) const INSERT_ROLLUP_HOUR: &str =
+    "INSERT INTO rollup_hours (tenant, project, hour, version) VALUES (?, ?, ?, ?)";
+
+/// `(hour, version)` of a scope's rollups in hours `[?, ?]` (inclusive).
+pub(super) const SELECT_ROLLUP_HOURS: &str = "SELECT hour, version FROM rollup_hours \
+    WHERE tenant = ? AND project = ? AND hour >= ? AND hour <= ?";
+
+/// Deletes the `rollup_hours` row of one hour.
+pub(super) const DELETE_ROLLUP_HOUR: &str =
+    "DELETE FROM rollup_hours WHERE tenant = ? AND project = ? AND hour = ?";
+
+/// Deletes a scope's `rollup_hours` rows before hour `?`: one range
+/// tombstone.
+pub(super) const DELETE_ROLLUP_HOURS_BEFORE: &str =
+    "DELETE FROM rollup_hours WHERE tenant = ? AND project = ? AND hour < ?";
+
 /// The dictionary tables, each with its upsert and its read by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Dict {
@@ -369,6 +472,16 @@ mod tests {
             DELETE_SAMPLE_HOURS_BEFORE,
             DELETE_METRIC_PARTITION,
             DELETE_METRIC_NAMES_BEFORE,
+            SELECT_STORED_BYTES_BETWEEN,
+            INSERT_ROLLUP,
+            SCAN_ROLLUP,
+            DELETE_ROLLUP,
+            DELETE_ROLLUP_PARTITION,
+            DELETE_ROLLUPS_BEFORE,
+            INSERT_ROLLUP_HOUR,
+            SELECT_ROLLUP_HOURS,
+            DELETE_ROLLUP_HOUR,
+            DELETE_ROLLUP_HOURS_BEFORE,
         ];
         for dict in Dict::ALL {
             statements.push(dict.upsert());
@@ -391,6 +504,8 @@ mod tests {
             INSERT_SAMPLE_HOUR,
             INSERT_METRIC,
             INSERT_METRIC_NAME,
+            INSERT_ROLLUP,
+            INSERT_ROLLUP_HOUR,
         ];
         inserts.extend(Dict::ALL.map(Dict::upsert));
         for insert in inserts {
@@ -421,8 +536,22 @@ mod tests {
             SELECT_SAMPLE_HOURS,
             SCAN_METRICS,
             SELECT_METRIC_NAMES,
+            SCAN_ROLLUP,
+            SELECT_ROLLUP_HOURS,
+            SELECT_STORED_BYTES_BETWEEN,
         ] {
             assert!(!statement.contains("ALLOW FILTERING"));
+        }
+        // A rollup's reads and deletes name its whole partition.
+        for column in ["tenant = ?", "project = ?", "day = ?", "resolution = ?"] {
+            for statement in [
+                SCAN_ROLLUP,
+                DELETE_ROLLUP,
+                DELETE_ROLLUP_PARTITION,
+                DELETE_ROLLUPS_BEFORE,
+            ] {
+                assert!(statement.contains(column), "{statement}: {column}");
+            }
         }
         // Retention deletes name whole partitions, or a clustering range
         // within one.
@@ -444,6 +573,11 @@ mod tests {
             DELETE_SAMPLE_HOURS_BEFORE,
             DELETE_METRIC_PARTITION,
             DELETE_METRIC_NAMES_BEFORE,
+            DELETE_ROLLUP,
+            DELETE_ROLLUP_PARTITION,
+            DELETE_ROLLUPS_BEFORE,
+            DELETE_ROLLUP_HOUR,
+            DELETE_ROLLUP_HOURS_BEFORE,
         ] {
             assert!(
                 !statement.contains("DELETE FROM stored_bytes"),
@@ -473,9 +607,20 @@ mod tests {
         assert!(metrics.contains("default_time_to_live = 86400"));
         assert!(tables[3].contains("PRIMARY KEY ((tenant, project), hour, name)"));
         assert!(tables[3].contains("default_time_to_live = 86400"));
-        assert!(tables[4].contains("bytes   counter"));
-        assert!(!tables[4].contains("default_time_to_live"));
-        assert_eq!(tables.len(), 10);
+        let rollups = &tables[4];
+        assert!(rollups.contains(
+            "PRIMARY KEY ((tenant, project, day, resolution), window_start, stack_id, \
+             labelset_id, period_ns)"
+        ));
+        assert!(rollups.contains("default_time_to_live = 86400"));
+        // Rewrites delete: the default grace, not the samples' short one.
+        assert!(!rollups.contains("gc_grace_seconds"));
+        assert!(tables[5].contains("PRIMARY KEY ((tenant, project), hour)"));
+        assert!(tables[5].contains("version bigint"));
+        assert!(tables[5].contains("default_time_to_live = 86400"));
+        assert!(tables[6].contains("bytes   counter"));
+        assert!(!tables[6].contains("default_time_to_live"));
+        assert_eq!(tables.len(), 12);
         for table in &tables {
             assert!(table.starts_with("CREATE TABLE IF NOT EXISTS"), "{table}");
         }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use kiln_model::MetricPoint;
 
 use crate::profile::{StoredSample, hour_of};
+use crate::rollup::ROLLUP_WINDOW_NS;
 
 /// Rows per unlogged batch. A sample row is under 100 bytes on the wire,
 /// so 200 rows stay well below ScyllaDB's batch size warning (128 KiB)
@@ -103,6 +104,43 @@ pub(super) fn hours_of(batches: &[SampleBatch]) -> Vec<i64> {
     let mut hours: Vec<i64> = batches.iter().map(|b| b.partition.0).collect();
     hours.dedup();
     hours
+}
+
+/// The `resolution` key column of `rollups`: the rollup window in seconds.
+pub(super) const ROLLUP_RESOLUTION_SECS: i32 = {
+    let secs = ROLLUP_WINDOW_NS / 1_000_000_000;
+    assert!(secs > 0 && secs <= i32::MAX as i64);
+    secs as i32
+};
+
+/// Hours per `rollups` partition.
+pub(super) const HOURS_PER_DAY: i64 = 24;
+
+/// The day (the `rollups` partition) an hour's rollup goes in: floor
+/// division, so hour -1 is in day -1.
+pub(super) fn day_of(hour: i64) -> i64 {
+    hour.div_euclid(HOURS_PER_DAY)
+}
+
+/// What retention deletes of the rollups of `hours`, the hours with a
+/// rollup before `before_hour` (in any order): the distinct days wholly
+/// before the day of `before_hour`, sorted (a partition each), and the day
+/// of `before_hour` itself when one of `hours` is in it (a slice of it,
+/// `window_start < before_hour`, as its later hours stay).
+pub(super) fn rollup_days_before(hours: &[i64], before_hour: i64) -> (Vec<i64>, Option<i64>) {
+    let cutoff_day = day_of(before_hour);
+    let mut whole: Vec<i64> = hours
+        .iter()
+        .filter(|&&hour| hour < before_hour)
+        .map(|&hour| day_of(hour))
+        .collect();
+    whole.sort_unstable();
+    whole.dedup();
+    let partial = whole.last().copied().filter(|&day| day == cutoff_day);
+    if partial.is_some() {
+        whole.pop();
+    }
+    (whole, partial)
 }
 
 /// A `u64` as the `bigint` with the same bits, and back: CQL has no
@@ -232,6 +270,39 @@ mod tests {
             batches.iter().map(|b| b.partition.0).collect::<Vec<_>>(),
             [i64::MIN.div_euclid(NANOS_PER_HOUR), -1]
         );
+    }
+
+    #[test]
+    fn rollups_are_hours_in_day_partitions() {
+        assert_eq!(ROLLUP_RESOLUTION_SECS, 3_600);
+        assert_eq!(day_of(0), 0);
+        assert_eq!(day_of(23), 0);
+        assert_eq!(day_of(24), 1);
+        assert_eq!(day_of(-1), -1);
+        assert_eq!(day_of(-24), -1);
+        assert_eq!(day_of(-25), -2);
+        let first = hour_of(i64::MIN);
+        assert_eq!(day_of(first), first.div_euclid(24));
+    }
+
+    #[test]
+    fn retention_deletes_whole_days_before_the_cutoffs_and_a_slice_of_it() {
+        // Cutoff at hour 50 (day 2): hours 3 and 20 (day 0), 30 (day 1)
+        // and 49 (day 2) go; day 2 only up to hour 50.
+        assert_eq!(
+            rollup_days_before(&[49, 3, 30, 20], 50),
+            (vec![0, 1], Some(2))
+        );
+        // Cutoff at a day's first hour: whole days only.
+        assert_eq!(rollup_days_before(&[47, 30, 3], 48), (vec![0, 1], None));
+        // Nothing in the cutoff's day.
+        assert_eq!(rollup_days_before(&[3], 50), (vec![0], None));
+        assert_eq!(rollup_days_before(&[], 50), (vec![], None));
+        // Hours at or after the cutoff are not retention's.
+        assert_eq!(rollup_days_before(&[50, 70], 50), (vec![], None));
+        // Negative hours: -1 is in day -1, the cutoff 0's day is 0.
+        assert_eq!(rollup_days_before(&[-1, -30], 0), (vec![-2, -1], None));
+        assert_eq!(rollup_days_before(&[-3], -2), (vec![], Some(-1)));
     }
 
     proptest! {

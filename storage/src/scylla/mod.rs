@@ -30,10 +30,11 @@ use cql::Dict;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A [`ProfileStore`](crate::ProfileStore) in a ScyllaDB (or Cassandra)
-/// keyspace: DESIGN.md's `samples`, `frames`, `stacks`, `labelsets`,
-/// `executables` and `metrics` tables, and `sample_hours` and
-/// `metric_names`, the indexes of which hours hold samples and metrics (`storage/src/scylla/cql.rs` holds every statement and the
-/// reasoning behind the schema).
+/// keyspace: DESIGN.md's `samples`, `rollups`, `frames`, `stacks`,
+/// `labelsets`, `executables` and `metrics` tables, and `sample_hours`,
+/// `metric_names` and `rollup_hours`, the indexes of which hours hold
+/// samples, metrics and rollups (`storage/src/scylla/cql.rs` holds every
+/// statement and the reasoning behind the schema).
 ///
 /// Create the keyspace once with [`migrate`](Self::migrate) (`kiln store
 /// migrate`), then [`connect`](Self::connect) from every process. Cloning
@@ -62,6 +63,9 @@ pub struct ScyllaProfileStore {
 struct Inner {
     session: Session,
     statements: Statements,
+    /// The session's client-side timestamp generator, for the writes that
+    /// set their timestamps themselves (a rollup's rewrite).
+    timestamps: Arc<MonotonicTimestampGenerator>,
     /// Partitions per project and hour, as recorded in `kiln_schema`.
     sample_shards: i16,
     url: ScyllaUrl,
@@ -84,6 +88,16 @@ struct Statements {
     delete_sample_hours_before: PreparedStatement,
     delete_metric_partition: PreparedStatement,
     delete_metric_names_before: PreparedStatement,
+    select_stored_bytes_between: PreparedStatement,
+    insert_rollup: PreparedStatement,
+    scan_rollup: PreparedStatement,
+    delete_rollup: PreparedStatement,
+    delete_rollup_partition: PreparedStatement,
+    delete_rollups_before: PreparedStatement,
+    insert_rollup_hour: PreparedStatement,
+    select_rollup_hours: PreparedStatement,
+    delete_rollup_hour: PreparedStatement,
+    delete_rollup_hours_before: PreparedStatement,
     upserts: [PreparedStatement; 4],
     selects: [PreparedStatement; 4],
 }
@@ -122,6 +136,16 @@ impl Statements {
             delete_sample_hours_before: prepare(cql::DELETE_SAMPLE_HOURS_BEFORE).await?,
             delete_metric_partition: prepare(cql::DELETE_METRIC_PARTITION).await?,
             delete_metric_names_before: prepare(cql::DELETE_METRIC_NAMES_BEFORE).await?,
+            select_stored_bytes_between: prepare(cql::SELECT_STORED_BYTES_BETWEEN).await?,
+            insert_rollup: prepare(cql::INSERT_ROLLUP).await?,
+            scan_rollup: prepare(cql::SCAN_ROLLUP).await?,
+            delete_rollup: prepare(cql::DELETE_ROLLUP).await?,
+            delete_rollup_partition: prepare(cql::DELETE_ROLLUP_PARTITION).await?,
+            delete_rollups_before: prepare(cql::DELETE_ROLLUPS_BEFORE).await?,
+            insert_rollup_hour: prepare(cql::INSERT_ROLLUP_HOUR).await?,
+            select_rollup_hours: prepare(cql::SELECT_ROLLUP_HOURS).await?,
+            delete_rollup_hour: prepare(cql::DELETE_ROLLUP_HOUR).await?,
+            delete_rollup_hours_before: prepare(cql::DELETE_ROLLUP_HOURS_BEFORE).await?,
             upserts: four(upserts),
             selects: four(selects),
         })
@@ -144,7 +168,8 @@ impl ScyllaProfileStore {
     /// [`StoreError::IncompatibleSchema`] when a newer Kiln migrated it.
     pub async fn connect(url: &str) -> Result<ScyllaProfileStore, StoreError> {
         let url = ScyllaUrl::parse(url)?;
-        let session = open_session(&url, Some(&url.keyspace)).await?;
+        let timestamps = Arc::new(MonotonicTimestampGenerator::new());
+        let session = open_session(&url, Some(&url.keyspace), timestamps.clone()).await?;
         let not_migrated = |found| {
             StoreError::scylla(
                 "connect",
@@ -178,6 +203,7 @@ impl ScyllaProfileStore {
             inner: Arc::new(Inner {
                 session,
                 statements,
+                timestamps,
                 sample_shards,
                 url,
             }),
@@ -191,7 +217,8 @@ impl ScyllaProfileStore {
     pub async fn migrate(url: &str) -> Result<(), StoreError> {
         let url = ScyllaUrl::parse(url)?;
         let op = "migrate the schema";
-        let session = open_session(&url, None).await?;
+        let timestamps = Arc::new(MonotonicTimestampGenerator::new());
+        let session = open_session(&url, None, timestamps).await?;
         session
             .query_unpaged(
                 cql::create_keyspace(&url.keyspace, url.replication_factor),
@@ -261,9 +288,13 @@ impl fmt::Debug for ScyllaProfileStore {
 }
 
 /// A session to the cluster, in `keyspace` when given: `LOCAL_QUORUM`
-/// reads and writes, client-side monotonic timestamps, token-aware load
-/// balancing (the driver's default).
-async fn open_session(url: &ScyllaUrl, keyspace: Option<&str>) -> Result<Session, StoreError> {
+/// reads and writes, client-side monotonic timestamps from `timestamps`,
+/// token-aware load balancing (the driver's default).
+async fn open_session(
+    url: &ScyllaUrl,
+    keyspace: Option<&str>,
+    timestamps: Arc<MonotonicTimestampGenerator>,
+) -> Result<Session, StoreError> {
     let profile = ExecutionProfile::builder()
         .consistency(Consistency::LocalQuorum)
         .build();
@@ -271,7 +302,7 @@ async fn open_session(url: &ScyllaUrl, keyspace: Option<&str>) -> Result<Session
         .known_nodes(&url.nodes)
         .connection_timeout(CONNECT_TIMEOUT)
         .default_execution_profile_handle(profile.into_handle())
-        .timestamp_generator(Arc::new(MonotonicTimestampGenerator::new()));
+        .timestamp_generator(timestamps);
     if let Some((user, password)) = &url.credentials {
         builder = builder.user(user, password);
     }

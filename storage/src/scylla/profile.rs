@@ -1,9 +1,11 @@
 //! [`ProfileStore`] on ScyllaDB: dictionary rows as single-partition
-//! statements and samples as single-partition unlogged batches, many in
-//! flight at once, through the statements of [`cql`](super::cql).
+//! statements and samples and rollups as single-partition unlogged
+//! batches, many in flight at once, through the statements of
+//! [`cql`](super::cql).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use ::scylla::policies::timestamp_generator::TimestampGenerator;
 use ::scylla::statement::batch::{Batch, BatchType};
 use ::scylla::value::Counter;
 use async_trait::async_trait;
@@ -22,6 +24,7 @@ use crate::profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
     check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
+use crate::rollup::{HourVersion, RollupRow, merge_rows};
 use crate::scope::Scope;
 use crate::values;
 
@@ -34,6 +37,9 @@ type SampleRow = (i64, Uuid, Uuid, i64, i64);
 
 /// A metric scan's row: `(ts, labelset_id, value)`.
 type MetricRow = (i64, Uuid, f64);
+
+/// A rollup scan's row: `(stack_id, labelset_id, period_ns, sample_count)`.
+type RollupScanRow = (Uuid, Uuid, i64, i64);
 
 impl ScyllaProfileStore {
     /// Upserts dictionary rows `(id, encoded value)` of `tenant`.
@@ -276,6 +282,71 @@ impl ScyllaProfileStore {
 }
 
 impl ScyllaProfileStore {
+    /// Writes rows of one hour's rollup (at most [`layout::BATCH_ROWS`],
+    /// distinct keys) as one unlogged batch at client timestamp
+    /// `timestamp` (microseconds).
+    async fn put_rollup_batch(
+        &self,
+        scope: &Scope,
+        hour: i64,
+        rows: &[RollupRow],
+        timestamp: i64,
+    ) -> Result<(), StoreError> {
+        let statement = &self.inner.statements.insert_rollup;
+        let day = layout::day_of(hour);
+        let mut cql_batch = Batch::new(BatchType::Unlogged);
+        cql_batch.set_timestamp(Some(timestamp));
+        let mut values = Vec::with_capacity(rows.len());
+        for row in rows {
+            cql_batch.append_statement(statement.clone());
+            values.push((
+                scope.tenant(),
+                scope.project(),
+                day,
+                layout::ROLLUP_RESOLUTION_SECS,
+                hour,
+                Uuid::from_u128(row.stack.0),
+                Uuid::from_u128(row.labels.0),
+                layout::to_bigint(row.period_ns),
+                layout::to_bigint(row.count),
+            ));
+        }
+        self.inner
+            .session
+            .batch(&cql_batch, values)
+            .await
+            .map_err(|e| StoreError::scylla("write a rollup", e))?;
+        Ok(())
+    }
+
+    /// The hours in `[first, last]` with a rollup of `scope`, each with
+    /// its version, as `rollup_hours` lists them.
+    async fn indexed_rollup_hours(
+        &self,
+        scope: &Scope,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        let op = "read rollup versions";
+        self.inner
+            .session
+            .execute_iter(
+                self.inner.statements.select_rollup_hours.clone(),
+                (scope.tenant(), scope.project(), first, last),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<(i64, i64)>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .map_ok(|(hour, version)| HourVersion {
+                hour,
+                version: layout::from_bigint(version),
+            })
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))
+    }
+
     /// Adds `bytes` per hour to the scope's usage counters; after the rows
     /// are written, so a failed write counts nothing (its retry counts
     /// once).
@@ -458,9 +529,11 @@ impl ProfileStore for ScyllaProfileStore {
     }
 
     /// The hours come from the indexes; every shard's partition of each
-    /// goes (a partition tombstone each), then the index rows (range
-    /// tombstones), then the usage counters are brought down to zero. In
-    /// that order, a delete cut short leaves index rows of empty
+    /// goes (a partition tombstone each), and the rollups of the hours
+    /// `rollup_hours` lists (a partition tombstone per day before the
+    /// cutoff's day, a range tombstone within it), then the index rows
+    /// (range tombstones), then the usage counters are brought down to
+    /// zero. In that order, a delete cut short leaves index rows of empty
     /// partitions (a later run finds and deletes them again), never data
     /// that no index points to.
     async fn delete_hours_before(
@@ -515,7 +588,40 @@ impl ProfileStore for ScyllaProfileStore {
         )
         .await?;
 
+        let resolution = layout::ROLLUP_RESOLUTION_SECS;
+        let rolled: Vec<i64> = self
+            .indexed_rollup_hours(scope, first, before_hour - 1)
+            .await?
+            .iter()
+            .map(|h| h.hour)
+            .collect();
+        let (whole_days, cutoff_day) = layout::rollup_days_before(&rolled, before_hour);
+        self.delete_each(
+            "delete rollup partitions",
+            &statements.delete_rollup_partition,
+            whole_days
+                .iter()
+                .map(|&day| (tenant, project, day, resolution))
+                .collect(),
+        )
+        .await?;
+        self.delete_each(
+            "delete rollups",
+            &statements.delete_rollups_before,
+            cutoff_day
+                .map(|day| (tenant, project, day, resolution, before_hour))
+                .into_iter()
+                .collect(),
+        )
+        .await?;
+
         let bound = vec![(tenant, project, before_hour)];
+        self.delete_each(
+            "delete rollup hours",
+            &statements.delete_rollup_hours_before,
+            bound.clone(),
+        )
+        .await?;
         self.delete_each(
             "delete sample hours",
             &statements.delete_sample_hours_before,
@@ -622,6 +728,164 @@ impl ProfileStore for ScyllaProfileStore {
             })
             .collect();
         Ok(run_all(counts).await?.into_iter().sum())
+    }
+
+    /// The `stored_bytes` counters of the range: one slice of the
+    /// tenant's partition. Hours that retention brought down to zero are
+    /// left out.
+    async fn hour_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let op = "read hour versions";
+        let mut versions: Vec<HourVersion> = self
+            .inner
+            .session
+            .execute_iter(
+                self.inner.statements.select_stored_bytes_between.clone(),
+                (
+                    scope.tenant(),
+                    scope.project(),
+                    hour_of(from_ns),
+                    hour_of(to_ns - 1),
+                ),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<(i64, Counter)>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .try_filter_map(|(hour, bytes)| async move {
+                Ok((bytes.0 > 0).then_some(HourVersion {
+                    hour,
+                    version: bytes.0 as u64,
+                }))
+            })
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?;
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    /// Not atomic, so ordered by client timestamps: two timestamps from
+    /// the session's generator, `deleted_at < written_at`. At `deleted_at`
+    /// the hour's `rollup_hours` row goes, then its rows (a range
+    /// tombstone of the slice `window_start = hour`); at `written_at` the
+    /// merged rows go in (unlogged batches, many in flight), then the
+    /// version. The rows' timestamp is later than the delete's, so the
+    /// delete never shadows them (a tombstone wins a tie), and a rollup
+    /// of the hour written meanwhile by another process keeps only the
+    /// rows of whichever took the later timestamps. The version goes
+    /// first and comes back last, so a rewrite cut short leaves the hour
+    /// without a rollup (its queries read the samples), never a partial
+    /// one marked with a version.
+    async fn put_rollup(
+        &self,
+        scope: &Scope,
+        hour: i64,
+        version: u64,
+        rows: &[RollupRow],
+    ) -> Result<(), StoreError> {
+        let rows = merge_rows(rows);
+        let statements = &self.inner.statements;
+        let session = &self.inner.session;
+        let (tenant, project) = (scope.tenant(), scope.project());
+        // The generator is strictly monotonic: `written_at > deleted_at`,
+        // and every later timestamp of this session is later still.
+        let deleted_at = self.inner.timestamps.next_timestamp();
+        let written_at = self.inner.timestamps.next_timestamp();
+        debug_assert!(written_at > deleted_at);
+        let at = |statement: &::scylla::statement::prepared::PreparedStatement, timestamp| {
+            let mut statement = statement.clone();
+            statement.set_timestamp(Some(timestamp));
+            statement
+        };
+
+        session
+            .execute_unpaged(
+                &at(&statements.delete_rollup_hour, deleted_at),
+                (tenant, project, hour),
+            )
+            .await
+            .map_err(|e| StoreError::scylla("delete a rollup version", e))?;
+        session
+            .execute_unpaged(
+                &at(&statements.delete_rollup, deleted_at),
+                (
+                    tenant,
+                    project,
+                    layout::day_of(hour),
+                    layout::ROLLUP_RESOLUTION_SECS,
+                    hour,
+                ),
+            )
+            .await
+            .map_err(|e| StoreError::scylla("delete an earlier rollup", e))?;
+        let writes: Vec<_> = rows
+            .chunks(layout::BATCH_ROWS)
+            .map(|chunk| self.put_rollup_batch(scope, hour, chunk, written_at))
+            .collect();
+        run_all(writes).await?;
+        session
+            .execute_unpaged(
+                &at(&statements.insert_rollup_hour, written_at),
+                (tenant, project, hour, layout::to_bigint(version)),
+            )
+            .await
+            .map_err(|e| StoreError::scylla("write a rollup version", e))?;
+        Ok(())
+    }
+
+    /// From the `rollup_hours` index table: one partition slice.
+    async fn rollup_versions(
+        &self,
+        scope: &Scope,
+        from_ns: i64,
+        to_ns: i64,
+    ) -> Result<Vec<HourVersion>, StoreError> {
+        if from_ns >= to_ns {
+            return Ok(Vec::new());
+        }
+        let mut versions = self
+            .indexed_rollup_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .await?;
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    /// One clustering slice of the hour's day partition.
+    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError> {
+        let op = "scan a rollup";
+        self.inner
+            .session
+            .execute_iter(
+                self.inner.statements.scan_rollup.clone(),
+                (
+                    scope.tenant(),
+                    scope.project(),
+                    layout::day_of(hour),
+                    layout::ROLLUP_RESOLUTION_SECS,
+                    hour,
+                ),
+            )
+            .await
+            .map_err(|e| StoreError::scylla(op, e))?
+            .rows_stream::<RollupScanRow>()
+            .map_err(|e| StoreError::scylla(op, e))?
+            .map_ok(|(stack, labels, period_ns, count)| RollupRow {
+                stack: StackId(stack.as_u128()),
+                labels: LabelSetId(labels.as_u128()),
+                period_ns: layout::from_bigint(period_ns),
+                count: layout::from_bigint(count),
+            })
+            .try_collect()
+            .await
+            .map_err(|e| StoreError::scylla(op, e))
     }
 
     async fn scan_metric_points(
