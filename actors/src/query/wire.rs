@@ -23,8 +23,9 @@ use super::aggregator::{Latest, Partial, Scan, Tally, Want};
 
 const MAGIC: &[u8; 4] = b"KLNQ";
 /// 2: partials carry idle CPU per time step; 3: and stacks per time step,
-/// and gauges' last readings.
-const VERSION: u8 = 3;
+/// and gauges' last readings; 4: scans say whether to read the hour's
+/// rollup.
+const VERSION: u8 = 4;
 const KIND_SCAN: u8 = 1;
 const KIND_PARTIAL: u8 = 2;
 const HEADER_LEN: usize = 6;
