@@ -1,22 +1,24 @@
 //! The rollup job: sums each written hour of each tenant's projects per
 //! (stack, label set without per-instance labels, period) into the
-//! store's rollups (`kiln_storage::RollupRow`), which queries of long
-//! ranges read instead of the samples (`crate::query`).
+//! store's hour rollups (`kiln_storage::RollupRow`), then each whole day
+//! from its hours' rollups into a day rollup; queries of long ranges read
+//! them instead of the samples (`crate::query`).
 //!
 //! **Why a job over stored hours, not sums kept by the ingest writers.**
 //! Ingest is at-least-once: a replayed batch replaces its sample rows,
 //! and a sum kept beside them would count it twice. A rollup made from
 //! the stored hour is exact however often the hour was written, and it is
 //! marked with the hour's version (the store's usage counter, which every
-//! write adds to), so a late write (an agent's spool after an outage)
-//! makes it stale: queries read that hour's samples until the next pass
-//! rolls it again.
+//! write adds to; a day's is the sum of its hours'), so a late write (an
+//! agent's spool after an outage) makes it stale: queries read below it
+//! (the day's hour rollups, the hour's samples) until the next pass rolls
+//! it again.
 //!
 //! **Which role runs it: the query role** (and `kiln up`), as for
 //! retention (`crate::retention`): it holds the metadata store that lists
 //! tenants and projects, which workers do not. Passes are idempotent, so
-//! several query nodes running it only repeat work; each pass costs an
-//! index read per scope plus one scan per hour to roll.
+//! several query nodes running it only repeat work; each pass costs index
+//! reads per scope plus one scan per hour or day to roll.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,7 +26,8 @@ use std::time::Duration;
 
 use kiln_model::{LabelSetEntry, LabelSetId, NANOS_PER_HOUR};
 use kiln_storage::{
-    HourVersion, MetadataStore, ProfileStore, ROLLUP_WINDOW_NS, RollupRow, Scope, StoreError,
+    HourVersion, MetadataStore, ProfileStore, Resolution, RollupRow, Scope, StoreError,
+    current_rollups, window_versions,
 };
 use serde::Serialize;
 use tracing::{debug, info, warn};
@@ -59,6 +62,10 @@ pub struct RollupReport {
     pub sample_rows: u64,
     /// Rollup rows written for them.
     pub rollup_rows: u64,
+    /// Days rolled from their hours' rollups.
+    pub rolled_days: u64,
+    /// Rollup rows written for those days.
+    pub day_rows: u64,
     /// Tenants whose pass failed, with why (the others went on).
     pub failed: Vec<String>,
 }
@@ -126,12 +133,14 @@ impl Rollups {
                 }
             }
         }
-        if report.rolled_hours > 0 {
+        if report.rolled_hours > 0 || report.rolled_days > 0 {
             info!(
                 hours = report.rolled_hours,
                 sample_rows = report.sample_rows,
                 rollup_rows = report.rollup_rows,
-                "rollups: rolled up hours"
+                days = report.rolled_days,
+                day_rows = report.day_rows,
+                "rollups: rolled up hours and days"
             );
         }
         report
@@ -152,7 +161,7 @@ impl Rollups {
         let versions = self.store.hour_versions(scope, i64::MIN, before_ns).await?;
         let rolled: HashMap<i64, u64> = self
             .store
-            .rollup_versions(scope, i64::MIN, before_ns)
+            .rollup_versions(scope, Resolution::Hour, i64::MIN, before_ns)
             .await?
             .into_iter()
             .map(|r| (r.hour, r.version))
@@ -170,6 +179,69 @@ impl Rollups {
             report.sample_rows += samples;
             report.rollup_rows += rows;
         }
+        self.roll_days(scope, before_ns, report).await
+    }
+
+    /// Rolls the days of `scope` that ended by `before_ns` and have no
+    /// rollup of their current version, from their hours' rollups: only a
+    /// day whose every hour with data has a current hour rollup (else the
+    /// next pass, once the hours are rolled).
+    async fn roll_days(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+        report: &mut RollupReport,
+    ) -> Result<(), StoreError> {
+        let day_ns = Resolution::Day.nanos();
+        let whole_days_end = before_ns.div_euclid(day_ns).saturating_mul(day_ns);
+        // Versions first, then the hour rollups' (then their rows): an
+        // hour rolled again in between makes the day newer than its
+        // version says, so it reads as stale, never the other way round.
+        let hours = self
+            .store
+            .hour_versions(scope, i64::MIN, whole_days_end)
+            .await?;
+        let hour_rollups = self
+            .store
+            .rollup_versions(scope, Resolution::Hour, i64::MIN, whole_days_end)
+            .await?;
+        let day_rollups: HashMap<i64, u64> = self
+            .store
+            .rollup_versions(scope, Resolution::Day, i64::MIN, whole_days_end)
+            .await?
+            .into_iter()
+            .map(|r| (r.hour, r.version))
+            .collect();
+        let rolled_hours: std::collections::HashSet<i64> =
+            current_rollups(&hours, &hour_rollups).into_iter().collect();
+        for day in window_versions(Resolution::Day, &hours) {
+            if day_rollups.get(&day.hour) == Some(&day.version) {
+                continue;
+            }
+            let day_hours: Vec<i64> = hours
+                .iter()
+                .map(|h| h.hour)
+                .filter(|&h| Resolution::Day.window_of(h) == day.hour)
+                .collect();
+            if !day_hours.iter().all(|h| rolled_hours.contains(h)) {
+                debug!(%scope, day = day.hour, "rollups: a day waits for its hours");
+                continue;
+            }
+            let mut rows = Vec::new();
+            for hour in day_hours {
+                rows.extend(
+                    self.store
+                        .scan_rollup(scope, Resolution::Hour, hour)
+                        .await?,
+                );
+            }
+            let rows = kiln_storage::merge_rollup_rows(&rows);
+            self.store
+                .put_rollup(scope, Resolution::Day, day.hour, day.version, &rows)
+                .await?;
+            report.rolled_days += 1;
+            report.day_rows += rows.len() as u64;
+        }
         Ok(())
     }
 
@@ -178,8 +250,8 @@ impl Rollups {
     /// rollup marked with `hour.version`. Returns (sample rows, rollup
     /// rows).
     async fn roll_hour(&self, scope: &Scope, hour: HourVersion) -> Result<(u64, u64), StoreError> {
-        let start = hour.hour.saturating_mul(ROLLUP_WINDOW_NS);
-        let end = start.saturating_add(ROLLUP_WINDOW_NS);
+        let start = hour.hour.saturating_mul(NANOS_PER_HOUR);
+        let end = start.saturating_add(NANOS_PER_HOUR);
         let samples = self.store.scan_samples(scope, start, end).await?;
         let tenant = scope.tenant();
         let mut ids: Vec<LabelSetId> = samples.iter().map(|s| s.labels).collect();
@@ -221,7 +293,7 @@ impl Rollups {
         // The label sets before the rollup that points at them.
         self.store.put_label_sets(tenant, &entries).await?;
         self.store
-            .put_rollup(scope, hour.hour, hour.version, &rows)
+            .put_rollup(scope, Resolution::Hour, hour.hour, hour.version, &rows)
             .await?;
         Ok((samples.len() as u64, rows.len() as u64))
     }

@@ -165,6 +165,12 @@ fn stage_histogram() -> Histogram {
     Histogram::new(STAGE_BUCKETS)
 }
 
+/// Buckets of `kiln_worker_record_age_seconds`: from 10 ms, through the
+/// seconds an autoscaler and the fleet bench watch, to minutes of backlog.
+const RECORD_AGE_BUCKETS: [f64; 16] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
 fn query_histogram() -> Histogram {
     Histogram::new(QUERY_BUCKETS)
 }
@@ -537,6 +543,8 @@ pub struct WorkerMetrics {
     /// The handle of each [`Stage`], in [`Stage::ALL`]'s order.
     stage_handles: Arc<[Histogram]>,
     records: Counter,
+    /// Seconds from a gateway's accepting a batch to its commit here.
+    record_age: Histogram,
     dead_letters: Family<ReasonLabels, Counter>,
     lag: Family<PartitionLabels, Gauge>,
     lag_errors: Counter,
@@ -561,6 +569,7 @@ impl Default for WorkerMetrics {
             stages,
             stage_handles,
             records: Counter::default(),
+            record_age: Histogram::new(RECORD_AGE_BUCKETS),
             dead_letters: Family::default(),
             lag: Family::default(),
             lag_errors: Counter::default(),
@@ -583,6 +592,14 @@ impl WorkerMetrics {
             "worker_records",
             "Bus records the ingest pipeline took (stored or set aside)",
             self.records.clone(),
+        );
+        registry.register_with_unit(
+            "worker_record_age",
+            "Time from a gateway's accepting a batch onto the bus to its commit by a worker, \
+             written and synced, so queryable (the gateway's clock against the worker's): the \
+             publish-to-queryable lag",
+            Unit::Seconds,
+            self.record_age.clone(),
         );
         registry.register(
             "dead_letters",
@@ -610,6 +627,13 @@ impl WorkerMetrics {
     pub fn observe(&self, stage: Stage, took: Duration) {
         let i = Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0);
         self.stage_handles[i].observe(took.as_secs_f64());
+    }
+
+    /// Records the age of a batch accepted at `received_at_ns` (the
+    /// gateway's clock) that is committed now.
+    pub fn committed_at_age(&self, received_at_ns: i64) {
+        let age_ns = crate::http::now_ns().saturating_sub(received_at_ns).max(0);
+        self.record_age.observe(age_ns as f64 / 1e9);
     }
 
     /// Counts `n` records taken from the bus.
@@ -933,6 +957,7 @@ mod tests {
             ("kiln_dead_letters_total", "counter"),
             ("kiln_worker_consumer_lag_records", "gauge"),
             ("kiln_worker_stage_seconds", "histogram"),
+            ("kiln_worker_record_age_seconds", "histogram"),
             ("kiln_query_seconds", "histogram"),
             ("kiln_query_cache_hits_total", "counter"),
             ("kiln_query_cache_misses_total", "counter"),

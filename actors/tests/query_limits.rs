@@ -181,26 +181,33 @@ impl ProfileStore for SlowStore {
     async fn put_rollup(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: kiln_storage::Resolution,
+        window: i64,
         version: u64,
         rows: &[kiln_storage::RollupRow],
     ) -> Result<(), StoreError> {
-        self.inner.put_rollup(scope, hour, version, rows).await
+        self.inner
+            .put_rollup(scope, resolution, window, version, rows)
+            .await
     }
     async fn rollup_versions(
         &self,
         scope: &Scope,
+        resolution: kiln_storage::Resolution,
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<kiln_storage::HourVersion>, StoreError> {
-        self.inner.rollup_versions(scope, from_ns, to_ns).await
+        self.inner
+            .rollup_versions(scope, resolution, from_ns, to_ns)
+            .await
     }
     async fn scan_rollup(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: kiln_storage::Resolution,
+        window: i64,
     ) -> Result<Vec<kiln_storage::RollupRow>, StoreError> {
-        self.inner.scan_rollup(scope, hour).await
+        self.inner.scan_rollup(scope, resolution, window).await
     }
     async fn sync(&self) -> Result<(), StoreError> {
         self.inner.sync().await

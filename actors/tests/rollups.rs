@@ -1,7 +1,8 @@
 //! Rollups (issue 16, item 7): queries of long ranges read each whole
-//! hour's rollup instead of its samples, and answer exactly what the
-//! samples answer; a late write makes an hour's rollup stale until the
-//! job rolls it again; filters the rollups cannot answer read samples.
+//! day's rollup, and each other whole hour's, instead of the samples, and
+//! answer exactly what the samples answer; a late write makes its hour's
+//! and day's rollups stale until the job rolls them again; filters the
+//! rollups cannot answer read samples.
 
 mod common;
 
@@ -9,13 +10,14 @@ use kiln_actors::query::{FlamegraphQuery, Granularity, QueryRange, TimelineQuery
 use kiln_actors::rollup::Rollups;
 use kiln_model::flamewire::read;
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, NANOS_PER_HOUR};
-use kiln_storage::{ProfileStore, Roles, RollupRow};
+use kiln_storage::{ProfileStore, Resolution, Roles, RollupRow, Scope};
 
 use common::{Credentials, Pipeline, T0};
 
 const H: i64 = NANOS_PER_HOUR;
-/// Hours of data, ending at [`T0`].
-const HOURS: i64 = 30;
+/// Hours of data, ending at [`T0`] (itself on an hour): two whole days
+/// and parts of two more.
+const HOURS: i64 = 60;
 /// The first hour's start.
 fn first_hour_ns() -> i64 {
     (T0 - HOURS * H).div_euclid(H) * H
@@ -119,17 +121,58 @@ async fn answers(p: &Pipeline) -> Vec<String> {
             .unwrap();
         out.push(format!("top {filters:?}: {top:?}"));
     }
-    let timeline = p
-        .query
-        .send(TimelineQuery {
-            range: range(p, first_hour_ns(), to, &[]),
-            step_ns: 2 * H,
-        })
+    // On the hour grid (hour rollups), and on the day grid (day rollups).
+    let first_day_ns = Resolution::Day.window_of(first_hour_ns() / H) * H;
+    for (from, step_ns) in [(first_hour_ns(), 2 * H), (first_day_ns, 24 * H)] {
+        let timeline = p
+            .query
+            .send(TimelineQuery {
+                range: range(p, from, to, &[]),
+                step_ns,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        out.push(format!("timeline from {from} by {step_ns}: {timeline:?}"));
+    }
+    out
+}
+
+/// Adds `extra` to the count of a CPU row of a rollup, its version kept:
+/// a rollup a query reads shows it.
+async fn doctor(p: &Pipeline, resolution: Resolution, window: i64, extra: u64) {
+    let scope: &Scope = &p.scope;
+    let all = (i64::MIN, i64::MAX);
+    let version = p
+        .store
+        .rollup_versions(scope, resolution, all.0, all.1)
         .await
         .unwrap()
+        .into_iter()
+        .find(|v| v.hour == window)
+        .expect("the window is rolled")
+        .version;
+    let mut rows: Vec<RollupRow> = p
+        .store
+        .scan_rollup(scope, resolution, window)
+        .await
         .unwrap();
-    out.push(format!("timeline: {timeline:?}"));
-    out
+    let ids: Vec<_> = rows.iter().map(|r| r.labels).collect();
+    let sets = p.store.get_label_sets(scope.tenant(), &ids).await.unwrap();
+    let cpu = sets
+        .iter()
+        .position(|set| set.as_ref().unwrap().get("device_kind") == Some("cpu"))
+        .expect("the rollup has CPU rows");
+    assert_eq!(
+        sets[cpu].as_ref().unwrap().get("host"),
+        None,
+        "rollups drop per-instance labels"
+    );
+    rows[cpu].count += extra;
+    p.store
+        .put_rollup(scope, resolution, window, version, &rows)
+        .await
+        .unwrap();
 }
 
 /// The flamegraph total of the whole range, no filter.
@@ -147,7 +190,7 @@ async fn total(p: &Pipeline) -> u64 {
 }
 
 #[actix_rt::test]
-async fn rolled_up_hours_answer_what_their_samples_answer() {
+async fn rolled_up_hours_and_days_answer_what_their_samples_answer() {
     let p = Pipeline::start(2).await;
     let credentials = Credentials::new(p.dir.path(), &p.scope, Roles::INGEST_READ).await;
     let job = Rollups::new(p.store.clone(), credentials.metadata.clone());
@@ -157,6 +200,8 @@ async fn rolled_up_hours_answer_what_their_samples_answer() {
     let report = job.run_once(T0 + 2 * H).await;
     assert!(report.failed.is_empty(), "{:?}", report.failed);
     assert_eq!(report.rolled_hours, HOURS as u64, "{report:?}");
+    // The days that ended by then: three, the last one of them partial.
+    assert_eq!(report.rolled_days, 3, "{report:?}");
     assert!(
         report.rollup_rows * 4 < report.sample_rows,
         "hosts, pids and tids summed away: {report:?}"
@@ -170,7 +215,7 @@ async fn rolled_up_hours_answer_what_their_samples_answer() {
 }
 
 #[actix_rt::test]
-async fn a_late_write_makes_its_hours_rollup_stale_until_rolled_again() {
+async fn a_late_write_makes_its_rollups_stale_until_rolled_again() {
     let p = Pipeline::start(2).await;
     let credentials = Credentials::new(p.dir.path(), &p.scope, Roles::INGEST_READ).await;
     let job = Rollups::new(p.store.clone(), credentials.metadata.clone());
@@ -179,46 +224,30 @@ async fn a_late_write_makes_its_hours_rollup_stale_until_rolled_again() {
     job.run_once(T0 + 2 * H).await;
     assert_eq!(total(&p).await, before);
 
-    // Proof that queries read the rollup: one doctored in place (its
-    // version kept) shows in the answer.
-    let hour = first_hour_ns() / H + 5;
-    let versions = p
-        .store
-        .hour_versions(&p.scope, hour * H, (hour + 1) * H)
-        .await
-        .unwrap();
-    let mut rows: Vec<RollupRow> = p.store.scan_rollup(&p.scope, hour).await.unwrap();
-    let ids: Vec<_> = rows.iter().map(|r| r.labels).collect();
-    let sets = p
-        .store
-        .get_label_sets(p.scope.tenant(), &ids)
-        .await
-        .unwrap();
-    let cpu = sets
-        .iter()
-        .position(|set| set.as_ref().unwrap().get("device_kind") == Some("cpu"))
-        .expect("hour 5 has CPU rows");
+    // Proof that queries read rollups: a day's and an hour's (of the day
+    // not yet rolled) doctored in place, versions kept, show.
+    let first_hour = first_hour_ns() / H;
+    let whole_day = Resolution::Day.window_of(first_hour) + 24;
+    let last_day_hour = Resolution::Day.window_of(T0 / H) + 2;
+    doctor(&p, Resolution::Day, whole_day, 1_000).await;
+    doctor(&p, Resolution::Hour, last_day_hour, 500).await;
     assert_eq!(
-        sets[cpu].as_ref().unwrap().get("host"),
-        None,
-        "rollups drop per-instance labels"
+        total(&p).await,
+        before + 1_500,
+        "the doctored rollups are read"
     );
-    rows[cpu].count += 1_000;
-    p.store
-        .put_rollup(&p.scope, hour, versions[0].version, &rows)
-        .await
-        .unwrap();
-    let doctored = total(&p).await;
-    assert_eq!(doctored, before + 1_000, "the doctored rollup is read");
 
-    // A late batch into that hour: its rollup is stale, the hour is read
-    // from samples (doctoring gone, late samples in) at once.
+    // A late batch into an hour of that day: the day's rollup and the
+    // hour's are stale, the day is read from its hours' rollups and that
+    // hour from its samples (the day's doctoring gone, the late samples
+    // in) at once.
+    let late_hour = whole_day + 6;
     let mut late = BatchBuilder::new("h9", T0, 10_000_000);
     let labels = LabelSet::new().with("host", "h9").with("process", "web");
-    late.add(hour * H + 17, &frames(&["main", "late"]), &labels, 9);
+    late.add(late_hour * H + 17, &frames(&["main", "late"]), &labels, 9);
     p.publish("h9", &late.finish().encode()).await;
-    assert_eq!(total(&p).await, before + 9);
+    assert_eq!(total(&p).await, before + 500 + 9);
     let again = job.run_once(T0 + 2 * H).await;
-    assert_eq!(again.rolled_hours, 1, "{again:?}");
-    assert_eq!(total(&p).await, before + 9);
+    assert_eq!((again.rolled_hours, again.rolled_days), (1, 1), "{again:?}");
+    assert_eq!(total(&p).await, before + 500 + 9);
 }

@@ -96,7 +96,10 @@ pub use profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, metric_row_bytes,
     sample_row_bytes,
 };
-pub use rollup::{HourVersion, ROLLUP_WINDOW_NS, RollupRow, current_rollups};
+pub use rollup::{
+    HourVersion, Resolution, RollupRow, current_rollups, merge_rows as merge_rollup_rows,
+    window_versions,
+};
 #[cfg(feature = "s3")]
 pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore};
 pub use scope::{MAX_NAME_LEN, Scope};

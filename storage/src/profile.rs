@@ -7,7 +7,7 @@ use kiln_model::{
 };
 
 use crate::error::StoreError;
-use crate::rollup::{HourVersion, RollupRow};
+use crate::rollup::{HourVersion, Resolution, RollupRow};
 use crate::scope::Scope;
 
 /// One stored sample row: a count of one stack with one label set at one
@@ -323,8 +323,10 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
     /// the hour of `before_ns` (`hour < before_ns.div_euclid(1 h)`: whole
     /// hours that end at or before `before_ns`, so nothing at or after it
     /// goes), with their index rows ([`sample_hours`](Self::sample_hours),
-    /// [`metric_names`](Self::metric_names)), their rollups and what
-    /// [`stored_bytes`](Self::stored_bytes) counted for them. Dictionary
+    /// [`metric_names`](Self::metric_names)), the rollups of windows that
+    /// start before that hour (a day that straddles it is stale without
+    /// them anyway) and what [`stored_bytes`](Self::stored_bytes) counted
+    /// for them. Dictionary
     /// rows stay: they are shared by every hour and not partitioned by
     /// time. This is retention; it costs what the deleted data costs, and
     /// a second call with the same bound finds nothing to do.
@@ -363,34 +365,44 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
         to_ns: i64,
     ) -> Result<Vec<HourVersion>, StoreError>;
 
-    /// Writes the rollup of `hour` (see `rollup.rs`), made from the hour's
-    /// data at `version`: `rows` replace every row of an earlier rollup of
-    /// the hour (a scan returns exactly `rows`, summed per key when one key
-    /// comes twice), and [`rollup_versions`](Self::rollup_versions) then
-    /// gives `version` for the hour. Rollups are not counted in
-    /// [`stored_bytes`](Self::stored_bytes): they are derived, and counting
-    /// them would change the version they are marked with.
+    /// Writes the rollup of the window of `resolution` that starts at
+    /// hour `window` (see `rollup.rs`), made from its data at `version`:
+    /// `rows` replace every row of an earlier rollup of the window (a scan
+    /// returns exactly `rows`, summed per key when one key comes twice),
+    /// and [`rollup_versions`](Self::rollup_versions) then gives `version`
+    /// for it. Rollups are not counted in [`stored_bytes`](Self::stored_bytes):
+    /// they are derived, and counting them would change the versions they
+    /// are marked with. `window` must be a window's first hour
+    /// (`resolution.window_of(window) == window`).
     async fn put_rollup(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: Resolution,
+        window: i64,
         version: u64,
         rows: &[RollupRow],
     ) -> Result<(), StoreError>;
 
-    /// The hours from the hour of `from_ns` to the hour of `to_ns - 1`
-    /// that have a rollup, each with the version it was made from, sorted
-    /// by hour. Empty when `from_ns >= to_ns`.
+    /// The windows of `resolution` that start in the hours from the hour
+    /// of `from_ns` to the hour of `to_ns - 1` and have a rollup, each
+    /// (its first hour) with the version it was made from, sorted. Empty
+    /// when `from_ns >= to_ns`.
     async fn rollup_versions(
         &self,
         scope: &Scope,
+        resolution: Resolution,
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<HourVersion>, StoreError>;
 
-    /// The rows of the rollup of `hour`, in no particular order; empty
-    /// when it has none.
-    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError>;
+    /// The rows of the rollup of the window of `resolution` starting at
+    /// hour `window`, in no particular order; empty when it has none.
+    async fn scan_rollup(
+        &self,
+        scope: &Scope,
+        resolution: Resolution,
+        window: i64,
+    ) -> Result<Vec<RollupRow>, StoreError>;
 
     /// Makes every write that returned `Ok` durable (fsync). The ingest
     /// pipeline calls it before committing bus offsets.

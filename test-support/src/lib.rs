@@ -2,7 +2,8 @@
 //! programs they profile or symbolize, and running the tools around them
 //! (`objcopy`), each failing the test with the command and its output
 //! when something is missing or goes wrong; and making a host busy the
-//! way a real one is ([`busy_host`]).
+//! way a real one is ([`busy_host`]); running `kiln` roles as child
+//! processes ([`KilnProcess`]).
 //!
 //! A dev-dependency of the tests, and a dependency of the agent's bench
 //! binaries (which share [`busy_host`] with its test); nothing here is
@@ -13,7 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod busy_host;
+mod kiln_process;
 pub mod programs;
+
+pub use kiln_process::KilnProcess;
 
 /// A C compiler invocation: `CC -o OUT SOURCE ARGS…`. Flags and libraries
 /// both go after the source, where the compiler driver takes either.

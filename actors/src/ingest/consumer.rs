@@ -197,6 +197,10 @@ async fn store(
         // What it wrote before the refusal is not vouched for.
         remember[i] = None;
     }
+    let received: Vec<i64> = batches
+        .iter()
+        .map(|b| b.decoded.header.received_at_ns)
+        .collect();
     drop(batches);
     clock.restart();
     for (partition, next) in next_offsets {
@@ -204,6 +208,9 @@ async fn store(
         progress.committed(partition, next);
     }
     clock.lap(Stage::Commit);
+    for received_at_ns in received {
+        metrics.committed_at_age(received_at_ns);
+    }
     for r in remember.into_iter().flatten() {
         stages.deduper.remember(r);
     }

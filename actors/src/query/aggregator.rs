@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use actix::{Actor, Context, Handler, Message};
-use kiln_model::{GpuWeight, LabelSet, LabelSetId, StackId};
-use kiln_storage::{ProfileStore, StoreError, StoredSample};
+use kiln_model::{GpuWeight, LabelSet, LabelSetId, NANOS_PER_HOUR, StackId};
+use kiln_storage::{ProfileStore, Resolution, StoreError, StoredSample};
 
 use super::QueryRange;
 use super::abandon::Abandonable;
@@ -33,20 +33,32 @@ pub(crate) struct Want {
 pub(crate) struct Scan {
     pub range: QueryRange,
     pub want: Want,
-    /// Read the partition's rollup instead of its samples: set by the
-    /// coordinator only for a whole hour whose rollup is current and a
-    /// query the rollup answers exactly (`rollup_answers`).
-    pub rollup: bool,
+    /// What the scan reads.
+    pub source: Source,
+}
+
+/// What a scan reads: the samples of its range, or the rollup of the
+/// window its range is. The coordinator picks a rollup only for a whole
+/// window whose rollup is current, for a query it answers exactly
+/// ([`Want::rollup_answers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    Samples,
+    Rollup(Resolution),
 }
 
 impl Want {
-    /// Whether an hour's rollup gives what this asks for exactly, for
-    /// `filters`: label sets, stacks per bucket and gauges need each
+    /// Whether rollups of `resolution` give what this asks for exactly,
+    /// for `filters`: label sets, stacks per bucket and gauges need each
     /// sample's own labels and time; a filter on a per-instance label
-    /// needs the labels the rollup dropped; a timeline needs every hour
-    /// within one bucket (steps of whole hours from an hour's start).
-    pub(crate) fn rollup_answers(&self, filters: &[(String, String)]) -> bool {
-        let hour = kiln_storage::ROLLUP_WINDOW_NS;
+    /// needs the labels rollups drop; a timeline needs each window within
+    /// one bucket (steps of whole windows from a window's start).
+    pub(crate) fn rollup_answers(
+        &self,
+        filters: &[(String, String)],
+        resolution: Resolution,
+    ) -> bool {
+        let window = resolution.nanos();
         let per_instance = filters
             .iter()
             .any(|(name, _)| kiln_model::label_names::PER_INSTANCE.contains(&name.as_str()));
@@ -55,7 +67,7 @@ impl Want {
         });
         let aligned = self
             .timeline
-            .is_none_or(|(origin, step)| origin.rem_euclid(hour) == 0 && step % hour == 0);
+            .is_none_or(|(origin, step)| origin.rem_euclid(window) == 0 && step % window == 0);
         !self.label_sets && !self.stack_buckets && !per_instance && !gauge && aligned
     }
 }
@@ -236,22 +248,25 @@ impl Handler<MetricScan> for Aggregator {
     }
 }
 
-/// A partition's rows: its samples, or its rollup's rows as samples at
-/// the hour's start.
+/// A scan's rows: its range's samples, or its window's rollup rows as
+/// samples at the window's start.
 async fn partition_rows(
     store: &dyn ProfileStore,
     range: &QueryRange,
-    rollup: bool,
+    source: Source,
 ) -> Result<Vec<StoredSample>, StoreError> {
-    if !rollup {
-        return store
-            .scan_samples(&range.scope, range.from_ns, range.to_ns)
-            .await;
-    }
-    let hour = range.from_ns.div_euclid(kiln_storage::ROLLUP_WINDOW_NS);
-    let start = hour.saturating_mul(kiln_storage::ROLLUP_WINDOW_NS);
+    let resolution = match source {
+        Source::Samples => {
+            return store
+                .scan_samples(&range.scope, range.from_ns, range.to_ns)
+                .await;
+        }
+        Source::Rollup(resolution) => resolution,
+    };
+    let window = resolution.window_of(range.from_ns.div_euclid(NANOS_PER_HOUR));
+    let start = window.saturating_mul(NANOS_PER_HOUR);
     Ok(store
-        .scan_rollup(&range.scope, hour)
+        .scan_rollup(&range.scope, resolution, window)
         .await?
         .into_iter()
         .map(|row| StoredSample {
@@ -270,10 +285,10 @@ async fn run_scan(
     Scan {
         range,
         want,
-        rollup,
+        source,
     }: Scan,
 ) -> Result<Partial, StoreError> {
-    let samples = partition_rows(store, &range, rollup).await?;
+    let samples = partition_rows(store, &range, source).await?;
     let tenant = range.scope.tenant();
     let label_sets =
         load_label_sets(store, cache, tenant, samples.iter().map(|s| s.labels)).await?;

@@ -28,6 +28,7 @@ mod resolve;
 mod views;
 mod wire;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -36,12 +37,14 @@ use actix::{Actor, Addr, Arbiter, Context, Handler, Message, ResponseFuture};
 use futures_util::{StreamExt, TryStreamExt, stream};
 use kiln_model::flamewire::Flamewire;
 use kiln_model::{FileId, NANOS_PER_HOUR};
-use kiln_storage::{ObjectStore, ProfileStore, Scope, StoreError};
+use kiln_storage::{
+    ObjectStore, ProfileStore, Resolution, Scope, StoreError, current_rollups, window_versions,
+};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::telemetry::QueryMetrics;
 use aggregator::Aggregator;
-pub(crate) use aggregator::{Partial, Scan, Want};
+pub(crate) use aggregator::{Partial, Scan, Source, Want};
 use peers::{Owner, Peers, SymbolNotifier, SymbolsNotice};
 use resolve::Resolver;
 
@@ -90,11 +93,22 @@ impl QueryRange {
         self.to_ns.saturating_sub(self.from_ns).max(1)
     }
 
-    /// Whether the range is exactly one storage partition (hour): the
-    /// span a rollup sums.
-    fn is_whole_hour(&self) -> bool {
-        self.from_ns.rem_euclid(NANOS_PER_HOUR) == 0
-            && self.to_ns.checked_sub(self.from_ns) == Some(NANOS_PER_HOUR)
+    /// Whether the range holds the whole window of `resolution` that
+    /// starts at hour `window`.
+    fn covers(&self, resolution: Resolution, window: i64) -> bool {
+        let start = window.saturating_mul(NANOS_PER_HOUR);
+        self.from_ns <= start && start.saturating_add(resolution.nanos()) <= self.to_ns
+    }
+
+    /// The window of `resolution` starting at hour `window`, as a range
+    /// with this one's scope and filters.
+    fn window(&self, resolution: Resolution, window: i64) -> QueryRange {
+        let start = window.saturating_mul(NANOS_PER_HOUR);
+        QueryRange {
+            from_ns: start,
+            to_ns: start.saturating_add(resolution.nanos()),
+            ..self.clone()
+        }
     }
 
     /// The part of the range within storage partition (hour) `hour`.
@@ -378,17 +392,9 @@ impl Cluster {
             .store
             .sample_hours(&range.scope, range.from_ns, range.to_ns)
             .await?;
-        let rolled = self.current_rollups(range, want).await?;
-        stream::iter(hours)
-            .map(|hour| {
-                let range = range.partition(hour);
-                let rollup = range.is_whole_hour() && rolled.contains(&hour);
-                self.scan(Scan {
-                    range,
-                    want,
-                    rollup,
-                })
-            })
+        let scans = self.plan(range, want, hours).await?;
+        stream::iter(scans)
+            .map(|scan| self.scan(scan))
             .buffer_unordered(SCANS_IN_FLIGHT)
             .try_fold(Partial::default(), |mut merged, partial| async move {
                 merged.merge(partial);
@@ -401,29 +407,72 @@ impl Cluster {
             })
     }
 
-    /// The hours of `range` whose rollup is current, when the rollups
-    /// answer what `want` asks exactly (see [`Want::rollup_answers`]);
-    /// none otherwise. Two index reads of one row per hour.
+    /// The scans of `range`, whose `hours` hold samples: each whole day
+    /// whose day rollup is current, then each hour of the rest, from its
+    /// hour rollup when that is current and the hour whole, else from its
+    /// samples; rollups only for a query they answer exactly
+    /// ([`Want::rollup_answers`]). Costs three index reads of a row per
+    /// hour or day.
     ///
     /// A write that makes a rollup stale after this read (a late batch)
     /// is missed by this query, as it would be had it landed a moment
-    /// later; the next query reads the hour's samples.
-    async fn current_rollups(
+    /// later; the next query reads below the stale rollup.
+    async fn plan(
         &self,
         range: &QueryRange,
         want: Want,
-    ) -> Result<std::collections::HashSet<i64>, QueryError> {
-        if !want.rollup_answers(&range.filters) {
-            return Ok(Default::default());
+        hours: Vec<i64>,
+    ) -> Result<Vec<Scan>, QueryError> {
+        let samples = |hour| Scan {
+            range: range.partition(hour),
+            want,
+            source: Source::Samples,
+        };
+        if !want.rollup_answers(&range.filters, Resolution::Hour) {
+            return Ok(hours.into_iter().map(samples).collect());
         }
         let (scope, from, to) = (&range.scope, range.from_ns, range.to_ns);
-        let (versions, rollups) = futures_util::try_join!(
+        let (versions, hour_rollups, day_rollups) = futures_util::try_join!(
             self.store.hour_versions(scope, from, to),
-            self.store.rollup_versions(scope, from, to),
+            self.store
+                .rollup_versions(scope, Resolution::Hour, from, to),
+            self.store.rollup_versions(scope, Resolution::Day, from, to),
         )?;
-        Ok(kiln_storage::current_rollups(&versions, &rollups)
+        let rolled_hours: HashSet<i64> = current_rollups(&versions, &hour_rollups)
             .into_iter()
-            .collect())
+            .collect();
+        let days = window_versions(Resolution::Day, &versions);
+        let rolled_days: Vec<i64> = match want.rollup_answers(&range.filters, Resolution::Day) {
+            true => current_rollups(&days, &day_rollups)
+                .into_iter()
+                .filter(|&day| range.covers(Resolution::Day, day))
+                .collect(),
+            false => Vec::new(),
+        };
+        let mut scans: Vec<Scan> = rolled_days
+            .iter()
+            .map(|&day| Scan {
+                range: range.window(Resolution::Day, day),
+                want,
+                source: Source::Rollup(Resolution::Day),
+            })
+            .collect();
+        let rolled_days: HashSet<i64> = rolled_days.into_iter().collect();
+        for hour in hours {
+            if rolled_days.contains(&Resolution::Day.window_of(hour)) {
+                continue;
+            }
+            if range.covers(Resolution::Hour, hour) && rolled_hours.contains(&hour) {
+                scans.push(Scan {
+                    range: range.window(Resolution::Hour, hour),
+                    want,
+                    source: Source::Rollup(Resolution::Hour),
+                });
+            } else {
+                scans.push(samples(hour));
+            }
+        }
+        Ok(scans)
     }
 
     /// Runs one partition's scan on the node that owns it: here, or on a

@@ -16,10 +16,10 @@ use std::io::Read;
 use std::sync::Arc;
 
 use kiln_model::{LabelSet, LabelSetId, StackId};
-use kiln_storage::{Scope, StoreError};
+use kiln_storage::{Resolution, Scope, StoreError};
 
 use super::QueryRange;
-use super::aggregator::{Latest, Partial, Scan, Tally, Want};
+use super::aggregator::{Latest, Partial, Scan, Source, Tally, Want};
 
 const MAGIC: &[u8; 4] = b"KLNQ";
 /// 2: partials carry idle CPU per time step; 3: and stacks per time step,
@@ -52,6 +52,9 @@ pub(crate) enum WireError {
     /// The archive does not validate.
     #[error("the body is not a valid archive: {0}")]
     Archive(String),
+    /// The scan asks for a rollup resolution this node does not know.
+    #[error("the scan asks for rollups of {0} hours, which no store keeps")]
+    Resolution(u8),
     /// The scan names an invalid tenant or project.
     #[error("the scan's scope is invalid: {0}")]
     Scope(#[from] StoreError),
@@ -67,7 +70,8 @@ struct WireScan {
     timeline: Option<(i64, i64)>,
     label_sets: bool,
     stack_buckets: bool,
-    rollup: bool,
+    /// 0: the samples; else the hours of the rollup's window (1 or 24).
+    rollup: u8,
 }
 
 #[derive(rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
@@ -102,7 +106,10 @@ pub(crate) fn encode_scan(scan: &Scan) -> Vec<u8> {
         timeline: scan.want.timeline,
         label_sets: scan.want.label_sets,
         stack_buckets: scan.want.stack_buckets,
-        rollup: scan.rollup,
+        rollup: match scan.source {
+            Source::Samples => 0,
+            Source::Rollup(resolution) => resolution.code(),
+        },
     };
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(&wire)
         .expect("serializing a scan into memory cannot fail");
@@ -126,7 +133,15 @@ pub(crate) fn decode_scan(bytes: &[u8]) -> Result<Scan, WireError> {
             label_sets: wire.label_sets,
             stack_buckets: wire.stack_buckets,
         },
-        rollup: wire.rollup,
+        source: match wire.rollup {
+            0 => Source::Samples,
+            code => Source::Rollup(
+                Resolution::ALL
+                    .into_iter()
+                    .find(|r| r.code() == code)
+                    .ok_or(WireError::Resolution(code))?,
+            ),
+        },
     })
 }
 
@@ -268,7 +283,7 @@ mod tests {
                 label_sets: true,
                 stack_buckets: true,
             },
-            rollup: true,
+            source: Source::Rollup(Resolution::Day),
         }
     }
 
@@ -279,7 +294,7 @@ mod tests {
         assert_eq!(back.want.timeline, Some((5, 10)));
         assert!(back.want.label_sets);
         assert!(back.want.stack_buckets);
-        assert!(back.rollup);
+        assert_eq!(back.source, Source::Rollup(Resolution::Day));
     }
 
     #[test]
@@ -355,7 +370,7 @@ mod tests {
             timeline: None,
             label_sets: false,
             stack_buckets: false,
-            rollup: false,
+            rollup: 0,
         };
         let bytes = frame(
             KIND_SCAN,

@@ -14,9 +14,12 @@
     reason = "each test file uses a different part of the harness"
 )]
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kiln_test_support::KilnProcess;
 
 use crate::support::aggregate;
 
@@ -84,62 +87,31 @@ pub(crate) fn migrate(store: &str) {
     assert!(migrated.success(), "kiln store migrate failed");
 }
 
-/// A `kiln` role process.
-pub(crate) struct Role {
-    pub name: &'static str,
-    child: Child,
-    /// The HTTP base URL, for roles that serve.
-    url: Option<String>,
-}
+/// A `kiln` role process of this build.
+pub(crate) struct Role(KilnProcess);
 
 impl Role {
     /// Runs `kiln ARGS` and waits for its "is up" line.
     pub(crate) fn start(name: &'static str, args: &[&str]) -> Role {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
-            .args(args)
-            .env("KILN_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start kiln {name}: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let url = loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("kiln {name} exited before it was up"))
-                .expect("read kiln's output");
-            if line.contains(" is up") {
-                break line
-                    .split_once(": ")
-                    .map(|(_, url)| url.trim_end_matches('/').to_owned());
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Role { name, child, url }
+        Role(KilnProcess::start(
+            Path::new(env!("CARGO_BIN_EXE_kiln")),
+            name,
+            args,
+        ))
     }
 
     pub(crate) fn url(&self) -> &str {
-        self.url.as_deref().expect("a role that serves HTTP")
+        self.0.url()
     }
 
     /// The process id.
     pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
+        self.0.pid()
     }
 
     /// SIGKILL: no chance to commit, flush or leave the group.
     pub(crate) fn kill9(&mut self) {
-        self.child.kill().expect("kill");
-        let _ = self.child.wait();
-        eprintln!("killed kiln {} with SIGKILL", self.name);
-    }
-}
-
-impl Drop for Role {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.kill9();
     }
 }
 

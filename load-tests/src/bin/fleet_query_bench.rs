@@ -1,6 +1,7 @@
 //! A week's flamegraph of a 1,000-host fleet on one query node (issue 16,
-//! item 7): read from the samples, then from the hourly rollups, on the
-//! same stored data, in the same run.
+//! item 7): read from the samples, then from the rollups (whole days from
+//! day rollups, the hours at either end from hour rollups), on the same
+//! stored data, in the same run.
 //!
 //! The fleet: `--hosts` hosts of `--processes` services each, every host
 //! writing `--rows` sample rows per hour for `--days` days, stacks drawn
@@ -93,12 +94,7 @@ fn main() -> anyhow::Result<()> {
     let fill_time = started.elapsed();
     println!(
         "fleet_query_bench: {} hosts × {} services, {} days: {} sample rows ({:.0} samples) in {:.1?}",
-        args.hosts,
-        args.processes,
-        args.days,
-        week.rows,
-        week.samples as f64,
-        fill_time
+        args.hosts, args.processes, args.days, week.rows, week.samples as f64, fill_time
     );
     let mut report = Report::default();
     report.add("sample rows stored", week.rows as f64, "rows");
@@ -119,7 +115,21 @@ fn main() -> anyhow::Result<()> {
         args.days * 24
     );
     report.add("rollup pass: hours rolled", rolled.rolled_hours as f64, "h");
-    report.add("rollup pass: rows written", rolled.rollup_rows as f64, "rows");
+    report.add(
+        "rollup pass: hour rows written",
+        rolled.rollup_rows as f64,
+        "rows",
+    );
+    report.add(
+        "rollup pass: days rolled",
+        rolled.rolled_days as f64,
+        "days",
+    );
+    report.add(
+        "rollup pass: day rows written",
+        rolled.day_rows as f64,
+        "rows",
+    );
     report.time("rollup pass: time", roll_time);
     report.add(
         "rollup pass: sample rows read per second",
@@ -127,7 +137,7 @@ fn main() -> anyhow::Result<()> {
         "rows/s",
     );
     report.add(
-        "rollup rows / sample rows",
+        "hour rollup rows / sample rows",
         rolled.rollup_rows as f64 / rolled.sample_rows.max(1) as f64,
         "x",
     );
@@ -139,7 +149,11 @@ fn main() -> anyhow::Result<()> {
         from_samples.len(),
         from_rollups.len()
     );
-    report.add("flamegraph: collapsed lines", from_samples.len() as f64, "lines");
+    report.add(
+        "flamegraph: collapsed lines",
+        from_samples.len() as f64,
+        "lines",
+    );
     report.time("week from samples: cold", samples_cold);
     report.time("week from samples: warm p50", samples_warm);
     report.time("week from rollups: cold", rollups_cold);
@@ -195,12 +209,7 @@ async fn fill(store: &dyn ProfileStore, scope: &Scope, args: &Args) -> anyhow::R
         dictionary.add(0, &population.stacks[0], set, 1);
     }
     let dictionary = dictionary.finish();
-    let frames: Vec<StoredFrame> = dictionary
-        .frames
-        .iter()
-        .cloned()
-        .map(Into::into)
-        .collect();
+    let frames: Vec<StoredFrame> = dictionary.frames.iter().cloned().map(Into::into).collect();
     store.put_frames(tenant, &frames).await?;
     store.put_stacks(tenant, &dictionary.stacks).await?;
     store.put_label_sets(tenant, &dictionary.label_sets).await?;
@@ -224,14 +233,14 @@ async fn fill(store: &dyn ProfileStore, scope: &Scope, args: &Args) -> anyhow::R
     for hour in 0..hours {
         let start_ns = (first_hour + hour) * NANOS_PER_HOUR;
         let mut hour_rows = Vec::with_capacity(args.hosts * args.rows);
-        for host in 0..args.hosts {
+        for (host, services) in label_ids.iter().enumerate() {
             for row in 0..args.rows {
                 // Rows of a host spread over its 5 s batches of the hour.
                 let batch = (row * 720 / args.rows.max(1)) as i64;
                 hour_rows.push(StoredSample {
                     timestamp_ns: start_ns + batch * 5_000_000_000 + host as i64,
                     stack: stack_ids[population.draw(&mut rng)],
-                    labels: label_ids[host][rng.random_range(0..args.processes)],
+                    labels: services[rng.random_range(0..services.len())],
                     count,
                     period_ns,
                 });
@@ -358,7 +367,10 @@ impl QueryNode {
     /// The week's collapsed stacks, as a set of lines.
     fn collapsed(&self, week: &Week) -> anyhow::Result<BTreeSet<String>> {
         let body = self.week(week, "collapsed")?;
-        Ok(String::from_utf8(body)?.lines().map(str::to_owned).collect())
+        Ok(String::from_utf8(body)?
+            .lines()
+            .map(str::to_owned)
+            .collect())
     }
 
     fn stop(self) {

@@ -14,8 +14,8 @@ use super::retention::{
     retention_deletes_whole_hours_before, stored_bytes_follow_writes_and_retention,
 };
 use super::rollups::{
-    hour_versions_grow_with_every_write, rollups_go_stale_and_follow_retention,
-    rollups_round_trip_and_replace,
+    day_rollups_are_apart_from_hours, hour_versions_grow_with_every_write,
+    rollups_go_stale_and_follow_retention, rollups_round_trip_and_replace,
 };
 use super::{Check, Failure, Names, ensure, ensure_eq, run_checks};
 use crate::profile::{ProfileStore, StoredFrame, StoredSample};
@@ -76,6 +76,7 @@ pub async fn profile_store(store: &dyn ProfileStore) {
             hour_versions_grow_with_every_write,
             rollups_round_trip_and_replace,
             rollups_go_stale_and_follow_retention,
+            day_rollups_are_apart_from_hours,
         ]
     );
 }

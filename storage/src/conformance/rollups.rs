@@ -1,11 +1,12 @@
 //! Rollup checks of the `ProfileStore` suite: `hour_versions`,
-//! `put_rollup`, `rollup_versions` and `scan_rollup`.
+//! `put_rollup`, `rollup_versions` and `scan_rollup`, at both
+//! resolutions.
 
 use kiln_model::{LabelSetId, MetricPoint, NANOS_PER_HOUR, StackId};
 
 use super::{Check, Names, ensure, ensure_eq};
 use crate::profile::{ProfileStore, StoredSample};
-use crate::rollup::{HourVersion, RollupRow, current_rollups};
+use crate::rollup::{HourVersion, Resolution, RollupRow, current_rollups};
 
 const H: i64 = NANOS_PER_HOUR;
 /// The start of an hour in November 2023.
@@ -125,7 +126,7 @@ pub(super) async fn rollups_round_trip_and_replace(
     let other_tenant = names.scope("ab", "p");
     let all = (i64::MIN, i64::MAX);
     ensure_eq!(
-        store.scan_rollup(&scope, K).await?,
+        store.scan_rollup(&scope, Resolution::Hour, K).await?,
         Vec::<RollupRow>::new(),
         "the rollup of an hour never rolled"
     );
@@ -139,9 +140,11 @@ pub(super) async fn rollups_round_trip_and_replace(
         // Written twice in one call: summed.
         row(2, 10, 10_000_000, 4),
     ];
-    store.put_rollup(&scope, K, 40, &first).await?;
     store
-        .put_rollup(&scope, K + 1, 41, &[row(9, 9, 9, 9)])
+        .put_rollup(&scope, Resolution::Hour, K, 40, &first)
+        .await?;
+    store
+        .put_rollup(&scope, Resolution::Hour, K + 1, 41, &[row(9, 9, 9, 9)])
         .await?;
     let expected_first = sorted(vec![
         row(1, 10, 10_000_000, 5),
@@ -151,12 +154,14 @@ pub(super) async fn rollups_round_trip_and_replace(
         row(2, 10, 10_000_000, 7),
     ]);
     ensure_eq!(
-        sorted(store.scan_rollup(&scope, K).await?),
+        sorted(store.scan_rollup(&scope, Resolution::Hour, K).await?),
         expected_first,
         "hour K's rollup as written"
     );
     ensure_eq!(
-        store.rollup_versions(&scope, all.0, all.1).await?,
+        store
+            .rollup_versions(&scope, Resolution::Hour, all.0, all.1)
+            .await?,
         vec![
             HourVersion {
                 hour: K,
@@ -171,7 +176,7 @@ pub(super) async fn rollups_round_trip_and_replace(
     );
     ensure_eq!(
         store
-            .rollup_versions(&scope, (K + 1) * H, (K + 1) * H + 1)
+            .rollup_versions(&scope, Resolution::Hour, (K + 1) * H, (K + 1) * H + 1)
             .await?,
         vec![HourVersion {
             hour: K + 1,
@@ -182,14 +187,18 @@ pub(super) async fn rollups_round_trip_and_replace(
 
     // Rolled again after a late write: fewer and other rows.
     let second = vec![row(1, 10, 10_000_000, 8), row(3, 10, 10_000_000, 1)];
-    store.put_rollup(&scope, K, 45, &second).await?;
+    store
+        .put_rollup(&scope, Resolution::Hour, K, 45, &second)
+        .await?;
     ensure_eq!(
-        sorted(store.scan_rollup(&scope, K).await?),
+        sorted(store.scan_rollup(&scope, Resolution::Hour, K).await?),
         sorted(second),
         "hour K's rollup after a second rollup (the first one's other rows gone)"
     );
     ensure_eq!(
-        store.rollup_versions(&scope, K * H, (K + 1) * H).await?,
+        store
+            .rollup_versions(&scope, Resolution::Hour, K * H, (K + 1) * H)
+            .await?,
         vec![HourVersion {
             hour: K,
             version: 45
@@ -197,15 +206,17 @@ pub(super) async fn rollups_round_trip_and_replace(
         "hour K's version after the second rollup"
     );
     ensure_eq!(
-        store.scan_rollup(&scope, K + 1).await?,
+        store.scan_rollup(&scope, Resolution::Hour, K + 1).await?,
         vec![row(9, 9, 9, 9)],
         "hour K+1 untouched by hour K's rollups"
     );
     // An empty rollup (an hour of metric points only) is a rollup.
-    store.put_rollup(&scope, K + 3, 2, &[]).await?;
+    store
+        .put_rollup(&scope, Resolution::Hour, K + 3, 2, &[])
+        .await?;
     ensure_eq!(
         store
-            .rollup_versions(&scope, (K + 3) * H, (K + 4) * H)
+            .rollup_versions(&scope, Resolution::Hour, (K + 3) * H, (K + 4) * H)
             .await?,
         vec![HourVersion {
             hour: K + 3,
@@ -214,19 +225,21 @@ pub(super) async fn rollups_round_trip_and_replace(
         "an empty rollup's version"
     );
     ensure_eq!(
-        store.scan_rollup(&scope, K + 3).await?,
+        store.scan_rollup(&scope, Resolution::Hour, K + 3).await?,
         Vec::<RollupRow>::new(),
         "an empty rollup's rows"
     );
 
     for other in [&other_project, &other_tenant] {
         ensure_eq!(
-            store.rollup_versions(other, all.0, all.1).await?,
+            store
+                .rollup_versions(other, Resolution::Hour, all.0, all.1)
+                .await?,
             Vec::<HourVersion>::new(),
             "rollup versions of {other}"
         );
         ensure_eq!(
-            store.scan_rollup(other, K).await?,
+            store.scan_rollup(other, Resolution::Hour, K).await?,
             Vec::<RollupRow>::new(),
             "hour K's rollup of {other}"
         );
@@ -262,10 +275,18 @@ pub(super) async fn rollups_go_stale_and_follow_retention(
             2,
         )];
         store
-            .put_rollup(&scope, hour, current(&versions, hour), &rows)
+            .put_rollup(
+                &scope,
+                Resolution::Hour,
+                hour,
+                current(&versions, hour),
+                &rows,
+            )
             .await?;
     }
-    let rollups = store.rollup_versions(&scope, all.0, all.1).await?;
+    let rollups = store
+        .rollup_versions(&scope, Resolution::Hour, all.0, all.1)
+        .await?;
     ensure_eq!(
         current_rollups(&versions, &rollups),
         vec![K, K + 1],
@@ -284,12 +305,15 @@ pub(super) async fn rollups_go_stale_and_follow_retention(
     store
         .put_rollup(
             &scope,
+            Resolution::Hour,
             K,
             current(&versions, K),
             &[row(1, 7, 10_101_010, 3)],
         )
         .await?;
-    let rollups = store.rollup_versions(&scope, all.0, all.1).await?;
+    let rollups = store
+        .rollup_versions(&scope, Resolution::Hour, all.0, all.1)
+        .await?;
     ensure_eq!(
         current_rollups(&versions, &rollups),
         vec![K, K + 1],
@@ -298,7 +322,9 @@ pub(super) async fn rollups_go_stale_and_follow_retention(
 
     store.delete_hours_before(&scope, (K + 1) * H).await?;
     ensure_eq!(
-        store.rollup_versions(&scope, all.0, all.1).await?,
+        store
+            .rollup_versions(&scope, Resolution::Hour, all.0, all.1)
+            .await?,
         vec![HourVersion {
             hour: K + 1,
             version: current(&versions, K + 1)
@@ -306,14 +332,133 @@ pub(super) async fn rollups_go_stale_and_follow_retention(
         "rollup versions after retention deleted hour K"
     );
     ensure_eq!(
-        store.scan_rollup(&scope, K).await?,
+        store.scan_rollup(&scope, Resolution::Hour, K).await?,
         Vec::<RollupRow>::new(),
         "hour K's rollup after retention"
     );
     ensure_eq!(
-        store.scan_rollup(&scope, K + 1).await?.len(),
+        store
+            .scan_rollup(&scope, Resolution::Hour, K + 1)
+            .await?
+            .len(),
         1,
         "hour K+1's rollup after retention"
+    );
+    Ok(())
+}
+
+/// Day rollups live beside hour rollups: a day and the hour it starts
+/// with are two windows; a day's versions are listed by its first hour;
+/// retention deletes the days that start before its cutoff.
+pub(super) async fn day_rollups_are_apart_from_hours(
+    store: &dyn ProfileStore,
+    names: &Names,
+) -> Check {
+    let scope = names.scope("a", "p");
+    let all = (i64::MIN, i64::MAX);
+    let day = Resolution::Day.window_of(K);
+    store
+        .put_rollup(&scope, Resolution::Hour, day, 3, &[row(1, 1, 1, 1)])
+        .await?;
+    store
+        .put_rollup(
+            &scope,
+            Resolution::Day,
+            day,
+            70,
+            &[row(2, 2, 2, 2), row(2, 2, 2, 5)],
+        )
+        .await?;
+    store
+        .put_rollup(&scope, Resolution::Day, day + 24, 71, &[row(3, 3, 3, 3)])
+        .await?;
+    ensure_eq!(
+        store.scan_rollup(&scope, Resolution::Day, day).await?,
+        vec![row(2, 2, 2, 7)],
+        "the day's rollup"
+    );
+    ensure_eq!(
+        store.scan_rollup(&scope, Resolution::Hour, day).await?,
+        vec![row(1, 1, 1, 1)],
+        "the rollup of the day's first hour"
+    );
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Day, all.0, all.1)
+            .await?,
+        vec![
+            HourVersion {
+                hour: day,
+                version: 70
+            },
+            HourVersion {
+                hour: day + 24,
+                version: 71
+            }
+        ],
+        "day rollup versions"
+    );
+    // Listed by the hour the window starts at: a range holding that hour.
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Day, (day + 24) * H, (day + 25) * H)
+            .await?
+            .len(),
+        1,
+        "day versions of the second day's first hour"
+    );
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Day, (day + 1) * H, (day + 24) * H)
+            .await?,
+        Vec::<HourVersion>::new(),
+        "day versions of hours where no day starts"
+    );
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Hour, all.0, all.1)
+            .await?,
+        vec![HourVersion {
+            hour: day,
+            version: 3
+        }],
+        "hour rollup versions beside days"
+    );
+    // Retention at the start of the second day: the first day goes, with
+    // the hour rollup of its first hour; the second day stays.
+    store.delete_hours_before(&scope, (day + 24) * H).await?;
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Day, all.0, all.1)
+            .await?,
+        vec![HourVersion {
+            hour: day + 24,
+            version: 71
+        }],
+        "day rollup versions after retention"
+    );
+    ensure_eq!(
+        store.scan_rollup(&scope, Resolution::Day, day).await?,
+        Vec::<RollupRow>::new(),
+        "the first day's rollup after retention"
+    );
+    // Retention within the second day: the day goes too (it lost hours).
+    store
+        .delete_hours_before(&scope, (day + 24 + 5) * H)
+        .await?;
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Day, all.0, all.1)
+            .await?,
+        Vec::<HourVersion>::new(),
+        "day rollup versions after retention within the second day"
+    );
+    ensure_eq!(
+        store
+            .rollup_versions(&scope, Resolution::Hour, all.0, all.1)
+            .await?,
+        Vec::<HourVersion>::new(),
+        "hour rollup versions after retention"
     );
     Ok(())
 }

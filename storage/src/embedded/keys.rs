@@ -19,11 +19,11 @@
 //!                     hour:8                                  → bytes:8 BE
 //!
 //! rollups             len(tenant):u8  tenant  len(project):u8  project
-//!                     hour:8  stack_id:16 BE  labelset_id:16 BE  period_ns:8 BE
-//!                                                             → count:8 BE
+//!                     resolution:u8  window:8  stack_id:16 BE  labelset_id:16 BE
+//!                     period_ns:8 BE                          → count:8 BE
 //!
 //! rollup_hours        len(tenant):u8  tenant  len(project):u8  project
-//!                     hour:8                                  → version:8 BE
+//!                     resolution:u8  window:8                 → version:8 BE
 //! ```
 //!
 //! Why this shape:
@@ -61,17 +61,17 @@
 //!   names of a range of hours are one key range too. Metric names are at
 //!   most 128 bytes (`kiln_model::check_metric_name`), so one byte holds
 //!   the length.
-//! - **Rollups: the hour after the scope**, as samples, so an hour's rollup
-//!   is one key range, and `rollup_hours` (one row per rolled hour, the
-//!   version it was made from) is laid out like `stored_bytes`, whose
-//!   value is the hour's current version: a query reads the two over the
-//!   same key range and compares.
+//! - **Rollups: the resolution, then the window's first hour** after the
+//!   scope ([`rollup_prefix`]), so one window's rollup is one key range
+//!   and so are a resolution's windows over a range of hours;
+//!   `rollup_hours` (one row per rolled window, the version it was made
+//!   from) is laid out the same way.
 
 use kiln_model::{LabelSetId, MAX_METRIC_NAME_LEN, StackId};
 
 use crate::error::DecodeError;
 use crate::profile::{StoredSample, hour_of};
-use crate::rollup::RollupRow;
+use crate::rollup::{Resolution, RollupRow};
 use crate::scope::{MAX_NAME_LEN, Scope};
 
 /// The shard every sample of the embedded store is written to.
@@ -206,15 +206,23 @@ pub(crate) fn decode_hour(key: &[u8], prefix_len: usize) -> Result<i64, DecodeEr
         })
 }
 
-/// Bytes of a rollup key after the scope prefix: hour, stack, labels,
-/// period.
+/// Bytes of a rollup key after its [`rollup_prefix`]: window, stack,
+/// labels, period.
 const ROLLUP_TAIL_LEN: usize = 8 + 16 + 16 + 8;
 
-/// The key of one rollup row of `hour`.
-pub(crate) fn rollup_key(scope_prefix: &[u8], hour: i64, row: &RollupRow) -> Vec<u8> {
-    let mut key = Vec::with_capacity(scope_prefix.len() + ROLLUP_TAIL_LEN);
-    key.extend_from_slice(scope_prefix);
-    key.extend_from_slice(&ordered(hour));
+/// The prefix of the `rollups` and `rollup_hours` keys of one resolution
+/// of a scope; windows follow it as hours follow a scope's prefix in
+/// `samples` ([`hour_bound`] applies).
+pub(crate) fn rollup_prefix(scope_prefix: &[u8], resolution: Resolution) -> Vec<u8> {
+    [scope_prefix, &[resolution.code()]].concat()
+}
+
+/// The key of one rollup row of the window starting at hour `window`,
+/// under a [`rollup_prefix`].
+pub(crate) fn rollup_key(prefix: &[u8], window: i64, row: &RollupRow) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + ROLLUP_TAIL_LEN);
+    key.extend_from_slice(prefix);
+    key.extend_from_slice(&ordered(window));
     key.extend_from_slice(&row.stack.to_be_bytes());
     key.extend_from_slice(&row.labels.to_be_bytes());
     key.extend_from_slice(&row.period_ns.to_be_bytes());
@@ -222,7 +230,7 @@ pub(crate) fn rollup_key(scope_prefix: &[u8], hour: i64, row: &RollupRow) -> Vec
 }
 
 /// A rollup key's stack, labels and period; `prefix_len` is the length of
-/// its scope prefix.
+/// its [`rollup_prefix`].
 pub(crate) fn decode_rollup_key(
     key: &[u8],
     prefix_len: usize,

@@ -21,7 +21,7 @@ use crate::profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
     check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
-use crate::rollup::{HourVersion, RollupRow, merge_rows};
+use crate::rollup::{HourVersion, Resolution, RollupRow, merge_rows};
 use crate::scope::Scope;
 use crate::values;
 
@@ -342,8 +342,15 @@ impl EmbeddedProfileStore {
     }
 }
 
+/// The keys of the rollup rows of the window starting at hour `window`
+/// under a rollup prefix.
+fn window_keys(prefix: &[u8], window: i64) -> std::ops::Range<Vec<u8>> {
+    // Hours are timestamps / 1 h: `window + 1` cannot overflow.
+    keys::hour_bound(prefix, window)..keys::hour_bound(prefix, window + 1)
+}
+
 /// The (hour, version) rows of `table` (`stored_bytes` or
-/// `rollup_hours`, keyed scope and hour, valued a `u64`) of hours
+/// `rollup_hours`: a prefix, an hour, a `u64` value) of hours
 /// `first..=last` under `scope_prefix`.
 fn versions_in(
     tables: &Tables,
@@ -582,18 +589,12 @@ fn delete_scope_before(
         up_to(scope_prefix),
     )?;
 
-    let freed_rollups = delete_range(
-        tables,
-        Table::Rollups,
-        scope_prefix.to_vec(),
-        up_to(scope_prefix),
-    )?;
-    delete_range(
-        tables,
-        Table::RollupHours,
-        scope_prefix.to_vec(),
-        up_to(scope_prefix),
-    )?;
+    let mut freed_rollups = 0;
+    for resolution in Resolution::ALL {
+        let prefix = keys::rollup_prefix(scope_prefix, resolution);
+        freed_rollups += delete_range(tables, Table::Rollups, prefix.clone(), up_to(&prefix))?;
+        delete_range(tables, Table::RollupHours, prefix.clone(), up_to(&prefix))?;
+    }
 
     // Usage last, under its lock: a write of a deleted hour that raced the
     // deletes above is counted afresh after this, not added to a count
@@ -992,20 +993,20 @@ impl ProfileStore for EmbeddedProfileStore {
     async fn put_rollup(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: Resolution,
+        window: i64,
         version: u64,
         rows: &[RollupRow],
     ) -> Result<(), StoreError> {
-        let prefix = keys::scope_prefix(scope);
+        let prefix = keys::rollup_prefix(&keys::scope_prefix(scope), resolution);
         let rows = merge_rows(rows);
         self.run(move |tables| {
             let new: std::collections::BTreeMap<Vec<u8>, u64> = rows
                 .iter()
-                .map(|row| (keys::rollup_key(&prefix, hour, row), row.count))
+                .map(|row| (keys::rollup_key(&prefix, window, row), row.count))
                 .collect();
             let mut batch = tables.db.batch();
-            let hour_keys = keys::hour_bound(&prefix, hour)..keys::hour_bound(&prefix, hour + 1);
-            for row in tables.rollups.range(hour_keys) {
+            for row in tables.rollups.range(window_keys(&prefix, window)) {
                 let key = row
                     .key()
                     .map_err(|e| StoreError::fjall("read an earlier rollup", e))?;
@@ -1018,7 +1019,7 @@ impl ProfileStore for EmbeddedProfileStore {
             }
             batch.insert(
                 &tables.rollup_hours,
-                keys::usage_key(&prefix, hour),
+                keys::hour_bound(&prefix, window),
                 version.to_be_bytes(),
             );
             batch
@@ -1031,24 +1032,29 @@ impl ProfileStore for EmbeddedProfileStore {
     async fn rollup_versions(
         &self,
         scope: &Scope,
+        resolution: Resolution,
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<HourVersion>, StoreError> {
         if from_ns >= to_ns {
             return Ok(Vec::new());
         }
-        let prefix = keys::scope_prefix(scope);
+        let prefix = keys::rollup_prefix(&keys::scope_prefix(scope), resolution);
         let (first, last) = (hour_of(from_ns), hour_of(to_ns - 1));
         self.run(move |tables| versions_in(tables, Table::RollupHours, &prefix, first, last))
             .await
     }
 
-    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError> {
-        let prefix = keys::scope_prefix(scope);
+    async fn scan_rollup(
+        &self,
+        scope: &Scope,
+        resolution: Resolution,
+        window: i64,
+    ) -> Result<Vec<RollupRow>, StoreError> {
+        let prefix = keys::rollup_prefix(&keys::scope_prefix(scope), resolution);
         self.run(move |tables| {
-            let hour_keys = keys::hour_bound(&prefix, hour)..keys::hour_bound(&prefix, hour + 1);
             let mut rows = Vec::new();
-            for row in tables.rollups.range(hour_keys) {
+            for row in tables.rollups.range(window_keys(&prefix, window)) {
                 let (key, value) = row
                     .into_inner()
                     .map_err(|e| StoreError::fjall("scan a rollup", e))?;

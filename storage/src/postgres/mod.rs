@@ -527,12 +527,13 @@ mod tests {
             .unwrap();
     }
 
-    /// Guards migration V5: a version-4 database gains the rollup tables,
-    /// and the usage it already counted is the version of its hours.
+    /// Guards migration V5: a version-4 database gains the rollup tables
+    /// (hours and days apart), and the usage it already counted is the
+    /// version of its hours.
     #[tokio::test]
     async fn a_version_4_database_gains_rollups() {
         use crate::ProfileStore;
-        use crate::rollup::{HourVersion, RollupRow};
+        use crate::rollup::{HourVersion, Resolution, RollupRow};
         use kiln_model::{LabelSetId, StackId};
 
         let Some((schema, url, admin)) = private_schema().await else {
@@ -568,11 +569,37 @@ mod tests {
             period_ns: 3,
             count: 4,
         };
-        store.put_rollup(&scope, 1, 70, &[row]).await.unwrap();
-        assert_eq!(store.scan_rollup(&scope, 1).await.unwrap(), [row]);
+        store
+            .put_rollup(&scope, Resolution::Hour, 1, 70, &[row])
+            .await
+            .unwrap();
+        store
+            .put_rollup(&scope, Resolution::Day, 0, 70, &[])
+            .await
+            .unwrap();
         assert_eq!(
-            store.rollup_versions(&scope, 0, i64::MAX).await.unwrap(),
+            store
+                .scan_rollup(&scope, Resolution::Hour, 1)
+                .await
+                .unwrap(),
+            [row]
+        );
+        assert_eq!(
+            store
+                .rollup_versions(&scope, Resolution::Hour, 0, i64::MAX)
+                .await
+                .unwrap(),
             [hour]
+        );
+        assert_eq!(
+            store
+                .rollup_versions(&scope, Resolution::Day, 0, i64::MAX)
+                .await
+                .unwrap(),
+            [HourVersion {
+                hour: 0,
+                version: 70
+            }]
         );
         admin
             .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))

@@ -17,7 +17,7 @@ use crate::profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
     check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
-use crate::rollup::{HourVersion, RollupRow, merge_rows};
+use crate::rollup::{HourVersion, Resolution, RollupRow, merge_rows};
 use crate::scope::Scope;
 use crate::values;
 
@@ -148,6 +148,12 @@ impl PostgresProfileStore {
     }
 }
 
+/// The `resolution` column of a rollup table (see schema): the
+/// resolution's code, 1 or 24.
+fn resolution_column(resolution: Resolution) -> i16 {
+    i16::from(resolution.code())
+}
+
 /// The parameters of [`schema::ADD_STORED_BYTES`]: `bytes` per hour of
 /// `scope`.
 fn usage_params(scope: &Scope, bytes: &[(i64, u64)]) -> Params {
@@ -183,14 +189,16 @@ impl PostgresProfileStore {
             .map_err(pg)
     }
 
-    /// Runs [`schema::SELECT_HOUR_VERSIONS`] or
-    /// [`schema::SELECT_ROLLUP_VERSIONS`] for the hours of `from_ns` to
-    /// `to_ns - 1`; nothing when the range is empty.
+    /// Runs [`schema::SELECT_HOUR_VERSIONS`] (`resolution` `None`) or
+    /// [`schema::SELECT_ROLLUP_VERSIONS`] (`Some`: the windows of that
+    /// resolution) for the hours of `from_ns` to `to_ns - 1`; nothing when
+    /// the range is empty.
     async fn versions(
         &self,
         op: &'static str,
         sql: &str,
         scope: &Scope,
+        resolution: Option<Resolution>,
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<HourVersion>, StoreError> {
@@ -199,15 +207,17 @@ impl PostgresProfileStore {
         }
         let pg = |e| StoreError::postgres(op, e);
         let (first_hour, last_hour) = (hour_of(from_ns), hour_of(to_ns - 1));
+        let (tenant, project) = (scope.tenant(), scope.project());
+        let resolution = resolution.map(resolution_column);
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&tenant, &project];
+        if let Some(resolution) = &resolution {
+            params.push(resolution);
+        }
+        params.push(&first_hour);
+        params.push(&last_hour);
         let client = self.db.client(op).await?;
         let statement = client.prepare_cached(sql).await.map_err(pg)?;
-        let rows = client
-            .query(
-                &statement,
-                &[&scope.tenant(), &scope.project(), &first_hour, &last_hour],
-            )
-            .await
-            .map_err(pg)?;
+        let rows = client.query(&statement, &params).await.map_err(pg)?;
         rows.iter()
             .map(|row| {
                 Ok(HourVersion {
@@ -386,7 +396,8 @@ impl ProfileStore for PostgresProfileStore {
     }
 
     /// One transaction: the counts for the log, then the rows and the
-    /// rollups, then the usage. The samples' delete is one range of the
+    /// rollups (of every resolution, the windows that start before the
+    /// cutoff hour), then the usage. The samples' delete is one range of the
     /// primary key; the freed space is reused after autovacuum.
     async fn delete_hours_before(
         &self,
@@ -415,9 +426,21 @@ impl ProfileStore for PostgresProfileStore {
         run(schema::DELETE_SAMPLES_BEFORE).await?;
         run(schema::DELETE_METRICS_BEFORE).await?;
         let metric_hours = run(schema::DELETE_METRIC_NAMES_BEFORE).await?;
-        // Versions before rows: the order a concurrent rollup locks them in.
-        run(schema::DELETE_ROLLUP_HOURS_BEFORE).await?;
-        run(schema::DELETE_ROLLUPS_BEFORE).await?;
+        // Windows of every resolution that start before the cutoff, one
+        // prefix range each; versions before rows: the order a concurrent
+        // rollup locks them in.
+        for resolution in Resolution::ALL {
+            let resolution = resolution_column(resolution);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&scope.tenant(), &scope.project(), &resolution, &before_hour];
+            for sql in [
+                schema::DELETE_ROLLUP_HOURS_BEFORE,
+                schema::DELETE_ROLLUPS_BEFORE,
+            ] {
+                let statement = tx.prepare_cached(sql).await.map_err(pg)?;
+                tx.execute(&statement, &params).await.map_err(pg)?;
+            }
+        }
         let statement = tx
             .prepare_cached(schema::DELETE_STORED_BYTES_BEFORE)
             .await
@@ -454,6 +477,7 @@ impl ProfileStore for PostgresProfileStore {
             "read hour versions",
             schema::SELECT_HOUR_VERSIONS,
             scope,
+            None,
             from_ns,
             to_ns,
         )
@@ -461,17 +485,19 @@ impl ProfileStore for PostgresProfileStore {
     }
 
     /// One transaction: the version first (it serializes two rollups of
-    /// the hour, see [`schema::UPSERT_ROLLUP_VERSION`]), then the delete of
-    /// the earlier rollup's rows, then the new rows, merged and sorted by
-    /// key.
+    /// the window, see [`schema::UPSERT_ROLLUP_VERSION`]), then the delete
+    /// of the earlier rollup's rows, then the new rows, merged and sorted
+    /// by key.
     async fn put_rollup(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: Resolution,
+        window: i64,
         version: u64,
         rows: &[RollupRow],
     ) -> Result<(), StoreError> {
         let rows = merge_rows(rows);
+        let resolution = resolution_column(resolution);
         let tenant = || Box::new(scope.tenant().to_owned());
         let project = || Box::new(scope.project().to_owned());
         let mut steps: Vec<(&'static str, Params)> = vec![
@@ -481,13 +507,14 @@ impl ProfileStore for PostgresProfileStore {
                 vec![
                     tenant(),
                     project(),
-                    Box::new(hour),
+                    Box::new(resolution),
+                    Box::new(window),
                     Box::new(version as i64),
                 ],
             ),
             (
                 schema::DELETE_ROLLUP,
-                vec![tenant(), project(), Box::new(hour)],
+                vec![tenant(), project(), Box::new(resolution), Box::new(window)],
             ),
         ];
         steps.extend(
@@ -502,7 +529,8 @@ impl ProfileStore for PostgresProfileStore {
                     let params: Params = vec![
                         tenant(),
                         project(),
-                        Box::new(hour),
+                        Box::new(resolution),
+                        Box::new(window),
                         Box::new(uuids(|r| r.stack.0)),
                         Box::new(uuids(|r| r.labels.0)),
                         // u64 stored as the same 64 bits (see schema).
@@ -518,6 +546,7 @@ impl ProfileStore for PostgresProfileStore {
     async fn rollup_versions(
         &self,
         scope: &Scope,
+        resolution: Resolution,
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<HourVersion>, StoreError> {
@@ -525,14 +554,21 @@ impl ProfileStore for PostgresProfileStore {
             "read rollup versions",
             schema::SELECT_ROLLUP_VERSIONS,
             scope,
+            Some(resolution),
             from_ns,
             to_ns,
         )
         .await
     }
 
-    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError> {
+    async fn scan_rollup(
+        &self,
+        scope: &Scope,
+        resolution: Resolution,
+        window: i64,
+    ) -> Result<Vec<RollupRow>, StoreError> {
         let op = "scan a rollup";
+        let resolution = resolution_column(resolution);
         let pg = |e| StoreError::postgres(op, e);
         let client = self.db.client(op).await?;
         let statement = client
@@ -540,7 +576,10 @@ impl ProfileStore for PostgresProfileStore {
             .await
             .map_err(pg)?;
         let rows = client
-            .query(&statement, &[&scope.tenant(), &scope.project(), &hour])
+            .query(
+                &statement,
+                &[&scope.tenant(), &scope.project(), &resolution, &window],
+            )
             .await
             .map_err(pg)?;
         rows.iter()

@@ -49,18 +49,23 @@
 //!   `metric_row_bytes` per point), updated in the transaction that writes
 //!   the rows and deleted with the hour, so a tenant's usage is a sum over
 //!   one index range of a few thousand rows, never a scan of its samples.
-//! - **`rollups`** `(tenant, project, hour, stack_id, labelset_id,
-//!   period_ns) → count`: each hour's samples summed per stack, reduced
-//!   label set and period (`crate::rollup`), so that a query of days reads
-//!   one row per stack and hour. Keyed like `samples` without `shard` and
-//!   `ts`: an hour's rollup is one prefix range of the primary key, read
-//!   whole ([`SCAN_ROLLUP`]) and replaced whole ([`DELETE_ROLLUP`] then
-//!   [`INSERT_ROLLUPS`]). **`rollup_hours`** `(tenant, project, hour) →
-//!   version` marks each rolled hour with the `stored_bytes` value it was
-//!   made from; a query uses an hour's rollup only while the two agree.
-//!   The version is `bigint` holding the u64's bits, as `count` is. Neither
-//!   table counts in `stored_bytes`: rollups are derived, and counting them
-//!   would move the version they are marked with.
+//! - **`rollups`** `(tenant, project, resolution, hour, stack_id,
+//!   labelset_id, period_ns) → count`: each window's samples summed per
+//!   stack, reduced label set and period (`crate::rollup`), so that a
+//!   query of days reads one row per stack and window. Two resolutions,
+//!   told apart by `resolution` (`Resolution::code`: 1 for an hour, 24 for
+//!   a day), `hour` being the window's first hour. Keyed like `samples`
+//!   with `resolution` before the hour and without `shard` and `ts`: a
+//!   window's rollup is one prefix range of the primary key, read whole
+//!   ([`SCAN_ROLLUP`]) and replaced whole ([`DELETE_ROLLUP`] then
+//!   [`INSERT_ROLLUPS`]), and a resolution's windows of a range (or before
+//!   a cutoff) are one range too. **`rollup_hours`** `(tenant, project,
+//!   resolution, hour) → version` marks each rolled window with the version
+//!   of the data it was made from (an hour's `stored_bytes` value, or the
+//!   sum of a day's); a query uses a window's rollup only while the two
+//!   agree. The version is `bigint` holding the u64's bits, as `count` is.
+//!   Neither table counts in `stored_bytes`: rollups are derived, and
+//!   counting them would move the version they are marked with.
 //! - **No BRIN index.** BRIN pays where a table has no B-tree on a column
 //!   whose values grow with the heap order. Here the primary-key B-tree is
 //!   needed anyway (for `ON CONFLICT`) and already answers the only query,
@@ -289,26 +294,29 @@ GROUP BY tenant, project, hour
 ON CONFLICT (tenant, project, hour) DO UPDATE SET bytes = u.bytes + EXCLUDED.bytes;
 ";
 
-/// Version 5: hourly rollups and the version each was made from. Hours
-/// written before this version have no rollup; the rollup job makes them.
+/// Version 5: rollups of hours and of days, and the version each was
+/// made from. Windows written before this version have no rollup; the
+/// rollup job makes them.
 const V5: &str = "
 CREATE TABLE IF NOT EXISTS rollups (
-    tenant      text   NOT NULL,
-    project     text   NOT NULL,
-    hour        bigint NOT NULL,  -- ts.div_euclid(1 h) of the samples summed
-    stack_id    uuid   NOT NULL,
-    labelset_id uuid   NOT NULL,  -- the label set without per-instance labels
-    period_ns   bigint NOT NULL,  -- u64 bits
-    count       bigint NOT NULL,  -- u64 bits, the saturating sum
-    PRIMARY KEY (tenant, project, hour, stack_id, labelset_id, period_ns)
+    tenant      text     NOT NULL,
+    project     text     NOT NULL,
+    resolution  smallint NOT NULL,  -- Resolution::code: 1 (hour) or 24 (day)
+    hour        bigint   NOT NULL,  -- the window's first hour, ts.div_euclid(1 h)
+    stack_id    uuid     NOT NULL,
+    labelset_id uuid     NOT NULL,  -- the label set without per-instance labels
+    period_ns   bigint   NOT NULL,  -- u64 bits
+    count       bigint   NOT NULL,  -- u64 bits, the saturating sum
+    PRIMARY KEY (tenant, project, resolution, hour, stack_id, labelset_id, period_ns)
 );
 
 CREATE TABLE IF NOT EXISTS rollup_hours (
-    tenant  text   NOT NULL,
-    project text   NOT NULL,
-    hour    bigint NOT NULL,
-    version bigint NOT NULL,      -- u64 bits: stored_bytes.bytes when rolled
-    PRIMARY KEY (tenant, project, hour)
+    tenant     text     NOT NULL,
+    project    text     NOT NULL,
+    resolution smallint NOT NULL,   -- as in rollups
+    hour       bigint   NOT NULL,   -- the window's first hour
+    version    bigint   NOT NULL,   -- u64 bits: the window's version when rolled
+    PRIMARY KEY (tenant, project, resolution, hour)
 );
 ";
 
@@ -377,16 +385,18 @@ WITH gone AS (
 )
 SELECT COALESCE(sum(bytes), 0)::bigint FROM gone";
 
-/// Deletes scope `$1`/`$2`'s rollup versions of hours before `$3`. Before
-/// [`DELETE_ROLLUPS_BEFORE`]: the order in which [`UPSERT_ROLLUP_VERSION`]
-/// and its rows are locked by a concurrent rollup.
-pub(super) const DELETE_ROLLUP_HOURS_BEFORE: &str =
-    "DELETE FROM rollup_hours WHERE tenant = $1 AND project = $2 AND hour < $3";
+/// Deletes scope `$1`/`$2`'s rollup versions of the windows of
+/// resolution `$3` that start before hour `$4`: a prefix range of the
+/// primary key, run once per resolution. Before [`DELETE_ROLLUPS_BEFORE`]:
+/// the order in which [`UPSERT_ROLLUP_VERSION`] and its rows are locked by
+/// a concurrent rollup.
+pub(super) const DELETE_ROLLUP_HOURS_BEFORE: &str = "
+DELETE FROM rollup_hours WHERE tenant = $1 AND project = $2 AND resolution = $3 AND hour < $4";
 
-/// Deletes scope `$1`/`$2`'s rollup rows of hours before `$3`: a prefix
-/// range of the primary key.
-pub(super) const DELETE_ROLLUPS_BEFORE: &str =
-    "DELETE FROM rollups WHERE tenant = $1 AND project = $2 AND hour < $3";
+/// Deletes scope `$1`/`$2`'s rollup rows of the windows of resolution `$3`
+/// that start before hour `$4`: a prefix range of the primary key.
+pub(super) const DELETE_ROLLUPS_BEFORE: &str = "
+DELETE FROM rollups WHERE tenant = $1 AND project = $2 AND resolution = $3 AND hour < $4";
 
 // ---------------------------------------------------------------- rollups
 
@@ -398,42 +408,46 @@ SELECT hour, bytes FROM stored_bytes
 WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4
 ORDER BY hour";
 
-/// Marks hour `$3` of scope `$1`/`$2` as rolled from version `$4`. Run
-/// first in the transaction that writes the rollup: the row lock it takes
-/// (or the insert two first rollups of the hour race on) makes a second
-/// rollup of the same hour wait until the first commits, so that its
-/// [`DELETE_ROLLUP`] then sees, and removes, every row of the first.
+/// Marks the window of resolution `$3` starting at hour `$4` of scope
+/// `$1`/`$2` as rolled from version `$5`. Run first in the transaction
+/// that writes the rollup: the row lock it takes (or the insert two first
+/// rollups of the window race on) makes a second rollup of the same window
+/// wait until the first commits, so that its [`DELETE_ROLLUP`] then sees,
+/// and removes, every row of the first.
 pub(super) const UPSERT_ROLLUP_VERSION: &str = "
-INSERT INTO rollup_hours (tenant, project, hour, version) VALUES ($1, $2, $3, $4)
-ON CONFLICT (tenant, project, hour) DO UPDATE SET version = EXCLUDED.version";
+INSERT INTO rollup_hours (tenant, project, resolution, hour, version) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (tenant, project, resolution, hour) DO UPDATE SET version = EXCLUDED.version";
 
-/// Deletes the rows of hour `$3`'s rollup of scope `$1`/`$2`: one prefix
-/// range of the primary key.
-pub(super) const DELETE_ROLLUP: &str =
-    "DELETE FROM rollups WHERE tenant = $1 AND project = $2 AND hour = $3";
+/// Deletes the rows of the rollup of scope `$1`/`$2`'s window of
+/// resolution `$3` starting at hour `$4`: one prefix range of the primary
+/// key.
+pub(super) const DELETE_ROLLUP: &str = "
+DELETE FROM rollups WHERE tenant = $1 AND project = $2 AND resolution = $3 AND hour = $4";
 
-/// Inserts rows of hour `$3`'s rollup of scope `$1`/`$2`, one array per
-/// column, all of one length. A plain insert: [`DELETE_ROLLUP`] emptied
-/// the hour in the same transaction and the rows are unique by key
-/// (`merge_rows`), so a conflict would be a bug, not a replay.
+/// Inserts rows of the rollup of scope `$1`/`$2`'s window of resolution
+/// `$3` starting at hour `$4`, one array per column, all of one length. A
+/// plain insert: [`DELETE_ROLLUP`] emptied the window in the same
+/// transaction and the rows are unique by key (`merge_rows`), so a
+/// conflict would be a bug, not a replay.
 pub(super) const INSERT_ROLLUPS: &str = "
-INSERT INTO rollups (tenant, project, hour, stack_id, labelset_id, period_ns, count)
-SELECT $1::text, $2::text, $3::bigint, u.stack_id, u.labelset_id, u.period_ns, u.count
-FROM UNNEST($4::uuid[], $5::uuid[], $6::bigint[], $7::bigint[])
+INSERT INTO rollups (tenant, project, resolution, hour, stack_id, labelset_id, period_ns, count)
+SELECT $1::text, $2::text, $3::smallint, $4::bigint, u.stack_id, u.labelset_id, u.period_ns, u.count
+FROM UNNEST($5::uuid[], $6::uuid[], $7::bigint[], $8::bigint[])
     AS u (stack_id, labelset_id, period_ns, count)";
 
-/// The rolled hours `$3..=$4` of scope `$1`/`$2` with the version each was
-/// made from, by hour.
+/// The rolled windows of resolution `$3` of scope `$1`/`$2` whose first
+/// hour lies in `$4..=$5`, each with the version it was made from, by
+/// hour: one range of the primary key.
 pub(super) const SELECT_ROLLUP_VERSIONS: &str = "
 SELECT hour, version FROM rollup_hours
-WHERE tenant = $1 AND project = $2 AND hour BETWEEN $3 AND $4
+WHERE tenant = $1 AND project = $2 AND resolution = $3 AND hour BETWEEN $4 AND $5
 ORDER BY hour";
 
-/// The rows of hour `$3`'s rollup of scope `$1`/`$2`. No `ORDER BY`: the
-/// trait promises no order.
+/// The rows of the rollup of scope `$1`/`$2`'s window of resolution `$3`
+/// starting at hour `$4`. No `ORDER BY`: the trait promises no order.
 pub(super) const SCAN_ROLLUP: &str = "
 SELECT stack_id, labelset_id, period_ns, count
-FROM rollups WHERE tenant = $1 AND project = $2 AND hour = $3";
+FROM rollups WHERE tenant = $1 AND project = $2 AND resolution = $3 AND hour = $4";
 
 // ---------------------------------------------------------------- metrics
 

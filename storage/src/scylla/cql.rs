@@ -86,30 +86,43 @@
 //! - **`rollups`**, partition `(tenant, project, day, resolution)`,
 //!   clustering `(window_start, stack_id, labelset_id, period_ns)`, value
 //!   `sample_count`: DESIGN.md's `((tenant, project, day, resolution),
-//!   window_start, stack_id, labelset_id) → count`, each hour's samples
-//!   summed per stack, reduced label set and period (`crate::rollup`).
-//!   `day` is `hour.div_euclid(24)` and `resolution` the window in seconds
-//!   (3600, `ROLLUP_WINDOW_NS`); `window_start` is the hour, so one
-//!   hour's rollup is one clustering slice and a day's partition holds 24
-//!   of them: a week's query reads seven partitions, not 168. A rollup is
-//!   rewritten when its hour is rolled again: a range delete of the slice
-//!   `window_start = hour` at client timestamp `t`, then the rows in
-//!   unlogged batches at a later timestamp, so the delete cannot shadow
-//!   them (a tombstone wins a tie) and two rollups of one hour racing keep
-//!   the later one's rows only. Same TTL as `samples` (a rollup goes
-//!   about when its samples do; rows of a rollup whose write failed
-//!   before its `rollup_hours` row expire), but the default grace: its
-//!   deletes are part of every rewrite, not only of retention, and a
-//!   replica missing one must not bring an earlier rollup's rows back
-//!   into a current one. Retention deletes whole day partitions before
-//!   the cutoff's day and a `window_start < hour` slice within it.
-//! - **`rollup_hours`**, partition `(tenant, project)`, clustering `hour`,
-//!   value `version` (`bigint`, u64 bits): which hours have a rollup and
-//!   the version of the hour's data it was made from, like `sample_hours`
-//!   (and with its TTL). Written after the rollup's rows, and deleted
-//!   (at the rows' delete timestamp) before them, so a rollup is listed
-//!   only while it is whole. The hour versions themselves are the
-//!   `stored_bytes` counters (below), which every write of an hour adds to.
+//!   window_start, stack_id, labelset_id) → count`, each window's samples
+//!   summed per stack, reduced label set and period (`crate::rollup`), at
+//!   two resolutions. `resolution` is the window in seconds: 3600 for an
+//!   hour, 86 400 for a day (`layout::resolution_secs`; not
+//!   `Resolution::code`, so the column reads on its own). `window_start`
+//!   is the window's first hour and `day` the day of that hour,
+//!   `window_start.div_euclid(24)`, so one window's rollup is one
+//!   clustering slice: a day's hour partition holds its 24 hour windows
+//!   (a week's query of hours reads seven partitions, not 168), and its
+//!   day partition its one day window (a month's query of days reads 30
+//!   small partitions). A rollup is rewritten when its window is rolled
+//!   again: a range delete of the slice `window_start = window` at client
+//!   timestamp `t`, then the rows in unlogged batches at a later
+//!   timestamp, so the delete cannot shadow them (a tombstone wins a tie)
+//!   and two rollups of one window racing keep the later one's rows
+//!   only. Same TTL as `samples` (a rollup goes about when its samples
+//!   do; rows of a rollup whose write failed before its `rollup_hours`
+//!   row expire), but the default grace: its deletes are part of every
+//!   rewrite, not only of retention, and a replica missing one must not
+//!   bring an earlier rollup's rows back into a current one. Retention
+//!   deletes the windows that start before the cutoff hour: at each
+//!   resolution, whole day partitions that hold only such windows (every
+//!   day partition before the cutoff's day, and at `Day` the cutoff's own
+//!   when its window starts before the cutoff) and a `window_start < hour`
+//!   slice of the cutoff's day partition of hours.
+//! - **`rollup_hours`**, partition `(tenant, project)`, clustering
+//!   `(resolution, hour)` (`resolution` as in `rollups`, `hour` a window's
+//!   first hour), value `version` (`bigint`, u64 bits): which windows of
+//!   each resolution have a rollup and the version of the window's data
+//!   it was made from, like `sample_hours` (and with its TTL); a
+//!   resolution's windows in a range of hours are one clustering slice.
+//!   Written after the rollup's rows, and deleted (at the rows' delete
+//!   timestamp) before them, so a rollup is listed only while it is
+//!   whole. Retention reads it to find the windows, hence the day
+//!   partitions, to delete. The hour versions themselves are the
+//!   `stored_bytes` counters (above), which every write of an hour adds
+//!   to; a day's is the sum of its hours'.
 //! - **`kiln_schema`**: the schema version and the keyspace's sample shard
 //!   count, one row.
 //!
@@ -135,7 +148,7 @@
 //!   later write of the same key win even within one millisecond.
 //! - A rollup's rewrite takes two timestamps from the session's generator
 //!   and sets them on its statements (`set_timestamp`): the delete of the
-//!   hour's earlier rollup at the first, the new rows and version at the
+//!   window's earlier rollup at the first, the new rows and version at the
 //!   second, which is later, so the delete cannot shadow them.
 //!
 //! # Migrations
@@ -222,9 +235,9 @@ pub(super) fn create_tables(sample_ttl_secs: u32) -> Vec<String> {
             "CREATE TABLE IF NOT EXISTS rollups (
     tenant       text,
     project      text,
-    day          bigint,   -- hour.div_euclid(24), floor division
-    resolution   int,      -- the window in seconds: 3600
-    window_start bigint,   -- the hour
+    day          bigint,   -- window_start.div_euclid(24), floor division
+    resolution   int,      -- the window in seconds: 3600 or 86400
+    window_start bigint,   -- the window's first hour
     stack_id     uuid,
     labelset_id  uuid,     -- without per-instance labels
     period_ns    bigint,   -- u64 bits
@@ -234,11 +247,12 @@ pub(super) fn create_tables(sample_ttl_secs: u32) -> Vec<String> {
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS rollup_hours (
-    tenant  text,
-    project text,
-    hour    bigint,
-    version bigint,   -- u64 bits: the stored_bytes count it was made from
-    PRIMARY KEY ((tenant, project), hour)
+    tenant     text,
+    project    text,
+    resolution int,      -- as in rollups: 3600 or 86400
+    hour       bigint,   -- the window's first hour
+    version    bigint,   -- u64 bits: the stored_bytes count (a day: their sum) it was made from
+    PRIMARY KEY ((tenant, project), resolution, hour)
 ) WITH default_time_to_live = {sample_ttl_secs}
   AND gc_grace_seconds = 10800"
         ),
@@ -360,41 +374,44 @@ pub(super) const INSERT_ROLLUP: &str = "INSERT INTO rollups \
     (tenant, project, day, resolution, window_start, stack_id, labelset_id, period_ns, \
     sample_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
-/// `(stack_id, labelset_id, period_ns, sample_count)` of one hour's rollup:
-/// one clustering slice of one partition.
+/// `(stack_id, labelset_id, period_ns, sample_count)` of one window's
+/// rollup: one clustering slice of one partition.
 pub(super) const SCAN_ROLLUP: &str = "SELECT stack_id, labelset_id, period_ns, sample_count \
     FROM rollups WHERE tenant = ? AND project = ? AND day = ? AND resolution = ? \
     AND window_start = ?";
 
-/// Deletes one hour's rollup rows: one range tombstone.
+/// Deletes one window's rollup rows: one range tombstone.
 pub(super) const DELETE_ROLLUP: &str = "DELETE FROM rollups \
     WHERE tenant = ? AND project = ? AND day = ? AND resolution = ? AND window_start = ?";
 
-/// Deletes one day's rollup partition: one partition tombstone.
+/// Deletes one day's rollup partition of one resolution: one partition
+/// tombstone.
 pub(super) const DELETE_ROLLUP_PARTITION: &str = "DELETE FROM rollups \
     WHERE tenant = ? AND project = ? AND day = ? AND resolution = ?";
 
-/// Deletes the rollups of one day's partition before hour `?`: one range
-/// tombstone.
+/// Deletes the rollups of one day's partition starting before hour `?`:
+/// one range tombstone.
 pub(super) const DELETE_ROLLUPS_BEFORE: &str = "DELETE FROM rollups \
     WHERE tenant = ? AND project = ? AND day = ? AND resolution = ? AND window_start < ?";
 
-/// Records the version `?` of hour `?`'s rollup (tenant `?`, project `?`).
-pub(super) const INSERT_ROLLUP_HOUR: &str =
-    "INSERT INTO rollup_hours (tenant, project, hour, version) VALUES (?, ?, ?, ?)";
+/// Records the version `?` of the rollup of the window of resolution `?`
+/// starting at hour `?` (tenant `?`, project `?`).
+pub(super) const INSERT_ROLLUP_HOUR: &str = "INSERT INTO rollup_hours \
+    (tenant, project, resolution, hour, version) VALUES (?, ?, ?, ?, ?)";
 
-/// `(hour, version)` of a scope's rollups in hours `[?, ?]` (inclusive).
+/// `(hour, version)` of a scope's rollups of one resolution whose windows
+/// start in hours `[?, ?]` (inclusive): one clustering slice.
 pub(super) const SELECT_ROLLUP_HOURS: &str = "SELECT hour, version FROM rollup_hours \
-    WHERE tenant = ? AND project = ? AND hour >= ? AND hour <= ?";
+    WHERE tenant = ? AND project = ? AND resolution = ? AND hour >= ? AND hour <= ?";
 
-/// Deletes the `rollup_hours` row of one hour.
-pub(super) const DELETE_ROLLUP_HOUR: &str =
-    "DELETE FROM rollup_hours WHERE tenant = ? AND project = ? AND hour = ?";
+/// Deletes the `rollup_hours` row of one window.
+pub(super) const DELETE_ROLLUP_HOUR: &str = "DELETE FROM rollup_hours \
+    WHERE tenant = ? AND project = ? AND resolution = ? AND hour = ?";
 
-/// Deletes a scope's `rollup_hours` rows before hour `?`: one range
-/// tombstone.
-pub(super) const DELETE_ROLLUP_HOURS_BEFORE: &str =
-    "DELETE FROM rollup_hours WHERE tenant = ? AND project = ? AND hour < ?";
+/// Deletes a scope's `rollup_hours` rows of one resolution whose windows
+/// start before hour `?`: one range tombstone.
+pub(super) const DELETE_ROLLUP_HOURS_BEFORE: &str = "DELETE FROM rollup_hours \
+    WHERE tenant = ? AND project = ? AND resolution = ? AND hour < ?";
 
 /// The dictionary tables, each with its upsert and its read by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -553,6 +570,16 @@ mod tests {
                 assert!(statement.contains(column), "{statement}: {column}");
             }
         }
+        // `rollup_hours` statements name the resolution, so the two
+        // resolutions' windows never mix.
+        for statement in [
+            INSERT_ROLLUP_HOUR,
+            SELECT_ROLLUP_HOURS,
+            DELETE_ROLLUP_HOUR,
+            DELETE_ROLLUP_HOURS_BEFORE,
+        ] {
+            assert!(statement.contains("resolution"), "{statement}");
+        }
         // Retention deletes name whole partitions, or a clustering range
         // within one.
         for column in ["tenant = ?", "project = ?", "hour = ?", "shard = ?"] {
@@ -615,8 +642,9 @@ mod tests {
         assert!(rollups.contains("default_time_to_live = 86400"));
         // Rewrites delete: the default grace, not the samples' short one.
         assert!(!rollups.contains("gc_grace_seconds"));
-        assert!(tables[5].contains("PRIMARY KEY ((tenant, project), hour)"));
-        assert!(tables[5].contains("version bigint"));
+        assert!(tables[5].contains("PRIMARY KEY ((tenant, project), resolution, hour)"));
+        assert!(tables[5].contains("resolution int"));
+        assert!(tables[5].contains("version    bigint"));
         assert!(tables[5].contains("default_time_to_live = 86400"));
         assert!(tables[6].contains("bytes   counter"));
         assert!(!tables[6].contains("default_time_to_live"));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use kiln_model::MetricPoint;
 
 use crate::profile::{StoredSample, hour_of};
-use crate::rollup::ROLLUP_WINDOW_NS;
+use crate::rollup::Resolution;
 
 /// Rows per unlogged batch. A sample row is under 100 bytes on the wire,
 /// so 200 rows stay well below ScyllaDB's batch size warning (128 KiB)
@@ -106,37 +106,55 @@ pub(super) fn hours_of(batches: &[SampleBatch]) -> Vec<i64> {
     hours
 }
 
-/// The `resolution` key column of `rollups`: the rollup window in seconds.
-pub(super) const ROLLUP_RESOLUTION_SECS: i32 = {
-    let secs = ROLLUP_WINDOW_NS / 1_000_000_000;
+/// The `resolution` column of `rollups` and `rollup_hours`: the window
+/// in seconds, 3600 for an hour and 86 400 for a day (not
+/// [`Resolution::code`]: the column reads on its own, as DESIGN.md's
+/// `resolution`).
+pub(super) const fn resolution_secs(resolution: Resolution) -> i32 {
+    let secs = resolution.nanos() / 1_000_000_000;
     assert!(secs > 0 && secs <= i32::MAX as i64);
     secs as i32
-};
+}
 
 /// Hours per `rollups` partition.
 pub(super) const HOURS_PER_DAY: i64 = 24;
 
-/// The day (the `rollups` partition) an hour's rollup goes in: floor
-/// division, so hour -1 is in day -1.
-pub(super) fn day_of(hour: i64) -> i64 {
-    hour.div_euclid(HOURS_PER_DAY)
+/// The day (the `rollups` partition) of the window starting at hour
+/// `window`, of either resolution: floor division, so hour -1 is in day
+/// -1. A day's partition holds its 24 hour windows at
+/// [`Resolution::Hour`], its one day window at [`Resolution::Day`].
+pub(super) fn day_of(window: i64) -> i64 {
+    window.div_euclid(HOURS_PER_DAY)
 }
 
-/// What retention deletes of the rollups of `hours`, the hours with a
-/// rollup before `before_hour` (in any order): the distinct days wholly
-/// before the day of `before_hour`, sorted (a partition each), and the day
-/// of `before_hour` itself when one of `hours` is in it (a slice of it,
-/// `window_start < before_hour`, as its later hours stay).
-pub(super) fn rollup_days_before(hours: &[i64], before_hour: i64) -> (Vec<i64>, Option<i64>) {
+/// What retention deletes of the rollups of `windows` (their first hours,
+/// in any order) of `resolution`, those that start before `before_hour`:
+/// the distinct days of their partitions that hold only windows starting
+/// before it, sorted (a partition tombstone each), and the day of
+/// `before_hour` when it holds one of them and windows starting at or
+/// after it as well (a slice of it, `window_start < before_hour`, as its
+/// later windows stay). A day window starts at its partition's first
+/// hour, so at [`Resolution::Day`] every day goes whole.
+pub(super) fn rollup_days_before(
+    windows: &[i64],
+    resolution: Resolution,
+    before_hour: i64,
+) -> (Vec<i64>, Option<i64>) {
     let cutoff_day = day_of(before_hour);
-    let mut whole: Vec<i64> = hours
+    let mut whole: Vec<i64> = windows
         .iter()
-        .filter(|&&hour| hour < before_hour)
-        .map(|&hour| day_of(hour))
+        .filter(|&&window| window < before_hour)
+        .map(|&window| day_of(window))
         .collect();
     whole.sort_unstable();
     whole.dedup();
-    let partial = whole.last().copied().filter(|&day| day == cutoff_day);
+    // The last window of the cutoff's day to start; `cutoff_day * 24` is at
+    // most `before_hour`, so this cannot overflow.
+    let last_start = cutoff_day * HOURS_PER_DAY + HOURS_PER_DAY - resolution.hours();
+    let partial = whole
+        .last()
+        .copied()
+        .filter(|&day| day == cutoff_day && last_start >= before_hour);
     if partial.is_some() {
         whole.pop();
     }
@@ -273,8 +291,9 @@ mod tests {
     }
 
     #[test]
-    fn rollups_are_hours_in_day_partitions() {
-        assert_eq!(ROLLUP_RESOLUTION_SECS, 3_600);
+    fn rollups_are_windows_in_day_partitions() {
+        assert_eq!(resolution_secs(Resolution::Hour), 3_600);
+        assert_eq!(resolution_secs(Resolution::Day), 86_400);
         assert_eq!(day_of(0), 0);
         assert_eq!(day_of(23), 0);
         assert_eq!(day_of(24), 1);
@@ -283,26 +302,63 @@ mod tests {
         assert_eq!(day_of(-25), -2);
         let first = hour_of(i64::MIN);
         assert_eq!(day_of(first), first.div_euclid(24));
+        // A day window's partition is the day of its first hour.
+        for hour in [-49, -24, -1, 0, 23, 24, 47, first] {
+            let window = Resolution::Day.window_of(hour);
+            assert_eq!(day_of(window), day_of(hour));
+            assert_eq!(day_of(window) * HOURS_PER_DAY, window);
+        }
     }
 
     #[test]
     fn retention_deletes_whole_days_before_the_cutoffs_and_a_slice_of_it() {
+        let hour = Resolution::Hour;
         // Cutoff at hour 50 (day 2): hours 3 and 20 (day 0), 30 (day 1)
         // and 49 (day 2) go; day 2 only up to hour 50.
         assert_eq!(
-            rollup_days_before(&[49, 3, 30, 20], 50),
+            rollup_days_before(&[49, 3, 30, 20], hour, 50),
             (vec![0, 1], Some(2))
         );
         // Cutoff at a day's first hour: whole days only.
-        assert_eq!(rollup_days_before(&[47, 30, 3], 48), (vec![0, 1], None));
+        assert_eq!(
+            rollup_days_before(&[47, 30, 3], hour, 48),
+            (vec![0, 1], None)
+        );
         // Nothing in the cutoff's day.
-        assert_eq!(rollup_days_before(&[3], 50), (vec![0], None));
-        assert_eq!(rollup_days_before(&[], 50), (vec![], None));
+        assert_eq!(rollup_days_before(&[3], hour, 50), (vec![0], None));
+        assert_eq!(rollup_days_before(&[], hour, 50), (vec![], None));
         // Hours at or after the cutoff are not retention's.
-        assert_eq!(rollup_days_before(&[50, 70], 50), (vec![], None));
+        assert_eq!(rollup_days_before(&[50, 70], hour, 50), (vec![], None));
         // Negative hours: -1 is in day -1, the cutoff 0's day is 0.
-        assert_eq!(rollup_days_before(&[-1, -30], 0), (vec![-2, -1], None));
-        assert_eq!(rollup_days_before(&[-3], -2), (vec![], Some(-1)));
+        assert_eq!(
+            rollup_days_before(&[-1, -30], hour, 0),
+            (vec![-2, -1], None)
+        );
+        assert_eq!(rollup_days_before(&[-3], hour, -2), (vec![], Some(-1)));
+    }
+
+    #[test]
+    fn retention_deletes_the_days_whose_window_starts_before_the_cutoff() {
+        let day = Resolution::Day;
+        // Cutoff at hour 50 (day 2): days 0, 1 and 2 start before it and
+        // go whole (day 2's partition holds only that window); day 3 stays.
+        assert_eq!(
+            rollup_days_before(&[72, 48, 0, 24], day, 50),
+            (vec![0, 1, 2], None)
+        );
+        // Cutoff at a day's first hour: that day starts at it and stays.
+        assert_eq!(
+            rollup_days_before(&[24, 0, 48], day, 48),
+            (vec![0, 1], None)
+        );
+        assert_eq!(rollup_days_before(&[48], day, 48), (vec![], None));
+        assert_eq!(rollup_days_before(&[], day, 50), (vec![], None));
+        // Negative days: day -1 starts at hour -24.
+        assert_eq!(
+            rollup_days_before(&[-24, -48], day, -2),
+            (vec![-2, -1], None)
+        );
+        assert_eq!(rollup_days_before(&[-24, 0], day, 0), (vec![-1], None));
     }
 
     proptest! {

@@ -33,7 +33,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// keyspace: DESIGN.md's `samples`, `rollups`, `frames`, `stacks`,
 /// `labelsets`, `executables` and `metrics` tables, and `sample_hours`,
 /// `metric_names` and `rollup_hours`, the indexes of which hours hold
-/// samples, metrics and rollups (`storage/src/scylla/cql.rs` holds every
+/// samples and metrics and which hour and day windows have rollups
+/// (`storage/src/scylla/cql.rs` holds every
 /// statement and the reasoning behind the schema).
 ///
 /// Create the keyspace once with [`migrate`](Self::migrate) (`kiln store

@@ -24,7 +24,7 @@ use crate::profile::{
     DeletedHours, ProfileStore, StoredFrame, StoredMetricPoint, StoredSample, check_metric_name,
     check_metric_points, hour_of, metric_bytes_per_hour, sample_bytes_per_hour,
 };
-use crate::rollup::{HourVersion, RollupRow, merge_rows};
+use crate::rollup::{HourVersion, Resolution, RollupRow, merge_rows};
 use crate::scope::Scope;
 use crate::values;
 
@@ -282,18 +282,20 @@ impl ScyllaProfileStore {
 }
 
 impl ScyllaProfileStore {
-    /// Writes rows of one hour's rollup (at most [`layout::BATCH_ROWS`],
-    /// distinct keys) as one unlogged batch at client timestamp
-    /// `timestamp` (microseconds).
+    /// Writes rows of the rollup of the window of `resolution` starting
+    /// at hour `window` (at most [`layout::BATCH_ROWS`], distinct keys) as
+    /// one unlogged batch at client timestamp `timestamp` (microseconds).
     async fn put_rollup_batch(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: Resolution,
+        window: i64,
         rows: &[RollupRow],
         timestamp: i64,
     ) -> Result<(), StoreError> {
         let statement = &self.inner.statements.insert_rollup;
-        let day = layout::day_of(hour);
+        let day = layout::day_of(window);
+        let resolution = layout::resolution_secs(resolution);
         let mut cql_batch = Batch::new(BatchType::Unlogged);
         cql_batch.set_timestamp(Some(timestamp));
         let mut values = Vec::with_capacity(rows.len());
@@ -303,8 +305,8 @@ impl ScyllaProfileStore {
                 scope.tenant(),
                 scope.project(),
                 day,
-                layout::ROLLUP_RESOLUTION_SECS,
-                hour,
+                resolution,
+                window,
                 Uuid::from_u128(row.stack.0),
                 Uuid::from_u128(row.labels.0),
                 layout::to_bigint(row.period_ns),
@@ -319,11 +321,13 @@ impl ScyllaProfileStore {
         Ok(())
     }
 
-    /// The hours in `[first, last]` with a rollup of `scope`, each with
-    /// its version, as `rollup_hours` lists them.
+    /// The windows of `resolution` starting in hours `[first, last]` with
+    /// a rollup of `scope`, each (its first hour) with its version, as
+    /// `rollup_hours` lists them: in order.
     async fn indexed_rollup_hours(
         &self,
         scope: &Scope,
+        resolution: Resolution,
         first: i64,
         last: i64,
     ) -> Result<Vec<HourVersion>, StoreError> {
@@ -332,7 +336,13 @@ impl ScyllaProfileStore {
             .session
             .execute_iter(
                 self.inner.statements.select_rollup_hours.clone(),
-                (scope.tenant(), scope.project(), first, last),
+                (
+                    scope.tenant(),
+                    scope.project(),
+                    layout::resolution_secs(resolution),
+                    first,
+                    last,
+                ),
             )
             .await
             .map_err(|e| StoreError::scylla(op, e))?
@@ -345,6 +355,56 @@ impl ScyllaProfileStore {
             .try_collect()
             .await
             .map_err(|e| StoreError::scylla(op, e))
+    }
+
+    /// Retention's part of the rollups of `resolution`: the windows
+    /// `rollup_hours` lists as starting before `before_hour` go, by day
+    /// partition ([`layout::rollup_days_before`]: a partition tombstone
+    /// each, or a range tombstone within the cutoff's day), then their
+    /// `rollup_hours` rows (one range tombstone).
+    async fn delete_rollups_before(
+        &self,
+        scope: &Scope,
+        resolution: Resolution,
+        before_hour: i64,
+    ) -> Result<(), StoreError> {
+        let statements = &self.inner.statements;
+        let (tenant, project) = (scope.tenant(), scope.project());
+        let secs = layout::resolution_secs(resolution);
+        // From the least hour a `bigint` holds, not `hour_of(i64::MIN)`:
+        // whatever window was written goes.
+        let windows: Vec<i64> = self
+            .indexed_rollup_hours(scope, resolution, i64::MIN, before_hour - 1)
+            .await?
+            .iter()
+            .map(|w| w.hour)
+            .collect();
+        let (whole_days, cutoff_day) =
+            layout::rollup_days_before(&windows, resolution, before_hour);
+        self.delete_each(
+            "delete rollup partitions",
+            &statements.delete_rollup_partition,
+            whole_days
+                .iter()
+                .map(|&day| (tenant, project, day, secs))
+                .collect(),
+        )
+        .await?;
+        self.delete_each(
+            "delete rollups",
+            &statements.delete_rollups_before,
+            cutoff_day
+                .map(|day| (tenant, project, day, secs, before_hour))
+                .into_iter()
+                .collect(),
+        )
+        .await?;
+        self.delete_each(
+            "delete rollup hours",
+            &statements.delete_rollup_hours_before,
+            vec![(tenant, project, secs, before_hour)],
+        )
+        .await
     }
 
     /// Adds `bytes` per hour to the scope's usage counters; after the rows
@@ -529,9 +589,11 @@ impl ProfileStore for ScyllaProfileStore {
     }
 
     /// The hours come from the indexes; every shard's partition of each
-    /// goes (a partition tombstone each), and the rollups of the hours
-    /// `rollup_hours` lists (a partition tombstone per day before the
-    /// cutoff's day, a range tombstone within it), then the index rows
+    /// goes (a partition tombstone each), and at each resolution the
+    /// rollups of the windows starting before the cutoff hour that
+    /// `rollup_hours` lists (a partition tombstone per day partition that
+    /// holds only such windows, a range tombstone within the cutoff's day
+    /// partition of hours), then the index rows
     /// (range tombstones), then the usage counters are brought down to
     /// zero. In that order, a delete cut short leaves index rows of empty
     /// partitions (a later run finds and deletes them again), never data
@@ -588,40 +650,12 @@ impl ProfileStore for ScyllaProfileStore {
         )
         .await?;
 
-        let resolution = layout::ROLLUP_RESOLUTION_SECS;
-        let rolled: Vec<i64> = self
-            .indexed_rollup_hours(scope, first, before_hour - 1)
-            .await?
-            .iter()
-            .map(|h| h.hour)
-            .collect();
-        let (whole_days, cutoff_day) = layout::rollup_days_before(&rolled, before_hour);
-        self.delete_each(
-            "delete rollup partitions",
-            &statements.delete_rollup_partition,
-            whole_days
-                .iter()
-                .map(|&day| (tenant, project, day, resolution))
-                .collect(),
-        )
-        .await?;
-        self.delete_each(
-            "delete rollups",
-            &statements.delete_rollups_before,
-            cutoff_day
-                .map(|day| (tenant, project, day, resolution, before_hour))
-                .into_iter()
-                .collect(),
-        )
-        .await?;
+        for resolution in Resolution::ALL {
+            self.delete_rollups_before(scope, resolution, before_hour)
+                .await?;
+        }
 
         let bound = vec![(tenant, project, before_hour)];
-        self.delete_each(
-            "delete rollup hours",
-            &statements.delete_rollup_hours_before,
-            bound.clone(),
-        )
-        .await?;
         self.delete_each(
             "delete sample hours",
             &statements.delete_sample_hours_before,
@@ -774,24 +808,27 @@ impl ProfileStore for ScyllaProfileStore {
 
     /// Not atomic, so ordered by client timestamps: two timestamps from
     /// the session's generator, `deleted_at < written_at`. At `deleted_at`
-    /// the hour's `rollup_hours` row goes, then its rows (a range
-    /// tombstone of the slice `window_start = hour`); at `written_at` the
+    /// the window's `rollup_hours` row goes, then its rows (a range
+    /// tombstone of the slice `window_start = window` of the partition of
+    /// its first hour's day); at `written_at` the
     /// merged rows go in (unlogged batches, many in flight), then the
     /// version. The rows' timestamp is later than the delete's, so the
     /// delete never shadows them (a tombstone wins a tie), and a rollup
-    /// of the hour written meanwhile by another process keeps only the
+    /// of the window written meanwhile by another process keeps only the
     /// rows of whichever took the later timestamps. The version goes
-    /// first and comes back last, so a rewrite cut short leaves the hour
-    /// without a rollup (its queries read the samples), never a partial
+    /// first and comes back last, so a rewrite cut short leaves the
+    /// window without a rollup (its queries read the samples), never a partial
     /// one marked with a version.
     async fn put_rollup(
         &self,
         scope: &Scope,
-        hour: i64,
+        resolution: Resolution,
+        window: i64,
         version: u64,
         rows: &[RollupRow],
     ) -> Result<(), StoreError> {
         let rows = merge_rows(rows);
+        let secs = layout::resolution_secs(resolution);
         let statements = &self.inner.statements;
         let session = &self.inner.session;
         let (tenant, project) = (scope.tenant(), scope.project());
@@ -809,32 +846,26 @@ impl ProfileStore for ScyllaProfileStore {
         session
             .execute_unpaged(
                 &at(&statements.delete_rollup_hour, deleted_at),
-                (tenant, project, hour),
+                (tenant, project, secs, window),
             )
             .await
             .map_err(|e| StoreError::scylla("delete a rollup version", e))?;
         session
             .execute_unpaged(
                 &at(&statements.delete_rollup, deleted_at),
-                (
-                    tenant,
-                    project,
-                    layout::day_of(hour),
-                    layout::ROLLUP_RESOLUTION_SECS,
-                    hour,
-                ),
+                (tenant, project, layout::day_of(window), secs, window),
             )
             .await
             .map_err(|e| StoreError::scylla("delete an earlier rollup", e))?;
         let writes: Vec<_> = rows
             .chunks(layout::BATCH_ROWS)
-            .map(|chunk| self.put_rollup_batch(scope, hour, chunk, written_at))
+            .map(|chunk| self.put_rollup_batch(scope, resolution, window, chunk, written_at))
             .collect();
         run_all(writes).await?;
         session
             .execute_unpaged(
                 &at(&statements.insert_rollup_hour, written_at),
-                (tenant, project, hour, layout::to_bigint(version)),
+                (tenant, project, secs, window, layout::to_bigint(version)),
             )
             .await
             .map_err(|e| StoreError::scylla("write a rollup version", e))?;
@@ -845,6 +876,7 @@ impl ProfileStore for ScyllaProfileStore {
     async fn rollup_versions(
         &self,
         scope: &Scope,
+        resolution: Resolution,
         from_ns: i64,
         to_ns: i64,
     ) -> Result<Vec<HourVersion>, StoreError> {
@@ -852,14 +884,20 @@ impl ProfileStore for ScyllaProfileStore {
             return Ok(Vec::new());
         }
         let mut versions = self
-            .indexed_rollup_hours(scope, hour_of(from_ns), hour_of(to_ns - 1))
+            .indexed_rollup_hours(scope, resolution, hour_of(from_ns), hour_of(to_ns - 1))
             .await?;
         versions.sort_unstable();
         Ok(versions)
     }
 
-    /// One clustering slice of the hour's day partition.
-    async fn scan_rollup(&self, scope: &Scope, hour: i64) -> Result<Vec<RollupRow>, StoreError> {
+    /// One clustering slice of the partition of the window's first hour's
+    /// day.
+    async fn scan_rollup(
+        &self,
+        scope: &Scope,
+        resolution: Resolution,
+        window: i64,
+    ) -> Result<Vec<RollupRow>, StoreError> {
         let op = "scan a rollup";
         self.inner
             .session
@@ -868,9 +906,9 @@ impl ProfileStore for ScyllaProfileStore {
                 (
                     scope.tenant(),
                     scope.project(),
-                    layout::day_of(hour),
-                    layout::ROLLUP_RESOLUTION_SECS,
-                    hour,
+                    layout::day_of(window),
+                    layout::resolution_secs(resolution),
+                    window,
                 ),
             )
             .await
