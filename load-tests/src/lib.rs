@@ -15,7 +15,14 @@
 //!   and publish-to-queryable latency, against the embedded bus.
 //! - `src/bin/query_bench.rs`: flamegraph query latency with 1 query node
 //!   against 2 and 3 that share partition scans (`--peers`), cold and warm.
+//! - `src/bin/fleet_query_bench.rs`: a week's flamegraph of a 1,000-host
+//!   fleet, from samples against from rollups.
+//! - `src/bin/fleet_bench.rs`: a simulated fleet through `kiln gateway` →
+//!   Kafka → `kiln worker` processes under CPU quotas ([`cgroup`]) →
+//!   PostgreSQL: samples per worker CPU-second, publish-to-queryable lag,
+//!   bytes per core-day, one worker against two, a worker SIGKILLed.
 
+pub mod cgroup;
 pub mod report;
 pub mod synth;
 pub mod systems;

@@ -126,15 +126,31 @@ impl Fleet {
         start_ns: i64,
         rng: &mut StdRng,
     ) -> Batch {
+        self.batch_of_generation(population, host, interval, start_ns, 0, rng)
+    }
+
+    /// [`batch`](Self::batch) for a host whose processes have restarted
+    /// `generation` times: their pids, and so their label sets, are new
+    /// ones (label churn).
+    pub fn batch_of_generation(
+        &self,
+        population: &StackPopulation,
+        host: usize,
+        interval: usize,
+        start_ns: i64,
+        generation: usize,
+        rng: &mut StdRng,
+    ) -> Batch {
         let ts = start_ns + interval as i64 * 5_000_000_000;
         let host_name = format!("host-{host:04}");
         let mut b = BatchBuilder::new(host_name.clone(), ts, self.period_ns);
         let labels: Vec<LabelSet> = (0..self.processes)
             .map(|p| {
+                let pid = 1000 + p + generation * self.processes;
                 LabelSet::new()
                     .with(label_names::HOST, host_name.clone())
                     .with(label_names::PROCESS, format!("service-{p}"))
-                    .with(label_names::PID, (1000 + p).to_string())
+                    .with(label_names::PID, pid.to_string())
             })
             .collect();
         for _ in 0..self.samples_per_interval {
@@ -143,5 +159,31 @@ impl Fleet {
             b.add(ts, &population.stacks[stack], &labels[process], 1);
         }
         b.finish()
+    }
+}
+
+/// What one agent sent lately, as `kiln-agent`'s batcher remembers it
+/// (`RecentlySent`): dictionary entries (frames, stacks, label sets) it
+/// sent are left out of its later batches, since the backend has them.
+/// An agent that restarts forgets ([`DictionaryMemory::forget`]) and sends
+/// them all again.
+#[derive(Debug, Default)]
+pub struct DictionaryMemory {
+    sent: HashSet<(u8, u128)>,
+}
+
+impl DictionaryMemory {
+    /// Leaves out of `batch` the entries sent before, and remembers the
+    /// rest as sent.
+    pub fn strip(&mut self, batch: &mut Batch) {
+        let sent = &mut self.sent;
+        batch.frames.retain(|e| sent.insert((0, e.id.0)));
+        batch.stacks.retain(|e| sent.insert((1, e.id.0)));
+        batch.label_sets.retain(|e| sent.insert((2, e.id.0)));
+    }
+
+    /// The agent restarted.
+    pub fn forget(&mut self) {
+        self.sent.clear();
     }
 }
