@@ -18,12 +18,14 @@ struct WireScan {
     timeline: Option<(i64, i64)>,
     label_sets: bool,
     stack_buckets: bool,
+    /// 0: samples; else the rollup window's hours (1 or 24).
+    rollup: u8,
 }
 
 fn scan_bytes(scan: &WireScan) -> Vec<u8> {
     let archive = rkyv::to_bytes::<rkyv::rancor::Error>(scan).unwrap();
-    // "KLNQ" | version 3 | kind 1 (scan) | zstd(rkyv)
-    let mut out = b"KLNQ\x03\x01".to_vec();
+    // "KLNQ" | version 4 | kind 1 (scan) | zstd(rkyv)
+    let mut out = b"KLNQ\x04\x01".to_vec();
     zstd::stream::copy_encode(&archive[..], &mut out, 1).unwrap();
     out
 }
@@ -38,6 +40,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         timeline: None,
         label_sets: false,
         stack_buckets: false,
+        rollup: 0,
     };
     let full = WireScan {
         tenant: "t-1".into(),
@@ -51,6 +54,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         timeline: Some((0, 1_000_000_000)),
         label_sets: true,
         stack_buckets: true,
+        rollup: 24,
     };
     vec![("plain", scan_bytes(&plain)), ("full", scan_bytes(&full))]
 }
