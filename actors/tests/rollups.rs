@@ -123,7 +123,14 @@ async fn answers(p: &Pipeline) -> Vec<String> {
     }
     // On the hour grid (hour rollups), and on the day grid (day rollups).
     let first_day_ns = Resolution::Day.window_of(first_hour_ns() / H) * H;
-    for (from, step_ns) in [(first_hour_ns(), 2 * H), (first_day_ns, 24 * H)] {
+    // And off both grids: windows that straddle a step read samples, the
+    // others their rollups.
+    for (from, step_ns) in [
+        (first_hour_ns(), 2 * H),
+        (first_day_ns, 24 * H),
+        (first_hour_ns() + H / 3, 5 * H),
+        (first_day_ns - 7 * H, 30 * H),
+    ] {
         let timeline = p
             .query
             .send(TimelineQuery {

@@ -48,27 +48,30 @@ pub(crate) enum Source {
 }
 
 impl Want {
-    /// Whether rollups of `resolution` give what this asks for exactly,
-    /// for `filters`: label sets, stacks per bucket and gauges need each
+    /// Whether rollups can give what this asks for exactly, for
+    /// `filters`: label sets, stacks per bucket and gauges need each
     /// sample's own labels and time; a filter on a per-instance label
-    /// needs the labels rollups drop; a timeline needs each window within
-    /// one bucket (steps of whole windows from a window's start).
-    pub(crate) fn rollup_answers(
-        &self,
-        filters: &[(String, String)],
-        resolution: Resolution,
-    ) -> bool {
-        let window = resolution.nanos();
+    /// needs the labels rollups drop. (A timeline also needs each window
+    /// within one of its buckets: [`Want::one_bucket`].)
+    pub(crate) fn rollup_answers(&self, filters: &[(String, String)]) -> bool {
         let per_instance = filters
             .iter()
             .any(|(name, _)| kiln_model::label_names::PER_INSTANCE.contains(&name.as_str()));
         let gauge = filters.iter().any(|(name, value)| {
             name == GpuWeight::LABEL && value == GpuWeight::LiveBytes.as_str()
         });
-        let aligned = self
-            .timeline
-            .is_none_or(|(origin, step)| origin.rem_euclid(window) == 0 && step % window == 0);
-        !self.label_sets && !self.stack_buckets && !per_instance && !gauge && aligned
+        !self.label_sets && !self.stack_buckets && !per_instance && !gauge
+    }
+
+    /// Whether the window of `resolution` starting at `start_ns` lies
+    /// within one time bucket of the timeline asked for (always, without
+    /// one): its rollup, all at the window's start, then counts where its
+    /// samples would.
+    pub(crate) fn one_bucket(&self, start_ns: i64, resolution: Resolution) -> bool {
+        let end_ns = start_ns.saturating_add(resolution.nanos() - 1);
+        self.timeline.is_none_or(|(origin, step)| {
+            bucket_of(start_ns, origin, step) == bucket_of(end_ns, origin, step)
+        })
     }
 }
 

@@ -411,7 +411,8 @@ impl Cluster {
     /// whose day rollup is current, then each hour of the rest, from its
     /// hour rollup when that is current and the hour whole, else from its
     /// samples; rollups only for a query they answer exactly
-    /// ([`Want::rollup_answers`]). Costs three index reads of a row per
+    /// ([`Want::rollup_answers`]), and for a timeline only windows that
+    /// fall within one of its steps ([`Want::one_bucket`]). Costs three index reads of a row per
     /// hour or day.
     ///
     /// A write that makes a rollup stale after this read (a late batch)
@@ -428,7 +429,7 @@ impl Cluster {
             want,
             source: Source::Samples,
         };
-        if !want.rollup_answers(&range.filters, Resolution::Hour) {
+        if !want.rollup_answers(&range.filters) {
             return Ok(hours.into_iter().map(samples).collect());
         }
         let (scope, from, to) = (&range.scope, range.from_ns, range.to_ns);
@@ -442,13 +443,14 @@ impl Cluster {
             .into_iter()
             .collect();
         let days = window_versions(Resolution::Day, &versions);
-        let rolled_days: Vec<i64> = match want.rollup_answers(&range.filters, Resolution::Day) {
-            true => current_rollups(&days, &day_rollups)
-                .into_iter()
-                .filter(|&day| range.covers(Resolution::Day, day))
-                .collect(),
-            false => Vec::new(),
+        let usable = |resolution: Resolution, window: i64| {
+            range.covers(resolution, window)
+                && want.one_bucket(window.saturating_mul(NANOS_PER_HOUR), resolution)
         };
+        let rolled_days: Vec<i64> = current_rollups(&days, &day_rollups)
+            .into_iter()
+            .filter(|&day| usable(Resolution::Day, day))
+            .collect();
         let mut scans: Vec<Scan> = rolled_days
             .iter()
             .map(|&day| Scan {
@@ -462,7 +464,7 @@ impl Cluster {
             if rolled_days.contains(&Resolution::Day.window_of(hour)) {
                 continue;
             }
-            if range.covers(Resolution::Hour, hour) && rolled_hours.contains(&hour) {
+            if rolled_hours.contains(&hour) && usable(Resolution::Hour, hour) {
                 scans.push(Scan {
                     range: range.window(Resolution::Hour, hour),
                     want,
