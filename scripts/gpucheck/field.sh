@@ -6,26 +6,30 @@
 #   1. the kit's own check (gpucheck/device.sh: ABI, exact kernel counts,
 #      timeline, Perfetto, PC sampling, PyTorch), decoded by `kiln gpu dump`;
 #   2. the CUPTI constants this library added since the kit was written;
-#   3. PC sampling at several sampling periods: each run's overhead against
-#      a baseline run in the same minute, its samples, and whether it ended
-#      (a run alive after 60 s is a hang: its threads' stacks are kept);
+#   3. PC sampling modes in rounds: each mode's overhead against a base
+#      run in the same round (median over rounds), its samples, and
+#      whether it ended (a run alive after 30 s is a hang: its threads'
+#      stacks are kept);
 #   4. the library's host cost per launch (the kit's launch.cu, 200k empty
 #      kernels from 1 and 8 threads), without and with PC sampling;
 #   5. end to end with `kiln up` (eBPF agent, NVML): the kit's workload and
 #      a PyTorch loop injected; their kernels under the launching stacks,
 #      GPU memory by call path, and the GPU metric series, from the API.
 #
-# Each step has a time limit; BUDGET_S (default 420) bounds the whole.
+# Each step has a time limit; BUDGET_S (default 480) bounds the whole.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
 K=$ROOT/gpucheck
 OUT=${OUT:-$ROOT/out}
 mkdir -p "$OUT"
-BUDGET_S=${BUDGET_S:-420}
+BUDGET_S=${BUDGET_S:-480}
 exec > >(tee -a "$OUT/field.log") 2>&1
 left() { echo $((BUDGET_S - SECONDS)); }
 section() { printf '\n#### %s (t=%ss)\n' "$1" "$SECONDS"; }
+# STEPS: which of the steps below to run (default all).
+STEPS=${STEPS:-1 2 3 3b 4 5}
+want() { case " $STEPS " in *" $1 "*) return 0 ;; *) echo "step $1: skipped (STEPS=$STEPS)"; return 1 ;; esac; }
 
 for f in device.sh work.cu launch.cu libkiln_cuda.so kiln snapdump; do
   [ -e "$K/$f" ] || { echo "field.sh: $K/$f is missing; run scripts/gpucheck/prepare.sh first"; exit 1; }
@@ -37,9 +41,11 @@ GPU_CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | 
 ARCH=sm_${GPU_CC:-90}
 
 section "1. the kit's device check"
-OUT=$OUT/device timeout 300 bash "$K/device.sh" >/dev/null 2>&1
-echo "device.sh exit $?"
-sed -n '/^== SUMMARY/,$p' "$OUT/device/device.log"
+if want 1; then
+  OUT=$OUT/device timeout 300 bash "$K/device.sh" >/dev/null 2>&1
+  echo "device.sh exit $?"
+  sed -n '/^== SUMMARY/,$p' "$OUT/device/device.log"
+fi
 
 section "2. CUPTI constants added since the kit"
 INC=""
@@ -100,18 +106,29 @@ int main(void) {
   return bad;
 }
 EOF
-if [ -n "$INC" ] && cc -I"$INC" -I"$CUDA_HOME/include" "$OUT/abi_extra.c" -o "$OUT/abi_extra" 2>"$OUT/abi_extra.err"; then
+if ! want 2; then
+  :
+elif [ -n "$INC" ] && cc -I"$INC" -I"$CUDA_HOME/include" "$OUT/abi_extra.c" -o "$OUT/abi_extra" 2>"$OUT/abi_extra.err"; then
   "$OUT/abi_extra"
 else
   echo "ABI EXTRA: SKIP (could not compile against ${INC:-no CUPTI headers}: $(head -3 "$OUT/abi_extra.err" 2>/dev/null))"
 fi
 
-section "3. PC sampling periods: overhead, samples, no hang"
+section "3. PC sampling modes: overhead in rounds, samples, no hang"
+# Each round runs an untraced base and then every mode back to back; a
+# mode's overhead is the median over rounds of its work phase against its
+# round's base (the machine is shared: rounds, not single runs). The
+# modes ask where CUPTI's cost lies (KILN_CUDA_PC_SAMPLING_MODE in
+# gpu-lib/src/pcsampling/control.rs): enabled but never started (idle),
+# started once (start-once), CUPTI's worker threads waking 10x less
+# often, a 32 MiB hardware buffer, and Start/Stop from launch exits
+# (duty: 100 ms of every 500). A mode that hangs once is not run again.
 S=$OUT/periods
 mkdir -p "$S"
 nvcc -O2 -lineinfo -arch="$ARCH" -o "$S/work" "$K/work.cu" >"$S/nvcc.txt" 2>&1 || echo "nvcc work.cu failed: $(tail -2 "$S/nvcc.txt")"
 # run NAME [VAR=VALUE...]: a work run; a snapshot listener when injected;
-# wall ms and the work phase from its output; stacks if alive after 60 s.
+# wall ms and the work phase from its output; stacks if alive after 30 s
+# (gdb backtraces for the first such run only).
 run() {
   local name=$1 pid sp="" t0 t1
   shift
@@ -122,14 +139,15 @@ run() {
     for _ in $(seq 50); do [ -S /tmp/kiln-field.sock ] && break; sleep 0.1; done
   fi
   t0=$(date +%s%N)
-  env "$@" KILN_GPU_SOCKET=/tmp/kiln-field.sock KILN_CUDA_SNAPSHOT_MS=500 "$S/work" 2000 >"$S/$name.out" 2>"$S/$name.log" &
+  env "$@" KILN_GPU_SOCKET=/tmp/kiln-field.sock KILN_CUDA_SNAPSHOT_MS=500 "${WORK:-$S/work}" 2000 >"$S/$name.out" 2>"$S/$name.log" &
   pid=$!
-  for _ in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
   if kill -0 $pid 2>/dev/null; then
     for t in /proc/$pid/task/*; do echo "== $t $(cat "$t/comm") $(cat "$t/wchan")"; cat "$t/stack" 2>/dev/null | head -6; done >"$S/$name.hang.txt" 2>&1
-    command -v gdb >/dev/null && timeout 40 gdb -batch -p $pid -ex "thread apply all bt 20" >>"$S/$name.hang.txt" 2>&1
+    [ -z "${GDB_DONE:-}" ] && command -v gdb >/dev/null && GDB_DONE=1 && timeout 30 gdb -batch -p $pid -ex "thread apply all bt 20" >>"$S/$name.hang.txt" 2>&1
     kill -9 $pid
     echo "$name: HUNG (stacks in periods/$name.hang.txt)"
+    HUNG="$HUNG $name"
   fi
   wait $pid
   local rc=$?
@@ -156,30 +174,79 @@ for c in conns:
     mem = c.get("memory", {})
 keys = ("pc_drains", "pc_drains_skipped", "cupti_errors", "pc_sampling_watchdog_trips", "pc_samples_dropped_by_hw")
 print(f"samples={tot} pcs={pcs} by_function={fns} " + " ".join(f"{k}={ctr.get(k)}" for k in keys)
-      + f" memory: allocations={mem.get('allocations')} bytes={mem.get('allocated_bytes')} live={mem.get('live_bytes')} frees={mem.get('frees')}")
+      + f" memory: allocations={mem.get("allocations")} bytes={mem.get("allocated_bytes")} live={mem.get("live_bytes")} frees={mem.get("frees")}")
 ' "$S/$name.json" 2>&1)
-  printf '%-10s exit=%s wall_ms=%s %s | %s\n' "$name" "$rc" $(((t1 - t0) / 1000000)) \
+  printf '%-12s exit=%s wall_ms=%s %s | %s\n' "$name" "$rc" $(((t1 - t0) / 1000000)) \
     "$(grep -o 'work phase [0-9.]* ms' "$S/$name.out")" "${samples:-}"
+  grep -o 'work phase [0-9.]*' "$S/$name.out" | grep -o '[0-9.]*$' >"$S/$name.ms"
   grep -h '^kiln-cuda' "$S/$name.log" | sort | uniq -c | head -5 | cut -c1-220
 }
 INJ=(CUDA_INJECTION64_PATH="$K/libkiln_cuda.so" KILN_CUDA_LOG=info)
 [ -f "$OUT/device/cupti_override" ] && INJ+=(KILN_CUPTI_PATH="$(cat "$OUT/device/cupti_override")")
-run base1
-run traced "${INJ[@]}"
-for p in default 17; do
-  [ "$(left)" -gt 150 ] || { echo "period $p: skipped, time"; continue; }
-  if [ $p = default ]; then
-    run pcs_$p "${INJ[@]}" KILN_CUDA_PC_SAMPLING=1
+PCS=KILN_CUDA_PC_SAMPLING=1
+MODE=KILN_CUDA_PC_SAMPLING_MODE
+declare -A MODE_ENV=(
+  [traced]=""
+  [pcs]="$PCS"
+  [idle]="$PCS $MODE=idle"
+  [once]="$PCS $MODE=start-once"
+  [sleep1000]="$PCS KILN_CUDA_PC_SAMPLING_WORKER_SLEEP_MS=1000"
+  [hw32]="$PCS KILN_CUDA_PC_SAMPLING_HW_BUFFER_MB=32"
+  [duty]="$PCS $MODE=duty KILN_CUDA_PC_SAMPLING_ON_MS=100 KILN_CUDA_PC_SAMPLING_OFF_MS=400"
+)
+# rounds PREFIX MODE...: ROUNDS rounds of an untraced base run and each
+# mode, then each mode's median ratio to its round's base.
+rounds() {
+  local prefix=$1 r m n ratios
+  shift
+  for r in $(seq "$ROUNDS"); do
+    [ "$(left)" -gt 200 ] || { echo "round $r: skipped, $(left) s left"; break; }
+    run "${prefix}base_$r"
+    for m in "$@"; do
+      case " $HUNG " in *" ${prefix}${m}_"*) echo "${prefix}${m}_$r: skipped, it hung before"; continue ;; esac
+      # shellcheck disable=SC2086 # the mode's variables, split on purpose
+      run "${prefix}${m}_$r" "${INJ[@]}" ${MODE_ENV[$m]}
+    done
+  done
+  echo "-- overhead per mode (work phase / its round's base; median over rounds):"
+  for m in "$@"; do
+    ratios=$(for r in $(seq "$ROUNDS"); do
+      [ -s "$S/${prefix}${m}_$r.ms" ] && [ -s "$S/${prefix}base_$r.ms" ] &&
+        echo "$(cat "$S/${prefix}${m}_$r.ms") $(cat "$S/${prefix}base_$r.ms")"
+    done | awk '{ printf "%.3f\n", $1 / $2 }' | sort -n)
+    n=$(echo "$ratios" | grep -c .)
+    [ "$n" -gt 0 ] || { printf '%-12s rounds=0\n' "$prefix$m"; continue; }
+    printf '%-12s rounds=%s per-round=%s median=%sx\n' "$prefix$m" "$n" "$(echo $ratios | tr ' ' ',')" \
+      "$(echo "$ratios" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')"
+  done
+  [ -z "$HUNG" ] || echo "HUNG: $HUNG"
+}
+ROUNDS=${ROUNDS:-3}
+HUNG=""
+# shellcheck disable=SC2086 # the list of modes, split on purpose
+want 3 && rounds "" ${PCS_MODES:-traced pcs idle once sleep1000 hw32 duty}
+
+section "3b. one stream: the same work with both threads launching into one stream"
+# On an H200 the kernels' own durations were the same with PC sampling
+# enabled as without, but kernels of the workload's two streams overlapped
+# less (879 against 1,515 ms of overlap over a 3 s run): the cost is lost
+# cross-stream concurrency, so one stream should show none of it.
+if want 3b; then
+  sed 's/path_b(w, sb, iters, cb);/path_b(w, sa, iters, cb);/; s/cudaStreamSynchronize(sb)/cudaStreamSynchronize(sa)/' \
+    "$K/work.cu" >"$S/work1.cu"
+  if nvcc -O2 -lineinfo -arch="$ARCH" -o "$S/work1" "$S/work1.cu" >"$S/nvcc1.txt" 2>&1; then
+    WORK=$S/work1 rounds one_ traced pcs idle
   else
-    run pcs_$p "${INJ[@]}" KILN_CUDA_PC_SAMPLING=1 KILN_CUDA_PC_SAMPLING_PERIOD=$p
+    echo "work1.cu did not build: $(tail -2 "$S/nvcc1.txt")"
   fi
-done
-run base2
+fi
 
 section "4. host cost per launch (200k empty kernels)"
-if [ "$(left)" -gt 120 ] && nvcc -O2 -arch="$ARCH" -o "$OUT/launch" "$K/launch.cu" >"$OUT/launch_nvcc.txt" 2>&1; then
+if ! want 4; then
+  :
+elif [ "$(left)" -gt 120 ] && nvcc -O2 -arch="$ARCH" -o "$OUT/launch" "$K/launch.cu" >"$OUT/launch_nvcc.txt" 2>&1; then
   for t in 1 8; do
-    for r in 1 2; do
+    for r in 1 2 3; do
       echo "t=$t base      $(timeout 60 "$OUT/launch" 200000 $t)"
       echo "t=$t kiln      $(CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_GPU_SOCKET=/tmp/none.sock timeout 60 "$OUT/launch" 200000 $t 2>/dev/null)"
       echo "t=$t kiln+pcs  $(CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_GPU_SOCKET=/tmp/none.sock KILN_CUDA_PC_SAMPLING=1 timeout 60 "$OUT/launch" 200000 $t 2>/dev/null)"
@@ -192,14 +259,18 @@ fi
 section "5. end to end: kiln up (eBPF agent, NVML), the workload and PyTorch injected"
 E=$OUT/e2e
 mkdir -p "$E" /run/kiln
-if [ "$(left)" -gt 90 ]; then
+if ! want 5; then
+  :
+elif [ "$(left)" -gt 90 ]; then
   "$K/kiln" up --listen 127.0.0.1:7070 --data-dir /tmp/kiln-field-data >"$E/kiln.log" 2>&1 &
   kp=$!
   for _ in $(seq 60); do curl -s -o /dev/null http://127.0.0.1:7070/healthz && break; sleep 0.5; done
   sleep 4
   t0=$(date +%s)
-  CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_CUDA_SNAPSHOT_MS=1000 timeout 60 "$S/work" 2000 >"$E/work.out" 2>"$E/work.log"
-  echo "work exit $?"
+  # PC sampling on, so that the GPU view's SASS table has real samples.
+  CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_CUDA_SNAPSHOT_MS=1000 KILN_CUDA_PC_SAMPLING=1 \
+    timeout 60 "$S/work" 2000 >"$E/work.out" 2>"$E/work.log"
+  echo "work exit $?; launches printed by the workload: $(grep -o '"launches":{[^}]*}' "$E/work.out" | head -1)"
   CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_CUDA_SNAPSHOT_MS=1000 timeout 90 python3 - >"$E/torch.out" 2>&1 <<'PY'
 import torch
 def allocate_weights():
@@ -227,6 +298,9 @@ PY
   api "metrics/names?$Q" metric_names.json
   api "metrics?$Q&name=gpu.utilization_percent" gpu_util.json
   api "metrics?$Q&name=gpu.process_peak_live_bytes" peak.json
+  api "gpu/kernels?$Q" gpu_kernels.json
+  fma=$(python3 -c 'import json,sys; print(next((k["name"] for k in json.load(open(sys.argv[1])).get("kernels", []) if "kiln_fma" in k["name"]), ""))' "$E/gpu_kernels.json" 2>/dev/null)
+  api "gpu/instructions?$Q&kernel=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$fma")" gpu_fma_sass.json
   kill $kp; wait $kp 2>/dev/null
   echo "kernel stacks: $(wc -l <"$E/kernels.collapsed"); under main/path_a/path_b: $(grep -c 'path_a\|path_b' "$E/kernels.collapsed"); torch kernels under train_step: $(grep -c 'train_step' "$E/kernels.collapsed")"
   echo "-- GPU memory allocated by call path (top 6):"
@@ -236,7 +310,17 @@ PY
   echo "-- metric names: $(cut -c1-600 "$E/metric_names.json")"
   echo "-- gpu.utilization_percent: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); s=d.get("series", d if isinstance(d, list) else []); print(len(s), "series;", [ (x.get("labels"), len(x.get("points", [])), max([p[1] if isinstance(p, list) else p.get("value", 0) for p in x.get("points", [])] or [0])) for x in s][:2])' "$E/gpu_util.json" 2>&1 | cut -c1-500)"
   echo "-- peak live bytes: $(cut -c1-400 "$E/peak.json")"
+  echo "-- GPU view, kernels (name, launches, mean us, share, PC samples):"
+  python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in d.get("kernels", [])[:8]:
+    print("  ", (k.get("demangled") or k["name"])[:70], k.get("launches"), round(k.get("mean_ns", 0) / 1e3, 1), round(k.get("gpu_time_share", 0), 3), k.get("pc_samples"))
+' "$E/gpu_kernels.json" 2>&1 | head -9
+  echo "-- GPU view, kiln_fma SASS (first rows): $(head -c 700 "$E/gpu_fma_sass.json")"
   grep -i "nvml\|gpu metrics" "$E/kiln.log" | head -3 | cut -c1-300
+  echo "-- kiln up's warnings and errors:"
+  grep -i " warn\| error" "$E/kiln.log" | head -8 | cut -c1-300
 else
   echo "skipped: $(left) s left"
 fi

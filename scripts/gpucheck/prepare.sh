@@ -14,6 +14,14 @@ if [ ! -f "$kit/device.sh" ]; then
   exit 1
 fi
 
+# Without clang and bpftool the agent builds without its eBPF program, and
+# field.sh's end-to-end step then finds kiln up with no local agent.
+if ! command -v clang >/dev/null || ! { command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ]; }; then
+  echo "prepare.sh: clang or bpftool is missing, so kiln's agent would be built without eBPF" >&2
+  echo "  (apt-get install clang libbpf-dev bpftool, or scripts/setup.sh)" >&2
+  exit 1
+fi
+
 echo "== gpucheck: building release kiln-gpu and kiln"
 cargo build --release -p kiln-gpu -p kiln
 

@@ -497,13 +497,18 @@ pub mod pc_sampling_attr {
     /// or kernel-serialized (u32).
     pub const COLLECTION_MODE: u32 = 5;
     /// 1: collection runs only between `cuptiPCSamplingStart` and `Stop`
-    /// (u32). Kiln sets 0: Start and Stop take a driver lock that a
-    /// launching thread holds, so calling them while the program launches
-    /// deadlocks (seen on an H200, CUDA 13.0).
+    /// (u32). Kiln sets 0 outside its measurement modes: Start and Stop
+    /// take a driver lock that a launching thread holds, so calling them
+    /// from another thread while the program launches deadlocks (seen on
+    /// an H200, CUDA 13.0).
     pub const ENABLE_START_STOP_CONTROL: u32 = 6;
     /// Where CUPTI copies what is left at `cuptiPCSamplingDisable`
     /// (pointer to a `CUpti_PCSamplingData`).
     pub const SAMPLING_DATA_BUFFER: u32 = 8;
+    /// How long CUPTI's PC-sampling worker threads sleep between wakes, in
+    /// ms (u32, CUDA 12.0+; CUPTI's default 100): they decode the hardware
+    /// buffer and correlate PCs to SASS.
+    pub const WORKER_THREAD_PERIODIC_SLEEP_SPAN: u32 = 9;
 }
 
 /// `CUPTI_PC_SAMPLING_COLLECTION_MODE_CONTINUOUS`: kernels run

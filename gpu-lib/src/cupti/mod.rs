@@ -95,10 +95,11 @@ pub trait Cupti: Send + Sync {
     fn pc_sampling_enable(&self, ctx: ContextHandle) -> Result<Vec<StallReasonName>, CuptiError>;
 
     /// Configures an enabled context (`cuptiPCSamplingSetConfigurationAttribute`):
-    /// continuous collection with start/stop control off (sampling runs
-    /// from here to `Disable`), every stall reason in `setup`, `configured`
-    /// as the buffer CUPTI fills at `Disable`, and the sampling period
-    /// when given.
+    /// continuous collection, start/stop control as `setup` says (off:
+    /// sampling runs from here to `Disable`), every stall reason in
+    /// `setup`, `configured` as the buffer CUPTI fills at `Disable`, and
+    /// the sampling period, worker sleep and hardware buffer size when
+    /// given.
     fn pc_sampling_configure(
         &self,
         ctx: ContextHandle,
@@ -119,6 +120,31 @@ pub trait Cupti: Send + Sync {
     /// Turns PC sampling off for a context (`cuptiPCSamplingDisable`);
     /// CUPTI copies what it still holds into the configured buffer.
     fn pc_sampling_disable(&self, ctx: ContextHandle) -> Result<(), CuptiError>;
+
+    /// Starts collection on a context configured with start/stop control
+    /// (`cuptiPCSamplingStart`). Only the measurement modes of
+    /// [`crate::pcsampling::control::Experiment`] call it, on the
+    /// program's own threads inside CUPTI's callbacks.
+    fn pc_sampling_start(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
+        Err(CuptiError::unsupported("cuptiPCSamplingStart", ctx))
+    }
+
+    /// Stops collection started by [`Cupti::pc_sampling_start`]
+    /// (`cuptiPCSamplingStop`).
+    fn pc_sampling_stop(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
+        Err(CuptiError::unsupported("cuptiPCSamplingStop", ctx))
+    }
+}
+
+impl CuptiError {
+    /// `CUPTI_ERROR_NOT_SUPPORTED` (27), from a CUPTI that lacks `call`.
+    fn unsupported(call: &'static str, _ctx: ContextHandle) -> Self {
+        Self {
+            call,
+            code: 27,
+            message: "not supported by this CUPTI".into(),
+        }
+    }
 }
 
 /// How a context's PC sampling is configured.
@@ -128,4 +154,12 @@ pub struct PcSamplingSetup<'a> {
     pub period: Option<u32>,
     /// The stall reason indices to collect (all CUPTI reported).
     pub stall_reasons: &'a [u32],
+    /// Sleep of CUPTI's PC-sampling worker threads, ms; CUPTI's default
+    /// (100) when `None`.
+    pub worker_sleep_ms: Option<u32>,
+    /// The hardware buffer's size; CUPTI's default (512 MiB) when `None`.
+    pub hardware_buffer_bytes: Option<usize>,
+    /// Collection only between `Start` and `Stop`
+    /// ([`Cupti::pc_sampling_start`]); off: from `Enable` to `Disable`.
+    pub start_stop_control: bool,
 }

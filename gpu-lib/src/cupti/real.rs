@@ -38,9 +38,11 @@ type GetResultString =
 type ParamsCall = unsafe extern "C" fn(params: *mut c_void) -> CuptiResult;
 
 /// The PC Sampling API (CUDA 11.3+), absent from older libraries.
-/// `cuptiPCSamplingStart`/`Stop` are not among them: Kiln never calls
-/// them (see `pcsampling::control`).
+/// `cuptiPCSamplingStart`/`Stop` are called only by the measurement modes
+/// (see `pcsampling::control`).
 struct PcSamplingFns {
+    start: ParamsCall,
+    stop: ParamsCall,
     enable: ParamsCall,
     disable: ParamsCall,
     get_data: ParamsCall,
@@ -118,6 +120,8 @@ impl RealCupti {
         }
         let pc = (|| {
             Some(PcSamplingFns {
+                start: optional!("cuptiPCSamplingStart")?,
+                stop: optional!("cuptiPCSamplingStop")?,
                 enable: optional!("cuptiPCSamplingEnable")?,
                 disable: optional!("cuptiPCSamplingDisable")?,
                 get_data: optional!("cuptiPCSamplingGetData")?,
@@ -366,9 +370,12 @@ impl Cupti for RealCupti {
             data,
         };
         let mut info = vec![
-            // Sampling runs from Enable to Disable: Start and Stop deadlock
-            // against launching threads.
-            info(attr::ENABLE_START_STOP_CONTROL, [0, 0, 0]),
+            // Off: sampling runs from Enable to Disable (Start and Stop
+            // from another thread deadlock against launching threads).
+            info(
+                attr::ENABLE_START_STOP_CONTROL,
+                [u64::from(setup.start_stop_control), 0, 0],
+            ),
             info(
                 attr::COLLECTION_MODE,
                 [abi::PC_SAMPLING_COLLECTION_MODE_CONTINUOUS, 0, 0],
@@ -391,6 +398,20 @@ impl Cupti for RealCupti {
                 attribute_type: attr::SAMPLING_PERIOD,
                 attribute_status: 0,
                 data: [u64::from(period), 0, 0],
+            });
+        }
+        if let Some(ms) = setup.worker_sleep_ms {
+            info.push(abi::PcSamplingConfigurationInfo {
+                attribute_type: attr::WORKER_THREAD_PERIODIC_SLEEP_SPAN,
+                attribute_status: 0,
+                data: [u64::from(ms), 0, 0],
+            });
+        }
+        if let Some(bytes) = setup.hardware_buffer_bytes {
+            info.push(abi::PcSamplingConfigurationInfo {
+                attribute_type: attr::HARDWARE_BUFFER_SIZE,
+                attribute_status: 0,
+                data: [bytes as u64, 0, 0],
             });
         }
         let mut params = abi::PcSamplingConfigurationInfoParams {
@@ -445,5 +466,15 @@ impl Cupti for RealCupti {
     fn pc_sampling_disable(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
         let pc = self.pc()?;
         self.ctx_call("cuptiPCSamplingDisable", pc.disable, ctx)
+    }
+
+    fn pc_sampling_start(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
+        let pc = self.pc()?;
+        self.ctx_call("cuptiPCSamplingStart", pc.start, ctx)
+    }
+
+    fn pc_sampling_stop(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
+        let pc = self.pc()?;
+        self.ctx_call("cuptiPCSamplingStop", pc.stop, ctx)
     }
 }

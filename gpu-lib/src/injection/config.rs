@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::aggregate::Limits;
 
 use crate::log::{Level, log};
-use crate::pcsampling::control::{DrainPolicy, PcSamplingSettings};
+use crate::pcsampling::control::{DrainPolicy, Experiment, PcSamplingSettings};
 use crate::socket::DEFAULT_SOCKET_PATH;
 
 /// What the library does, from the environment ([`Config::from_env`]).
@@ -59,11 +59,12 @@ impl Config {
     /// Reads the `KILN_*` variables; values that do not parse keep the
     /// default.
     pub fn from_env() -> Self {
+        let duty = std::env::var("KILN_CUDA_PC_SAMPLING_MODE").is_ok_and(|m| m.trim() == "duty");
         for gone in [
             "KILN_CUDA_PC_SAMPLING_ON_MS",
             "KILN_CUDA_PC_SAMPLING_OFF_MS",
         ] {
-            if std::env::var_os(gone).is_some() {
+            if !duty && std::env::var_os(gone).is_some() {
                 log(
                     Level::Warn,
                     format_args!(
@@ -110,6 +111,21 @@ impl Config {
                     ..default.drain
                 },
                 call_bound: millis("KILN_CUDA_PC_SAMPLING_CALL_BOUND_MS", default.call_bound),
+                worker_sleep: number("KILN_CUDA_PC_SAMPLING_WORKER_SLEEP_MS")
+                    .filter(|ms| *ms > 0)
+                    .map(Duration::from_millis),
+                hardware_buffer_bytes: number("KILN_CUDA_PC_SAMPLING_HW_BUFFER_MB")
+                    .filter(|mb| (1..=1 << 20).contains(mb))
+                    .and_then(|mb| usize::try_from(mb << 20).ok()),
+                experiment: match var("KILN_CUDA_PC_SAMPLING_MODE").as_deref().map(str::trim) {
+                    Some("idle") => Experiment::EnabledIdle,
+                    Some("start-once") => Experiment::StartOnce,
+                    Some("duty") => Experiment::DutyAtLaunchExit {
+                        on: millis("KILN_CUDA_PC_SAMPLING_ON_MS", Duration::from_millis(100)),
+                        off: millis("KILN_CUDA_PC_SAMPLING_OFF_MS", Duration::from_millis(400)),
+                    },
+                    _ => Experiment::Off,
+                },
                 ..default
             });
         }
@@ -133,6 +149,10 @@ mod tests {
                     "KILN_CUDA_PC_SAMPLING_PERIOD" => "40",
                     "KILN_CUDA_PC_SAMPLING_DRAIN_MS" => "100",
                     "KILN_CUDA_PC_SAMPLING_CALL_BOUND_MS" => "0",
+                    "KILN_CUDA_PC_SAMPLING_WORKER_SLEEP_MS" => "1000",
+                    "KILN_CUDA_PC_SAMPLING_HW_BUFFER_MB" => "64",
+                    "KILN_CUDA_PC_SAMPLING_MODE" => "duty",
+                    "KILN_CUDA_PC_SAMPLING_OFF_MS" => "900",
                     _ => return None,
                 }
                 .to_owned(),
@@ -152,6 +172,15 @@ mod tests {
         let default = PcSamplingSettings::default();
         assert_eq!(pc.call_bound, default.call_bound, "a bound of 0 is refused");
         assert_eq!(pc.drain.pending_pcs, default.drain.pending_pcs);
+        assert_eq!(pc.worker_sleep, Some(Duration::from_secs(1)));
+        assert_eq!(pc.hardware_buffer_bytes, Some(64 << 20));
+        assert_eq!(
+            pc.experiment,
+            Experiment::DutyAtLaunchExit {
+                on: Duration::from_millis(100),
+                off: Duration::from_millis(900)
+            }
+        );
 
         let c = Config::from_vars(|_| None);
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));

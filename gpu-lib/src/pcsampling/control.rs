@@ -33,6 +33,12 @@
 //!
 //! The fake CUPTI of `tests/pc_sampling_rules.rs` enforces these rules, so
 //! a change that breaks one fails there, without a GPU.
+//!
+//! [`Experiment`] names the measurement modes that break rule 2 on
+//! purpose, to find out on a GPU where CUPTI's cost lies (is it being
+//! enabled, or collecting?) and whether `Start`/`Stop` from a launch
+//! exit, on the launching thread, can duty-cycle collection. They are
+//! never on unless `KILN_CUDA_PC_SAMPLING_MODE` asks.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,6 +96,43 @@ pub struct PcSamplingSettings {
     pub drain: DrainPolicy,
     /// How long one CUPTI call may take before PC sampling is turned off.
     pub call_bound: Duration,
+    /// Sleep of CUPTI's PC-sampling worker threads; CUPTI's default
+    /// (100 ms) when `None`.
+    pub worker_sleep: Option<Duration>,
+    /// The hardware buffer's size; CUPTI's default (512 MiB) when `None`.
+    pub hardware_buffer_bytes: Option<usize>,
+    /// A measurement mode, or [`Experiment::Off`]: the rules above.
+    pub experiment: Experiment,
+}
+
+/// Measurement modes (`KILN_CUDA_PC_SAMPLING_MODE`): each turns on
+/// CUPTI's start/stop control, which the rules above leave off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experiment {
+    /// The rules above: collection from `Enable` to `Disable`.
+    Off,
+    /// `idle`: enabled and configured with start/stop control, never
+    /// started: CUPTI's cost of being enabled, without collecting.
+    EnabledIdle,
+    /// `start-once`: start/stop control, `Start` in the context-created
+    /// callback and never stopped: collection as with [`Experiment::Off`],
+    /// reached through `Start`.
+    StartOnce,
+    /// `duty`: `Start` and `Stop` from launch exits, on the launching
+    /// thread, collecting for `on` out of every `on + off`; after each
+    /// `Stop` the context is read (CUPTI wants a read per range).
+    DutyAtLaunchExit {
+        /// Time collecting.
+        on: Duration,
+        /// Time stopped.
+        off: Duration,
+    },
+}
+
+impl Experiment {
+    fn start_stop_control(self) -> bool {
+        self != Experiment::Off
+    }
 }
 
 impl Default for PcSamplingSettings {
@@ -108,6 +151,9 @@ impl Default for PcSamplingSettings {
                 pending_pcs: 5_000,
             },
             call_bound: Duration::from_secs(5),
+            worker_sleep: None,
+            hardware_buffer_bytes: None,
+            experiment: Experiment::Off,
         }
     }
 }
@@ -128,6 +174,10 @@ struct PcContext {
     last_drain_ns: AtomicU64,
     /// Set when teardown began: launching threads leave it alone.
     retired: AtomicBool,
+    /// Collecting between `Start` and `Stop` (measurement modes).
+    collecting: AtomicBool,
+    /// When collection last started or stopped (measurement modes).
+    switched_ns: AtomicU64,
 }
 
 impl PcContext {
@@ -156,6 +206,8 @@ pub struct PcSampler {
     errors: Arc<ErrorLog>,
     drains: AtomicU64,
     drains_skipped: AtomicU64,
+    /// `Start`/`Stop` calls that returned (measurement modes).
+    switches: AtomicU64,
 }
 
 /// Bounds a full drain: a context cannot keep a thread reading forever.
@@ -172,6 +224,7 @@ impl PcSampler {
             errors,
             drains: AtomicU64::new(0),
             drains_skipped: AtomicU64::new(0),
+            switches: AtomicU64::new(0),
         }
     }
 
@@ -204,6 +257,12 @@ impl PcSampler {
             let setup = PcSamplingSetup {
                 period: self.settings.period,
                 stall_reasons: &stall_indices,
+                worker_sleep_ms: self
+                    .settings
+                    .worker_sleep
+                    .map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX)),
+                hardware_buffer_bytes: self.settings.hardware_buffer_bytes,
+                start_stop_control: self.settings.experiment.start_stop_control(),
             };
             if let Err(e) = self
                 .cupti
@@ -222,6 +281,8 @@ impl PcSampler {
                 _stall_indices: stall_indices,
                 last_drain_ns: AtomicU64::new(monotonic_ns()),
                 retired: AtomicBool::new(false),
+                collecting: AtomicBool::new(false),
+                switched_ns: AtomicU64::new(monotonic_ns()),
             })
         };
         let started = Instant::now();
@@ -242,11 +303,19 @@ impl PcSampler {
                 log(
                     Level::Info,
                     format_args!(
-                        "PC sampling on for context {:#x} (enabling and configuring took {:?})",
+                        "PC sampling on for context {:#x} (enabling and configuring took {:?}; mode {:?})",
                         ctx.0,
-                        started.elapsed()
+                        started.elapsed(),
+                        self.settings.experiment
                     ),
                 );
+                if matches!(
+                    self.settings.experiment,
+                    Experiment::StartOnce | Experiment::DutyAtLaunchExit { .. }
+                ) && let Some(context) = self.find(ctx)
+                {
+                    self.switch(context, true, monotonic_ns());
+                }
             }
             Err(e) => self
                 .errors
@@ -264,6 +333,9 @@ impl PcSampler {
             return;
         };
         let now = monotonic_ns();
+        if let Experiment::DutyAtLaunchExit { on, off } = self.settings.experiment {
+            self.duty_cycle(context, on, off, now, out);
+        }
         let last = context.last_drain_ns.load(Ordering::Relaxed);
         if !self
             .settings
@@ -278,6 +350,70 @@ impl PcSampler {
         };
         context.last_drain_ns.store(now, Ordering::Relaxed);
         self.get_data(context, &mut buffers, out);
+    }
+
+    /// [`Experiment::DutyAtLaunchExit`]: starts or stops collection when
+    /// the current phase has run its length; one thread at a time (the
+    /// drain lock), nobody waits.
+    fn duty_cycle(
+        &self,
+        context: &PcContext,
+        on: Duration,
+        off: Duration,
+        now: u64,
+        out: &dyn Fn(PcOutput),
+    ) {
+        let collecting = context.collecting.load(Ordering::Acquire);
+        let phase = if collecting { on } else { off };
+        let since = context.switched_ns.load(Ordering::Relaxed);
+        if now.saturating_sub(since) < u64::try_from(phase.as_nanos()).unwrap_or(u64::MAX) {
+            return;
+        }
+        let Ok(mut buffers) = context.drain.try_lock() else {
+            return;
+        };
+        if self.switch(context, !collecting, now) && collecting {
+            context.last_drain_ns.store(now, Ordering::Relaxed);
+            self.drain_fully(context, &mut buffers, out);
+        }
+    }
+
+    /// `Start` (`collect`) or `Stop`, watched; true when it succeeded.
+    fn switch(&self, context: &PcContext, collect: bool, now: u64) -> bool {
+        let started = Instant::now();
+        let result = if collect {
+            let _watch = self.watchdog.watch(WatchedCall::PcSamplingStart);
+            self.cupti.pc_sampling_start(context.ctx)
+        } else {
+            let _watch = self.watchdog.watch(WatchedCall::PcSamplingStop);
+            self.cupti.pc_sampling_stop(context.ctx)
+        };
+        // Even a failed switch ends the phase: a failing call is not
+        // retried on every launch.
+        context.switched_ns.store(now, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                context.collecting.store(collect, Ordering::Release);
+                let n = self.switches.fetch_add(1, Ordering::Relaxed);
+                let level = if n < 4 { Level::Info } else { Level::Debug };
+                log(
+                    level,
+                    format_args!(
+                        "PC sampling {} on context {:#x} (took {:?}; switch {})",
+                        if collect { "started" } else { "stopped" },
+                        context.ctx.0,
+                        started.elapsed(),
+                        n + 1
+                    ),
+                );
+                true
+            }
+            Err(e) => {
+                self.errors
+                    .report(&e, "collection stays as it was for this phase");
+                false
+            }
+        }
     }
 
     /// Rule 3: a module was loaded into `ctx`; CUPTI wants what it holds
