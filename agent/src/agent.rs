@@ -148,7 +148,11 @@ impl Agent {
                 continue;
             }
             if let Err(e) = self.sampler.attach_gpu_probe(pid, &library) {
-                warn!(library = %library.path, pid, error = %e, "attaching the GPU launch probe failed");
+                if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    warn!(library = %library.path, pid, error = %e, "attaching the GPU launch probe failed");
+                } else {
+                    debug!(library = %library.path, pid, error = %e, "GPU process exited before its launch probe was attached");
+                }
             }
         }
         if !later.is_empty() {

@@ -446,11 +446,14 @@ impl Sampler {
         if self.gpu_launches.is_none() {
             return Ok(false);
         }
-        let file = crate::mapped_file::open_mapped(pid, mapping)
-            .map_err(|e| SamplerError::Config(format!("GPU library: {e}")))?;
-        if !self.gpu_attached.insert((mapping.dev, mapping.inode)) {
+        // Before opening: a library seen again (another process, or the
+        // same one's maps read twice, perhaps after it exited) is done.
+        if self.gpu_attached.contains(&(mapping.dev, mapping.inode)) {
             return Ok(false);
         }
+        let file = crate::mapped_file::open_mapped(pid, mapping)
+            .map_err(|e| SamplerError::Config(format!("GPU library: {e}")))?;
+        self.gpu_attached.insert((mapping.dev, mapping.inode));
         let through = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
         let program: &mut UProbe = typed_program(&mut self.ebpf, GPU_LAUNCH_PROGRAM)?;
         if let Err(e) = program.attach(GPU_LAUNCH_MARKER, &through, UProbeScope::AllProcesses) {

@@ -44,6 +44,7 @@ fn workload() -> Workload {
                 tid: 1000 + (i as u32 % THREADS),
                 timestamp_ns: i as u64 * 100,
                 graph: false,
+                marked: true,
             })
             .collect();
         let mut order = indices.clone();

@@ -62,6 +62,8 @@ struct KernelKey {
 #[derive(Debug, Clone, Default)]
 struct KernelSum {
     launches: u64,
+    /// Launches that called the marker: the exemplars' reservoir.
+    marked: u64,
     total_ns: u64,
     exemplars: Vec<u32>,
 }
@@ -127,16 +129,18 @@ impl Aggregator {
         };
         sum.launches += 1;
         sum.total_ns += joined.kernel.duration_ns();
-        if let Some(launch) = joined.launch {
-            // Reservoir sampling: every launch has the same chance to be an
+        if let Some(launch) = joined.launch.filter(|l| l.marked) {
+            // Reservoir sampling: every marked launch (the agent has the
+            // stacks of those only) has the same chance to be an
             // exemplar, whatever the count.
+            sum.marked += 1;
             if sum.exemplars.len() < EXEMPLARS {
                 sum.exemplars.push(launch.correlation_id);
             } else {
                 self.rng ^= self.rng << 13;
                 self.rng ^= self.rng >> 7;
                 self.rng ^= self.rng << 17;
-                let slot = self.rng % sum.launches;
+                let slot = self.rng % sum.marked;
                 if let Some(exemplar) = sum.exemplars.get_mut(slot as usize) {
                     *exemplar = launch.correlation_id;
                 }
@@ -282,6 +286,7 @@ mod tests {
                 tid,
                 timestamp_ns: 0,
                 graph: false,
+                marked: true,
             }),
         }
     }
@@ -337,6 +342,25 @@ mod tests {
         let ex = &s.kernels[0].exemplar_correlation_ids;
         assert_eq!(ex.len(), EXEMPLARS);
         assert!(ex.iter().any(|&id| id >= 5000), "{ex:?}");
+    }
+
+    /// The agent has the stacks of marked launches only: an unmarked
+    /// launch counts, but is never an exemplar.
+    #[test]
+    fn only_marked_launches_are_exemplars() {
+        let mut agg = Aggregator::new(Limits::default());
+        for id in 0..10_000 {
+            let mut j = joined(id, Some(1), 1, 1);
+            if let Some(launch) = &mut j.launch {
+                launch.marked = id % 1000 == 7;
+            }
+            agg.add_kernel(&j);
+        }
+        let s = agg.snapshot(1, 0, 1, names);
+        assert_eq!(s.kernels[0].launches, 10_000);
+        let ex = &s.kernels[0].exemplar_correlation_ids;
+        assert_eq!(ex.len(), EXEMPLARS);
+        assert!(ex.iter().all(|id| id % 1000 == 7), "{ex:?}");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct Launch {
     pub timestamp_ns: u64,
     /// `cuGraphLaunch`: many kernels share this correlation id.
     pub graph: bool,
+    /// The launch called the launch marker, so the agent has its CPU
+    /// stack (see [`crate::marking`]): only such launches are exemplars.
+    pub marked: bool,
 }
 
 /// A kernel with its launch, when the launch was seen.
@@ -264,6 +267,7 @@ mod tests {
             tid,
             timestamp_ns: u64::from(id),
             graph: false,
+            marked: true,
         }
     }
 
@@ -346,6 +350,7 @@ mod tests {
         j.on_kernel(synth::kernel(9, 1, 0, 1), |x| out.push(x));
         let graph = Launch {
             graph: true,
+            marked: true,
             ..launch(9, 42)
         };
         j.on_launch(graph, |x| out.push(x));

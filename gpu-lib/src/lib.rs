@@ -8,12 +8,15 @@
 //! socket. The agent turns snapshots into `gpu_kernel` → `gpu_instruction`
 //! → `gpu_stall` frames under the launching thread's CPU stack with
 //! [`fold_snapshot`]; the stack itself comes from the agent's uprobe on
-//! [`kiln_cuda_launch_marker`], which the library calls at every launch.
+//! [`kiln_cuda_launch_marker`], which the library calls at the launches
+//! [`marking`] picks.
 //!
 //! Environment: `KILN_GPU_SOCKET` (default `/run/kiln/gpu.sock`),
 //! `KILN_CUPTI_PATH`, `KILN_CUDA_SNAPSHOT_MS`, `KILN_CUDA_TIMELINE` (a file
-//! for `kiln export perfetto`), `KILN_CUDA_PC_SAMPLING=1` (with
-//! `…_PERIOD`, `…_DRAIN_MS`, `…_CALL_BOUND_MS`), `KILN_CUDA_LOG`.
+//! for `kiln export perfetto`), `KILN_CUDA_MARKS_PER_SECOND` (per thread,
+//! default 200), `KILN_CUDA_PC_SAMPLING=1` (with `…_PERIOD`, `…_DRAIN_MS`,
+//! `…_CALL_BOUND_MS`, `…_WORKER_SLEEP_MS`, `…_HW_BUFFER_MB`, and
+//! `…_MODE=idle` to measure what being enabled costs), `KILN_CUDA_LOG`.
 //!
 //! The same crate is an rlib for the agent and the CLI:
 //!
@@ -34,6 +37,7 @@ mod fold;
 pub mod injection;
 pub mod join;
 mod log;
+pub mod marking;
 pub mod memory;
 pub mod pcsampling;
 pub mod perfetto;
@@ -94,9 +98,10 @@ fn start_from_env() {
     }
 }
 
-/// Called at every kernel launch with the launch's correlation id and
-/// thread id, so the agent's uprobe on this symbol can record the
-/// launching thread's CPU stack under that id. Does nothing itself; kept
+/// Called at the kernel launches [`marking`] picks, and at device memory
+/// allocations, with the call's correlation id and thread id, so the
+/// agent's uprobe on this symbol can record the calling thread's CPU
+/// stack under that id. Does nothing itself; kept
 /// out of line and exported so the symbol exists to attach to.
 #[unsafe(no_mangle)]
 #[inline(never)]

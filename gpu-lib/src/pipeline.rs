@@ -249,6 +249,7 @@ mod tests {
             tid,
             timestamp_ns: 1,
             graph: false,
+            marked: true,
         }
     }
 

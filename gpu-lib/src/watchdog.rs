@@ -28,20 +28,14 @@ pub enum WatchedCall {
     PcSamplingDisable,
     /// `cuptiActivityFlushAll`.
     ActivityFlushAll,
-    /// `cuptiPCSamplingStart` (measurement modes only).
-    PcSamplingStart,
-    /// `cuptiPCSamplingStop` (measurement modes only).
-    PcSamplingStop,
 }
 
 impl WatchedCall {
-    const ALL: [WatchedCall; 6] = [
+    const ALL: [WatchedCall; 4] = [
         WatchedCall::PcSamplingEnable,
         WatchedCall::PcSamplingGetData,
         WatchedCall::PcSamplingDisable,
         WatchedCall::ActivityFlushAll,
-        WatchedCall::PcSamplingStart,
-        WatchedCall::PcSamplingStop,
     ];
 
     /// The CUPTI function's name.
@@ -51,8 +45,6 @@ impl WatchedCall {
             WatchedCall::PcSamplingGetData => "cuptiPCSamplingGetData",
             WatchedCall::PcSamplingDisable => "cuptiPCSamplingDisable",
             WatchedCall::ActivityFlushAll => "cuptiActivityFlushAll",
-            WatchedCall::PcSamplingStart => "cuptiPCSamplingStart",
-            WatchedCall::PcSamplingStop => "cuptiPCSamplingStop",
         }
     }
 

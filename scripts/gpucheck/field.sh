@@ -10,11 +10,13 @@
 #      run in the same round (median over rounds), its samples, and
 #      whether it ended (a run alive after 30 s is a hang: its threads'
 #      stacks are kept);
+#   3b. the same work on one stream: base, traced, PC sampling, idle;
 #   4. the library's host cost per launch (the kit's launch.cu, 200k empty
 #      kernels from 1 and 8 threads), without and with PC sampling;
 #   5. end to end with `kiln up` (eBPF agent, NVML): the kit's workload and
 #      a PyTorch loop injected; their kernels under the launching stacks,
-#      GPU memory by call path, and the GPU metric series, from the API.
+#      GPU memory by call path, the GPU metric series and the GPU view,
+#      from the API; and the launch cost with the agent's probe attached.
 #
 # Each step has a time limit; BUDGET_S (default 480) bounds the whole.
 set -u
@@ -117,12 +119,13 @@ fi
 section "3. PC sampling modes: overhead in rounds, samples, no hang"
 # Each round runs an untraced base and then every mode back to back; a
 # mode's overhead is the median over rounds of its work phase against its
-# round's base (the machine is shared: rounds, not single runs). The
-# modes ask where CUPTI's cost lies (KILN_CUDA_PC_SAMPLING_MODE in
-# gpu-lib/src/pcsampling/control.rs): enabled but never started (idle),
-# started once (start-once), CUPTI's worker threads waking 10x less
-# often, a 32 MiB hardware buffer, and Start/Stop from launch exits
-# (duty: 100 ms of every 500). A mode that hangs once is not run again.
+# round's base (the machine is shared: rounds, not single runs). idle is
+# PC sampling enabled but never collecting (KILN_CUDA_PC_SAMPLING_MODE,
+# gpu-lib/src/pcsampling/control.rs); sleep1000 wakes CUPTI's worker
+# threads 10x less often; hw32 gives the hardware 32 MiB. A mode that
+# hangs once is not run again. H200, 2026-11-27: traced 1.010x, pcs
+# 1.089x, idle 1.063x, sleep1000 1.070x, hw32 1.078x (Start/Stop from
+# launch exits, tried then, hung the program).
 S=$OUT/periods
 mkdir -p "$S"
 nvcc -O2 -lineinfo -arch="$ARCH" -o "$S/work" "$K/work.cu" >"$S/nvcc.txt" 2>&1 || echo "nvcc work.cu failed: $(tail -2 "$S/nvcc.txt")"
@@ -189,10 +192,8 @@ declare -A MODE_ENV=(
   [traced]=""
   [pcs]="$PCS"
   [idle]="$PCS $MODE=idle"
-  [once]="$PCS $MODE=start-once"
   [sleep1000]="$PCS KILN_CUDA_PC_SAMPLING_WORKER_SLEEP_MS=1000"
   [hw32]="$PCS KILN_CUDA_PC_SAMPLING_HW_BUFFER_MB=32"
-  [duty]="$PCS $MODE=duty KILN_CUDA_PC_SAMPLING_ON_MS=100 KILN_CUDA_PC_SAMPLING_OFF_MS=400"
 )
 # rounds PREFIX MODE...: ROUNDS rounds of an untraced base run and each
 # mode, then each mode's median ratio to its round's base.
@@ -224,13 +225,14 @@ rounds() {
 ROUNDS=${ROUNDS:-3}
 HUNG=""
 # shellcheck disable=SC2086 # the list of modes, split on purpose
-want 3 && rounds "" ${PCS_MODES:-traced pcs idle once sleep1000 hw32 duty}
+want 3 && rounds "" ${PCS_MODES:-traced pcs idle sleep1000 hw32}
 
 section "3b. one stream: the same work with both threads launching into one stream"
 # On an H200 the kernels' own durations were the same with PC sampling
 # enabled as without, but kernels of the workload's two streams overlapped
 # less (879 against 1,515 ms of overlap over a 3 s run): the cost is lost
-# cross-stream concurrency, so one stream should show none of it.
+# cross-stream concurrency. On one stream (H200, 2026-11-27): traced,
+# pcs and idle all 1.000x, with 1.07 M samples per run.
 if want 3b; then
   sed 's/path_b(w, sb, iters, cb);/path_b(w, sa, iters, cb);/; s/cudaStreamSynchronize(sb)/cudaStreamSynchronize(sa)/' \
     "$K/work.cu" >"$S/work1.cu"
@@ -287,6 +289,16 @@ for _ in range(50):
 torch.cuda.synchronize(); print("torch done")
 PY
   echo "torch: $(tail -1 "$E/torch.out")"
+  # The agent's launch probe fires on every launch, on the launching
+  # thread: its cost, against untraced launches in the same rounds.
+  [ -x "$OUT/launch" ] || nvcc -O2 -arch="$ARCH" -o "$OUT/launch" "$K/launch.cu" >"$OUT/launch_nvcc.txt" 2>&1
+  echo "-- launch cost with kiln up's agent probing every launch (200k empty kernels):"
+  for t in 1 8; do
+    for r in 1 2 3; do
+      echo "t=$t base        $(timeout 60 "$OUT/launch" 200000 $t)"
+      echo "t=$t kiln+agent  $(CUDA_INJECTION64_PATH=$K/libkiln_cuda.so KILN_CUDA_SNAPSHOT_MS=1000 timeout 60 "$OUT/launch" 200000 $t 2>/dev/null)"
+    done
+  done | tee "$E/launch_agent.txt"
   sleep 12
   Q="from=$((t0 - 5))&to=$(($(date +%s) + 5))"
   # Every /api/ request needs a key: kiln up keeps its own in its data directory.
@@ -303,6 +315,13 @@ PY
   api "gpu/instructions?$Q&kernel=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$fma")" gpu_fma_sass.json
   kill $kp; wait $kp 2>/dev/null
   echo "kernel stacks: $(wc -l <"$E/kernels.collapsed"); under main/path_a/path_b: $(grep -c 'path_a\|path_b' "$E/kernels.collapsed"); torch kernels under train_step: $(grep -c 'train_step' "$E/kernels.collapsed")"
+  # Every launch of the workload is under main (path_a, path_b, or the
+  # calibration); a kernel whose exemplars had no stack roots elsewhere.
+  # launch.cu's (kiln_empty) run from main or its threads' lambda.
+  awk '/kiln_(triad|fma|smem|scale)/ { n = $NF; all += n; if ($0 ~ /(^|;)main;|path_b/) under += n }
+       /kiln_empty/ { n = $NF; eall += n; if ($0 ~ /main/) eunder += n }
+       END { if (all) printf "work kernel time under its launching code: %.2f%% of %.3f s\n", 100 * under / all, all / 1e9
+             if (eall) printf "launch.cu kernel time under its launching code: %.2f%% of %.3f s\n", 100 * eunder / eall, eall / 1e9 }' "$E/kernels.collapsed"
   echo "-- GPU memory allocated by call path (top 6):"
   sort -t' ' -k2 -n -r "$E/allocated.collapsed" | head -6 | sed -E 's/^(.{0,80}).*;([^;]*;[^;]*;[^;]*) ([0-9]+)$/\1 ... \2 \3/' | cut -c1-400
   echo "-- GPU memory live (top 3):"

@@ -497,10 +497,10 @@ pub mod pc_sampling_attr {
     /// or kernel-serialized (u32).
     pub const COLLECTION_MODE: u32 = 5;
     /// 1: collection runs only between `cuptiPCSamplingStart` and `Stop`
-    /// (u32). Kiln sets 0 outside its measurement modes: Start and Stop
-    /// take a driver lock that a launching thread holds, so calling them
-    /// from another thread while the program launches deadlocks (seen on
-    /// an H200, CUDA 13.0).
+    /// (u32). Kiln sets 1 only to measure an enabled context that never
+    /// collects: Start and Stop deadlock against launching threads, from
+    /// a thread of Kiln's and from a launch exit alike (seen on an H200,
+    /// CUDA 13.0), so Kiln never calls them.
     pub const ENABLE_START_STOP_CONTROL: u32 = 6;
     /// Where CUPTI copies what is left at `cuptiPCSamplingDisable`
     /// (pointer to a `CUpti_PCSamplingData`).

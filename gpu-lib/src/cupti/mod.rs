@@ -120,31 +120,6 @@ pub trait Cupti: Send + Sync {
     /// Turns PC sampling off for a context (`cuptiPCSamplingDisable`);
     /// CUPTI copies what it still holds into the configured buffer.
     fn pc_sampling_disable(&self, ctx: ContextHandle) -> Result<(), CuptiError>;
-
-    /// Starts collection on a context configured with start/stop control
-    /// (`cuptiPCSamplingStart`). Only the measurement modes of
-    /// [`crate::pcsampling::control::Experiment`] call it, on the
-    /// program's own threads inside CUPTI's callbacks.
-    fn pc_sampling_start(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
-        Err(CuptiError::unsupported("cuptiPCSamplingStart", ctx))
-    }
-
-    /// Stops collection started by [`Cupti::pc_sampling_start`]
-    /// (`cuptiPCSamplingStop`).
-    fn pc_sampling_stop(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
-        Err(CuptiError::unsupported("cuptiPCSamplingStop", ctx))
-    }
-}
-
-impl CuptiError {
-    /// `CUPTI_ERROR_NOT_SUPPORTED` (27), from a CUPTI that lacks `call`.
-    fn unsupported(call: &'static str, _ctx: ContextHandle) -> Self {
-        Self {
-            call,
-            code: 27,
-            message: "not supported by this CUPTI".into(),
-        }
-    }
 }
 
 /// How a context's PC sampling is configured.
@@ -159,7 +134,9 @@ pub struct PcSamplingSetup<'a> {
     pub worker_sleep_ms: Option<u32>,
     /// The hardware buffer's size; CUPTI's default (512 MiB) when `None`.
     pub hardware_buffer_bytes: Option<usize>,
-    /// Collection only between `Start` and `Stop`
-    /// ([`Cupti::pc_sampling_start`]); off: from `Enable` to `Disable`.
+    /// CUPTI's start/stop control: on, nothing is collected, since Kiln
+    /// never calls `Start` (the `idle` measurement of
+    /// [`crate::pcsampling::control::Collection`]); off, collection runs
+    /// from `Enable` to `Disable`.
     pub start_stop_control: bool,
 }

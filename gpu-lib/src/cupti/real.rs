@@ -38,11 +38,9 @@ type GetResultString =
 type ParamsCall = unsafe extern "C" fn(params: *mut c_void) -> CuptiResult;
 
 /// The PC Sampling API (CUDA 11.3+), absent from older libraries.
-/// `cuptiPCSamplingStart`/`Stop` are called only by the measurement modes
-/// (see `pcsampling::control`).
+/// `cuptiPCSamplingStart`/`Stop` are not among them: Kiln never calls
+/// them (see `pcsampling::control`).
 struct PcSamplingFns {
-    start: ParamsCall,
-    stop: ParamsCall,
     enable: ParamsCall,
     disable: ParamsCall,
     get_data: ParamsCall,
@@ -120,8 +118,6 @@ impl RealCupti {
         }
         let pc = (|| {
             Some(PcSamplingFns {
-                start: optional!("cuptiPCSamplingStart")?,
-                stop: optional!("cuptiPCSamplingStop")?,
                 enable: optional!("cuptiPCSamplingEnable")?,
                 disable: optional!("cuptiPCSamplingDisable")?,
                 get_data: optional!("cuptiPCSamplingGetData")?,
@@ -370,8 +366,8 @@ impl Cupti for RealCupti {
             data,
         };
         let mut info = vec![
-            // Off: sampling runs from Enable to Disable (Start and Stop
-            // from another thread deadlock against launching threads).
+            // Off: sampling runs from Enable to Disable. On (the idle
+            // measurement) nothing is collected: Start is never called.
             info(
                 attr::ENABLE_START_STOP_CONTROL,
                 [u64::from(setup.start_stop_control), 0, 0],
@@ -466,15 +462,5 @@ impl Cupti for RealCupti {
     fn pc_sampling_disable(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
         let pc = self.pc()?;
         self.ctx_call("cuptiPCSamplingDisable", pc.disable, ctx)
-    }
-
-    fn pc_sampling_start(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
-        let pc = self.pc()?;
-        self.ctx_call("cuptiPCSamplingStart", pc.start, ctx)
-    }
-
-    fn pc_sampling_stop(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
-        let pc = self.pc()?;
-        self.ctx_call("cuptiPCSamplingStop", pc.stop, ctx)
     }
 }

@@ -10,9 +10,18 @@ use crate::cupti::ContextHandle;
 use crate::cupti::abi::{self, CallbackData, ModuleResourceData, ResourceData};
 use crate::join::Launch;
 use crate::log::{Level, log};
+use crate::marking::ThreadMarks;
 use crate::memory::{Block, MemoryEvent};
 
 impl Runtime {
+    /// The snapshot interval in ns (at least 1): launches are marked per
+    /// interval.
+    fn snapshot_interval_ns(&self) -> u64 {
+        u64::try_from(self.config.snapshot_interval.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
     pub(super) fn on_launch(&self, data: &CallbackData, cbid: u32) {
         if data.callback_site == abi::API_EXIT {
             if let Some(pc) = &self.pc {
@@ -26,16 +35,28 @@ impl Runtime {
         }
         let tid = current_tid();
         let timestamp_ns = self.cupti.timestamp_ns();
-        crate::kiln_cuda_launch_marker(data.correlation_id, tid);
+        let graph = matches!(
+            cbid,
+            abi::driver_cbid::GRAPH_LAUNCH | abi::driver_cbid::GRAPH_LAUNCH_PTSZ
+        );
+        // The kernel's name: CUPTI hands the same string per function.
+        let kernel = data.symbol_name as usize;
+        let interval = timestamp_ns / self.snapshot_interval_ns();
+        let marked = THREAD_MARKS.with_borrow_mut(|marks| {
+            marks
+                .get_or_insert_with(|| ThreadMarks::new(u64::from(tid) ^ timestamp_ns))
+                .mark(&self.config.marking, timestamp_ns, kernel, interval, graph)
+        });
+        if marked {
+            crate::kiln_cuda_launch_marker(data.correlation_id, tid);
+        }
         self.counts.launches.fetch_add(1, Ordering::Relaxed);
         self.send(Event::Launch(Launch {
             correlation_id: data.correlation_id,
             tid,
             timestamp_ns,
-            graph: matches!(
-                cbid,
-                abi::driver_cbid::GRAPH_LAUNCH | abi::driver_cbid::GRAPH_LAUNCH_PTSZ
-            ),
+            graph,
+            marked,
         }));
     }
 
@@ -196,6 +217,12 @@ pub(super) unsafe extern "C" fn on_callback(
             _ => {}
         }
     });
+}
+
+thread_local! {
+    /// Which of this thread's launches call the marker.
+    static THREAD_MARKS: std::cell::RefCell<Option<ThreadMarks>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The calling thread's Linux thread id, read once per thread.

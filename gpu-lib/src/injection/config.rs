@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::aggregate::Limits;
 
 use crate::log::{Level, log};
-use crate::pcsampling::control::{DrainPolicy, Experiment, PcSamplingSettings};
+use crate::marking::MarkPolicy;
+use crate::pcsampling::control::{Collection, DrainPolicy, PcSamplingSettings};
 use crate::socket::DEFAULT_SOCKET_PATH;
 
 /// What the library does, from the environment ([`Config::from_env`]).
@@ -22,6 +23,9 @@ pub struct Config {
     pub timeline_max_bytes: u64,
     /// PC sampling (`KILN_CUDA_PC_SAMPLING=1`), off by default.
     pub pc_sampling: Option<PcSamplingSettings>,
+    /// Which launches the agent's probe walks the stack of
+    /// (`KILN_CUDA_MARKS_PER_SECOND`, per thread, default 200).
+    pub marking: MarkPolicy,
     /// Aggregation table sizes.
     pub limits: Limits,
     /// Events the queue to the aggregator holds.
@@ -45,6 +49,7 @@ impl Default for Config {
             timeline: None,
             timeline_max_bytes: 1 << 30,
             pc_sampling: None,
+            marking: MarkPolicy::default(),
             limits: Limits::default(),
             queue_len: 64 << 10,
             buffer_bytes: 4 << 20,
@@ -59,12 +64,11 @@ impl Config {
     /// Reads the `KILN_*` variables; values that do not parse keep the
     /// default.
     pub fn from_env() -> Self {
-        let duty = std::env::var("KILN_CUDA_PC_SAMPLING_MODE").is_ok_and(|m| m.trim() == "duty");
         for gone in [
             "KILN_CUDA_PC_SAMPLING_ON_MS",
             "KILN_CUDA_PC_SAMPLING_OFF_MS",
         ] {
-            if !duty && std::env::var_os(gone).is_some() {
+            if std::env::var_os(gone).is_some() {
                 log(
                     Level::Warn,
                     format_args!(
@@ -94,6 +98,9 @@ impl Config {
         if let Some(mb) = number("KILN_CUDA_TIMELINE_MAX_MB") {
             config.timeline_max_bytes = mb << 20;
         }
+        if let Some(n) = number("KILN_CUDA_MARKS_PER_SECOND").and_then(|n| u32::try_from(n).ok()) {
+            config.marking.per_second = n;
+        }
         if var("KILN_CUDA_PC_SAMPLING").is_some_and(|v| matches!(v.trim(), "1" | "true" | "on")) {
             let default = PcSamplingSettings::default();
             let millis = |name, default: Duration| {
@@ -117,14 +124,9 @@ impl Config {
                 hardware_buffer_bytes: number("KILN_CUDA_PC_SAMPLING_HW_BUFFER_MB")
                     .filter(|mb| (1..=1 << 20).contains(mb))
                     .and_then(|mb| usize::try_from(mb << 20).ok()),
-                experiment: match var("KILN_CUDA_PC_SAMPLING_MODE").as_deref().map(str::trim) {
-                    Some("idle") => Experiment::EnabledIdle,
-                    Some("start-once") => Experiment::StartOnce,
-                    Some("duty") => Experiment::DutyAtLaunchExit {
-                        on: millis("KILN_CUDA_PC_SAMPLING_ON_MS", Duration::from_millis(100)),
-                        off: millis("KILN_CUDA_PC_SAMPLING_OFF_MS", Duration::from_millis(400)),
-                    },
-                    _ => Experiment::Off,
+                collection: match var("KILN_CUDA_PC_SAMPLING_MODE").as_deref().map(str::trim) {
+                    Some("idle") => Collection::EnabledIdle,
+                    _ => Collection::Continuous,
                 },
                 ..default
             });
@@ -144,6 +146,7 @@ mod tests {
                 match name {
                     "KILN_GPU_SOCKET" => "/tmp/k.sock",
                     "KILN_CUDA_SNAPSHOT_MS" => "250",
+                    "KILN_CUDA_MARKS_PER_SECOND" => "50",
                     "KILN_CUDA_TIMELINE" => "/tmp/t.jsonl",
                     "KILN_CUDA_PC_SAMPLING" => "1",
                     "KILN_CUDA_PC_SAMPLING_PERIOD" => "40",
@@ -151,8 +154,7 @@ mod tests {
                     "KILN_CUDA_PC_SAMPLING_CALL_BOUND_MS" => "0",
                     "KILN_CUDA_PC_SAMPLING_WORKER_SLEEP_MS" => "1000",
                     "KILN_CUDA_PC_SAMPLING_HW_BUFFER_MB" => "64",
-                    "KILN_CUDA_PC_SAMPLING_MODE" => "duty",
-                    "KILN_CUDA_PC_SAMPLING_OFF_MS" => "900",
+                    "KILN_CUDA_PC_SAMPLING_MODE" => "idle",
                     _ => return None,
                 }
                 .to_owned(),
@@ -162,6 +164,7 @@ mod tests {
         assert_eq!(c.socket_path, PathBuf::from("/tmp/k.sock"));
         assert_eq!(c.snapshot_interval, Duration::from_millis(250));
         assert_eq!(c.timeline, Some(PathBuf::from("/tmp/t.jsonl")));
+        assert_eq!(c.marking.per_second, 50);
         let pc = c.pc_sampling.unwrap();
         assert_eq!(
             pc.period,
@@ -174,13 +177,7 @@ mod tests {
         assert_eq!(pc.drain.pending_pcs, default.drain.pending_pcs);
         assert_eq!(pc.worker_sleep, Some(Duration::from_secs(1)));
         assert_eq!(pc.hardware_buffer_bytes, Some(64 << 20));
-        assert_eq!(
-            pc.experiment,
-            Experiment::DutyAtLaunchExit {
-                on: Duration::from_millis(100),
-                off: Duration::from_millis(900)
-            }
-        );
+        assert_eq!(pc.collection, Collection::EnabledIdle);
 
         let c = Config::from_vars(|_| None);
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));

@@ -10,9 +10,9 @@
 //!
 //! 1. **Enable and configure at context creation**, in the
 //!    context-created callback, on the thread creating the context.
-//! 2. **No start/stop control.** Sampling runs from `Enable` to `Disable`;
-//!    its cost is set by the sampling period. `Start`/`Stop` are never
-//!    called.
+//! 2. **No start/stop control.** Sampling runs from `Enable` to `Disable`.
+//!    `Start`/`Stop` are never called: the library does not even load
+//!    them (see below for why).
 //! 3. **`GetData` only on the program's own threads, inside CUPTI's
 //!    callbacks**: at the exit of a launch on the context, when CUPTI says
 //!    enough PCs wait ([`DrainPolicy::pending_pcs`]) or the last drain is
@@ -34,11 +34,18 @@
 //! The fake CUPTI of `tests/pc_sampling_rules.rs` enforces these rules, so
 //! a change that breaks one fails there, without a GPU.
 //!
-//! [`Experiment`] names the measurement modes that break rule 2 on
-//! purpose, to find out on a GPU where CUPTI's cost lies (is it being
-//! enabled, or collecting?) and whether `Start`/`Stop` from a launch
-//! exit, on the launching thread, can duty-cycle collection. They are
-//! never on unless `KILN_CUDA_PC_SAMPLING_MODE` asks.
+//! Why not duty-cycle with `Start`/`Stop` from the launch exits, on the
+//! program's own threads? Both were tried on an H200 (2026-11-27): the
+//! second `Stop`, made at a launch exit while the other thread launched,
+//! never returned (the watchdog tripped; the program had to be killed),
+//! the same lock-order inversion as from a thread of Kiln's. And it would
+//! not have helped: a context enabled with start/stop control and never
+//! started ([`Collection::EnabledIdle`]) cost the two-stream workload
+//! 1.06x, nearly all of continuous collection's 1.09x, because what PC
+//! sampling costs there is concurrency between kernels of different
+//! streams (their kernels overlapped 879 ms instead of 1,515 ms over a
+//! 3 s run, each kernel as fast as before); the same work on one stream
+//! ran at 1.000x with 1.07 M samples.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -101,38 +108,19 @@ pub struct PcSamplingSettings {
     pub worker_sleep: Option<Duration>,
     /// The hardware buffer's size; CUPTI's default (512 MiB) when `None`.
     pub hardware_buffer_bytes: Option<usize>,
-    /// A measurement mode, or [`Experiment::Off`]: the rules above.
-    pub experiment: Experiment,
+    /// Collecting, or only enabled (a measurement).
+    pub collection: Collection,
 }
 
-/// Measurement modes (`KILN_CUDA_PC_SAMPLING_MODE`): each turns on
-/// CUPTI's start/stop control, which the rules above leave off.
+/// What an enabled context does (`KILN_CUDA_PC_SAMPLING_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Experiment {
-    /// The rules above: collection from `Enable` to `Disable`.
-    Off,
-    /// `idle`: enabled and configured with start/stop control, never
-    /// started: CUPTI's cost of being enabled, without collecting.
+pub enum Collection {
+    /// Collects from `Enable` to `Disable` (the rules above).
+    Continuous,
+    /// `idle`: enabled and configured with CUPTI's start/stop control on,
+    /// and never started, so nothing is collected: what being enabled
+    /// costs the program, apart from collecting.
     EnabledIdle,
-    /// `start-once`: start/stop control, `Start` in the context-created
-    /// callback and never stopped: collection as with [`Experiment::Off`],
-    /// reached through `Start`.
-    StartOnce,
-    /// `duty`: `Start` and `Stop` from launch exits, on the launching
-    /// thread, collecting for `on` out of every `on + off`; after each
-    /// `Stop` the context is read (CUPTI wants a read per range).
-    DutyAtLaunchExit {
-        /// Time collecting.
-        on: Duration,
-        /// Time stopped.
-        off: Duration,
-    },
-}
-
-impl Experiment {
-    fn start_stop_control(self) -> bool {
-        self != Experiment::Off
-    }
 }
 
 impl Default for PcSamplingSettings {
@@ -153,7 +141,7 @@ impl Default for PcSamplingSettings {
             call_bound: Duration::from_secs(5),
             worker_sleep: None,
             hardware_buffer_bytes: None,
-            experiment: Experiment::Off,
+            collection: Collection::Continuous,
         }
     }
 }
@@ -174,10 +162,6 @@ struct PcContext {
     last_drain_ns: AtomicU64,
     /// Set when teardown began: launching threads leave it alone.
     retired: AtomicBool,
-    /// Collecting between `Start` and `Stop` (measurement modes).
-    collecting: AtomicBool,
-    /// When collection last started or stopped (measurement modes).
-    switched_ns: AtomicU64,
 }
 
 impl PcContext {
@@ -206,8 +190,6 @@ pub struct PcSampler {
     errors: Arc<ErrorLog>,
     drains: AtomicU64,
     drains_skipped: AtomicU64,
-    /// `Start`/`Stop` calls that returned (measurement modes).
-    switches: AtomicU64,
 }
 
 /// Bounds a full drain: a context cannot keep a thread reading forever.
@@ -224,7 +206,6 @@ impl PcSampler {
             errors,
             drains: AtomicU64::new(0),
             drains_skipped: AtomicU64::new(0),
-            switches: AtomicU64::new(0),
         }
     }
 
@@ -262,7 +243,7 @@ impl PcSampler {
                     .worker_sleep
                     .map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX)),
                 hardware_buffer_bytes: self.settings.hardware_buffer_bytes,
-                start_stop_control: self.settings.experiment.start_stop_control(),
+                start_stop_control: self.settings.collection == Collection::EnabledIdle,
             };
             if let Err(e) = self
                 .cupti
@@ -281,8 +262,6 @@ impl PcSampler {
                 _stall_indices: stall_indices,
                 last_drain_ns: AtomicU64::new(monotonic_ns()),
                 retired: AtomicBool::new(false),
-                collecting: AtomicBool::new(false),
-                switched_ns: AtomicU64::new(monotonic_ns()),
             })
         };
         let started = Instant::now();
@@ -303,19 +282,15 @@ impl PcSampler {
                 log(
                     Level::Info,
                     format_args!(
-                        "PC sampling on for context {:#x} (enabling and configuring took {:?}; mode {:?})",
+                        "PC sampling on for context {:#x} (enabling and configuring took {:?}{})",
                         ctx.0,
                         started.elapsed(),
-                        self.settings.experiment
+                        match self.settings.collection {
+                            Collection::Continuous => "",
+                            Collection::EnabledIdle => "; idle: enabled, never collecting",
+                        }
                     ),
                 );
-                if matches!(
-                    self.settings.experiment,
-                    Experiment::StartOnce | Experiment::DutyAtLaunchExit { .. }
-                ) && let Some(context) = self.find(ctx)
-                {
-                    self.switch(context, true, monotonic_ns());
-                }
             }
             Err(e) => self
                 .errors
@@ -333,9 +308,6 @@ impl PcSampler {
             return;
         };
         let now = monotonic_ns();
-        if let Experiment::DutyAtLaunchExit { on, off } = self.settings.experiment {
-            self.duty_cycle(context, on, off, now, out);
-        }
         let last = context.last_drain_ns.load(Ordering::Relaxed);
         if !self
             .settings
@@ -350,70 +322,6 @@ impl PcSampler {
         };
         context.last_drain_ns.store(now, Ordering::Relaxed);
         self.get_data(context, &mut buffers, out);
-    }
-
-    /// [`Experiment::DutyAtLaunchExit`]: starts or stops collection when
-    /// the current phase has run its length; one thread at a time (the
-    /// drain lock), nobody waits.
-    fn duty_cycle(
-        &self,
-        context: &PcContext,
-        on: Duration,
-        off: Duration,
-        now: u64,
-        out: &dyn Fn(PcOutput),
-    ) {
-        let collecting = context.collecting.load(Ordering::Acquire);
-        let phase = if collecting { on } else { off };
-        let since = context.switched_ns.load(Ordering::Relaxed);
-        if now.saturating_sub(since) < u64::try_from(phase.as_nanos()).unwrap_or(u64::MAX) {
-            return;
-        }
-        let Ok(mut buffers) = context.drain.try_lock() else {
-            return;
-        };
-        if self.switch(context, !collecting, now) && collecting {
-            context.last_drain_ns.store(now, Ordering::Relaxed);
-            self.drain_fully(context, &mut buffers, out);
-        }
-    }
-
-    /// `Start` (`collect`) or `Stop`, watched; true when it succeeded.
-    fn switch(&self, context: &PcContext, collect: bool, now: u64) -> bool {
-        let started = Instant::now();
-        let result = if collect {
-            let _watch = self.watchdog.watch(WatchedCall::PcSamplingStart);
-            self.cupti.pc_sampling_start(context.ctx)
-        } else {
-            let _watch = self.watchdog.watch(WatchedCall::PcSamplingStop);
-            self.cupti.pc_sampling_stop(context.ctx)
-        };
-        // Even a failed switch ends the phase: a failing call is not
-        // retried on every launch.
-        context.switched_ns.store(now, Ordering::Relaxed);
-        match result {
-            Ok(()) => {
-                context.collecting.store(collect, Ordering::Release);
-                let n = self.switches.fetch_add(1, Ordering::Relaxed);
-                let level = if n < 4 { Level::Info } else { Level::Debug };
-                log(
-                    level,
-                    format_args!(
-                        "PC sampling {} on context {:#x} (took {:?}; switch {})",
-                        if collect { "started" } else { "stopped" },
-                        context.ctx.0,
-                        started.elapsed(),
-                        n + 1
-                    ),
-                );
-                true
-            }
-            Err(e) => {
-                self.errors
-                    .report(&e, "collection stays as it was for this phase");
-                false
-            }
-        }
     }
 
     /// Rule 3: a module was loaded into `ctx`; CUPTI wants what it holds

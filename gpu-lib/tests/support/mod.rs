@@ -62,13 +62,7 @@ thread_local! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PcState {
     Enabled,
-    Configured {
-        configured: usize,
-        /// Configured with start/stop control.
-        start_stop: bool,
-        /// Between `Start` and `Stop`.
-        collecting: bool,
-    },
+    Configured { configured: usize },
     Disabled,
 }
 
@@ -100,9 +94,6 @@ pub(crate) struct FakeCupti {
     pub pc_calls: AtomicU64,
     /// `Disable` calls.
     pub disables: AtomicU64,
-    /// `Start` and `Stop` calls that succeeded.
-    pub starts: AtomicU64,
-    pub stops: AtomicU64,
     faults: GetDataFaults,
     get_data_calls: AtomicU64,
     hung: AtomicBool,
@@ -314,32 +305,6 @@ impl FakeCupti {
         }
     }
 
-    fn switch(
-        &self,
-        call: &'static str,
-        ctx: ContextHandle,
-        collect: bool,
-    ) -> Result<(), CuptiError> {
-        let _busy = self.pc_call(call, ctx);
-        let mut states = self.state(ctx);
-        match states.get_mut(&ctx.0) {
-            Some(PcState::Configured {
-                start_stop: true,
-                collecting,
-                ..
-            }) if *collecting != collect => {
-                *collecting = collect;
-                let n = if collect { &self.starts } else { &self.stops };
-                n.fetch_add(1, Ordering::Relaxed);
-                Ok(())
-            }
-            state => {
-                self.violation(format!("{call} on {:#x} in state {state:?}", ctx.0));
-                Err(Self::refuse(call))
-            }
-        }
-    }
-
     /// The checks every PC Sampling call goes through; the guard marks
     /// the context busy.
     fn pc_call(&self, call: &str, ctx: ContextHandle) -> Busy<'_> {
@@ -479,8 +444,6 @@ impl Cupti for FakeCupti {
             ctx.0,
             PcState::Configured {
                 configured: configured.data_mut() as usize,
-                start_stop: setup.start_stop_control,
-                collecting: false,
             },
         );
         Ok(())
@@ -542,7 +505,7 @@ impl Cupti for FakeCupti {
         let _busy = self.pc_call("cuptiPCSamplingDisable", ctx);
         self.disables.fetch_add(1, Ordering::Relaxed);
         let mut states = self.state(ctx);
-        let Some(PcState::Configured { configured, .. }) = states.get(&ctx.0).copied() else {
+        let Some(PcState::Configured { configured }) = states.get(&ctx.0).copied() else {
             self.violation(format!("Disable on {:#x}, not configured", ctx.0));
             return Err(Self::refuse("cuptiPCSamplingDisable"));
         };
@@ -564,16 +527,6 @@ impl Cupti for FakeCupti {
             (*data).total_num_pcs = 1;
         }
         Ok(())
-    }
-
-    /// `Start`: only on a context configured with start/stop control and
-    /// not collecting (the real CUPTI refuses otherwise).
-    fn pc_sampling_start(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
-        self.switch("cuptiPCSamplingStart", ctx, true)
-    }
-
-    fn pc_sampling_stop(&self, ctx: ContextHandle) -> Result<(), CuptiError> {
-        self.switch("cuptiPCSamplingStop", ctx, false)
     }
 }
 
