@@ -15,7 +15,7 @@ use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::BusKey;
 use crate::http::{AdminToken, AppState, Auth, IngestState, QuotaDefaults, StoredBytes};
-use crate::ingest::{self, CONSUMER_GROUP, IngestProgress};
+use crate::ingest::{self, CONSUMER_GROUP, IngestProgress, PipelineConfig};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes, QueryOptions, SetQueryOptions};
 use crate::retention::Retention;
 use crate::server::{Routes, Running, ServerError, serve};
@@ -136,7 +136,8 @@ pub async fn start_gateway(
 /// synced, so a worker killed at any point loses nothing: its partitions
 /// go to the others, which write the uncommitted batches again
 /// (idempotently). Frames are symbolized on the way where `objects` has
-/// their symbols (`symbolizer` says how).
+/// their symbols (`symbolizer` says how); `pipeline` says how many polls
+/// are in flight and how long a thin poll lingers.
 ///
 /// It stores only records signed with `bus_key`, the key every gateway of
 /// the deployment signs with (`--bus-key`, `KILN_BUS_KEY`); others are
@@ -152,16 +153,18 @@ pub async fn start_worker(
     symbolizer: SymbolizerConfig,
     bus_key: BusKey,
     listen: SocketAddr,
+    pipeline: PipelineConfig,
 ) -> Result<Running, ServerError> {
     let metrics = Metrics::new(ServerRole::Worker);
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
-    ingest::start(
+    ingest::start_with(
         bus,
         store,
         objects,
         symbolizer,
         bus_key,
         metrics.worker().clone(),
+        pipeline,
     )
     .await?;
     // A scrape now and then, nothing on the ingest path: one thread.

@@ -484,6 +484,8 @@ async fn overlapping_polls_commit_in_order_after_their_sync() {
         depth: 2,
         decoders: 2,
         writes: 2,
+        // Polls as they come, so that they overlap.
+        linger: std::time::Duration::ZERO,
     };
     let progress = kiln_actors::ingest::start_with(
         bus,

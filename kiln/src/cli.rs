@@ -402,6 +402,12 @@ pub(crate) struct WorkerArgs {
     pub bus_key: BusKeyArg,
     #[command(flatten)]
     pub debuginfod: DebuginfodArg,
+    /// How long a poll of the bus that found only a few records waits for
+    /// more before decoding them (0s: never). Fuller polls cost less CPU
+    /// per sample; the price is up to this much more latency when the bus
+    /// is quiet.
+    #[arg(long, env = "KILN_INGEST_LINGER", default_value = "200ms", value_parser = humantime::parse_duration)]
+    pub ingest_linger: std::time::Duration,
 }
 
 /// `--metadata`: where tenants, keys and limits live (gateways and query

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use kiln_actors::backends;
+use kiln_actors::ingest::PipelineConfig;
 use kiln_actors::query::{ClusterSecret, PeerOptions, QueryNodes};
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_ingest_bus::Bus;
@@ -52,6 +53,10 @@ pub(crate) fn worker(args: WorkerArgs) -> anyhow::Result<()> {
             args.debuginfod.symbolizer_config(),
             bus_key,
             args.listen,
+            PipelineConfig {
+                linger: args.ingest_linger,
+                ..PipelineConfig::default()
+            },
         )
         .await
         .context("starting the worker")?;

@@ -88,7 +88,7 @@ pub(crate) async fn trace(
         range,
         permit: _permit,
     } = admit(&state, range, Reads::Samples, None).await?;
-    let step_ns = timeline_step(&range, step)?;
+    let (range, step_ns) = timeline_step(&range, step)?;
     let trace = state
         .query
         .send(GpuTraceQuery {

@@ -134,7 +134,8 @@ pub(crate) async fn top(
 
 /// `GET /api/v1/timeline?from=T&to=T[&step=DURATION][&LABEL=VALUE…]`: CPU
 /// over time in cores, at most [`MAX_TIMELINE_POINTS`] points; without
-/// `step`, [`DEFAULT_TIMELINE_POINTS`] over the range (at least 1 s each).
+/// `step`, about [`DEFAULT_TIMELINE_POINTS`] over the range, at a round
+/// step from a round time (see [`timeline_step`]).
 /// The range is the admitted one: an all-time range is narrowed to the
 /// data first, so its default step is the data's span / 240, not 130
 /// years / 240.
@@ -149,7 +150,7 @@ pub(crate) async fn timeline(
         range,
         permit: _permit,
     } = admit(&state, range, Reads::Samples, None).await?;
-    let step_ns = timeline_step(&range, step)?;
+    let (range, step_ns) = timeline_step(&range, step)?;
     let timeline = state
         .query
         .send(TimelineQuery { range, step_ns })
@@ -158,13 +159,33 @@ pub(crate) async fn timeline(
     Ok(HttpResponse::Ok().json(timeline))
 }
 
-/// The step of a time series over the admitted `range`: `step` as asked,
-/// or [`DEFAULT_TIMELINE_POINTS`] over the range (at least 1 s each);
-/// refused when it gives more than [`MAX_TIMELINE_POINTS`].
-pub(crate) fn timeline_step(range: &QueryRange, step: Option<i64>) -> Result<i64, ApiError> {
+/// The steps a default step is rounded up to, in seconds; past the last,
+/// whole days.
+const ROUND_STEPS_S: [i64; 18] = [
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+];
+
+/// A time series over the admitted `range`: its step and the range its
+/// steps cover. `step` as asked keeps the range as it is. Without it, the
+/// step is [`DEFAULT_TIMELINE_POINTS`] over the range rounded up to a
+/// round step (1 s … 30 min, 1, 2, 3, 6, 12 h, whole days), and the
+/// range starts on that step's grid, up to one step earlier than asked:
+/// points at round times, and, from an hour up, steps that are whole
+/// hours or days of the epoch, which the rollups answer (a week's
+/// default timeline read 42-minute steps off the hour grid, all from raw
+/// samples). Refused when it gives more than [`MAX_TIMELINE_POINTS`].
+pub(crate) fn timeline_step(
+    range: &QueryRange,
+    step: Option<i64>,
+) -> Result<(QueryRange, i64), ApiError> {
     // Positive: `query_range` checked from < to, and admission keeps it.
     let span = range.to_ns.saturating_sub(range.from_ns);
-    let step_ns = step.unwrap_or_else(|| (span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000));
+    let Some(step_ns) = step else {
+        let step_ns = round_step((span / DEFAULT_TIMELINE_POINTS).max(1_000_000_000));
+        let mut aligned = range.clone();
+        aligned.from_ns = range.from_ns.div_euclid(step_ns) * step_ns;
+        return Ok((aligned, step_ns));
+    };
     if step_ns <= 0 || span / step_ns > MAX_TIMELINE_POINTS {
         let at_least = (span / MAX_TIMELINE_POINTS).max(1) as u64;
         return Err(ApiError::bad_request(format!(
@@ -174,7 +195,18 @@ pub(crate) fn timeline_step(range: &QueryRange, step: Option<i64>) -> Result<i64
             humantime::format_duration(std::time::Duration::from_nanos(at_least)),
         )));
     }
-    Ok(step_ns)
+    Ok((range.clone(), step_ns))
+}
+
+/// The first of [`ROUND_STEPS_S`] at least `step_ns`, else whole days.
+fn round_step(step_ns: i64) -> i64 {
+    const SECOND: i64 = 1_000_000_000;
+    const DAY: i64 = 86_400 * SECOND;
+    ROUND_STEPS_S
+        .iter()
+        .map(|s| s * SECOND)
+        .find(|&s| s >= step_ns)
+        .unwrap_or_else(|| (step_ns.saturating_add(DAY - 1) / DAY).saturating_mul(DAY))
 }
 
 /// `GET /api/v1/labels?from=T&to=T`: label names and values seen, with sample
@@ -211,4 +243,53 @@ where
         .await
         .map_err(crate::query::QueryError::from)??;
     Ok(HttpResponse::Ok().json(answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_storage::Scope;
+
+    use super::*;
+
+    const S: i64 = 1_000_000_000;
+    const H: i64 = 3600 * S;
+
+    fn range(from_ns: i64, to_ns: i64) -> QueryRange {
+        QueryRange {
+            scope: Scope::new("t", "p").unwrap(),
+            from_ns,
+            to_ns,
+            filters: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_default_step_is_round_and_starts_on_its_grid() {
+        // A week from 10:17:23: 42-minute steps, rounded up to an hour,
+        // starting at 10:00, so that every step is an hour of the epoch.
+        let from = 1_795_000_000 * S / H * H + 17 * 60 * S + 23 * S;
+        let (aligned, step) = timeline_step(&range(from, from + 168 * H), None).unwrap();
+        assert_eq!(step, H);
+        assert_eq!(aligned.from_ns, from / H * H);
+        assert_eq!(aligned.to_ns, from + 168 * H);
+        // Ten minutes: 2.5 s steps rounded up to 5 s, from a multiple of 5 s.
+        let (aligned, step) = timeline_step(&range(from, from + 600 * S), None).unwrap();
+        assert_eq!((step, aligned.from_ns % (5 * S)), (5 * S, 0));
+        // A year: whole days.
+        let (_, step) = timeline_step(&range(from, from + 365 * 24 * H), None).unwrap();
+        assert_eq!(step, 2 * 24 * H);
+    }
+
+    #[test]
+    fn a_step_asked_for_keeps_the_range() {
+        let asked = range(17 * S, 17 * S + H);
+        assert_eq!(
+            timeline_step(&asked, Some(7 * S)).unwrap(),
+            (asked.clone(), 7 * S)
+        );
+        assert!(
+            timeline_step(&asked, Some(S / 10)).is_err(),
+            "36,000 points"
+        );
+    }
 }

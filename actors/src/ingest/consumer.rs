@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
-use kiln_ingest_bus::Consumer;
+use kiln_ingest_bus::{Consumer, Record};
 use kiln_storage::{ObjectStore, ProfileStore};
 use kiln_symbolizer_workers::Symbolizer;
 use tokio::task::JoinError;
@@ -83,6 +83,36 @@ impl Actor for BusConsumer {
     }
 }
 
+/// A poll that found few records waits `linger` and takes what came
+/// since: on a quiet bus each poll would otherwise carry a record or two
+/// and pay, for each, the hand-offs to and from the decoding threads, a
+/// store sync and a commit, which a full poll pays once for 256 records
+/// (a quarter of a worker's time was thread switching with polls of a
+/// few records, `fleet_bench`). A busy bus fills polls by itself and
+/// never waits here.
+async fn fill(
+    consumer: &mut dyn Consumer,
+    mut records: Vec<Record>,
+    linger: Duration,
+) -> Vec<Record> {
+    if records.is_empty() || records.len() >= POLL_MAX / 2 || linger.is_zero() {
+        return records;
+    }
+    tokio::time::sleep(linger).await;
+    let bytes: usize = records.iter().map(|r| r.payload.len()).sum();
+    if let Ok(more) = consumer
+        .poll(
+            POLL_MAX - records.len(),
+            POLL_MAX_BYTES.saturating_sub(bytes).max(1),
+            Duration::ZERO,
+        )
+        .await
+    {
+        records.extend(more);
+    }
+    records
+}
+
 /// A poll being decoded on the blocking pool.
 type InFlight = Pin<Box<dyn Future<Output = Result<DecodedPoll, JoinError>> + Send>>;
 
@@ -111,6 +141,9 @@ async fn run(
                 false => Duration::ZERO,
             };
             let records = match consumer.poll(POLL_MAX, POLL_MAX_BYTES, wait).await {
+                Ok(records) if in_flight.is_empty() => {
+                    fill(&mut *consumer, records, config.linger).await
+                }
                 Ok(records) => records,
                 Err(e) => {
                     warn!(error = %e, "polling the ingest bus failed; retrying");

@@ -239,9 +239,16 @@ impl Cluster {
                 move || async move {
                     let symbolizer = SymbolizerConfig::default();
                     // Its /metrics listener, on a port of its own.
-                    let running =
-                        roles::start_worker(bus, store, objects, symbolizer, bus_key, listen)
-                            .await?;
+                    let running = roles::start_worker(
+                        bus,
+                        store,
+                        objects,
+                        symbolizer,
+                        bus_key,
+                        listen,
+                        Default::default(),
+                    )
+                    .await?;
                     Ok((None, Some(running.server)))
                 }
             })?;

@@ -102,6 +102,7 @@ fn main() -> anyhow::Result<()> {
 
     let node = || QueryNode::start(&store, &objects, &metadata, &key, args.aggregators);
     let (from_samples, samples_cold, samples_warm) = measure(&node, &week, args.queries)?;
+    let (timeline_from_samples, timeline_samples) = measure_timeline(&node, &week, args.queries)?;
 
     let job = Rollups::new(store.clone(), metadata.clone());
     let started = Instant::now();
@@ -143,6 +144,11 @@ fn main() -> anyhow::Result<()> {
     );
 
     let (from_rollups, rollups_cold, rollups_warm) = measure(&node, &week, args.queries)?;
+    let (timeline_from_rollups, timeline_rollups) = measure_timeline(&node, &week, args.queries)?;
+    anyhow::ensure!(
+        timeline_from_samples == timeline_from_rollups,
+        "the week's timeline differs from samples and from rollups"
+    );
     anyhow::ensure!(
         from_samples == from_rollups,
         "the week's flamegraph differs: {} collapsed lines from samples, {} from rollups",
@@ -167,6 +173,14 @@ fn main() -> anyhow::Result<()> {
         "samples / rollups, cold",
         samples_cold.as_secs_f64() / rollups_cold.as_secs_f64(),
         "x",
+    );
+    report.time(
+        "week's timeline (UI's default step) from samples: warm p50",
+        timeline_samples,
+    );
+    report.time(
+        "week's timeline (UI's default step) from rollups: warm p50",
+        timeline_rollups,
     );
     report.finish("fleet_query");
     Ok(())
@@ -291,6 +305,24 @@ fn measure(
     Ok((collapsed, cold, percentile(&warm, 50)))
 }
 
+/// The week's default timeline and the median time of `queries` of it on
+/// a warm node.
+fn measure_timeline(
+    node: &dyn Fn() -> anyhow::Result<QueryNode>,
+    week: &Week,
+    queries: usize,
+) -> anyhow::Result<(String, Duration)> {
+    let node = node()?;
+    let (body, _) = node.timeline(week)?;
+    let mut times = Vec::new();
+    for _ in 0..queries.max(1) {
+        times.push(node.timeline(week)?.1);
+    }
+    node.stop();
+    times.sort();
+    Ok((body, percentile(&times, 50)))
+}
+
 /// One query node (`kiln query`'s role) on an actix system of its own,
 /// its rollup job off: the bench runs the passes.
 struct QueryNode {
@@ -362,6 +394,30 @@ impl QueryNode {
         let body = self.week(week, "flamewire")?;
         anyhow::ensure!(!body.is_empty(), "an empty flamegraph");
         Ok(started.elapsed())
+    }
+
+    /// The week's timeline as the UI asks for it (no step) over a range
+    /// starting 17 minutes into the week, as a UI range does, off the
+    /// hour: its body and time.
+    fn timeline(&self, week: &Week) -> anyhow::Result<(String, Duration)> {
+        let url = format!(
+            "{}/api/v1/timeline?from={}&to={}",
+            self.url,
+            week.from_s + 17 * 60,
+            week.to_s
+        );
+        let started = Instant::now();
+        let mut response = http_client(Duration::from_secs(600))
+            .get(&url)
+            .header("authorization", &self.authorization)
+            .call()?;
+        let body = response.body_mut().read_to_string()?;
+        anyhow::ensure!(
+            response.status() == 200,
+            "{url}: HTTP {}: {body}",
+            response.status()
+        );
+        Ok((body, started.elapsed()))
     }
 
     /// The week's collapsed stacks, as a set of lines.

@@ -156,6 +156,7 @@ fn main() -> anyhow::Result<()> {
         depth: args.depth.unwrap_or(defaults.depth),
         decoders: args.decoders.unwrap_or(defaults.decoders),
         writes: args.writes.unwrap_or(defaults.writes),
+        ..defaults
     };
     println!(
         "parallel pipeline: {} polls in flight, {} decoding threads, {} batches written at once; \
