@@ -462,7 +462,8 @@ async fn a_tenant_over_its_concurrent_queries_gets_429() {
 /// with a 400 that names the range, the data's span, the maximum and the
 /// flag; the all-time query over data inside the maximum is answered in
 /// full, with the range narrowed to the data, and an all-time timeline
-/// gets the default 240 points over the data, not over 130 years.
+/// gets its default step over the data (24 h / 240, rounded up to
+/// 10 minutes: 144 points), not over 130 years.
 #[actix_rt::test]
 async fn all_time_ranges_are_answered_or_refused_by_their_data() {
     let node = start_node(24, QuotaDefaults::default()).await;
@@ -483,8 +484,9 @@ async fn all_time_ranges_are_answered_or_refused_by_their_data() {
     let first_hour = T0 - 24 * NANOS_PER_HOUR;
     assert_eq!(timeline["from_ns"], first_hour);
     assert_eq!(timeline["to_ns"], T0);
+    assert_eq!(timeline["step_ns"], 600 * 1_000_000_000i64);
     let points = timeline["points"].as_array().unwrap();
-    assert_eq!(points.len(), 240);
+    assert_eq!(points.len(), 144);
     let samples: u64 = points.iter().map(|p| p["samples"].as_u64().unwrap()).sum();
     assert_eq!(samples, 24);
 
