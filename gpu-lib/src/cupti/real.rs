@@ -389,27 +389,26 @@ impl Cupti for RealCupti {
                 [configured.data_mut() as usize as u64, 0, 0],
             ),
         ];
-        if let Some(period) = setup.period {
-            info.push(abi::PcSamplingConfigurationInfo {
-                attribute_type: attr::SAMPLING_PERIOD,
+        // The optional attributes, each only when set: CUPTI's default
+        // stays otherwise.
+        let optional = [
+            (attr::SAMPLING_PERIOD, setup.period.map(u64::from)),
+            (
+                attr::WORKER_THREAD_PERIODIC_SLEEP_SPAN,
+                setup.worker_sleep_ms.map(u64::from),
+            ),
+            (
+                attr::HARDWARE_BUFFER_SIZE,
+                setup.hardware_buffer_bytes.map(|b| b as u64),
+            ),
+        ];
+        info.extend(optional.into_iter().filter_map(|(attribute_type, value)| {
+            value.map(|v| abi::PcSamplingConfigurationInfo {
+                attribute_type,
                 attribute_status: 0,
-                data: [u64::from(period), 0, 0],
-            });
-        }
-        if let Some(ms) = setup.worker_sleep_ms {
-            info.push(abi::PcSamplingConfigurationInfo {
-                attribute_type: attr::WORKER_THREAD_PERIODIC_SLEEP_SPAN,
-                attribute_status: 0,
-                data: [u64::from(ms), 0, 0],
-            });
-        }
-        if let Some(bytes) = setup.hardware_buffer_bytes {
-            info.push(abi::PcSamplingConfigurationInfo {
-                attribute_type: attr::HARDWARE_BUFFER_SIZE,
-                attribute_status: 0,
-                data: [bytes as u64, 0, 0],
-            });
-        }
+                data: [v, 0, 0],
+            })
+        }));
         let mut params = abi::PcSamplingConfigurationInfoParams {
             head: abi::PcSamplingContextParams {
                 size: std::mem::size_of::<abi::PcSamplingConfigurationInfoParams>(),
