@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kiln_ingest_bus::Bus;
-use kiln_storage::{MetadataStore, ObjectStore, ProfileStore};
+use kiln_storage::{MetadataStore, ObjectStore, ProfileStore, SealedStore};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::BusKey;
@@ -196,8 +196,13 @@ pub async fn start_query(
 ) -> Result<Running, ServerError> {
     let metrics = Metrics::new(ServerRole::Query);
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
+    // Queries read settled hours from their segments; the rollup job seals
+    // them (`kiln_storage::SealedStore`). Only this role reads samples:
+    // gateways and workers keep the row store.
+    let sealed = Arc::new(SealedStore::new(store, objects.clone()));
+    let store: Arc<dyn ProfileStore> = sealed.clone();
     let retention = Retention::new(store.clone(), metadata.clone(), http.quota.retention_days);
-    let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone());
+    let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone()).sealing(sealed);
     let scans = store.clone();
     let peer_listen = peers.as_ref().map(|p| p.listen);
     let (query, cluster) = match peers {

@@ -14,6 +14,13 @@
 //! (the day's hour rollups, the hour's samples) until the next pass rolls
 //! it again.
 //!
+//! **Sealing.** With a [`SealedStore`] ([`Rollups::sealing`]), a pass
+//! then seals each settled hour that has rows (or more than one segment)
+//! into one segment in the object store, and deletes the rows: what keeps
+//! a day of samples at a few bytes each instead of a row store's hundreds
+//! (`kiln_storage::segment`). A late write makes rows in a sealed hour
+//! again; the next pass folds them in.
+//!
 //! **Which role runs it: the query role** (and `kiln up`), as for
 //! retention (`crate::retention`): it holds the metadata store that lists
 //! tenants and projects, which workers do not. Passes are idempotent, so
@@ -26,8 +33,8 @@ use std::time::Duration;
 
 use kiln_model::{LabelSetEntry, LabelSetId, NANOS_PER_HOUR};
 use kiln_storage::{
-    HourVersion, MetadataStore, ProfileStore, Resolution, RollupRow, Scope, StoreError,
-    current_rollups, window_versions,
+    HourVersion, MetadataStore, ProfileStore, Resolution, RollupRow, Scope, SealedStore,
+    StoreError, current_rollups, window_versions,
 };
 use serde::Serialize;
 use tracing::{debug, info, warn};
@@ -48,6 +55,8 @@ pub const ROLLUP_SETTLE_NS: i64 = 5 * 60 * 1_000_000_000;
 pub struct Rollups {
     store: Arc<dyn ProfileStore>,
     metadata: Arc<dyn MetadataStore>,
+    /// Seals settled hours when set (the same store as `store`).
+    sealed: Option<Arc<SealedStore>>,
     /// One pass at a time: the timed one and one asked for over HTTP
     /// would only repeat each other's work.
     running: Arc<tokio::sync::Mutex<()>>,
@@ -66,6 +75,12 @@ pub struct RollupReport {
     pub rolled_days: u64,
     /// Rollup rows written for those days.
     pub day_rows: u64,
+    /// Hours sealed into segments (`Rollups::sealing`).
+    pub sealed_hours: u64,
+    /// Sample rows those hours moved out of the row store.
+    pub sealed_rows: u64,
+    /// Bytes of the segments written for them.
+    pub segment_bytes: u64,
     /// Tenants whose pass failed, with why (the others went on).
     pub failed: Vec<String>,
 }
@@ -76,8 +91,16 @@ impl Rollups {
         Rollups {
             store,
             metadata,
+            sealed: None,
             running: Arc::default(),
         }
+    }
+
+    /// Also seals each settled hour into a segment after rolling it up.
+    /// `sealed` must be the store the job was made with.
+    pub fn sealing(mut self, sealed: Arc<SealedStore>) -> Self {
+        self.sealed = Some(sealed);
+        self
     }
 
     /// Runs a pass now and then `every` (by default [`ROLLUP_INTERVAL`]),
@@ -125,7 +148,8 @@ impl Rollups {
             for project in projects {
                 let done = async {
                     let scope = Scope::new(&tenant, project)?;
-                    self.roll_scope(&scope, settled, &mut report).await
+                    self.roll_scope(&scope, settled, &mut report).await?;
+                    self.seal_scope(&scope, settled, &mut report).await
                 };
                 if let Err(e) = done.await {
                     warn!(tenant, error = %e, "rollups: rolling up hours failed");
@@ -141,6 +165,14 @@ impl Rollups {
                 days = report.rolled_days,
                 day_rows = report.day_rows,
                 "rollups: rolled up hours and days"
+            );
+        }
+        if report.sealed_hours > 0 {
+            info!(
+                hours = report.sealed_hours,
+                rows = report.sealed_rows,
+                segment_bytes = report.segment_bytes,
+                "rollups: sealed hours into segments"
             );
         }
         report
@@ -180,6 +212,28 @@ impl Rollups {
             report.rollup_rows += rows;
         }
         self.roll_days(scope, before_ns, report).await
+    }
+
+    /// Seals the hours of `scope` before `before_ns` (an hour's start)
+    /// that have rows or more than one segment, when this job seals.
+    async fn seal_scope(
+        &self,
+        scope: &Scope,
+        before_ns: i64,
+        report: &mut RollupReport,
+    ) -> Result<(), StoreError> {
+        let Some(sealed) = &self.sealed else {
+            return Ok(());
+        };
+        for hour in sealed.unsealed_hours(scope, before_ns).await? {
+            let done = sealed.seal_hour(scope, hour).await?;
+            if !done.is_empty() {
+                report.sealed_hours += 1;
+                report.sealed_rows += done.rows;
+                report.segment_bytes += done.bytes;
+            }
+        }
+        Ok(())
     }
 
     /// Rolls the days of `scope` that ended by `before_ns` and have no

@@ -9,8 +9,8 @@ use actix_web::middleware::{Compress, Condition, Logger, from_fn};
 use actix_web::{App, HttpServer};
 use kiln_ingest_bus::{BusError, EmbeddedBus};
 use kiln_storage::{
-    EmbeddedMetadataStore, EmbeddedProfileStore, KeyHash, LocalObjectStore, MetadataStore, Roles,
-    Scope, StoreError,
+    EmbeddedMetadataStore, EmbeddedProfileStore, KeyHash, LocalObjectStore, MetadataStore,
+    ProfileStore, Roles, Scope, SealedStore, StoreError,
 };
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
@@ -164,8 +164,14 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         source,
     })?;
     let bus = Arc::new(EmbeddedBus::open(&dir.join("bus"), options.bus_partitions)?);
-    let store = Arc::new(EmbeddedProfileStore::open(&dir.join("profiles"))?);
     let objects = Arc::new(LocalObjectStore::open(&dir.join("objects"))?);
+    // Settled hours are sealed into segments beside the symbols
+    // (`kiln_storage::SealedStore`).
+    let sealed = Arc::new(SealedStore::new(
+        Arc::new(EmbeddedProfileStore::open(&dir.join("profiles"))?),
+        objects.clone(),
+    ));
+    let store: Arc<dyn ProfileStore> = sealed.clone();
     let metadata: Arc<dyn MetadataStore> =
         Arc::new(EmbeddedMetadataStore::open(&dir.join(METADATA_FILE))?);
 
@@ -208,7 +214,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         metadata.clone(),
         options.quota.retention_days,
     );
-    let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone());
+    let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone()).sealing(sealed);
     let auth = Auth::new(metadata, Some(admin));
     let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {

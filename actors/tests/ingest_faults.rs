@@ -134,6 +134,16 @@ impl ProfileStore for Faulty {
     async fn put_executables(&self, tenant: &str, e: &[Executable]) -> Result<(), StoreError> {
         self.inner.put_executables(tenant, e).await
     }
+    async fn delete_sealed_samples(
+        &self,
+        scope: &Scope,
+        samples: &[StoredSample],
+        written_before_ns: i64,
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .delete_sealed_samples(scope, samples, written_before_ns)
+            .await
+    }
     async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError> {
         let left = self.transient.load(Ordering::SeqCst);
         if left > 0 {
@@ -425,6 +435,13 @@ impl Consumer for RecordingConsumer {
     async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError> {
         self.inner.commit(partition, next_offset).await?;
         self.log.push(Event::Committed(partition, next_offset));
+        Ok(())
+    }
+    async fn commit_all(&mut self, offsets: &[(u32, u64)]) -> Result<(), BusError> {
+        self.inner.commit_all(offsets).await?;
+        for &(partition, next_offset) in offsets {
+            self.log.push(Event::Committed(partition, next_offset));
+        }
         Ok(())
     }
     fn lag_reader(&self) -> Arc<dyn LagReader> {

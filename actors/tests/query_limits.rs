@@ -86,6 +86,16 @@ impl ProfileStore for SlowStore {
     async fn put_executables(&self, tenant: &str, e: &[Executable]) -> Result<(), StoreError> {
         self.inner.put_executables(tenant, e).await
     }
+    async fn delete_sealed_samples(
+        &self,
+        scope: &Scope,
+        samples: &[StoredSample],
+        written_before_ns: i64,
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .delete_sealed_samples(scope, samples, written_before_ns)
+            .await
+    }
     async fn put_samples(&self, scope: &Scope, samples: &[StoredSample]) -> Result<(), StoreError> {
         self.inner.put_samples(scope, samples).await
     }

@@ -258,3 +258,54 @@ async fn a_late_write_makes_its_rollups_stale_until_rolled_again() {
     assert_eq!((again.rolled_hours, again.rolled_days), (1, 1), "{again:?}");
     assert_eq!(total(&p).await, before + 500 + 9);
 }
+
+/// Sealing (`kiln_storage::SealedStore`): the pass moves every settled
+/// hour's rows into one segment each, and every answer, those read from
+/// samples (a per-host filter, which rollups cannot answer) included, is
+/// what the rows gave; a late write into a sealed hour is read at once
+/// and sealed by the next pass.
+#[actix_rt::test]
+async fn sealed_hours_answer_what_their_rows_answered() {
+    let p = Pipeline::start(2).await;
+    let credentials = Credentials::new(p.dir.path(), &p.scope, Roles::INGEST_READ).await;
+    publish_fleet(&p).await;
+    let from_rows = answers(&p).await;
+    let before = total(&p).await;
+
+    let job =
+        Rollups::new(p.sealed.clone(), credentials.metadata.clone()).sealing(p.sealed.clone());
+    let report = job.run_once(T0 + 2 * H).await;
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.sealed_hours, HOURS as u64, "{report:?}");
+    assert_eq!(report.sealed_rows, report.sample_rows, "{report:?}");
+    let all = (i64::MIN, i64::MAX);
+    assert!(
+        p.store
+            .scan_samples(&p.scope, all.0, all.1)
+            .await
+            .unwrap()
+            .is_empty(),
+        "rows left in the row store"
+    );
+    let (bytes, segments) = p.sealed.segment_bytes(&p.scope).await.unwrap();
+    assert_eq!((segments, bytes), (HOURS as u64, report.segment_bytes));
+
+    let from_segments = answers(&p).await;
+    for (rows, sealed) in from_rows.iter().zip(&from_segments) {
+        assert_eq!(rows, sealed, "the same query from rows and from segments");
+    }
+
+    let sealed_hour = first_hour_ns() / H + 5;
+    let mut late = BatchBuilder::new("h9", T0, 10_000_000);
+    let labels = LabelSet::new().with("host", "h9").with("process", "web");
+    late.add(sealed_hour * H + 17, &frames(&["main", "late"]), &labels, 9);
+    p.publish("h9", &late.finish().encode()).await;
+    assert_eq!(total(&p).await, before + 9);
+    let again = job.run_once(T0 + 2 * H).await;
+    assert_eq!((again.sealed_hours, again.sealed_rows), (1, 1), "{again:?}");
+    assert_eq!(total(&p).await, before + 9);
+    assert_eq!(
+        p.sealed.segment_bytes(&p.scope).await.unwrap().1,
+        HOURS as u64
+    );
+}

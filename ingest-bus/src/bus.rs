@@ -123,6 +123,19 @@ pub trait Consumer: Send + fmt::Debug {
     /// after a crash, starts there.
     async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError>;
 
+    /// [`Consumer::commit`] of several partitions at once: `Ok` means all
+    /// of them are stored. A consumer that can should store them in one
+    /// request (one broker round trip, one file write): a worker commits
+    /// every partition of a poll after its sync, and waits for it. This
+    /// default commits them one after the other, stopping at the first
+    /// error.
+    async fn commit_all(&mut self, offsets: &[(u32, u64)]) -> Result<(), BusError> {
+        for &(partition, next_offset) in offsets {
+            self.commit(partition, next_offset).await?;
+        }
+        Ok(())
+    }
+
     /// A handle that reports this consumer's lag from another task while
     /// the consumer polls (the consumer is `&mut` to its poll loop). It
     /// does not keep the consumer alive: once the consumer is dropped, it

@@ -145,6 +145,36 @@ async fn group_members_share_partitions() {
     assert_drained(&mut *a).await;
 }
 
+/// A worker commits all of a poll's partitions at once: stored together,
+/// or, where one offset is bad, none of them.
+#[tokio::test]
+async fn commits_of_several_partitions_are_stored_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = EmbeddedBus::open(dir.path(), 3).unwrap();
+    publish_numbered(&bus, 0..30).await;
+    let end = bus.end_offsets();
+    let mut c = bus.consumer("g").await.unwrap();
+    poll_exactly(&mut *c, 30).await;
+
+    c.commit_all(&[(0, end[0]), (2, 1)]).await.unwrap();
+    assert_eq!(bus.committed("g").unwrap(), Some(vec![end[0], 0, 1]));
+
+    let err = c
+        .commit_all(&[(1, end[1]), (2, end[2] + 1)])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("partition 2"), "{err}");
+    assert_eq!(
+        bus.committed("g").unwrap(),
+        Some(vec![end[0], 0, 1]),
+        "a refused commit stored part of itself"
+    );
+    drop(c);
+    drop(bus);
+    let bus = EmbeddedBus::open(dir.path(), 3).unwrap();
+    assert_eq!(bus.committed("g").unwrap(), Some(vec![end[0], 0, 1]));
+}
+
 #[tokio::test]
 async fn bad_requests_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -283,6 +283,10 @@ pub enum DecodeError {
         /// The field holding it.
         field: &'static str,
     },
+    /// A compressed value (a sealed-hour segment) does not inflate: its
+    /// zstd frame is damaged or cut short.
+    #[error("compressed value is damaged or cut short")]
+    Compression,
     /// A key has the wrong length for its table.
     #[error("key is {len} bytes, expected {expected}")]
     KeyLength {

@@ -78,6 +78,8 @@ mod s3;
 mod scope;
 #[cfg(feature = "scylla")]
 mod scylla;
+mod sealed;
+pub mod segment;
 mod values;
 
 pub use access::{Grant, Role, Roles, UnknownRole};
@@ -105,3 +107,4 @@ pub use s3::{AddressingStyle, PART_SIZE as S3_PART_SIZE, S3Config, S3ObjectStore
 pub use scope::{MAX_NAME_LEN, Scope};
 #[cfg(feature = "scylla")]
 pub use scylla::{ScyllaProfileStore, ScyllaUrl};
+pub use sealed::{SEAL_WRITE_MARGIN, SealedHour, SealedStore};

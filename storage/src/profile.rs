@@ -238,6 +238,31 @@ pub trait ProfileStore: Send + Sync + std::fmt::Debug + 'static {
         ids: &[FileId],
     ) -> Result<Vec<Option<Executable>>, StoreError>;
 
+    /// Deletes the sample rows a seal has copied into a segment
+    /// (`crate::sealed`): `samples` are what a scan of their hours gave,
+    /// and that scan began after `written_before_ns`. Returns how many
+    /// samples it was given.
+    ///
+    /// - Every row with a key (timestamp, stack, label set) of `samples`
+    ///   goes, unless written again at or after `written_before_ns`.
+    /// - A row written at or after `written_before_ns` with another key
+    ///   stays: it may have come after the scan.
+    /// - What else goes is the store's choice: a row store deletes by key;
+    ///   ScyllaDB deletes each hour's partitions as of `written_before_ns`
+    ///   (one partition tombstone, where a tombstone per row would make
+    ///   every later scan of the hour read them all), and with them the
+    ///   hour's index row, which a later write puts back.
+    ///
+    /// Nothing else changes: the hours' [`stored_bytes`](Self::stored_bytes)
+    /// counters (so their versions) and rollups stay, for the data moved,
+    /// it did not go.
+    async fn delete_sealed_samples(
+        &self,
+        scope: &Scope,
+        samples: &[StoredSample],
+        written_before_ns: i64,
+    ) -> Result<u64, StoreError>;
+
     /// The scope's samples with `from_ns <= timestamp_ns < to_ns`, in no
     /// particular order (callers aggregate). Empty when `from_ns >= to_ns`.
     async fn scan_samples(

@@ -241,26 +241,31 @@ pub(crate) fn decode_executable(file_id: FileId, bytes: &[u8]) -> Result<Executa
     })
 }
 
-struct Writer(Vec<u8>);
+/// Writes a value front to back (the segment encoding uses it too).
+pub(crate) struct Writer(Vec<u8>);
 
 impl Writer {
-    fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let mut bytes = Vec::with_capacity(capacity);
         bytes.push(VERSION);
         Writer(bytes)
     }
 
-    fn u8(&mut self, v: u8) -> &mut Self {
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
         self.0.push(v);
         self
     }
 
-    fn bytes(&mut self, v: &[u8]) -> &mut Self {
+    pub(crate) fn bytes(&mut self, v: &[u8]) -> &mut Self {
         self.0.extend_from_slice(v);
         self
     }
 
-    fn varint(&mut self, mut v: u64) -> &mut Self {
+    pub(crate) fn varint(&mut self, mut v: u64) -> &mut Self {
         while v >= 0x80 {
             self.0.push((v as u8) | 0x80);
             v >>= 7;
@@ -269,11 +274,11 @@ impl Writer {
         self
     }
 
-    fn str(&mut self, s: &str) -> &mut Self {
+    pub(crate) fn str(&mut self, s: &str) -> &mut Self {
         self.varint(s.len() as u64).bytes(s.as_bytes())
     }
 
-    fn opt_str(&mut self, s: Option<&str>) -> &mut Self {
+    pub(crate) fn opt_str(&mut self, s: Option<&str>) -> &mut Self {
         match s {
             None => self.u8(0),
             Some(s) => self.u8(1).str(s),
@@ -282,11 +287,11 @@ impl Writer {
 }
 
 /// Reads a value front to back; every read checks what is left first.
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
     /// Starts after the version byte, refusing unknown versions.
-    fn new(bytes: &'a [u8]) -> Result<Self, DecodeError> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Result<Self, DecodeError> {
         let mut r = Reader(bytes);
         match r.u8("version")? {
             VERSION => Ok(r),
@@ -294,7 +299,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
         if n > self.0.len() {
             return Err(DecodeError::Truncated {
                 field,
@@ -306,17 +311,20 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
         Ok(self.take(1, field)?[0])
     }
 
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], DecodeError> {
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<[u8; N], DecodeError> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N, field)?);
         Ok(out)
     }
 
-    fn varint(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+    pub(crate) fn varint(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let mut value = 0u64;
         for i in 0..10 {
             let byte = self.u8(field)?;
@@ -336,7 +344,11 @@ impl<'a> Reader<'a> {
     /// A count of items that take at least `min_item_len` bytes each,
     /// checked against the bytes left so that a damaged count cannot make
     /// the caller allocate more than the value's size.
-    fn count(&mut self, field: &'static str, min_item_len: usize) -> Result<usize, DecodeError> {
+    pub(crate) fn count(
+        &mut self,
+        field: &'static str,
+        min_item_len: usize,
+    ) -> Result<usize, DecodeError> {
         let value = self.varint(field)?;
         let n = usize::try_from(value).map_err(|_| DecodeError::OutOfRange { field, value })?;
         let needed = n
@@ -352,12 +364,12 @@ impl<'a> Reader<'a> {
     }
 
     /// A source line: a varint that fits a `u32`.
-    fn line(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+    pub(crate) fn line(&mut self, field: &'static str) -> Result<u32, DecodeError> {
         let line = self.varint(field)?;
         u32::try_from(line).map_err(|_| DecodeError::OutOfRange { field, value: line })
     }
 
-    fn str(&mut self, field: &'static str) -> Result<String, DecodeError> {
+    pub(crate) fn str(&mut self, field: &'static str) -> Result<String, DecodeError> {
         let len = self.varint(field)?;
         let len =
             usize::try_from(len).map_err(|_| DecodeError::OutOfRange { field, value: len })?;
@@ -365,7 +377,7 @@ impl<'a> Reader<'a> {
         String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::NotUtf8 { field })
     }
 
-    fn opt_str(&mut self, field: &'static str) -> Result<Option<String>, DecodeError> {
+    pub(crate) fn opt_str(&mut self, field: &'static str) -> Result<Option<String>, DecodeError> {
         match self.u8(field)? {
             0 => Ok(None),
             1 => self.str(field).map(Some),
@@ -376,7 +388,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn finish(self) -> Result<(), DecodeError> {
+    pub(crate) fn finish(self) -> Result<(), DecodeError> {
         if self.0.is_empty() {
             Ok(())
         } else {

@@ -3,9 +3,11 @@
 
 use bytes::Bytes;
 use kiln_model::{Frame, FrameEntry, FrameKind, LabelSetId, StackId};
+use std::sync::Arc;
+
 use kiln_storage::{
     EmbeddedProfileStore, LocalObjectStore, ObjectKey, ObjectStore, ProfileStore, Scope,
-    StoredFrame, StoredSample, conformance,
+    SealedStore, StoredFrame, StoredSample, conformance,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,6 +15,18 @@ async fn embedded_profile_store_conforms() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedProfileStore::open(dir.path()).unwrap();
     conformance::profile_store(&store).await;
+}
+
+/// Sealing, over the embedded store and local objects (`kiln up`): the
+/// whole profile suite through the sealed store, then the sealing suite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_embedded_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = Arc::new(EmbeddedProfileStore::open(&dir.path().join("profiles")).unwrap());
+    let objects = Arc::new(LocalObjectStore::open(&dir.path().join("objects")).unwrap());
+    let store = SealedStore::new(rows, objects);
+    conformance::profile_store(&store).await;
+    conformance::sealed_store(&store).await;
 }
 
 /// Running the suite twice on one store shows that its runs do not see each

@@ -9,9 +9,11 @@
 //! kept between runs is fine.
 
 use kiln_model::{LabelSetId, StackId};
+use std::sync::Arc;
+
 use kiln_storage::{
-    MetadataStore, PostgresMetadataStore, PostgresProfileStore, ProfileStore, Scope, StoredSample,
-    conformance,
+    LocalObjectStore, MetadataStore, PostgresMetadataStore, PostgresProfileStore, ProfileStore,
+    Scope, SealedStore, StoredSample, conformance,
 };
 
 /// The server's URL, or `None` (after saying so) when tests should skip.
@@ -41,6 +43,16 @@ async fn postgres_profile_store_conforms() {
     conformance::profile_store(&store).await;
     // A second run on the same database sees nothing of the first.
     conformance::profile_store(&store).await;
+}
+
+/// Sealing over PostgreSQL rows, as a distributed query node seals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_postgres_store_conforms() {
+    let Some(url) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let objects = Arc::new(LocalObjectStore::open(dir.path()).unwrap());
+    let store = SealedStore::new(Arc::new(store(&url).await), objects);
+    conformance::sealed_store(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,8 +9,13 @@
 //! so that `cargo test` works on a machine without an S3 server. Every run
 //! writes under fresh key prefixes, so a bucket kept between runs is fine.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
-use kiln_storage::{ObjectKey, ObjectStore, S3_PART_SIZE, S3ObjectStore, StoreError, conformance};
+use kiln_storage::{
+    EmbeddedProfileStore, ObjectKey, ObjectStore, S3_PART_SIZE, S3ObjectStore, SealedStore,
+    StoreError, conformance,
+};
 
 /// The store at `KILN_TEST_S3`, or `None` (after saying so) when tests
 /// should skip.
@@ -43,6 +48,17 @@ async fn s3_object_store_conforms() {
     let Some(store) = store() else { return };
     store.check().await.expect("connection check");
     conformance::object_store(&store).await;
+}
+
+/// Sealed hours in S3, as a deployment keeps them: the segments' keys,
+/// listing and deletes against a real S3 server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_segments_in_s3_conform() {
+    let Some(objects) = store() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let rows = Arc::new(EmbeddedProfileStore::open(dir.path()).unwrap());
+    let store = SealedStore::new(rows, Arc::new(objects));
+    conformance::sealed_store(&store).await;
 }
 
 /// Objects above the part size go up as multipart uploads (the ETag S3

@@ -28,8 +28,13 @@
 //! shards so that scans visit several partitions) and fresh tenant names
 //! on every run, so a node kept between runs is fine.
 
+use std::sync::Arc;
+
 use kiln_model::{LabelSetId, StackId};
-use kiln_storage::{ProfileStore, Scope, ScyllaProfileStore, StoredSample, conformance};
+use kiln_storage::{
+    LocalObjectStore, ProfileStore, Scope, ScyllaProfileStore, SealedStore, StoredSample,
+    conformance,
+};
 
 /// The test keyspace's URL, or `None` (after saying so) when tests should
 /// skip.
@@ -72,6 +77,20 @@ async fn scylla_profile_store_conforms() {
 
 /// Migrating again keeps the tables, their rows and the recorded shard
 /// count, even when the URL asks for another.
+/// Sealing over ScyllaDB (or Cassandra) rows: deletes by key, and an
+/// hour index that keeps the hours it listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sealed_scylla_store_conforms() {
+    let Some(url) = server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let objects = Arc::new(LocalObjectStore::open(dir.path()).unwrap());
+    // No write margin: the suite seals what it has just written, and
+    // ScyllaDB deletes a sealed hour by write time.
+    let store = SealedStore::new(Arc::new(store(&url).await), objects)
+        .with_write_margin(std::time::Duration::ZERO);
+    conformance::sealed_store(&store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_again_is_harmless() {
     let Some(url) = server() else { return };

@@ -246,19 +246,35 @@ pub(crate) async fn run_retention(
     Ok(HttpResponse::Ok().json(report))
 }
 
-/// `POST /api/v1/admin/rollups`: runs a pass of the rollup job now
-/// (hours that ended at least `ROLLUP_SETTLE_NS` ago) and answers what it
-/// rolled.
+/// The query of `POST /api/v1/admin/rollups`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RollupsQuery {
+    /// Run the pass as if at this time (`parse_time`'s forms): a later
+    /// time also rolls and seals the hours before it that have not yet
+    /// settled, which a benchmark or an operator draining a region wants.
+    now: Option<String>,
+}
+
+/// `POST /api/v1/admin/rollups[?now=TIME]`: runs a pass of the rollup job
+/// now (hours that ended at least `ROLLUP_SETTLE_NS` ago: rolled up, and
+/// sealed where the store seals) and answers what it did.
 pub(crate) async fn run_rollups(
     _: Operator,
     state: web::Data<super::AppState>,
+    query: web::Query<RollupsQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let Some(rollups) = &state.rollups else {
         return Err(ApiError::NotFound(
             "this process does not run the rollup job (query nodes and kiln up do)".into(),
         ));
     };
-    let report = rollups.run_once(super::params::now_ns()).await;
+    let now = super::params::now_ns();
+    let at = match &query.now {
+        None => now,
+        Some(text) => super::params::parse_time(text, now)
+            .map_err(|e| ApiError::BadRequest(format!("now: {e}")))?,
+    };
+    let report = rollups.run_once(at).await;
     Ok(HttpResponse::Ok().json(report))
 }
 

@@ -236,8 +236,9 @@ async fn store(
         .collect();
     drop(batches);
     clock.restart();
+    let next_offsets: Vec<(u32, u64)> = next_offsets.into_iter().collect();
+    commit(consumer, &next_offsets).await;
     for (partition, next) in next_offsets {
-        commit(consumer, partition, next).await;
         progress.committed(partition, next);
     }
     clock.lap(Stage::Commit);
@@ -298,15 +299,16 @@ async fn write_until_taken(
     }
 }
 
-async fn commit(consumer: &mut dyn Consumer, partition: u32, next: u64) {
+/// Commits a poll's partitions, in one request where the bus can.
+async fn commit(consumer: &mut dyn Consumer, offsets: &[(u32, u64)]) {
     // A failed commit only means redelivery (writes are idempotent), but
     // retry a few times so a transient failure does not cause it.
     let mut backoff = Backoff::new();
     for attempt in 1..=3 {
-        match consumer.commit(partition, next).await {
+        match consumer.commit_all(offsets).await {
             Ok(()) => return,
             Err(e) => {
-                warn!(partition, next, attempt, error = %e, "committing an offset failed");
+                warn!(?offsets, attempt, error = %e, "committing offsets failed");
                 backoff.wait().await;
             }
         }

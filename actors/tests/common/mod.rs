@@ -15,7 +15,7 @@ use kiln_ingest_bus::{Bus, EmbeddedBus};
 use kiln_model::flamewire::read;
 use kiln_storage::{
     EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ProfileStore,
-    Roles, Scope,
+    Roles, Scope, SealedStore,
 };
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
@@ -66,6 +66,9 @@ pub(crate) struct Pipeline {
     pub bus_key: BusKey,
     pub store: Arc<EmbeddedProfileStore>,
     pub objects: Arc<LocalObjectStore>,
+    /// What queries read, as a query node does: `store` with its sealed
+    /// hours in `objects`.
+    pub sealed: Arc<SealedStore>,
     pub progress: IngestProgress,
     pub query: actix::Addr<QueryCoordinator>,
     /// What the pipeline and the query side count.
@@ -111,8 +114,9 @@ impl Pipeline {
         )
         .await
         .unwrap();
+        let sealed = Arc::new(SealedStore::new(store.clone(), objects.clone()));
         let query = QueryCoordinator::start_with_symbolizer(
-            store.clone(),
+            sealed.clone(),
             symbolizer,
             query_workers,
             metrics.query(),
@@ -122,6 +126,7 @@ impl Pipeline {
             bus_key,
             store,
             objects,
+            sealed,
             progress,
             query,
             metrics,

@@ -187,27 +187,35 @@ impl Consumer for EmbeddedConsumer {
     }
 
     async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError> {
+        self.commit_all(&[(partition, next_offset)]).await
+    }
+
+    /// Checks every offset, then stores them all in one write.
+    async fn commit_all(&mut self, offsets: &[(u32, u64)]) -> Result<(), BusError> {
         let count = self.inner.partition_count();
-        let end = self
-            .inner
-            .partitions
-            .get(partition as usize)
-            .ok_or(BusError::NoSuchPartition { partition, count })?
-            .durable_end();
-        if next_offset > end {
-            return Err(BusError::CommitPastEnd {
-                partition,
-                offset: next_offset,
-                end,
-            });
+        for &(partition, next_offset) in offsets {
+            let end = self
+                .inner
+                .partitions
+                .get(partition as usize)
+                .ok_or(BusError::NoSuchPartition { partition, count })?
+                .durable_end();
+            if next_offset > end {
+                return Err(BusError::CommitPastEnd {
+                    partition,
+                    offset: next_offset,
+                    end,
+                });
+            }
         }
         let group = self.group.clone();
+        let offsets = offsets.to_vec();
         // Holding the bus keeps the directory locked until the write is done,
         // even if this future is dropped and the consumer with it.
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let _open = inner;
-            group.commit(partition, next_offset)
+            group.commit_all(&offsets)
         })
         .await
         .map_err(|_| BusError::Panicked)?

@@ -163,16 +163,19 @@ impl Group {
         self.state().committed.clone()
     }
 
-    /// Durably records that the group resumes `partition` at `offset`.
+    /// Durably records where the group resumes each of these partitions,
+    /// all in one write of the offsets file.
     ///
     /// Blocks on file I/O: call it from a blocking thread.
-    pub(crate) fn commit(&self, partition: u32, offset: u64) -> Result<(), BusError> {
+    pub(crate) fn commit_all(&self, positions: &[(u32, u64)]) -> Result<(), BusError> {
         let mut state = self.state();
         let mut committed = state.committed.clone();
         let count = committed.len() as u32;
-        *committed
-            .get_mut(partition as usize)
-            .ok_or(BusError::NoSuchPartition { partition, count })? = offset;
+        for &(partition, offset) in positions {
+            *committed
+                .get_mut(partition as usize)
+                .ok_or(BusError::NoSuchPartition { partition, count })? = offset;
+        }
         // Only a stored commit counts: the in-memory offsets change after
         // the file does.
         offsets::store(&self.path, &committed)?;
@@ -245,7 +248,7 @@ mod tests {
         groups
             .get_or_create("g", || vec![1, 1])
             .unwrap()
-            .commit(1, 7)
+            .commit_all(&[(1, 7)])
             .unwrap();
         groups.get_or_create("h", || vec![3, 0]).unwrap();
         let min = groups.with_min_committed(|m| m.map(<[u64]>::to_vec));

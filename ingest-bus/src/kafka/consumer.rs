@@ -103,16 +103,25 @@ impl Consumer for KafkaConsumer {
     /// Commits synchronously (on tokio's blocking pool): `Ok` means the
     /// group coordinator stored the offset.
     async fn commit(&mut self, partition: u32, next_offset: u64) -> Result<(), BusError> {
-        let mut offsets = TopicPartitionList::new();
-        offsets
-            .add_partition_offset(
+        self.commit_all(&[(partition, next_offset)]).await
+    }
+
+    /// One `OffsetCommit` request for all the partitions.
+    async fn commit_all(&mut self, offsets: &[(u32, u64)]) -> Result<(), BusError> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::with_capacity(offsets.len());
+        for &(partition, next_offset) in offsets {
+            list.add_partition_offset(
                 &self.topic,
                 partition as i32,
                 Offset::Offset(next_offset as i64),
             )
             .map_err(BusError::kafka("commit"))?;
+        }
         let consumer = self.consumer.clone();
-        tokio::task::spawn_blocking(move || consumer.commit(&offsets, CommitMode::Sync))
+        tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync))
             .await
             .map_err(|_| BusError::Panicked)?
             .map_err(BusError::kafka("commit"))

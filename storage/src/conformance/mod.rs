@@ -30,6 +30,7 @@ mod object;
 mod profile;
 mod retention;
 mod rollups;
+mod sealing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -37,10 +38,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use metadata::metadata_store;
 pub use object::object_store;
 pub use profile::profile_store;
+pub use sealing::sealed_store;
 
 use crate::error::StoreError;
 use crate::object_key::ObjectKey;
 use crate::scope::Scope;
+
+/// Nanoseconds since the Unix epoch, now.
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
 
 /// Why one check failed.
 struct Failure(String);

@@ -60,6 +60,7 @@ pub async fn profile_store(store: &dyn ProfileStore) {
             empty_inputs,
             sample_values_round_trip,
             sample_rewrite_replaces_not_adds,
+            deleting_sealed_samples_keeps_later_writes,
             samples_differing_in_any_key_part_are_distinct,
             scan_bounds_are_exact,
             scan_across_hour_boundaries,
@@ -417,6 +418,60 @@ async fn sample_rewrite_replaces_not_adds(store: &dyn ProfileStore, names: &Name
     store.put_samples(&scope, &batch).await?;
     store.put_samples(&scope, &batch).await?;
     expect_scan(store, &scope, (T + 100, T + 200), &batch).await
+}
+
+async fn deleting_sealed_samples_keeps_later_writes(
+    store: &dyn ProfileStore,
+    names: &Names,
+) -> Check {
+    let scope = names.scope("a", "p");
+    let other = names.scope("b", "p");
+    let k = T.div_euclid(H) * H;
+    let sealed: Vec<_> = (0..40)
+        .map(|i| sample(k + (i % 2) * H + i, i as u128 % 7, 1, 2))
+        .collect();
+    store.put_samples(&scope, &sealed).await?;
+    store.put_samples(&other, &sealed).await?;
+    let read_at = super::now_ns();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    // Written after the scan a seal made: a late batch in both hours, and
+    // one sealed row written again.
+    let late = [sample(k + 100, 1, 9, 3), sample(k + H + 100, 2, 9, 4)];
+    let again = StoredSample {
+        count: 7,
+        ..sealed[0]
+    };
+    store.put_samples(&scope, &late).await?;
+    store.put_samples(&scope, &[again]).await?;
+    let versions = store.hour_versions(&scope, k, k + 2 * H).await?;
+    let given = store
+        .delete_sealed_samples(&scope, &sealed, read_at)
+        .await?;
+    ensure_eq!(given, 40, "samples given back");
+    let left = sorted(store.scan_samples(&scope, k, k + 2 * H).await?);
+    for s in &late {
+        ensure!(
+            left.contains(s),
+            "a later write was deleted: {s:?}; left: {left:?}"
+        );
+    }
+    let others: Vec<_> = left
+        .iter()
+        .filter(|s| !late.contains(s) && **s != again)
+        .collect();
+    ensure!(others.is_empty(), "sealed rows left: {others:?}");
+    expect_scan(store, &other, (k, k + 2 * H), &sealed).await?;
+    ensure_eq!(
+        store.hour_versions(&scope, k, k + 2 * H).await?,
+        versions,
+        "deleting sealed rows moves data out; it changes no hour's version"
+    );
+    ensure_eq!(
+        store.delete_sealed_samples(&scope, &[], read_at).await?,
+        0,
+        "nothing to delete"
+    );
+    Ok(())
 }
 
 async fn samples_differing_in_any_key_part_are_distinct(

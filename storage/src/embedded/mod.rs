@@ -737,6 +737,36 @@ impl ProfileStore for EmbeddedProfileStore {
         self.put_counted(rows, prefix, bytes).await
     }
 
+    async fn delete_sealed_samples(
+        &self,
+        scope: &Scope,
+        samples: &[StoredSample],
+        _written_before_ns: i64,
+    ) -> Result<u64, StoreError> {
+        // By key: a row written since with one of these keys is the same
+        // row written again (a replay), which the segment holds.
+        let prefix = keys::scope_prefix(scope);
+        let keys: Vec<Vec<u8>> = samples
+            .iter()
+            .map(|s| keys::sample_key(&prefix, s))
+            .collect();
+        let given = keys.len() as u64;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        self.run(move |tables| {
+            let mut batch = tables.db.batch();
+            for key in keys {
+                batch.remove(Table::Samples.keyspace(tables), key);
+            }
+            batch
+                .commit()
+                .map_err(|e| StoreError::fjall("commit a write batch", e))
+        })
+        .await?;
+        Ok(given)
+    }
+
     async fn put_metric_points(
         &self,
         scope: &Scope,

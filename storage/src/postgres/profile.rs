@@ -316,6 +316,58 @@ impl ProfileStore for PostgresProfileStore {
         self.db.execute_steps("write samples", steps).await
     }
 
+    async fn delete_sealed_samples(
+        &self,
+        scope: &Scope,
+        samples: &[StoredSample],
+        _written_before_ns: i64,
+    ) -> Result<u64, StoreError> {
+        // By key: a row written since with one of these keys is the same
+        // row written again (a replay), which the segment holds. Sorted by
+        // key, as writes are, so concurrent deletes and writes
+        // lock rows in one order.
+        let mut keys: Vec<SampleKey> = samples
+            .iter()
+            .map(|s| {
+                (
+                    hour_of(s.timestamp_ns),
+                    s.timestamp_ns,
+                    s.stack.0,
+                    s.labels.0,
+                )
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let steps = keys
+            .chunks(CHUNK_ROWS)
+            .map(|chunk| -> Params {
+                let column =
+                    |f: fn(&SampleKey) -> i64| -> Vec<i64> { chunk.iter().map(f).collect() };
+                let uuids = |f: fn(&SampleKey) -> u128| -> Vec<Uuid> {
+                    chunk.iter().map(|k| Uuid::from_u128(f(k))).collect()
+                };
+                vec![
+                    Box::new(scope.tenant().to_owned()),
+                    Box::new(scope.project().to_owned()),
+                    Box::new(schema::SHARD),
+                    Box::new(column(|k| k.0)),
+                    Box::new(column(|k| k.1)),
+                    Box::new(uuids(|k| k.2)),
+                    Box::new(uuids(|k| k.3)),
+                ]
+            })
+            .map(|params| (schema::DELETE_SAMPLES, params))
+            .collect();
+        self.db
+            .execute_steps("delete sealed samples", steps)
+            .await?;
+        Ok(samples.len() as u64)
+    }
+
     async fn put_metric_points(
         &self,
         scope: &Scope,

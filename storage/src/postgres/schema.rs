@@ -333,6 +333,18 @@ ON CONFLICT (tenant, project, hour, shard, ts, stack_id, labelset_id) DO UPDATE
     SET count = EXCLUDED.count, period_ns = EXCLUDED.period_ns
     WHERE (s.count, s.period_ns) IS DISTINCT FROM (EXCLUDED.count, EXCLUDED.period_ns)";
 
+/// Deletes samples of one scope by key: `$1` tenant, `$2` project, `$3`
+/// shard, then one array per key column (hour, ts, stack, labels), all of
+/// one length. Each key is one probe of the primary key: the shard is
+/// bound so the probe uses the whole key (this store writes shard 0 only;
+/// a row of another shard, moved over from ScyllaDB, stays and is read
+/// beside the segment that also holds it, which a scan tolerates).
+pub(super) const DELETE_SAMPLES: &str = "
+DELETE FROM samples AS s
+USING UNNEST($4::bigint[], $5::bigint[], $6::uuid[], $7::uuid[]) AS k (hour, ts, stack_id, labelset_id)
+WHERE s.tenant = $1 AND s.project = $2 AND s.hour = k.hour AND s.shard = $3
+    AND s.ts = k.ts AND s.stack_id = k.stack_id AND s.labelset_id = k.labelset_id";
+
 /// A scope's samples with `$5 <= ts < $6`, `$3..=$4` being the hours those
 /// bounds fall in: the hour bounds let the primary-key index skip straight
 /// to the range (`ts` comes after `shard` in the key). No `ORDER BY`: the

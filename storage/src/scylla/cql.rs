@@ -346,6 +346,17 @@ pub(super) const SELECT_STORED_BYTES: &str =
 pub(super) const SELECT_STORED_BYTES_BEFORE: &str =
     "SELECT hour, bytes FROM stored_bytes WHERE tenant = ? AND project = ? AND hour < ?";
 
+/// Deletes one sample partition's rows written before the timestamp `?`
+/// (µs, as the driver's client-side timestamps): one partition tombstone
+/// that a later write outlives (sealing, `crate::sealed`).
+pub(super) const DELETE_SAMPLE_PARTITION_WRITTEN_BEFORE: &str = "DELETE FROM samples \
+    USING TIMESTAMP ? WHERE tenant = ? AND project = ? AND hour = ? AND shard = ?";
+
+/// Deletes an hour's `sample_hours` row written before the timestamp `?`,
+/// with its partitions: a write after it puts the row back.
+pub(super) const DELETE_SAMPLE_HOUR_WRITTEN_BEFORE: &str = "DELETE FROM sample_hours \
+    USING TIMESTAMP ? WHERE tenant = ? AND project = ? AND hour = ?";
+
 /// Deletes one sample partition: one partition tombstone.
 pub(super) const DELETE_SAMPLE_PARTITION: &str =
     "DELETE FROM samples WHERE tenant = ? AND project = ? AND hour = ? AND shard = ?";
@@ -485,6 +496,8 @@ mod tests {
             ADD_STORED_BYTES,
             SELECT_STORED_BYTES,
             SELECT_STORED_BYTES_BEFORE,
+            DELETE_SAMPLE_PARTITION_WRITTEN_BEFORE,
+            DELETE_SAMPLE_HOUR_WRITTEN_BEFORE,
             DELETE_SAMPLE_PARTITION,
             DELETE_SAMPLE_HOURS_BEFORE,
             DELETE_METRIC_PARTITION,

@@ -85,6 +85,8 @@ struct Statements {
     add_stored_bytes: PreparedStatement,
     select_stored_bytes: PreparedStatement,
     select_stored_bytes_before: PreparedStatement,
+    delete_sample_partition_written_before: PreparedStatement,
+    delete_sample_hour_written_before: PreparedStatement,
     delete_sample_partition: PreparedStatement,
     delete_sample_hours_before: PreparedStatement,
     delete_metric_partition: PreparedStatement,
@@ -133,6 +135,12 @@ impl Statements {
             add_stored_bytes: prepare(cql::ADD_STORED_BYTES).await?,
             select_stored_bytes: prepare(cql::SELECT_STORED_BYTES).await?,
             select_stored_bytes_before: prepare(cql::SELECT_STORED_BYTES_BEFORE).await?,
+            delete_sample_partition_written_before: prepare(
+                cql::DELETE_SAMPLE_PARTITION_WRITTEN_BEFORE,
+            )
+            .await?,
+            delete_sample_hour_written_before: prepare(cql::DELETE_SAMPLE_HOUR_WRITTEN_BEFORE)
+                .await?,
             delete_sample_partition: prepare(cql::DELETE_SAMPLE_PARTITION).await?,
             delete_sample_hours_before: prepare(cql::DELETE_SAMPLE_HOURS_BEFORE).await?,
             delete_metric_partition: prepare(cql::DELETE_METRIC_PARTITION).await?,

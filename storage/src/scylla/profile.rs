@@ -134,6 +134,42 @@ impl ScyllaProfileStore {
         Ok(())
     }
 
+    /// Deletes hour `hour`'s partitions, then its index row, as of the
+    /// write timestamp `before_us`: rows (and an index row) written since
+    /// stay.
+    async fn delete_hour_written_before(
+        &self,
+        scope: &Scope,
+        hour: i64,
+        before_us: i64,
+    ) -> Result<(), StoreError> {
+        let statements = &self.inner.statements;
+        let session = &self.inner.session;
+        let partitions: Vec<_> = (0..self.inner.sample_shards)
+            .map(|shard| async move {
+                session
+                    .execute_unpaged(
+                        &statements.delete_sample_partition_written_before,
+                        (before_us, scope.tenant(), scope.project(), hour, shard),
+                    )
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::scylla("delete sealed samples", e))
+            })
+            .collect();
+        run_all(partitions).await?;
+        // The index row last: a scan that still finds it reads empty
+        // partitions, never the other way round.
+        session
+            .execute_unpaged(
+                &statements.delete_sample_hour_written_before,
+                (before_us, scope.tenant(), scope.project(), hour),
+            )
+            .await
+            .map_err(|e| StoreError::scylla("delete a sealed hour's index row", e))?;
+        Ok(())
+    }
+
     /// Writes one metric partition's rows as one unlogged batch.
     async fn put_metric_batch(
         &self,
@@ -553,6 +589,27 @@ impl ProfileStore for ScyllaProfileStore {
         run_all(writes).await?;
         self.add_stored_bytes(scope, &sample_bytes_per_hour(scope, samples))
             .await
+    }
+
+    /// By partition, as of `written_before_ns` (see the trait): rows of
+    /// a sealed hour written before it are all in `samples`.
+    async fn delete_sealed_samples(
+        &self,
+        scope: &Scope,
+        samples: &[StoredSample],
+        written_before_ns: i64,
+    ) -> Result<u64, StoreError> {
+        let mut hours: Vec<i64> = samples.iter().map(|s| hour_of(s.timestamp_ns)).collect();
+        hours.sort_unstable();
+        hours.dedup();
+        // CQL write timestamps are µs; `USING TIMESTAMP t` deletes what was
+        // written at or before t.
+        let before_us = written_before_ns.div_euclid(1_000) - 1;
+        for hour in hours {
+            self.delete_hour_written_before(scope, hour, before_us)
+                .await?;
+        }
+        Ok(samples.len() as u64)
     }
 
     async fn put_metric_points(
