@@ -21,6 +21,7 @@
 
 pub mod backends;
 pub mod envelope;
+pub mod global_symbols;
 pub mod http;
 pub mod ingest;
 pub mod query;

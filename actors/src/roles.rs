@@ -14,6 +14,7 @@ use kiln_storage::{MetadataStore, ObjectStore, ProfileStore, SealedStore};
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::BusKey;
+use crate::global_symbols::GlobalSymbolSync;
 use crate::http::{AdminToken, AppState, Auth, IngestState, QuotaDefaults, StoredBytes};
 use crate::ingest::{self, CONSUMER_GROUP, IngestProgress, PipelineConfig};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes, QueryOptions, SetQueryOptions};
@@ -42,6 +43,9 @@ pub struct HttpOptions {
     /// `None`: never on its own (`POST /api/v1/admin/rollups` still runs
     /// a pass), so long ranges read samples unless another node rolls.
     pub rollup_every: Option<std::time::Duration>,
+    /// How often a query node with peer regions and the admin token pulls
+    /// the global symbols they have ([`crate::global_symbols`]).
+    pub global_symbols_every: std::time::Duration,
 }
 
 impl HttpOptions {
@@ -56,6 +60,7 @@ impl HttpOptions {
             query: QueryOptions::default(),
             regions: None,
             rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
+            global_symbols_every: crate::global_symbols::GLOBAL_SYMBOLS_INTERVAL,
         }
     }
 
@@ -228,6 +233,15 @@ pub async fn start_query(
         }
     };
     query.do_send(SetQueryOptions(http.query));
+    // Every query node of a region pulls: pulls are idempotent, and a
+    // region needs one node up for its copy to catch up.
+    let global_symbols =
+        http.regions
+            .clone()
+            .zip(http.admin_token.clone())
+            .map(|(regions, token)| {
+                GlobalSymbolSync::new(objects.clone(), regions, token, query.clone())
+            });
     let mut state = http.state(query, store, objects, metadata, metrics.clone());
     state.retention = Some(retention.clone());
     state.rollups = Some(rollups.clone());
@@ -242,6 +256,9 @@ pub async fn start_query(
     retention.spawn();
     if let Some(every) = http.rollup_every {
         rollups.spawn(every);
+    }
+    if let Some(sync) = global_symbols {
+        sync.spawn(http.global_symbols_every);
     }
     Ok(running)
 }

@@ -15,6 +15,7 @@ use kiln_storage::{
 use kiln_symbolizer_workers::{Symbolizer, SymbolizerConfig};
 
 use crate::envelope::{BusKey, BusKeyError, SecretFileError, load_or_create_secret_file};
+use crate::global_symbols::GlobalSymbolSync;
 use crate::http::region::Regions;
 use crate::http::{
     self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults, StoredBytes,
@@ -69,6 +70,9 @@ pub struct EmbeddedOptions {
     pub regions: Option<Regions>,
     /// How often the rollup job runs (as [`HttpOptions::rollup_every`](crate::roles::HttpOptions)).
     pub rollup_every: Option<std::time::Duration>,
+    /// How often, with peer regions, the global symbols they have are
+    /// pulled ([`crate::global_symbols`]).
+    pub global_symbols_every: std::time::Duration,
 }
 
 impl EmbeddedOptions {
@@ -87,6 +91,7 @@ impl EmbeddedOptions {
             query: QueryOptions::default(),
             regions: None,
             rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
+            global_symbols_every: crate::global_symbols::GLOBAL_SYMBOLS_INTERVAL,
         }
     }
 }
@@ -215,6 +220,9 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
         options.quota.retention_days,
     );
     let rollups = crate::rollup::Rollups::new(store.clone(), metadata.clone()).sealing(sealed);
+    let global_symbols = options.regions.clone().map(|regions| {
+        GlobalSymbolSync::new(objects.clone(), regions, admin.clone(), query.clone())
+    });
     let auth = Auth::new(metadata, Some(admin));
     let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {
@@ -238,6 +246,9 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     retention.spawn();
     if let Some(every) = options.rollup_every {
         rollups.spawn(every);
+    }
+    if let Some(sync) = global_symbols {
+        sync.spawn(options.global_symbols_every);
     }
     running.login_path = Some(login_path);
     Ok(running)

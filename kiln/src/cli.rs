@@ -488,6 +488,18 @@ pub(crate) struct RegionArgs {
         requires = "region"
     )]
     pub peer_regions: Vec<String>,
+    /// How often the global symbols (public distro libraries) that peer
+    /// regions have and this one lacks are pulled, checked and stored
+    /// here, so every region names libc frames alike. Query nodes and
+    /// `kiln up` pull; it needs the admin token, the same in every region.
+    #[arg(
+        long,
+        env = "KILN_GLOBAL_SYMBOLS_EVERY",
+        default_value = "10m",
+        value_parser = humantime::parse_duration,
+        requires = "region"
+    )]
+    pub global_symbols_every: std::time::Duration,
 }
 
 impl RegionArgs {

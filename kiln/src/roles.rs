@@ -84,6 +84,7 @@ pub(crate) fn query(args: QueryArgs) -> anyhow::Result<()> {
         http.query = args.query_limits.query_options();
         http.rollup_every = args.query_limits.rollup_every();
         http.regions = args.regions.regions()?;
+        http.global_symbols_every = args.regions.global_symbols_every;
         let symbolizer = args.debuginfod.symbolizer_config();
         let running = roles::start_query(
             store,

@@ -30,6 +30,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     options.query = args.query_limits.query_options();
     options.rollup_every = args.query_limits.rollup_every();
     options.regions = args.regions.regions()?;
+    options.global_symbols_every = args.regions.global_symbols_every;
     let region_note = options.regions.as_ref().map(ToString::to_string);
     let token_note = match options.admin_token {
         Some(_) => "from --admin-token".to_owned(),

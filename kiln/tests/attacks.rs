@@ -28,6 +28,11 @@ const ROUTES: &[(&str, &str)] = &[
         "PUT",
         "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
     ),
+    ("GET", "/api/v1/symbols/global"),
+    (
+        "GET",
+        "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
+    ),
     ("GET", "/api/v1/whoami"),
     ("GET", "/api/v1/keys"),
     ("POST", "/api/v1/keys"),
@@ -145,6 +150,26 @@ fn roles_bound_what_a_key_may_do() {
         b"",
     );
     assert_eq!(status, 403);
+    // The global store's listing and bytes are for peer regions (the
+    // operator's token), not tenants.
+    let (status, _) = call(
+        &server,
+        "GET",
+        "/api/v1/symbols/global",
+        Some(&read),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 403, "a tenant key listed the global store");
+    let (status, text) = call(
+        &server,
+        "GET",
+        "/api/v1/symbols/global",
+        Some(&admin),
+        &[],
+        b"",
+    );
+    assert_eq!((status, text.as_str()), (200, r#"{"file_ids":[]}"#));
     let (status, _) = call(&server, "GET", flame, Some(&admin), &[], b"");
     assert_eq!(status, 403, "the admin token read a tenant's profiles");
     // A key without the admin role cannot make keys.

@@ -15,6 +15,9 @@
 //!   metrics per tenant, its metadata and data files);
 //! - a key of a region nobody knows, or a request forwarded twice, is a
 //!   421 naming the region;
+//! - global symbols (public libraries, no tenant's) uploaded to one
+//!   region are pulled by the other, and by a region that was down once
+//!   it is back;
 //! - region loss: with region b stopped, alpha is served in a as before,
 //!   beta's requests at a get a 503 with Retry-After (agents spool and
 //!   retry on it), and once b is back they reach it again, with its data.
@@ -36,6 +39,9 @@ use support::request;
 const LINK_DELAY: Duration = Duration::from_millis(40);
 /// The port every region's `kiln up` listens on, inside its namespace.
 const PORT: u16 = 7070;
+/// The operator's token, the same in every region of a deployment (how
+/// regions pull each other's global symbols).
+const ADMIN_TOKEN: &str = "kiln-regions-test-admin-token";
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -185,6 +191,7 @@ impl Region {
             .args(["up", "--no-agent", "--listen", &format!("0.0.0.0:{PORT}")])
             .args(["--region", name, "--peer-region"])
             .arg(format!("{}={}", peer.0, peer.1))
+            .args(["--admin-token", ADMIN_TOKEN, "--global-symbols-every", "1s"])
             .arg("--data-dir")
             .arg(data_dir)
             .env("KILN_LOG", "warn")
@@ -218,7 +225,7 @@ impl Region {
             child,
             url: namespace.url(),
             data_dir: data_dir.to_owned(),
-            admin_token: read(kiln_actors::ADMIN_TOKEN_FILE),
+            admin_token: ADMIN_TOKEN.to_owned(),
             own_key: read(kiln_actors::API_KEY_FILE),
         }
     }
@@ -253,6 +260,48 @@ impl Region {
         );
         assert_eq!(status, 200, "{text}");
         text
+    }
+
+    /// Uploads `elf` into this region's global store; its file id.
+    fn upload_global(&self, elf: &Path) -> String {
+        let id = kiln_agent::FileInfo::read(elf, "elf")
+            .unwrap()
+            .file_id
+            .to_string();
+        let (status, text) = request(
+            &self.url,
+            "PUT",
+            &format!("/api/v1/symbols/global/{id}"),
+            Some(&self.admin_token),
+            &[],
+            &std::fs::read(elf).unwrap(),
+        );
+        assert_eq!(
+            status, 200,
+            "a global upload to region {}: {text}",
+            self.name
+        );
+        id
+    }
+
+    /// Waits up to 30 s for this region's global store to hold `id`,
+    /// asked with `key` (any key may ask); how long it took.
+    fn wait_for_global(&self, id: &str, key: &str) -> Duration {
+        let started = Instant::now();
+        loop {
+            let path = format!("/api/v1/symbols/global/{id}");
+            let (status, text) = request(&self.url, "HEAD", &path, Some(key), &[], b"");
+            if status == 200 {
+                return started.elapsed();
+            }
+            assert_eq!(status, 404, "{text}");
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "region {} never pulled global symbols {id}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     fn stop(mut self) -> PathBuf {
@@ -456,6 +505,23 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         "metrics: kiln_region_forwarded_requests_total by region and outcome, forged regions as \"unknown\""
     );
 
+    // Global symbols: a public library uploaded to a's global store is
+    // pulled by b, checked, and served there.
+    let libc_like = Path::new("/usr/bin/true");
+    let id = a.upload_global(libc_like);
+    let took = b.wait_for_global(&id, &beta);
+    let (status, list) = request(
+        &b.url,
+        "GET",
+        "/api/v1/symbols/global",
+        Some(&b.admin_token),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 200, "{list}");
+    assert!(list.contains(&id), "region b's global store: {list}");
+    println!("global symbols: uploaded to region a, in region b's global store {took:?} later");
+
     // Region loss: b stops.
     let dir_b = b.stop();
     let (status, text) = import(&a.url, &alpha, &alpha_here);
@@ -467,6 +533,9 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         "{text}"
     );
     println!("region loss: with b down alpha is served in a; beta's requests at a get 503");
+
+    // A global upload while b is down reaches it once it is back.
+    let missed = a.upload_global(Path::new("/usr/bin/env"));
 
     let b = Region::start("b", &net_b, &dir_b, peer_a);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -484,5 +553,7 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         "beta's data, before and after b's outage"
     );
     println!("region return: beta's requests at a reach b again, and b kept beta's data");
+    let took = b.wait_for_global(&missed, &beta);
+    println!("global symbols: b pulled the upload it missed while down, {took:?} after its return");
     drop((a, b));
 }

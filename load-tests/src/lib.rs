@@ -3,6 +3,8 @@
 //! - [`synth`]: a synthetic call graph whose stacks are drawn with a Zipf
 //!   distribution (a few hot stacks, a long tail), and a fleet of hosts
 //!   producing agent batches from it.
+//! - [`sealing`]: a query node's sealing pass over what a bench stored,
+//!   and a count of the samples back from the segments.
 //! - [`systems`]: Kiln's roles in this process, each on an actix system
 //!   of its own, for the distributed benches.
 //! - `src/bin/ingest_bench.rs`: embedded ingest throughput, against writing
@@ -24,5 +26,6 @@
 
 pub mod cgroup;
 pub mod report;
+pub mod sealing;
 pub mod synth;
 pub mod systems;

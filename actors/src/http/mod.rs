@@ -23,6 +23,8 @@
 //! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored | ingest |
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols | ingest |
 //! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) | admin token |
+//! | GET | `/api/v1/symbols/global` | the global store's file ids (peer regions pull them, [`crate::global_symbols`]) | admin token |
+//! | GET | `/api/v1/symbols/global/{file_id}` | one file's global symbols as stored (zstd ksym) | admin token |
 //! | … | `/api/v1/admin/…`, `/api/v1/keys…`, `/api/v1/whoami` | tenants, keys, limits ([`tenants`]) | admin token / admin / any |
 //! | GET, POST | `/login`, POST `/logout` | the UI's login ([`login`]) | none |
 //! | GET | `/healthz` | liveness | none |
@@ -57,7 +59,7 @@ mod params;
 mod query;
 pub mod quota;
 pub mod region;
-mod symbols;
+pub(crate) mod symbols;
 pub mod tenants;
 
 use std::sync::Arc;
@@ -242,8 +244,16 @@ fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
         .route("/api/v1/keys", web::post().to(tenants::create_key))
         .route("/api/v1/keys/{id}", web::delete().to(tenants::revoke_key))
         .route(
+            "/api/v1/symbols/global",
+            web::get().to(symbols::list_global),
+        )
+        .route(
             "/api/v1/symbols/global/{file_id}",
             web::head().to(symbols::exists_global),
+        )
+        .route(
+            "/api/v1/symbols/global/{file_id}",
+            web::get().to(symbols::download_global),
         )
         .route(
             "/api/v1/symbols/global/{file_id}",

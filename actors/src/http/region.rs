@@ -140,6 +140,16 @@ impl Regions {
         self.peers.get(region).map(String::as_str)
     }
 
+    /// The other regions, each with its public URL, sorted by name.
+    pub fn peers(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.peers.iter().map(|(n, u)| (n.as_str(), u.as_str()))
+    }
+
+    /// The HTTP client for other regions.
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     fn known(&self) -> String {
         let mut names: Vec<&str> = vec![&self.here];
         names.extend(self.peers.keys().map(String::as_str));

@@ -148,6 +148,43 @@ async fn any_exists(state: &AppState, keys: &[ObjectKey]) -> Result<HttpResponse
     Ok(HttpResponse::NotFound().finish())
 }
 
+/// `GET /api/v1/symbols/global`: the file ids the global store has
+/// symbols for, sorted (`{"file_ids": [...]}`): what a peer region pulls
+/// from ([`crate::global_symbols`]). Needs the admin token.
+pub(crate) async fn list_global(
+    _: Operator,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    let file_ids = crate::global_symbols::global_file_ids(&*state.objects)
+        .await
+        .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
+    Ok(HttpResponse::Ok().json(crate::global_symbols::GlobalSymbolList { file_ids }))
+}
+
+/// `GET /api/v1/symbols/global/{file_id}`: one file's global symbols as
+/// stored (zstd-compressed ksym), for a peer region to check and store.
+/// Needs the admin token.
+pub(crate) async fn download_global(
+    _: Operator,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = parse_id(&path)?;
+    let stored = state
+        .objects
+        .get(&ObjectKey::global_symbols(id))
+        .await
+        .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
+    match stored {
+        Some(bytes) => Ok(HttpResponse::Ok()
+            .content_type("application/octet-stream")
+            .body(bytes)),
+        None => Err(ApiError::NotFound(format!(
+            "the global store has no symbols for {id}"
+        ))),
+    }
+}
+
 /// `PUT /api/v1/symbols/{file_id}` with the ELF as the body: extracts,
 /// checks and stores its symbols for the caller's tenant; or with a ksym
 /// body (by its content type): checks and stores it. Idempotent: the
@@ -265,7 +302,9 @@ const ZSTD_LEVEL: i32 = 9;
 /// Checks an uploaded ksym whole (it is untrusted: every header, record,
 /// index and string) and compresses it for the store. An earlier ksym
 /// version is rewritten in the current one first.
-fn check_ksym(data: &[u8]) -> Result<StoredSymbols, ApiError> {
+/// Reads and verifies a ksym file (of any version this build upgrades)
+/// and compresses it as stored; a 400 naming the fault otherwise.
+pub(crate) fn check_ksym(data: &[u8]) -> Result<StoredSymbols, ApiError> {
     let refused = |e: kiln_symbolizer_workers::KsymError| {
         ApiError::bad_request(format!("not a valid ksym file: {e}"))
     };

@@ -28,7 +28,10 @@
 //! (`kiln_worker_record_age_seconds`, p50/p99 from its buckets), and the
 //! bytes stored per core-day (PostgreSQL's size of the samples table, and
 //! of the whole database with its dictionaries, whose share a run of
-//! minutes overstates).
+//! minutes overstates). Then a `kiln query` node seals the phase's hours
+//! into segments, as its rollup pass does once hours settle, and counts
+//! the samples back from them: the segments' bytes per core-day are what
+//! a day of such load keeps.
 //!
 //! Needs root (cgroups), `psql`, a broker and a PostgreSQL server:
 //!
@@ -48,6 +51,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
 use kiln_load_tests::cgroup::CpuQuota;
 use kiln_load_tests::report::Report;
+use kiln_load_tests::sealing::{Sealed, Stores, seal_and_count};
 use kiln_load_tests::synth::{DictionaryMemory, Fleet, StackPopulation};
 use kiln_load_tests::systems::http_client;
 use kiln_test_support::KilnProcess;
@@ -160,6 +164,13 @@ fn main() -> anyhow::Result<()> {
         println!("{}:", phase.name());
         let result = run_phase(&args, *phase, &population)?;
         result.report(&mut report, phase.name(), &args);
+        anyhow::ensure!(
+            result.sealed.queried == result.stored && result.rows_left == 0,
+            "after sealing, {} samples queried of {} stored, {} rows left",
+            result.sealed.queried,
+            result.stored,
+            result.rows_left
+        );
         if *phase == Phase::Kill {
             anyhow::ensure!(
                 result.stored == result.sent,
@@ -202,6 +213,10 @@ struct PhaseResult {
     late_age_buckets: Vec<(f64, u64)>,
     samples_table_bytes: u64,
     database_bytes: u64,
+    /// The phase's hours sealed into segments afterwards.
+    sealed: Sealed,
+    /// Sample rows left in PostgreSQL after sealing.
+    rows_left: u64,
 }
 
 fn run_phase(
@@ -257,6 +272,7 @@ fn run_phase(
         workers.push((worker, quota));
     }
 
+    let start_s = now_ns().div_euclid(1_000_000_000);
     let load = Load::start(args, population, gateway.url(), &key);
     let started = Instant::now();
     let mut lag = Vec::new();
@@ -320,6 +336,24 @@ fn run_phase(
     let samples_table_bytes = sql_number(&store, "SELECT pg_total_relation_size('samples')")?;
     let database_bytes = sql_number(&store, "SELECT pg_database_size(current_database())")?
         .saturating_sub(empty_bytes);
+    // What a day of such hours keeps once the query nodes' rollup pass
+    // has sealed them: the segments.
+    let sealed = seal_and_count(
+        &args.kiln,
+        &Stores {
+            store: &store,
+            objects: &objects,
+            admin_token: ADMIN_TOKEN,
+            tenant_key: &key,
+        },
+        start_s,
+        now_ns().div_euclid(1_000_000_000) + 1,
+    )?;
+    let rows_left = sql_number(&store, "SELECT count(*) FROM samples")?;
+    println!(
+        "  sealed {} hours ({} rows) into {} bytes of segments in {:.1} s; {} samples queried back",
+        sealed.hours, sealed.rows, sealed.segment_bytes, sealed.seconds, sealed.queried
+    );
     // Processes out before their cgroups go.
     for (worker, quota) in workers {
         drop(worker);
@@ -337,6 +371,8 @@ fn run_phase(
         late_age_buckets,
         samples_table_bytes,
         database_bytes,
+        sealed,
+        rows_left,
     })
 }
 
@@ -412,6 +448,31 @@ impl PhaseResult {
             format!("{name}: database per core-day"),
             self.database_bytes as f64 / core_days / 1e6,
             "MB",
+        );
+        report.add(
+            format!("{name}: sealed segments per core-day"),
+            self.sealed.segment_bytes as f64 / core_days / 1e6,
+            "MB",
+        );
+        report.add(
+            format!("{name}: sealed segment bytes per sample"),
+            self.sealed.segment_bytes as f64 / self.stored.max(1) as f64,
+            "bytes",
+        );
+        report.add(
+            format!("{name}: sealing the run's hours"),
+            self.sealed.seconds,
+            "s",
+        );
+        report.add(
+            format!("{name}: samples queried back from segments"),
+            self.sealed.queried as f64,
+            "samples",
+        );
+        report.add(
+            format!("{name}: sample rows left after sealing"),
+            self.rows_left as f64,
+            "rows",
         );
         let series: Vec<String> = self
             .lag
