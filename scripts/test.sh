@@ -50,7 +50,7 @@ pg_dir="${TMPDIR:-/tmp}/kiln-test-pg"
 if KILN_TEST_POSTGRES="$(scripts/pg-test-server.sh start "$pg_dir")"; then
   export KILN_TEST_POSTGRES
   trap 'scripts/pg-test-server.sh stop "$pg_dir" >/dev/null 2>&1 || true' EXIT
-  tier "distributed: postgres" "RUN (PostgreSQL at $KILN_TEST_POSTGRES: ProfileStore and MetadataStore conformance)"
+  tier "distributed: postgres" "RUN (PostgreSQL at $KILN_TEST_POSTGRES: ProfileStore, sealed-hour and MetadataStore conformance)"
 else
   echo "test.sh: could not start PostgreSQL (scripts/pg-test-server.sh); see the messages above" >&2
   exit 1
@@ -106,7 +106,7 @@ fi
 
 if [ "$(id -u)" -eq 0 ]; then
   tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration)"
-  tier "regions" "RUN (root: two kiln up regions in network namespaces, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency, region loss; kiln/tests/regions.rs, within unit+integration)"
+  tier "regions" "RUN (root: two kiln up regions in network namespaces, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency, the tenant directory, global symbols pulled across regions, region loss; kiln/tests/regions.rs, within unit+integration)"
 else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
   tier "regions" "RUN, and it will fail: kiln/tests/regions.rs makes network namespaces, which needs root"

@@ -106,6 +106,12 @@ pub(crate) struct TenantCreateArgs {
     #[arg(long, default_value = "default")]
     pub project: String,
 
+    /// In a deployment with regions, the tenant's home region, where its
+    /// profiles, symbols and metrics are kept (default: the region of
+    /// --server). The server passes the request on to that region.
+    #[arg(long)]
+    pub home_region: Option<String>,
+
     /// The tenant's name: lowercase letters, digits, '-' and '_'.
     pub name: String,
 }

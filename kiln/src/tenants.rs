@@ -79,6 +79,7 @@ fn create_tenant(args: TenantCreateArgs) -> anyhow::Result<()> {
     let body = CreateTenant {
         tenant: args.name,
         project: Some(args.project),
+        region: args.home_region,
     };
     let key: KeyView = answer(server.post("/api/v1/admin/tenants", &[]).send_json(&body))?;
     println!(

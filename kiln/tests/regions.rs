@@ -388,6 +388,59 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     );
     println!("keys: alpha's kiln_a_…, beta's kiln_b_…, kiln up's own kiln_a_… and kiln_b_…");
 
+    // The tenant directory: a tenant made at a for its home in b lives in
+    // b; every region says where a tenant lives; a name is one across
+    // the regions.
+    let (status, text) = request(
+        &a.url,
+        "POST",
+        "/api/v1/admin/tenants",
+        Some(ADMIN_TOKEN),
+        &[],
+        br#"{"tenant":"gamma","region":"b"}"#,
+    );
+    assert_eq!(status, 201, "gamma made at a for region b: {text}");
+    let gamma: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        gamma["key"].as_str().unwrap().starts_with("kiln_b_"),
+        "{text}"
+    );
+    assert!(b.tenants().contains("\"gamma\""), "{}", b.tenants());
+    assert!(!a.tenants().contains("gamma"), "{}", a.tenants());
+    for (region, tenant, home) in [(&a, "gamma", "b"), (&b, "gamma", "b"), (&b, "alpha", "a")] {
+        let path = format!("/api/v1/admin/tenants/{tenant}/region");
+        let (status, text) = request(&region.url, "GET", &path, Some(ADMIN_TOKEN), &[], b"");
+        assert_eq!(
+            (status, text),
+            (200, format!(r#"{{"tenant":"{tenant}","region":"{home}"}}"#)),
+            "{tenant}'s region asked at {}",
+            region.name
+        );
+    }
+    let (status, _) = request(
+        &a.url,
+        "GET",
+        "/api/v1/admin/tenants/nobody/region",
+        Some(ADMIN_TOKEN),
+        &[],
+        b"",
+    );
+    assert_eq!(status, 404);
+    let (status, text) = request(
+        &b.url,
+        "POST",
+        "/api/v1/admin/tenants",
+        Some(ADMIN_TOKEN),
+        &[],
+        br#"{"tenant":"alpha"}"#,
+    );
+    assert_eq!(status, 409, "alpha made again in b: {text}");
+    assert!(text.contains(r#"region \"a\""#), "{text}");
+    println!(
+        "tenant directory: gamma made at a for b lives in b, both regions say so, \
+         and alpha's name cannot be taken in b (409)"
+    );
+
     // Forwarding: each tenant imports at both regions.
     const ALPHA_MARKER: &str = "alpha_only_function_7c3e9";
     let alpha_here = format!("main;{ALPHA_MARKER};here 3\n");
@@ -533,6 +586,21 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         "{text}"
     );
     println!("region loss: with b down alpha is served in a; beta's requests at a get 503");
+    let (status, text) = request(
+        &a.url,
+        "POST",
+        "/api/v1/admin/tenants",
+        Some(ADMIN_TOKEN),
+        &[],
+        br#"{"tenant":"delta"}"#,
+    );
+    assert_eq!(
+        status, 503,
+        "a tenant made while b cannot check the name: {text}"
+    );
+    println!(
+        "region loss: a new tenant's name cannot be checked against b, so it is not made (503)"
+    );
 
     // A global upload while b is down reaches it once it is back.
     let missed = a.upload_global(Path::new("/usr/bin/env"));

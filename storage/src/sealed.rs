@@ -209,7 +209,13 @@ impl SealedStore {
         if first > last {
             return Ok(by_hour);
         }
-        for key in self.objects.list(&scope_prefix(scope)).await? {
+        // Queries scan an hour at a time: one hour lists its own prefix
+        // (one small request on S3), not the scope's every segment.
+        let prefix = match first == last {
+            true => hour_prefix(scope, first),
+            false => scope_prefix(scope),
+        };
+        for key in self.objects.list(&prefix).await? {
             let Some(hour) = hour_of_key(&key) else {
                 continue;
             };
@@ -285,11 +291,15 @@ fn scope_prefix(scope: &Scope) -> String {
 pub(crate) fn segment_key(scope: &Scope, hour: i64, bytes: &[u8]) -> Result<ObjectKey, StoreError> {
     let digest = Sha256::digest(bytes);
     ObjectKey::new(&format!(
-        "{}{:016x}/{}.kseg",
-        scope_prefix(scope),
-        (hour as u64) ^ (1 << 63),
+        "{}{}.kseg",
+        hour_prefix(scope, hour),
         hex::encode(&digest[..16])
     ))
+}
+
+/// Where one hour's segments live: `segments/<tenant>/<project>/<hour>/`.
+fn hour_prefix(scope: &Scope, hour: i64) -> String {
+    format!("{}{:016x}/", scope_prefix(scope), (hour as u64) ^ (1 << 63))
 }
 
 /// The hour of a segment key; `None` for another object under the prefix.

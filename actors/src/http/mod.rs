@@ -25,7 +25,7 @@
 //! | PUT | `/api/v1/symbols/global/{file_id}` | upload into the global store (distro crawl) | admin token |
 //! | GET | `/api/v1/symbols/global` | the global store's file ids (peer regions pull them, [`crate::global_symbols`]) | admin token |
 //! | GET | `/api/v1/symbols/global/{file_id}` | one file's global symbols as stored (zstd ksym) | admin token |
-//! | … | `/api/v1/admin/…`, `/api/v1/keys…`, `/api/v1/whoami` | tenants, keys, limits ([`tenants`]) | admin token / admin / any |
+//! | … | `/api/v1/admin/…`, `/api/v1/keys…`, `/api/v1/whoami` | tenants (and their home regions), keys, limits ([`tenants`]) | admin token / admin / any |
 //! | GET, POST | `/login`, POST `/logout` | the UI's login ([`login`]) | none |
 //! | GET | `/healthz` | liveness | none |
 //! | GET | `/metrics` | Kiln's own metrics, Prometheus text ([`crate::telemetry`]) | none |
@@ -207,6 +207,10 @@ fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
         .route(
             "/api/v1/admin/tenants",
             web::post().to(tenants::create_tenant),
+        )
+        .route(
+            "/api/v1/admin/tenants/{tenant}/region",
+            web::get().to(tenants::tenant_region),
         )
         .route(
             "/api/v1/admin/tenants/{tenant}/projects",

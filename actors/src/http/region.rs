@@ -257,6 +257,85 @@ pub(crate) async fn route(
     Ok(ServiceResponse::new(http_request, answer?))
 }
 
+/// Sends an operator's request to region `region` (a tenant made for its
+/// home region elsewhere): a 421 when this region does not know it or the
+/// request was forwarded already, a 503 when it cannot be reached.
+pub(crate) async fn forward_to(
+    regions: &Regions,
+    region: &str,
+    request: &actix_web::HttpRequest,
+    body: bytes::Bytes,
+) -> Result<HttpResponse, ApiError> {
+    if let Some(from) = request.headers().get(FORWARDED_FROM) {
+        return Err(ApiError::Misdirected(format!(
+            "region {} got a request for region {region:?} forwarded from {:?}: \
+             requests are forwarded once",
+            regions.here,
+            from.to_str().unwrap_or("?")
+        )));
+    }
+    let Some(base) = regions.url_of(region) else {
+        return Err(ApiError::Misdirected(format!(
+            "region {} does not know region {region:?} (it knows {})",
+            regions.here,
+            regions.known()
+        )));
+    };
+    forward(regions, region, base, request, body).await
+}
+
+/// Asks every other region for `path` (an operator's `GET`, with the
+/// request's own credential), each told to answer from itself only; the
+/// first region that answers 200, with its answer. `Ok(None)` when every
+/// region answered 404; a 503 naming the region when one could not be
+/// asked and none had it.
+pub(crate) async fn ask_peers(
+    regions: &Regions,
+    request: &actix_web::HttpRequest,
+    path: &str,
+) -> Result<Option<(String, bytes::Bytes)>, ApiError> {
+    let mut unreachable = None;
+    for (region, base) in regions.peers() {
+        let mut outgoing = regions
+            .client
+            .get(format!("{base}{path}"))
+            .header(FORWARDED_FROM, &regions.here);
+        if let Some(credential) = request.headers().get(AUTHORIZATION) {
+            outgoing = outgoing.header(AUTHORIZATION.as_str(), credential.as_bytes());
+        }
+        match outgoing.send().await {
+            Ok(reply) if reply.status() == reqwest::StatusCode::OK => {
+                let answer = reply.bytes().await.map_err(|e| {
+                    ApiError::Unavailable(format!("region {region:?} answered in part: {e}"))
+                })?;
+                return Ok(Some((region.to_owned(), answer)));
+            }
+            Ok(reply) if reply.status() == reqwest::StatusCode::NOT_FOUND => {}
+            Ok(reply) => {
+                let status = reply.status();
+                let text = reply.text().await.unwrap_or_default();
+                return Err(ApiError::Internal(format!(
+                    "region {region:?} answered {status}: {text}"
+                )));
+            }
+            Err(e) => unreachable = Some(format!("region {region:?}: {e}")),
+        }
+    }
+    match unreachable {
+        None => Ok(None),
+        Some(why) => Err(ApiError::Unavailable(format!(
+            "region {} cannot ask every region now ({why}); retry later",
+            regions.here
+        ))),
+    }
+}
+
+/// Whether `request` came from another region (it must then be answered
+/// here, not passed on).
+pub(crate) fn forwarded(request: &actix_web::HttpRequest) -> bool {
+    request.headers().contains_key(FORWARDED_FROM)
+}
+
 /// The largest body (as sent) a forwarded request may carry: the route's
 /// own limit, which the home region applies again after decompression.
 fn body_limit(path: &str) -> BodyLimit {

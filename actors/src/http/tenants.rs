@@ -26,6 +26,7 @@ use super::auth::{Auth, Caller, Via};
 use super::body::{self, ADMIN_BODY};
 use super::error::ApiError;
 use super::quota::QuotaDefaults;
+use super::region;
 
 /// The project a tenant is created with when none is named.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -39,6 +40,20 @@ pub struct CreateTenant {
     /// Its first project; default [`DEFAULT_PROJECT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<String>,
+    /// Its home region, in a deployment with regions; default the region
+    /// asked. Asked elsewhere, the request goes to that region, which
+    /// makes the tenant and its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+}
+
+/// The answer of `GET /api/v1/admin/tenants/{tenant}/region`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TenantHome {
+    /// The tenant.
+    pub tenant: String,
+    /// Its home region; `None` in a deployment without regions.
+    pub region: Option<String>,
 }
 
 /// `POST …/keys`: a key to make.
@@ -168,17 +183,51 @@ fn scope(tenant: &str, project: &str) -> Result<Scope, ApiError> {
     Ok(Scope::new(tenant, project)?)
 }
 
-/// `POST /api/v1/admin/tenants` `{"tenant": NAME, "project": P}`: creates
-/// the tenant, its project and a key with ingest and read rights on it.
+/// `POST /api/v1/admin/tenants` `{"tenant": NAME, "project": P,
+/// "region": R}`: creates the tenant, its project and a key with ingest
+/// and read rights on it.
+///
+/// In a deployment with regions, a tenant's name is one across them all
+/// and the tenant lives in its home region (`region`, default this one).
+/// Asked for another home, this region forwards the request there. The
+/// home region first asks every other region whether the name is taken
+/// (a 409 naming the region that has it; a 503 when a region cannot be
+/// asked, since a name checked against part of the deployment could be
+/// made twice). The regions' own metadata is the directory of where each
+/// tenant lives (`GET …/tenants/{tenant}/region`): no database of its own
+/// to keep consistent with them.
 pub(crate) async fn create_tenant(
     _: Operator,
     auth: web::Data<Auth>,
+    state: web::Data<super::AppState>,
     request: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let body: CreateTenant = json_body(&request, payload).await?;
+    let sent = body::read(&request, payload, ADMIN_BODY).await?;
+    let body: CreateTenant = serde_json::from_slice(&sent)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?;
     let project = body.project.as_deref().unwrap_or(DEFAULT_PROJECT);
     let scope = scope(&body.tenant, project)?;
+    match (&state.regions, body.region.as_deref()) {
+        (None, Some(region)) => {
+            return Err(ApiError::bad_request(format!(
+                "this deployment has no regions; leave out \"region\" ({region:?})"
+            )));
+        }
+        (None, None) => {}
+        (Some(regions), Some(home)) if home != regions.here() => {
+            return region::forward_to(regions, home, &request, sent).await;
+        }
+        (Some(regions), _) => {
+            let path = format!("/api/v1/admin/tenants/{}/region", scope.tenant());
+            if let Some((elsewhere, _)) = region::ask_peers(regions, &request, &path).await? {
+                return Err(ApiError::Conflict(format!(
+                    "tenant {:?} already exists, homed in region {elsewhere:?}",
+                    scope.tenant()
+                )));
+            }
+        }
+    }
     let metadata = auth.metadata();
     metadata.create_tenant(scope.tenant()).await?;
     metadata.create_project(&scope).await?;
@@ -191,6 +240,40 @@ pub(crate) async fn create_tenant(
         "tenant created"
     );
     Ok(HttpResponse::Created().json(KeyView::made(key, &request)))
+}
+
+/// `GET /api/v1/admin/tenants/{tenant}/region`: where the tenant lives.
+/// Answered from this region's metadata when it is homed here, else by
+/// asking the other regions (each answers from itself only); 404 when no
+/// region has it.
+pub(crate) async fn tenant_region(
+    _: Operator,
+    auth: web::Data<Auth>,
+    state: web::Data<super::AppState>,
+    request: HttpRequest,
+    tenant: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = tenant.into_inner();
+    Scope::validate_tenant(&tenant)?;
+    let here = state.regions.as_ref().map(|r| r.here().to_owned());
+    if auth.metadata().list_tenants().await?.contains(&tenant) {
+        return Ok(HttpResponse::Ok().json(TenantHome {
+            tenant,
+            region: here,
+        }));
+    }
+    let path = format!("/api/v1/admin/tenants/{tenant}/region");
+    if let Some(regions) = &state.regions
+        && !region::forwarded(&request)
+        && let Some((_, answer)) = region::ask_peers(regions, &request, &path).await?
+    {
+        return Ok(HttpResponse::Ok()
+            .content_type("application/json")
+            .body(answer));
+    }
+    Err(ApiError::NotFound(format!(
+        "no region has tenant {tenant:?}"
+    )))
 }
 
 /// `GET /api/v1/admin/tenants`.
