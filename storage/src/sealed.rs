@@ -162,9 +162,12 @@ impl SealedStore {
         all.extend_from_slice(&rows);
         let (bytes, samples) = segment::encode(hour, &all);
         let key = segment_key(scope, hour, &bytes)?;
+        // What the new segment replaces: every listed one but itself (a
+        // merge that adds nothing is the same bytes, so the same key).
+        let replaced: Vec<&ObjectKey> = listed.iter().filter(|k| **k != key).collect();
         let sealed = SealedHour {
             rows: rows.len() as u64,
-            merged: listed.iter().filter(|k| **k != key).count() as u64,
+            merged: replaced.len() as u64,
             samples: samples as u64,
             bytes: bytes.len() as u64,
         };
@@ -172,7 +175,7 @@ impl SealedStore {
         self.rows
             .delete_sealed_samples(scope, &rows, written_before)
             .await?;
-        for old in listed.iter().filter(|k| **k != key) {
+        for old in replaced {
             self.objects.delete(old).await?;
         }
         Ok(sealed)
@@ -274,7 +277,8 @@ impl SealedStore {
     }
 }
 
-fn now_ns() -> i64 {
+/// Nanoseconds since the Unix epoch, now.
+pub(crate) fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64)

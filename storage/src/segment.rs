@@ -95,36 +95,37 @@ pub fn encode_at_level(hour: i64, samples: &[StoredSample], level: i32) -> (Vec<
         w.varint(p);
     }
     w.varint(rows.len() as u64);
-    // Every row's values are in the dictionaries made from the rows.
-    let label_of = |s: &StoredSample| labels.binary_search(&s.labels).unwrap_or_default() as u64;
-    let stack_of = |s: &StoredSample| stacks.binary_search(&s.stack).unwrap_or_default() as u64;
-    let period_of =
-        |s: &StoredSample| periods.binary_search(&s.period_ns).unwrap_or_default() as u64;
-
-    let mut previous: Option<&StoredSample> = None;
-    for s in &rows {
-        let prev = previous.map_or(0, label_of);
-        w.varint(label_of(s) - prev);
-        previous = Some(s);
+    // Each row's (label set, stack, period) in the dictionaries, found
+    // once: the columns below are deltas between neighbours' indexes.
+    let index: Vec<(u64, u64, u64)> = rows
+        .iter()
+        .map(|s| {
+            (
+                position(&labels, &s.labels),
+                position(&stacks, &s.stack),
+                position(&periods, &s.period_ns),
+            )
+        })
+        .collect();
+    let previous = |i: usize| i.checked_sub(1).map(|p| index[p]);
+    for (i, &(label, _, _)) in index.iter().enumerate() {
+        w.varint(label - previous(i).map_or(0, |p| p.0));
     }
-    previous = None;
-    for s in &rows {
-        match previous {
-            Some(p) if p.labels == s.labels => w.varint(stack_of(s) - stack_of(p)),
-            _ => w.varint(stack_of(s)),
+    for (i, &(label, stack, _)) in index.iter().enumerate() {
+        match previous(i) {
+            Some((p_label, p_stack, _)) if p_label == label => w.varint(stack - p_stack),
+            _ => w.varint(stack),
         };
-        previous = Some(s);
     }
-    for s in &rows {
-        w.varint(period_of(s));
+    for &(_, _, period) in &index {
+        w.varint(period);
     }
-    previous = None;
-    for s in &rows {
-        match previous {
-            Some(p) if same_run(p, s) => w.varint(s.timestamp_ns.abs_diff(p.timestamp_ns)),
-            _ => w.varint(zigzag(s.timestamp_ns.wrapping_sub(start))),
+    for (i, s) in rows.iter().enumerate() {
+        // A run: rows of one (label set, stack, period), in time order.
+        match previous(i) == Some(index[i]) {
+            true => w.varint(s.timestamp_ns.abs_diff(rows[i - 1].timestamp_ns)),
+            false => w.varint(zigzag(s.timestamp_ns.wrapping_sub(start))),
         };
-        previous = Some(s);
     }
     for s in &rows {
         w.varint(s.count);
@@ -232,8 +233,10 @@ pub fn decode(bytes: &[u8]) -> Result<(i64, Vec<StoredSample>), DecodeError> {
     Ok((hour, rows))
 }
 
-fn same_run(a: &StoredSample, b: &StoredSample) -> bool {
-    a.labels == b.labels && a.stack == b.stack && a.period_ns == b.period_ns
+/// Where `value` is in `sorted`, a dictionary made from the rows that
+/// hold it.
+fn position<T: Ord>(sorted: &[T], value: &T) -> u64 {
+    sorted.binary_search(value).unwrap_or_default() as u64
 }
 
 fn distinct<T: Ord>(values: impl Iterator<Item = T>) -> Vec<T> {

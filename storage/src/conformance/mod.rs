@@ -44,13 +44,6 @@ use crate::error::StoreError;
 use crate::object_key::ObjectKey;
 use crate::scope::Scope;
 
-/// Nanoseconds since the Unix epoch, now.
-fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 /// Why one check failed.
 struct Failure(String);
 
