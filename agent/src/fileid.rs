@@ -199,7 +199,11 @@ fn head_tail_id(file: &mut File, len: u64) -> io::Result<FileId> {
 }
 
 /// File infos by (device, inode), so each file is read once however many
-/// processes map it. Files that could not be read are remembered as such.
+/// processes map it. Files that were opened but could not be read are
+/// remembered as such; a file that one process's mapping could not lead to
+/// (it exited, or its path was swapped) is not: that says nothing of the
+/// file, and remembering it would hide a shared library (every later
+/// process's libcrypto, say) for the agent's whole life.
 #[derive(Debug, Default)]
 pub(crate) struct FileCache {
     files: HashMap<(u64, u64), Option<Arc<FileInfo>>>,
@@ -222,10 +226,17 @@ impl FileCache {
         if self.files.len() >= MAX_FILES {
             self.files.clear();
         }
-        let info = FileInfo::of_mapping(pid, mapping)
-            .map_err(|e| tracing::debug!(error = %e, path = %mapping.path, "unreadable mapping"))
-            .ok()
-            .map(Arc::new);
+        let info = match FileInfo::of_mapping(pid, mapping) {
+            Ok(info) => Some(Arc::new(info)),
+            Err(e @ FileIdError::Mapped(_)) => {
+                tracing::debug!(error = %e, path = %mapping.path, pid, "mapping not opened");
+                return None;
+            }
+            Err(e @ FileIdError::Read { .. }) => {
+                tracing::debug!(error = %e, path = %mapping.path, "unreadable mapped file");
+                None
+            }
+        };
         self.files.insert(key, info.clone());
         info
     }
@@ -244,6 +255,34 @@ mod tests {
         assert!(!info.loads.is_empty());
         let again = FileInfo::read(&exe, "me").unwrap();
         assert_eq!(info.file_id, again.file_id, "ids are stable");
+    }
+
+    // Guards the cache against a race the whole host meets all the time:
+    // a process that maps a library exits between its maps being read
+    // and the file being opened. That failure is the process's, so the
+    // next process that maps the same library must still get its file.
+    #[test]
+    fn a_mapping_whose_process_exited_does_not_hide_its_file() {
+        let maps = crate::procfs::read_maps(std::process::id()).unwrap();
+        let libc = maps
+            .iter()
+            .find(|m| m.is_file() && m.name().starts_with("libc.so"))
+            .expect("the test binary maps libc")
+            .clone();
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        let gone = exited.id();
+        exited.wait().unwrap();
+
+        let mut cache = FileCache::default();
+        assert!(
+            cache.get(gone, &libc).is_none(),
+            "an exited pid opens nothing"
+        );
+        let found = cache.get(std::process::id(), &libc);
+        assert!(
+            found.is_some_and(|f| f.name.starts_with("libc.so")),
+            "a live process's mapping of the same file is read"
+        );
     }
 
     #[test]

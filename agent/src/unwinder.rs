@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 
 use crate::abi::{BpfMapping, MAX_MAPPINGS, PythonProc, UnwindRow};
 use crate::fileid::FileInfo;
-use crate::mapped_file::open_mapped;
+use crate::mapped_file::{MappedFileError, open_mapped};
 use crate::procfs::{self, Mapping};
 use crate::python::{self, Interpreter};
 use crate::table_builder::{BuildJob, Built, TableBuilder};
@@ -302,11 +302,20 @@ impl Unwinder {
             if !python::may_be_python(m.name()) {
                 continue;
             }
-            let interp = self
-                .interpreters
-                .entry(file.file_id)
-                .or_insert_with(|| inspect_python(pid, m).map(Arc::new))
-                .clone();
+            let interp = match self.interpreters.get(&file.file_id) {
+                Some(known) => known.clone(),
+                None => match inspect_python(pid, m) {
+                    Ok(found) => {
+                        let found = found.map(Arc::new);
+                        self.interpreters.insert(file.file_id, found.clone());
+                        found
+                    }
+                    Err(e) => {
+                        debug!(pid, path = %m.path, error = %e, "cannot open a possible Python interpreter");
+                        None
+                    }
+                },
+            };
             if let Some(interp) = interp {
                 found = Some((interp, file.bias(m)));
                 break;
@@ -717,21 +726,23 @@ impl Unwinder {
     }
 }
 
+/// The interpreter in the file `mapping` maps, if any; an error when
+/// this process's mapping could not be opened (it exited, say), which
+/// says nothing of the file and so must not be remembered for it.
+fn inspect_python(pid: u32, mapping: &Mapping) -> Result<Option<Interpreter>, MappedFileError> {
+    let file = open_mapped(pid, mapping)?;
+    let cache = object::ReadCache::new(file);
+    let Ok(elf) = object::File::parse(&cache) else {
+        return Ok(None);
+    };
+    Ok(python::inspect(&elf, mapping.name()))
+}
+
 /// A new array map holding exactly `values`, made to go into one of the
 /// program's maps of maps (`BPF_F_INNER_MAP`: its size may differ from
 /// the template's), filled by one copy through a shared mapping of it
 /// (`BPF_F_MMAPABLE`) rather than a syscall per element. The kernel keeps
 /// it alive once inserted; the returned handle may be dropped.
-/// The interpreter in the file `mapping` maps, if any.
-fn inspect_python(pid: u32, mapping: &Mapping) -> Option<Interpreter> {
-    let file = open_mapped(pid, mapping)
-        .inspect_err(|e| debug!(pid, path = %mapping.path, error = %e, "cannot open a possible Python interpreter"))
-        .ok()?;
-    let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).ok()?;
-    python::inspect(&elf, mapping.name())
-}
-
 fn filled_array<T: Copy>(values: &[T], name: &str) -> Result<MapData, String> {
     use aya_obj::generated::{BPF_F_INNER_MAP, BPF_F_MMAPABLE, bpf_map_type};
 
