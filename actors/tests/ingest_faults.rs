@@ -351,6 +351,52 @@ async fn a_record_the_store_refuses_for_good_does_not_stop_ingest() {
     assert_eq!(kept_batch.samples[0].timestamp_ns, POISON_NS);
 }
 
+/// Guards the grouped writes: a poll's batches of one scope go to the
+/// store in one call, and when the store refuses that call for good, each
+/// batch is written alone, so that only the one at fault is set aside.
+/// The three records are published back to back, well within the
+/// consumer's linger, so they are taken in one poll.
+#[actix_rt::test]
+async fn a_record_refused_among_others_of_its_poll_is_the_only_one_set_aside() {
+    let (s, faulty) = faulty_pipeline(0).await;
+    let header = EnvelopeHeader {
+        scope: s.scope.clone(),
+        received_at_ns: T0,
+    };
+    let mut last = None;
+    for (function, at, count) in [
+        ("before", T0, 1),
+        ("poison", POISON_NS, 5),
+        ("after", T0 + 1, 2),
+    ] {
+        let record = header.wrap(&batch(function, at, count), &s.bus_key);
+        last = Some(s.bus.publish(&header.bus_key("a"), record).await.unwrap());
+    }
+    let last = last.unwrap();
+    assert!(
+        s.progress
+            .wait_committed(last.partition, last.offset, Duration::from_secs(30))
+            .await
+    );
+    assert_eq!(s.collapsed(&[]).await, "after 2\nbefore 1\n");
+    assert_eq!(s.progress.dead_letters(), 1);
+    // Once in its poll's call and once alone (or only alone, had the
+    // records come in separate polls); never again after that.
+    let refused = faulty.refused.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&refused), "refused {refused} times");
+    let kept = s.objects.list("tenants/acme/dead-letters/").await.unwrap();
+    let envelope = kept
+        .iter()
+        .find(|k| k.as_str().ends_with(".envelope"))
+        .unwrap();
+    let bytes = s.objects.get(envelope).await.unwrap().unwrap();
+    let (_, kept_batch) = EnvelopeHeader::parse(&bytes, &s.bus_key).unwrap();
+    assert_eq!(
+        Batch::decode(kept_batch).unwrap().samples[0].timestamp_ns,
+        POISON_NS
+    );
+}
+
 /// Transient store errors are retried (with backoff) until they pass:
 /// nothing is set aside and nothing lost.
 #[actix_rt::test]

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::xxh3_128;
 
 /// Error parsing an id from its 32-digit hex form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,38 +119,48 @@ pub(crate) enum Domain {
 
 /// A canonical, versioned byte encoding fed to xxh3-128. Every variable-length
 /// field is length-prefixed, so no two different contents encode alike.
-pub(crate) struct ContentHasher(Xxh3);
+///
+/// The encoding is gathered in a buffer and hashed in one call rather than
+/// streamed: xxh3's streaming state is over 500 bytes to set up and copies
+/// every piece into its own block buffer, while contents are mostly tens
+/// of bytes (a frame, a stack of a few dozen ids). The hash of the whole
+/// is the same either way (`ids_are_pinned`).
+pub(crate) struct ContentHasher(Vec<u8>);
+
+/// Room for most contents without growing: a frame with its names, or a
+/// stack of 15 frames.
+const CONTENT_CAPACITY: usize = 256;
 
 impl ContentHasher {
     pub(crate) fn new(domain: Domain) -> Self {
-        let mut hasher = Xxh3::new();
-        hasher.update(&[domain as u8, 1 /* encoding version */]);
-        Self(hasher)
+        let mut buf = Vec::with_capacity(CONTENT_CAPACITY);
+        buf.extend_from_slice(&[domain as u8, 1 /* encoding version */]);
+        Self(buf)
     }
 
     pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.update(&[v]);
+        self.0.push(v);
         self
     }
 
     pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.update(&v.to_le_bytes());
+        self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
 
     pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.update(&v.to_le_bytes());
+        self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
 
     pub(crate) fn u128(&mut self, v: u128) -> &mut Self {
-        self.0.update(&v.to_le_bytes());
+        self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
 
     pub(crate) fn bytes(&mut self, v: &[u8]) -> &mut Self {
         self.u64(v.len() as u64);
-        self.0.update(v);
+        self.0.extend_from_slice(v);
         self
     }
 
@@ -162,7 +172,7 @@ impl ContentHasher {
     }
 
     pub(crate) fn finish(&self) -> u128 {
-        self.0.digest128()
+        xxh3_128(&self.0)
     }
 }
 
@@ -240,5 +250,57 @@ mod tests {
     fn build_id_prefix_is_kept_in_order() {
         let id = FileId::from_build_id(&[0xab; 20]);
         assert_eq!(id.to_string(), "ab".repeat(16));
+    }
+
+    // Guards every stored id: ids are the store's keys and the agents',
+    // gateways' and workers' common language, so how they are computed
+    // may be made faster but never change. Each kind of content, with a
+    // stack long enough to pass through more than one xxh3 block.
+    #[test]
+    fn ids_are_pinned() {
+        use crate::{Frame, FrameKind, LabelSet, stack_id};
+        let address = Frame::Address {
+            kind: FrameKind::Native,
+            file_id: FileId(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            addr: 0x40_1234,
+        };
+        let named = Frame::Named {
+            kind: FrameKind::Python,
+            function: "render".into(),
+            module: Some("app.views".into()),
+            file: Some("/srv/app/views.py".into()),
+            line: 42,
+        };
+        let deep: Vec<FrameId> = (0..40u128)
+            .map(|i| FrameId(i * 0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let labels = LabelSet::new()
+            .with("host", "web-1")
+            .with("process", "python3")
+            .with("service", "checkout");
+        let file = FileId::of_file::<()>(None, 10_000, |offset, buf| {
+            buf.iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b = (offset as usize + i) as u8);
+            Ok(())
+        })
+        .unwrap();
+        let got = [
+            address.id().0,
+            named.id().0,
+            stack_id(&deep).0,
+            stack_id(&[]).0,
+            labels.id().0,
+            file.0,
+        ];
+        let pinned = [
+            0xf238e4f453d2f61e0a8b290b93a9e1fe,
+            0xad064f1ba2e76e77efd44b4203294103,
+            0xebe7406c635f6286a6bda0717072b9e0,
+            0xf9be382948df1a00d9c28cdc829dd328,
+            0x0c872f24590a26ce606e3c125b373698,
+            0xf723b08e8fa3ccf806e81c78daad4375,
+        ];
+        assert_eq!(got, pinned, "got {got:#x?}");
     }
 }

@@ -19,7 +19,7 @@
 mod abandon;
 mod admission;
 mod aggregator;
-mod cache;
+pub(crate) mod cache;
 mod gpu;
 mod metrics;
 mod peers;

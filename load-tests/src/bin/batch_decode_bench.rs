@@ -15,6 +15,11 @@ use kiln_model::Batch;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+/// The allocator `kiln` runs with, so that decoding costs here what it
+/// costs a worker.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(about = "Batch decode: an agent's first batch against its later ones")]
 struct Args {
