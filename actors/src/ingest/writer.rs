@@ -44,11 +44,11 @@ pub(crate) fn is_permanent(error: &StoreError) -> bool {
 /// dictionary: a reader that sees a sample can resolve its stack.
 ///
 /// Each tenant's (or scope's) entries of the whole poll go to the store
-/// in one call per kind, not one per batch: a call is a statement and a
-/// round trip on a distributed store, and a poll's batches, one per
+/// in `at_once` calls per kind, not one per batch: a call is a statement
+/// and a round trip on a distributed store, and a poll's batches, one per
 /// agent, share a few scopes (`fleet_bench`: per-batch statements were
-/// most of a worker's time on PostgreSQL). Up to `at_once` groups are
-/// written concurrently.
+/// most of a worker's time on PostgreSQL). Up to `at_once` calls are
+/// made concurrently.
 ///
 /// A group the store refuses for good ([`is_permanent`]) is written again
 /// batch by batch, to find the batches at fault; those are skipped and
@@ -62,7 +62,7 @@ pub(crate) async fn write(
 ) -> Result<Written, StoreError> {
     let mut refused: Vec<Option<StoreError>> = batches.iter().map(|_| None).collect();
     for phase in [Phase::Dictionary, Phase::Rows] {
-        let groups = phase.groups(batches, &refused);
+        let groups = phase.groups(batches, &refused, at_once.max(1));
         let mut writes = stream::iter(groups)
             .map(|group| phase.write_group(store, batches, group))
             .buffer_unordered(at_once.max(1));
@@ -97,10 +97,19 @@ enum Phase {
 
 impl Phase {
     /// The batches not yet refused, grouped by what one call of this
-    /// phase may hold: a tenant's, or a scope's. In poll order, within
-    /// and across groups, so that for a key given twice the later batch's
-    /// value wins, as it would written one by one.
-    fn groups(self, batches: &[Symbolized], refused: &[Option<StoreError>]) -> Vec<Vec<usize>> {
+    /// phase may hold: a tenant's, or a scope's, each cut in up to
+    /// `parts` runs of the poll's order. One call a scope would leave a
+    /// distributed store one connection's worth of work per poll (a
+    /// PostgreSQL backend inserting a whole poll's rows alone, while the
+    /// worker waits: `fleet_bench`'s two workers fell behind); `parts`
+    /// calls keep the `at_once` writes the store had before, each still
+    /// carrying many batches.
+    fn groups(
+        self,
+        batches: &[Symbolized],
+        refused: &[Option<StoreError>],
+        parts: usize,
+    ) -> Vec<Vec<usize>> {
         let mut groups: Vec<(&Scope, Vec<usize>)> = Vec::new();
         for (i, batch) in batches.iter().enumerate() {
             if refused[i].is_some() {
@@ -116,7 +125,16 @@ impl Phase {
                 None => groups.push((scope, vec![i])),
             }
         }
-        groups.into_iter().map(|(_, members)| members).collect()
+        groups
+            .into_iter()
+            .flat_map(|(_, members)| {
+                let run = members.len().div_ceil(parts);
+                members
+                    .chunks(run)
+                    .map(<[usize]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Writes one group in one call per kind; when the store refuses it

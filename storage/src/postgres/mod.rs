@@ -437,6 +437,66 @@ mod tests {
             .unwrap();
     }
 
+    /// Guards the sealing delete against the planner: with the statistics
+    /// of a table that holds many rows of other tenants and none yet of
+    /// this one (as before autovacuum has seen a new tenant's load), a
+    /// join of the keys with `samples` was planned as a scan of the
+    /// tenant's rows once per key (`fleet_bench` sealed for 12 minutes).
+    /// The delete must probe the primary key once per key and delete by
+    /// `ctid`, whatever the statistics.
+    #[tokio::test]
+    async fn the_sealing_delete_probes_each_key_whatever_the_statistics() {
+        let Some((schema, url, admin)) = private_schema().await else {
+            return;
+        };
+        let db = Db::connect(&url).await.unwrap();
+        db.migrate().await.unwrap();
+        admin
+            .batch_execute(&format!(
+                "SET search_path = {schema};
+                 INSERT INTO samples
+                 SELECT 'busy', 'p', 0, 0, i, gen_random_uuid(), gen_random_uuid(), 1, 1
+                 FROM generate_series(1, 50000) AS i;
+                 ANALYZE samples;"
+            ))
+            .await
+            .unwrap();
+        let ids: Vec<uuid::Uuid> = (0..1000u128).map(uuid::Uuid::from_u128).collect();
+        let numbers: Vec<i64> = (0..1000).collect();
+        let plan: Vec<String> = admin
+            .query(
+                &format!("EXPLAIN {}", schema::DELETE_SAMPLES),
+                &[
+                    &"new-tenant",
+                    &"p",
+                    &schema::SHARD,
+                    &numbers,
+                    &numbers,
+                    &ids,
+                    &ids,
+                ],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let plan = plan.join("\n");
+        let probe = plan
+            .lines()
+            .position(|l| l.contains("Index Cond") && l.contains("labelset_id = k.labelset_id"));
+        assert!(probe.is_some(), "no probe of the whole key:\n{plan}");
+        assert!(plan.contains("Tid Scan"), "not deleted by ctid:\n{plan}");
+        assert!(
+            !plan.contains("Join Filter"),
+            "keys compared outside the index:\n{plan}"
+        );
+        admin
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .unwrap();
+    }
+
     /// Guards the upgrade of a database an older Kiln migrated: a database
     /// at version 1 (no metric tables) gains them, its rows kept.
     #[tokio::test]
