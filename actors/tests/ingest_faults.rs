@@ -341,19 +341,28 @@ async fn a_record_the_store_refuses_for_good_does_not_stop_ingest() {
     let reason = s.objects.get(reason).await.unwrap().unwrap();
     let reason = String::from_utf8_lossy(&reason);
     assert!(reason.contains("the store refused the batch"), "{reason}");
+    assert_eq!(
+        dead_lettered_batch(&s).await.samples[0].timestamp_ns,
+        POISON_NS
+    );
+}
+
+/// The batch of the record set aside under tenant `acme`'s dead letters.
+async fn dead_lettered_batch(s: &Pipeline) -> Batch {
+    let kept = s.objects.list("tenants/acme/dead-letters/").await.unwrap();
     let envelope = kept
         .iter()
         .find(|k| k.as_str().ends_with(".envelope"))
         .unwrap();
     let bytes = s.objects.get(envelope).await.unwrap().unwrap();
     let (_, kept_batch) = EnvelopeHeader::parse(&bytes, &s.bus_key).unwrap();
-    let kept_batch = Batch::decode(kept_batch).unwrap();
-    assert_eq!(kept_batch.samples[0].timestamp_ns, POISON_NS);
+    Batch::decode(kept_batch).unwrap()
 }
 
 /// Guards the grouped writes: a poll's batches of one scope go to the
-/// store in one call, and when the store refuses that call for good, each
-/// batch is written alone, so that only the one at fault is set aside.
+/// store in a few calls, not one each, and when the store refuses a call
+/// for good, each of its batches is written alone, so that only the one at
+/// fault is set aside.
 /// The three records are published back to back, well within the
 /// consumer's linger, so they are taken in one poll.
 #[actix_rt::test]
@@ -384,15 +393,8 @@ async fn a_record_refused_among_others_of_its_poll_is_the_only_one_set_aside() {
     // records come in separate polls); never again after that.
     let refused = faulty.refused.load(Ordering::SeqCst);
     assert!((1..=2).contains(&refused), "refused {refused} times");
-    let kept = s.objects.list("tenants/acme/dead-letters/").await.unwrap();
-    let envelope = kept
-        .iter()
-        .find(|k| k.as_str().ends_with(".envelope"))
-        .unwrap();
-    let bytes = s.objects.get(envelope).await.unwrap().unwrap();
-    let (_, kept_batch) = EnvelopeHeader::parse(&bytes, &s.bus_key).unwrap();
     assert_eq!(
-        Batch::decode(kept_batch).unwrap().samples[0].timestamp_ns,
+        dead_lettered_batch(&s).await.samples[0].timestamp_ns,
         POISON_NS
     );
 }
