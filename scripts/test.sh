@@ -106,7 +106,7 @@ fi
 
 if [ "$(id -u)" -eq 0 ]; then
   tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration)"
-  tier "regions" "RUN (root: two kiln up regions in network namespaces, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency, the tenant directory, global symbols pulled across regions, region loss; kiln/tests/regions.rs, within unit+integration)"
+  tier "regions" "RUN (root: two regions in network namespaces, each with its own PostgreSQL, tansu broker, object store, gateway, worker and query node, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency byte for byte, the tenant directory, global symbols pulled across regions, region loss with an agent spooling until its return; kiln/tests/regions.rs, within unit+integration)"
 else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
   tier "regions" "RUN, and it will fail: kiln/tests/regions.rs makes network namespaces, which needs root"

@@ -1,47 +1,62 @@
-//! Two regions of one deployment, each a whole Kiln (`kiln up --region`:
-//! its own bus, profile store, object store, gateway, worker and query
-//! node) in its own network namespace. The only way between them is a
-//! relay on the host that holds every chunk 40 ms in each direction, as a
-//! link between two cloud regions would (tc netem is the usual tool, but
-//! this kernel is built without `CONFIG_NET_SCH_NETEM`; the relay gives
-//! the same delay at the TCP level).
+//! Two regions of one deployment, each in its own network namespace with
+//! its own processes, as a cloud region runs them: PostgreSQL (profile
+//! store and metadata), a Kafka-protocol broker (tansu), an object store
+//! directory, `kiln gateway`, `kiln worker` and `kiln query`. The only way
+//! between the regions is a relay on the host that holds every chunk 40 ms
+//! in each direction, as a link between two cloud regions would (tc netem
+//! is the usual tool, but this kernel is built without
+//! `CONFIG_NET_SCH_NETEM`; the relay gives the same delay at the TCP
+//! level). Gateways pass requests on to the other region's gateway and
+//! query nodes to its query node, as the load balancer in front of each
+//! region routes them by path.
 //!
 //! Tenant `alpha` is homed in region a, `beta` in region b. The test
 //! checks, and says as it goes:
 //! - keys are given tagged with their home region;
 //! - forwarding: a tenant's imports and queries sent to the other region
 //!   are answered by its home region, the same as there;
-//! - residency: the other region keeps nothing of it (its tenants, its
-//!   metrics per tenant, its metadata and data files);
+//! - residency: the other region keeps nothing of it, byte for byte: not
+//!   in its PostgreSQL's files (write-ahead log included), its object
+//!   store, its broker's directory, its tenants or its metrics;
 //! - a key of a region nobody knows, or a request forwarded twice, is a
 //!   421 naming the region;
 //! - global symbols (public libraries, no tenant's) uploaded to one
 //!   region are pulled by the other, and by a region that was down once
 //!   it is back;
-//! - region loss: with region b stopped, alpha is served in a as before,
-//!   beta's requests at a get a 503 with Retry-After (agents spool and
-//!   retry on it), and once b is back they reach it again, with its data.
+//! - region loss: with all of region b's processes stopped, alpha is
+//!   served in a as before; beta's requests at a get a 503 with
+//!   Retry-After, beta's agent (the agent's own sending code) spools its
+//!   batches, and once b is back they are delivered, with b's data kept.
 //!
-//! Run as root (CI does): it makes network namespaces.
+//! Run as root (CI does): it makes network namespaces, and PostgreSQL
+//! (Debian's) and tansu (`cargo install`) must be installed, as
+//! scripts/setup-tests.sh does.
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use kiln_agent::{Delivery, HttpSink, Sink, Spool};
+use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, label_names};
+use kiln_test_support::KilnProcess;
 use support::request;
 
 /// One way's delay on the link between the regions.
 const LINK_DELAY: Duration = Duration::from_millis(40);
-/// The port every region's `kiln up` listens on, inside its namespace.
-const PORT: u16 = 7070;
+/// The ports every region's gateway and query node listen on, inside its
+/// namespace.
+const GATEWAY_PORT: u16 = 7071;
+const QUERY_PORT: u16 = 7072;
 /// The operator's token, the same in every region of a deployment (how
 /// regions pull each other's global symbols).
 const ADMIN_TOKEN: &str = "kiln-regions-test-admin-token";
+/// What a region's gateway signs bus records with and its worker checks.
+const BUS_KEY: &str = "kiln-regions-test-bus-key";
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -98,11 +113,6 @@ impl Namespace {
         ip(&["-n", &name, "link", "set", &ns_if, "up"]);
         ip(&["-n", &name, "link", "set", "lo", "up"]);
         namespace
-    }
-
-    /// The region's public URL, as the host (a client) reaches it.
-    fn url(&self) -> String {
-        format!("http://{}:{PORT}", self.inside)
     }
 }
 
@@ -168,75 +178,197 @@ fn delayed_pump(mut from: TcpStream, mut into: TcpStream) {
     });
 }
 
-/// A region's `kiln up`, in its namespace.
+/// The repository's `scripts/` (the test servers' start and stop scripts).
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+/// Runs `program ARGS` in the namespace `namespace`; its output, trimmed.
+/// Panics, naming the command, when it fails.
+fn run_in(namespace: &str, program: &Path, args: &[&str]) -> String {
+    let output = Command::new("ip")
+        .args(["netns", "exec", namespace])
+        .arg(program)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {} in {namespace}: {e}", program.display()));
+    assert!(
+        output.status.success(),
+        "{} {} in {namespace}: {}",
+        program.display(),
+        args.join(" "),
+        output.status
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// How a region's peers reach it: its gateway and its query node, each
+/// through a delaying link on the host. Gateways pass requests on to
+/// gateways (ingest, imports, the tenant directory) and query nodes to
+/// query nodes (queries, global symbols), as a load balancer in front of
+/// each region routes them by path.
+#[derive(Clone)]
+struct PeerUrls {
+    name: &'static str,
+    gateway: String,
+    query: String,
+}
+
+impl PeerUrls {
+    /// Links from `from`'s side of the host to `to`'s gateway and query
+    /// node.
+    fn link(name: &'static str, from: &Namespace, to: &Namespace) -> PeerUrls {
+        let url = |port| {
+            let link = delay_link(&from.host_side, format!("{}:{port}", to.inside));
+            format!("http://{}:{link}", from.host_side)
+        };
+        PeerUrls {
+            name,
+            gateway: url(GATEWAY_PORT),
+            query: url(QUERY_PORT),
+        }
+    }
+}
+
+/// A region: in its own network namespace, its own PostgreSQL (profile
+/// store and metadata), Kafka-protocol broker (tansu), object store
+/// directory, `kiln gateway`, `kiln worker` and `kiln query`, each a
+/// process of its own.
 struct Region {
     name: &'static str,
-    child: Child,
-    url: String,
-    data_dir: PathBuf,
-    admin_token: String,
-    own_key: String,
+    /// Everything the region keeps on disk: `pg/` (the database's files,
+    /// write-ahead log included), `kafka/`, `objects/`.
+    dir: PathBuf,
+    gateway: String,
+    query: String,
+    peer: PeerUrls,
+    /// Gateway, worker and query node; killed when dropped.
+    roles: Vec<KilnProcess>,
+    /// Stopped already (its servers too).
+    down: bool,
 }
 
 impl Region {
-    fn start(
-        name: &'static str,
-        namespace: &Namespace,
-        data_dir: &Path,
-        peer: (&str, String),
-    ) -> Region {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &namespace.name])
-            .arg(env!("CARGO_BIN_EXE_kiln"))
-            .args(["up", "--no-agent", "--listen", &format!("0.0.0.0:{PORT}")])
-            .args(["--region", name, "--peer-region"])
-            .arg(format!("{}={}", peer.0, peer.1))
-            .args(["--admin-token", ADMIN_TOKEN, "--global-symbols-every", "1s"])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .env("KILN_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start kiln up in the namespace");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let said = loop {
-            let line = lines
-                .next()
-                .unwrap_or_else(|| panic!("region {name}'s kiln up exited before it was up"))
-                .unwrap();
-            if let Some(region) = line.trim().strip_prefix("region:") {
-                break region.trim().to_owned();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        assert!(
-            said.starts_with(name),
-            "kiln up says its region is {said:?}"
+    fn start(name: &'static str, namespace: &Namespace, dir: &Path, peer: PeerUrls) -> Region {
+        let ns = namespace.name.as_str();
+        std::fs::create_dir_all(dir).unwrap();
+        let path = |sub: &str| dir.join(sub).display().to_string();
+        let store = run_in(
+            ns,
+            &scripts().join("pg-test-server.sh"),
+            &["start", &path("pg")],
         );
-        let read = |file: &str| {
-            std::fs::read_to_string(data_dir.join(file))
-                .unwrap()
-                .trim()
-                .to_owned()
+        let broker = run_in(
+            ns,
+            &scripts().join("kafka-test-server.sh"),
+            &["start", &path("kafka")],
+        );
+        let kiln = Path::new(env!("CARGO_BIN_EXE_kiln"));
+        run_in(ns, kiln, &["store", "migrate", "--store", &store]);
+        let bus = format!("{broker}/kiln-ingest");
+        let objects = format!("file://{}", path("objects"));
+        let kiln = kiln.to_str().unwrap();
+        let backends = [
+            "--store",
+            &store,
+            "--objects",
+            &objects,
+            "--bus-key",
+            BUS_KEY,
+        ];
+        let region = [
+            "--region",
+            name,
+            "--peer-region",
+            &format!("{}={}", peer.name, peer.gateway),
+        ];
+        let role = |role: &str, args: &[&[&str]]| {
+            let command = [&["netns", "exec", ns, kiln, role][..], &args.concat()].concat();
+            KilnProcess::start(
+                Path::new("ip"),
+                &format!("{role} of region {name}"),
+                &command,
+            )
         };
+        let served = |port| format!("0.0.0.0:{port}");
+        let gateway = role(
+            "gateway",
+            &[
+                &["--listen", &served(GATEWAY_PORT), "--bus", &bus],
+                &backends,
+                &["--metadata", &store, "--admin-token", ADMIN_TOKEN],
+                &region,
+            ],
+        );
+        let worker = role(
+            "worker",
+            &[&["--listen", "127.0.0.1:7073", "--bus", &bus], &backends],
+        );
+        let query = role(
+            "query",
+            &[
+                &["--listen", &served(QUERY_PORT)],
+                &backends[..4],
+                &["--metadata", &store, "--admin-token", ADMIN_TOKEN],
+                &["--region", name, "--peer-region"],
+                &[&format!("{}={}", peer.name, peer.query)],
+                &["--global-symbols-every", "1s"],
+            ],
+        );
         Region {
             name,
-            child,
-            url: namespace.url(),
-            data_dir: data_dir.to_owned(),
-            admin_token: ADMIN_TOKEN.to_owned(),
-            own_key: read(kiln_actors::API_KEY_FILE),
+            dir: dir.to_owned(),
+            gateway: format!("http://{}:{GATEWAY_PORT}", namespace.inside),
+            query: format!("http://{}:{QUERY_PORT}", namespace.inside),
+            peer,
+            roles: vec![gateway, worker, query],
+            down: false,
+        }
+    }
+
+    /// The region goes down, all of it: its three roles are killed
+    /// (SIGKILL) and its PostgreSQL and broker stopped. The broker kept its
+    /// records in memory, so what it held is gone, as a region that lost
+    /// its Kafka cluster; PostgreSQL's data stays. Returns what `start`
+    /// needs to bring it back.
+    fn stop(mut self) -> (&'static str, PathBuf, PeerUrls) {
+        self.shut_down();
+        println!(
+            "region {} down: its gateway, worker and query node killed (SIGKILL), its PostgreSQL \
+             and broker stopped",
+            self.name
+        );
+        (self.name, self.dir.clone(), self.peer.clone())
+    }
+
+    fn shut_down(&mut self) {
+        if self.down {
+            return;
+        }
+        self.down = true;
+        // Dropping a role kills it (SIGKILL): no chance to flush or commit.
+        self.roles.clear();
+        for (script, sub) in [
+            ("pg-test-server.sh", "pg"),
+            ("kafka-test-server.sh", "kafka"),
+        ] {
+            let _ = Command::new(scripts().join(script))
+                .arg("stop")
+                .arg(self.dir.join(sub))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
     }
 
     /// A new tenant homed here: its key, as given to its owner.
     fn create_tenant(&self, tenant: &str) -> String {
         let (status, text) = request(
-            &self.url,
+            &self.gateway,
             "POST",
             "/api/v1/admin/tenants",
-            Some(&self.admin_token),
+            Some(ADMIN_TOKEN),
             &[],
             format!(r#"{{"tenant":"{tenant}"}}"#).as_bytes(),
         );
@@ -251,10 +383,10 @@ impl Region {
 
     fn tenants(&self) -> String {
         let (status, text) = request(
-            &self.url,
+            &self.gateway,
             "GET",
             "/api/v1/admin/tenants",
-            Some(&self.admin_token),
+            Some(ADMIN_TOKEN),
             &[],
             b"",
         );
@@ -269,10 +401,10 @@ impl Region {
             .file_id
             .to_string();
         let (status, text) = request(
-            &self.url,
+            &self.gateway,
             "PUT",
             &format!("/api/v1/symbols/global/{id}"),
-            Some(&self.admin_token),
+            Some(ADMIN_TOKEN),
             &[],
             &std::fs::read(elf).unwrap(),
         );
@@ -290,7 +422,7 @@ impl Region {
         let started = Instant::now();
         loop {
             let path = format!("/api/v1/symbols/global/{id}");
-            let (status, text) = request(&self.url, "HEAD", &path, Some(key), &[], b"");
+            let (status, text) = request(&self.query, "HEAD", &path, Some(key), &[], b"");
             if status == 200 {
                 return started.elapsed();
             }
@@ -303,21 +435,11 @@ impl Region {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-
-    fn stop(mut self) -> PathBuf {
-        // SAFETY: kill(2) with a pid we own and a valid signal number.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let _ = self.child.wait();
-        // The namespace's `ip netns exec` ends with it; its child too.
-        self.data_dir.clone()
-    }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: as in `stop`.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let _ = self.child.wait();
+        self.shut_down();
     }
 }
 
@@ -361,38 +483,72 @@ fn files_without(dir: &Path, needle: &str) -> Result<(), PathBuf> {
     Ok(())
 }
 
+/// Polls `url` until `key`'s collapsed stacks are `want` (30 s at most).
+fn wait_for_stacks(url: &str, key: &str, want: &[String], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = collapsed(url, key);
+        if got == (200, want.to_vec()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {got:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One agent batch of `count` samples of `main;FUNCTION`, stamped now.
+fn agent_batch(function: &str, count: u64) -> kiln_model::Batch {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let labels = LabelSet::new().with(label_names::HOST, "beta-host");
+    let mut batch = BatchBuilder::new("beta-host".to_owned(), now, 10_000_000);
+    let frames = [
+        Frame::named(FrameKind::Native, "main"),
+        Frame::named(FrameKind::Native, function),
+    ];
+    batch.add(now, &frames, &labels, count);
+    batch.finish()
+}
+
 #[test]
 fn tenants_live_in_their_home_region_and_are_served_from_any() {
     require_root();
     let work = tempfile::tempdir().unwrap();
+    // PostgreSQL runs as the postgres user, which must reach its directory.
+    std::fs::set_permissions(
+        work.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let (net_a, net_b) = (Namespace::create(1), Namespace::create(2));
-    // Each region reaches the other only through the delaying link, which
-    // listens on the host's side of its own veth.
-    let to_b = delay_link(&net_a.host_side, format!("{}:{PORT}", net_b.inside));
-    let to_a = delay_link(&net_b.host_side, format!("{}:{PORT}", net_a.inside));
-    let peer_b = ("b", format!("http://{}:{to_b}", net_a.host_side));
-    let peer_a = ("a", format!("http://{}:{to_a}", net_b.host_side));
+    // Each region reaches the other only through the delaying links, which
+    // listen on the host's side of its own veth.
+    let (peer_b, peer_a) = (
+        PeerUrls::link("b", &net_a, &net_b),
+        PeerUrls::link("a", &net_b, &net_a),
+    );
     let (dir_a, dir_b) = (work.path().join("a"), work.path().join("b"));
-    let a = Region::start("a", &net_a, &dir_a, peer_b.clone());
-    let b = Region::start("b", &net_b, &dir_b, peer_a.clone());
+    let a = Region::start("a", &net_a, &dir_a, peer_b);
+    let b = Region::start("b", &net_b, &dir_b, peer_a);
+    println!(
+        "regions: a and b, each in its namespace with its own PostgreSQL, broker, object store, \
+         gateway, worker and query node"
+    );
 
     // Keys say where their tenant lives.
     let alpha = a.create_tenant("alpha");
     let beta = b.create_tenant("beta");
     assert!(alpha.starts_with("kiln_a_"), "{alpha}");
     assert!(beta.starts_with("kiln_b_"), "{beta}");
-    assert!(
-        a.own_key.starts_with("kiln_a_"),
-        "kiln up's own key: {}",
-        a.own_key
-    );
-    println!("keys: alpha's kiln_a_…, beta's kiln_b_…, kiln up's own kiln_a_… and kiln_b_…");
+    println!("keys: alpha's kiln_a_…, beta's kiln_b_…");
 
     // The tenant directory: a tenant made at a for its home in b lives in
     // b; every region says where a tenant lives; a name is one across
     // the regions.
     let (status, text) = request(
-        &a.url,
+        &a.gateway,
         "POST",
         "/api/v1/admin/tenants",
         Some(ADMIN_TOKEN),
@@ -407,18 +563,22 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     );
     assert!(b.tenants().contains("\"gamma\""), "{}", b.tenants());
     assert!(!a.tenants().contains("gamma"), "{}", a.tenants());
-    for (region, tenant, home) in [(&a, "gamma", "b"), (&b, "gamma", "b"), (&b, "alpha", "a")] {
+    for (url, tenant, home) in [
+        (&a.gateway, "gamma", "b"),
+        (&a.query, "gamma", "b"),
+        (&b.gateway, "gamma", "b"),
+        (&b.query, "alpha", "a"),
+    ] {
         let path = format!("/api/v1/admin/tenants/{tenant}/region");
-        let (status, text) = request(&region.url, "GET", &path, Some(ADMIN_TOKEN), &[], b"");
+        let (status, text) = request(url, "GET", &path, Some(ADMIN_TOKEN), &[], b"");
         assert_eq!(
             (status, text),
             (200, format!(r#"{{"tenant":"{tenant}","region":"{home}"}}"#)),
-            "{tenant}'s region asked at {}",
-            region.name
+            "{tenant}'s region asked at {url}"
         );
     }
     let (status, _) = request(
-        &a.url,
+        &a.gateway,
         "GET",
         "/api/v1/admin/tenants/nobody/region",
         Some(ADMIN_TOKEN),
@@ -427,7 +587,7 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     );
     assert_eq!(status, 404);
     let (status, text) = request(
-        &b.url,
+        &b.gateway,
         "POST",
         "/api/v1/admin/tenants",
         Some(ADMIN_TOKEN),
@@ -437,25 +597,26 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     assert_eq!(status, 409, "alpha made again in b: {text}");
     assert!(text.contains(r#"region \"a\""#), "{text}");
     println!(
-        "tenant directory: gamma made at a for b lives in b, both regions say so, \
-         and alpha's name cannot be taken in b (409)"
+        "tenant directory: gamma made at a for b lives in b, gateways and query nodes of both \
+         regions say so, and alpha's name cannot be taken in b (409)"
     );
 
-    // Forwarding: each tenant imports at both regions.
+    // Forwarding: each tenant imports at both regions' gateways, and asks
+    // both regions' query nodes.
     const ALPHA_MARKER: &str = "alpha_only_function_7c3e9";
     let alpha_here = format!("main;{ALPHA_MARKER};here 3\n");
     let alpha_there = format!("main;{ALPHA_MARKER};there 5\n");
-    for (url, stacks) in [(&a.url, &alpha_here), (&b.url, &alpha_there)] {
+    for (url, stacks) in [(&a.gateway, &alpha_here), (&b.gateway, &alpha_there)] {
         let (status, text) = import(url, &alpha, stacks);
         assert_eq!(status, 200, "alpha's import at {url}: {text}");
     }
-    let (status, text) = import(&a.url, &beta, "main;beta_work 7\n");
+    let (status, text) = import(&a.gateway, &beta, "main;beta_work 7\n");
     assert_eq!(status, 200, "beta's import at region a: {text}");
     let want_alpha = vec![
         format!("main;{ALPHA_MARKER};here 3"),
         format!("main;{ALPHA_MARKER};there 5"),
     ];
-    for url in [&a.url, &b.url] {
+    for url in [&a.query, &b.query] {
         assert_eq!(
             collapsed(url, &alpha),
             (200, want_alpha.clone()),
@@ -467,7 +628,10 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
             "beta at {url}"
         );
     }
-    println!("forwarding: alpha's and beta's imports at either region are queryable at both");
+    println!(
+        "forwarding: alpha's and beta's imports at either region's gateway are queryable at \
+         both regions' query nodes"
+    );
 
     // What a forwarded query costs: one round trip between the regions.
     let timed = |url: &str| {
@@ -477,7 +641,7 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         }
         started.elapsed() / 5
     };
-    let (direct, forwarded) = (timed(&a.url), timed(&b.url));
+    let (direct, forwarded) = (timed(&a.query), timed(&b.query));
     println!(
         "query latency: {direct:?} in alpha's home region, {forwarded:?} through region b \
          ({:?} round trip on the link)",
@@ -499,32 +663,42 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         "region a lists beta: {}",
         a.tenants()
     );
-    let (_, metrics_b) = request(&b.url, "GET", "/metrics", None, &[], b"");
-    assert!(
-        !metrics_b.contains("tenant=\"alpha\""),
-        "region b counted alpha's requests"
-    );
-    let (_, metrics_a) = request(&a.url, "GET", "/metrics", None, &[], b"");
+    for url in [&b.gateway, &b.query] {
+        let (_, metrics) = request(url, "GET", "/metrics", None, &[], b"");
+        assert!(
+            !metrics.contains("tenant=\"alpha\""),
+            "region b's {url} counted alpha's requests"
+        );
+    }
+    let (_, metrics_a) = request(&a.gateway, "GET", "/metrics", None, &[], b"");
     assert!(
         metrics_a.contains("tenant=\"alpha\""),
-        "region a counts alpha's ingest"
+        "region a's gateway counts alpha's ingest"
+    );
+    // Byte for byte: alpha's function name is in region a's files (the
+    // check can see it) and in none of region b's.
+    assert!(
+        files_without(&a.dir, ALPHA_MARKER).is_err(),
+        "alpha's stacks are not in region a's files: the residency check would see nothing"
     );
     for needle in ["alpha", ALPHA_MARKER] {
-        if let Err(file) = files_without(&b.data_dir, needle) {
+        if let Err(file) = files_without(&b.dir, needle) {
             panic!("region b's {} holds {needle:?}", file.display());
         }
     }
     println!(
-        "residency: region b has no tenant, metric or file byte of alpha (and a none of beta)"
+        "residency: region b's PostgreSQL files (write-ahead log included), object store and \
+         broker directory hold no byte of alpha's name or stacks, which region a's do; no \
+         tenant or metric of alpha in b, none of beta in a"
     );
 
     // Keys of regions nobody knows, and requests forwarded twice.
     let stranger = alpha.replacen("kiln_a_", "kiln_zz_", 1);
-    let (status, text) = import(&a.url, &stranger, "x 1\n");
+    let (status, text) = import(&a.gateway, &stranger, "x 1\n");
     assert_eq!(status, 421, "{text}");
     assert!(text.contains("\\\"zz\\\"") || text.contains("zz"), "{text}");
     let (status, text) = request(
-        &a.url,
+        &a.query,
         "GET",
         "/api/v1/whoami",
         Some(&beta),
@@ -535,7 +709,7 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     println!("misdirected: a key of an unknown region and a twice-forwarded request are 421");
 
     // What operators see of it: region a's forwards, by region and outcome.
-    let metrics = support::Exposition::scrape(&a.url);
+    let metrics = support::Exposition::scrape(&a.gateway);
     let answered = metrics.sum(
         "kiln_region_forwarded_requests_total",
         &[("region", "b"), ("outcome", "answered")],
@@ -549,7 +723,7 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
         misdirected, 1.0,
         "the zz key counts once, as region \"unknown\""
     );
-    let (_, text) = request(&a.url, "GET", "/metrics", None, &[], b"");
+    let (_, text) = request(&a.gateway, "GET", "/metrics", None, &[], b"");
     assert!(
         !text.contains("region=\"zz\""),
         "a forged region became a label value"
@@ -564,10 +738,10 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     let id = a.upload_global(libc_like);
     let took = b.wait_for_global(&id, &beta);
     let (status, list) = request(
-        &b.url,
+        &b.gateway,
         "GET",
         "/api/v1/symbols/global",
-        Some(&b.admin_token),
+        Some(ADMIN_TOKEN),
         &[],
         b"",
     );
@@ -575,19 +749,55 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     assert!(list.contains(&id), "region b's global store: {list}");
     println!("global symbols: uploaded to region a, in region b's global store {took:?} later");
 
-    // Region loss: b stops.
-    let dir_b = b.stop();
-    let (status, text) = import(&a.url, &alpha, &alpha_here);
+    // Beta's agent, sent (by DNS, say) to region a: its batches are passed
+    // on to b.
+    let spool_dir = work.path().join("beta-agent-spool");
+    let spool = Spool::open(&spool_dir, 1 << 26).unwrap();
+    let mut beta_agent = HttpSink::new(&a.gateway, Some(&beta), Some(spool));
+    assert_eq!(
+        beta_agent
+            .send(&agent_batch("beta_agent_tick", 10))
+            .unwrap(),
+        Delivery::Delivered
+    );
+    let before_outage = vec![
+        "main;beta_agent_tick 10".to_owned(),
+        "main;beta_work 7".to_owned(),
+    ];
+    wait_for_stacks(&b.query, &beta, &before_outage, "beta's agent batch in b");
+
+    // Region loss: all of b stops.
+    let (name_b, dir_b, peer_a) = b.stop();
+    let (status, text) = import(&a.gateway, &alpha, &alpha_here);
     assert_eq!(status, 200, "alpha, homed in a, with b down: {text}");
-    let (status, text) = import(&a.url, &beta, "main;beta_work 1\n");
+    assert_eq!(
+        collapsed(&a.query, &alpha).0,
+        200,
+        "alpha's query with b down"
+    );
+    let (status, text) = import(&a.gateway, &beta, "main;beta_work 1\n");
     assert_eq!(status, 503, "beta's import at a with b down: {text}");
     assert!(
         text.contains("\\\"b\\\"") || text.contains("region"),
         "{text}"
     );
-    println!("region loss: with b down alpha is served in a; beta's requests at a get 503");
+    for _ in 0..3 {
+        assert_eq!(
+            beta_agent
+                .send(&agent_batch("beta_agent_tick", 10))
+                .unwrap(),
+            Delivery::Spooled,
+            "beta's agent with b down"
+        );
+    }
+    let spooled = beta_agent.spool().unwrap().files().unwrap().len();
+    assert_eq!(spooled, 3);
+    println!(
+        "region loss: with b's processes stopped alpha is served in a; beta's requests at a get \
+         503 and beta's agent spools ({spooled} batches)"
+    );
     let (status, text) = request(
-        &a.url,
+        &a.gateway,
         "POST",
         "/api/v1/admin/tenants",
         Some(ADMIN_TOKEN),
@@ -605,22 +815,38 @@ fn tenants_live_in_their_home_region_and_are_served_from_any() {
     // A global upload while b is down reaches it once it is back.
     let missed = a.upload_global(Path::new("/usr/bin/env"));
 
-    let b = Region::start("b", &net_b, &dir_b, peer_a);
+    let b = Region::start(name_b, &net_b, &dir_b, peer_a);
     let deadline = Instant::now() + Duration::from_secs(30);
     let (status, text) = loop {
-        let (status, text) = import(&a.url, &beta, "main;beta_work 1\n");
+        let (status, text) = import(&a.gateway, &beta, "main;beta_work 1\n");
         if status == 200 || Instant::now() > deadline {
             break (status, text);
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(status, 200, "beta's import at a once b is back: {text}");
+    // The agent's next batch goes after the spooled ones.
     assert_eq!(
-        collapsed(&b.url, &beta),
-        (200, vec!["main;beta_work 8".to_owned()]),
-        "beta's data, before and after b's outage"
+        beta_agent
+            .send(&agent_batch("beta_agent_tick", 10))
+            .unwrap(),
+        Delivery::Delivered
     );
-    println!("region return: beta's requests at a reach b again, and b kept beta's data");
+    assert!(beta_agent.spool().unwrap().files().unwrap().is_empty());
+    let after_return = vec![
+        "main;beta_agent_tick 50".to_owned(),
+        "main;beta_work 8".to_owned(),
+    ];
+    wait_for_stacks(
+        &b.query,
+        &beta,
+        &after_return,
+        "beta's data from before, during and after b's outage",
+    );
+    println!(
+        "region return: beta's requests at a reach b again, the agent's spooled batches are \
+         delivered, and b kept beta's data"
+    );
     let took = b.wait_for_global(&missed, &beta);
     println!("global symbols: b pulled the upload it missed while down, {took:?} after its return");
     drop((a, b));
