@@ -1,6 +1,7 @@
 //! `kiln`: runs Kiln and talks to it. This binary only wires the library
 //! crates together; each subcommand lives in a module of its own.
 
+mod allocator;
 mod cli;
 mod client;
 mod export;
@@ -16,14 +17,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::{Cli, Command};
-
-/// mimalloc rather than glibc's malloc: a worker decodes, filters and
-/// drops hundreds of thousands of small strings and id vectors a second
-/// (each batch's frames and stacks), and glibc's free lists and heap
-/// trimming were a fifth of its time under `fleet_bench`
-/// (`docs/benchmarks.md`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

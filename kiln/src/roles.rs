@@ -42,6 +42,7 @@ pub(crate) fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
 }
 
 pub(crate) fn worker(args: WorkerArgs) -> anyhow::Result<()> {
+    crate::allocator::keep_freed_memory();
     actix_rt::System::new().block_on(async move {
         let bus = open_bus(&args.bus.bus).await?;
         let bus_key = args.bus_key.key()?;
