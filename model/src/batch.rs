@@ -20,6 +20,8 @@
 //! spools, are still read: [`Batch::decode`] converts them to the current
 //! struct with no metrics (module `v1` keeps their layout).
 
+#[cfg(feature = "codec")]
+mod inflate;
 mod limits;
 mod v1;
 
@@ -345,7 +347,6 @@ impl BatchPeek {
 
 #[cfg(feature = "codec")]
 mod codec {
-    use std::io::Read;
 
     use super::*;
     use crate::metric::MAX_METRIC_NAME_LEN;
@@ -443,20 +444,12 @@ mod codec {
     ) -> Result<(u16, rkyv::util::AlignedVec<16>), BatchError> {
         let limit = max_payload.min(MAX_BATCH_BYTES);
         let version = batch_version(bytes)?;
-        let mut payload = rkyv::util::AlignedVec::<16>::new();
-        let mut decoder = zstd::stream::Decoder::new(&bytes[BATCH_HEADER_LEN..])
-            .map_err(BatchError::Decompress)?;
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            let n = decoder.read(&mut chunk).map_err(BatchError::Decompress)?;
-            if n == 0 {
-                return Ok((version, payload));
-            }
-            if payload.len() + n > limit {
-                return Err(BatchError::TooLarge { limit });
-            }
-            payload.extend_from_slice(&chunk[..n]);
-        }
+        let payload =
+            super::inflate::inflate(&bytes[BATCH_HEADER_LEN..], limit).map_err(|e| match e {
+                super::inflate::InflateError::TooLarge => BatchError::TooLarge { limit },
+                super::inflate::InflateError::Zstd(e) => BatchError::Decompress(e),
+            })?;
+        Ok((version, payload))
     }
 
     /// The current version's archive in `payload`, validated, with every

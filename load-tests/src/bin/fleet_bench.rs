@@ -25,7 +25,9 @@
 //! CPU time, the drain after the load included), the consumer lag the
 //! workers export (`kiln_worker_consumer_lag_records`, what an autoscaler
 //! watches: its slope over the load), the publish-to-queryable lag
-//! (`kiln_worker_record_age_seconds`, p50/p99 from its buckets), and the
+//! (`kiln_worker_record_age_seconds`, p50/p99 from its buckets; also of
+//! the load's second half and last quarter, which a long `--seconds`
+//! leaves to the steady state once the warm-up's backlog is gone), and the
 //! bytes stored per core-day (PostgreSQL's size of the samples table, and
 //! of the whole database with its dictionaries, whose share a run of
 //! minutes overstates). Then a `kiln query` node seals the phase's hours
@@ -211,6 +213,9 @@ struct PhaseResult {
     age_buckets: Vec<(f64, u64)>,
     /// The same, of the records committed in the load's second half.
     late_age_buckets: Vec<(f64, u64)>,
+    /// The same, of its last quarter: in a run long enough for a backlog
+    /// built while the workers warmed up to be gone, the steady state.
+    last_quarter_age_buckets: Vec<(f64, u64)>,
     samples_table_bytes: u64,
     database_bytes: u64,
     /// The phase's hours sealed into segments afterwards.
@@ -277,6 +282,7 @@ fn run_phase(
     let started = Instant::now();
     let mut lag = Vec::new();
     let mut ages_at_half = None;
+    let mut ages_at_three_quarters = None;
     let mut kill = match phase {
         Phase::Kill => Kill::Pending,
         _ => Kill::Never,
@@ -287,6 +293,9 @@ fn run_phase(
         lag.push((elapsed, group_lag(&workers)));
         if ages_at_half.is_none() && elapsed >= args.seconds as f64 / 2.0 {
             ages_at_half = Some(record_age_buckets(&workers)?);
+        }
+        if ages_at_three_quarters.is_none() && elapsed >= args.seconds as f64 * 0.75 {
+            ages_at_three_quarters = Some(record_age_buckets(&workers)?);
         }
         kill = match kill {
             Kill::Pending if elapsed >= args.seconds as f64 / 2.0 => {
@@ -322,17 +331,19 @@ fn run_phase(
         .map(|(_, quota)| quota.used())
         .sum::<anyhow::Result<Duration>>()?;
     let age_buckets = record_age_buckets(&workers)?;
-    // The second half's ages: the end's counts less the half's (a worker
-    // restarted since counts from zero, so the `kill` phase's difference
-    // undercounts; it is left out there).
-    let late_age_buckets = match (phase, ages_at_half) {
+    // The second half's and last quarter's ages: the end's counts less
+    // those read then (a worker restarted since counts from zero, so the
+    // `kill` phase's difference undercounts; it is left out there).
+    let ages_since = |then: Option<Vec<(f64, u64)>>| match (phase, then) {
         (Phase::Kill, _) | (_, None) => Vec::new(),
-        (_, Some(half)) => age_buckets
+        (_, Some(then)) => age_buckets
             .iter()
-            .zip(&half)
+            .zip(&then)
             .map(|(&(le, end), &(_, mid))| (le, end.saturating_sub(mid)))
             .collect(),
     };
+    let late_age_buckets = ages_since(ages_at_half);
+    let last_quarter_age_buckets = ages_since(ages_at_three_quarters);
     let samples_table_bytes = sql_number(&store, "SELECT pg_total_relation_size('samples')")?;
     let database_bytes = sql_number(&store, "SELECT pg_database_size(current_database())")?
         .saturating_sub(empty_bytes);
@@ -369,6 +380,7 @@ fn run_phase(
         drained_after,
         age_buckets,
         late_age_buckets,
+        last_quarter_age_buckets,
         samples_table_bytes,
         database_bytes,
         sealed,
@@ -426,17 +438,20 @@ impl PhaseResult {
             quantile(&self.age_buckets, 0.99),
             "s",
         );
-        if !self.late_age_buckets.is_empty() {
-            report.add(
-                format!("{name}: record age p50, second half"),
-                quantile(&self.late_age_buckets, 0.50),
-                "s",
-            );
-            report.add(
-                format!("{name}: record age p99, second half"),
-                quantile(&self.late_age_buckets, 0.99),
-                "s",
-            );
+        for (part, buckets) in [
+            ("second half", &self.late_age_buckets),
+            ("last quarter", &self.last_quarter_age_buckets),
+        ] {
+            if buckets.is_empty() {
+                continue;
+            }
+            for (p, q) in [("p50", 0.50), ("p99", 0.99)] {
+                report.add(
+                    format!("{name}: record age {p}, {part}"),
+                    quantile(buckets, q),
+                    "s",
+                );
+            }
         }
         let core_days = (args.hosts * args.cores) as f64 * self.load_s / 86_400.0;
         report.add(
