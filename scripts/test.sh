@@ -106,7 +106,7 @@ fi
 
 if [ "$(id -u)" -eq 0 ]; then
   tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration)"
-  tier "regions" "RUN (root: two regions in network namespaces, each with its own PostgreSQL, tansu broker, object store, gateway, worker and query node, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency byte for byte, the tenant directory, global symbols pulled across regions, region loss with an agent spooling until its return; kiln/tests/regions.rs, within unit+integration)"
+  tier "regions" "RUN (root: two regions in network namespaces, each with its own PostgreSQL, tansu broker, object store, gateway, worker and query node, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency byte for byte, the tenant directory, global symbols pulled across regions, region loss with an agent spooling until its return; kiln/tests/regions.rs, run after unit+integration with its output shown)"
 else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
   tier "regions" "RUN, and it will fail: kiln/tests/regions.rs makes network namespaces, which needs root"
@@ -114,15 +114,19 @@ fi
 
 tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU: scripts/gpucheck/prepare.sh, then scripts/gpucheck/field.sh on one; without one, within unit+integration: libkiln_cuda.so under a fake CUPTI that enforces CUPTI's PC-sampling rules, a C host through a stand-in libcupti to kiln-agent --no-ebpf and a backend, NVML through a stand-in libnvidia-ml)"
 tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up)"
+regions_test=tenants_live_in_their_home_region_and_are_served_from_any
 if command -v cargo-nextest >/dev/null; then
   # Without backtraces a failing test's output ends with its panic
   # message, which is the part a CI log keeps.
-  RUST_BACKTRACE=0 cargo nextest run --workspace --locked --no-fail-fast
+  RUST_BACKTRACE=0 cargo nextest run --workspace --locked --no-fail-fast \
+    -E 'not (package(kiln) & binary(regions))'
   # nextest does not run doctests.
   cargo test --workspace --locked --doc
 else
-  cargo test --workspace --locked --no-fail-fast
+  cargo test --workspace --locked --no-fail-fast -- --skip "$regions_test"
 fi
+# The regions test on its own, its output shown: it says what it checked.
+cargo test --locked -p kiln --test regions -- --nocapture
 
 # The Kafka bus tests again, against Apache Kafka itself (one KRaft node,
 # from Maven Central: scripts/apache-kafka-test-server.sh) rather than
