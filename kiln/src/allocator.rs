@@ -21,9 +21,9 @@ const _: () = assert!(PURGE_DELAY < libmimalloc_sys::_mi_option_last);
 /// poll's rows, statement parameters) and frees them, polls apart.
 /// Returned to the system each time, that memory came back as fresh pages
 /// the kernel had to zero: 7–10% of a worker's CPU under `fleet_bench`
-/// with mimalloc's default delay (1 s) and with 10 s alike, none with
-/// none (`docs/benchmarks.md`). The worker's memory then stays at its
-/// peak, which its polls reuse.
+/// with mimalloc's default delay (1 s) and with 10 s alike, and none when
+/// it never purged (`docs/benchmarks.md`). The worker's memory then stays
+/// at its peak, which its polls reuse.
 const NEVER: std::ffi::c_long = -1;
 
 /// Keeps the memory this process frees for its own reuse, unless
