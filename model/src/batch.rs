@@ -347,7 +347,6 @@ impl BatchPeek {
 
 #[cfg(feature = "codec")]
 mod codec {
-
     use super::*;
     use crate::metric::MAX_METRIC_NAME_LEN;
 
