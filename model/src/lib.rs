@@ -44,9 +44,10 @@ mod test_strategies;
 pub use answers::{LabelValues, Timeline, TimelinePoint, TopFunction};
 pub use batch::{
     BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, Batch, BatchBuilder, BatchError, BatchPeek,
-    Executable, FrameEntry, LabelSetEntry, MAX_BATCH_BYTES, MAX_BATCH_ENTRIES, MAX_BUILD_ID_LEN,
-    MAX_LABEL_NAME_LEN, MAX_LABEL_VALUE_LEN, MAX_LABELS, MAX_NAME_LEN, MAX_STACK_DEPTH,
-    OLDEST_BATCH_VERSION, StackEntry, TRUNCATED_FRAME, batch_version,
+    Executable, FrameEntry, KnownEntries, LabelSetEntry, MAX_BATCH_BYTES, MAX_BATCH_ENTRIES,
+    MAX_BUILD_ID_LEN, MAX_LABEL_NAME_LEN, MAX_LABEL_VALUE_LEN, MAX_LABELS, MAX_NAME_LEN,
+    MAX_STACK_DEPTH, NothingKnown, OLDEST_BATCH_VERSION, StackEntry, TRUNCATED_FRAME,
+    batch_version,
 };
 pub use envelope::{
     ENVELOPE_MAC_LEN, ENVELOPE_MAGIC, ENVELOPE_VERSION, Envelope, EnvelopeError,

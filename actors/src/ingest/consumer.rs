@@ -245,9 +245,7 @@ async fn store(
     for received_at_ns in received {
         metrics.committed_at_age(received_at_ns);
     }
-    for r in remember.into_iter().flatten() {
-        stages.deduper.remember(r);
-    }
+    stages.deduper.remember(remember.into_iter().flatten());
 }
 
 /// Times the stages of one poll, each once (`kiln_worker_stage_seconds`).

@@ -15,9 +15,10 @@ use std::time::Instant;
 
 use futures_util::future::join_all;
 use kiln_ingest_bus::Record;
-use kiln_model::Batch;
+use kiln_model::{Batch, MAX_BATCH_BYTES};
 use tokio::task::JoinError;
 
+use super::deduper::Deduper;
 use crate::envelope::{BusKey, EnvelopeHeader};
 use crate::telemetry::{Stage, WorkerMetrics};
 
@@ -63,18 +64,22 @@ pub(crate) struct DecodedPoll {
 #[derive(Debug, Clone)]
 pub(crate) struct Decoder {
     key: BusKey,
+    /// What is already written, left out of the batches undecoded.
+    known: Deduper,
     /// Most blocking threads one poll is split among (at least 1).
     threads: usize,
     metrics: WorkerMetrics,
 }
 
 impl Decoder {
-    /// A decoder that trusts records signed with `key`, splitting each
+    /// A decoder that trusts records signed with `key`, leaves out of
+    /// each batch the dictionary entries `known` holds, and splits each
     /// poll among up to `threads` blocking threads; its time is counted as
     /// [`Stage::Decode`] in `metrics`.
-    pub(crate) fn new(key: BusKey, threads: usize, metrics: WorkerMetrics) -> Self {
+    pub(crate) fn new(key: BusKey, known: Deduper, threads: usize, metrics: WorkerMetrics) -> Self {
         Decoder {
             key,
+            known,
             threads: threads.max(1),
             metrics,
         }
@@ -103,8 +108,9 @@ impl Decoder {
                 break;
             }
             let key = self.key.clone();
+            let known = self.known.clone();
             chunks.push(tokio::task::spawn_blocking(move || {
-                let out: Vec<_> = chunk.into_iter().map(|r| decode(r, &key)).collect();
+                let out: Vec<_> = chunk.into_iter().map(|r| decode(r, &key, &known)).collect();
                 (out, Instant::now())
             }));
         }
@@ -129,10 +135,13 @@ impl Decoder {
     }
 }
 
-/// Decodes one record.
-pub(crate) fn decode(record: Record, key: &BusKey) -> Result<Decoded, Rejected> {
+/// Decodes one record, leaving out of its batch the dictionary entries
+/// its tenant has in `known`.
+pub(crate) fn decode(record: Record, key: &BusKey, known: &Deduper) -> Result<Decoded, Rejected> {
     let parsed = match EnvelopeHeader::parse(&record.payload, key) {
-        Ok((header, bytes)) => match Batch::decode(bytes) {
+        Ok((header, bytes)) => match known.with_known(header.scope.tenant(), |known| {
+            Batch::decode_leaving_out(bytes, MAX_BATCH_BYTES, &known)
+        }) {
             Ok(batch) => Ok((header, batch)),
             Err(e) => Err((
                 Some(header.scope.tenant().to_owned()),
@@ -187,9 +196,51 @@ mod tests {
             scope: Scope::new("acme", "web").unwrap(),
             received_at_ns: 1,
         };
-        let decoded = decode(record(header.wrap(&batch(), &key())), &key()).unwrap();
+        let decoded = decode(
+            record(header.wrap(&batch(), &key())),
+            &key(),
+            &Deduper::default(),
+        )
+        .unwrap();
         assert_eq!(decoded.header, header);
         assert_eq!(decoded.record.offset, 7);
+    }
+
+    /// Guards the decode's shortcut and its scope: the entries a tenant
+    /// has written are left out of its batches, undecoded, and only of
+    /// its own: one tenant's writes never vouch for another's entries.
+    #[test]
+    fn entries_the_tenant_has_written_are_left_out_of_its_batches_only() {
+        use kiln_model::{Frame, FrameKind, LabelSet};
+
+        let mut b = BatchBuilder::new("h", 0, 1);
+        let (main, work) = (
+            Frame::named(FrameKind::Native, "main"),
+            Frame::named(FrameKind::Native, "work"),
+        );
+        b.add(1, &[main.clone(), work.clone()], &LabelSet::new(), 2);
+        let batch = b.finish();
+        let known = Deduper::default();
+        known.remember([super::super::deduper::Remember {
+            tenant: "acme".into(),
+            frames: vec![main.id()],
+            stacks: vec![batch.stacks[0].id],
+            ..Default::default()
+        }]);
+        let wrapped = |tenant: &str| {
+            let header = EnvelopeHeader {
+                scope: Scope::new(tenant, "web").unwrap(),
+                received_at_ns: 1,
+            };
+            record(header.wrap(&batch.encode(), &key()))
+        };
+        let acme = decode(wrapped("acme"), &key(), &known).unwrap().batch;
+        assert_eq!(acme.frames.len(), 1);
+        assert_eq!(acme.frames[0].id, work.id());
+        assert!(acme.stacks.is_empty());
+        assert_eq!(acme.samples, batch.samples);
+        let other = decode(wrapped("globex"), &key(), &known).unwrap().batch;
+        assert_eq!(other, batch);
     }
 
     /// Guards the trust boundary: a record naming a tenant under a wrong
@@ -200,7 +251,7 @@ mod tests {
         let forged = Envelope::new("victim", "web", 0, &batch())
             .unwrap()
             .encode(b"a key the worker does not hold");
-        let err = decode(record(forged), &key()).unwrap_err();
+        let err = decode(record(forged), &key(), &Deduper::default()).unwrap_err();
         assert_eq!(err.tenant, None);
         assert!(
             err.reason.starts_with("envelope MAC does not verify"),
@@ -210,7 +261,7 @@ mod tests {
         let mut unsigned = b"KLNE\x01\x06victim\x03web".to_vec();
         unsigned.extend_from_slice(&0i64.to_le_bytes());
         unsigned.extend_from_slice(&batch());
-        let err = decode(record(unsigned), &key()).unwrap_err();
+        let err = decode(record(unsigned), &key(), &Deduper::default()).unwrap_err();
         assert_eq!(err.tenant, None);
         assert!(
             err.reason.starts_with("envelope MAC does not verify"),
@@ -225,7 +276,12 @@ mod tests {
             scope: Scope::new("acme", "web").unwrap(),
             received_at_ns: 1,
         };
-        let err = decode(record(header.wrap(b"KLNB\x09\0\0\0", &key())), &key()).unwrap_err();
+        let err = decode(
+            record(header.wrap(b"KLNB\x09\0\0\0", &key())),
+            &key(),
+            &Deduper::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.tenant.as_deref(), Some("acme"));
         assert!(err.reason.contains("version 9"), "{}", err.reason);
     }

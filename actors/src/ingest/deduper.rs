@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
-use kiln_model::{FileId, FrameId, LabelSetId, StackId};
+use kiln_model::{FileId, FrameId, KnownEntries, LabelSetId, StackId};
 
 use super::decoder::Decoded;
 use crate::query::cache::FastSet;
@@ -92,12 +93,60 @@ impl TenantCache {
     }
 }
 
-/// The dictionary caches of every tenant this worker has seen. Only the
-/// pipeline's store stage uses it, one poll after the other, so that a
-/// poll is filtered with everything the polls before it made durable.
-#[derive(Debug)]
+impl KnownEntries for TenantCache {
+    fn knows_frame(&self, id: FrameId) -> bool {
+        self.frames.contains(&id)
+    }
+
+    fn knows_stack(&self, id: StackId) -> bool {
+        self.stacks.contains(&id)
+    }
+
+    fn knows_label_set(&self, id: LabelSetId) -> bool {
+        self.label_sets.contains(&id)
+    }
+
+    fn knows_executable(&self, id: FileId) -> bool {
+        self.executables.contains(&id)
+    }
+}
+
+/// What one tenant's entries this worker has written: all of them are
+/// held, or none when it has written none.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Known<'a>(Option<&'a TenantCache>);
+
+impl KnownEntries for Known<'_> {
+    fn knows_frame(&self, id: FrameId) -> bool {
+        self.0.is_some_and(|c| c.knows_frame(id))
+    }
+
+    fn knows_stack(&self, id: StackId) -> bool {
+        self.0.is_some_and(|c| c.knows_stack(id))
+    }
+
+    fn knows_label_set(&self, id: LabelSetId) -> bool {
+        self.0.is_some_and(|c| c.knows_label_set(id))
+    }
+
+    fn knows_executable(&self, id: FileId) -> bool {
+        self.0.is_some_and(|c| c.knows_executable(id))
+    }
+}
+
+/// The dictionary caches of every tenant this worker has seen, shared by
+/// the pipeline's two halves (clones are handles to the same caches).
+///
+/// Only the store stage adds to them, once a poll is durable, so that
+/// what they hold was made durable by an earlier poll. The store stage
+/// filters each poll with them; the decoding threads, which run ahead,
+/// consult them too ([`with_known`](Self::with_known)), to leave out of a
+/// batch, unbuilt and unchecked, the entries already written. What they
+/// see may lag what the store stage knows by a poll or two: an entry they
+/// keep is still dropped by [`filter`](Self::filter).
+#[derive(Debug, Clone)]
 pub(crate) struct Deduper {
-    tenants: HashMap<String, TenantCache>,
+    tenants: Arc<RwLock<HashMap<String, TenantCache>>>,
     capacity: usize,
 }
 
@@ -110,40 +159,51 @@ impl Default for Deduper {
 impl Deduper {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self {
-            tenants: HashMap::new(),
+            tenants: Arc::default(),
             capacity,
         }
     }
 
+    /// The caches, to read. A thread that panicked while holding them
+    /// left them as sets of ids, each insert whole or not made: still
+    /// true, so poisoning is ignored.
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, TenantCache>> {
+        self.tenants.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `f` of what `tenant`'s entries are known to be written, the caches
+    /// held for reading meanwhile (briefly: [`remember`](Self::remember)
+    /// waits for it).
+    pub(crate) fn with_known<T>(&self, tenant: &str, f: impl FnOnce(Known<'_>) -> T) -> T {
+        let tenants = self.read();
+        f(Known(tenants.get(tenant)))
+    }
+
     /// `decoded` without the dictionary entries already written.
     pub(crate) fn filter(&self, mut decoded: Decoded) -> Decoded {
-        let Some(cache) = self.tenants.get(decoded.header.scope.tenant()) else {
-            return decoded;
-        };
-        let b = &mut decoded.batch;
-        b.frames.retain(|f| !cache.frames.contains(&f.id));
-        b.stacks.retain(|s| !cache.stacks.contains(&s.id));
-        b.label_sets.retain(|l| !cache.label_sets.contains(&l.id));
-        b.executables
-            .retain(|e| !cache.executables.contains(&e.file_id));
+        self.with_known(decoded.header.scope.tenant(), |known| {
+            decoded.batch.leave_out(&known)
+        });
         decoded
     }
 
-    /// Remembers what a batch wrote; call only once it is durable.
-    pub(crate) fn remember(&mut self, r: Remember) {
+    /// Remembers what batches wrote; call only once they are durable.
+    pub(crate) fn remember(&self, written: impl IntoIterator<Item = Remember>) {
         let capacity = self.capacity;
-        let cache = self
-            .tenants
-            .entry(r.tenant)
-            .or_insert_with(|| TenantCache::new(capacity));
-        r.frames.into_iter().for_each(|id| cache.frames.insert(id));
-        r.stacks.into_iter().for_each(|id| cache.stacks.insert(id));
-        r.label_sets
-            .into_iter()
-            .for_each(|id| cache.label_sets.insert(id));
-        r.executables
-            .into_iter()
-            .for_each(|id| cache.executables.insert(id));
+        let mut tenants = self.tenants.write().unwrap_or_else(PoisonError::into_inner);
+        for r in written {
+            let cache = tenants
+                .entry(r.tenant)
+                .or_insert_with(|| TenantCache::new(capacity));
+            r.frames.into_iter().for_each(|id| cache.frames.insert(id));
+            r.stacks.into_iter().for_each(|id| cache.stacks.insert(id));
+            r.label_sets
+                .into_iter()
+                .for_each(|id| cache.label_sets.insert(id));
+            r.executables
+                .into_iter()
+                .for_each(|id| cache.executables.insert(id));
+        }
     }
 }
 

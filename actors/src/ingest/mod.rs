@@ -155,9 +155,15 @@ pub async fn start_with(
     let (sender, progress) = progress::channel(bus.partition_count());
     let arbiter = Arbiter::new();
     let started = arbiter.spawn(async move {
+        let deduper = deduper::Deduper::default();
         let stages = consumer::Stages {
-            decoder: decoder::Decoder::new(bus_key, config.decoders, metrics.clone()),
-            deduper: deduper::Deduper::default(),
+            decoder: decoder::Decoder::new(
+                bus_key,
+                deduper.clone(),
+                config.decoders,
+                metrics.clone(),
+            ),
+            deduper,
             symbolizer,
             store,
             writes: config.writes,

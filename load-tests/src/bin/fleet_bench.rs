@@ -204,6 +204,11 @@ struct PhaseResult {
     load_s: f64,
     /// The workers' CPU time, load and drain.
     worker_cpu: Duration,
+    /// Their CPU time from the load's last quarter on (and the drain).
+    last_quarter_cpu: Duration,
+    /// `kiln_worker_stage_seconds` summed over the workers: per stage,
+    /// (seconds, polls).
+    stages: Vec<(String, f64, u64)>,
     /// (seconds since the load began, the group's lag in records).
     lag: Vec<(f64, u64)>,
     /// Seconds from the load's end until everything was committed, if it was.
@@ -283,6 +288,7 @@ fn run_phase(
     let mut lag = Vec::new();
     let mut ages_at_half = None;
     let mut ages_at_three_quarters = None;
+    let mut cpu_at_three_quarters = Duration::ZERO;
     let mut kill = match phase {
         Phase::Kill => Kill::Pending,
         _ => Kill::Never,
@@ -296,6 +302,7 @@ fn run_phase(
         }
         if ages_at_three_quarters.is_none() && elapsed >= args.seconds as f64 * 0.75 {
             ages_at_three_quarters = Some(record_age_buckets(&workers)?);
+            cpu_at_three_quarters = cpu_used(&workers)?;
         }
         kill = match kill {
             Kill::Pending if elapsed >= args.seconds as f64 / 2.0 => {
@@ -326,11 +333,9 @@ fn run_phase(
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-    let worker_cpu = workers
-        .iter()
-        .map(|(_, quota)| quota.used())
-        .sum::<anyhow::Result<Duration>>()?;
+    let worker_cpu = cpu_used(&workers)?;
     let age_buckets = record_age_buckets(&workers)?;
+    let stages = stage_seconds(&workers)?;
     // The second half's and last quarter's ages: the end's counts less
     // those read then (a worker restarted since counts from zero, so the
     // `kill` phase's difference undercounts; it is left out there).
@@ -376,6 +381,8 @@ fn run_phase(
         stored,
         load_s,
         worker_cpu,
+        last_quarter_cpu: worker_cpu.saturating_sub(cpu_at_three_quarters),
+        stages,
         lag,
         drained_after,
         age_buckets,
@@ -408,6 +415,28 @@ impl PhaseResult {
             self.stored as f64 / cpu_s.max(1e-9),
             "samples/s",
         );
+        // The last quarter's records, counted by their ages, at the run's
+        // mean samples per record (the kill phase's restarted worker
+        // counts from zero: left out).
+        let records = |buckets: &[(f64, u64)]| buckets.last().map_or(0, |b| b.1);
+        let last_quarter_records = records(&self.last_quarter_age_buckets);
+        if last_quarter_records > 0 {
+            let per_record = self.stored as f64 / records(&self.age_buckets).max(1) as f64;
+            report.add(
+                format!("{name}: samples per worker CPU-second, last quarter"),
+                last_quarter_records as f64 * per_record
+                    / self.last_quarter_cpu.as_secs_f64().max(1e-9),
+                "samples/s",
+            );
+        }
+        // Where a poll's time went: each stage's mean wall time.
+        for (stage, seconds, polls) in &self.stages {
+            report.add(
+                format!("{name}: stage {stage}, mean per poll"),
+                seconds / (*polls).max(1) as f64,
+                "s",
+            );
+        }
         // The lag's slope over the load's second half (least squares: it
         // saws with the agents' 5 s cadence): growing, or flat.
         let half: Vec<(f64, f64)> = self
@@ -641,6 +670,49 @@ fn group_lag(workers: &[(KilnProcess, CpuQuota)]) -> u64 {
                 .collect::<Vec<_>>()
         })
         .sum::<f64>() as u64
+}
+
+/// The CPU time the workers' cgroups have used.
+fn cpu_used(workers: &[(KilnProcess, CpuQuota)]) -> anyhow::Result<Duration> {
+    workers.iter().map(|(_, quota)| quota.used()).sum()
+}
+
+/// `kiln_worker_stage_seconds`' sums and counts, per stage, summed over
+/// the workers: (stage, seconds, polls).
+fn stage_seconds(workers: &[(KilnProcess, CpuQuota)]) -> anyhow::Result<Vec<(String, f64, u64)>> {
+    let mut stages = std::collections::BTreeMap::<String, (f64, u64)>::new();
+    for (worker, _) in workers {
+        for line in metrics(worker.url())?.lines() {
+            let (sum, rest) =
+                if let Some(rest) = line.strip_prefix("kiln_worker_stage_seconds_sum{") {
+                    (true, rest)
+                } else if let Some(rest) = line.strip_prefix("kiln_worker_stage_seconds_count{") {
+                    (false, rest)
+                } else {
+                    continue;
+                };
+            let Some((labels, value)) = rest.split_once("} ") else {
+                continue;
+            };
+            let Some(stage) = labels
+                .split(',')
+                .find_map(|l| l.strip_prefix("stage=\""))
+                .map(|v| v.trim_end_matches('"'))
+            else {
+                continue;
+            };
+            let value: f64 = value.trim().parse()?;
+            let entry = stages.entry(stage.to_owned()).or_default();
+            match sum {
+                true => entry.0 += value,
+                false => entry.1 += value as u64,
+            }
+        }
+    }
+    Ok(stages
+        .into_iter()
+        .map(|(stage, (seconds, polls))| (stage, seconds, polls))
+        .collect())
 }
 
 /// `kiln_worker_record_age_seconds`'s buckets, summed over the workers.

@@ -6,6 +6,7 @@
 //! All SQL, and why the schema is what it is, lives in [`schema`]; the
 //! trait implementations are in `profile` and `metadata`.
 
+mod arrays;
 mod metadata;
 mod profile;
 mod schema;

@@ -10,6 +10,7 @@ use kiln_model::{
 };
 use uuid::Uuid;
 
+use super::arrays::ArrayParam;
 use super::schema::{self, Dict};
 use super::{Params, PostgresProfileStore};
 use crate::error::{DecodeError, StoreError};
@@ -117,9 +118,11 @@ impl PostgresProfileStore {
         let batches = rows
             .chunks(CHUNK_ROWS)
             .map(|chunk| -> Params {
-                let ids: Vec<Uuid> = chunk.iter().map(|(id, _)| Uuid::from_u128(*id)).collect();
-                let values: Vec<Vec<u8>> = chunk.iter().map(|(_, v)| v.clone()).collect();
-                vec![Box::new(tenant.to_owned()), Box::new(ids), Box::new(values)]
+                vec![
+                    Box::new(tenant.to_owned()),
+                    Box::new(ArrayParam::uuid(chunk.iter().map(|(id, _)| *id))),
+                    Box::new(ArrayParam::bytea(chunk.iter().map(|(_, v)| v.as_slice()))),
+                ]
             })
             .collect();
         self.db
@@ -305,12 +308,9 @@ impl ProfileStore for PostgresProfileStore {
         let steps = rows
             .chunks(CHUNK_ROWS)
             .map(|chunk| -> Params {
-                let column = |f: fn(&(SampleKey, (u64, u64))) -> i64| -> Vec<i64> {
-                    chunk.iter().map(f).collect()
-                };
-                let uuids = |f: fn(&(SampleKey, (u64, u64))) -> u128| -> Vec<Uuid> {
-                    chunk.iter().map(|r| Uuid::from_u128(f(r))).collect()
-                };
+                type Row = (SampleKey, (u64, u64));
+                let column = |f: fn(&Row) -> i64| ArrayParam::int8(chunk.iter().map(f));
+                let uuids = |f: fn(&Row) -> u128| ArrayParam::uuid(chunk.iter().map(f));
                 vec![
                     Box::new(scope.tenant().to_owned()),
                     Box::new(scope.project().to_owned()),
@@ -362,11 +362,8 @@ impl ProfileStore for PostgresProfileStore {
         let steps = keys
             .chunks(CHUNK_ROWS)
             .map(|chunk| -> Params {
-                let column =
-                    |f: fn(&SampleKey) -> i64| -> Vec<i64> { chunk.iter().map(f).collect() };
-                let uuids = |f: fn(&SampleKey) -> u128| -> Vec<Uuid> {
-                    chunk.iter().map(|k| Uuid::from_u128(f(k))).collect()
-                };
+                let column = |f: fn(&SampleKey) -> i64| ArrayParam::int8(chunk.iter().map(f));
+                let uuids = |f: fn(&SampleKey) -> u128| ArrayParam::uuid(chunk.iter().map(f));
                 vec![
                     Box::new(scope.tenant().to_owned()),
                     Box::new(scope.project().to_owned()),
