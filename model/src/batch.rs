@@ -765,7 +765,7 @@ impl BatchBuilder {
     /// the store (see `kiln-storage`'s PostgreSQL "Writes"), only merges
     /// the batches' runs: sorting each batch here costs a host a few
     /// hundred samples' sort every few seconds, where a worker sorted
-    /// every host's samples from scratch (a fifth of its write stage on
+    /// every host's samples from scratch (a third of its sample write on
     /// `fleet_bench`). A batch in another order is still taken.
     pub fn finish(mut self) -> Batch {
         self.sample_order.sort_unstable();
