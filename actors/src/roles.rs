@@ -20,7 +20,7 @@ use crate::ingest::{self, CONSUMER_GROUP, IngestProgress, PipelineConfig};
 use crate::query::{PeerOptions, QueryCoordinator, QueryNodes, QueryOptions, SetQueryOptions};
 use crate::retention::Retention;
 use crate::server::{Routes, Running, ServerError, serve};
-use crate::telemetry::{Metrics, ServerRole};
+use crate::telemetry::{Metrics, ServerRole, TenantNames};
 
 /// Where and how a role serves HTTP, and whom it lets in.
 #[derive(Debug, Clone)]
@@ -46,6 +46,9 @@ pub struct HttpOptions {
     /// How often a query node with peer regions and the admin token pulls
     /// the global symbols they have ([`crate::global_symbols`]).
     pub global_symbols_every: std::time::Duration,
+    /// What `/metrics` shows of per-tenant series to scrapers without the
+    /// admin token.
+    pub metrics_tenants: TenantNames,
 }
 
 impl HttpOptions {
@@ -61,7 +64,16 @@ impl HttpOptions {
             regions: None,
             rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
             global_symbols_every: crate::global_symbols::GLOBAL_SYMBOLS_INTERVAL,
+            metrics_tenants: TenantNames::default(),
         }
+    }
+
+    /// Metrics of `role`, per-tenant series shown as configured.
+    fn metrics(&self, role: ServerRole) -> Metrics {
+        Metrics::new(role).showing_tenants(
+            self.metrics_tenants,
+            self.admin_token.as_ref().map(AdminToken::expose),
+        )
     }
 
     /// What the handlers share, credentials checked against `metadata`,
@@ -111,7 +123,7 @@ pub async fn start_gateway(
     http: HttpOptions,
     bus_key: BusKey,
 ) -> Result<Running, ServerError> {
-    let metrics = Metrics::new(ServerRole::Gateway);
+    let metrics = http.metrics(ServerRole::Gateway);
     let progress = IngestProgress::follow(bus.clone(), CONSUMER_GROUP);
     // It answers no queries: its caches' counts are not exported.
     let query = match query_nodes {
@@ -199,7 +211,7 @@ pub async fn start_query(
     peers: Option<PeerOptions>,
     http: HttpOptions,
 ) -> Result<Running, ServerError> {
-    let metrics = Metrics::new(ServerRole::Query);
+    let metrics = http.metrics(ServerRole::Query);
     let symbolizer = Symbolizer::spawn(objects.clone(), symbolizer);
     // Queries read settled hours from their segments; the rollup job seals
     // them (`kiln_storage::SealedStore`). Only this role reads samples:

@@ -22,7 +22,7 @@ use crate::http::{
 };
 use crate::ingest;
 use crate::query::{ClusterSecret, QueryCoordinator, QueryOptions, SetQueryOptions};
-use crate::telemetry::{self, Metrics, ServerRole};
+use crate::telemetry::{self, Metrics, ServerRole, TenantNames};
 
 /// The tenant `kiln up` makes for its own use.
 pub const DEFAULT_TENANT: &str = "default";
@@ -73,6 +73,9 @@ pub struct EmbeddedOptions {
     /// How often, with peer regions, the global symbols they have are
     /// pulled ([`crate::global_symbols`]).
     pub global_symbols_every: std::time::Duration,
+    /// What `/metrics` shows of per-tenant series to scrapers without the
+    /// admin token.
+    pub metrics_tenants: TenantNames,
 }
 
 impl EmbeddedOptions {
@@ -92,6 +95,7 @@ impl EmbeddedOptions {
             regions: None,
             rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
             global_symbols_every: crate::global_symbols::GLOBAL_SYMBOLS_INTERVAL,
+            metrics_tenants: TenantNames::default(),
         }
     }
 }
@@ -193,7 +197,8 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     .await?;
 
     // Every role in one process: one registry for all of them.
-    let metrics = Metrics::new(ServerRole::All);
+    let metrics = Metrics::new(ServerRole::All)
+        .showing_tenants(options.metrics_tenants, Some(admin.expose()));
     // One symbolizer for ingest and queries: an upload tells it at once,
     // so frames ingested right after it are written symbolized.
     let symbolizer = Symbolizer::spawn(objects.clone(), options.symbolizer.clone());
@@ -368,7 +373,7 @@ async fn split_listeners(
         .and_then(|listener| listener.0);
     if let Some(peer) = peer {
         let on_peer_listener = request.app_config().local_addr() == peer;
-        let internal = request.path().starts_with("/internal/");
+        let internal = http::routed_path(&request).starts_with("/internal/");
         if on_peer_listener != internal {
             return Err(http::ApiError::NotFound(format!(
                 "{} is not served on this listener (the peers' routes and the public API \

@@ -620,7 +620,7 @@ async fn overlapping_polls_commit_in_order_after_their_sync() {
     let kept = objects.list("tenants/acme/dead-letters/").await.unwrap();
     assert_eq!(kept.len(), 2, "the refused record: {kept:?}");
     // The stage timings are still kept, once per poll.
-    let text = metrics.scrape().await.unwrap();
+    let text = metrics.scrape(true).await.unwrap();
     for stage in ["decode", "dedup", "symbolize", "write", "commit"] {
         let line = format!("kiln_worker_stage_seconds_count{{stage=\"{stage}\"}} 3");
         assert!(text.contains(&line), "{line} in {text}");

@@ -272,6 +272,33 @@ async fn internal_endpoints_need_the_cluster_secret() {
     assert_eq!(garbage.status(), 400);
     assert!(garbage.text().await.unwrap().contains("scan refused"));
     assert_eq!(scan(&alone, Some(SECRET)).await.unwrap().status(), 404);
+    // The secret is checked before anything of the body is read, and a
+    // body is read under its limit as it inflates: a zstd bomb (1 GiB of
+    // zeros in a few dozen KB) costs neither caller memory.
+    let bomb = common::zstd_bomb(1 << 30);
+    let peak = common::peak_rss();
+    for (secret, expected) in [(None, 403), (Some(SECRET), 413)] {
+        let mut request = client()
+            .post(format!("{}/internal/v1/scan", nodes[0].peer_url()))
+            .header("content-encoding", "zstd")
+            .body(bomb.clone());
+        if let Some(secret) = secret {
+            request = request.header(CLUSTER_SECRET_HEADER, secret);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), expected, "a bomb with secret {secret:?}");
+    }
+    let grown = common::peak_rss().saturating_sub(peak);
+    assert!(grown < 256 << 20, "peak RSS grew {} MiB", grown >> 20);
+    // A percent-encoded path is the path it decodes to: no peer route on
+    // the public listener that way either.
+    let encoded = client()
+        .get(format!("{}/%69nternal/v1/scan-counts", nodes[1].url))
+        .header(CLUSTER_SECRET_HEADER, SECRET)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(encoded.status(), 404);
     let counts = client()
         .get(format!("{}/internal/v1/scan-counts", nodes[1].peer_url()))
         .send()

@@ -339,6 +339,32 @@ pub(crate) struct AdminTokenArg {
     /// query` refuse global writes.
     #[arg(long, env = "KILN_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// What GET /metrics shows of per-tenant series (ingest volume,
+    /// refusals) to a scraper without the admin token: `hashed` names each
+    /// tenant by a hash keyed with the admin token (stable across nodes
+    /// and restarts), `operator-only` leaves them out. A scrape with
+    /// "Authorization: Bearer ADMIN_TOKEN" always sees tenants' names.
+    #[arg(long, env = "KILN_METRICS_TENANTS", value_enum, default_value_t = MetricsTenants::Hashed)]
+    pub metrics_tenants: MetricsTenants,
+}
+
+/// `--metrics-tenants`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MetricsTenants {
+    /// Tenants named by a keyed hash.
+    Hashed,
+    /// Per-tenant series for the admin token only.
+    OperatorOnly,
+}
+
+impl From<MetricsTenants> for kiln_actors::telemetry::TenantNames {
+    fn from(choice: MetricsTenants) -> Self {
+        match choice {
+            MetricsTenants::Hashed => Self::Hashed,
+            MetricsTenants::OperatorOnly => Self::OperatorOnly,
+        }
+    }
 }
 
 impl AdminTokenArg {
@@ -939,8 +965,15 @@ mod tests {
         assert_eq!(up.debuginfod.debuginfod_urls.as_deref(), Some(urls));
         let short = AdminTokenArg {
             admin_token: Some("short".into()),
+            metrics_tenants: MetricsTenants::Hashed,
         };
         assert!(short.token().is_err());
+        assert_eq!(up.admin.metrics_tenants, MetricsTenants::Hashed);
+        let up = Cli::try_parse_from(["kiln", "up", "--metrics-tenants", "operator-only"]).unwrap();
+        let Command::Up(up) = up.command else {
+            panic!("not an up command");
+        };
+        assert_eq!(up.admin.metrics_tenants, MetricsTenants::OperatorOnly);
     }
 
     #[test]

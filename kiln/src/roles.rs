@@ -29,6 +29,7 @@ pub(crate) fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         let metadata = args.metadata.metadata.open().await?;
         let mut http = HttpOptions::new(args.listen);
         http.admin_token = args.admin.token()?;
+        http.metrics_tenants = args.admin.metrics_tenants.into();
         http.quota = args.quota.defaults();
         http.regions = args.regions.regions()?;
         let running =
@@ -81,6 +82,7 @@ pub(crate) fn query(args: QueryArgs) -> anyhow::Result<()> {
         let aggregators = args.aggregators.unwrap_or(http.workers).max(1);
         http.workers = http.workers.max(1);
         http.admin_token = args.admin.token()?;
+        http.metrics_tenants = args.admin.metrics_tenants.into();
         http.quota = args.quota.defaults();
         http.query = args.query_limits.query_options();
         http.rollup_every = args.query_limits.rollup_every();

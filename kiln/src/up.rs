@@ -26,6 +26,7 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     let mut options = EmbeddedOptions::new(data_dir.clone(), args.listen);
     options.symbolizer = args.debuginfod.symbolizer_config();
     options.admin_token = args.admin.token()?;
+    options.metrics_tenants = args.admin.metrics_tenants.into();
     options.quota = args.quota.defaults();
     options.query = args.query_limits.query_options();
     options.rollup_every = args.query_limits.rollup_every();

@@ -5,47 +5,10 @@
 
 mod support;
 
-use support::{Server, hostile, key_with, request, rss};
-
-/// Every route a tenant's key (or the admin token) opens, with a body
-/// where the route takes one.
-const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/api/v1/flamegraph?from=now-1h&format=collapsed"),
-    ("GET", "/api/v1/top?from=now-1h"),
-    ("GET", "/api/v1/timeline?from=now-1h"),
-    ("GET", "/api/v1/labels?from=now-1h"),
-    ("GET", "/api/v1/metrics?name=gpu.power_watts&from=now-1h"),
-    ("GET", "/api/v1/metrics/names?from=now-1h"),
-    ("POST", "/api/v1/import?format=collapsed"),
-    ("POST", "/api/v1/ingest"),
-    ("HEAD", "/api/v1/symbols/0123456789abcdef0123456789abcdef"),
-    ("PUT", "/api/v1/symbols/0123456789abcdef0123456789abcdef"),
-    (
-        "HEAD",
-        "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
-    ),
-    (
-        "PUT",
-        "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
-    ),
-    ("GET", "/api/v1/symbols/global"),
-    (
-        "GET",
-        "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
-    ),
-    ("GET", "/api/v1/whoami"),
-    ("GET", "/api/v1/keys"),
-    ("POST", "/api/v1/keys"),
-    ("DELETE", "/api/v1/keys/1"),
-    ("GET", "/api/v1/admin/tenants"),
-    ("POST", "/api/v1/admin/tenants"),
-    ("GET", "/api/v1/admin/tenants/default/limits"),
-    ("PUT", "/api/v1/admin/tenants/default/limits"),
-    ("GET", "/api/v1/admin/tenants/default/keys"),
-    ("POST", "/api/v1/admin/tenants/default/keys"),
-    ("DELETE", "/api/v1/admin/tenants/default/keys/1"),
-    ("POST", "/api/v1/admin/tenants/default/projects"),
-];
+use kiln_actors::http::RouteSet;
+use support::{
+    Server, credential_routes, hostile, key_with, peak_rss, percent_encoded, request, rss,
+};
 
 /// One request to `server`: see [`support::request`].
 fn call(
@@ -99,7 +62,9 @@ fn every_route_refuses_missing_wrong_and_revoked_credentials() {
     );
     assert_eq!(status, 204);
     let unknown = format!("kiln_{}", "0".repeat(64));
-    for &(method, path) in ROUTES {
+    let routes = credential_routes(RouteSet::All);
+    let mut encoded = 0;
+    for (method, path) in &routes {
         for (what, bearer) in [
             ("no key", None),
             ("a well-formed unknown key", Some(unknown.as_str())),
@@ -109,14 +74,25 @@ fn every_route_refuses_missing_wrong_and_revoked_credentials() {
             let (status, text) = call(&server, method, path, bearer, &[], b"x");
             assert_eq!(status, 401, "{method} {path} with {what}: {status} {text}");
         }
+        // The same path percent-encoded is the same route to the router,
+        // and so to authentication.
+        for variant in percent_encoded(path) {
+            let (status, text) = call(&server, method, &variant, None, &[], b"x");
+            assert_eq!(
+                status, 401,
+                "{method} {variant} with no key: {status} {text}"
+            );
+            encoded += 1;
+        }
     }
     // And a valid key is let in where its roles allow.
     let (status, text) = call(&server, "GET", "/api/v1/whoami", Some(&acme), &[], b"");
     assert_eq!(status, 200, "{text}");
     assert!(text.contains(r#""tenant":"acme""#), "{text}");
     println!(
-        "checked {} routes × 4 bad credentials: all 401",
-        ROUTES.len()
+        "checked {} routes (the server's route table) × 4 bad credentials, and {encoded} \
+         percent-encoded paths without one: all 401",
+        routes.len()
     );
 }
 
@@ -429,6 +405,111 @@ fn hostile_input_is_refused_and_the_server_keeps_serving() {
     );
     assert_eq!(status, 200);
     assert!(text.contains("main;work 5"), "{text}");
+}
+
+/// Guards "no body costs more memory than its route's limit, whoever
+/// sends it": a zstd bomb (1 GiB of zeros in a few dozen KB) to every
+/// route that takes a body, without a credential, and to the open login
+/// form. Each is refused at once, and the server's peak memory does not
+/// move.
+#[test]
+fn bombs_cost_nothing_on_any_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let pid = server.pid();
+    let bomb = hostile::zstd_bomb_of(1024);
+    let zstd = [("content-encoding", "zstd")];
+    let peak = peak_rss(pid);
+    let mut sent = 0;
+    for (method, path) in credential_routes(RouteSet::All) {
+        if !matches!(method.as_str(), "POST" | "PUT" | "DELETE") {
+            continue;
+        }
+        let (status, text) = call(&server, &method, &path, None, &zstd, &bomb);
+        assert_eq!(status, 401, "{method} {path}: {status} {text}");
+        sent += 1;
+    }
+    let form = [
+        ("content-encoding", "zstd"),
+        ("content-type", "application/x-www-form-urlencoded"),
+    ];
+    let (status, text) = call(&server, "POST", "/login", None, &form, &bomb);
+    assert_eq!(status, 413, "the login form: {text}");
+    assert!(text.contains("a login form may be at most"), "{text}");
+    let grown = peak_rss(pid).saturating_sub(peak);
+    println!(
+        "a {} KB zstd bomb of 1 GiB to {sent} routes without a credential and to /login: \
+         refused, peak RSS +{} MiB",
+        bomb.len() >> 10,
+        grown >> 20
+    );
+    assert!(
+        grown < 64 << 20,
+        "the server's peak RSS grew {} MiB",
+        grown >> 20
+    );
+    // A login form still works after that.
+    let key = local_secret(&server, "api-key");
+    let form = format!("key={key}");
+    let (status, _) = call(
+        &server,
+        "POST",
+        "/login",
+        None,
+        &[("content-type", "application/x-www-form-urlencoded")],
+        form.as_bytes(),
+    );
+    assert!(
+        status == 200 || status == 303,
+        "a login with the key: {status}"
+    );
+}
+
+/// Guards "who sends what is not for anyone who can reach /metrics":
+/// per-tenant series name a hash unless the admin token asks.
+#[test]
+fn metrics_name_tenants_only_to_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"));
+    let admin = local_secret(&server, "admin-token");
+    let acme = tenant(&server, &admin, "acme-corp");
+    let import = "/api/v1/import?format=collapsed";
+    let (status, _) = call(&server, "POST", import, Some(&acme), &[], b"main 3\n");
+    assert_eq!(status, 200);
+    let (status, anonymous) = call(&server, "GET", "/metrics", None, &[], b"");
+    assert_eq!(status, 200);
+    assert!(!anonymous.contains("acme-corp"), "{anonymous}");
+    let hashed = anonymous
+        .lines()
+        .find(|l| l.starts_with("kiln_ingest_samples_total{tenant=\"t_"))
+        .unwrap_or_else(|| panic!("no hashed ingest series in:\n{anonymous}"));
+    assert!(hashed.ends_with(" 3"), "{hashed}");
+    let (_, operator) = call(&server, "GET", "/metrics", Some(&admin), &[], b"");
+    assert!(
+        operator.contains("kiln_ingest_samples_total{tenant=\"acme-corp\"} 3"),
+        "{operator}"
+    );
+    // A tenant's key is not the operator's.
+    let (_, tenant_view) = call(&server, "GET", "/metrics", Some(&acme), &[], b"");
+    assert!(!tenant_view.contains("acme-corp"), "{tenant_view}");
+    println!("/metrics: {hashed} without the admin token, the name with it");
+
+    // And with --metrics-tenants operator-only, none at all.
+    drop(server);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--metrics-tenants", "operator-only"],
+    );
+    let key = local_secret(&server, "api-key");
+    let (status, _) = call(&server, "POST", import, Some(&key), &[], b"main 3\n");
+    assert_eq!(status, 200);
+    let (_, anonymous) = call(&server, "GET", "/metrics", None, &[], b"");
+    assert!(!anonymous.contains("tenant="), "{anonymous}");
+    assert!(anonymous.contains("kiln_build_info"), "{anonymous}");
+    let admin = local_secret(&server, "admin-token");
+    let (_, operator) = call(&server, "GET", "/metrics", Some(&admin), &[], b"");
+    assert!(operator.contains("tenant=\"default\""), "{operator}");
 }
 
 /// Guards the UI's login: the one-time link, the key form, and what the

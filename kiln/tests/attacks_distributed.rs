@@ -15,10 +15,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kiln_actors::envelope::{BusKey, EnvelopeHeader};
+use kiln_actors::http::RouteSet;
 use kiln_ingest_bus::{BusUrl, Published};
 use kiln_model::{BatchBuilder, Envelope, Frame, FrameKind, LabelSet};
 use kiln_storage::Scope;
-use support::{hostile, key_with, now_ns, request, rss};
+use support::{credential_routes, hostile, key_with, now_ns, request, rss};
 use support_distributed::{
     ADMIN_TOKEN, BUS_KEY, Backends, Role, Tenant, collapsed, new_tenant, psql, servers,
 };
@@ -179,49 +180,6 @@ fn dead_letter(d: &Deployment, prefix: &str, at: &Published) -> (Vec<u8>, String
     let reason = String::from_utf8(read("reason")).unwrap();
     (read("envelope"), reason)
 }
-
-/// The routes both a gateway and a query node serve, each with a body
-/// where it takes one.
-const SHARED_ROUTES: &[(&str, &str)] = &[
-    ("GET", "/api/v1/whoami"),
-    ("GET", "/api/v1/keys"),
-    ("POST", "/api/v1/keys"),
-    ("DELETE", "/api/v1/keys/1"),
-    ("HEAD", "/api/v1/symbols/0123456789abcdef0123456789abcdef"),
-    ("PUT", "/api/v1/symbols/0123456789abcdef0123456789abcdef"),
-    (
-        "HEAD",
-        "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
-    ),
-    (
-        "PUT",
-        "/api/v1/symbols/global/0123456789abcdef0123456789abcdef",
-    ),
-    ("GET", "/api/v1/admin/tenants"),
-    ("POST", "/api/v1/admin/tenants"),
-    ("GET", "/api/v1/admin/tenants/default/limits"),
-    ("PUT", "/api/v1/admin/tenants/default/limits"),
-    ("GET", "/api/v1/admin/tenants/default/keys"),
-    ("POST", "/api/v1/admin/tenants/default/keys"),
-    ("DELETE", "/api/v1/admin/tenants/default/keys/1"),
-    ("POST", "/api/v1/admin/tenants/default/projects"),
-];
-
-/// The routes only a gateway serves.
-const GATEWAY_ROUTES: &[(&str, &str)] = &[
-    ("POST", "/api/v1/import?format=collapsed"),
-    ("POST", "/api/v1/ingest"),
-];
-
-/// The routes only a query node serves.
-const QUERY_ROUTES: &[(&str, &str)] = &[
-    ("GET", "/api/v1/flamegraph?from=now-1h&format=collapsed"),
-    ("GET", "/api/v1/top?from=now-1h"),
-    ("GET", "/api/v1/timeline?from=now-1h"),
-    ("GET", "/api/v1/labels?from=now-1h"),
-    ("GET", "/api/v1/metrics?name=gpu.power_watts&from=now-1h"),
-    ("GET", "/api/v1/metrics/names?from=now-1h"),
-];
 
 /// Guards "no route answers without a valid credential", "tenant B sees
 /// nothing of tenant A's", "a read key cannot ingest" and "a web page
@@ -423,10 +381,13 @@ fn credentials_roles_tenants_and_origins_hold_across_gateway_and_query_node() {
     let unknown = format!("kiln_{}", "0".repeat(64));
     let mut checked = 0;
     for (node, routes) in [
-        (d.gateway(), [SHARED_ROUTES, GATEWAY_ROUTES]),
-        (d.query(), [SHARED_ROUTES, QUERY_ROUTES]),
+        (d.gateway(), credential_routes(RouteSet::Gateway)),
+        (
+            d.query(),
+            credential_routes(RouteSet::Query { internal: false }),
+        ),
     ] {
-        for &(method, path) in routes.concat().iter() {
+        for (method, path) in &routes {
             for (what, bearer) in [
                 ("no key", None),
                 ("a well-formed unknown key", Some(unknown.as_str())),

@@ -330,6 +330,56 @@ pub(crate) fn rss(pid: u32) -> u64 {
     kb * 1024
 }
 
+/// The peak resident memory of process `pid` so far (`VmHWM`), in bytes:
+/// an allocation made and freed between two readings still shows.
+pub(crate) fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM in kB");
+    kb * 1024
+}
+
+/// Every route of `set` that needs a credential, as (method, path) with
+/// its `{…}` segments filled: the server's own route table, so a route
+/// added later is walked too.
+pub(crate) fn credential_routes(set: kiln_actors::http::RouteSet) -> Vec<(String, String)> {
+    kiln_actors::http::route_table(set)
+        .into_iter()
+        .filter(|route| route.access == kiln_actors::http::Access::Credential)
+        .map(|route| (route.method.to_string(), route.example_path()))
+        .collect()
+}
+
+/// `path` with one character of each segment percent-encoded in turn
+/// (`/%61pi/v1/top`, `/api/%761/top`, …), and wholly encoded: the router
+/// decodes them all to `path`.
+pub(crate) fn percent_encoded(path: &str) -> Vec<String> {
+    let mut variants = Vec::new();
+    for (at, c) in path.char_indices() {
+        if c != '/' && path[..at].ends_with('/') {
+            variants.push(format!(
+                "{}%{:02X}{}",
+                &path[..at],
+                c as u32,
+                &path[at + 1..]
+            ));
+        }
+    }
+    let whole: String = path
+        .chars()
+        .map(|c| match c {
+            '/' => "/".to_owned(),
+            c => format!("%{:02x}", c as u32),
+        })
+        .collect();
+    variants.push(whole);
+    variants
+}
+
 /// A pprof `Profile` whose one location has `lines` lines: a few bytes
 /// each on the wire, a struct each once parsed.
 fn line_bomb(lines: usize) -> Vec<u8> {
@@ -398,9 +448,14 @@ pub(crate) mod hostile {
     /// 512 MiB of zeros as zstd: a few KB on the wire (streamed, so the
     /// zeros are never held at once).
     pub(crate) fn zstd_bomb() -> Vec<u8> {
+        zstd_bomb_of(512)
+    }
+
+    /// `mib` MiB of zeros as zstd, streamed.
+    pub(crate) fn zstd_bomb_of(mib: usize) -> Vec<u8> {
         let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
         let zeros = vec![0u8; 1 << 20];
-        for _ in 0..512 {
+        for _ in 0..mib {
             std::io::Write::write_all(&mut encoder, &zeros).unwrap();
         }
         encoder.finish().unwrap()

@@ -58,6 +58,20 @@ pub const ADMIN_BODY: BodyLimit = BodyLimit {
     max_bytes: 64 << 10,
 };
 
+/// `POST /login`: the UI's form with one API key. Open to anyone, so
+/// small.
+pub const LOGIN_BODY: BodyLimit = BodyLimit {
+    what: "a login form",
+    max_bytes: 4 << 10,
+};
+
+/// The bodies query nodes send each other (`/internal/`): a scan (a range
+/// and label filters) or a notice, small.
+pub const INTERNAL_BODY: BodyLimit = BodyLimit {
+    what: "an internal request",
+    max_bytes: 256 << 10,
+};
+
 /// How a body is compressed (`Content-Encoding`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Coding {

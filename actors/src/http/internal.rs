@@ -8,6 +8,9 @@
 //! - `GET /internal/v1/scan-counts`: how many scans this node ran, sent
 //!   and served ([`ScanCounts`](crate::query::ScanCounts), JSON): whether the scans are spread.
 //!
+//! The secret is checked before anything of the body is read; bodies are
+//! then read through the bounded reader ([`super::body`]).
+//!
 //! A scan names its tenant and project itself (the calling node took them
 //! from its caller's credential), which is why nothing without the secret
 //! may call these.
@@ -15,6 +18,7 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::AppState;
+use super::body::{self, INTERNAL_BODY};
 use super::error::ApiError;
 use crate::query::{
     CLUSTER_SECRET_HEADER, ClusterSecret, PeerSymbolsNotice, PeerSymbolsStored, QueryError,
@@ -44,9 +48,10 @@ pub(crate) async fn scan(
     state: web::Data<AppState>,
     secret: web::Data<ClusterSecret>,
     request: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&request, &secret)?;
+    let body = body::read(&request, payload, INTERNAL_BODY).await?;
     let scan = web::block(move || decode_scan(&body))
         .await
         .map_err(|e| ApiError::Internal(format!("decode worker failed: {e}")))?
@@ -69,9 +74,10 @@ pub(crate) async fn symbols_stored(
     state: web::Data<AppState>,
     secret: web::Data<ClusterSecret>,
     request: HttpRequest,
-    body: web::Bytes,
+    payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&request, &secret)?;
+    let body = body::read(&request, payload, INTERNAL_BODY).await?;
     let notice: PeerSymbolsNotice = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "symbols notice: {e} (expected {{\"tenant\": null or NAME, \"file_id\": HEX}})"

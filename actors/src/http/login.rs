@@ -9,6 +9,8 @@ use kiln_storage::{KeyHash, Role};
 use serde::Deserialize;
 
 use super::auth::Auth;
+use super::body::{self, LOGIN_BODY};
+use super::error::ApiError;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct LoginQuery {
@@ -39,13 +41,23 @@ pub(crate) async fn page(
 }
 
 /// `POST /login` with `key=KEY` (a form): a session for a key that may
-/// read.
+/// read. The form is read through the bounded reader ([`body`]): the
+/// route is open to anyone, and actix's own form extractor inflates each
+/// chunk of a compressed body in full before it counts it.
 pub(crate) async fn with_key(
     auth: web::Data<Auth>,
-    form: web::Form<LoginForm>,
     request: HttpRequest,
-) -> HttpResponse {
-    if let Some(message) = another_regions_key(form.key.trim(), &request) {
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let sent = body::read(&request, payload, LOGIN_BODY).await?;
+    let form: LoginForm = serde_urlencoded::from_bytes(&sent).map_err(|e| {
+        ApiError::bad_request(format!("the login form is not key=KEY, URL-encoded: {e}"))
+    })?;
+    Ok(login_with(&auth, &form, &request).await)
+}
+
+async fn login_with(auth: &Auth, form: &LoginForm, request: &HttpRequest) -> HttpResponse {
+    if let Some(message) = another_regions_key(form.key.trim(), request) {
         return form_page_status(Some(&message));
     }
     let Some(hash) = KeyHash::of_key(form.key.trim()) else {
@@ -53,7 +65,7 @@ pub(crate) async fn with_key(
             "That is not a Kiln API key (kiln_ and 64 hex digits).",
         ));
     };
-    start_session(&auth, &hash, &request).await
+    start_session(auth, &hash, request).await
 }
 
 /// Why `key` cannot log in here when it is another region's: a browser's

@@ -59,18 +59,21 @@ mod params;
 mod query;
 pub mod quota;
 pub mod region;
+pub mod routes;
 pub(crate) mod symbols;
 pub mod tenants;
 
 use std::sync::Arc;
 
 use actix::Addr;
+use actix_web::http::Method;
 use actix_web::web;
 use kiln_ingest_bus::Bus;
 use kiln_storage::ObjectStore;
 
 use crate::ingest::IngestProgress;
 use crate::query::{ClusterSecret, QueryCoordinator};
+use routes::Registrar;
 
 pub use admin::{AdminToken, AdminTokenError};
 pub use assets::{set_ui_dir, ui_dir};
@@ -80,6 +83,7 @@ pub use error::ApiError;
 pub use metrics::{MAX_METRIC_POINTS_PER_SERIES, MAX_METRIC_RANGE};
 pub use params::{now_ns, parse_time};
 pub use quota::{IngestQuota, QuotaDefaults, STORED_BYTES_TTL, StoredBytes};
+pub use routes::{Access, Route, RouteSet, access_of, route_table};
 
 /// What every handler shares: the query side, the object store, and who
 /// may do what.
@@ -145,9 +149,9 @@ impl IngestState {
 /// Registers all of Kiln's routes: what `kiln up` serves.
 pub fn configure(state: AppState, ingest: IngestState) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        shared_routes(cfg, state);
-        ingest_routes(cfg, ingest);
-        query_routes(cfg);
+        shared_data(cfg, state);
+        cfg.app_data(web::Data::new(ingest));
+        routes::serve(cfg, RouteSet::All);
     }
 }
 
@@ -158,8 +162,9 @@ pub fn configure_gateway(
     ingest: IngestState,
 ) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        shared_routes(cfg, state);
-        ingest_routes(cfg, ingest);
+        shared_data(cfg, state);
+        cfg.app_data(web::Data::new(ingest));
+        routes::serve(cfg, RouteSet::Gateway);
     }
 }
 
@@ -171,119 +176,132 @@ pub fn configure_query(
     cluster: Option<ClusterSecret>,
 ) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        shared_routes(cfg, state);
+        shared_data(cfg, state);
+        let internal = cluster.is_some();
         if let Some(secret) = cluster {
-            internal_routes(cfg, secret);
+            cfg.app_data(web::Data::new(secret));
         }
-        query_routes(cfg);
+        routes::serve(cfg, RouteSet::Query { internal });
     }
 }
 
-fn internal_routes(cfg: &mut web::ServiceConfig, secret: ClusterSecret) {
-    cfg.app_data(web::Data::new(secret))
-        .route("/internal/v1/scan", web::post().to(internal::scan))
+fn shared_data(cfg: &mut web::ServiceConfig, state: AppState) {
+    cfg.app_data(web::Data::new(state.auth.clone()))
+        .app_data(web::Data::new(state.defaults))
+        .app_data(web::Data::new(state));
+}
+
+fn internal_routes(r: &mut Registrar<'_>) {
+    let secret = Access::ClusterSecret;
+    r.route(Method::POST, "/internal/v1/scan", secret, internal::scan)
         .route(
+            Method::POST,
             "/internal/v1/symbols-stored",
-            web::post().to(internal::symbols_stored),
+            secret,
+            internal::symbols_stored,
         )
         .route(
+            Method::GET,
             "/internal/v1/scan-counts",
-            web::get().to(internal::scan_counts),
+            secret,
+            internal::scan_counts,
         );
 }
 
-fn shared_routes(cfg: &mut web::ServiceConfig, state: AppState) {
-    cfg.app_data(web::Data::new(state.auth.clone()))
-        .app_data(web::Data::new(state.defaults))
-        .app_data(web::Data::new(state))
-        .route("/login", web::get().to(login::page))
-        .route("/login", web::post().to(login::with_key))
-        .route("/logout", web::post().to(login::logout))
-        .route("/api/v1/whoami", web::get().to(tenants::whoami))
-        .route(
-            "/api/v1/admin/tenants",
-            web::get().to(tenants::list_tenants),
-        )
-        .route(
-            "/api/v1/admin/tenants",
-            web::post().to(tenants::create_tenant),
-        )
-        .route(
+fn shared_routes(r: &mut Registrar<'_>) {
+    use Method as M;
+    r.route(M::GET, "/login", Access::Public, login::page)
+        .route(M::POST, "/login", Access::Public, login::with_key)
+        .route(M::POST, "/logout", Access::Public, login::logout)
+        .api(M::GET, "/api/v1/whoami", tenants::whoami)
+        .api(M::GET, "/api/v1/admin/tenants", tenants::list_tenants)
+        .api(M::POST, "/api/v1/admin/tenants", tenants::create_tenant)
+        .api(
+            M::GET,
             "/api/v1/admin/tenants/{tenant}/region",
-            web::get().to(tenants::tenant_region),
+            tenants::tenant_region,
         )
-        .route(
+        .api(
+            M::POST,
             "/api/v1/admin/tenants/{tenant}/projects",
-            web::post().to(tenants::create_project),
+            tenants::create_project,
         )
-        .route(
+        .api(
+            M::GET,
             "/api/v1/admin/tenants/{tenant}/limits",
-            web::get().to(tenants::get_limits),
+            tenants::get_limits,
         )
-        .route(
+        .api(
+            M::PUT,
             "/api/v1/admin/tenants/{tenant}/limits",
-            web::put().to(tenants::set_limits),
+            tenants::set_limits,
         )
-        .route(
-            "/api/v1/admin/retention",
-            web::post().to(tenants::run_retention),
-        )
-        .route(
-            "/api/v1/admin/rollups",
-            web::post().to(tenants::run_rollups),
-        )
-        .route(
+        .api(M::POST, "/api/v1/admin/retention", tenants::run_retention)
+        .api(M::POST, "/api/v1/admin/rollups", tenants::run_rollups)
+        .api(
+            M::GET,
             "/api/v1/admin/tenants/{tenant}/keys",
-            web::get().to(tenants::operator_list_keys),
+            tenants::operator_list_keys,
         )
-        .route(
+        .api(
+            M::POST,
             "/api/v1/admin/tenants/{tenant}/keys",
-            web::post().to(tenants::operator_create_key),
+            tenants::operator_create_key,
         )
-        .route(
+        .api(
+            M::DELETE,
             "/api/v1/admin/tenants/{tenant}/keys/{id}",
-            web::delete().to(tenants::operator_revoke_key),
+            tenants::operator_revoke_key,
         )
-        .route("/api/v1/keys", web::get().to(tenants::list_keys))
-        .route("/api/v1/keys", web::post().to(tenants::create_key))
-        .route("/api/v1/keys/{id}", web::delete().to(tenants::revoke_key))
-        .route(
-            "/api/v1/symbols/global",
-            web::get().to(symbols::list_global),
-        )
-        .route(
+        .api(M::GET, "/api/v1/keys", tenants::list_keys)
+        .api(M::POST, "/api/v1/keys", tenants::create_key)
+        .api(M::DELETE, "/api/v1/keys/{id}", tenants::revoke_key)
+        .api(M::GET, "/api/v1/symbols/global", symbols::list_global)
+        .api(
+            M::HEAD,
             "/api/v1/symbols/global/{file_id}",
-            web::head().to(symbols::exists_global),
+            symbols::exists_global,
         )
-        .route(
+        .api(
+            M::GET,
             "/api/v1/symbols/global/{file_id}",
-            web::get().to(symbols::download_global),
+            symbols::download_global,
         )
-        .route(
+        .api(
+            M::PUT,
             "/api/v1/symbols/global/{file_id}",
-            web::put().to(symbols::upload_global),
+            symbols::upload_global,
         )
-        .route("/api/v1/symbols/{file_id}", web::head().to(symbols::exists))
-        .route("/api/v1/symbols/{file_id}", web::put().to(symbols::upload))
-        .route("/healthz", web::get().to(|| async { "ok" }));
+        .api(M::HEAD, "/api/v1/symbols/{file_id}", symbols::exists)
+        .api(M::PUT, "/api/v1/symbols/{file_id}", symbols::upload)
+        .route(M::GET, "/healthz", Access::Public, || async { "ok" });
 }
 
-fn ingest_routes(cfg: &mut web::ServiceConfig, ingest: IngestState) {
-    cfg.app_data(web::Data::new(ingest))
-        .route("/api/v1/import", web::post().to(ingest::import))
-        .route("/api/v1/ingest", web::post().to(ingest::ingest));
+fn ingest_routes(r: &mut Registrar<'_>) {
+    r.api(Method::POST, "/api/v1/import", ingest::import).api(
+        Method::POST,
+        "/api/v1/ingest",
+        ingest::ingest,
+    );
 }
 
-fn query_routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/v1/flamegraph", web::get().to(query::flamegraph))
-        .route("/api/v1/top", web::get().to(query::top))
-        .route("/api/v1/timeline", web::get().to(query::timeline))
-        .route("/api/v1/labels", web::get().to(query::labels))
-        .route("/api/v1/metrics", web::get().to(metrics::series))
-        .route("/api/v1/metrics/names", web::get().to(metrics::names))
-        .route("/api/v1/gpu/kernels", web::get().to(gpu::kernels))
-        .route("/api/v1/gpu/instructions", web::get().to(gpu::instructions))
-        .route("/api/v1/gpu/trace", web::get().to(gpu::trace))
-        .route("/", web::get().to(index::page))
-        .route("/{file}", web::get().to(assets::file));
+fn query_routes(r: &mut Registrar<'_>) {
+    use Method as M;
+    r.api(M::GET, "/api/v1/flamegraph", query::flamegraph)
+        .api(M::GET, "/api/v1/top", query::top)
+        .api(M::GET, "/api/v1/timeline", query::timeline)
+        .api(M::GET, "/api/v1/labels", query::labels)
+        .api(M::GET, "/api/v1/metrics", metrics::series)
+        .api(M::GET, "/api/v1/metrics/names", metrics::names)
+        .api(M::GET, "/api/v1/gpu/kernels", gpu::kernels)
+        .api(M::GET, "/api/v1/gpu/instructions", gpu::instructions)
+        .api(M::GET, "/api/v1/gpu/trace", gpu::trace)
+        .route(M::GET, "/", Access::Public, index::page)
+        .route(M::GET, "/{file}", Access::Public, assets::file);
+}
+
+/// The decoded path of `request`, as the router matches it (`/%61pi/`
+/// reads `/api/`): what every decision about a request's path is made on.
+pub(crate) fn routed_path(request: &actix_web::dev::ServiceRequest) -> &str {
+    request.match_info().as_str()
 }

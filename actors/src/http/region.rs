@@ -246,7 +246,7 @@ pub(crate) async fn route(
         .into());
     };
     let (http_request, payload) = request.into_parts();
-    let limit = body_limit(http_request.path());
+    let limit = body_limit(http_request.match_info().as_str());
     let sent = body::read_sent(&http_request, payload, limit).await?;
     let answer = forward(&regions, &region, &base, &http_request, sent).await;
     match &answer {

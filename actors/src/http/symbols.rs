@@ -38,7 +38,7 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 
 use super::AppState;
-use super::auth::extract::{Ingester, Operator};
+use super::auth::extract::{Authenticated, Ingester, Operator};
 use super::body::{self, BodyLimit, KSYM_BODY, SYMBOLS_BODY};
 use super::error::ApiError;
 use crate::query::SymbolsStored;
@@ -123,10 +123,10 @@ pub(crate) async fn exists(
 /// `HEAD /api/v1/symbols/global/{file_id}`: 200 when the global store has
 /// symbols for the file, else 404.
 ///
-/// Any credential may ask (the middleware checks there is one): the global
-/// store is every tenant's, and `kiln symbols crawl` asks with the admin
-/// token.
+/// Any credential may ask: the global store is every tenant's, and `kiln
+/// symbols crawl` asks with the admin token.
 pub(crate) async fn exists_global(
+    _: Authenticated,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {

@@ -194,3 +194,27 @@ impl Pipeline {
         String::from_utf8(out).unwrap()
     }
 }
+
+/// `zeros` bytes of zeros as zstd: a few dozen KB on the wire, streamed
+/// so that the zeros are never held at once.
+pub(crate) fn zstd_bomb(zeros: usize) -> Vec<u8> {
+    let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    let chunk = vec![0u8; 1 << 20];
+    for _ in 0..zeros.div_ceil(chunk.len()) {
+        std::io::Write::write_all(&mut encoder, &chunk).unwrap();
+    }
+    encoder.finish().unwrap()
+}
+
+/// This process's peak resident memory so far (`VmHWM`), in bytes: what
+/// an allocation made and freed between two readings still shows.
+pub(crate) fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM in kB");
+    kb * 1024
+}

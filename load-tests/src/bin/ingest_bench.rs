@@ -554,7 +554,7 @@ async fn pipeline(
     }
     let drain = started.elapsed();
     let cpu = cpu_time() - cpu_before;
-    let text = metrics.scrape().await?;
+    let text = metrics.scrape(true).await?;
     Ok(Run {
         publish,
         warm_up,

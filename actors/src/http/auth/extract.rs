@@ -71,6 +71,21 @@ scope_extractor!(
     "managing keys"
 );
 
+/// Any authenticated caller: a tenant's key or session, or the operator.
+/// For routes any credential may use; the middleware has checked there is
+/// one, and this checks again where the route is handled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Authenticated;
+
+impl FromRequest for Authenticated {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(caller(request).map(|_| Authenticated))
+    }
+}
+
 /// The operator: a caller with the server's admin token.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operator;
@@ -133,7 +148,10 @@ mod tests {
         let operator = request(Some(Caller::Operator));
         assert_eq!(status::<Operator>(&operator), 200);
         assert_eq!(status::<Reader>(&operator), 403);
+        assert_eq!(status::<Authenticated>(&operator), 200);
+        assert_eq!(status::<Authenticated>(&reader), 200);
         let nobody = request(None);
+        assert_eq!(status::<Authenticated>(&nobody), 401);
         assert_eq!(status::<Reader>(&nobody), 401);
         assert_eq!(status::<Operator>(&nobody), 401);
     }

@@ -31,6 +31,7 @@ use tracing::warn;
 
 use super::admin::AdminToken;
 use super::error::ApiError;
+use super::routes::{Access, access_of};
 use cache::TtlCache;
 use session::{SESSION_COOKIE, Sessions};
 
@@ -259,22 +260,17 @@ impl Auth {
     }
 }
 
-/// Whether a path needs a credential: the API does; the UI's files, the
-/// login page and the health check do not (they hold no tenant's data).
-/// The internal routes check the cluster secret themselves.
-fn needs_credential(path: &str) -> bool {
-    path.starts_with("/api/")
-}
-
 /// The middleware: refuses cross-origin state changes, then puts the
-/// [`Caller`] of every `/api/` request in its extensions (401 without a
-/// valid credential).
+/// [`Caller`] of every request whose route needs a credential in its
+/// extensions (401 without a valid one). The decision is made on the path
+/// the router matches, decoded ([`super::routed_path`]): a request for
+/// `/%61pi/v1/…` is one for `/api/v1/…`, and is authenticated as one.
 pub async fn authenticate(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody + 'static>, actix_web::Error> {
     origin::check(request.request())?;
-    if needs_credential(request.path()) {
+    if access_of(super::routed_path(&request)) == Access::Credential {
         let auth = request
             .app_data::<web::Data<Auth>>()
             .cloned()

@@ -17,6 +17,9 @@
 //! once at start; only per-tenant families look their labels up, once per
 //! request.
 //!
+//! Per-tenant families live in a registry of their own, shown to a
+//! scraper as the operator chooses ([`tenant_view`]).
+//!
 //! The workers' consumer lag is read when `/metrics` is scraped
 //! ([`Metrics::scrape`]), from the bus: each consumer reports the
 //! partitions it is assigned ([`kiln_ingest_bus::LagReader`]).
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_ingest_bus::LagReader;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -37,6 +40,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use tracing::warn;
+
+mod tenant_view;
+
+pub use tenant_view::TenantNames;
+use tenant_view::TenantView;
 
 /// The `Content-Type` of `GET /metrics`: Prometheus text, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -181,6 +189,9 @@ fn query_histogram() -> Histogram {
 pub struct Metrics {
     role: ServerRole,
     registry: Arc<Registry>,
+    /// The families with a `tenant` label, shown through `view`.
+    tenants: Arc<Registry>,
+    view: Arc<TenantView>,
     ingest: IngestMetrics,
     worker: WorkerMetrics,
     query: QueryMetrics,
@@ -207,11 +218,12 @@ impl Metrics {
         let ingest = IngestMetrics::default();
         let worker = WorkerMetrics::default();
         let query = QueryMetrics::default();
+        let mut tenants = Registry::with_prefix(PREFIX);
         if role.ingests() {
-            ingest.register(&mut registry);
+            ingest.register(&mut tenants);
         }
         if role.ingests() || role.queries() {
-            registry.register(
+            tenants.register(
                 "quota_rejections",
                 "Requests refused (429) for a tenant's quota, by tenant and quota: \
                  ingest_samples_per_s, ingest_bytes_per_s, max_stored_bytes (ingest), \
@@ -232,11 +244,21 @@ impl Metrics {
         Metrics {
             role,
             registry: Arc::new(registry),
+            tenants: Arc::new(tenants),
+            view: Arc::default(),
             ingest,
             worker,
             query,
             regions,
         }
+    }
+
+    /// These metrics with per-tenant series shown to scrapers without the
+    /// admin token as `names` says; `admin_token` (the server's) sees the
+    /// names and keys their hashes. Call before the metrics are shared.
+    pub fn showing_tenants(mut self, names: TenantNames, admin_token: Option<&str>) -> Metrics {
+        self.view = Arc::new(TenantView::new(names, admin_token));
+        self
     }
 
     /// The role the registry was made for.
@@ -271,13 +293,17 @@ impl Metrics {
     }
 
     /// Reads what is read at scrape time (the consumer lag), then encodes
-    /// every registered family as Prometheus text.
-    pub async fn scrape(&self) -> Result<String, std::fmt::Error> {
+    /// every registered family as Prometheus text: per-tenant series as
+    /// they are for the `operator`, else as [`TenantNames`] says.
+    pub async fn scrape(&self, operator: bool) -> Result<String, std::fmt::Error> {
         if self.role.consumes() {
             self.worker.refresh_lag().await;
         }
         let mut text = String::new();
         prometheus_client::encoding::prometheus_text::encode(&mut text, &self.registry)?;
+        let mut per_tenant = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut per_tenant, &self.tenants)?;
+        text.push_str(&self.view.show(per_tenant, operator));
         Ok(text)
     }
 }
@@ -814,8 +840,13 @@ impl QueryMetrics {
 /// `GET /metrics`: the process's metrics as Prometheus text. It needs no
 /// credential (as `/healthz`): keep it off public load balancers, since
 /// tenant names are label values.
-pub(crate) async fn serve(metrics: web::Data<Metrics>) -> HttpResponse {
-    match metrics.scrape().await {
+pub(crate) async fn serve(metrics: web::Data<Metrics>, request: HttpRequest) -> HttpResponse {
+    let authorization = request
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok());
+    let operator = metrics.view.is_operator(authorization);
+    match metrics.scrape(operator).await {
         Ok(text) => HttpResponse::Ok().content_type(CONTENT_TYPE).body(text),
         Err(e) => HttpResponse::InternalServerError().body(format!("encoding metrics: {e}")),
     }
@@ -878,7 +909,7 @@ mod tests {
                 end: 3,
             }]))));
         metrics.query().stacks.record(1, 1);
-        metrics.scrape().await.unwrap()
+        metrics.scrape(true).await.unwrap()
     }
 
     async fn everything() -> String {
@@ -1027,7 +1058,7 @@ mod tests {
         metrics
             .worker()
             .watch_lag(Arc::new(FixedLag(Ok(vec![lag(0, 10), lag(3, 2)]))));
-        let text = metrics.scrape().await.unwrap();
+        let text = metrics.scrape(true).await.unwrap();
         assert!(
             text.contains("kiln_worker_consumer_lag_records{topic=\"t\",partition=\"0\"} 8\n"),
             "{text}"
@@ -1036,11 +1067,11 @@ mod tests {
         metrics
             .worker()
             .watch_lag(Arc::new(FixedLag(Ok(vec![lag(3, 5)]))));
-        let text = metrics.scrape().await.unwrap();
+        let text = metrics.scrape(true).await.unwrap();
         assert!(!text.contains("partition=\"0\""), "{text}");
         assert!(text.contains("kiln_worker_consumer_lag_records{topic=\"t\",partition=\"3\"} 3\n"));
         metrics.worker().watch_lag(Arc::new(FixedLag(Err("down"))));
-        let text = metrics.scrape().await.unwrap();
+        let text = metrics.scrape(true).await.unwrap();
         assert!(
             !text.contains("kiln_worker_consumer_lag_records{"),
             "{text}"
