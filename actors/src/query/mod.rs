@@ -9,8 +9,11 @@
 //! ([`ProfileStore::sample_hours`]) and scans only those, a few at a time
 //! ([`SCANS_IN_FLIGHT`]). Queries over the API are admitted first
 //! (module `admission`: per-tenant concurrency, a maximum span of data,
-//! [`QueryOptions`]), and a query whose asker goes away (client
-//! disconnected, server stopping) stops scanning (module `abandon`).
+//! [`QueryOptions`]); each scan then takes one of the node's scan slots,
+//! handed out in turn between tenants (module `fair`), so one tenant's
+//! heavy queries do not hold up another's; and a query whose asker goes
+//! away (client disconnected, server stopping) stops scanning (module
+//! `abandon`).
 //!
 //! With peers ([`PeerOptions`], `kiln query --peers`), rendezvous hashing
 //! first picks the query node that owns a partition, and scans owned by
@@ -20,6 +23,7 @@ mod abandon;
 mod admission;
 mod aggregator;
 pub(crate) mod cache;
+mod fair;
 mod gpu;
 mod metrics;
 mod peers;
@@ -254,6 +258,8 @@ struct Cluster {
     counts: Counters,
     /// The queries each tenant runs here.
     slots: Arc<admission::TenantSlots>,
+    /// The scans each tenant runs here, in fair shares.
+    fair: Arc<fair::FairScans>,
 }
 
 #[derive(Debug, Default)]
@@ -357,6 +363,7 @@ impl QueryCoordinator {
             }));
         }
         let names = (0..addrs.len()).map(|i| format!("local-{i}")).collect();
+        let fair = fair::FairScans::new(addrs.len() * fair::SCANS_PER_AGGREGATOR);
         QueryCoordinator {
             cluster: Arc::new(Cluster {
                 store: store.clone(),
@@ -367,6 +374,7 @@ impl QueryCoordinator {
                 notifier,
                 counts: Counters::default(),
                 slots: Arc::default(),
+                fair,
             }),
             options: QueryOptions::default(),
         }
@@ -503,8 +511,10 @@ impl Cluster {
         self.scan_here(&key, scan).await
     }
 
-    /// Runs a scan on the aggregator of this node that owns its partition.
+    /// Runs a scan on the aggregator of this node that owns its partition,
+    /// once its tenant's turn for a slot comes ([`fair`]).
     async fn scan_here(&self, key: &[u8], scan: Scan) -> Result<Partial, QueryError> {
+        let _slot = self.fair.acquire(scan.range.scope.tenant()).await;
         Ok(self.owner(key).send(scan).await??)
     }
 
@@ -695,7 +705,11 @@ impl Handler<MetricsQuery> for QueryCoordinator {
             let step_ns = q.step_ns.max(1);
             let scan = |scan: metrics::MetricScan| {
                 let owner = cluster.owner(&partition_key(&scan.range)).clone();
-                async move { Ok(owner.send(scan).await??) }
+                let fair = Arc::clone(&cluster.fair);
+                async move {
+                    let _slot = fair.acquire(scan.range.scope.tenant()).await;
+                    Ok(owner.send(scan).await??)
+                }
             };
             let (scope, from, to) = (&q.range.scope, q.range.from_ns, q.range.to_ns);
             let hours = cluster.store.metric_hours(scope, &q.name, from, to).await?;
