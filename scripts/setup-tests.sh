@@ -36,7 +36,8 @@ command -v go >/dev/null || need_apt+=(golang-go)
 # Java and Maven for Apache Cassandra, the CQL server the ScyllaDB store's
 # conformance suite runs against (scripts/cassandra-test-server.sh), and
 # for Apache Kafka (scripts/apache-kafka-test-server.sh).
-command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+# A JDK, not only a JRE: the agent's JVM tests compile their workload.
+command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"

@@ -79,6 +79,7 @@ impl Agent {
         let mut unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
         if let Some(unwinder) = &mut unwinder {
             unwinder.read_python(config.python);
+            unwinder.read_java(config.java);
         }
         let unwind_shared = unwinder.as_ref().map(unwinder::Unwinder::shared);
         if let Some(shared) = &unwind_shared {
@@ -240,6 +241,17 @@ impl Agent {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let v = shared.python.get(&pid)?.version;
         Some((v.major, v.minor))
+    }
+
+    /// The JVM `pid` runs, once the agent has found and read it; `None`
+    /// before, for other processes, and when unwind tables or Java are
+    /// off.
+    pub fn jvm(&self, pid: u32) -> Option<std::sync::Arc<crate::jvm::Jvm>> {
+        let shared = self.unwind_shared.as_ref()?;
+        let shared = shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        shared.jvm.get(&pid).cloned()
     }
 
     /// What the `.eh_frame` unwinder holds now; `None` when unwind tables

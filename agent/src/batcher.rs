@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
 use crate::fileid::{FileCache, FileInfo};
+use crate::jvm::Jvm;
 use crate::kallsyms::Kallsyms;
 use crate::mapped_file::MappedSource;
 use crate::procfs::{Mapping, Process, ProcessTable};
@@ -158,6 +159,17 @@ impl Batcher {
         })
     }
 
+    /// The JVM processes now.
+    fn jvm_processes(&self) -> HashMap<u32, Arc<Jvm>> {
+        self.python.as_ref().map_or_else(HashMap::new, |shared| {
+            shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .jvm
+                .clone()
+        })
+    }
+
     /// The files the last interval's batches' frames point into (the CPU
     /// batch's, and the off-CPU batch's when there is one), each with a
     /// process and mapping it can be opened through (by
@@ -266,7 +278,16 @@ impl Batcher {
     ) {
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
         let python = self.python_processes();
-        state.scripts.retain(|pid, _| python.contains_key(pid));
+        let jvms = self.jvm_processes();
+        state
+            .scripts
+            .retain(|pid, _| python.contains_key(pid) || jvms.contains_key(pid));
+        // A JVM's label is what it runs, read from the JVM itself.
+        for (&pid, jvm) in &jvms {
+            if let Some(main) = jvm.main() {
+                state.scripts.insert(pid, main.to_owned());
+            }
+        }
         let mut user_cache: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
         let mut kernel_cache: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
         let mut frames = Vec::new();
@@ -293,6 +314,10 @@ impl Batcher {
                 frames.push(Frame::named(FrameKind::Truncated, STACK_LOST_FRAME));
             }
             if let Some(user) = &sample.user {
+                // A JVM whose Java frames are not read says so at the root.
+                if let Some(marker) = jvms.get(&sample.pid).and_then(|jvm| jvm.marker()) {
+                    frames.push(marker);
+                }
                 let key = (sample.pid, Arc::as_ptr(user));
                 let resolved = match user_cache.get(&key) {
                     Some(f) => f.clone(),
@@ -421,7 +446,8 @@ pub(crate) struct HostState {
     /// Names Python frames, remembering code objects.
     python: PythonNamer,
     /// The script each Python process runs (the `script` label), once a
-    /// stack of its main thread showed it.
+    /// stack of its main thread showed it; the main class or jar of each
+    /// JVM process.
     scripts: HashMap<u32, String>,
     /// Whether the agent loads unwind tables: only then is a walk that
     /// stopped for want of one marked so (without them, every walk would).

@@ -84,6 +84,11 @@ pub struct AgentConfig {
     /// with file and line in place of `_PyEval_EvalFrameDefault`, and the
     /// `script` label. On by default.
     pub python: bool,
+    /// Find JVM processes (HotSpot, through its own vmStructs tables;
+    /// needs [`AgentConfig::unwind_tables`]): their samples get the
+    /// `script` label (main class or jar), and a JVM whose frames are not
+    /// read (OpenJ9) a root frame saying so. On by default.
+    pub java: bool,
 }
 
 impl Default for AgentConfig {
@@ -100,6 +105,7 @@ impl Default for AgentConfig {
             off_cpu: false,
             off_cpu_threshold: DEFAULT_OFF_CPU_THRESHOLD,
             python: true,
+            java: true,
         }
     }
 }

@@ -164,6 +164,15 @@ struct Args {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     no_python: bool,
+
+    /// Do not look at JVM processes: their samples get no `script` label
+    /// (main class or jar), and unsupported JVMs no marker frame.
+    #[arg(
+        long,
+        env = "KILN_NO_JAVA",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    no_java: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -220,6 +229,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         off_cpu: args.off_cpu,
         off_cpu_threshold: args.off_cpu_threshold,
         python: !args.no_python,
+        java: !args.no_java,
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;

@@ -1,5 +1,6 @@
 //! Reading another process's memory: the interpreter state that eBPF
-//! walked is read again here to name code objects.
+//! walked is read again here to name its frames (CPython's code objects,
+//! the JVM's methods), and a JVM's own description of its structs.
 
 use std::io;
 

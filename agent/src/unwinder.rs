@@ -30,6 +30,8 @@ use tracing::{debug, info, warn};
 
 use crate::abi::{BpfMapping, MAX_MAPPINGS, PythonProc, UnwindRow};
 use crate::fileid::FileInfo;
+use crate::jvm::Jvm;
+use crate::jvm::finder::JvmFinder;
 use crate::mapped_file::{MappedFileError, open_mapped};
 use crate::procfs::{self, Mapping};
 use crate::python::{self, Interpreter};
@@ -94,6 +96,8 @@ pub(crate) struct Shared {
     /// The Python processes, with their interpreter: for naming the
     /// Python frames of their stacks.
     pub(crate) python: HashMap<u32, Arc<Interpreter>>,
+    /// The JVM processes, with their JVM: for their label and markers.
+    pub(crate) jvm: HashMap<u32, Arc<Jvm>>,
 }
 
 /// Where a file's table is.
@@ -159,6 +163,10 @@ pub(crate) struct Unwinder {
     interpreters: HashMap<FileId, Option<Arc<Interpreter>>>,
     /// Whether Python processes' frames are read.
     python: bool,
+    /// JVM libraries seen, and JVMs not started yet.
+    jvms: JvmFinder,
+    /// Whether JVM processes are read.
+    java: bool,
     cache: Option<TableCache>,
     /// `None` until [`Unwinder::start_builder`].
     builder: Option<TableBuilder>,
@@ -195,6 +203,8 @@ impl Unwinder {
             processes: HashMap::new(),
             interpreters: HashMap::new(),
             python: true,
+            jvms: JvmFinder::default(),
+            java: true,
             cache,
             builder: None,
             loads: 0,
@@ -226,6 +236,41 @@ impl Unwinder {
         self.python = on;
     }
 
+    /// Whether to read JVM processes (their main class, what they are)
+    /// (on unless set off).
+    pub(crate) fn read_java(&mut self, on: bool) {
+        self.java = on;
+    }
+
+    /// How long the unwinder thread may wait for work before calling
+    /// [`Unwinder::idle`]: shorter while a JVM is waited for.
+    pub(crate) fn idle_wait(&self) -> Duration {
+        match self.jvms.waiting() {
+            true => crate::jvm::finder::RETRY_EVERY,
+            false => REAP_EVERY,
+        }
+    }
+
+    /// What the unwinder does when no work came: reads again the JVMs that
+    /// had not started, and lets exited processes go.
+    pub(crate) fn idle(&mut self) {
+        self.retry_jvms();
+        if self.last_reap.elapsed() >= REAP_EVERY {
+            self.reap_exited();
+        }
+    }
+
+    /// Reads again the JVMs due to be (those that had not started).
+    fn retry_jvms(&mut self) {
+        let due = self.jvms.due();
+        for &pid in &due {
+            self.write_jvm(pid);
+        }
+        if !due.is_empty() {
+            self.publish();
+        }
+    }
+
     /// What the agent reads: loaded pids and statistics, as they change.
     pub(crate) fn shared(&self) -> Arc<Mutex<Shared>> {
         self.shared.clone()
@@ -241,6 +286,8 @@ impl Unwinder {
             }
             Work::Built(built) => self.built(built),
         }
+        // On a host whose processes keep coming, the thread is never idle.
+        self.retry_jvms();
     }
 
     /// Gives the program `pid`'s mappings and asks for the unwind tables
@@ -285,6 +332,7 @@ impl Unwinder {
         );
         self.write_process(pid);
         self.write_python(pid);
+        self.write_jvm(pid);
         if let Some(previous) = previous {
             self.release_files(&previous.files);
         }
@@ -338,6 +386,23 @@ impl Unwinder {
                 if shared.python.remove(&pid).is_some() {
                     let _ = self.maps.python.remove(&pid);
                 }
+            }
+        }
+    }
+
+    /// Finds the JVM `pid` runs, if any, for its label and markers.
+    fn write_jvm(&mut self, pid: u32) {
+        let Some(process) = self.processes.get(&pid).filter(|_| self.java) else {
+            return;
+        };
+        let found = self.jvms.find(pid, &process.mappings);
+        let mut shared = self.lock_shared();
+        match found {
+            Some(jvm) => {
+                shared.jvm.insert(pid, jvm);
+            }
+            None => {
+                shared.jvm.remove(&pid);
             }
         }
     }
@@ -676,6 +741,7 @@ impl Unwinder {
             }
             let _ = self.maps.processes.remove(&pid);
             let _ = self.maps.python.remove(&pid);
+            self.jvms.forget(pid);
         }
         self.stats.reaped += gone.len() as u64;
         {
@@ -683,6 +749,7 @@ impl Unwinder {
             for pid in &gone {
                 shared.loaded.remove(pid);
                 shared.python.remove(pid);
+                shared.jvm.remove(pid);
             }
         }
         self.publish();

@@ -80,7 +80,7 @@ impl Watcher {
                         .spawn(move || {
                             use std::sync::mpsc::RecvTimeoutError;
                             loop {
-                                match rx.recv_timeout(crate::unwinder::REAP_EVERY) {
+                                match rx.recv_timeout(unwinder.idle_wait()) {
                                     Ok(Some(work)) => {
                                         if let unwinder::Work::Learned(learned) = &work {
                                             for (pid, mappings) in learned {
@@ -90,8 +90,9 @@ impl Watcher {
                                         unwinder.work(work);
                                     }
                                     // Quiet: a good time to let exited
-                                    // processes go.
-                                    Err(RecvTimeoutError::Timeout) => unwinder.reap_exited(),
+                                    // processes go, and to look again at
+                                    // JVMs that had not started.
+                                    Err(RecvTimeoutError::Timeout) => unwinder.idle(),
                                     Ok(None) | Err(RecvTimeoutError::Disconnected) => break,
                                 }
                             }

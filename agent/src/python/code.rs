@@ -6,7 +6,7 @@ use std::io;
 
 use super::layout::{Layout, PyVersion};
 use super::linetable::{LineTableFormat, line_for_offset};
-use super::memory::Memory;
+use crate::memory::Memory;
 
 /// Longest name or file path read (characters); longer ones are cut.
 const MAX_STR_CHARS: u64 = 4096;
@@ -176,8 +176,8 @@ pub(super) fn read_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::MemoryImage;
     use crate::python::layout::known_layout;
-    use crate::python::memory::MemoryImage;
 
     const CODE: u64 = 0x10_0000;
     const NAME: u64 = 0x20_0000;

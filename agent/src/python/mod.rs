@@ -16,16 +16,15 @@ mod code;
 mod detect;
 pub mod layout;
 pub mod linetable;
-mod memory;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use kiln_model::{Frame, FrameKind};
 
+pub use crate::memory::{Memory, MemoryImage, ProcessMemory};
 pub use code::{CodeError, CodeInfo};
 pub use detect::{Interpreter, inspect, may_be_python};
-pub use memory::{Memory, MemoryImage, ProcessMemory};
 
 use crate::abi::{self, PythonProc};
 use layout::{Layout, PyVersion};

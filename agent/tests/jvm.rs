@@ -1,0 +1,235 @@
+//! JVM processes on this machine, found as the agent finds them: every
+//! HotSpot JDK installed under `/usr/lib/jvm` (Debian's OpenJDK 17, and
+//! the Temurin JDK where the machine has one) runs
+//! `workloads/java/JavaShares.java`, and each is read through its own
+//! vmStructs tables: its version, its code cache and interpreter, and the
+//! main class it runs. Then, with the agent on the whole host, the JVM's
+//! samples carry that main class as their `script` label, and none with
+//! Java turned off.
+//!
+//! The second test needs root (or CAP_BPF + CAP_PERFMON) and the agent
+//! built with its eBPF program.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kiln_agent::jvm::{Jvm, probe};
+use kiln_agent::{AgentConfig, MemorySink};
+use kiln_model::label_names;
+
+use support::{Workload, require_root, resolve_labelled};
+
+const MAIN: &str = "JavaShares";
+/// How long a JVM may take to start and be found.
+const FIND_WITHIN: Duration = Duration::from_secs(30);
+
+/// Every HotSpot JDK under `/usr/lib/jvm`, one per distinct `libjvm.so`
+/// (Debian installs the same JDK under several names).
+fn jdks() -> Vec<PathBuf> {
+    let mut by_library = BTreeMap::new();
+    for entry in std::fs::read_dir("/usr/lib/jvm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let home = entry.path();
+        let library = home.join("lib/server/libjvm.so");
+        if home.join("bin/java").exists()
+            && let Ok(real) = library.canonicalize()
+        {
+            by_library.entry(real).or_insert(home);
+        }
+    }
+    let found: Vec<PathBuf> = by_library.into_values().collect();
+    assert!(
+        !found.is_empty(),
+        "no JDK under /usr/lib/jvm: scripts/setup-tests.sh installs Debian's OpenJDK 17"
+    );
+    found
+}
+
+/// `javac`, from `PATH` or from one of the JDKs.
+fn javac(jdks: &[PathBuf]) -> PathBuf {
+    jdks.iter()
+        .map(|home| home.join("bin/javac"))
+        .find(|javac| javac.exists())
+        .unwrap_or_else(|| PathBuf::from("javac"))
+}
+
+/// Compiles the workload into `dir` for Java 11, so that every JDK runs it.
+fn compile(dir: &Path, jdks: &[PathBuf]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/JavaShares.java");
+    let status = Command::new(javac(jdks))
+        .args(["--release", "11", "-d"])
+        .arg(dir)
+        .arg(&source)
+        .status()
+        .expect("javac: scripts/setup-tests.sh installs Debian's openjdk-17-jdk-headless");
+    assert!(status.success(), "javac failed on {}", source.display());
+}
+
+/// The feature release `java -version` reports (17 for "17.0.15").
+fn feature_of(home: &Path) -> u32 {
+    let out = Command::new(home.join("bin/java"))
+        .arg("-version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    let version = text
+        .split('"')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no version in {text}"));
+    version
+        .split(['.', '-', '+'])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn start(home: &Path, classes: &Path, seconds: u32) -> Workload {
+    Workload(
+        Command::new(home.join("bin/java"))
+            .arg("-cp")
+            .arg(classes)
+            .arg(MAIN)
+            .arg(seconds.to_string())
+            .spawn()
+            .expect("start the Java workload"),
+    )
+}
+
+/// Waits until `find` gives the process's JVM.
+fn wait_for_jvm(home: &Path, mut find: impl FnMut() -> Option<std::sync::Arc<Jvm>>) -> Jvm {
+    let started = Instant::now();
+    loop {
+        if let Some(jvm) = find() {
+            return (*jvm).clone();
+        }
+        assert!(
+            started.elapsed() < FIND_WITHIN,
+            "{}: the JVM was not found within {FIND_WITHIN:?}",
+            home.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+// Guards reading HotSpot from its own tables on every installed JDK: the
+// version it reports, a code cache holding its interpreter, and the main
+// class, never a guess from a table of offsets kept by hand.
+#[test]
+fn every_installed_hotspot_is_read_through_its_own_tables() {
+    let jdks = jdks();
+    let classes = tempfile::tempdir().unwrap();
+    compile(classes.path(), &jdks);
+    for home in &jdks {
+        let workload = start(home, classes.path(), 60);
+        let pid = workload.0.id();
+        let jvm = wait_for_jvm(home, || probe(pid));
+        let Jvm::HotSpot { layout, process } = &jvm else {
+            panic!("{}: not read as HotSpot: {jvm:?}", home.display());
+        };
+        let feature = feature_of(home);
+        eprintln!(
+            "{}: HotSpot {} (feature {}), code cache {:#x}..{:#x} in {} heaps, interpreter \
+             {:#x}..{:#x}, main {:?}",
+            home.display(),
+            layout.release,
+            layout.version.feature,
+            process.code.start,
+            process.code.end,
+            process.heaps.len(),
+            process.interpreter.start,
+            process.interpreter.end,
+            process.main
+        );
+        assert_eq!(layout.version.feature, feature, "{}", home.display());
+        assert!(
+            process.code.start < process.interpreter.start
+                && process.interpreter.end <= process.code.end
+                && !process.interpreter.is_empty(),
+            "{}: the interpreter lies outside the code cache",
+            home.display()
+        );
+        assert!(
+            process.code.contains(&process.call_stub_return),
+            "{}: the call stub returns outside the code cache",
+            home.display()
+        );
+        assert!(
+            process
+                .heaps
+                .iter()
+                .any(|h| h.memory.contains(&process.interpreter.start)),
+            "{}: no code heap holds the interpreter",
+            home.display()
+        );
+        assert_eq!(process.main.as_deref(), Some(MAIN), "{}", home.display());
+    }
+}
+
+// Guards the JVM label end to end: the agent on the whole host labels a
+// JVM's samples with what it runs, and not with Java turned off.
+#[test]
+fn a_jvms_samples_carry_its_main_class() {
+    require_root();
+    let jdks = jdks();
+    let home = &jdks[0];
+    let classes = tempfile::tempdir().unwrap();
+    compile(classes.path(), &jdks);
+    for java in [true, false] {
+        let mut agent = support::start_agent(AgentConfig {
+            frequency_hz: 99,
+            interval: Duration::from_secs(1),
+            host: "kiln-agent-test".into(),
+            java,
+            ..AgentConfig::default()
+        });
+        let mut sink = MemorySink::default();
+        let workload = start(home, classes.path(), 60);
+        let pid = workload.0.id();
+        let started = Instant::now();
+        // Until the agent has its tables, and (with Java) its JVM.
+        while !(agent.unwind_tables_loaded(pid) && (!java || agent.jvm(pid).is_some())) {
+            agent.tick(&mut sink).unwrap();
+            assert!(
+                started.elapsed() < FIND_WITHIN,
+                "the agent did not find the JVM within {FIND_WITHIN:?} (tables loaded: {})",
+                agent.unwind_tables_loaded(pid)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        agent.tick(&mut sink).unwrap();
+        let first = sink.batches.len();
+        std::thread::sleep(Duration::from_secs(3));
+        agent.tick(&mut sink).unwrap();
+        drop(workload);
+        let ours: Vec<_> = resolve_labelled(&sink.batches, first)
+            .into_iter()
+            .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+            .collect();
+        let total: u64 = ours.iter().map(|s| s.count).sum();
+        let labelled: u64 = ours
+            .iter()
+            .filter(|s| s.labels.get(label_names::SCRIPT) == Some(MAIN))
+            .map(|s| s.count)
+            .sum();
+        eprintln!(
+            "java {}: {total} samples of the JVM, {labelled} labelled script={MAIN}",
+            if java { "on" } else { "off" }
+        );
+        assert!(total >= 50, "only {total} samples of the JVM");
+        match java {
+            true => assert!(
+                labelled as f64 >= 0.95 * total as f64,
+                "{labelled} of {total} samples labelled"
+            ),
+            false => assert_eq!(labelled, 0, "labelled with Java off"),
+        }
+    }
+}
