@@ -4,7 +4,7 @@
 //! [`ABI_VERSION`] follows.
 
 /// The layout version these mirrors describe.
-pub(crate) const ABI_VERSION: u32 = 11;
+pub(crate) const ABI_VERSION: u32 = 12;
 
 const _: () = assert!(
     ABI_VERSION == parse_u32(env!("KILN_BPF_ABI_VERSION")),
@@ -67,10 +67,18 @@ pub enum Stat {
     PyUnsupported = 20,
     /// `KILN_STAT_PY_NO_THREAD`.
     PyNoThread = 21,
+    /// `KILN_STAT_JVM_FRAMES`.
+    JvmFrames = 22,
+    /// `KILN_STAT_JVM_NO_BLOB`.
+    JvmNoBlob = 23,
+    /// `KILN_STAT_JVM_BAD_FRAME`.
+    JvmBadFrame = 24,
+    /// `KILN_STAT_JVM_GUESSED`.
+    JvmGuessed = 25,
 }
 
 /// `KILN_STAT_NR`.
-pub(crate) const STAT_NR: u32 = 22;
+pub(crate) const STAT_NR: u32 = 26;
 
 /// `struct kiln_sample_key`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -181,8 +189,13 @@ pub(crate) struct BpfMapping {
     pub rows_len: u32,
 }
 
-/// `KILN_PY_FRAME`: the top bit of a stack entry that is a Python frame.
-pub(crate) const PY_FRAME: u64 = 1 << 63;
+/// `KILN_FRAME_TAG_MASK`: the top two bits, which say what a stack entry
+/// that is not a native address is.
+pub(crate) const FRAME_TAG_MASK: u64 = 3 << 62;
+/// `KILN_PY_FRAME`: the tag of a stack entry that is a Python frame.
+pub(crate) const PY_FRAME: u64 = 2 << 62;
+/// `KILN_PY_INSTR_MAX`.
+pub(crate) const PY_INSTR_MAX: u64 = 0x7fff;
 /// `KILN_PY_INSTR_SHIFT`.
 pub(crate) const PY_INSTR_SHIFT: u32 = 47;
 /// `KILN_PY_CODE_MASK`.
@@ -201,6 +214,63 @@ pub(crate) const PY_ENTRY_FLAG: u8 = 1;
 pub(crate) const PY_ENTRY_SHIM: u8 = 2;
 /// `KILN_PY_NONE`.
 pub(crate) const PY_NONE: u32 = u32::MAX;
+
+/// `KILN_JVM_FRAME`: the tag of a stack entry that is a JVM frame.
+pub(crate) const JVM_FRAME: u64 = 3 << 62;
+/// `KILN_JVM_KIND_SHIFT`.
+pub(crate) const JVM_KIND_SHIFT: u32 = 60;
+/// `KILN_JVM_NO_BCI`.
+pub(crate) const JVM_NO_BCI: u64 = 0xffff;
+/// `KILN_JVM_SEGMENT_BITS`.
+pub(crate) const JVM_SEGMENT_BITS: u32 = 25;
+/// `KILN_JVM_INTERPRETED`.
+pub(crate) const JVM_INTERPRETED: u64 = 0;
+/// `KILN_JVM_CODE`.
+pub(crate) const JVM_CODE: u64 = 1;
+/// `KILN_JVM_MARKER`.
+pub(crate) const JVM_MARKER: u64 = 3;
+/// `KILN_JVM_MARK_UNSUPPORTED`.
+pub(crate) const JVM_MARK_UNSUPPORTED: u64 = 1;
+/// `KILN_JVM_MARK_NO_BLOB`.
+pub(crate) const JVM_MARK_NO_BLOB: u64 = 2;
+/// `KILN_JVM_MARK_BAD_FRAME`.
+pub(crate) const JVM_MARK_BAD_FRAME: u64 = 3;
+/// `KILN_JVM_MAX_HEAPS`.
+pub(crate) const JVM_MAX_HEAPS: usize = 4;
+/// `KILN_JVM_CODE_OFFSETS`.
+pub(crate) const JVM_CODE_OFFSETS: u8 = 1;
+
+/// `struct kiln_jvm_heap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct JvmHeap {
+    pub start: u64,
+    pub end: u64,
+    pub segmap: u64,
+}
+
+/// `struct kiln_jvm_proc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct JvmProc {
+    pub code_start: u64,
+    pub code_end: u64,
+    pub interp_start: u64,
+    pub interp_end: u64,
+    pub heaps: [JvmHeap; JVM_MAX_HEAPS],
+    pub blob_frame_size: u16,
+    pub blob_code_begin: u16,
+    pub blob_code_end: u16,
+    pub method_const_method: u16,
+    pub const_method_size: u16,
+    pub const_method_code_size: u16,
+    pub heap_count: u8,
+    pub log2_segment: u8,
+    pub heapblock_size: u8,
+    pub flags: u8,
+    pub supported: u32,
+    pub reserved: u32,
+}
 
 /// `struct kiln_python_proc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -237,6 +307,7 @@ const _: () = assert!(size_of::<NewProcess>() == 8);
 const _: () = assert!(size_of::<UnwindRow>() == 8);
 const _: () = assert!(size_of::<BpfMapping>() == 32);
 const _: () = assert!(size_of::<PythonProc>() == 80);
+const _: () = assert!(size_of::<JvmProc>() == 152);
 
 // SAFETY: plain `#[repr(C)]` integers and arrays without padding: every bit
 // pattern is a valid value, which is what aya's `Pod` requires.
@@ -253,6 +324,8 @@ unsafe impl aya::Pod for UnwindRow {}
 unsafe impl aya::Pod for BpfMapping {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PythonProc {}
+// SAFETY: as above.
+unsafe impl aya::Pod for JvmProc {}
 
 const fn parse_u32(s: &str) -> u32 {
     let bytes = s.as_bytes();

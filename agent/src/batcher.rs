@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
 use crate::fileid::{FileCache, FileInfo};
-use crate::jvm::Jvm;
+use crate::jvm::{Jvm, JvmNamer};
 use crate::kallsyms::Kallsyms;
 use crate::mapped_file::MappedSource;
 use crate::procfs::{Mapping, Process, ProcessTable};
@@ -18,7 +18,13 @@ use crate::sampler::{Drained, RawSample, RawStack};
 use crate::unwinder;
 
 /// The Python processes of the host, each with its interpreter.
-type PythonProcesses = HashMap<u32, Arc<Interpreter>>;
+/// The processes that run an interpreter or VM whose frames the walk
+/// reads, with it.
+#[derive(Debug, Default)]
+struct Runtimes {
+    python: HashMap<u32, Arc<Interpreter>>,
+    jvm: HashMap<u32, Arc<Jvm>>,
+}
 
 /// When the samples of one drain were taken. Each counter carries the
 /// second it was counted in (CLOCK_BOOTTIME, which keeps counting through
@@ -148,26 +154,17 @@ impl Batcher {
         self.python = Some(shared);
     }
 
-    /// The Python processes now.
-    fn python_processes(&self) -> PythonProcesses {
-        self.python.as_ref().map_or_else(HashMap::new, |shared| {
-            shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .python
-                .clone()
-        })
-    }
-
-    /// The JVM processes now.
-    fn jvm_processes(&self) -> HashMap<u32, Arc<Jvm>> {
-        self.python.as_ref().map_or_else(HashMap::new, |shared| {
-            shared
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .jvm
-                .clone()
-        })
+    /// The Python and JVM processes now.
+    fn runtimes(&self) -> Runtimes {
+        self.python
+            .as_ref()
+            .map_or_else(Runtimes::default, |shared| {
+                let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                Runtimes {
+                    python: shared.python.clone(),
+                    jvm: shared.jvm.clone(),
+                }
+            })
     }
 
     /// The files the last interval's batches' frames point into (the CPU
@@ -181,10 +178,10 @@ impl Batcher {
     /// Root-first frames of a user stack (leaf first, as the program
     /// walked it) of process `pid`, placed like a sample's.
     pub(crate) fn user_stack_frames(&mut self, pid: u32, stack: &RawStack) -> Vec<Frame> {
-        let python = self.python_processes();
+        let runtimes = self.runtimes();
         let state = self.state.clone();
         let mut state = lock(&state);
-        user_frames(&mut state, &python, pid, stack, &mut HashMap::new())
+        user_frames(&mut state, &runtimes, pid, stack, &mut HashMap::new())
     }
 
     /// Builds the CPU batch of one interval; its samples are stamped by
@@ -277,13 +274,13 @@ impl Batcher {
         executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
     ) {
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
-        let python = self.python_processes();
-        let jvms = self.jvm_processes();
+        let runtimes = self.runtimes();
+        let (python, jvms) = (&runtimes.python, &runtimes.jvm);
         state
             .scripts
             .retain(|pid, _| python.contains_key(pid) || jvms.contains_key(pid));
         // A JVM's label is what it runs, read from the JVM itself.
-        for (&pid, jvm) in &jvms {
+        for (&pid, jvm) in jvms {
             if let Some(main) = jvm.main() {
                 state.scripts.insert(pid, main.to_owned());
             }
@@ -323,7 +320,7 @@ impl Batcher {
                     Some(f) => f.clone(),
                     None => {
                         let f =
-                            Arc::new(user_frames(state, &python, sample.pid, user, executables));
+                            Arc::new(user_frames(state, &runtimes, sample.pid, user, executables));
                         if python.contains_key(&sample.pid)
                             && let Some(script) = python::script_of(&f)
                         {
@@ -445,6 +442,8 @@ pub(crate) struct HostState {
     files: FileCache,
     /// Names Python frames, remembering code objects.
     python: PythonNamer,
+    /// Names JVM frames, remembering methods and code blobs.
+    jvm: JvmNamer,
     /// The script each Python process runs (the `script` label), once a
     /// stack of its main thread showed it; the main class or jar of each
     /// JVM process.
@@ -506,7 +505,7 @@ fn labels(state: &mut HostState, host: &str, sample: &RawSample) -> LabelSet {
 /// with a marker at the root when the walk was cut.
 fn user_frames(
     state: &mut HostState,
-    python: &PythonProcesses,
+    runtimes: &Runtimes,
     pid: u32,
     stack: &RawStack,
     executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
@@ -520,8 +519,15 @@ fn user_frames(
     let mut broken = false;
     for (i, &addr) in stack.addrs.iter().enumerate() {
         // A Python frame the eBPF walk put in its interpreter's place.
-        if addr & crate::abi::PY_FRAME != 0 {
-            out.push(match python.get(&pid) {
+        if addr & crate::abi::FRAME_TAG_MASK == crate::abi::JVM_FRAME {
+            out.push(match runtimes.jvm.get(&pid) {
+                Some(jvm) => state.jvm.frame(pid, jvm, addr),
+                None => unknown(FrameKind::Jvm, "[jvm]"),
+            });
+            continue;
+        }
+        if addr & crate::abi::FRAME_TAG_MASK == crate::abi::PY_FRAME {
+            out.push(match runtimes.python.get(&pid) {
                 Some(interp) => state
                     .python
                     .frame(pid, interp, addr, &ProcessMemory::new(pid)),

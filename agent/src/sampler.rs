@@ -342,6 +342,8 @@ impl Sampler {
                 .map_err(SamplerError::map("proc_mappings"))?,
             python: BpfHashMap::try_from(take_map(&mut ebpf, "python_procs")?)
                 .map_err(SamplerError::map("python_procs"))?,
+            jvm: BpfHashMap::try_from(take_map(&mut ebpf, "jvm_procs")?)
+                .map_err(SamplerError::map("jvm_procs"))?,
         };
         let cache = config.unwind_cache.as_ref().and_then(|(dir, max_bytes)| {
             TableCache::open(dir, *max_bytes)
@@ -624,6 +626,13 @@ impl Sampler {
             unsupported = delta(Stat::PyUnsupported),
             no_thread = delta(Stat::PyNoThread),
             "Python frames read"
+        );
+        debug!(
+            frames = delta(Stat::JvmFrames),
+            no_blob = delta(Stat::JvmNoBlob),
+            bad_frame = delta(Stat::JvmBadFrame),
+            guessed = delta(Stat::JvmGuessed),
+            "JVM frames read"
         );
         debug!(
             seen = drained.seen,

@@ -28,7 +28,7 @@ use aya::maps::{HashMap as BpfHashMap, HashOfMaps, MapData};
 use kiln_model::FileId;
 use tracing::{debug, info, warn};
 
-use crate::abi::{BpfMapping, MAX_MAPPINGS, PythonProc, UnwindRow};
+use crate::abi::{BpfMapping, JvmProc, MAX_MAPPINGS, PythonProc, UnwindRow};
 use crate::fileid::FileInfo;
 use crate::jvm::Jvm;
 use crate::jvm::finder::JvmFinder;
@@ -146,6 +146,7 @@ pub(crate) struct UnwindMaps {
     pub(crate) evicted: BpfHashMap<MapData, u32, u32>,
     pub(crate) processes: HashOfMaps<MapData, u32>,
     pub(crate) python: BpfHashMap<MapData, u32, PythonProc>,
+    pub(crate) jvm: BpfHashMap<MapData, u32, JvmProc>,
 }
 
 /// Owns the program's unwind maps; runs on the agent's unwinder thread.
@@ -396,6 +397,16 @@ impl Unwinder {
             return;
         };
         let found = self.jvms.find(pid, &process.mappings);
+        if let Some(jvm) = &found
+            && let Jvm::HotSpot { layout, process } = &**jvm
+        {
+            let entry = crate::jvm::bpf_entry(layout, process);
+            if let Err(e) = self.maps.jvm.insert(pid, entry, 0) {
+                warn!(pid, error = %e, "jvm_procs is full: this JVM's Java frames are not read");
+            }
+        } else {
+            let _ = self.maps.jvm.remove(&pid);
+        }
         let mut shared = self.lock_shared();
         match found {
             Some(jvm) => {
@@ -741,6 +752,7 @@ impl Unwinder {
             }
             let _ = self.maps.processes.remove(&pid);
             let _ = self.maps.python.remove(&pid);
+            let _ = self.maps.jvm.remove(&pid);
             self.jvms.forget(pid);
         }
         self.stats.reaped += gone.len() as u64;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use kiln_agent::jvm::{Jvm, probe};
 use kiln_agent::{AgentConfig, MemorySink};
-use kiln_model::label_names;
+use kiln_model::{Frame, FrameKind, label_names};
 
 use support::{Workload, require_root, resolve_labelled};
 
@@ -232,4 +232,143 @@ fn a_jvms_samples_carry_its_main_class() {
             false => assert_eq!(labelled, 0, "labelled with Java off"),
         }
     }
+}
+
+const FREQUENCY_HZ: u64 = 299;
+/// Samples of the workload the shares are read from.
+const MIN_SAMPLES: u64 = 3000;
+const PROFILE_AT_MOST: Duration = Duration::from_secs(40);
+const TOLERANCE_POINTS: f64 = 3.0;
+const UNDER_MAIN_AT_LEAST: f64 = 95.0;
+
+fn jvm_frame<'a>(frames: &'a [Frame], function: &str) -> Option<(usize, &'a Frame)> {
+    frames.iter().enumerate().find(|(_, f)| {
+        matches!(f, Frame::Named { kind: FrameKind::Jvm, function: name, .. } if name == function)
+    })
+}
+
+// Guards the HotSpot unwinder end to end, as a user runs the agent (whole
+// host, default flags): the workload's three methods in their true
+// shares, under main, interpreted (-Xint), compiled by C1 only, and with
+// the JVM's defaults (C2 after warm-up), on Debian's OpenJDK.
+#[test]
+fn java_methods_in_their_shares_interpreted_and_compiled() {
+    require_root();
+    let jdks = jdks();
+    let home = jdks
+        .iter()
+        .find(|h| h.to_string_lossy().contains("openjdk"))
+        .unwrap_or(&jdks[0]);
+    let classes = tempfile::tempdir().unwrap();
+    compile(classes.path(), &jdks);
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: FREQUENCY_HZ,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        ..AgentConfig::default()
+    });
+    let mut sink = MemorySink::default();
+    let mut failures = Vec::new();
+    for (mode, flags) in [
+        ("interpreted (-Xint)", &["-Xint"][..]),
+        ("C1 only", &["-XX:TieredStopAtLevel=1"][..]),
+        ("default (C2)", &[][..]),
+    ] {
+        let workload = Workload(
+            Command::new(home.join("bin/java"))
+                .args(flags)
+                .arg("-cp")
+                .arg(classes.path())
+                .arg(MAIN)
+                .arg("120")
+                .spawn()
+                .expect("start the Java workload"),
+        );
+        let pid = workload.0.id();
+        let started = Instant::now();
+        while !(agent.unwind_tables_loaded(pid) && agent.jvm(pid).is_some()) {
+            agent.tick(&mut sink).unwrap();
+            assert!(started.elapsed() < FIND_WITHIN, "{mode}: JVM not found");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The JIT's warm-up: compiled code, as a service runs.
+        std::thread::sleep(Duration::from_secs(3));
+        agent.tick(&mut sink).unwrap();
+        let first = sink.batches.len();
+        let profiling = Instant::now();
+        let ours = |sink: &MemorySink| {
+            resolve_labelled(&sink.batches, first)
+                .into_iter()
+                .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+                .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
+                .collect::<Vec<_>>()
+        };
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            agent.tick(&mut sink).unwrap();
+            let n: u64 = ours(&sink).iter().map(|s| s.count).sum();
+            if n >= MIN_SAMPLES || profiling.elapsed() > PROFILE_AT_MOST {
+                break;
+            }
+        }
+        drop(workload);
+        let samples = ours(&sink);
+        let total: u64 = samples.iter().map(|s| s.count).sum();
+        let share = |pred: &dyn Fn(&[Frame]) -> bool| {
+            100.0
+                * samples
+                    .iter()
+                    .filter(|s| pred(&s.frames))
+                    .map(|s| s.count)
+                    .sum::<u64>() as f64
+                / total.max(1) as f64
+        };
+        let under = |name: &'static str| move |f: &[Frame]| jvm_frame(f, name).is_some();
+        let parse = share(&under("JavaShares.parse"));
+        let render = share(&under("JavaShares.render"));
+        let digest = share(&under("JavaShares.digest"));
+        let in_main = share(&under("JavaShares.main"));
+        // A few of the stacks, for the log.
+        let mut top: Vec<_> = samples.iter().collect();
+        top.sort_by_key(|s| std::cmp::Reverse(s.count));
+        for s in top.iter().take(3) {
+            let names: Vec<String> = s
+                .frames
+                .iter()
+                .map(|f| match f {
+                    Frame::Named { function, line, .. } if *line > 0 => {
+                        format!("{function}:{line}")
+                    }
+                    Frame::Named { function, .. } => function.clone(),
+                    Frame::Address { addr, .. } => format!("{addr:#x}"),
+                })
+                .collect();
+            eprintln!("  {} × {}", s.count, names.join(";"));
+        }
+        eprintln!(
+            "{mode}: {total} samples of the main thread; parse {parse:.1}%, render {render:.1}%, \
+             digest {digest:.1}%, under main {in_main:.1}%"
+        );
+        let mut fail = |what: String| failures.push(format!("{mode}: {what}"));
+        if total < MIN_SAMPLES / 2 {
+            fail(format!("only {total} samples"));
+        }
+        for (name, got, truth) in [
+            ("parse", parse, 50.0),
+            ("render", render, 35.0),
+            ("digest", digest, 15.0),
+        ] {
+            if (got - truth).abs() > TOLERANCE_POINTS {
+                fail(format!(
+                    "{name} has {got:.1}% of the samples, expected {truth}% ± {TOLERANCE_POINTS}"
+                ));
+            }
+        }
+        if in_main < UNDER_MAIN_AT_LEAST {
+            fail(format!(
+                "only {in_main:.1}% of the samples under main (≥ {UNDER_MAIN_AT_LEAST}%)"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -187,6 +187,7 @@ static __noinline void off_cpu_begin(struct kiln_control *ctl, __u64 preempt, __
 	st.pc = regs.rip;
 	st.sp = regs.rsp;
 	st.bp = regs.rbp;
+	st.r13 = regs.r13;
 	/* Not counted in KILN_STAT_WALK_*: those are the CPU samples'. */
 	walk_user(&st);
 	if (st.n == 0)

@@ -83,6 +83,7 @@ static __always_inline __u64 record_user_stack(struct bpf_perf_event_data *ctx, 
 		st.pc = ctx->regs.rip;
 		st.sp = ctx->regs.rsp;
 		st.bp = ctx->regs.rbp;
+		st.r13 = ctx->regs.r13;
 	} else {
 		struct pt_regs regs;
 		struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
@@ -94,6 +95,7 @@ static __always_inline __u64 record_user_stack(struct bpf_perf_event_data *ctx, 
 		st.pc = regs.rip;
 		st.sp = regs.rsp;
 		st.bp = regs.rbp;
+		st.r13 = regs.r13;
 	}
 	/* A kernel thread: no user stack. */
 	if (st.pc == 0)

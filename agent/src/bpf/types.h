@@ -20,7 +20,7 @@
 #include <linux/types.h>
 
 /* Changes whenever a layout below or a map's meaning changes. */
-#define KILN_ABI_VERSION 11
+#define KILN_ABI_VERSION 12
 
 /*
  * Deepest stack one sample records. 127 is the kernel's default
@@ -110,8 +110,20 @@ enum kiln_stat {
 	KILN_STAT_PY_UNREADABLE = 19,
 	KILN_STAT_PY_UNSUPPORTED = 20,
 	KILN_STAT_PY_NO_THREAD = 21,
+	/*
+	 * The JVM unwinder (jvm_step()). JVM_FRAMES: JVM frames put into
+	 * stacks; JVM_NO_BLOB: a code-cache pc in no code blob (the walk ends
+	 * with a marker); JVM_BAD_FRAME: a JVM frame whose caller was not
+	 * found (a marker too); JVM_GUESSED: frames whose return address was
+	 * searched for (a compiled method's prologue or epilogue, an
+	 * interpreter entry).
+	 */
+	KILN_STAT_JVM_FRAMES = 22,
+	KILN_STAT_JVM_NO_BLOB = 23,
+	KILN_STAT_JVM_BAD_FRAME = 24,
+	KILN_STAT_JVM_GUESSED = 25,
 	/* Number of counters; keep last. */
-	KILN_STAT_NR = 22,
+	KILN_STAT_NR = 26,
 };
 
 /*
@@ -339,6 +351,13 @@ struct kiln_mapping {
 _Static_assert(sizeof(struct kiln_mapping) == 32, "kiln_mapping layout");
 
 /*
+ * Stack entries that are not native addresses carry a tag in their top two
+ * bits (native return addresses, below 2^47, never do): Python frames
+ * 0b10, JVM frames 0b11.
+ */
+#define KILN_FRAME_TAG_MASK (3ULL << 62)
+
+/*
  * Python frames. Where the native walk meets CPython's bytecode loop
  * (_PyEval_EvalFrameDefault), the interpreter frames that activation runs
  * take its place in the stack, each as one entry:
@@ -347,14 +366,14 @@ _Static_assert(sizeof(struct kiln_mapping) == 32, "kiln_mapping layout");
  *
  * `code` is the code object's address (user-space addresses fit 47
  * bits); `instr` is where in its bytecode the frame is, in 2-byte code
- * units from the start of the bytecode, saturated at 0xffff (3.10: f_lasti;
- * 3.11+: the instruction pointer's distance from the code object, which
- * user space turns into code units). An entry with code 0 is a marker and
- * `instr` an enum kiln_py_marker. Native return addresses never have the
- * top bit set: user space tells the two apart by it.
+ * units from the start of the bytecode, saturated at KILN_PY_INSTR_MAX
+ * (3.10: f_lasti; 3.11+: the instruction pointer's distance from the code
+ * object, which user space turns into code units). An entry with code 0
+ * is a marker and `instr` an enum kiln_py_marker.
  */
-#define KILN_PY_FRAME (1ULL << 63)
+#define KILN_PY_FRAME (2ULL << 62)
 #define KILN_PY_INSTR_SHIFT 47
+#define KILN_PY_INSTR_MAX 0x7fffULL
 #define KILN_PY_CODE_MASK ((1ULL << KILN_PY_INSTR_SHIFT) - 1)
 
 enum kiln_py_marker {
@@ -427,5 +446,95 @@ struct kiln_python_proc {
 	__u32 supported;
 };
 _Static_assert(sizeof(struct kiln_python_proc) == 80, "kiln_python_proc layout");
+
+/*
+ * JVM frames. Where the walk meets a pc in a JVM's code cache, jvm_step()
+ * reads that frame the JVM's way (interpreter frames by their frame
+ * pointer, compiled code by its code blob's frame size) and puts in one
+ * entry per physical frame:
+ *
+ *   KILN_JVM_FRAME | kind << KILN_JVM_KIND_SHIFT | payload
+ *
+ * INTERPRETED: bits 0..43 the Method* >> 3, bits 44..59 the bytecode
+ *   index (KILN_JVM_NO_BCI when unknown).
+ * CODE: bits 0..24 the code blob's segment index from the code cache's
+ *   start (blob = code_start + (index << log2_segment) + heapblock_size),
+ *   bits 25..46 the pc's offset in the blob (saturated). User space reads
+ *   what the blob is: a compiled method (its Method*), or a stub.
+ * MARKER: bits 0..15 an enum kiln_jvm_marker; the walk ends there.
+ */
+#define KILN_JVM_FRAME (3ULL << 62)
+#define KILN_JVM_KIND_SHIFT 60
+#define KILN_JVM_NO_BCI 0xffffULL
+#define KILN_JVM_SEGMENT_BITS 25
+#define KILN_JVM_OFFSET_MAX ((1ULL << 22) - 1)
+
+enum kiln_jvm_kind {
+	KILN_JVM_INTERPRETED = 0,
+	KILN_JVM_CODE = 1,
+	KILN_JVM_MARKER = 3,
+};
+
+enum kiln_jvm_marker {
+	/* A JVM the agent has no layout for. */
+	KILN_JVM_MARK_UNSUPPORTED = 1,
+	/* A code-cache pc in no code blob. */
+	KILN_JVM_MARK_NO_BLOB = 2,
+	/* A JVM frame whose caller could not be found. */
+	KILN_JVM_MARK_BAD_FRAME = 3,
+};
+
+/* Code heaps of one code cache: three when segmented, one otherwise. */
+#define KILN_JVM_MAX_HEAPS 4
+
+struct kiln_jvm_heap {
+	/* The heap's code, [start, end), and its segment map. */
+	__u64 start;
+	__u64 end;
+	__u64 segmap;
+};
+
+/* enum kiln_jvm_flags: how this build lays out a code blob. */
+enum kiln_jvm_flags {
+	/* _code_begin/_code_end are int offsets from the blob (JDK 23+),
+	 * not pointers. */
+	KILN_JVM_CODE_OFFSETS = 1,
+};
+
+/*
+ * Value of the `jvm_procs` hash map (key: tgid): a JVM's code cache and
+ * the offsets of the fields jvm_step() reads, written by user space
+ * (agent/src/jvm/) from the JVM's own vmStructs tables. Offsets in bytes.
+ */
+struct kiln_jvm_proc {
+	/* CodeCache::_low_bound, _high_bound. */
+	__u64 code_start;
+	__u64 code_end;
+	/* The template interpreter's code, [start, end). */
+	__u64 interp_start;
+	__u64 interp_end;
+	struct kiln_jvm_heap heaps[KILN_JVM_MAX_HEAPS];
+	/* CodeBlob::_frame_size (int, words), _code_begin/_code_end
+	 * (pointers, or int offsets: KILN_JVM_CODE_OFFSETS). */
+	__u16 blob_frame_size;
+	__u16 blob_code_begin;
+	__u16 blob_code_end;
+	/* Method::_constMethod; sizeof(ConstMethod) (its bytecodes follow
+	 * it); ConstMethod::_code_size (u2). */
+	__u16 method_const_method;
+	__u16 const_method_size;
+	__u16 const_method_code_size;
+	__u8 heap_count;
+	/* log2 of the code cache's segment size. */
+	__u8 log2_segment;
+	/* sizeof(HeapBlock): the header before each blob. */
+	__u8 heapblock_size;
+	/* enum kiln_jvm_flags. */
+	__u8 flags;
+	/* 0: each code-cache pc gives a KILN_JVM_MARK_UNSUPPORTED marker. */
+	__u32 supported;
+	__u32 reserved;
+};
+_Static_assert(sizeof(struct kiln_jvm_proc) == 152, "kiln_jvm_proc layout");
 
 #endif /* KILN_TYPES_H */

@@ -333,11 +333,237 @@ __attribute__((noinline)) int python_step(__u32 tgid, __u64 frame)
 		    lasti > 0)
 			instr = lasti;
 	}
-	if (instr > 0xffff)
-		instr = 0xffff;
+	if (instr > KILN_PY_INSTR_MAX)
+		instr = KILN_PY_INSTR_MAX;
 	out->entry = KILN_PY_FRAME | (instr << KILN_PY_INSTR_SHIFT) | code;
 	stat_inc(KILN_STAT_PY_FRAMES);
 	if (py->entry == KILN_PY_ENTRY_ONE || (py->entry == KILN_PY_ENTRY_FLAG && entry))
 		return 0;
 	return prev ? KILN_PY_MORE : 0;
+}
+
+/* Reads a u64 of the JVM's memory; nonzero when it cannot. */
+static __always_inline long jvm_read(__u64 *out, __u64 addr)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (const void *)addr);
+}
+
+/* Words searched above sp for a return address into the code cache, where
+ * a frame's own rule fails (a compiled method's prologue or epilogue at
+ * the leaf). */
+#define KILN_JVM_RA_SEARCH 6
+/* Segment-map hops to a blob's start: the map's bytes lead back at most
+ * 255 segments a hop. */
+#define KILN_JVM_MAX_HOPS 32
+/* The deepest a frame believed: 1 MiB. */
+#define KILN_JVM_MAX_FRAME (1ULL << 20)
+
+static __always_inline int jvm_in_code(struct kiln_jvm_proc *p, __u64 pc)
+{
+	return pc >= p->code_start && pc < p->code_end;
+}
+
+/* A marker entry ends the walk; counted. */
+static __always_inline int jvm_marker(struct jvm_step_io *io, __u64 mark)
+{
+	if (mark == KILN_JVM_MARK_NO_BLOB)
+		stat_inc(KILN_STAT_JVM_NO_BLOB);
+	else if (mark == KILN_JVM_MARK_BAD_FRAME)
+		stat_inc(KILN_STAT_JVM_BAD_FRAME);
+	io->entry = KILN_JVM_FRAME | ((__u64)KILN_JVM_MARKER << KILN_JVM_KIND_SHIFT) | mark;
+	return 0;
+}
+
+/* Finds, above `sp`, a word that is a return address into the code cache:
+ * the caller is past it. 0 when none is. */
+static __always_inline int jvm_search_ra(struct kiln_jvm_proc *p, struct jvm_step_io *io)
+{
+	for (int i = 0; i < KILN_JVM_RA_SEARCH; i++) {
+		__u64 at = io->sp + 8 * i, ra = 0;
+
+		if (jvm_read(&ra, at))
+			return 0;
+		if (jvm_in_code(p, ra)) {
+			io->pc = ra;
+			io->sp = at + 8;
+			stat_inc(KILN_STAT_JVM_GUESSED);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Reads one frame of the JVM of process `tgid`, whose (pc, sp, bp, r13)
+ * are in `jvm_step_io` (`leaf`: the sampled frame, whose pc is not a
+ * return address): writes the entry it makes and its caller's frame
+ * there. Returns 1 when the walk goes on with that caller, 0 when it ends
+ * (the entry is then a marker).
+ *
+ * - The interpreter's frames are rbp-framed, with the Method* at fp[-3],
+ *   the bytecode pointer at fp[-8] (in r13 while the leaf runs), the
+ *   caller's sp at fp[-1] (frame_x86.hpp; user space checks the JVM
+ *   describes the same slots).
+ * - Any other pc's code blob is found through its heap's segment map; a
+ *   blob with a frame size (compiled Java, runtime stubs) is unwound by
+ *   it: the return address is below sp + size, rbp saved below that. A
+ *   blob without one (the call stub, adapters) keeps rbp framed, or, at
+ *   the leaf, only pushed the return address.
+ *
+ * A global function, verified once on its own.
+ */
+__attribute__((noinline)) int jvm_step(__u32 tgid, __u32 leaf)
+{
+	__u32 zero = 0;
+	struct jvm_step_io *io = bpf_map_lookup_elem(&jvm_step_io, &zero);
+	struct kiln_jvm_proc *p = bpf_map_lookup_elem(&jvm_procs, &tgid);
+
+	if (!io)
+		return 0;
+	io->entry = 0;
+	if (!p || !p->supported)
+		return jvm_marker(io, KILN_JVM_MARK_UNSUPPORTED);
+	__u64 pc = io->pc, sp = io->sp, bp = io->bp;
+	__u64 lookup = leaf ? pc : pc - 1;
+
+	stat_inc(KILN_STAT_JVM_FRAMES);
+	if (lookup >= p->interp_start && lookup < p->interp_end) {
+		__u64 frame[2] = {}, sender_sp = 0, method = 0, bcp = 0;
+
+		if (bp >= sp && bp - sp < KILN_JVM_MAX_FRAME &&
+		    !bpf_probe_read_user(frame, sizeof(frame), (const void *)bp) &&
+		    !jvm_read(&sender_sp, bp - 8) && !jvm_read(&method, bp - 24) &&
+		    !jvm_read(&bcp, bp - 64) && sender_sp >= bp + 16 &&
+		    sender_sp - bp < KILN_JVM_MAX_FRAME && method && !(method & 7) &&
+		    method < (1ULL << 47)) {
+			__u64 cm = 0, bci = KILN_JVM_NO_BCI;
+			__u16 code_size = 0;
+
+			if (!jvm_read(&cm, method + p->method_const_method) &&
+			    !bpf_probe_read_user(&code_size, sizeof(code_size),
+						 (const void *)(cm + p->const_method_code_size))) {
+				__u64 codes = cm + p->const_method_size;
+
+				if (leaf && io->r13 >= codes && io->r13 < codes + code_size)
+					bcp = io->r13;
+				if (bcp >= codes && bcp < codes + code_size)
+					bci = bcp - codes;
+			}
+			io->entry = KILN_JVM_FRAME |
+				    ((__u64)KILN_JVM_INTERPRETED << KILN_JVM_KIND_SHIFT) |
+				    (bci << 44) | (method >> 3);
+			io->pc = frame[1];
+			io->sp = sender_sp;
+			io->bp = frame[0];
+			return 1;
+		}
+		/* The interpreter's entry code, before it built the frame. */
+		io->entry = KILN_JVM_FRAME | ((__u64)KILN_JVM_INTERPRETED << KILN_JVM_KIND_SHIFT) |
+			    (KILN_JVM_NO_BCI << 44);
+		if (leaf && jvm_search_ra(p, io))
+			return 1;
+		return jvm_marker(io, KILN_JVM_MARK_BAD_FRAME);
+	}
+
+	/* The blob: its heap, then its segment map back to its start. */
+	__u64 start = 0, segmap = 0;
+
+	for (int i = 0; i < KILN_JVM_MAX_HEAPS; i++) {
+		if (i < p->heap_count && lookup >= p->heaps[i].start && lookup < p->heaps[i].end) {
+			start = p->heaps[i].start;
+			segmap = p->heaps[i].segmap;
+			break;
+		}
+	}
+	__u32 log2 = p->log2_segment & 31;
+
+	if (!start)
+		return jvm_marker(io, KILN_JVM_MARK_NO_BLOB);
+	__u64 seg = (lookup - start) >> log2;
+	int found = 0;
+
+	for (int i = 0; i < KILN_JVM_MAX_HOPS; i++) {
+		__u8 hop = 0xff;
+
+		if (bpf_probe_read_user(&hop, sizeof(hop), (const void *)(segmap + seg)) ||
+		    hop == 0xff)
+			break;
+		if (hop == 0) {
+			found = 1;
+			break;
+		}
+		if (hop > seg)
+			break;
+		seg -= hop;
+	}
+	if (!found)
+		return jvm_marker(io, KILN_JVM_MARK_NO_BLOB);
+	__u64 blob = start + (seg << log2) + p->heapblock_size;
+	__s32 frame_size = 0;
+	__u64 begin = 0, end = 0;
+
+	if (bpf_probe_read_user(&frame_size, sizeof(frame_size),
+				(const void *)(blob + p->blob_frame_size)))
+		return jvm_marker(io, KILN_JVM_MARK_NO_BLOB);
+	if (p->flags & KILN_JVM_CODE_OFFSETS) {
+		__s32 b = 0, e = 0;
+
+		if (bpf_probe_read_user(&b, sizeof(b), (const void *)(blob + p->blob_code_begin)) ||
+		    bpf_probe_read_user(&e, sizeof(e), (const void *)(blob + p->blob_code_end)))
+			return jvm_marker(io, KILN_JVM_MARK_NO_BLOB);
+		begin = blob + b;
+		end = blob + e;
+	} else if (jvm_read(&begin, blob + p->blob_code_begin) ||
+		   jvm_read(&end, blob + p->blob_code_end)) {
+		return jvm_marker(io, KILN_JVM_MARK_NO_BLOB);
+	}
+	if (lookup < begin || lookup >= end)
+		return jvm_marker(io, KILN_JVM_MARK_NO_BLOB);
+	__u64 offset = pc - blob;
+
+	if (offset > KILN_JVM_OFFSET_MAX)
+		offset = KILN_JVM_OFFSET_MAX;
+	__u64 index = (blob - p->code_start) >> log2;
+
+	io->entry = KILN_JVM_FRAME | ((__u64)KILN_JVM_CODE << KILN_JVM_KIND_SHIFT) |
+		    (offset << KILN_JVM_SEGMENT_BITS) |
+		    (index & ((1ULL << KILN_JVM_SEGMENT_BITS) - 1));
+
+	if (frame_size > 0) {
+		/* The caller's sp is sp + frame size; the return address and
+		 * the saved rbp are just below it. */
+		__u64 caller_sp = sp + 8 * (__u64)frame_size, ra = 0, saved_bp = 0;
+
+		if (frame_size < (KILN_JVM_MAX_FRAME >> 3) && !jvm_read(&ra, caller_sp - 8) &&
+		    jvm_in_code(p, ra) && !jvm_read(&saved_bp, caller_sp - 16)) {
+			io->pc = ra;
+			io->sp = caller_sp;
+			io->bp = saved_bp;
+			return 1;
+		}
+		/* A prologue or an epilogue: the frame is not (or no longer)
+		 * its full size. */
+		if (leaf && jvm_search_ra(p, io))
+			return 1;
+		return jvm_marker(io, KILN_JVM_MARK_BAD_FRAME);
+	}
+	/* No frame size: rbp-framed stubs (the call stub, whose caller is
+	 * native), or, at the leaf, one that only pushed its return address
+	 * (or none: an adapter jumps). */
+	if (!leaf || (bp >= sp && bp - sp < 4096)) {
+		__u64 frame[2] = {};
+
+		if (!bpf_probe_read_user(frame, sizeof(frame), (const void *)bp) && frame[1] &&
+		    bp + 16 > sp) {
+			io->pc = frame[1];
+			io->sp = bp + 16;
+			io->bp = frame[0];
+			return 1;
+		}
+		if (!leaf)
+			return jvm_marker(io, KILN_JVM_MARK_BAD_FRAME);
+	}
+	if (jvm_search_ra(p, io))
+		return 1;
+	return jvm_marker(io, KILN_JVM_MARK_BAD_FRAME);
 }

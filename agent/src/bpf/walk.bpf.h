@@ -9,7 +9,10 @@
  *
  * Where the walk meets CPython's bytecode loop, the Python frames it runs
  * take its place (python_frame()), read from the interpreter's memory with
- * the offsets user space gives per process (`python_procs`).
+ * the offsets user space gives per process (`python_procs`). Where it
+ * meets a pc in a JVM's code cache, that frame is read the JVM's way
+ * (jvm_step(), with the offsets in `jvm_procs`), one per iteration, until
+ * a frame returns to native code again.
  *
  * The walk's loop body is here, static, so that each program's copy is
  * verified with its caller's state; the searches it calls are global
@@ -77,12 +80,40 @@ struct {
 /* python_step()'s return value: the activation has more frames. */
 #define KILN_PY_MORE 1
 
+/* JVM processes (by tgid): their code cache and the offsets jvm_step()
+ * reads. Written by user space; see struct kiln_jvm_proc. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct kiln_jvm_proc);
+} jvm_procs SEC(".maps") __weak;
+
+/* jvm_step()'s arguments and answer, per CPU (a global function takes
+ * and returns scalars only): the frame in, the entry to put in the stack
+ * and the caller's frame out. */
+struct jvm_step_io {
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u64 r13;
+	__u64 entry;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct jvm_step_io);
+} jvm_step_io SEC(".maps") __weak;
+
 /* The walk's global functions (walk.bpf.c); each says why it is global. */
 int announce_again(__u32 why);
 int find_mapping(__u32 tgid, __u64 pc, __u32 max);
 __u64 cached_row(__u32 table_id, __u32 len, __u64 addr);
 __u64 python_current_frame(__u32 tgid);
 int python_step(__u32 tgid, __u64 frame);
+int jvm_step(__u32 tgid, __u32 leaf);
 
 /* The state of one .eh_frame walk, shared with the bpf_loop() callback. */
 struct unwind_state {
@@ -123,6 +154,12 @@ struct unwind_state {
 	/* Whether the current activation put a Python frame in the stack. */
 	__u32 py_pushed;
 	__u32 py_reserved;
+	/* JVM: the process's code cache, [start, end); 0 when it is not a
+	 * JVM (or its JVM is not read). */
+	__u64 jvm_code_start;
+	__u64 jvm_code_end;
+	/* The leaf's r13: where the interpreter keeps its bytecode pointer. */
+	__u64 r13;
 };
 
 /* What find_row() returns when the table is not loaded, and when no row
@@ -169,6 +206,44 @@ static __always_inline int python_frame(struct unwind_state *st)
 }
 
 /*
+ * One JVM frame (st->pc is in the code cache): jvm_step() reads it and its
+ * caller; the entry it makes goes in the stack. Returns 1 when the walk
+ * ends here (a marker, or a frame whose caller was not found), else 0,
+ * with st's frame the caller's. Only copies and the call: branches here
+ * would be multiplied by every state of the loop.
+ */
+static __always_inline int jvm_frame(struct unwind_state *st)
+{
+	__u32 zero = 0;
+	struct jvm_step_io *io = bpf_map_lookup_elem(&jvm_step_io, &zero);
+	struct kiln_stack *buf = st->buf;
+	__u32 n = st->n;
+
+	if (!io || !buf)
+		return 1;
+	io->pc = st->pc;
+	io->sp = st->sp;
+	io->bp = st->bp;
+	io->r13 = st->r13;
+	int more = jvm_step(st->tgid, !st->past_leaf);
+
+	if (io->entry && n < KILN_MAX_STACK_DEPTH) {
+		buf->addrs[n] = io->entry;
+		st->n = n + 1;
+	}
+	st->past_leaf = 1;
+	if (!more || io->sp <= st->sp) {
+		st->outcome = st->suspect ? st->suspect : KILN_STAT_WALK_BAD_FRAME;
+		st->done = 1;
+		return 1;
+	}
+	st->pc = io->pc;
+	st->sp = io->sp;
+	st->bp = io->bp;
+	return 0;
+}
+
+/*
  * One frame of the walk: from (pc, sp, bp) of a frame, find its caller's.
  * Where the table has a rule it is followed; elsewhere (no table, no FDE,
  * or a rule the table marks unsupported) the frame-pointer chain is, as
@@ -182,6 +257,9 @@ static long unwind_step(__u64 index, void *data)
 
 	if (!buf || n >= KILN_MAX_STACK_DEPTH)
 		return 1;
+	/* A JVM's code: its interpreter or compiled Java, or its stubs. */
+	if (st->pc >= st->jvm_code_start && st->pc < st->jvm_code_end)
+		return jvm_frame(st);
 	/* Past the leaf, pc is a return address: look up the call. */
 	__u64 lookup = st->past_leaf ? st->pc - 1 : st->pc;
 
@@ -304,9 +382,15 @@ static __always_inline void walk_user(struct unwind_state *st)
 {
 	struct kiln_python_proc *py = bpf_map_lookup_elem(&python_procs, &st->tgid);
 
+	struct kiln_jvm_proc *jvm = bpf_map_lookup_elem(&jvm_procs, &st->tgid);
+
 	if (py) {
 		st->py_eval_start = py->eval_start;
 		st->py_eval_end = py->eval_end;
+	}
+	if (jvm) {
+		st->jvm_code_start = jvm->code_start;
+		st->jvm_code_end = jvm->code_end;
 	}
 	st->has_mappings = bpf_map_lookup_elem(&proc_mappings, &st->tgid) != NULL;
 	/* Not loaded yet: whatever breaks the walk, a table would have

@@ -74,6 +74,60 @@ pub struct HotSpotLayout {
     pub call_stub_return: u64,
     /// `Arguments::_java_command`: the main class or jar, and arguments.
     pub java_command: u64,
+    /// How code blobs are laid out.
+    pub blob: BlobLayout,
+    /// How methods are laid out, for their names and lines.
+    pub method: MethodLayout,
+    /// Whether the interpreter's frames have the slots the walk reads
+    /// (sender sp at fp[-1], last sp at fp[-2], hence the method at
+    /// fp[-3] and the bytecode pointer at fp[-8]), as the JVM says.
+    pub interpreter_frames_known: bool,
+}
+
+/// `CodeBlob` (and `nmethod`) fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobLayout {
+    /// `_name`: a `const char*`.
+    pub name: u64,
+    /// `_frame_size`, in words (int).
+    pub frame_size: u64,
+    /// Where the code begins and ends: pointers (`_code_begin`,
+    /// `_code_end`), or int offsets from the blob (`_code_offset`,
+    /// `_data_offset`, JDK 23 and later).
+    pub code_begin: u64,
+    pub code_end: u64,
+    pub code_offsets: bool,
+    /// The compiled method's `Method*` (`CompiledMethod::_method` before
+    /// JDK 23, `nmethod::_method` after).
+    pub nmethod_method: u64,
+}
+
+/// `Method`, `ConstMethod`, `ConstantPool`, `Klass` and `Symbol` fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodLayout {
+    pub const_method: u64,
+    pub constants: u64,
+    pub code_size: u64,
+    pub name_index: u64,
+    pub signature_index: u64,
+    /// `ConstMethod`'s flags, and how wide they are (2 or 4 bytes).
+    pub flags: u64,
+    pub flags_width: u64,
+    /// The flag bit saying a line number table follows the bytecodes.
+    pub has_line_table: u32,
+    /// `sizeof(ConstMethod)`: the bytecodes follow it.
+    pub const_method_size: u64,
+    /// `sizeof(ConstantPool)`: its slots follow it, 8 bytes each.
+    pub constant_pool_size: u64,
+    pub pool_holder: u64,
+    /// `ConstantPool::_source_file_name_index` (JDK 14 on; before, the
+    /// source file is not read).
+    pub source_file_index: Option<u64>,
+    pub klass_name: u64,
+    pub symbol_length: u64,
+    pub symbol_body: u64,
+    /// Whether line tables use UNSIGNED5 with byte 0 excluded (JDK 20 on).
+    pub unsigned5_excludes_zero: bool,
 }
 
 impl HotSpotLayout {
@@ -136,6 +190,11 @@ impl HotSpotLayout {
             queue_limit: offset(&[("StubQueue", "_buffer_limit")])?,
             call_stub_return: statics("StubRoutines", "_call_stub_return_address")?,
             java_command: statics("Arguments", "_java_command")?,
+            blob: blob_layout(tables)?,
+            method: method_layout(tables, version)?,
+            interpreter_frames_known: tables.ints.get("frame::interpreter_frame_sender_sp_offset")
+                == Some(&-1)
+                && tables.ints.get("frame::interpreter_frame_last_sp_offset") == Some(&-2),
         };
         layout.check()?;
         Ok(layout)
@@ -163,6 +222,68 @@ impl HotSpotLayout {
             None => Ok(()),
         }
     }
+}
+
+fn blob_layout(tables: &VmTables) -> Result<BlobLayout, JvmError> {
+    let offset = |names: &[(&str, &str)]| field_of(tables, names).map(|f| f.offset);
+    let code_offsets = tables.field("CodeBlob", "_code_begin").is_none();
+    Ok(BlobLayout {
+        name: offset(&[("CodeBlob", "_name")])?,
+        frame_size: offset(&[("CodeBlob", "_frame_size")])?,
+        code_begin: offset(&[("CodeBlob", "_code_begin"), ("CodeBlob", "_code_offset")])?,
+        code_end: offset(&[("CodeBlob", "_code_end"), ("CodeBlob", "_data_offset")])?,
+        code_offsets,
+        nmethod_method: offset(&[("CompiledMethod", "_method"), ("nmethod", "_method")])?,
+    })
+}
+
+fn method_layout(tables: &VmTables, version: JdkVersion) -> Result<MethodLayout, JvmError> {
+    let offset = |names: &[(&str, &str)]| field_of(tables, names).map(|f| f.offset);
+    let size = |name: &str| {
+        tables
+            .types
+            .get(name)
+            .copied()
+            .ok_or_else(|| JvmError::Missing(format!("the type {name}")))
+    };
+    let flags = field_of(
+        tables,
+        &[("ConstMethod", "_flags"), ("ConstMethod", "_flags._flags")],
+    )?;
+    let flags_width = match flags.type_name.as_str() {
+        "u2" | "jushort" | "uint16_t" => 2,
+        _ => 4,
+    };
+    let has_line_table = tables
+        .ints
+        .get("ConstMethod::_has_linenumber_table")
+        .or_else(|| {
+            tables
+                .ints
+                .get("ConstMethodFlags::_misc_has_linenumber_table")
+        })
+        .copied()
+        .ok_or_else(|| JvmError::Missing("the has-line-number-table flag".into()))?;
+    Ok(MethodLayout {
+        const_method: offset(&[("Method", "_constMethod")])?,
+        constants: offset(&[("ConstMethod", "_constants")])?,
+        code_size: offset(&[("ConstMethod", "_code_size")])?,
+        name_index: offset(&[("ConstMethod", "_name_index")])?,
+        signature_index: offset(&[("ConstMethod", "_signature_index")])?,
+        flags: flags.offset,
+        flags_width,
+        has_line_table: has_line_table as u32,
+        const_method_size: size("ConstMethod")?,
+        constant_pool_size: size("ConstantPool")?,
+        pool_holder: offset(&[("ConstantPool", "_pool_holder")])?,
+        source_file_index: tables
+            .field("ConstantPool", "_source_file_name_index")
+            .map(|f| f.offset),
+        klass_name: offset(&[("Klass", "_name")])?,
+        symbol_length: offset(&[("Symbol", "_length")])?,
+        symbol_body: offset(&[("Symbol", "_body")])?,
+        unsigned5_excludes_zero: version.feature >= 20,
+    })
 }
 
 /// The first of `names` (type, field) that the tables have.

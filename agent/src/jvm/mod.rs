@@ -18,6 +18,7 @@
 pub mod detect;
 pub(crate) mod finder;
 pub mod layout;
+pub mod names;
 pub mod process;
 pub mod vmstructs;
 
@@ -25,9 +26,12 @@ use std::sync::Arc;
 
 use kiln_model::{Frame, FrameKind};
 
+use crate::abi::{self, JvmHeap, JvmProc};
+
 pub use detect::{JvmLibrary, inspect, may_be_jvm};
 pub use finder::probe;
 pub use layout::{HotSpotLayout, JdkVersion};
+pub use names::{JvmNamer, MethodInfo};
 pub use process::{JvmProcess, main_of};
 
 /// Why a JVM's structures could not be read.
@@ -102,6 +106,62 @@ impl Jvm {
             )),
         }
     }
+}
+
+/// What the eBPF walk needs to read the frames of `process`, a JVM of
+/// build `layout`: its code cache and the offsets it reads. Unsupported
+/// (each code-cache pc a marker) when a value does not fit the map's
+/// fields or the interpreter's frames are not the ones the walk reads.
+pub fn bpf_entry(layout: &HotSpotLayout, process: &JvmProcess) -> JvmProc {
+    let mut entry = JvmProc {
+        code_start: process.code.start,
+        code_end: process.code.end,
+        interp_start: process.interpreter.start,
+        interp_end: process.interpreter.end,
+        ..JvmProc::default()
+    };
+    for (slot, heap) in entry.heaps.iter_mut().zip(&process.heaps) {
+        *slot = JvmHeap {
+            start: heap.memory.start,
+            end: heap.memory.end,
+            segmap: heap.segmap,
+        };
+    }
+    let narrow = |v: u64| u16::try_from(v).ok();
+    let fields = (|| {
+        Some((
+            narrow(layout.blob.frame_size)?,
+            narrow(layout.blob.code_begin)?,
+            narrow(layout.blob.code_end)?,
+            narrow(layout.method.const_method)?,
+            narrow(layout.method.const_method_size)?,
+            narrow(layout.method.code_size)?,
+            u8::try_from(layout.heap_block_size).ok()?,
+        ))
+    })();
+    let same_segments = process
+        .heaps
+        .iter()
+        .all(|h| h.log2_segment_size == process.log2_segment_size());
+    let Some((frame_size, begin, end, const_method, cm_size, code_size, block)) = fields else {
+        return entry;
+    };
+    entry.blob_frame_size = frame_size;
+    entry.blob_code_begin = begin;
+    entry.blob_code_end = end;
+    entry.method_const_method = const_method;
+    entry.const_method_size = cm_size;
+    entry.const_method_code_size = code_size;
+    entry.heap_count = process.heaps.len().min(abi::JVM_MAX_HEAPS) as u8;
+    entry.log2_segment = process.log2_segment_size() as u8;
+    entry.heapblock_size = block;
+    entry.flags = if layout.blob.code_offsets {
+        abi::JVM_CODE_OFFSETS
+    } else {
+        0
+    };
+    entry.supported = u32::from(layout.interpreter_frames_known && same_segments);
+    entry
 }
 
 /// What a process's command line says it runs as a JVM, for a JVM whose

@@ -47,6 +47,12 @@ pub struct JvmProcess {
 }
 
 impl JvmProcess {
+    /// The log2 of the code cache's segment size (every heap has the
+    /// same: `CodeCacheSegmentSize`).
+    pub fn log2_segment_size(&self) -> u32 {
+        self.heaps.first().map_or(6, |h| h.log2_segment_size)
+    }
+
     /// Reads the process's values through `mem`, its libjvm loaded `bias`
     /// above its file addresses. [`JvmError::NotStarted`] while the VM has
     /// not yet set up its code cache and interpreter (read again later).

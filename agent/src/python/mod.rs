@@ -115,7 +115,7 @@ impl PythonNamer {
     /// through `mem` the first time a code object is met.
     pub fn frame(&mut self, pid: u32, interp: &Interpreter, entry: u64, mem: &dyn Memory) -> Frame {
         let code = entry & abi::PY_CODE_MASK;
-        let instr = ((entry & !abi::PY_FRAME) >> abi::PY_INSTR_SHIFT) as u16;
+        let instr = ((entry >> abi::PY_INSTR_SHIFT) & abi::PY_INSTR_MAX) as u16;
         if code == 0 {
             return marker(interp, u64::from(instr));
         }
