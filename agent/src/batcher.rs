@@ -520,10 +520,10 @@ fn user_frames(
     for (i, &addr) in stack.addrs.iter().enumerate() {
         // A Python frame the eBPF walk put in its interpreter's place.
         if addr & crate::abi::FRAME_TAG_MASK == crate::abi::JVM_FRAME {
-            out.push(match runtimes.jvm.get(&pid) {
-                Some(jvm) => state.jvm.frame(pid, jvm, addr),
-                None => unknown(FrameKind::Jvm, "[jvm]"),
-            });
+            match runtimes.jvm.get(&pid) {
+                Some(jvm) => state.jvm.frames(pid, jvm, addr, &mut out),
+                None => out.push(unknown(FrameKind::Jvm, "[jvm]")),
+            }
             continue;
         }
         if addr & crate::abi::FRAME_TAG_MASK == crate::abi::PY_FRAME {

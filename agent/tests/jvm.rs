@@ -249,16 +249,13 @@ fn jvm_frame<'a>(frames: &'a [Frame], function: &str) -> Option<(usize, &'a Fram
 
 // Guards the HotSpot unwinder end to end, as a user runs the agent (whole
 // host, default flags): the workload's three methods in their true
-// shares, under main, interpreted (-Xint), compiled by C1 only, and with
-// the JVM's defaults (C2 after warm-up), on Debian's OpenJDK.
+// shares, under main, with lines in their own bodies, interpreted (-Xint),
+// compiled by C1 only, and with the JVM's defaults (C2 after warm-up), on
+// every installed JDK.
 #[test]
 fn java_methods_in_their_shares_interpreted_and_compiled() {
     require_root();
     let jdks = jdks();
-    let home = jdks
-        .iter()
-        .find(|h| h.to_string_lossy().contains("openjdk"))
-        .unwrap_or(&jdks[0]);
     let classes = tempfile::tempdir().unwrap();
     compile(classes.path(), &jdks);
     let mut agent = support::start_agent(AgentConfig {
@@ -269,11 +266,16 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
     });
     let mut sink = MemorySink::default();
     let mut failures = Vec::new();
-    for (mode, flags) in [
+    let modes = [
         ("interpreted (-Xint)", &["-Xint"][..]),
         ("C1 only", &["-XX:TieredStopAtLevel=1"][..]),
         ("default (C2)", &[][..]),
-    ] {
+    ];
+    for (home, &(mode, flags)) in jdks
+        .iter()
+        .flat_map(|home| modes.iter().map(move |mode| (home, mode)))
+    {
+        let mode = format!("{} {mode}", home.display());
         let workload = Workload(
             Command::new(home.join("bin/java"))
                 .args(flags)
@@ -328,6 +330,28 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
         let render = share(&under("JavaShares.render"));
         let digest = share(&under("JavaShares.digest"));
         let in_main = share(&under("JavaShares.main"));
+        // Lines: each method's frames point into its own body.
+        let source = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/JavaShares.java"),
+        )
+        .unwrap();
+        let (mut with_line, mut off_lines, mut named) = (0u64, 0u64, 0u64);
+        for name in ["parse", "render", "digest"] {
+            let body = body_of(&source, name);
+            let function = format!("JavaShares.{name}");
+            for s in &samples {
+                if let Some((_, Frame::Named { line, file, .. })) = jvm_frame(&s.frames, &function)
+                {
+                    named += s.count;
+                    if *line > 0 {
+                        with_line += s.count;
+                        if !body.contains(line) || file.as_deref() != Some("JavaShares.java") {
+                            off_lines += s.count;
+                        }
+                    }
+                }
+            }
+        }
         // A few of the stacks, for the log.
         let mut top: Vec<_> = samples.iter().collect();
         top.sort_by_key(|s| std::cmp::Reverse(s.count));
@@ -347,7 +371,9 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
         }
         eprintln!(
             "{mode}: {total} samples of the main thread; parse {parse:.1}%, render {render:.1}%, \
-             digest {digest:.1}%, under main {in_main:.1}%"
+             digest {digest:.1}%, under main {in_main:.1}%; the three methods' frames with a \
+             line {:.1}%, off their method's lines {off_lines}",
+            100.0 * with_line as f64 / named.max(1) as f64
         );
         let mut fail = |what: String| failures.push(format!("{mode}: {what}"));
         if total < MIN_SAMPLES / 2 {
@@ -368,6 +394,155 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
             fail(format!(
                 "only {in_main:.1}% of the samples under main (≥ {UNDER_MAIN_AT_LEAST}%)"
             ));
+        }
+        let mut lineless: Vec<_> = samples
+            .iter()
+            .filter(|s| {
+                s.frames.iter().any(|f| {
+                    matches!(f, Frame::Named { kind: FrameKind::Jvm, function, line: 0, .. }
+                        if ["JavaShares.parse", "JavaShares.render", "JavaShares.digest"]
+                            .contains(&function.as_str()))
+                })
+            })
+            .collect();
+        lineless.sort_by_key(|s| std::cmp::Reverse(s.count));
+        for s in lineless.iter().take(3) {
+            eprintln!("  without a line: {} × {}", s.count, describe(&s.frames));
+        }
+        if with_line < named * 95 / 100 || off_lines > 0 {
+            fail(format!(
+                "{with_line} of {named} frames of the three methods with a line, {off_lines} \
+                 off their method's lines"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A stack, root first, for the log: names with their lines, addresses.
+fn describe(frames: &[Frame]) -> String {
+    let names: Vec<String> = frames
+        .iter()
+        .map(|f| match f {
+            Frame::Named { function, line, .. } if *line > 0 => format!("{function}:{line}"),
+            Frame::Named { function, .. } => function.clone(),
+            Frame::Address { addr, .. } => format!("{addr:#x}"),
+        })
+        .collect();
+    names.join(";")
+}
+
+/// The lines a method `name` spans in Java `source`: from its declaration
+/// to its closing brace (at the declaration's indent).
+fn body_of(source: &str, name: &str) -> std::ops::RangeInclusive<u32> {
+    let lines: Vec<&str> = source.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("static") && l.contains(&format!(" {name}(")))
+        .unwrap_or_else(|| panic!("no method {name}"));
+    let indent = lines[start].len() - lines[start].trim_start().len();
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| l.len() > indent && l[..indent + 1] == format!("{}}}", " ".repeat(indent)))
+        .map_or(lines.len(), |n| start + 1 + n);
+    (start as u32 + 1)..=(end as u32 + 1)
+}
+
+// Guards inlined methods: once C2 compiles hot() with mix() inlined, no
+// call to mix() remains, and its samples show mix as its own frame under
+// hot, each with a line of its own body, read from the compiled method's
+// scopes. (-XX:+DebugNonSafepoints makes the JVM record scopes between
+// safepoints too, as profilers of compiled Java ask it to.)
+#[test]
+fn c2_inlined_methods_show_under_their_caller() {
+    require_root();
+    let jdks = jdks();
+    let classes = tempfile::tempdir().unwrap();
+    let source_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Inlined.java");
+    let source = std::fs::read_to_string(&source_path).unwrap();
+    let status = Command::new(javac(&jdks))
+        .args(["--release", "11", "-d"])
+        .arg(classes.path())
+        .arg(&source_path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut agent = support::start_agent(AgentConfig {
+        frequency_hz: FREQUENCY_HZ,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        ..AgentConfig::default()
+    });
+    let mut sink = MemorySink::default();
+    let mut failures = Vec::new();
+    for home in &jdks {
+        let workload = Workload(
+            Command::new(home.join("bin/java"))
+                .args(["-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints"])
+                .arg("-cp")
+                .arg(classes.path())
+                .args(["Inlined", "60"])
+                .spawn()
+                .unwrap(),
+        );
+        let pid = workload.0.id();
+        let started = Instant::now();
+        while !(agent.unwind_tables_loaded(pid) && agent.jvm(pid).is_some()) {
+            agent.tick(&mut sink).unwrap();
+            assert!(started.elapsed() < FIND_WITHIN, "JVM not found");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // C2 compiles hot() within a few seconds: windows of 3 s, until
+        // one shows it (at most five).
+        let mix_body = body_of(&source, "mix");
+        let mut last = String::new();
+        let mut passed = false;
+        for _ in 0..5 {
+            agent.tick(&mut sink).unwrap();
+            let first = sink.batches.len();
+            std::thread::sleep(Duration::from_secs(3));
+            agent.tick(&mut sink).unwrap();
+            let samples: Vec<_> = resolve_labelled(&sink.batches, first)
+                .into_iter()
+                .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+                .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
+                .collect();
+            let total: u64 = samples.iter().map(|s| s.count).sum();
+            let mut under_hot = 0;
+            let mut bad_lines = 0;
+            for s in &samples {
+                let hot = jvm_frame(&s.frames, "Inlined.hot");
+                let mix = jvm_frame(&s.frames, "Inlined.mix");
+                if let (Some((h, _)), Some((m, Frame::Named { line, .. }))) = (hot, mix)
+                    && m == h + 1
+                {
+                    under_hot += s.count;
+                    if !mix_body.contains(line) {
+                        bad_lines += s.count;
+                    }
+                }
+            }
+            let share = 100.0 * under_hot as f64 / total.max(1) as f64;
+            last = format!(
+                "{}: {total} samples; Inlined.mix as a frame right under Inlined.hot in \
+                 {share:.1}%, {bad_lines} of them off mix's lines {mix_body:?}",
+                home.display()
+            );
+            if share >= 20.0 && bad_lines <= under_hot / 20 {
+                passed = true;
+                break;
+            }
+            let mut top: Vec<_> = samples.iter().collect();
+            top.sort_by_key(|s| std::cmp::Reverse(s.count));
+            for s in top.iter().take(3) {
+                eprintln!("  not yet: {} × {}", s.count, describe(&s.frames));
+            }
+        }
+        drop(workload);
+        eprintln!("{last}");
+        if !passed {
+            failures.push(last);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

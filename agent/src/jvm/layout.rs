@@ -78,6 +78,9 @@ pub struct HotSpotLayout {
     pub blob: BlobLayout,
     /// How methods are laid out, for their names and lines.
     pub method: MethodLayout,
+    /// Where compiled methods keep their scopes (inlined methods, lines),
+    /// for the releases whose layout is read.
+    pub scopes: Option<super::scopes::ScopeLayout>,
     /// Whether the interpreter's frames have the slots the walk reads
     /// (sender sp at fp[-1], last sp at fp[-2], hence the method at
     /// fp[-3] and the bytecode pointer at fp[-8]), as the JVM says.
@@ -192,6 +195,7 @@ impl HotSpotLayout {
             java_command: statics("Arguments", "_java_command")?,
             blob: blob_layout(tables)?,
             method: method_layout(tables, version)?,
+            scopes: super::scopes::ScopeLayout::from_tables(tables),
             interpreter_frames_known: tables.ints.get("frame::interpreter_frame_sender_sp_offset")
                 == Some(&-1)
                 && tables.ints.get("frame::interpreter_frame_last_sp_offset") == Some(&-2),

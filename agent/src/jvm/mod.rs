@@ -20,6 +20,7 @@ pub(crate) mod finder;
 pub mod layout;
 pub mod names;
 pub mod process;
+pub mod scopes;
 pub mod vmstructs;
 
 use std::sync::Arc;

@@ -49,46 +49,64 @@ impl MethodInfo {
     }
 }
 
+/// Scope chains remembered (over all processes) before the cache starts
+/// over.
+const MAX_CHAINS: usize = 64 * 1024;
+
+/// The scopes at one pc of a compiled method, innermost first: (Method*,
+/// bytecode index).
+type ScopeChain = Arc<Vec<(u64, i32)>>;
+
 /// Turns JVM entries of recorded stacks into named frames.
 #[derive(Debug, Default)]
 pub struct JvmNamer {
     methods: HashMap<(u32, u64), Option<Arc<MethodInfo>>>,
+    /// (pid, nmethod, pc offset in it) → its compile id and scope chain.
+    chains: HashMap<(u32, u64, u64), (u32, Option<ScopeChain>)>,
 }
 
 impl JvmNamer {
-    /// The frame for the stack entry `entry` (tagged [`abi::JVM_FRAME`])
-    /// of process `pid`, which runs `jvm`.
-    pub fn frame(&mut self, pid: u32, jvm: &Jvm, entry: u64) -> Frame {
+    /// The frames for the stack entry `entry` (tagged [`abi::JVM_FRAME`])
+    /// of process `pid`, which runs `jvm`, pushed leaf first: one, or, for
+    /// compiled code with methods inlined into it, one per method.
+    pub fn frames(&mut self, pid: u32, jvm: &Jvm, entry: u64, out: &mut Vec<Frame>) {
         let Jvm::HotSpot { layout, process } = jvm else {
-            return marker("[jvm: frames not read]");
+            out.push(marker("[jvm: frames not read]"));
+            return;
         };
         let mem = ProcessMemory::new(pid);
-        self.frame_in(pid, layout, process, entry, &mem)
+        self.frames_in(pid, layout, process, entry, &mem, out);
     }
 
-    fn frame_in(
+    fn frames_in(
         &mut self,
         pid: u32,
         layout: &HotSpotLayout,
         process: &JvmProcess,
         entry: u64,
         mem: &dyn Memory,
-    ) -> Frame {
-        match (entry >> abi::JVM_KIND_SHIFT) & 3 {
+        out: &mut Vec<Frame>,
+    ) {
+        let frame = match (entry >> abi::JVM_KIND_SHIFT) & 3 {
             abi::JVM_INTERPRETED => {
                 let method = (entry & ((1 << 44) - 1)) << 3;
                 let bci = (entry >> 44) & 0xffff;
                 if method == 0 {
-                    return marker("[jvm: interpreter]");
+                    marker("[jvm: interpreter]")
+                } else {
+                    let bci = (bci != abi::JVM_NO_BCI).then_some(bci as u32);
+                    self.method_frame(pid, &layout.method, method, bci, mem)
                 }
-                let bci = (bci != abi::JVM_NO_BCI).then_some(bci as u32);
-                self.method_frame(pid, &layout.method, method, bci, mem)
             }
             abi::JVM_CODE => {
                 let index = entry & ((1 << abi::JVM_SEGMENT_BITS) - 1);
+                let offset = entry >> abi::JVM_SEGMENT_BITS & ((1 << 22) - 1);
                 let blob = process.code.start
                     + (index << process.log2_segment_size())
                     + layout.heap_block_size;
+                if self.inlined_frames(pid, layout, blob, offset, mem, out) {
+                    return;
+                }
                 self.blob_frame(pid, layout, blob, mem)
             }
             abi::JVM_MARKER => match entry & 0xffff {
@@ -98,7 +116,68 @@ impl JvmNamer {
                 _ => marker("[jvm]"),
             },
             _ => marker("[jvm]"),
+        };
+        out.push(frame);
+    }
+
+    /// For compiled Java code, the frames of the scopes at `offset` (from
+    /// the blob) of the nmethod at `blob`, innermost first, each with its
+    /// line; false when the blob is no nmethod or its scopes are not read.
+    fn inlined_frames(
+        &mut self,
+        pid: u32,
+        layout: &HotSpotLayout,
+        blob: u64,
+        offset: u64,
+        mem: &dyn Memory,
+        out: &mut Vec<Frame>,
+    ) -> bool {
+        let Some(scopes) = &layout.scopes else {
+            return false;
+        };
+        let is_nmethod = mem
+            .u64_at(blob + layout.blob.name)
+            .and_then(|at| cstring(mem, at))
+            .is_ok_and(|name| name == "nmethod");
+        if !is_nmethod {
+            return false;
         }
+        let Some(compile_id) = scopes.compile_id_of(blob, mem) else {
+            return false;
+        };
+        let key = (pid, blob, offset);
+        let chain = match self.chains.get(&key) {
+            Some((id, chain)) if *id == compile_id => chain.clone(),
+            _ => {
+                if self.chains.len() >= MAX_CHAINS {
+                    self.chains.clear();
+                }
+                let code_begin = match layout.blob.code_offsets {
+                    true => mem
+                        .u32_at(blob + layout.blob.code_begin)
+                        .ok()
+                        .map(|o| blob + u64::from(o)),
+                    false => mem.u64_at(blob + layout.blob.code_begin).ok(),
+                };
+                let chain = code_begin
+                    .and_then(|begin| (blob + offset).checked_sub(begin))
+                    .and_then(|pc| {
+                        scopes.chain(blob, pc, layout.method.unsigned5_excludes_zero, mem)
+                    })
+                    .map(Arc::new);
+                self.chains.insert(key, (compile_id, chain.clone()));
+                chain
+            }
+        };
+        let Some(chain) = chain else {
+            return false;
+        };
+        for &(method, bci) in chain.iter() {
+            // -1: the method's entry, before its first bytecode.
+            let bci = Some(u32::try_from(bci).unwrap_or(0));
+            out.push(self.method_frame(pid, &layout.method, method, bci, mem));
+        }
+        true
     }
 
     /// A frame of the code blob at `blob`: its compiled method, or the stub
@@ -171,6 +250,7 @@ impl JvmNamer {
     /// Forgets the methods of processes other than `live`.
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.methods.retain(|(pid, _), _| live(*pid));
+        self.chains.retain(|(pid, _, _), _| live(*pid));
     }
 }
 
@@ -265,11 +345,7 @@ fn read_line_table(mem: &dyn Memory, at: u64, excludes_zero: bool) -> Vec<(u32, 
 /// The pairs of a whole table in `bytes`; `None` when it does not end
 /// within them.
 pub(crate) fn decode_line_table(bytes: &[u8], excludes_zero: bool) -> Option<Vec<(u32, u32)>> {
-    let mut reader = Unsigned5 {
-        bytes,
-        pos: 0,
-        excluded: u32::from(excludes_zero),
-    };
+    let mut reader = Unsigned5::new(bytes, excludes_zero);
     let (mut bci, mut line) = (0u32, 0u32);
     let mut pairs = Vec::new();
     loop {
@@ -290,7 +366,7 @@ pub(crate) fn decode_line_table(bytes: &[u8], excludes_zero: bool) -> Option<Vec
 
 /// HotSpot's UNSIGNED5 reader: a number in one to five bytes, each of the
 /// first four below 192 (less the excluded bytes) ending it.
-struct Unsigned5<'a> {
+pub(crate) struct Unsigned5<'a> {
     bytes: &'a [u8],
     pos: usize,
     /// Bytes excluded from the encoding (1 from JDK 20: byte 0 never
@@ -298,14 +374,23 @@ struct Unsigned5<'a> {
     excluded: u32,
 }
 
-impl Unsigned5<'_> {
+impl<'a> Unsigned5<'a> {
+    /// A reader of `bytes`; `excludes_zero` from JDK 20.
+    pub(crate) fn new(bytes: &'a [u8], excludes_zero: bool) -> Self {
+        Unsigned5 {
+            bytes,
+            pos: 0,
+            excluded: u32::from(excludes_zero),
+        }
+    }
+
     fn byte(&mut self) -> Option<u8> {
         let b = *self.bytes.get(self.pos)?;
         self.pos += 1;
         Some(b)
     }
 
-    fn unsigned(&mut self) -> Option<u32> {
+    pub(crate) fn unsigned(&mut self) -> Option<u32> {
         const LG_H: u32 = 6;
         const L: u32 = 192;
         let x = self.excluded;
