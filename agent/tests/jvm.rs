@@ -24,6 +24,16 @@ use kiln_model::{Frame, FrameKind, label_names};
 use support::{Workload, require_root, resolve_labelled};
 
 const MAIN: &str = "JavaShares";
+
+/// One test at a time: each runs JVMs (and most an agent) whose CPU the
+/// others' would take, and the shares are read from that CPU.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 /// How long a JVM may take to start and be found.
 const FIND_WITHIN: Duration = Duration::from_secs(30);
 
@@ -124,6 +134,7 @@ fn wait_for_jvm(home: &Path, mut find: impl FnMut() -> Option<std::sync::Arc<Jvm
 // class, never a guess from a table of offsets kept by hand.
 #[test]
 fn every_installed_hotspot_is_read_through_its_own_tables() {
+    let _serial = serial();
     let jdks = jdks();
     let classes = tempfile::tempdir().unwrap();
     compile(classes.path(), &jdks);
@@ -177,6 +188,7 @@ fn every_installed_hotspot_is_read_through_its_own_tables() {
 // JVM's samples with what it runs, and not with Java turned off.
 #[test]
 fn a_jvms_samples_carry_its_main_class() {
+    let _serial = serial();
     require_root();
     let jdks = jdks();
     let home = &jdks[0];
@@ -254,6 +266,7 @@ fn jvm_frame<'a>(frames: &'a [Frame], function: &str) -> Option<(usize, &'a Fram
 // every installed JDK.
 #[test]
 fn java_methods_in_their_shares_interpreted_and_compiled() {
+    let _serial = serial();
     require_root();
     let jdks = jdks();
     let classes = tempfile::tempdir().unwrap();
@@ -455,6 +468,7 @@ fn body_of(source: &str, name: &str) -> std::ops::RangeInclusive<u32> {
 // safepoints too, as profilers of compiled Java ask it to.)
 #[test]
 fn c2_inlined_methods_show_under_their_caller() {
+    let _serial = serial();
     require_root();
     let jdks = jdks();
     let classes = tempfile::tempdir().unwrap();

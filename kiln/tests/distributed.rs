@@ -299,7 +299,8 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
 /// the high watermark against the group's commits), and the query node
 /// timed its flamegraphs.
 fn metrics_checks(cluster: &Cluster, batches: &[Vec<u8>]) {
-    let gateway = Exposition::scrape(cluster.gateway.url());
+    // With the admin token: tenants by name (others see them hashed).
+    let gateway = Exposition::scrape_with(cluster.gateway.url(), Some(ADMIN_TOKEN));
     let tenant = [("tenant", cluster.tenant.as_str())];
     let samples: u64 = batches
         .iter()

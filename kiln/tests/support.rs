@@ -515,10 +515,17 @@ impl Exposition {
     /// expects 200 and Prometheus text, and parses it (panics naming the
     /// line that does not).
     pub(crate) fn scrape(base: &str) -> Exposition {
-        let mut response = agent()
-            .get(format!("{base}/metrics"))
-            .call()
-            .expect("GET /metrics");
+        Exposition::scrape_with(base, None)
+    }
+
+    /// [`Exposition::scrape`] presenting `bearer` (the admin token sees
+    /// tenants' names in per-tenant series; others see them hashed).
+    pub(crate) fn scrape_with(base: &str, bearer: Option<&str>) -> Exposition {
+        let mut request = agent().get(format!("{base}/metrics"));
+        if let Some(bearer) = bearer {
+            request = request.header("authorization", format!("Bearer {bearer}"));
+        }
+        let mut response = request.call().expect("GET /metrics");
         assert_eq!(response.status(), 200, "GET {base}/metrics");
         let content_type = response
             .headers()

@@ -184,21 +184,41 @@ fn inflate(coding: Coding, sent: &[u8], limit: BodyLimit) -> Result<Bytes, ApiEr
                 .map_err(|e| ApiError::bad_request(format!("{} is not zstd: {e}", limit.what)))?,
         ),
     };
-    let mut out = Vec::new();
-    reader
-        .take(limit.max_bytes as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| {
-            ApiError::bad_request(format!(
-                "{} does not decompress as {}: {e}",
-                limit.what,
-                coding.name()
-            ))
-        })?;
+    let out = read_capped(reader, limit.max_bytes + 1).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{} does not decompress as {}: {e}",
+            limit.what,
+            coding.name()
+        ))
+    })?;
     if out.len() > limit.max_bytes {
         return Err(too_large(limit));
     }
     Ok(out.into())
+}
+
+/// Reads `reader` to its end or `cap` bytes, whichever comes first. The
+/// buffer doubles as it fills, as `read_to_end`'s does, but never past
+/// `cap`: a body at the limit costs the limit, not the next power of two
+/// (a 256 MiB import grew a 512 MiB buffer).
+fn read_capped(reader: impl Read, cap: usize) -> std::io::Result<Vec<u8>> {
+    const CHUNK: usize = 256 << 10;
+    let mut reader = reader.take(cap as u64);
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; CHUNK.min(cap.max(1))];
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => return Ok(out),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if out.len() + n > out.capacity() {
+            let grown = (out.capacity() * 2).max(out.len() + n).min(cap);
+            out.reserve_exact(grown - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
 }
 
 #[cfg(test)]
@@ -223,6 +243,18 @@ mod tests {
         std::io::Write::write_all(&mut gz, &zeros).unwrap();
         let bomb = gz.finish().unwrap();
         assert!(inflate(Coding::Gzip, &bomb, SMALL).is_err());
+    }
+
+    /// Guards "a body at the limit costs the limit": the buffer never
+    /// doubles past it.
+    #[test]
+    fn buffers_grow_no_further_than_the_limit() {
+        let data = vec![7u8; (1 << 20) + 3];
+        let out = read_capped(&data[..], (1 << 20) + 1).unwrap();
+        assert_eq!(out.len(), (1 << 20) + 1);
+        assert!(out.capacity() <= (1 << 20) + 1, "{}", out.capacity());
+        let all = read_capped(&data[..100], 1 << 20).unwrap();
+        assert_eq!(all, data[..100]);
     }
 
     #[test]

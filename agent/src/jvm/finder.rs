@@ -86,9 +86,11 @@ impl JvmFinder {
                     library.layout = Some(layout.clone());
                     layout
                 }
-                Err(e @ JvmError::Read { .. }) => {
-                    debug!(pid, error = %e, "cannot read a JVM's tables");
-                    return None;
+                // Read before the JVM set its tables up, or as it exited:
+                // nothing to remember of the file.
+                Err(e @ (JvmError::Read { .. } | JvmError::NotStarted)) => {
+                    debug!(pid, error = %e, "cannot read a JVM's tables yet");
+                    return self.not_started(pid);
                 }
                 Err(e) => {
                     let layout = Err(e.to_string());
@@ -116,23 +118,27 @@ impl JvmFinder {
                     process: Arc::new(process),
                 }))
             }
-            Err(JvmError::NotStarted) => {
-                let now = Instant::now();
-                let (since, _) = *self.waiting.entry(pid).or_insert((now, now));
-                if now.duration_since(since) >= GIVE_UP_AFTER {
-                    debug!(pid, "a JVM that did not start within {GIVE_UP_AFTER:?}");
-                    self.waiting.remove(&pid);
-                } else {
-                    self.waiting.insert(pid, (since, now + RETRY_EVERY));
-                }
-                None
-            }
+            Err(JvmError::NotStarted) => self.not_started(pid),
             Err(e) => {
                 debug!(pid, error = %e, "cannot read a JVM");
                 self.waiting.remove(&pid);
                 None
             }
         }
+    }
+
+    /// Waits for `pid`'s JVM to start: it is read again in
+    /// [`RETRY_EVERY`], for up to [`GIVE_UP_AFTER`].
+    fn not_started(&mut self, pid: u32) -> Option<Arc<Jvm>> {
+        let now = Instant::now();
+        let (since, _) = *self.waiting.entry(pid).or_insert((now, now));
+        if now.duration_since(since) >= GIVE_UP_AFTER {
+            debug!(pid, "a JVM that did not start within {GIVE_UP_AFTER:?}");
+            self.waiting.remove(&pid);
+        } else {
+            self.waiting.insert(pid, (since, now + RETRY_EVERY));
+        }
+        None
     }
 
     /// Processes whose JVM is to be looked at again now.

@@ -185,7 +185,12 @@ struct Table {
 
 impl Table {
     fn new(base: u64, stride: u64, name_at: u64) -> Result<Table, JvmError> {
-        if base == 0 || stride == 0 || stride > MAX_STRIDE || name_at >= stride {
+        // The JVM sets these globals as it starts (VMStructs::init): a
+        // JVM read before that is not started, not malformed.
+        if base == 0 || stride == 0 {
+            return Err(JvmError::NotStarted);
+        }
+        if stride > MAX_STRIDE || name_at >= stride {
             return Err(JvmError::Malformed(format!(
                 "a vmStructs table at {base:#x} with stride {stride} and name offset {name_at}"
             )));
@@ -368,6 +373,10 @@ mod tests {
         mem.put_u64(0x108 + 0x1000_0000, 4096);
         let err = VmTables::read(&mem, &symbols, 0x1000_0000).unwrap_err();
         assert!(err.to_string().contains("stride 4096"), "{err}");
+        // Not set yet (a JVM read as it starts): not started, read again.
+        mem.put_u64(0x108 + 0x1000_0000, 0);
+        let err = VmTables::read(&mem, &symbols, 0x1000_0000).unwrap_err();
+        assert!(matches!(err, JvmError::NotStarted), "{err}");
         let (mem, mut symbols) = image();
         symbols.by_name.remove("gHotSpotVMTypes");
         let err = VmTables::read(&mem, &symbols, 0x1000_0000).unwrap_err();
