@@ -3,8 +3,11 @@
 //! before anyone can count it: a 16 KB zstd chunk of zeros becomes
 //! hundreds of MiB. Here the body is taken as sent (bounded), then
 //! decompressed through a reader that stops one byte past the route's
-//! limit, so memory never exceeds the limit, and the answer is a 413 that
-//! names it.
+//! limit, into a buffer that doubles no further than it, so a body costs
+//! at most its limit (and, while the buffer last grows, the half it grew
+//! from), and the answer is a 413 that names it. Every route reads its
+//! body here, the open login form and the query nodes' internal routes
+//! included.
 
 use std::io::Read;
 
