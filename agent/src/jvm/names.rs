@@ -15,7 +15,7 @@ use kiln_model::{Frame, FrameKind};
 use crate::abi;
 use crate::memory::{Memory, ProcessMemory};
 
-use super::layout::{HotSpotLayout, MethodLayout};
+use super::layout::{HotSpotLayout, MethodLayout, SourceFileIndex};
 use super::vmstructs::cstring;
 use super::{Jvm, JvmProcess};
 
@@ -282,7 +282,10 @@ pub(crate) fn read_method(l: &MethodLayout, method: u64, mem: &dyn Memory) -> Op
     let class = symbol(l, mem.u64_at(holder + l.klass_name).ok()?, mem)?;
     let file = l
         .source_file_index
-        .and_then(|at| u16_at(cp + at))
+        .and_then(|at| match at {
+            SourceFileIndex::InPool(at) => u16_at(cp + at),
+            SourceFileIndex::InKlass(at) => u16_at(holder + at),
+        })
         .filter(|&i| i != 0)
         .and_then(slot);
     let flags = match l.flags_width {
