@@ -84,7 +84,7 @@ impl Agent {
         let unwind_shared = unwinder.as_ref().map(unwinder::Unwinder::shared);
         if let Some(shared) = &unwind_shared {
             batcher.expect_unwind_tables();
-            batcher.name_python_with(shared.clone());
+            batcher.name_runtimes_with(shared.clone());
         }
         let gpu_libraries = GpuLibraries::default();
         let watcher = match sampler.take_new_processes() {

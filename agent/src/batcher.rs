@@ -121,9 +121,9 @@ pub(crate) struct Batcher {
     /// The files the last batch's frames point into, each with a process
     /// mapping it: for symbol upload.
     files: Vec<(kiln_model::FileId, MappedSource)>,
-    /// Where the unwinder says which processes run Python; `None` when
-    /// unwind tables (and with them Python frames) are off.
-    python: Option<Arc<Mutex<unwinder::Shared>>>,
+    /// Where the unwinder says which processes run Python or a JVM;
+    /// `None` when unwind tables (and with them their frames) are off.
+    unwinder: Option<Arc<Mutex<unwinder::Shared>>>,
 }
 
 impl Batcher {
@@ -137,7 +137,7 @@ impl Batcher {
             kallsyms,
             sent: RecentlySent::new(RESEND_AFTER, MAX_REMEMBERED),
             files: Vec::new(),
-            python: None,
+            unwinder: None,
         }
     }
 
@@ -148,15 +148,15 @@ impl Batcher {
         lock(&self.state).unwind_tables = true;
     }
 
-    /// Names the Python frames of the processes that `shared` (the
-    /// unwinder's) lists as Python processes.
-    pub(crate) fn name_python_with(&mut self, shared: Arc<Mutex<unwinder::Shared>>) {
-        self.python = Some(shared);
+    /// Names the Python and JVM frames of the processes that `shared` (the
+    /// unwinder's) lists as running them.
+    pub(crate) fn name_runtimes_with(&mut self, shared: Arc<Mutex<unwinder::Shared>>) {
+        self.unwinder = Some(shared);
     }
 
     /// The Python and JVM processes now.
     fn runtimes(&self) -> Runtimes {
-        self.python
+        self.unwinder
             .as_ref()
             .map_or_else(Runtimes::default, |shared| {
                 let shared = shared.lock().unwrap_or_else(PoisonError::into_inner);

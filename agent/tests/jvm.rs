@@ -21,7 +21,7 @@ use kiln_agent::jvm::{Jvm, probe};
 use kiln_agent::{AgentConfig, MemorySink};
 use kiln_model::{Frame, FrameKind, label_names};
 
-use support::{Workload, require_root, resolve_labelled};
+use support::{Workload, require_root, resolve_labelled, share_of};
 
 const MAIN: &str = "JavaShares";
 
@@ -92,9 +92,17 @@ fn javac(jdks: &[PathBuf]) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("javac"))
 }
 
-/// Compiles the workload into `dir` for Java 11, so that every JDK runs it.
-fn compile(dir: &Path, jdks: &[PathBuf]) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/JavaShares.java");
+/// The path of workload `name` (`JavaShares.java`).
+fn workload_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/workloads/java")
+        .join(name)
+}
+
+/// Compiles workload `name` into `dir` for Java 11, so that every JDK
+/// runs it.
+fn compile(dir: &Path, jdks: &[PathBuf], name: &str) {
+    let source = workload_source(name);
     let status = Command::new(javac(jdks))
         .args(["--release", "11", "-d"])
         .arg(dir)
@@ -135,6 +143,33 @@ fn start(home: &Path, classes: &Path, seconds: u32) -> Workload {
     )
 }
 
+/// The agent as the root tests run it: the whole host at `frequency_hz`,
+/// a batch a second, Java read or not.
+fn test_agent(frequency_hz: u64, java: bool) -> kiln_agent::Agent {
+    support::start_agent(AgentConfig {
+        frequency_hz,
+        interval: Duration::from_secs(1),
+        host: "kiln-agent-test".into(),
+        java,
+        ..AgentConfig::default()
+    })
+}
+
+/// Ticks `agent` until it has `pid`'s unwind tables and (with `java`) its
+/// JVM, for at most [`FIND_WITHIN`].
+fn wait_until_loaded(agent: &mut kiln_agent::Agent, sink: &mut MemorySink, pid: u32, java: bool) {
+    let started = Instant::now();
+    while !(agent.unwind_tables_loaded(pid) && (!java || agent.jvm(pid).is_some())) {
+        agent.tick(sink).unwrap();
+        assert!(
+            started.elapsed() < FIND_WITHIN,
+            "the agent did not find the JVM within {FIND_WITHIN:?} (tables loaded: {})",
+            agent.unwind_tables_loaded(pid)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Waits until `find` gives the process's JVM.
 fn wait_for_jvm(home: &Path, mut find: impl FnMut() -> Option<std::sync::Arc<Jvm>>) -> Jvm {
     let started = Instant::now();
@@ -159,7 +194,7 @@ fn every_installed_hotspot_is_read_through_its_own_tables() {
     let _serial = serial();
     let jdks = jdks();
     let classes = tempfile::tempdir().unwrap();
-    compile(classes.path(), &jdks);
+    compile(classes.path(), &jdks, "JavaShares.java");
     for home in &jdks {
         let workload = start(home, classes.path(), 60);
         let pid = workload.0.id();
@@ -215,29 +250,13 @@ fn a_jvms_samples_carry_its_main_class() {
     let jdks = jdks();
     let home = &jdks[0];
     let classes = tempfile::tempdir().unwrap();
-    compile(classes.path(), &jdks);
+    compile(classes.path(), &jdks, "JavaShares.java");
     for java in [true, false] {
-        let mut agent = support::start_agent(AgentConfig {
-            frequency_hz: 99,
-            interval: Duration::from_secs(1),
-            host: "kiln-agent-test".into(),
-            java,
-            ..AgentConfig::default()
-        });
+        let mut agent = test_agent(99, java);
         let mut sink = MemorySink::default();
         let workload = start(home, classes.path(), 60);
         let pid = workload.0.id();
-        let started = Instant::now();
-        // Until the agent has its tables, and (with Java) its JVM.
-        while !(agent.unwind_tables_loaded(pid) && (!java || agent.jvm(pid).is_some())) {
-            agent.tick(&mut sink).unwrap();
-            assert!(
-                started.elapsed() < FIND_WITHIN,
-                "the agent did not find the JVM within {FIND_WITHIN:?} (tables loaded: {})",
-                agent.unwind_tables_loaded(pid)
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_until_loaded(&mut agent, &mut sink, pid, java);
         agent.tick(&mut sink).unwrap();
         let first = sink.batches.len();
         std::thread::sleep(Duration::from_secs(3));
@@ -292,13 +311,8 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
     require_root();
     let jdks = jdks();
     let classes = tempfile::tempdir().unwrap();
-    compile(classes.path(), &jdks);
-    let mut agent = support::start_agent(AgentConfig {
-        frequency_hz: FREQUENCY_HZ,
-        interval: Duration::from_secs(1),
-        host: "kiln-agent-test".into(),
-        ..AgentConfig::default()
-    });
+    compile(classes.path(), &jdks, "JavaShares.java");
+    let mut agent = test_agent(FREQUENCY_HZ, true);
     let mut sink = MemorySink::default();
     let mut failures = Vec::new();
     let modes = [
@@ -322,12 +336,7 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
                 .expect("start the Java workload"),
         );
         let pid = workload.0.id();
-        let started = Instant::now();
-        while !(agent.unwind_tables_loaded(pid) && agent.jvm(pid).is_some()) {
-            agent.tick(&mut sink).unwrap();
-            assert!(started.elapsed() < FIND_WITHIN, "{mode}: JVM not found");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_until_loaded(&mut agent, &mut sink, pid, true);
         // The JIT's warm-up: compiled code, as a service runs.
         std::thread::sleep(Duration::from_secs(3));
         agent.tick(&mut sink).unwrap();
@@ -351,25 +360,14 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
         drop(workload);
         let samples = ours(&sink);
         let total: u64 = samples.iter().map(|s| s.count).sum();
-        let share = |pred: &dyn Fn(&[Frame]) -> bool| {
-            100.0
-                * samples
-                    .iter()
-                    .filter(|s| pred(&s.frames))
-                    .map(|s| s.count)
-                    .sum::<u64>() as f64
-                / total.max(1) as f64
-        };
+        let share = |pred: &dyn Fn(&[Frame]) -> bool| share_of(&samples, pred);
         let under = |name: &'static str| move |f: &[Frame]| jvm_frame(f, name).is_some();
         let parse = share(&under("JavaShares.parse"));
         let render = share(&under("JavaShares.render"));
         let digest = share(&under("JavaShares.digest"));
         let in_main = share(&under("JavaShares.main"));
         // Lines: each method's frames point into its own body.
-        let source = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/JavaShares.java"),
-        )
-        .unwrap();
+        let source = std::fs::read_to_string(workload_source("JavaShares.java")).unwrap();
         let (mut with_line, mut off_lines, mut named) = (0u64, 0u64, 0u64);
         for name in ["parse", "render", "digest"] {
             let body = body_of(&source, name);
@@ -391,18 +389,7 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
         let mut top: Vec<_> = samples.iter().collect();
         top.sort_by_key(|s| std::cmp::Reverse(s.count));
         for s in top.iter().take(3) {
-            let names: Vec<String> = s
-                .frames
-                .iter()
-                .map(|f| match f {
-                    Frame::Named { function, line, .. } if *line > 0 => {
-                        format!("{function}:{line}")
-                    }
-                    Frame::Named { function, .. } => function.clone(),
-                    Frame::Address { addr, .. } => format!("{addr:#x}"),
-                })
-                .collect();
-            eprintln!("  {} × {}", s.count, names.join(";"));
+            eprintln!("  {} × {}", s.count, describe(&s.frames));
         }
         eprintln!(
             "{mode}: {total} samples of the main thread; parse {parse:.1}%, render {render:.1}%, \
@@ -494,22 +481,9 @@ fn c2_inlined_methods_show_under_their_caller() {
     require_root();
     let jdks = jdks();
     let classes = tempfile::tempdir().unwrap();
-    let source_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/Inlined.java");
-    let source = std::fs::read_to_string(&source_path).unwrap();
-    let status = Command::new(javac(&jdks))
-        .args(["--release", "11", "-d"])
-        .arg(classes.path())
-        .arg(&source_path)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let mut agent = support::start_agent(AgentConfig {
-        frequency_hz: FREQUENCY_HZ,
-        interval: Duration::from_secs(1),
-        host: "kiln-agent-test".into(),
-        ..AgentConfig::default()
-    });
+    let source = std::fs::read_to_string(workload_source("Inlined.java")).unwrap();
+    compile(classes.path(), &jdks, "Inlined.java");
+    let mut agent = test_agent(FREQUENCY_HZ, true);
     let mut sink = MemorySink::default();
     let mut failures = Vec::new();
     for home in &jdks {
@@ -523,12 +497,7 @@ fn c2_inlined_methods_show_under_their_caller() {
                 .unwrap(),
         );
         let pid = workload.0.id();
-        let started = Instant::now();
-        while !(agent.unwind_tables_loaded(pid) && agent.jvm(pid).is_some()) {
-            agent.tick(&mut sink).unwrap();
-            assert!(started.elapsed() < FIND_WITHIN, "JVM not found");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_until_loaded(&mut agent, &mut sink, pid, true);
         // C2 compiles hot() within a few seconds: windows of 3 s, until
         // one shows it (at most five).
         let mix_body = body_of(&source, "mix");

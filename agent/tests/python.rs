@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use kiln_agent::{AgentConfig, MemorySink};
 use kiln_model::{Frame, FrameKind, label_names};
 
-use support::{Workload, executables, require_root, resolve_labelled};
+use support::{Workload, executables, require_root, resolve_labelled, share_of};
 
 const FREQUENCY_HZ: u64 = 299;
 /// Samples of the workload the shares are read from (±0.9 points of
@@ -164,15 +164,7 @@ fn python_functions_in_their_shares_on_every_installed_interpreter() {
         let samples = ours(&sink);
         let files = executables(&sink.batches);
         let total: u64 = samples.iter().map(|s| s.count).sum();
-        let share = |pred: &dyn Fn(&[Frame]) -> bool| {
-            100.0
-                * samples
-                    .iter()
-                    .filter(|s| pred(&s.frames))
-                    .map(|s| s.count)
-                    .sum::<u64>() as f64
-                / total.max(1) as f64
-        };
+        let share = |pred: &dyn Fn(&[Frame]) -> bool| share_of(&samples, pred);
         let under = |name: &'static str| move |f: &[Frame]| python_frame(f, name).is_some();
         let parse = share(&under("parse"));
         let render = share(&under("render"));

@@ -27,5 +27,6 @@
 pub mod cgroup;
 pub mod report;
 pub mod sealing;
+pub mod store;
 pub mod synth;
 pub mod systems;

@@ -83,6 +83,17 @@ pub(crate) struct Resolved {
     pub period_ns: u64,
 }
 
+/// The percentage of `samples`' counts whose frames satisfy `pred`.
+pub(crate) fn share_of(samples: &[Resolved], pred: impl Fn(&[Frame]) -> bool) -> f64 {
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    let matching: u64 = samples
+        .iter()
+        .filter(|s| pred(&s.frames))
+        .map(|s| s.count)
+        .sum();
+    100.0 * matching as f64 / total.max(1) as f64
+}
+
 impl Resolved {
     pub(crate) fn pid(&self) -> Option<&str> {
         self.labels.get(label_names::PID)

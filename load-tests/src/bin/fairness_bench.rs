@@ -21,12 +21,13 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_load_tests::report::{Report, percentile};
+use kiln_load_tests::store::write_batch;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
 use kiln_load_tests::systems::{http_client, spawn_system, tenant_key};
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, NANOS_PER_HOUR};
 use kiln_storage::{
     EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
-    ProfileStore, Scope, StoredFrame, StoredSample,
+    ProfileStore, Scope,
 };
 use kiln_symbolizer_workers::SymbolizerConfig;
 use rand::SeedableRng;
@@ -206,7 +207,7 @@ async fn fill_heavy(
         for interval in 0..args.intervals {
             for host in 0..args.hosts {
                 let batch = fleet.batch(&population, host, interval, start_ns, &mut rng);
-                put_batch(store, scope, &batch).await?;
+                write_batch(store, scope, &batch).await?;
                 samples += batch.sample_count();
             }
         }
@@ -226,24 +227,7 @@ async fn fill_light(store: &dyn ProfileStore, scope: &Scope, hour: i64) -> anyho
         ];
         builder.add(start_ns + 1_000_000_000, &frames, &labels, 10 + i as u64);
     }
-    put_batch(store, scope, &builder.finish()).await
-}
-
-async fn put_batch(
-    store: &dyn ProfileStore,
-    scope: &Scope,
-    batch: &kiln_model::Batch,
-) -> anyhow::Result<()> {
-    let frames: Vec<StoredFrame> = batch.frames.iter().cloned().map(Into::into).collect();
-    store.put_frames(scope.tenant(), &frames).await?;
-    store.put_stacks(scope.tenant(), &batch.stacks).await?;
-    store
-        .put_label_sets(scope.tenant(), &batch.label_sets)
-        .await?;
-    store
-        .put_samples(scope, &StoredSample::of_batch(batch))
-        .await?;
-    Ok(())
+    write_batch(store, scope, &builder.finish()).await
 }
 
 /// One flamegraph request, as a tenant's UI sends it.

@@ -39,12 +39,13 @@ use kiln_actors::query::{
 use kiln_actors::roles::{self, HttpOptions};
 use kiln_actors::{DEFAULT_PROJECT, DEFAULT_TENANT};
 use kiln_load_tests::report::{Report, percentile};
+use kiln_load_tests::store::write_batch;
 use kiln_load_tests::synth::{Fleet, StackPopulation};
 use kiln_load_tests::systems::{http_client, spawn_system, tenant_key};
 use kiln_model::NANOS_PER_HOUR;
 use kiln_storage::{
     EmbeddedMetadataStore, EmbeddedProfileStore, LocalObjectStore, MetadataStore, ObjectStore,
-    ProfileStore, Scope, StoredFrame, StoredSample,
+    ProfileStore, Scope,
 };
 use kiln_symbolizer_workers::SymbolizerConfig;
 use rand::SeedableRng;
@@ -247,7 +248,6 @@ async fn fill(store: &dyn ProfileStore, args: &Args) -> anyhow::Result<StoredRan
     let now_hour = kiln_actors::http::now_ns().div_euclid(NANOS_PER_HOUR);
     let first_hour = now_hour - args.hours as i64 - 1;
     let scope = Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)?;
-    let tenant = scope.tenant().to_owned();
     let mut rng = StdRng::seed_from_u64(3);
     let mut samples = 0;
     for hour in 0..args.hours as i64 {
@@ -255,14 +255,7 @@ async fn fill(store: &dyn ProfileStore, args: &Args) -> anyhow::Result<StoredRan
         for interval in 0..args.intervals {
             for host in 0..args.hosts {
                 let batch = fleet.batch(&population, host, interval, start_ns, &mut rng);
-                let frames: Vec<StoredFrame> =
-                    batch.frames.iter().cloned().map(Into::into).collect();
-                store.put_frames(&tenant, &frames).await?;
-                store.put_stacks(&tenant, &batch.stacks).await?;
-                store.put_label_sets(&tenant, &batch.label_sets).await?;
-                store
-                    .put_samples(&scope, &StoredSample::of_batch(&batch))
-                    .await?;
+                write_batch(store, &scope, &batch).await?;
                 samples += batch.sample_count();
             }
         }
