@@ -69,7 +69,11 @@ fn inflate_with(
     let mut input = InBuffer::around(compressed);
     loop {
         if payload.len() == payload.capacity() {
-            payload.reserve(payload.capacity().max(MIN_GROWTH));
+            // Doubling, but never past the bound: a payload refused at a
+            // 64 MiB limit grew a 128 MiB buffer, which the allocator
+            // then kept.
+            let grown = payload.capacity().max(MIN_GROWTH);
+            payload.reserve_exact(grown.min(bound - payload.len()));
         }
         let room = payload.capacity().min(bound);
         let written_from = payload.len();
@@ -165,6 +169,17 @@ mod tests {
             inflate(&compressed(&bytes), 199_999),
             Err(InflateError::TooLarge)
         ));
+    }
+
+    /// Guards "a payload costs its limit, not the next power of two".
+    #[test]
+    fn the_buffer_grows_no_further_than_one_byte_past_the_limit() {
+        // A highly compressible payload starts from the smallest guess and
+        // grows by doubling: its last growth stops at the bound.
+        let zeros = vec![0u8; 3 << 20];
+        let out = inflate_with(&mut DCtx::create(), &compressed(&zeros), 3 << 20).unwrap();
+        assert_eq!(out.len(), 3 << 20);
+        assert!(out.capacity() <= (3 << 20) + 1, "{}", out.capacity());
     }
 
     #[test]

@@ -3,19 +3,22 @@
 //! before anyone can count it: a 16 KB zstd chunk of zeros becomes
 //! hundreds of MiB. Here the body is taken as sent (bounded), then
 //! decompressed through a reader that stops one byte past the route's
-//! limit, into a buffer that doubles no further than it, so a body costs
-//! at most its limit (and, while the buffer last grows, the half it grew
-//! from), and the answer is a 413 that names it. Every route reads its
+//! limit, so a body costs at most its limit and the answer is a 413 that
+//! names it. A large body lives in a mapping of its own ([`buffer`]),
+//! returned to the system as soon as it is dropped. Every route reads its
 //! body here, the open login form and the query nodes' internal routes
 //! included.
+
+mod buffer;
 
 use std::io::Read;
 
 use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use actix_web::{HttpRequest, web};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::StreamExt;
 
+use self::buffer::{BodyBuffer, ExtendError};
 use super::error::ApiError;
 
 /// What one route accepts.
@@ -164,16 +167,32 @@ pub(crate) async fn read_sent(
         return Err(too_large(limit));
     }
     let mut stream = payload;
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
+    let mut body = buffer(limit, declared.unwrap_or(0))?;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk
             .map_err(|e| ApiError::bad_request(format!("reading {} failed: {e}", limit.what)))?;
-        if body.len() + chunk.len() > limit.max_bytes {
-            return Err(too_large(limit));
-        }
-        body.extend_from_slice(&chunk);
+        append(&mut body, &chunk, limit)?;
     }
     Ok(body.freeze())
+}
+
+fn buffer(limit: BodyLimit, expected: usize) -> Result<BodyBuffer, ApiError> {
+    BodyBuffer::new(limit.max_bytes, expected).map_err(|e| unmapped(limit, e))
+}
+
+fn append(body: &mut BodyBuffer, bytes: &[u8], limit: BodyLimit) -> Result<(), ApiError> {
+    body.extend(bytes).map_err(|e| match e {
+        ExtendError::Full => too_large(limit),
+        ExtendError::Map(e) => unmapped(limit, e),
+    })
+}
+
+fn unmapped(limit: BodyLimit, error: std::io::Error) -> ApiError {
+    ApiError::Unavailable(format!(
+        "no memory for {} of up to {} MiB: {error}",
+        limit.what,
+        limit.max_bytes >> 20
+    ))
 }
 
 /// Decompresses `sent`, reading at most one byte past the limit.
@@ -187,40 +206,23 @@ fn inflate(coding: Coding, sent: &[u8], limit: BodyLimit) -> Result<Bytes, ApiEr
                 .map_err(|e| ApiError::bad_request(format!("{} is not zstd: {e}", limit.what)))?,
         ),
     };
-    let out = read_capped(reader, limit.max_bytes + 1).map_err(|e| {
-        ApiError::bad_request(format!(
-            "{} does not decompress as {}: {e}",
-            limit.what,
-            coding.name()
-        ))
-    })?;
-    if out.len() > limit.max_bytes {
-        return Err(too_large(limit));
-    }
-    Ok(out.into())
-}
-
-/// Reads `reader` to its end or `cap` bytes, whichever comes first. The
-/// buffer doubles as it fills, as `read_to_end`'s does, but never past
-/// `cap`: a body at the limit costs the limit, not the next power of two
-/// (a 256 MiB import grew a 512 MiB buffer).
-fn read_capped(reader: impl Read, cap: usize) -> std::io::Result<Vec<u8>> {
-    const CHUNK: usize = 256 << 10;
-    let mut reader = reader.take(cap as u64);
-    let mut out = Vec::new();
-    let mut chunk = vec![0u8; CHUNK.min(cap.max(1))];
+    let mut reader = reader.take(limit.max_bytes as u64 + 1);
+    let mut body = buffer(limit, 0)?;
+    let mut chunk = vec![0u8; 256 << 10];
     loop {
         let n = match reader.read(&mut chunk) {
-            Ok(0) => return Ok(out),
+            Ok(0) => return Ok(body.freeze()),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(ApiError::bad_request(format!(
+                    "{} does not decompress as {}: {e}",
+                    limit.what,
+                    coding.name()
+                )));
+            }
         };
-        if out.len() + n > out.capacity() {
-            let grown = (out.capacity() * 2).max(out.len() + n).min(cap);
-            out.reserve_exact(grown - out.len());
-        }
-        out.extend_from_slice(&chunk[..n]);
+        append(&mut body, &chunk[..n], limit)?;
     }
 }
 
@@ -246,18 +248,6 @@ mod tests {
         std::io::Write::write_all(&mut gz, &zeros).unwrap();
         let bomb = gz.finish().unwrap();
         assert!(inflate(Coding::Gzip, &bomb, SMALL).is_err());
-    }
-
-    /// Guards "a body at the limit costs the limit": the buffer never
-    /// doubles past it.
-    #[test]
-    fn buffers_grow_no_further_than_the_limit() {
-        let data = vec![7u8; (1 << 20) + 3];
-        let out = read_capped(&data[..], (1 << 20) + 1).unwrap();
-        assert_eq!(out.len(), (1 << 20) + 1);
-        assert!(out.capacity() <= (1 << 20) + 1, "{}", out.capacity());
-        let all = read_capped(&data[..100], 1 << 20).unwrap();
-        assert_eq!(all, data[..100]);
     }
 
     #[test]
