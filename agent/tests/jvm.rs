@@ -552,3 +552,63 @@ fn c2_inlined_methods_show_under_their_caller() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+// Guards "an unsupported JVM is named, never garbage" for a GraalVM native
+// image: an executable of any name whose `.svm_heap` section (where
+// native-image puts the objects it built ahead of time) says what it is.
+// GraalVM is not installable here, so the workload is shares.c linked
+// with such a section: the file is what the agent looks at, and the
+// agent reads it as it would a real image, whole host, default flags.
+#[test]
+fn a_graalvm_native_image_is_marked_at_the_root_of_its_stacks() {
+    let _serial = serial();
+    require_root();
+    let dir = tempfile::tempdir().unwrap();
+    let heap = dir.path().join("image_heap.c");
+    std::fs::write(
+        &heap,
+        "__attribute__((section(\".svm_heap\"), used))\n\
+         const char image_heap[4096] = \"a GraalVM image heap, standing in\";\n",
+    )
+    .unwrap();
+    let image = dir.path().join("kiln-native-image");
+    kiln_test_support::CBuild::clang()
+        .args([std::ffi::OsStr::new("-O2"), heap.as_os_str()])
+        .file(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/shares.c"),
+            &image,
+        );
+    let mut agent = test_agent(FREQUENCY_HZ, true);
+    let mut sink = MemorySink::default();
+    let workload = Workload(
+        Command::new(&image)
+            .args(["30", "cpu"])
+            .spawn()
+            .expect("start the stand-in native image"),
+    );
+    let pid = workload.0.id();
+    wait_until_loaded(&mut agent, &mut sink, pid, true);
+    let marker = "[jvm: GraalVM native image: Java frames not read]";
+    match agent.jvm(pid).as_deref() {
+        Some(Jvm::Unsupported { reason, .. }) => assert_eq!(reason, "GraalVM native image"),
+        other => panic!("the native image was taken for {other:?}"),
+    }
+    let first = sink.batches.len();
+    std::thread::sleep(Duration::from_secs(3));
+    agent.tick(&mut sink).unwrap();
+    let samples: Vec<_> = resolve_labelled(&sink.batches, first)
+        .into_iter()
+        .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+        .collect();
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    let marked = share_of(&samples, |frames: &[Frame]| {
+        frames.first().is_some_and(
+            |f| matches!(f, Frame::Named { kind: FrameKind::Jvm, function, .. } if function == marker),
+        )
+    });
+    eprintln!("native image: {total} samples, {marked:.1}% with {marker} at the root");
+    assert!(total >= 20, "only {total} samples of the native image");
+    assert!(marked >= 99.0, "{marked:.1}% of its samples marked");
+    // A program without the section is no JVM at all.
+    assert!(probe(std::process::id()).is_none());
+}

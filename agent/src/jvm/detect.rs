@@ -1,7 +1,7 @@
 //! Finds a JVM among a process's mapped files: HotSpot's `libjvm.so`
 //! with its exported vmStructs tables, or a JVM whose frames the agent
-//! does not read (Eclipse OpenJ9, a `libjvm.so` without the tables), which
-//! its stacks then say.
+//! does not read (Eclipse OpenJ9, a `libjvm.so` without the tables, a
+//! GraalVM native image), which its stacks then say.
 
 use object::read::ReadRef;
 use object::{Object, ObjectSymbol};
@@ -17,11 +17,16 @@ pub enum JvmLibrary {
     Unsupported(&'static str),
 }
 
-/// Whether a mapped file's name says it may be a JVM: only these are
-/// opened and searched.
+/// Whether a mapped file's name says it may be a JVM library: these are
+/// looked for first, and read again until their JVM has started.
 pub fn may_be_jvm(file_name: &str) -> bool {
     file_name == "libjvm.so" || is_openj9(file_name)
 }
+
+/// The section a GraalVM native image keeps its image heap in (the
+/// objects built ahead of time). Such an executable or library has any
+/// name; this section is what says what it is.
+const NATIVE_IMAGE_HEAP: &str = ".svm_heap";
 
 /// OpenJ9's VM library: `libj9vm29.so` (the number is its ABI).
 fn is_openj9(file_name: &str) -> bool {
@@ -36,6 +41,9 @@ pub fn inspect<'data, R: ReadRef<'data>>(
 ) -> Option<JvmLibrary> {
     if is_openj9(file_name) {
         return Some(JvmLibrary::Unsupported("Eclipse OpenJ9"));
+    }
+    if elf.section_by_name(NATIVE_IMAGE_HEAP).is_some() {
+        return Some(JvmLibrary::Unsupported("GraalVM native image"));
     }
     if file_name != "libjvm.so" {
         return None;

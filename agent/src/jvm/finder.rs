@@ -33,10 +33,18 @@ struct Library {
     layout: Option<Result<Arc<HotSpotLayout>, String>>,
 }
 
+/// How many files' "is it a native image" answers are kept before they
+/// are all forgotten (and asked again as processes map them): a build host
+/// makes new executables all day.
+const NATIVE_IMAGE_ANSWERS_AT_MOST: usize = 1 << 16;
+
 /// The JVM libraries seen, and the JVMs waited for.
 #[derive(Debug, Default)]
 pub(crate) struct JvmFinder {
     libraries: HashMap<FileId, Option<Library>>,
+    /// Whether each other file mapped executable is a GraalVM native
+    /// image, as found the first time.
+    native_images: HashMap<FileId, bool>,
     /// Processes whose JVM had not started, with when it was first seen.
     waiting: HashMap<u32, (Instant, Instant)>,
 }
@@ -46,7 +54,14 @@ impl JvmFinder {
     /// `None` when it runs none, or none that has started (then it is
     /// waited for: see [`JvmFinder::due`]).
     pub(crate) fn find(&mut self, pid: u32, mappings: &ProcessMappings) -> Option<Arc<Jvm>> {
-        let (m, file) = mappings.iter().find(|(m, _)| super::may_be_jvm(m.name()))?;
+        let (m, file) = mappings
+            .iter()
+            .find(|(m, _)| super::may_be_jvm(m.name()))
+            .or_else(|| {
+                mappings
+                    .iter()
+                    .find(|(m, file)| self.is_native_image(pid, m, file.file_id))
+            })?;
         let library = match self.libraries.get_mut(&file.file_id) {
             Some(known) => known.as_mut()?,
             None => match inspect(pid, m) {
@@ -125,6 +140,20 @@ impl JvmFinder {
                 None
             }
         }
+    }
+
+    /// Whether `mapping` of `pid`, file `file_id`, is a GraalVM native
+    /// image, looked at once per file.
+    fn is_native_image(&mut self, pid: u32, mapping: &Mapping, file_id: FileId) -> bool {
+        if let Some(&known) = self.native_images.get(&file_id) {
+            return known;
+        }
+        let found = matches!(inspect(pid, mapping), Ok(Some(JvmLibrary::Unsupported(_))));
+        if self.native_images.len() >= NATIVE_IMAGE_ANSWERS_AT_MOST {
+            self.native_images.clear();
+        }
+        self.native_images.insert(file_id, found);
+        found
     }
 
     /// Waits for `pid`'s JVM to start: it is read again in
