@@ -1,6 +1,8 @@
 //! The part of every import that turns stacks into a batch.
 
-use kiln_model::{BatchBuilder, Frame, LabelSet, MAX_BATCH_ENTRIES, MAX_LABELS};
+use std::borrow::Cow;
+
+use kiln_model::{BatchBuilder, Executable, Frame, LabelSet, MAX_BATCH_ENTRIES, MAX_LABELS};
 
 use crate::error::ImportError;
 use crate::options::{ImportOptions, Imported};
@@ -13,13 +15,15 @@ use crate::options::{ImportOptions, Imported};
 /// memory holds.
 pub(crate) const MAX_STACK_FRAMES: usize = 1 << 23;
 
-/// A [`BatchBuilder`] that adds the options' labels to every sample and
+/// A [`BatchBuilder`] that adds the import's labels to every sample and
 /// checks that the counts add up without overflow (the builder itself sums
 /// duplicate samples unchecked; no per-sample sum can exceed the checked
-/// total).
-pub(crate) struct ImportBuilder<'o> {
+/// total). Every importer builds through it: the file formats one batch
+/// per import, OTLP one per (source, period), several when large.
+pub(crate) struct ImportBuilder {
     batch: BatchBuilder,
-    options: &'o ImportOptions,
+    /// Labels added to every sample, winning over the input's.
+    labels: LabelSet,
     total: u64,
     /// Frames of the distinct stacks so far.
     stack_frames: usize,
@@ -27,15 +31,78 @@ pub(crate) struct ImportBuilder<'o> {
     max_stack_frames: usize,
 }
 
-impl<'o> ImportBuilder<'o> {
-    pub(crate) fn new(options: &'o ImportOptions, period_ns: u64) -> Self {
+/// What adding some samples may add to a batch at most: what
+/// [`ImportBuilder::fits`] weighs before they are added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Entries {
+    pub stacks: usize,
+    pub frames: usize,
+    pub label_sets: usize,
+    pub samples: usize,
+    /// Frames of the distinct stacks (see [`MAX_STACK_FRAMES`]).
+    pub stack_frames: usize,
+}
+
+impl ImportBuilder {
+    /// A builder for an import with `options`: its source, time and
+    /// labels.
+    pub(crate) fn new(options: &ImportOptions, period_ns: u64) -> Self {
+        Self::for_batch(
+            &options.source,
+            options.now_ns,
+            period_ns,
+            options.labels.clone(),
+        )
+    }
+
+    /// A builder for a batch from `source`, sent at `sent_at_ns`, whose
+    /// samples each stand for `period_ns`, with `labels` added to each.
+    pub(crate) fn for_batch(
+        source: &str,
+        sent_at_ns: i64,
+        period_ns: u64,
+        labels: LabelSet,
+    ) -> Self {
         Self {
-            batch: BatchBuilder::new(options.source.clone(), options.now_ns, period_ns),
-            options,
+            batch: BatchBuilder::new(source, sent_at_ns, period_ns),
+            labels,
             total: 0,
             stack_frames: 0,
             max_stack_frames: MAX_STACK_FRAMES,
         }
+    }
+
+    /// Whether `more` fits beside what the batch holds with every list
+    /// within `share` of its limit (1 for the limits themselves, 2 for
+    /// half of them), and the counts, `more_count` added, within a `u64`.
+    pub(crate) fn fits(&self, more: Entries, more_count: u64, share: usize) -> bool {
+        let within = |now: usize, more: usize, limit: usize| {
+            now.saturating_add(more) <= limit / share.max(1)
+        };
+        self.total.checked_add(more_count).is_some()
+            && within(self.batch.stack_count(), more.stacks, MAX_BATCH_ENTRIES)
+            && within(self.batch.frame_count(), more.frames, MAX_BATCH_ENTRIES)
+            && within(
+                self.batch.label_set_count(),
+                more.label_sets,
+                MAX_BATCH_ENTRIES,
+            )
+            && within(
+                self.batch.sample_entry_count(),
+                more.samples,
+                MAX_BATCH_ENTRIES,
+            )
+            && within(self.stack_frames, more.stack_frames, self.max_stack_frames)
+    }
+
+    /// Whether no sample was added.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Records an executable the batch's address frames point into.
+    pub(crate) fn add_executable(&mut self, executable: Executable) {
+        self.batch.add_executable(executable);
     }
 
     /// Adds `count` samples of `frames` (root first) with the options'
@@ -58,14 +125,26 @@ impl<'o> ImportBuilder<'o> {
         labels: LabelSet,
         count: u64,
     ) -> Result<(), ImportError> {
-        self.add_inner(timestamp_ns, frames, Some(labels), count)
+        self.add_inner(timestamp_ns, frames, Some(Cow::Owned(labels)), count)
+    }
+
+    /// [`Self::add_labeled`] with borrowed labels: samples that share a
+    /// label set need not copy it.
+    pub(crate) fn add_labeled_ref(
+        &mut self,
+        timestamp_ns: i64,
+        frames: &[Frame],
+        labels: &LabelSet,
+        count: u64,
+    ) -> Result<(), ImportError> {
+        self.add_inner(timestamp_ns, frames, Some(Cow::Borrowed(labels)), count)
     }
 
     fn add_inner(
         &mut self,
         timestamp_ns: i64,
         frames: &[Frame],
-        labels: Option<LabelSet>,
+        labels: Option<Cow<'_, LabelSet>>,
         count: u64,
     ) -> Result<(), ImportError> {
         // A zero count is no sample at all: recording it would only make an
@@ -80,14 +159,16 @@ impl<'o> ImportBuilder<'o> {
         let stacks_before = self.batch.stack_count();
         let labels = match labels {
             None => None,
-            Some(mut labels) => {
-                for (name, value) in self.options.labels.iter() {
+            Some(labels) if self.labels.is_empty() => Some(labels),
+            Some(labels) => {
+                let mut labels = labels.into_owned();
+                for (name, value) in self.labels.iter() {
                     labels.insert(name, value);
                 }
-                Some(labels)
+                Some(Cow::Owned(labels))
             }
         };
-        let labels = labels.as_ref().unwrap_or(&self.options.labels);
+        let labels = labels.as_deref().unwrap_or(&self.labels);
         // What a worker would refuse the whole batch for is refused here,
         // naming the input's problem (the builder cuts long names and deep
         // stacks itself).

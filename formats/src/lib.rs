@@ -34,9 +34,13 @@ pub mod export;
 mod format;
 mod module;
 mod options;
+pub mod otlp;
 mod perf_script;
 mod pprof;
+mod stack;
 mod text;
+mod weights;
+mod wire;
 
 pub use error::ImportError;
 pub use format::{Format, ParseFormatError};

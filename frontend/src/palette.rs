@@ -24,17 +24,22 @@ impl Rgb {
 }
 
 /// Base hue (degrees) of a kind family: warm for native code, orange-red
-/// for the kernel, green for interpreted code, purple for GPU work.
+/// for the kernel, green for interpreted code, purple for GPU work. Go
+/// frames its producer named are compiled code: a hue of their own next
+/// to native's, so a Go service's own code stands out from its libraries.
 pub fn kind_hue(kind: FrameKind) -> f64 {
     match kind {
         FrameKind::Native => 35.0,
+        FrameKind::Go => 50.0,
         FrameKind::Kernel => 8.0,
         FrameKind::Python
         | FrameKind::Jvm
         | FrameKind::V8
         | FrameKind::Ruby
         | FrameKind::Php
-        | FrameKind::Dotnet => 110.0,
+        | FrameKind::Dotnet
+        | FrameKind::Perl
+        | FrameKind::Beam => 110.0,
         FrameKind::GpuKernel
         | FrameKind::GpuInstruction
         | FrameKind::GpuStall

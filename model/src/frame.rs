@@ -55,11 +55,19 @@ pub enum FrameKind {
     /// GPU device memory allocated at the call below it; its weight is
     /// bytes.
     GpuMemory = 14,
+    /// A Go function named by its producer (from `.gopclntab`, as the
+    /// OpenTelemetry profiler sends them); Go code Kiln names itself is
+    /// [`Native`](FrameKind::Native).
+    Go = 15,
+    /// A Perl subroutine.
+    Perl = 16,
+    /// An Erlang or Elixir function (the BEAM virtual machine).
+    Beam = 17,
 }
 
 impl FrameKind {
     /// Every kind, in wire order.
-    pub const ALL: [FrameKind; 15] = [
+    pub const ALL: [FrameKind; 18] = [
         FrameKind::Native,
         FrameKind::Kernel,
         FrameKind::Python,
@@ -75,6 +83,9 @@ impl FrameKind {
         FrameKind::Truncated,
         FrameKind::Label,
         FrameKind::GpuMemory,
+        FrameKind::Go,
+        FrameKind::Perl,
+        FrameKind::Beam,
     ];
 
     /// The kind with wire number `n`, if there is one.
@@ -100,6 +111,9 @@ impl FrameKind {
             FrameKind::Truncated => "truncated",
             FrameKind::Label => "label",
             FrameKind::GpuMemory => "gpu_memory",
+            FrameKind::Go => "go",
+            FrameKind::Perl => "perl",
+            FrameKind::Beam => "beam",
         }
     }
 }
@@ -123,6 +137,9 @@ impl From<&ArchivedFrameKind> for FrameKind {
             ArchivedFrameKind::Truncated => FrameKind::Truncated,
             ArchivedFrameKind::Label => FrameKind::Label,
             ArchivedFrameKind::GpuMemory => FrameKind::GpuMemory,
+            ArchivedFrameKind::Go => FrameKind::Go,
+            ArchivedFrameKind::Perl => FrameKind::Perl,
+            ArchivedFrameKind::Beam => FrameKind::Beam,
         }
     }
 }
@@ -248,6 +265,10 @@ mod tests {
 
     #[test]
     fn kind_numbers_are_stable() {
+        assert_eq!(FrameKind::GpuMemory as u8, 14);
+        assert_eq!(FrameKind::Go as u8, 15);
+        assert_eq!(FrameKind::Perl as u8, 16);
+        assert_eq!(FrameKind::Beam as u8, 17);
         for (n, kind) in FrameKind::ALL.iter().enumerate() {
             assert_eq!(*kind as u8 as usize, n);
             assert_eq!(FrameKind::from_u8(n as u8), Some(*kind));

@@ -22,6 +22,15 @@ pub mod names {
     pub const POD: &str = "pod";
     /// Kubernetes namespace.
     pub const NAMESPACE: &str = "namespace";
+    /// The service a process belongs to (OpenTelemetry's `service.name`,
+    /// Pyroscope's application name). It names what ran: rollups keep it.
+    pub const SERVICE: &str = "service";
+    /// A container's name (Docker's name, a pod spec's container name),
+    /// beside [`CONTAINER`]'s id. It names what ran: rollups keep it.
+    pub const CONTAINER_NAME: &str = "container_name";
+    /// What a sample's weight measures when it is not CPU time
+    /// (`wall`, `alloc_space`, …); CPU samples never carry it.
+    pub const SAMPLE_TYPE: &str = "sample_type";
     /// Which processor the samples ran on, `cpu` or `gpu`; or
     /// [`OFF_CPU`] for the agent's off-CPU samples (time threads spent
     /// blocked, in ns), which queries leave out unless this label is asked

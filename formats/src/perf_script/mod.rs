@@ -134,7 +134,7 @@ fn base_event(event: &str) -> &str {
 /// the event, the time shift and the period.
 struct Importer<'o> {
     options: &'o ImportOptions,
-    out: ImportBuilder<'o>,
+    out: ImportBuilder,
     /// The event imported: the one asked for, or the first sample's without
     /// modifiers.
     event: Option<String>,

@@ -11,6 +11,7 @@
 //! profile has ~10^5 samples and locations).
 
 use crate::error::ImportError;
+use crate::wire::{Field, Value, scalars, walk};
 
 /// Most samples in one profile.
 pub(super) const MAX_SAMPLES: usize = 1 << 22;
@@ -57,9 +58,9 @@ pub(crate) struct Counts {
 /// count without an error: prost's decode then names the problem.
 pub(crate) fn check(bytes: &[u8]) -> Result<Counts, ImportError> {
     let mut counts = Counts::default();
-    let _malformed = walk(bytes, |field, value| {
+    let _malformed = walk(bytes, |Field { number, value, .. }| {
         let over = |what, count: &mut usize, limit| bump(count, limit, what);
-        match (field, value) {
+        match (number, value) {
             (1, Value::Bytes(_)) => {
                 over("sample types", &mut counts.sample_types, MAX_SAMPLE_TYPES)
             }
@@ -88,7 +89,7 @@ pub(crate) fn check(bytes: &[u8]) -> Result<Counts, ImportError> {
 }
 
 fn count_sample(bytes: &[u8], counts: &mut Counts) -> Result<(), ImportError> {
-    walk(bytes, |field, value| match field {
+    walk(bytes, |Field { number, value, .. }| match number {
         1 => add(
             &mut counts.sample_locations,
             scalars(value),
@@ -113,8 +114,8 @@ fn count_sample(bytes: &[u8], counts: &mut Counts) -> Result<(), ImportError> {
 
 fn count_location(index: usize, bytes: &[u8], counts: &mut Counts) -> Result<(), ImportError> {
     let mut lines = 0usize;
-    walk(bytes, |field, value| {
-        if let (4, Value::Bytes(_)) = (field, value) {
+    walk(bytes, |Field { number, value, .. }| {
+        if let (4, Value::Bytes(_)) = (number, value) {
             lines += 1;
             if lines > MAX_LOCATION_LINES {
                 return Err(ImportError::PprofLocationLines {
@@ -141,88 +142,6 @@ fn add(count: &mut usize, n: usize, limit: usize, what: &'static str) -> Result<
         return Err(ImportError::PprofTooMany { what, limit });
     }
     Ok(())
-}
-
-/// One field's value, as the wire format has it.
-#[derive(Debug, Clone, Copy)]
-enum Value<'a> {
-    /// A varint, a fixed 32- or 64-bit value.
-    Scalar,
-    /// Length-delimited: a message, a string, or packed scalars.
-    Bytes(&'a [u8]),
-}
-
-/// How many scalars a repeated scalar field's occurrence holds: one, or
-/// as many varints as its packed bytes end (a byte below 0x80 ends one).
-fn scalars(value: Value<'_>) -> usize {
-    match value {
-        Value::Scalar => 1,
-        Value::Bytes(packed) => packed.iter().filter(|&&b| b < 0x80).count(),
-    }
-}
-
-/// Calls `visit` with each field of the message `bytes`: its number and
-/// value. Returns `Ok(false)` where the bytes stop being a well-formed
-/// message (prost will say why), `Ok(true)` at a clean end.
-fn walk<'a>(
-    mut bytes: &'a [u8],
-    mut visit: impl FnMut(u64, Value<'a>) -> Result<(), ImportError>,
-) -> Result<bool, ImportError> {
-    while !bytes.is_empty() {
-        let Some(key) = varint(&mut bytes) else {
-            return Ok(false);
-        };
-        let field = key >> 3;
-        let value = match key & 7 {
-            0 => match varint(&mut bytes) {
-                Some(_) => Value::Scalar,
-                None => return Ok(false),
-            },
-            1 => match bytes.split_at_checked(8) {
-                Some((_, rest)) => {
-                    bytes = rest;
-                    Value::Scalar
-                }
-                None => return Ok(false),
-            },
-            2 => {
-                let Some(len) = varint(&mut bytes).and_then(|n| usize::try_from(n).ok()) else {
-                    return Ok(false);
-                };
-                match bytes.split_at_checked(len) {
-                    Some((value, rest)) => {
-                        bytes = rest;
-                        Value::Bytes(value)
-                    }
-                    None => return Ok(false),
-                }
-            }
-            5 => match bytes.split_at_checked(4) {
-                Some((_, rest)) => {
-                    bytes = rest;
-                    Value::Scalar
-                }
-                None => return Ok(false),
-            },
-            // Groups (3, 4) and unknown wire types: prost refuses them.
-            _ => return Ok(false),
-        };
-        visit(field, value)?;
-    }
-    Ok(true)
-}
-
-/// Reads a varint off the front of `bytes`.
-fn varint(bytes: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for (i, &b) in bytes.iter().enumerate().take(10) {
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            *bytes = &bytes[i + 1..];
-            return Some(value);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

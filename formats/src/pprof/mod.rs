@@ -37,18 +37,13 @@ use crate::builder::ImportBuilder;
 use crate::error::ImportError;
 use crate::module;
 use crate::options::{ImportOptions, Imported};
+use crate::stack;
 use proto::{Function, Location, Mapping, Profile};
 
 /// Largest decompressed profile accepted, against decompression bombs:
 /// 256 MiB, many times the largest real profiles (tens of MB). What it
 /// holds is bounded too, before decoding (`limits.rs`).
 pub const MAX_DECOMPRESSED_BYTES: u64 = 1 << 28;
-
-/// Deepest stack imported from a profile, in frames (see [`stack`]).
-pub(crate) const MAX_STACK_DEPTH: usize = 4096;
-
-/// Name of the frame that marks a cut stack.
-const TRUNCATED: &str = "[truncated]";
 
 /// The first two bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -119,35 +114,23 @@ fn import_profile(profile: &Profile, options: &ImportOptions) -> Result<Imported
     out.finish()
 }
 
-/// Puts the frames of `sample`'s stack in `frames`, root first, keeping
-/// at most [`MAX_STACK_DEPTH`]: a deeper stack keeps its leaf-most frames
-/// under a [`FrameKind::Truncated`] root, as the agent cuts stacks. Each
-/// location id costs a byte of input and may stand for many frames, so
-/// without the cut a small profile could ask for a huge stack.
+/// Puts the frames of `sample`'s stack in `frames`, root first (see
+/// [`stack::leaf_first`]).
 fn stack(
     i: usize,
     sample: &proto::Sample,
     location_frames: &HashMap<u64, Vec<Frame>>,
     frames: &mut Vec<Frame>,
 ) -> Result<(), ImportError> {
-    frames.clear();
-    // The profile lists locations leaf first, and each location's frames
-    // are stored root first: walk both leaf first, then reverse. One frame
-    // past the limit tells a stack that is too deep; ids past it are still
-    // checked.
-    for &id in &sample.location_id {
-        let location = location_frames
-            .get(&id)
-            .ok_or(ImportError::PprofUnknownLocation { sample: i, id })?;
-        let room = (MAX_STACK_DEPTH + 1).saturating_sub(frames.len());
-        frames.extend(location.iter().rev().take(room).cloned());
-    }
-    if frames.len() > MAX_STACK_DEPTH {
-        frames.truncate(MAX_STACK_DEPTH - 1);
-        frames.push(Frame::named(FrameKind::Truncated, TRUNCATED));
-    }
-    frames.reverse();
-    Ok(())
+    stack::leaf_first(
+        sample.location_id.iter().map(|&id| {
+            location_frames
+                .get(&id)
+                .map(Vec::as_slice)
+                .ok_or(ImportError::PprofUnknownLocation { sample: i, id })
+        }),
+        frames,
+    )
 }
 
 /// The sample value that is the count.
