@@ -29,6 +29,10 @@ pub enum ApiError {
     /// decompressed); the message names the limit.
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The body is of a content type the route does not read; the
+    /// message names the ones it does.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// The caller is over a rate or concurrency limit; retry after
     /// `retry_after_s` seconds.
     #[error("{message}")]
@@ -91,6 +95,7 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

@@ -1,4 +1,6 @@
-//! Write endpoints: agent batches and imports of standard formats.
+//! Write endpoints: agent batches and imports of standard formats, and
+//! what every ingest route shares (tenant admission, metered bodies,
+//! sample quotas, publishing; `otlp.rs` uses them too).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -200,7 +202,7 @@ async fn ingest_for(
 
 /// Counts a refused ingest or import of `scope`'s tenant by why it was
 /// refused (`kiln_ingest_rejections_total`), and passes the answer on.
-fn count_refusal(
+pub(super) fn count_refusal(
     metrics: &IngestMetrics,
     scope: &Scope,
     answer: Result<HttpResponse, ApiError>,
@@ -209,6 +211,7 @@ fn count_refusal(
         let why = match e {
             ApiError::BadRequest(_) => Rejection::BadInput,
             ApiError::PayloadTooLarge(_) => Rejection::TooLarge,
+            ApiError::UnsupportedMediaType(_) => Rejection::BadInput,
             ApiError::TooManyRequests { .. } => Rejection::Quota,
             ApiError::Unavailable(_) => Rejection::Unavailable,
             _ => Rejection::Error,
@@ -221,7 +224,10 @@ fn count_refusal(
 /// The tenant's limits (read once per request: the quotas below all take
 /// them from here), the server's defaults filled in; refuses a tenant over
 /// its stored-bytes quota before its body is read.
-async fn admit_tenant(state: &AppState, scope: &Scope) -> Result<TenantLimits, ApiError> {
+pub(super) async fn admit_tenant(
+    state: &AppState,
+    scope: &Scope,
+) -> Result<TenantLimits, ApiError> {
     let limits = state
         .auth
         .tenant_limits(scope.tenant())
@@ -245,7 +251,7 @@ impl IngestState {
     /// Reads a request body under `limit`, metered against the tenant's
     /// bytes-per-second quota as sent (before decompression); with how
     /// many bytes were sent.
-    async fn read_metered(
+    pub(super) async fn read_metered(
         &self,
         metrics: &IngestMetrics,
         scope: &Scope,
@@ -286,7 +292,7 @@ impl IngestState {
     /// GPU's second is 10^9. Metering counts put a GPU host's tenant in
     /// 12 minutes of quota debt per GPU-second, refusing its CPU batches
     /// too.
-    fn admit_samples(
+    pub(super) fn admit_samples(
         &self,
         metrics: &IngestMetrics,
         scope: &Scope,
@@ -300,7 +306,7 @@ impl IngestState {
     }
 
     /// Publishes an encoded batch for `scope`; durable on return.
-    async fn publish(
+    pub(super) async fn publish(
         &self,
         scope: &Scope,
         source: &str,

@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file | ingest |
 //! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) | ingest |
+//! | POST | `/v1development/profiles` | OTLP/HTTP profiles, protobuf ([`otlp`]): `ExportProfilesServiceResponse` with `partial_success`, errors as `google.rpc.Status` | ingest |
 //! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope&lines=false\|true` | flamegraph: a node per function, or per line with `lines=true` | read |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |
@@ -55,6 +56,7 @@ pub mod ingest;
 mod internal;
 pub mod login;
 mod metrics;
+pub mod otlp;
 mod params;
 mod query;
 pub mod quota;
@@ -278,11 +280,9 @@ fn shared_routes(r: &mut Registrar<'_>) {
 }
 
 fn ingest_routes(r: &mut Registrar<'_>) {
-    r.api(Method::POST, "/api/v1/import", ingest::import).api(
-        Method::POST,
-        "/api/v1/ingest",
-        ingest::ingest,
-    );
+    r.api(Method::POST, "/api/v1/import", ingest::import)
+        .api(Method::POST, "/api/v1/ingest", ingest::ingest)
+        .api(Method::POST, otlp::PATH, otlp::export);
 }
 
 fn query_routes(r: &mut Registrar<'_>) {

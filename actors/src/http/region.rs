@@ -345,6 +345,8 @@ fn body_limit(path: &str) -> BodyLimit {
         body::IMPORT_BODY
     } else if path == "/api/v1/ingest" {
         body::INGEST_BODY
+    } else if path == super::otlp::PATH {
+        body::OTLP_BODY
     } else {
         body::ADMIN_BODY
     }

@@ -37,6 +37,13 @@ pub const INGEST_BODY: BodyLimit = BodyLimit {
     max_bytes: 64 << 20,
 };
 
+/// `POST /v1development/profiles`: an OTLP profiles request, twice the
+/// largest message the OpenTelemetry eBPF profiler sends (32 MiB).
+pub const OTLP_BODY: BodyLimit = BodyLimit {
+    what: "an OTLP profiles request",
+    max_bytes: 64 << 20,
+};
+
 /// `POST /api/v1/import`: a profile file (pprof, perf script, collapsed).
 pub const IMPORT_BODY: BodyLimit = BodyLimit {
     what: "an imported profile",

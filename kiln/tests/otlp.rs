@@ -1,0 +1,435 @@
+//! OTLP/HTTP profiles (`POST /v1development/profiles`) against a real
+//! `kiln up`: requests built with the `opentelemetry-proto` messages,
+//! compressed as collectors send them, read back through the flamegraph.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use kiln_actors::http::otlp::Status;
+use kiln_formats::otlp::proto::collector::{
+    ExportProfilesServiceRequest, ExportProfilesServiceResponse,
+};
+use kiln_formats::otlp::proto::common::{AnyValue, KeyValue, any_value};
+use kiln_formats::otlp::proto::profiles::{
+    Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ProfilesDictionary,
+    ResourceProfiles, Sample, ScopeProfiles, Stack, ValueType,
+};
+use kiln_formats::otlp::proto::resource::Resource;
+use prost::Message;
+use support::{Server, key_with, now_ns};
+
+const PATH: &str = "/v1development/profiles";
+
+/// POSTs `body` to the OTLP route: the status, the `Content-Type` and
+/// the body's bytes.
+fn post(
+    server: &Server,
+    bearer: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, Vec<u8>) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into();
+    let mut request = agent.post(format!("{}{PATH}", server.url));
+    if let Some(bearer) = bearer {
+        request = request.header("authorization", format!("Bearer {bearer}"));
+    }
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let mut response = request.send(body).expect("POST");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let mut bytes = Vec::new();
+    response
+        .body_mut()
+        .as_reader()
+        .read_to_end(&mut bytes)
+        .unwrap();
+    (status, content_type, bytes)
+}
+
+/// POSTs a protobuf request with `coding`, expecting 200: the answer.
+fn export(server: &Server, body: &[u8], coding: &str) -> ExportProfilesServiceResponse {
+    let (status, content_type, bytes) = post(
+        server,
+        Some(&server.key),
+        &[
+            ("content-type", "application/x-protobuf"),
+            ("content-encoding", coding),
+        ],
+        body,
+    );
+    assert_eq!(status, 200, "{}", status_message(&bytes));
+    assert_eq!(content_type, "application/x-protobuf");
+    ExportProfilesServiceResponse::decode(&bytes[..]).expect("an ExportProfilesServiceResponse")
+}
+
+/// The message of a `google.rpc.Status` body.
+fn status_message(bytes: &[u8]) -> String {
+    match Status::decode(bytes) {
+        Ok(status) => format!("code {}: {}", status.code, status.message),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    zstd::encode_all(bytes, 3).unwrap()
+}
+
+fn string_kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+/// A request of one CPU profile from `service` on `host`: `stacks`, each
+/// its Go functions root first and its number of events, one timestamp
+/// per event, on thread `thread`. Stack index `bad_stack` (when given)
+/// is one past the table: its profile is refused.
+fn request(
+    host: &str,
+    service: &str,
+    thread: &str,
+    profiles: &[&[(&[&str], u64)]],
+    bad_profile: Option<usize>,
+) -> ExportProfilesServiceRequest {
+    let mut d = ProfilesDictionary {
+        mapping_table: vec![Mapping::default()],
+        location_table: vec![Location::default()],
+        function_table: vec![Function::default()],
+        link_table: vec![Default::default()],
+        string_table: vec![String::new()],
+        attribute_table: vec![KeyValueAndUnit::default()],
+        stack_table: vec![Stack::default()],
+    };
+    let s = |d: &mut ProfilesDictionary, text: &str| -> i32 {
+        let i = d
+            .string_table
+            .iter()
+            .position(|x| x == text)
+            .unwrap_or_else(|| {
+                d.string_table.push(text.into());
+                d.string_table.len() - 1
+            });
+        i as i32
+    };
+    let go = s(&mut d, "go");
+    let frame_type = s(&mut d, "profile.frame.type");
+    d.attribute_table.push(KeyValueAndUnit {
+        key_strindex: frame_type,
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValueStrindex(go)),
+        }),
+        unit_strindex: 0,
+    });
+    let thread_key = s(&mut d, "thread.name");
+    d.attribute_table.push(KeyValueAndUnit {
+        key_strindex: thread_key,
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(thread.into())),
+        }),
+        unit_strindex: 0,
+    });
+    let (go_attribute, thread_attribute) = (1, 2);
+    let file = s(&mut d, "main.go");
+    let samples_t = s(&mut d, "samples");
+    let count_t = s(&mut d, "count");
+    let cpu_t = s(&mut d, "cpu");
+    let ns_t = s(&mut d, "nanoseconds");
+    // Events in the past minute, on whole seconds.
+    let t0 = (now_ns() as u64 / 1_000_000_000 - 60) * 1_000_000_000;
+    let mut out = Vec::new();
+    for (p, stacks) in profiles.iter().enumerate() {
+        let mut samples = Vec::new();
+        for (stack, events) in stacks.iter() {
+            let mut locations = Vec::new();
+            for name in stack.iter().rev() {
+                let name_strindex = s(&mut d, name);
+                d.function_table.push(Function {
+                    name_strindex,
+                    system_name_strindex: 0,
+                    filename_strindex: file,
+                    start_line: 0,
+                });
+                d.location_table.push(Location {
+                    mapping_index: 0,
+                    address: 0,
+                    lines: vec![Line {
+                        function_index: (d.function_table.len() - 1) as i32,
+                        line: 0,
+                        column: 0,
+                    }],
+                    attribute_indices: vec![go_attribute],
+                });
+                locations.push((d.location_table.len() - 1) as i32);
+            }
+            d.stack_table.push(Stack {
+                location_indices: locations,
+            });
+            let stack_index = if bad_profile == Some(p) {
+                1000
+            } else {
+                (d.stack_table.len() - 1) as i32
+            };
+            samples.push(Sample {
+                stack_index,
+                attribute_indices: vec![thread_attribute],
+                link_index: 0,
+                values: vec![],
+                timestamps_unix_nano: (0..*events).map(|i| t0 + i * 100_000_000).collect(),
+            });
+        }
+        out.push(Profile {
+            sample_type: Some(ValueType {
+                type_strindex: samples_t,
+                unit_strindex: count_t,
+            }),
+            period_type: Some(ValueType {
+                type_strindex: cpu_t,
+                unit_strindex: ns_t,
+            }),
+            period: 50_000_000,
+            time_unix_nano: t0,
+            duration_nano: 5_000_000_000,
+            samples,
+            ..Profile::default()
+        });
+    }
+    ExportProfilesServiceRequest {
+        resource_profiles: vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![
+                    string_kv("host.name", host),
+                    string_kv("service.name", service),
+                ],
+                ..Resource::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: out,
+                ..ScopeProfiles::default()
+            }],
+            schema_url: String::new(),
+        }],
+        dictionary: Some(d),
+    }
+}
+
+/// The collapsed stacks of `filter`, once they are there (ingest is
+/// asynchronous: the answer comes once the batches are durable).
+fn collapsed_once(server: &Server, filter: &str, expected: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = server.collapsed(filter);
+        if got == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{filter}: {got:?}, expected {expected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn gzip_and_zstd_requests_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let checkout = request(
+        "web-1",
+        "checkout",
+        "worker",
+        &[&[
+            (&["main.main", "main.serve", "main.parse"], 7),
+            (&["main.main", "main.render"], 3),
+        ]],
+        None,
+    );
+    let answer = export(&server, &gzip(&checkout.encode_to_vec()), "gzip");
+    assert_eq!(answer.partial_success, None);
+    let billing = request(
+        "db-2",
+        "billing",
+        "io",
+        &[&[(&["main.main", "main.bill"], 5)]],
+        None,
+    );
+    let answer = export(&server, &zstd(&billing.encode_to_vec()), "zstd");
+    assert_eq!(answer.partial_success, None);
+    collapsed_once(
+        &server,
+        "&service=checkout",
+        &[
+            "main.main;main.render 3",
+            "main.main;main.serve;main.parse 7",
+        ],
+    );
+    collapsed_once(
+        &server,
+        "&service=billing&host=db-2&thread=io",
+        &["main.main;main.bill 5"],
+    );
+    assert!(server.collapsed("&service=checkout&thread=io").is_empty());
+    let (status, labels) = server.get("/api/v1/labels?from=now-1d");
+    assert_eq!(status, 200, "{labels}");
+    for name in [
+        "\"service\"",
+        "\"host\"",
+        "\"thread\"",
+        "\"web-1\"",
+        "\"worker\"",
+    ] {
+        assert!(labels.contains(name), "{name} missing from {labels}");
+    }
+}
+
+#[test]
+fn one_bad_profile_of_two_is_a_partial_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let two = request(
+        "h",
+        "partial",
+        "t",
+        &[
+            &[(&["main.main", "main.good"], 4)],
+            &[(&["main.main", "main.bad"], 9)],
+        ],
+        Some(1),
+    );
+    let answer = export(&server, &two.encode_to_vec(), "identity");
+    let partial = answer.partial_success.expect("a partial success");
+    assert_eq!(partial.rejected_profiles, 1);
+    assert!(
+        partial.error_message.starts_with(
+            "1 of 2 profiles rejected: resourceProfiles[0].scopeProfiles[0].profiles[1]: \
+             samples[0].stackIndex is 1000"
+        ),
+        "{}",
+        partial.error_message
+    );
+    collapsed_once(&server, "&service=partial", &["main.main;main.good 4"]);
+}
+
+#[test]
+fn malformed_requests_and_other_content_types_are_refused_with_a_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let protobuf = [("content-type", "application/x-protobuf")];
+    let cases: [(&[(&str, &str)], &[u8], u16, i32, &str); 4] = [
+        (
+            &protobuf,
+            b"\x0a\x05\x01",
+            400,
+            3,
+            "not a valid OTLP ExportProfilesServiceRequest",
+        ),
+        (&protobuf, b"", 400, 3, "the OTLP request is empty"),
+        (
+            &[("content-type", "application/json")],
+            b"{}",
+            415,
+            3,
+            "only protobuf is",
+        ),
+        (
+            &[("content-type", "text/plain")],
+            b"x",
+            415,
+            3,
+            "is not OTLP protobuf",
+        ),
+    ];
+    for (headers, body, http, code, message) in cases {
+        let (status, content_type, bytes) = post(&server, Some(&server.key), headers, body);
+        assert_eq!(status, http, "{}", status_message(&bytes));
+        assert_eq!(content_type, "application/x-protobuf");
+        let decoded = Status::decode(&bytes[..]).expect("a google.rpc.Status body");
+        assert_eq!(decoded.code, code);
+        assert!(decoded.message.contains(message), "{}", decoded.message);
+    }
+    // A body past the limit once inflated: 413, still a Status.
+    let bomb = zstd(&vec![0u8; 65 << 20]);
+    let (status, _, bytes) = post(
+        &server,
+        Some(&server.key),
+        &[
+            ("content-type", "application/x-protobuf"),
+            ("content-encoding", "zstd"),
+        ],
+        &bomb,
+    );
+    assert_eq!(status, 413, "{}", status_message(&bytes));
+    assert!(
+        Status::decode(&bytes[..])
+            .unwrap()
+            .message
+            .contains("OTLP profiles request")
+    );
+}
+
+#[test]
+fn wrong_missing_and_read_only_keys_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let body = request("h", "s", "t", &[&[(&["main.main"], 1)]], None).encode_to_vec();
+    let protobuf = [("content-type", "application/x-protobuf")];
+    let (read_only, _) = key_with(&server.url, &server.admin_token, "default", "read");
+    let cases: [(Option<&str>, u16, i32); 3] = [
+        (None, 401, 16),
+        (Some("kiln_not_a_key"), 401, 16),
+        (Some(&read_only), 403, 7),
+    ];
+    for (key, http, code) in cases {
+        let (status, content_type, bytes) = post(&server, key, &protobuf, &body);
+        assert_eq!(status, http, "{key:?}: {}", status_message(&bytes));
+        assert_eq!(content_type, "application/x-protobuf", "{key:?}");
+        let decoded = Status::decode(&bytes[..]).expect("a google.rpc.Status body");
+        assert_eq!(decoded.code, code, "{key:?}: {}", decoded.message);
+        assert!(!decoded.message.is_empty());
+    }
+    assert!(server.collapsed("").is_empty());
+}
+
+#[test]
+fn a_v1_9_request_is_read_and_said_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let new = request(
+        "h",
+        "old-sender",
+        "t",
+        &[&[(&["main.main", "main.old"], 2)]],
+        None,
+    );
+    let old = kiln_formats::otlp::downgrade_to_v1_9(&new.encode_to_vec());
+    let answer = export(&server, &gzip(&old), "gzip");
+    let note = answer.partial_success.expect("the layout note");
+    assert_eq!(note.rejected_profiles, 0);
+    assert!(
+        note.error_message.contains("1.9.0"),
+        "{}",
+        note.error_message
+    );
+    collapsed_once(&server, "&service=old-sender", &["main.main;main.old 2"]);
+}
