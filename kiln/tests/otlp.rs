@@ -331,12 +331,16 @@ fn one_bad_profile_of_two_is_a_partial_success() {
     collapsed_once(&server, "&service=partial", &["main.main;main.good 4"]);
 }
 
+/// Headers, body, and the HTTP status, Status code and message part the
+/// answer must have.
+type Refusal<'a> = (&'a [(&'a str, &'a str)], &'a [u8], u16, i32, &'a str);
+
 #[test]
 fn malformed_requests_and_other_content_types_are_refused_with_a_status() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let protobuf = [("content-type", "application/x-protobuf")];
-    let cases: [(&[(&str, &str)], &[u8], u16, i32, &str); 4] = [
+    let cases: [Refusal; 4] = [
         (
             &protobuf,
             b"\x0a\x05\x01",
