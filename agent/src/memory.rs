@@ -24,6 +24,13 @@ pub trait Memory {
     }
 }
 
+/// Whether a failed read says the process has exited (`process_vm_readv`'s
+/// ESRCH: its memory is gone, zombie or reaped), rather than that the
+/// address is not mapped.
+pub fn process_exited(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ESRCH)
+}
+
 /// A live process's memory, read with `process_vm_readv` (one syscall per
 /// read, no file descriptor held: the process may exit at any time).
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +81,8 @@ impl Memory for ProcessMemory {
 #[derive(Debug, Default, Clone)]
 pub struct MemoryImage {
     regions: Vec<(u64, Vec<u8>)>,
+    /// Every read fails as a read of an exited process's does.
+    exited: bool,
 }
 
 impl MemoryImage {
@@ -97,10 +106,19 @@ impl MemoryImage {
     pub fn put_u32(&mut self, addr: u64, value: u32) -> &mut Self {
         self.put(addr, &value.to_le_bytes())
     }
+
+    /// Makes every read fail from now on, as the process had exited.
+    pub fn exit(&mut self) -> &mut Self {
+        self.exited = true;
+        self
+    }
 }
 
 impl Memory for MemoryImage {
     fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<()> {
+        if self.exited {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
         // The last region written that holds the whole range, when no
         // later one overlaps it: one copy.
         let end = addr.saturating_add(buf.len() as u64);

@@ -612,3 +612,53 @@ fn a_graalvm_native_image_is_marked_at_the_root_of_its_stacks() {
     // A program without the section is no JVM at all.
     assert!(probe(std::process::id()).is_none());
 }
+
+// Guards naming a JVM's last batch: its stacks are named when the batch
+// is made, after the JVM may have exited (a service stopped, a job done);
+// what was read of it while it lived names them, not "unreadable" markers.
+#[test]
+fn a_jvm_that_exited_before_its_batch_is_named() {
+    let _serial = serial();
+    require_root();
+    let jdks = jdks();
+    let classes = tempfile::tempdir().unwrap();
+    compile(classes.path(), &jdks, "JavaShares.java");
+    let home = &jdks[0];
+    let mut agent = test_agent(FREQUENCY_HZ, true);
+    let mut sink = MemorySink::default();
+    let mut workload = start(home, classes.path(), 8);
+    let pid = workload.0.id();
+    wait_until_loaded(&mut agent, &mut sink, pid, true);
+    // A batch while it runs, as the agent makes one every few seconds.
+    std::thread::sleep(Duration::from_secs(3));
+    agent.tick(&mut sink).unwrap();
+    let first = sink.batches.len();
+    let status = workload.0.wait().unwrap();
+    assert!(status.success(), "the workload failed: {status}");
+    // Its last seconds, named after it exited.
+    agent.tick(&mut sink).unwrap();
+    let samples: Vec<_> = resolve_labelled(&sink.batches, first)
+        .into_iter()
+        .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+        .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
+        .collect();
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    let in_main = share_of(&samples, |f: &[Frame]| {
+        jvm_frame(f, "JavaShares.main").is_some()
+    });
+    let mut top: Vec<_> = samples.iter().collect();
+    top.sort_by_key(|s| std::cmp::Reverse(s.count));
+    for s in top
+        .iter()
+        .filter(|s| jvm_frame(&s.frames, "JavaShares.main").is_none())
+        .take(3)
+    {
+        eprintln!("  not under main: {} × {}", s.count, describe(&s.frames));
+    }
+    eprintln!(
+        "{}: {total} samples of its last seconds, named after it exited; {in_main:.1}% under main",
+        home.display()
+    );
+    assert!(total >= 50, "only {total} samples after the first batch");
+    assert!(in_main >= UNDER_MAIN_AT_LEAST, "{in_main:.1}% under main");
+}

@@ -6,6 +6,12 @@
 //! A method is read once per process and remembered, checked at each use
 //! against its `ConstMethod*` (a class unloaded and its memory reused gives
 //! another), and a blob's method likewise against the blob's `Method*`.
+//!
+//! Stacks are named when their batch is made, seconds after they were
+//! sampled: a JVM that exited in between can no longer be read. Its last
+//! batch is then named from what was read of it while it lived (methods,
+//! blobs, scope chains), rather than left as unreadable markers (which were
+//! 15% of a 30 s workload's samples with 5 s batches).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +19,7 @@ use std::sync::Arc;
 use kiln_model::{Frame, FrameKind};
 
 use crate::abi;
-use crate::memory::{Memory, ProcessMemory};
+use crate::memory::{Memory, ProcessMemory, process_exited};
 
 use super::layout::{HotSpotLayout, MethodLayout, SourceFileIndex};
 use super::vmstructs::cstring;
@@ -52,6 +58,17 @@ impl MethodInfo {
 /// Scope chains remembered (over all processes) before the cache starts
 /// over.
 const MAX_CHAINS: usize = 64 * 1024;
+/// Code blobs remembered (over all processes) before the cache starts
+/// over.
+const MAX_BLOBS: usize = 64 * 1024;
+
+/// A code blob, as last read: its name (`nmethod`, `native nmethod`, a
+/// stub's), and for a compiled method its `Method*`.
+#[derive(Debug)]
+struct BlobRead {
+    name: String,
+    method: Option<u64>,
+}
 
 /// The scopes at one pc of a compiled method, innermost first: (Method*,
 /// bytecode index).
@@ -63,6 +80,10 @@ pub struct JvmNamer {
     methods: HashMap<(u32, u64), Option<Arc<MethodInfo>>>,
     /// (pid, nmethod, pc offset in it) → its compile id and scope chain.
     chains: HashMap<(u32, u64, u64), (u32, Option<ScopeChain>)>,
+    /// (pid, blob) → what it was when last read: only used once the
+    /// process has exited (a live one's blobs are read each time, since
+    /// the code cache reuses their memory).
+    blobs: HashMap<(u32, u64), Arc<BlobRead>>,
 }
 
 impl JvmNamer {
@@ -135,17 +156,21 @@ impl JvmNamer {
         let Some(scopes) = &layout.scopes else {
             return false;
         };
-        let is_nmethod = mem
-            .u64_at(blob + layout.blob.name)
-            .and_then(|at| cstring(mem, at))
-            .is_ok_and(|name| name == "nmethod");
-        if !is_nmethod {
-            return false;
-        }
-        let Some(compile_id) = scopes.compile_id_of(blob, mem) else {
+        let Some(read) = self.read_blob(pid, layout, blob, mem) else {
             return false;
         };
+        if read.name != "nmethod" {
+            return false;
+        }
         let key = (pid, blob, offset);
+        let compile_id = match scopes.compile_id_of(blob, mem) {
+            Some(id) => id,
+            None if exited(mem, blob) => match self.chains.get(&key) {
+                Some((id, _)) => *id,
+                None => return false,
+            },
+            None => return false,
+        };
         let chain = match self.chains.get(&key) {
             Some((id, chain)) if *id == compile_id => chain.clone(),
             _ => {
@@ -189,25 +214,44 @@ impl JvmNamer {
         blob: u64,
         mem: &dyn Memory,
     ) -> Frame {
-        let name = mem
-            .u64_at(blob + layout.blob.name)
-            .and_then(|at| cstring(mem, at));
-        match name.as_deref() {
-            Ok("nmethod") => match mem.u64_at(blob + layout.blob.nmethod_method) {
-                Ok(method) if method != 0 => {
-                    self.method_frame(pid, &layout.method, method, None, mem)
-                }
-                _ => marker("[jvm: compiled code]"),
-            },
-            Ok("native nmethod") => match mem.u64_at(blob + layout.blob.nmethod_method) {
-                Ok(method) if method != 0 => {
-                    self.method_frame(pid, &layout.method, method, None, mem)
-                }
-                _ => marker("[jvm: native method]"),
-            },
-            Ok(name) if !name.is_empty() => marker(&format!("[jvm: {name}]")),
-            _ => marker("[jvm: code blob]"),
+        let Some(read) = self.read_blob(pid, layout, blob, mem) else {
+            return marker("[jvm: code blob]");
+        };
+        match (read.name.as_str(), read.method) {
+            ("nmethod" | "native nmethod", Some(method)) if method != 0 => {
+                self.method_frame(pid, &layout.method, method, None, mem)
+            }
+            ("nmethod", _) => marker("[jvm: compiled code]"),
+            ("native nmethod", _) => marker("[jvm: native method]"),
+            ("", _) => marker("[jvm: code blob]"),
+            (name, _) => marker(&format!("[jvm: {name}]")),
         }
+    }
+
+    /// The code blob at `blob` as read now, or, once the process has
+    /// exited, as last read; `None` when it cannot be read.
+    fn read_blob(
+        &mut self,
+        pid: u32,
+        layout: &HotSpotLayout,
+        blob: u64,
+        mem: &dyn Memory,
+    ) -> Option<Arc<BlobRead>> {
+        let name = match mem.u64_at(blob + layout.blob.name) {
+            Ok(at) => cstring(mem, at),
+            Err(e) if process_exited(&e) => return self.blobs.get(&(pid, blob)).cloned(),
+            Err(e) => Err(e),
+        };
+        let name = name.ok()?;
+        let method = matches!(name.as_str(), "nmethod" | "native nmethod")
+            .then(|| mem.u64_at(blob + layout.blob.nmethod_method).ok())
+            .flatten();
+        let read = Arc::new(BlobRead { name, method });
+        if self.blobs.len() >= MAX_BLOBS {
+            self.blobs.clear();
+        }
+        self.blobs.insert((pid, blob), read.clone());
+        Some(read)
     }
 
     /// The frame of `method` at bytecode index `bci`.
@@ -219,11 +263,15 @@ impl JvmNamer {
         bci: Option<u32>,
         mem: &dyn Memory,
     ) -> Frame {
-        let current = mem.u64_at(method + layout.const_method).ok();
-        let known = self
-            .methods
-            .get(&(pid, method))
-            .filter(|info| info.as_ref().map(|i| i.const_method) == current);
+        let cached = self.methods.get(&(pid, method));
+        let known = match mem.u64_at(method + layout.const_method) {
+            Ok(current) => {
+                cached.filter(|info| info.as_ref().map(|i| i.const_method) == Some(current))
+            }
+            // Exited since the sample: what was read while it lived.
+            Err(e) if process_exited(&e) => cached,
+            Err(_) => cached.filter(|info| info.is_none()),
+        };
         let info = match known {
             Some(info) => info.clone(),
             None => {
@@ -251,7 +299,14 @@ impl JvmNamer {
     pub fn retain(&mut self, live: impl Fn(u32) -> bool) {
         self.methods.retain(|(pid, _), _| live(*pid));
         self.chains.retain(|(pid, _, _), _| live(*pid));
+        self.blobs.retain(|(pid, _), _| live(*pid));
     }
+}
+
+/// Whether the process `mem` reads has exited, by a read at `addr` (one
+/// it could read while it lived).
+fn exited(mem: &dyn Memory, addr: u64) -> bool {
+    mem.u64_at(addr).is_err_and(|e| process_exited(&e))
 }
 
 fn marker(name: &str) -> Frame {
