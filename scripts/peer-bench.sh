@@ -6,6 +6,7 @@
 # what it measures). Needs root, clang, Go and cargo.
 #
 #   sudo scripts/peer-bench.sh [peer_bench flags: --seconds 30 --runs 2 ...]
+#   sudo scripts/peer-bench.sh --workload java   (a Java workload on OpenJDK 17)
 #
 # The profiler is built into a cache directory, never into the repo:
 #   KILN_PEERS_DIR         default ~/.cache/kiln-peers

@@ -13,9 +13,14 @@
 //!    programs, is reported apart, as start-up CPU seconds (what of that
 //!    work is still going on after the settle falls in the window: see
 //!    kiln-no-symbols below);
-//! 2. the workload, `agent/tests/workloads/shares.c` built with
-//!    `-fomit-frame-pointer`, runs `--seconds`, spending 60/30/10% of its
-//!    time in three functions under `main`;
+//! 2. the workload runs `--seconds`: by default (`--workload native`)
+//!    `agent/tests/workloads/shares.c` built with `-fomit-frame-pointer`,
+//!    spending 60/30/10% of its time in three functions under `main`; with
+//!    `--workload java`, `agent/tests/workloads/java/JavaShares.java` on a
+//!    JDK (`--java`, Debian's OpenJDK 17 by default), 50/35/15% in three
+//!    methods under `JavaShares.main`, JIT-compiled as a service runs
+//!    (only its main thread's samples count: the JVM's compiler and GC
+//!    threads are not the workload);
 //! 3. the profiler's cost is read over that window: its process's user +
 //!    system time (`/proc/PID/stat`), plus the run time of the eBPF
 //!    programs it holds (`run_time_ns` in `/proc/PID/fdinfo`, with BPF
@@ -25,8 +30,8 @@
 //! 4. after one more report interval, it stops and its stacks are read.
 //!
 //! Per profiler it reports the workload's samples, the share whose stack
-//! reaches `main` in the workload binary, and the share under each of
-//! `work_sixty`, `work_thirty`, `work_ten` (truth 60/30/10); for Kiln also
+//! reaches its `main` (for Java: whole Java stacks), and the share under
+//! each of its three functions; for Kiln also
 //! the window's CPU by thread and the largest unwind table its log says it
 //! built (it logs those that took over 200 ms).
 //!
@@ -53,14 +58,17 @@
 //! - **otel**: the OpenTelemetry eBPF profiler
 //!   (`go.opentelemetry.io/ebpf-profiler`) sending OTLP over gRPC to
 //!   `scripts/peer-bench/receiver`, which writes each sample's frames
-//!   (file, address in the file) for this bench to symbolize.
+//!   (file, address in the file) for this bench to symbolize, and the
+//!   names of the frames it symbolizes itself (Java methods).
 //! - **perf**: `perf record -F <frequency> -a -g` (frame pointers), read
 //!   back with `perf script`. perf's sampling and stack walks run in the
 //!   kernel and are charged to the interrupted tasks: its CPU figure is
-//!   only the `perf record` process's.
+//!   only the `perf record` process's. Native workload only: it names no
+//!   JIT-compiled Java without an agent inside the JVM.
 //!
 //! ```text
 //! sudo target/release/peer_bench [--seconds 30] [--settle 60] [--runs 1] [--frequency 19]
+//!     [--workload native|java] [--java PATH]
 //!     [--profilers kiln,kiln-no-symbols,otel,perf] [--kiln-agent PATH] [--kiln-arg ARG]...
 //!     [--otel-profiler PATH] [--otel-receiver PATH] [--perf PATH] [--logs DIR]
 //! ```
@@ -76,19 +84,106 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use kiln_agent::FileInfo;
-use kiln_model::{Batch, FileId, Frame as KilnFrame, label_names};
+use kiln_model::{Batch, Frame as KilnFrame, FrameKind, label_names};
 use kiln_test_support::busy_host::{BusyHost, PROGRAMS, build_programs};
 use object::{Object, ObjectSymbol, SymbolKind};
 
-/// The workload binary's name, unique on the host so that a peer's frame
-/// can be told to be in it by file name alone.
+/// The native workload binary's name, unique on the host so that a peer's
+/// frame can be told to be in it by file name alone.
 const WORKLOAD_NAME: &str = "kiln-peer-shares";
-/// The functions the workload spends its time in, and the truth.
-const SHARES: [(&str, f64); 3] = [
+/// The functions the native workload spends its time in, and the truth.
+const NATIVE_SHARES: [(&str, f64); 3] = [
     ("work_sixty", 60.0),
     ("work_thirty", 30.0),
     ("work_ten", 10.0),
 ];
+/// The methods the Java workload spends its time in, and the truth.
+const JAVA_SHARES: [(&str, f64); 3] = [
+    ("JavaShares.parse", 50.0),
+    ("JavaShares.render", 35.0),
+    ("JavaShares.digest", 15.0),
+];
+/// The JVM names its main thread after the launcher.
+const JAVA_MAIN_THREAD: &str = "java";
+
+/// Which workload runs under the profilers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum WorkloadKind {
+    Native,
+    Java,
+}
+
+/// The workload, built and ready to start.
+struct Workload {
+    kind: WorkloadKind,
+    /// The native binary, or the `java` launcher.
+    program: PathBuf,
+    /// The directory of the compiled Java classes.
+    classes: PathBuf,
+    /// The native binary's symbols (none for Java).
+    symbols: Symbols,
+}
+
+impl Workload {
+    fn shares(&self) -> &'static [(&'static str, f64); 3] {
+        match self.kind {
+            WorkloadKind::Native => &NATIVE_SHARES,
+            WorkloadKind::Java => &JAVA_SHARES,
+        }
+    }
+
+    /// The function every sample of the workload is under.
+    fn main_function(&self) -> &'static str {
+        match self.kind {
+            WorkloadKind::Native => "main",
+            WorkloadKind::Java => "JavaShares.main",
+        }
+    }
+
+    /// The thread whose samples count, where not all do.
+    fn thread(&self) -> Option<&'static str> {
+        (self.kind == WorkloadKind::Java).then_some(JAVA_MAIN_THREAD)
+    }
+
+    fn command(&self, seconds: u64) -> Command {
+        let mut command = Command::new(&self.program);
+        match self.kind {
+            WorkloadKind::Native => command.args([&seconds.to_string(), "cpu"]),
+            WorkloadKind::Java => command
+                .arg("-cp")
+                .arg(&self.classes)
+                .args(["JavaShares", &seconds.to_string()]),
+        };
+        command
+    }
+
+    fn describe(&self) -> String {
+        match self.kind {
+            WorkloadKind::Native => {
+                format!("{WORKLOAD_NAME} (shares.c, -O2 -fomit-frame-pointer; truth 60/30/10)")
+            }
+            WorkloadKind::Java => format!(
+                "JavaShares.java on {} (default JIT; its main thread's samples; truth 50/35/15)",
+                self.program.display()
+            ),
+        }
+    }
+
+    /// The bench's frame for a Java method named as a profiler names it:
+    /// `JavaShares.parse`, or with types, `long JavaShares.parse(long)`.
+    fn java_frame(&self, name: &str) -> Frame {
+        let without_types = name.split('(').next().unwrap_or(name);
+        let method = without_types
+            .rsplit(' ')
+            .next()
+            .unwrap_or(without_types)
+            .to_string();
+        match self.kind {
+            WorkloadKind::Java => Frame::Workload(Some(method)),
+            WorkloadKind::Native => Frame::Other(name.to_string()),
+        }
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Profiler {
@@ -112,6 +207,9 @@ impl Profiler {
 }
 
 struct Args {
+    workload: WorkloadKind,
+    /// The `java` launcher of the JDK the Java workload runs on.
+    java: PathBuf,
     seconds: u64,
     settle: u64,
     runs: usize,
@@ -134,7 +232,7 @@ fn logs<'a>(args: &'a Args, dir: &'a Path) -> &'a Path {
 }
 
 const USAGE: &str = "peer_bench [--seconds 30] [--settle 60] [--runs 1] [--frequency 19] \
-     [--profilers kiln,kiln-no-symbols,otel,perf] [--kiln-agent PATH] [--kiln-arg ARG]... \
+     [--workload native|java] [--java PATH] [--profilers kiln,kiln-no-symbols,otel,perf] [--kiln-agent PATH] [--kiln-arg ARG]... \
      [--otel-profiler PATH] [--otel-receiver PATH] [--perf PATH] [--logs DIR]";
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -143,6 +241,8 @@ fn parse_args() -> anyhow::Result<Args> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let mut args = Args {
+        workload: WorkloadKind::Native,
+        java: PathBuf::from("/usr/lib/jvm/java-17-openjdk-amd64/bin/java"),
         seconds: 30,
         settle: 60,
         runs: 1,
@@ -167,6 +267,14 @@ fn parse_args() -> anyhow::Result<Args> {
                 .with_context(|| format!("{arg} needs a value ({USAGE})"))
         };
         match arg.as_str() {
+            "--workload" => {
+                args.workload = match value()?.as_str() {
+                    "native" => WorkloadKind::Native,
+                    "java" => WorkloadKind::Java,
+                    other => bail!("unknown workload {other:?} (native, java)"),
+                }
+            }
+            "--java" => args.java = value()?.into(),
             "--seconds" => args.seconds = value()?.parse()?,
             "--settle" => args.settle = value()?.parse()?,
             "--runs" => args.runs = value()?.parse()?,
@@ -197,21 +305,35 @@ fn parse_args() -> anyhow::Result<Args> {
     Ok(args)
 }
 
-/// A frame as the bench needs it: whether it is in the workload binary,
-/// and if so its function's name.
+/// A frame as the bench needs it: whether it is the workload's (in its
+/// binary, or a Java method), and if so its function's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Frame {
     Workload(Option<String>),
     /// Kiln's root marker of a walk that stopped at a file whose table it
     /// did not have yet (`[unwind table not loaded yet]`).
     NoTableYet,
-    Other,
+    /// Any other frame, as the profiler gave it (for the stacks that miss
+    /// `main`).
+    Other(String),
+}
+
+impl std::fmt::Display for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Frame::Workload(Some(name)) => f.write_str(name),
+            Frame::Workload(None) => f.write_str("(workload, no symbol)"),
+            Frame::NoTableYet => f.write_str("[unwind table not loaded yet]"),
+            Frame::Other(what) => f.write_str(what),
+        }
+    }
 }
 
 /// The workload's stacks, as (frames, count).
 type Stacks = Vec<(Vec<Frame>, u64)>;
 
 /// The workload's function symbols, to name its frames.
+#[derive(Default)]
 struct Symbols {
     functions: Vec<(u64, u64, String)>,
 }
@@ -248,7 +370,8 @@ struct Row {
     /// eBPF program returns without a trace for a process it does not
     /// know yet), so Kiln's share over the others is the like-for-like one.
     before_tables: u64,
-    /// Percent of the workload's samples under each of [`SHARES`].
+    /// Percent of the workload's samples under each of its three
+    /// functions ([`Workload::shares`]).
     shares: Vec<f64>,
     /// Over the measured window, as a share of all CPUs: the process's
     /// user + system time, and its eBPF programs' run time (None when it
@@ -259,6 +382,9 @@ struct Row {
     startup_cpu_s: f64,
     peak_rss_kib: u64,
     note: String,
+    /// The most frequent stacks that miss `main`, with their share of the
+    /// samples: what the profiler could not unwind.
+    missed: Vec<(f64, String)>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -290,12 +416,7 @@ fn main() -> anyhow::Result<()> {
         "building the workload and {PROGRAMS} busy-host programs in {}",
         dir.display()
     );
-    let workload = dir.join(WORKLOAD_NAME);
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/workloads/shares.c");
-    kiln_test_support::CBuild::clang()
-        .args(["-O2", "-fomit-frame-pointer"])
-        .file(&source, &workload);
-    let symbols = Symbols::of(&workload)?;
+    let workload = build_workload(&args, &dir)?;
     let programs = build_programs(&dir);
 
     // Keeps BPF run-time statistics on while the fd lives.
@@ -313,14 +434,17 @@ fn main() -> anyhow::Result<()> {
             eprintln!("run {run}: {}", p.title());
             let row = match p {
                 Profiler::Kiln | Profiler::KilnNoSymbols => {
-                    run_kiln(p, &args, &dir, &workload, &symbols, &backend, cpus, run)
+                    run_kiln(p, &args, &dir, &workload, &backend, cpus, run)
                 }
-                Profiler::Otel => run_otel(&args, &dir, &workload, &symbols, cpus, run),
+                Profiler::Otel => run_otel(&args, &dir, &workload, cpus, run),
                 Profiler::Perf => run_perf(&args, &dir, &workload, cpus, run),
             };
             match row {
                 Ok(row) => {
                     print_row(&row, rows.is_empty());
+                    for (share, stack) in &row.missed {
+                        eprintln!("  missing main, {share:.1}%: {stack}");
+                    }
                     rows.push(row);
                 }
                 Err(e) => println!("{} run {run} failed: {e:#}", p.title()),
@@ -332,17 +456,58 @@ fn main() -> anyhow::Result<()> {
     println!(
         "\n{cpus} CPUs, {} Hz, {} s windows after {} s of settling; busy host: {PROGRAMS} programs \
          (clang -O2 -fomit-frame-pointer, ~70 KiB of .eh_frame each) and rustc compiling in a loop \
-         ({rustc_runs} runs in all); workload {} (shares.c, -O2 -fomit-frame-pointer)",
-        args.frequency, args.seconds, args.settle, WORKLOAD_NAME
+         ({rustc_runs} runs in all); workload {}",
+        args.frequency,
+        args.seconds,
+        args.settle,
+        workload.describe()
     );
     Ok(())
+}
+
+/// Builds the workload `args` name in `dir`.
+fn build_workload(args: &Args, dir: &Path) -> anyhow::Result<Workload> {
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/workloads");
+    match args.workload {
+        WorkloadKind::Native => {
+            let program = dir.join(WORKLOAD_NAME);
+            kiln_test_support::CBuild::clang()
+                .args(["-O2", "-fomit-frame-pointer"])
+                .file(&workloads.join("shares.c"), &program);
+            Ok(Workload {
+                kind: WorkloadKind::Native,
+                symbols: Symbols::of(&program)?,
+                program,
+                classes: PathBuf::new(),
+            })
+        }
+        WorkloadKind::Java => {
+            let javac = args.java.with_file_name("javac");
+            let classes = dir.join("java-classes");
+            let status = Command::new(&javac)
+                .arg("-d")
+                .arg(&classes)
+                .arg(workloads.join("java/JavaShares.java"))
+                .status()
+                .with_context(|| format!("starting {}", javac.display()))?;
+            if !status.success() {
+                bail!("{} failed ({status})", javac.display());
+            }
+            Ok(Workload {
+                kind: WorkloadKind::Java,
+                program: args.java.clone(),
+                classes,
+                symbols: Symbols::default(),
+            })
+        }
+    }
 }
 
 fn print_row(row: &Row, header: bool) {
     if header {
         println!(
             "\n| profiler | run | workload samples | reach main | work_sixty/thirty/ten % \
-             (truth 60/30/10) | CPU % of machine: total (process + eBPF) | startup CPU s \
+             or parse/render/digest % (truth 60/30/10 or 50/35/15) | CPU % of machine: total (process + eBPF) | startup CPU s \
              | peak RSS MiB | notes |"
         );
         println!("|---|---|---|---|---|---|---|---|---|");
@@ -414,6 +579,9 @@ fn available(p: Profiler, args: &Args) -> Result<(), String> {
                 .ok_or("no --otel-receiver given (scripts/peer-bench.sh builds it)".to_string())?;
             exists(receiver, "the OTLP receiver")
         }
+        Profiler::Perf if args.workload == WorkloadKind::Java => Err(
+            "perf names no JIT-compiled Java (it needs a perf map written inside the JVM)".into(),
+        ),
         Profiler::Perf => {
             let out = Command::new(&args.perf)
                 .arg("version")
@@ -595,7 +763,7 @@ fn measure(
     profiler: &mut Measured,
     log: &Path,
     args: &Args,
-    workload: &Path,
+    workload: &Workload,
     cpus: usize,
     flush: Duration,
 ) -> anyhow::Result<Window> {
@@ -606,8 +774,8 @@ fn measure(
     }
     let before = profiler.cost()?;
     let t0 = Instant::now();
-    let mut child = Command::new(workload)
-        .args([&args.seconds.to_string(), "cpu"])
+    let mut child = workload
+        .command(args.seconds)
         .spawn()
         .context("starting the workload")?;
     let workload_pid = child.id();
@@ -652,7 +820,14 @@ fn measure(
 }
 
 /// The row of a run, from the window and the workload's stacks.
-fn row(profiler: Profiler, run: usize, w: &Window, stacks: &Stacks, note: String) -> Row {
+fn row(
+    profiler: Profiler,
+    run: usize,
+    workload: &Workload,
+    w: &Window,
+    stacks: &Stacks,
+    note: String,
+) -> Row {
     let samples: u64 = stacks.iter().map(|s| s.1).sum();
     let under = |name: &str| -> u64 {
         stacks
@@ -673,9 +848,10 @@ fn row(profiler: Profiler, run: usize, w: &Window, stacks: &Stacks, note: String
         profiler,
         run,
         samples,
-        rooted: under("main"),
+        rooted: under(workload.main_function()),
         before_tables,
-        shares: SHARES
+        shares: workload
+            .shares()
             .iter()
             .map(|(f, _)| 100.0 * under(f) as f64 / samples.max(1) as f64)
             .collect(),
@@ -684,7 +860,36 @@ fn row(profiler: Profiler, run: usize, w: &Window, stacks: &Stacks, note: String
         startup_cpu_s: w.startup_cpu_s,
         peak_rss_kib: w.peak_rss_kib,
         note,
+        missed: missed_main(stacks, workload.main_function(), samples),
     }
+}
+
+/// The three stacks most often missing `main`, each with its share of the
+/// `samples` and its frames as the profiler gave them (outer ones elided).
+fn missed_main(stacks: &Stacks, main: &str, samples: u64) -> Vec<(f64, String)> {
+    let mut missed: HashMap<String, u64> = HashMap::new();
+    for (frames, count) in stacks {
+        if frames
+            .iter()
+            .any(|f| matches!(f, Frame::Workload(Some(n)) if n == main))
+        {
+            continue;
+        }
+        let shown: Vec<String> = frames.iter().take(8).map(Frame::to_string).collect();
+        let more = frames.len().saturating_sub(shown.len());
+        let mut text = shown.join("; ");
+        if more > 0 {
+            text.push_str(&format!("; … {more} more"));
+        }
+        *missed.entry(text).or_default() += count;
+    }
+    let mut missed: Vec<(f64, String)> = missed
+        .into_iter()
+        .map(|(text, count)| (100.0 * count as f64 / samples.max(1) as f64, text))
+        .collect();
+    missed.sort_by(|a, b| b.0.total_cmp(&a.0));
+    missed.truncate(3);
+    missed
 }
 
 // ---- Kiln ------------------------------------------------------------
@@ -697,8 +902,7 @@ fn run_kiln(
     profiler: Profiler,
     args: &Args,
     dir: &Path,
-    workload: &Path,
-    symbols: &Symbols,
+    workload: &Workload,
     backend: &Backend,
     cpus: usize,
     run: usize,
@@ -733,8 +937,7 @@ fn run_kiln(
         Duration::from_secs(7),
     )?;
     agent.stop(libc::SIGTERM, Duration::from_secs(30))?;
-    let file_id = FileInfo::read(workload, WORKLOAD_NAME)?.file_id;
-    let stacks = kiln_stacks(&backend.take(), w.workload_pid, file_id, symbols)?;
+    let stacks = kiln_stacks(&backend.take(), w.workload_pid, workload)?;
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     let table = largest_table(&log_text).map_or_else(
         || "no unwind table took over 200 ms to build".to_string(),
@@ -747,7 +950,7 @@ fn run_kiln(
     );
     let note = format!("{table}; {}", w.busiest_threads(5));
     let _ = std::fs::remove_dir_all(&cache);
-    Ok(row(profiler, run, &w, &stacks, note))
+    Ok(row(profiler, run, workload, &w, &stacks, note))
 }
 
 /// The largest "built a large unwind table" the agent logged: (file, rows,
@@ -801,12 +1004,11 @@ fn strip_ansi(line: &str) -> String {
 
 /// The workload's stacks in the batches, resolved against the
 /// dictionaries they carry (in order, as the backend reads them).
-fn kiln_stacks(
-    batches: &[Batch],
-    pid: u32,
-    file_id: FileId,
-    symbols: &Symbols,
-) -> anyhow::Result<Stacks> {
+fn kiln_stacks(batches: &[Batch], pid: u32, workload: &Workload) -> anyhow::Result<Stacks> {
+    let file_id = match workload.kind {
+        WorkloadKind::Native => Some(FileInfo::read(&workload.program, WORKLOAD_NAME)?.file_id),
+        WorkloadKind::Java => None,
+    };
     let pid = pid.to_string();
     let mut frames = HashMap::new();
     let mut stacks = HashMap::new();
@@ -823,10 +1025,12 @@ fn kiln_stacks(
             labels.insert(e.id, e.labels.clone());
         }
         for s in &batch.samples {
-            let ours = labels
-                .get(&s.labels)
-                .and_then(|l| l.get(label_names::PID))
-                .is_some_and(|p| *p == pid);
+            let ours = labels.get(&s.labels).is_some_and(|l| {
+                l.get(label_names::PID).is_some_and(|p| *p == pid)
+                    && workload
+                        .thread()
+                        .is_none_or(|t| l.get(label_names::THREAD).is_some_and(|n| *n == *t))
+            });
             if ours {
                 let stack = stacks
                     .get(&s.stack)
@@ -842,13 +1046,19 @@ fn kiln_stacks(
                 .map(|id| match frames.get(id) {
                     Some(KilnFrame::Address {
                         file_id: f, addr, ..
-                    }) if *f == file_id => Ok(Frame::Workload(symbols.name(*addr))),
+                    }) if Some(*f) == file_id => Ok(Frame::Workload(workload.symbols.name(*addr))),
+                    Some(KilnFrame::Named {
+                        kind: FrameKind::Jvm,
+                        function,
+                        ..
+                    }) => Ok(workload.java_frame(function)),
                     Some(KilnFrame::Named { function, .. })
                         if function == kiln_agent::NO_TABLE_YET_FRAME =>
                     {
                         Ok(Frame::NoTableYet)
                     }
-                    Some(_) => Ok(Frame::Other),
+                    Some(KilnFrame::Named { function, .. }) => Ok(Frame::Other(function.clone())),
+                    Some(KilnFrame::Address { addr, .. }) => Ok(Frame::Other(format!("{addr:#x}"))),
                     None => bail!("frame {id} was never sent"),
                 })
                 .collect::<anyhow::Result<Vec<_>>>()?;
@@ -982,8 +1192,7 @@ fn read_chunked(reader: &mut impl BufRead) -> anyhow::Result<Vec<u8>> {
 fn run_otel(
     args: &Args,
     dir: &Path,
-    workload: &Path,
-    symbols: &Symbols,
+    workload: &Workload,
     cpus: usize,
     run: usize,
 ) -> anyhow::Result<Row> {
@@ -1021,13 +1230,20 @@ fn run_otel(
     )?;
     profiler.stop(libc::SIGTERM, Duration::from_secs(30))?;
     receiver.stop(libc::SIGTERM, Duration::from_secs(10))?;
-    let stacks = otel_stacks(&out, w.workload_pid, symbols)?;
-    Ok(row(Profiler::Otel, run, &w, &stacks, String::new()))
+    let stacks = otel_stacks(&out, w.workload_pid, workload)?;
+    Ok(row(
+        Profiler::Otel,
+        run,
+        workload,
+        &w,
+        &stacks,
+        String::new(),
+    ))
 }
 
 /// The workload's stacks in the receiver's output (see
 /// scripts/peer-bench/receiver/main.go for its lines).
-fn otel_stacks(path: &Path, pid: u32, symbols: &Symbols) -> anyhow::Result<Stacks> {
+fn otel_stacks(path: &Path, pid: u32, workload: &Workload) -> anyhow::Result<Stacks> {
     let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
     let mut out: Stacks = Vec::new();
     let mut current: Option<(Vec<Frame>, u64)> = None;
@@ -1036,26 +1252,35 @@ fn otel_stacks(path: &Path, pid: u32, symbols: &Symbols) -> anyhow::Result<Stack
             if let Some(s) = current.take() {
                 out.push(s);
             }
-            let mut f = rest.split(' ');
+            let mut f = rest.splitn(4, ' ');
             let sample_pid: u32 = f.next().unwrap_or("").parse().unwrap_or(0);
             let count: u64 = f.next().unwrap_or("").parse()?;
-            current = (sample_pid == pid).then(|| (Vec::new(), count));
+            let thread = f.nth(1).unwrap_or("");
+            let ours = sample_pid == pid && workload.thread().is_none_or(|t| t == thread);
+            current = ours.then(|| (Vec::new(), count));
         } else if let Some(rest) = line.strip_prefix("F ") {
             let Some((frames, _)) = current.as_mut() else {
                 continue;
             };
-            let mut f = rest.splitn(3, ' ');
+            let mut names = rest.split('\t');
+            let mut f = names.next().unwrap_or("").splitn(3, ' ');
             let (kind, addr, file) = (
                 f.next().unwrap_or(""),
                 f.next().unwrap_or(""),
                 f.next().unwrap_or(""),
             );
-            let in_workload = kind == "native" && Path::new(file).ends_with(WORKLOAD_NAME);
-            frames.push(if in_workload {
-                Frame::Workload(symbols.name(u64::from_str_radix(addr, 16)?))
-            } else {
-                Frame::Other
-            });
+            match kind {
+                "native" if Path::new(file).ends_with(WORKLOAD_NAME) => frames.push(
+                    Frame::Workload(workload.symbols.name(u64::from_str_radix(addr, 16)?)),
+                ),
+                // One frame per line of the location: inlined methods too.
+                "jvm" => frames.extend(names.map(|name| workload.java_frame(name))),
+                _ => frames.push(Frame::Other(
+                    format!("{kind} {file} {}", names.collect::<Vec<_>>().join(" "))
+                        .trim_end()
+                        .to_string(),
+                )),
+            }
         }
     }
     out.extend(current);
@@ -1071,7 +1296,7 @@ fn free_port() -> anyhow::Result<u16> {
 fn run_perf(
     args: &Args,
     dir: &Path,
-    workload: &Path,
+    workload: &Workload,
     cpus: usize,
     run: usize,
 ) -> anyhow::Result<Row> {
@@ -1110,12 +1335,13 @@ fn run_perf(
     let stacks = perf_stacks(
         &String::from_utf8_lossy(&script.stdout),
         w.workload_pid,
-        workload,
+        &workload.program,
     );
     let _ = std::fs::remove_file(&data);
     Ok(row(
         Profiler::Perf,
         run,
+        workload,
         &w,
         &stacks,
         "CPU: the perf record process only (sampling and walks are in the kernel)".into(),
@@ -1150,7 +1376,7 @@ fn perf_stacks(text: &str, pid: u32, workload: &Path) -> Stacks {
             frames.push(if dso == workload {
                 Frame::Workload((sym != "[unknown]").then(|| sym.to_string()))
             } else {
-                Frame::Other
+                Frame::Other(format!("{sym} ({dso})"))
             });
         }
     }

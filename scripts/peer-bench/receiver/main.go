@@ -3,11 +3,14 @@
 // exports over gRPC (no TLS) and writes every CPU sample's stack as text,
 // for agent/src/bin/peer_bench.rs to read:
 //
-//	S <pid> <count> <frames>
-//	F <frame type> <address, hex> <mapping file name>   (one per frame, leaf first)
+//	S <pid> <count> <frames> <thread name>
+//	F <frame type> <address, hex> <mapping file name>[\t<function>]...   (one per frame, leaf first)
 //
 // A native frame's address is the one the profiler reports: the address in
-// the ELF file (what its symbol table uses). Nothing is symbolized here.
+// the ELF file (what its symbol table uses), and it has no function: native
+// code is not symbolized here. Frames the profiler names itself (Java,
+// Python, the kernel's) carry their functions, one per line of the
+// location, the inlined ones first.
 //
 // peer-bench.sh builds it inside the profiler's own module (copied from
 // the Go module proxy), so it is compiled against the very pdata and gRPC
@@ -75,6 +78,7 @@ func (r *receiver) write(profiles pprofile.Profiles) {
 		}
 		return "", 0, false
 	}
+	functions := dic.FunctionTable()
 	locations := dic.LocationTable()
 	mappings := dic.MappingTable()
 	stacks := dic.StackTable()
@@ -103,12 +107,13 @@ func (r *receiver) write(profiles pprofile.Profiles) {
 						count = 1
 					}
 					_, pid, _ := attr(sample.AttributeIndices().AsRaw(), "process.pid")
+					thread, _, _ := attr(sample.AttributeIndices().AsRaw(), "thread.name")
 					var frames []int32
 					if si := int(sample.StackIndex()); si >= 0 && si < stacks.Len() {
 						frames = stacks.At(si).LocationIndices().AsRaw()
 					}
 					r.samples += count
-					fmt.Fprintf(r.out, "S %d %d %d\n", pid, count, len(frames))
+					fmt.Fprintf(r.out, "S %d %d %d %s\n", pid, count, len(frames), thread)
 					for _, li := range frames {
 						if li < 0 || int(li) >= locations.Len() {
 							fmt.Fprintf(r.out, "F invalid 0 \n")
@@ -123,7 +128,16 @@ func (r *receiver) write(profiles pprofile.Profiles) {
 						if mi := int(loc.MappingIndex()); mi > 0 && mi < mappings.Len() {
 							file = str(mappings.At(mi).FilenameStrindex())
 						}
-						fmt.Fprintf(r.out, "F %s %x %s\n", kind, loc.Address(), file)
+						fmt.Fprintf(r.out, "F %s %x %s", kind, loc.Address(), file)
+						lines := loc.Lines()
+						for l := 0; l < lines.Len(); l++ {
+							name := ""
+							if fi := int(lines.At(l).FunctionIndex()); fi > 0 && fi < functions.Len() {
+								name = str(functions.At(fi).NameStrindex())
+							}
+							fmt.Fprintf(r.out, "\t%s", name)
+						}
+						fmt.Fprintln(r.out)
 					}
 				}
 			}
