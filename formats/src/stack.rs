@@ -7,6 +7,30 @@ use kiln_model::{Frame, FrameKind, MAX_STACK_DEPTH};
 /// Name of the frame that marks a cut stack.
 pub(crate) const TRUNCATED: &str = "[truncated]";
 
+/// The frame of one line of a location: its function's `name` (the
+/// location's `address` when the function has none), `file` when known,
+/// and `line`, a negative or huge one (nonsense) as unknown.
+pub(crate) fn line_frame(
+    kind: FrameKind,
+    name: &str,
+    address: u64,
+    module: Option<String>,
+    file: &str,
+    line: i64,
+) -> Frame {
+    Frame::Named {
+        kind,
+        function: if name.is_empty() {
+            format!("{address:#x}")
+        } else {
+            name.to_owned()
+        },
+        module,
+        file: Some(file).filter(|f| !f.is_empty()).map(str::to_owned),
+        line: u32::try_from(line).unwrap_or(0),
+    }
+}
+
 /// Puts the frames of a stack in `frames`, root first, from its
 /// locations' frames (`locations` leaf first, each location's frames root
 /// first), keeping at most [`MAX_STACK_DEPTH`]: a deeper stack keeps its

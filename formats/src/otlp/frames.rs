@@ -19,6 +19,7 @@ use super::dictionary::Dictionary;
 use super::error::ProfileProblem;
 use super::warnings::Warnings;
 use crate::module;
+use crate::stack::line_frame;
 
 /// The mapping attribute with the file's GNU build id (hex).
 const BUILD_ID_GNU: &str = "process.executable.build_id.gnu";
@@ -275,18 +276,14 @@ fn lines(
             }
             file = dict.string(f.filename_strindex, || format!("{}.filenameStrindex", ff()))?;
         }
-        frames.push(Frame::Named {
+        frames.push(line_frame(
             kind,
-            function: if name.is_empty() {
-                format!("{:#x}", location.address)
-            } else {
-                name.to_owned()
-            },
-            module: module.map(str::to_owned),
-            file: Some(file).filter(|f| !f.is_empty()).map(str::to_owned),
-            // Negative or huge line numbers are nonsense: "unknown".
-            line: u32::try_from(line.line).unwrap_or(0),
-        });
+            name,
+            location.address,
+            module.map(str::to_owned),
+            file,
+            line.line,
+        ));
     }
     Ok(frames)
 }

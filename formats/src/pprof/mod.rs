@@ -37,7 +37,7 @@ use crate::builder::ImportBuilder;
 use crate::error::ImportError;
 use crate::module;
 use crate::options::{ImportOptions, Imported};
-use crate::stack;
+use crate::stack::{self, line_frame};
 use proto::{Function, Location, Mapping, Profile};
 
 /// Largest decompressed profile accepted, against decompression bombs:
@@ -291,18 +291,14 @@ impl<'p> Tables<'p> {
                 })?;
             }
             let file = self.string(function.filename, || format!("function id {fid} filename"))?;
-            frames.push(Frame::Named {
+            frames.push(line_frame(
                 kind,
-                function: if name.is_empty() {
-                    format!("{:#x}", location.address)
-                } else {
-                    name.to_owned()
-                },
-                module: module.clone(),
-                file: Some(file).filter(|f| !f.is_empty()).map(str::to_owned),
-                // Negative or huge line numbers are nonsense: "unknown".
-                line: u32::try_from(line.line).unwrap_or(0),
-            });
+                name,
+                location.address,
+                module.clone(),
+                file,
+                line.line,
+            ));
         }
         Ok(frames)
     }
