@@ -170,6 +170,17 @@ fn wait_until_loaded(agent: &mut kiln_agent::Agent, sink: &mut MemorySink, pid: 
     }
 }
 
+/// The samples of JVM `pid`'s main thread (named after the launcher,
+/// `java`; the JVM's compiler and GC threads are not the workload) in
+/// the batches from `first` on.
+fn main_thread_samples(sink: &MemorySink, first: usize, pid: u32) -> Vec<support::Resolved> {
+    resolve_labelled(&sink.batches, first)
+        .into_iter()
+        .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+        .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
+        .collect()
+}
+
 /// Waits until `find` gives the process's JVM.
 fn wait_for_jvm(home: &Path, mut find: impl FnMut() -> Option<std::sync::Arc<Jvm>>) -> Jvm {
     let started = Instant::now();
@@ -342,13 +353,7 @@ fn java_methods_in_their_shares_interpreted_and_compiled() {
         agent.tick(&mut sink).unwrap();
         let first = sink.batches.len();
         let profiling = Instant::now();
-        let ours = |sink: &MemorySink| {
-            resolve_labelled(&sink.batches, first)
-                .into_iter()
-                .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
-                .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
-                .collect::<Vec<_>>()
-        };
+        let ours = |sink: &MemorySink| main_thread_samples(sink, first, pid);
         loop {
             std::thread::sleep(Duration::from_secs(1));
             agent.tick(&mut sink).unwrap();
@@ -508,11 +513,7 @@ fn c2_inlined_methods_show_under_their_caller() {
             let first = sink.batches.len();
             std::thread::sleep(Duration::from_secs(3));
             agent.tick(&mut sink).unwrap();
-            let samples: Vec<_> = resolve_labelled(&sink.batches, first)
-                .into_iter()
-                .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
-                .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
-                .collect();
+            let samples = main_thread_samples(&sink, first, pid);
             let total: u64 = samples.iter().map(|s| s.count).sum();
             let mut under_hot = 0;
             let mut bad_lines = 0;
@@ -637,11 +638,7 @@ fn a_jvm_that_exited_before_its_batch_is_named() {
     assert!(status.success(), "the workload failed: {status}");
     // Its last seconds, named after it exited.
     agent.tick(&mut sink).unwrap();
-    let samples: Vec<_> = resolve_labelled(&sink.batches, first)
-        .into_iter()
-        .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
-        .filter(|s| s.labels.get(label_names::THREAD) == Some("java"))
-        .collect();
+    let samples = main_thread_samples(&sink, first, pid);
     let total: u64 = samples.iter().map(|s| s.count).sum();
     let in_main = share_of(&samples, |f: &[Frame]| {
         jvm_frame(f, "JavaShares.main").is_some()
