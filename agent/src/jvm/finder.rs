@@ -148,7 +148,15 @@ impl JvmFinder {
         if let Some(&known) = self.native_images.get(&file_id) {
             return known;
         }
-        let found = matches!(inspect(pid, mapping), Ok(Some(JvmLibrary::Unsupported(_))));
+        let found = match inspect(pid, mapping) {
+            Ok(Some(kind @ JvmLibrary::Unsupported(_))) => {
+                // Kept as the JVM library it is, so `find` need not open it again.
+                let library = Library { kind, layout: None };
+                self.libraries.insert(file_id, Some(library));
+                true
+            }
+            _ => false,
+        };
         if self.native_images.len() >= NATIVE_IMAGE_ANSWERS_AT_MOST {
             self.native_images.clear();
         }

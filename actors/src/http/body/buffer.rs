@@ -13,8 +13,6 @@
 //! front costs address space, not memory, and the body is never copied to
 //! grow.
 
-use std::ops::Range;
-
 use bytes::Bytes;
 use memmap2::{MmapMut, MmapOptions};
 
@@ -66,11 +64,10 @@ impl BodyBuffer {
             && end > SPILL_AT.max(heap.capacity())
         {
             let mut spilled = Storage::mapped(self.limit).map_err(ExtendError::Map)?;
-            spilled.write(0..heap.len(), heap);
+            spilled.append(heap);
             self.storage = spilled;
         }
-        let start = self.len();
-        self.storage.write(start..end, bytes);
+        self.storage.append(bytes);
         Ok(())
     }
 
@@ -103,17 +100,14 @@ impl Storage {
         Ok(Storage::Mapped { map, len: 0 })
     }
 
-    /// Writes `bytes` at `at`, which ends within the storage's room (a
-    /// heap vector grows as `Vec` does).
-    fn write(&mut self, at: Range<usize>, bytes: &[u8]) {
+    /// Appends `bytes`, which fit in a mapping's room (a heap vector grows
+    /// as `Vec` does).
+    fn append(&mut self, bytes: &[u8]) {
         match self {
-            Storage::Heap(heap) => {
-                debug_assert_eq!(at.start, heap.len());
-                heap.extend_from_slice(bytes);
-            }
+            Storage::Heap(heap) => heap.extend_from_slice(bytes),
             Storage::Mapped { map, len } => {
-                map[at.clone()].copy_from_slice(bytes);
-                *len = at.end;
+                map[*len..*len + bytes.len()].copy_from_slice(bytes);
+                *len += bytes.len();
             }
         }
     }
