@@ -114,7 +114,9 @@ pub enum BusError {
         limit: usize,
     },
 
-    /// A partition stopped accepting writes after a write or fsync failed.
+    /// A partition stopped accepting writes after an fsync failed, or a
+    /// failed write whose partial record could not be cut off. (A write
+    /// that fails cleanly, as on a full disk, fails only its own append.)
     ///
     /// After a failed fsync the kernel may already have dropped the dirty
     /// pages, so the file's contents are unknown; like Kafka taking a log
@@ -174,7 +176,7 @@ pub enum BusError {
 impl BusError {
     /// This error and its chain of causes on one line, for logs and for
     /// [`BusError::PartitionFailed`], which must outlive the `io::Error`.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         let mut text = self.to_string();
         let mut source = std::error::Error::source(self);
         while let Some(cause) = source {
@@ -183,6 +185,24 @@ impl BusError {
             source = cause.source();
         }
         text
+    }
+
+    /// Whether the disk is full (or the user's quota on it): an error
+    /// that passes once room is made, unlike most I/O errors.
+    pub fn storage_full(&self) -> bool {
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            if let Some(io) = cause.downcast_ref::<io::Error>()
+                && matches!(
+                    io.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                )
+            {
+                return true;
+            }
+            source = cause.source();
+        }
+        false
     }
 }
 

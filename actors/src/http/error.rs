@@ -49,6 +49,10 @@ pub enum ApiError {
     /// The ingest bus cannot take the batch now; the client should retry.
     #[error("{0}")]
     Unavailable(String),
+    /// The disk is full (507 Insufficient Storage): the client should
+    /// retry once the operator has made room.
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// Something failed on our side.
     #[error("{0}")]
     Internal(String),
@@ -99,6 +103,7 @@ impl ResponseError for ApiError {
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -106,7 +111,7 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::InsufficientStorage(_) => {
                 response.insert_header(("Retry-After", "5"));
             }
             ApiError::TooManyRequests { retry_after_s, .. } => {

@@ -322,11 +322,18 @@ impl IngestState {
             .map_err(|e| {
                 // The cause (a timeout, a broker's refusal), not just "could
                 // not publish", goes to the log and to the caller.
-                warn!(error = %e.source, bytes = e.payload.len(), "publishing to the ingest bus failed");
-                ApiError::Unavailable(format!(
-                    "the ingest bus cannot take batches now: {}",
-                    e.source
-                ))
+                let cause = e.source.describe();
+                warn!(error = %cause, bytes = e.payload.len(), "publishing to the ingest bus failed");
+                if e.source.storage_full() {
+                    ApiError::InsufficientStorage(format!(
+                        "the ingest bus's disk is full; batches are taken again once there \
+                         is room: {cause}"
+                    ))
+                } else {
+                    ApiError::Unavailable(format!(
+                        "the ingest bus cannot take batches now: {cause}"
+                    ))
+                }
             })
     }
 }

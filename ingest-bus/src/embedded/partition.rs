@@ -149,17 +149,22 @@ impl Partition {
             if let Some(cause) = &log.failed {
                 return Err(self.failed(cause));
             }
-            if log.active_len > 0
-                && log.active_len + frame.len() > self.segment_bytes
-                && let Err(e) = self.roll(&mut log)
-            {
-                return Err(self.fail(&mut log, e));
+            if log.active_len > 0 && log.active_len + frame.len() > self.segment_bytes {
+                self.roll(&mut log)?;
             }
             let offset = log.next_offset;
             frame.seal(offset);
             if let Err(e) = log.active.write_all_at(frame.bytes(), log.active_len) {
-                let e = io("write", &self.active_path(&log))(e);
-                return Err(self.fail(&mut log, e));
+                let path = self.active_path(&log);
+                let e = io("write", &path)(e);
+                // A write that failed (a full disk) may have left part of
+                // the record: cut it off, and the log is as it was, ready
+                // for the next append once there is room. Only when that
+                // fails too is the file's end unknown.
+                return match log.active.set_len(log.active_len) {
+                    Ok(()) => Err(e),
+                    Err(_) => Err(self.fail(&mut log, e)),
+                };
             }
             log.active_len += frame.len();
             log.next_offset += 1;
@@ -202,12 +207,16 @@ impl Partition {
     }
 
     /// Seals the active segment and starts a new one at the next offset.
+    /// A segment that cannot be created (a full disk) changes nothing: the
+    /// active one stays, and the next append tries again. A failed fsync
+    /// fails the partition.
     fn roll(&self, log: &mut Log) -> Result<(), BusError> {
         // The sealed segment must be durable before records go to the next
         // one: `sync_through` only syncs the active segment.
-        log.active
-            .sync_data()
-            .map_err(io("fsync", &self.active_path(log)))?;
+        if let Err(e) = log.active.sync_data() {
+            let e = io("fsync", &self.active_path(log))(e);
+            return Err(self.fail(log, e));
+        }
         let base = log.next_offset;
         let file = create_segment(&self.dir, base)?;
         log.segments.push(base);
@@ -319,7 +328,11 @@ fn create_segment(dir: &Path, base: u64) -> Result<File, BusError> {
         .create_new(true)
         .open(&path)
         .map_err(io("create", &path))?;
-    fs::sync_dir(dir)?;
+    if let Err(e) = fs::sync_dir(dir) {
+        // Not a segment yet: the next roll creates it again.
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
     Ok(file)
 }
 

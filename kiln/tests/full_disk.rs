@@ -1,0 +1,173 @@
+//! `kiln up` on a full disk (issue 38): its data dir on a small tmpfs,
+//! which another file fills. Ingest must refuse with a 507 that names the
+//! cause, lose nothing it accepted, and take batches again by itself once
+//! room is made; and a restart afterwards must find every accepted sample
+//! once. Needs root (to mount the tmpfs), as CI runs it.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{Server, aggregate, sorted_lines};
+
+/// A tmpfs mounted on a directory for the test's life.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "the full-disk test mounts a tmpfs and must run as root (CI does)"
+        );
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "kiln-full-disk",
+            ])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mount a tmpfs on {}: {status}",
+            dir.display()
+        );
+        Tmpfs(dir.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the filesystem of `dir` to its last byte with one file.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0x55u8; 1 << 20];
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("filling {}: {e}", path.display()),
+        }
+    }
+    while file.write(&[0]).is_ok_and(|n| n == 1) {}
+    path
+}
+
+/// `stacks` distinct collapsed stacks under `root`, one sample each: large
+/// enough (about 100 KiB) that a full disk cannot take it in the spare
+/// bytes of pages already allocated.
+fn import_body(root: &str, stacks: usize) -> String {
+    (0..stacks)
+        .map(|j| format!("main;{root};f{j} 1\n"))
+        .collect()
+}
+
+/// The flamegraph of the last day, summed per stack's two outermost
+/// frames under main (`main;before`), as sorted lines.
+fn totals(server: &Server) -> Vec<String> {
+    let (status, body) = server.get("/api/v1/flamegraph?from=now-1d&format=collapsed");
+    assert_eq!(status, 200, "{body}");
+    aggregate(sorted_lines(&body).into_iter().map(|line| {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let top: Vec<&str> = stack.split(';').take(2).collect();
+        format!("{} {count}", top.join(";"))
+    }))
+}
+
+fn wait_for(server: &Server, want: &[&str], what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = totals(server);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the flamegraph has {got:?}, not {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+// Guards "a full disk: ingest refuses with a clear 507 naming the cause,
+// nothing accepted is lost, and service resumes by itself once space is
+// freed" for `kiln up`. The embedded bus once failed its partition for
+// good on the first failed write, answering 503 "reopen the bus" until a
+// restart.
+#[test]
+fn a_full_disk_refuses_ingest_by_name_and_service_resumes_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let _tmpfs = Tmpfs::mount(dir.path(), "96m");
+    let data = dir.path().join("kiln");
+    let server = Server::start(&data);
+    server.import("collapsed", import_body("before", 3000).as_bytes());
+    wait_for(
+        &server,
+        &["main;before 3000"],
+        "the import before the disk filled",
+    );
+
+    let filler = fill(dir.path());
+    println!(
+        "the data dir's filesystem filled by a {} MiB file",
+        std::fs::metadata(&filler).unwrap().len() >> 20
+    );
+    for i in 0..3 {
+        let (status, text) = server
+            .post(
+                "/api/v1/import?format=collapsed",
+                import_body(&format!("during_{i}"), 3000).as_bytes(),
+            )
+            .expect("POST an import on a full disk");
+        println!("an import on a full disk: {status} {text}");
+        assert_eq!(status, 507, "{text}");
+        assert!(
+            text.contains("disk is full") && text.contains("No space left on device"),
+            "{text}"
+        );
+    }
+    // What was accepted before is still served.
+    wait_for(&server, &["main;before 3000"], "a read on a full disk");
+
+    std::fs::remove_file(&filler).unwrap();
+    let started = Instant::now();
+    let (status, text) = server
+        .post(
+            "/api/v1/import?format=collapsed",
+            import_body("after", 3000).as_bytes(),
+        )
+        .expect("POST an import once there is room");
+    assert_eq!(status, 200, "the first import once there is room: {text}");
+    wait_for(
+        &server,
+        &["main;after 3000", "main;before 3000"],
+        "the first import once there is room",
+    );
+    println!(
+        "once the filler was removed, the next import was accepted and read back in {:?}",
+        started.elapsed()
+    );
+
+    // A restart finds every accepted sample, once.
+    server.stop();
+    let server = Server::start(&data);
+    wait_for(
+        &server,
+        &["main;after 3000", "main;before 3000"],
+        "after a restart",
+    );
+}
