@@ -113,7 +113,7 @@ else
 fi
 
 tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU: scripts/gpucheck/prepare.sh, then scripts/gpucheck/field.sh on one; without one, within unit+integration: libkiln_cuda.so under a fake CUPTI that enforces CUPTI's PC-sampling rules, a C host through a stand-in libcupti to kiln-agent --no-ebpf and a backend, NVML through a stand-in libnvidia-ml)"
-tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up)"
+tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs))"
 regions_test=tenants_live_in_their_home_region_and_are_served_from_any
 if command -v cargo-nextest >/dev/null; then
   # Without backtraces a failing test's output ends with its panic
