@@ -1,6 +1,8 @@
-//! Seeds of the `otlp_decode` fuzz target (`fuzz/seeds/otlp_decode/`):
-//! requests this build converts whole, so the fuzzer starts deep in the
-//! conversion rather than at the decoder's refusals.
+//! Seeds of the `otlp_decode` and `otlp_json` fuzz targets
+//! (`fuzz/seeds/otlp_decode/`, `fuzz/seeds/otlp_json/`): requests this
+//! build converts whole, so the fuzzer starts deep in the conversion
+//! rather than at the decoder's refusals. The JSON seeds are the
+//! hand-written requests of `tests/data/otlp/`.
 //! `KILN_WRITE_FIXTURES=1 cargo test -p kiln-formats --test fuzz_seeds`
 //! writes them again.
 
@@ -13,7 +15,7 @@ use kiln_formats::otlp::proto::profiles::{
     ResourceProfiles, Sample, ScopeProfiles, Stack, ValueType,
 };
 use kiln_formats::otlp::proto::resource::Resource;
-use kiln_formats::otlp::{OtlpOptions, downgrade_to_v1_9, import};
+use kiln_formats::otlp::{OtlpOptions, downgrade_to_v1_9, import, import_json};
 use prost::Message;
 
 fn seeds_dir() -> PathBuf {
@@ -235,5 +237,33 @@ fn every_otlp_decode_seed_converts_whole() {
             imported.problems
         );
         assert_eq!(imported.samples, 3 + 3_005, "{name}");
+    }
+}
+
+#[test]
+fn every_otlp_json_seed_converts_whole() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/otlp_json");
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/otlp");
+    let options = OtlpOptions {
+        now_ns: 1_700_000_000_000_000_000,
+    };
+    for name in ["small.json", "every_field.json"] {
+        let expected = std::fs::read(data.join(name)).unwrap();
+        if std::env::var_os("KILN_WRITE_FIXTURES").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(name), &expected).unwrap();
+        }
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        assert_eq!(
+            bytes, expected,
+            "{name} is stale: rerun with KILN_WRITE_FIXTURES=1"
+        );
+        let imported = import_json(&bytes, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            imported.rejected_profiles, 0,
+            "{name}: {:?}",
+            imported.problems
+        );
+        assert!(imported.samples > 0, "{name}");
     }
 }

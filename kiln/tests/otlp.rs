@@ -1,6 +1,7 @@
 //! OTLP/HTTP profiles (`POST /v1development/profiles`) against a real
-//! `kiln up`: requests built with the `opentelemetry-proto` messages,
-//! compressed as collectors send them, read back through the flamegraph.
+//! `kiln up`: requests built with the `opentelemetry-proto` messages, and
+//! OTLP/JSON ones written by hand, compressed as collectors send them,
+//! read back through the flamegraph.
 
 mod support;
 
@@ -340,7 +341,7 @@ fn malformed_requests_and_other_content_types_are_refused_with_a_status() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let protobuf = [("content-type", "application/x-protobuf")];
-    let cases: [Refusal; 4] = [
+    let cases: [Refusal; 3] = [
         (
             &protobuf,
             b"\x0a\x05\x01",
@@ -350,18 +351,11 @@ fn malformed_requests_and_other_content_types_are_refused_with_a_status() {
         ),
         (&protobuf, b"", 400, 3, "the OTLP request is empty"),
         (
-            &[("content-type", "application/json")],
-            b"{}",
-            415,
-            3,
-            "only protobuf is",
-        ),
-        (
             &[("content-type", "text/plain")],
             b"x",
             415,
             3,
-            "is not OTLP protobuf",
+            "is not OTLP",
         ),
     ];
     for (headers, body, http, code, message) in cases {
@@ -436,4 +430,138 @@ fn a_v1_9_request_is_read_and_said_so() {
         note.error_message
     );
     collapsed_once(&server, "&service=old-sender", &["main.main;main.old 2"]);
+}
+
+/// An OTLP/JSON request of one CPU profile of `service`: main.main →
+/// main.serve → main.parse, 3 events and main.main → main.render, 2,
+/// in the past minute; 64-bit integers as strings and as numbers.
+fn json_request(service: &str) -> String {
+    let t0 = (now_ns() as u64 / 1_000_000_000 - 60) * 1_000_000_000;
+    let ts = |i: u64| t0 + i * 100_000_000;
+    format!(
+        r#"{{
+  "resourceProfiles": [{{
+    "resource": {{ "attributes": [
+      {{ "key": "service.name", "value": {{ "stringValue": "{service}" }} }},
+      {{ "key": "host.name", "value": {{ "stringValue": "json-host" }} }}
+    ] }},
+    "scopeProfiles": [{{ "profiles": [{{
+      "sampleType": {{ "typeStrindex": 1, "unitStrindex": 2 }},
+      "periodType": {{ "typeStrindex": 3, "unitStrindex": 4 }},
+      "period": "50000000",
+      "timeUnixNano": "{t0}",
+      "durationNano": 5000000000,
+      "samples": [
+        {{ "stackIndex": 1, "attributeIndices": [1],
+           "timestampsUnixNano": ["{}", {}, "{}"] }},
+        {{ "stack_index": 2, "attribute_indices": [1],
+           "timestamps_unix_nano": [{}, "{}"] }}
+      ]
+    }}] }}]
+  }}],
+  "dictionary": {{
+    "locationTable": [{{}},
+      {{ "lines": [{{ "functionIndex": 1 }}], "attributeIndices": [2] }},
+      {{ "lines": [{{ "functionIndex": 2 }}], "attributeIndices": [2] }},
+      {{ "lines": [{{ "functionIndex": 3 }}], "attributeIndices": [2] }},
+      {{ "lines": [{{ "functionIndex": 4 }}], "attributeIndices": [2] }}
+    ],
+    "functionTable": [{{}},
+      {{ "nameStrindex": 5 }}, {{ "nameStrindex": 6 }}, {{ "nameStrindex": 7 }}, {{ "nameStrindex": 8 }}
+    ],
+    "stringTable": ["", "samples", "count", "cpu", "nanoseconds",
+      "main.main", "main.serve", "main.parse", "main.render",
+      "thread.name", "json-thread", "profile.frame.type", "go"],
+    "attributeTable": [{{}},
+      {{ "keyStrindex": 9, "value": {{ "stringValueStrindex": 10 }} }},
+      {{ "keyStrindex": 11, "value": {{ "stringValueStrindex": 12 }} }}
+    ],
+    "stackTable": [{{}},
+      {{ "locationIndices": [3, 2, 1] }},
+      {{ "locationIndices": ["4", "1"] }}
+    ]
+  }},
+  "someFutureField": {{ "ignored": [1, 2] }}
+}}"#,
+        ts(0),
+        ts(1),
+        ts(2),
+        ts(3),
+        ts(4)
+    )
+}
+
+/// POSTs an OTLP/JSON body with `coding`: the status, and the JSON answer.
+fn export_json(server: &Server, body: &[u8], coding: &str) -> (u16, serde_json::Value) {
+    let (status, content_type, bytes) = post(
+        server,
+        Some(&server.key),
+        &[
+            ("content-type", "application/json"),
+            ("content-encoding", coding),
+        ],
+        body,
+    );
+    assert_eq!(content_type, "application/json", "{status}");
+    let answer = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
+    (status, answer)
+}
+
+#[test]
+fn json_requests_plain_and_gzip_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let (status, answer) = export_json(&server, json_request("json-plain").as_bytes(), "identity");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, serde_json::json!({}));
+    let (status, answer) =
+        export_json(&server, &gzip(json_request("json-gzip").as_bytes()), "gzip");
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer, serde_json::json!({}));
+    for service in ["json-plain", "json-gzip"] {
+        collapsed_once(
+            &server,
+            &format!("&service={service}&host=json-host&thread=json-thread"),
+            &[
+                "main.main;main.render 2",
+                "main.main;main.serve;main.parse 3",
+            ],
+        );
+    }
+}
+
+#[test]
+fn malformed_json_is_a_400_with_a_json_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let cases: [(&str, &str); 3] = [
+        (
+            r#"{"dictionary":{"locationTable":[{},{"lines":[{"functionIndex":"x"}]}]}}"#,
+            "OTLP: not valid OTLP/JSON: dictionary.locationTable[1].lines[0].functionIndex: \
+             invalid value: string \"x\", expected a 32-bit integer at line 1 column 65",
+        ),
+        (
+            r#"{"resourceProfiles": ["#,
+            "resourceProfiles[0]: EOF while parsing",
+        ),
+        ("{}", "the OTLP request is empty"),
+    ];
+    for (body, message) in cases {
+        let (status, answer) = export_json(&server, body.as_bytes(), "identity");
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["code"], 3, "{answer}");
+        let got = answer["message"].as_str().expect("a message");
+        assert!(got.contains(message), "{body}: {got}");
+    }
+    // Errors raised before the handler answer in JSON too.
+    let (status, _, bytes) = post(
+        &server,
+        Some("kiln_not_a_key"),
+        &[("content-type", "application/json")],
+        b"{}",
+    );
+    assert_eq!(status, 401);
+    let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(answer["code"], 16, "{answer}");
 }

@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file | ingest |
 //! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) | ingest |
-//! | POST | `/v1development/profiles` | OTLP/HTTP profiles, protobuf ([`otlp`]): `ExportProfilesServiceResponse` with `partial_success`, errors as `google.rpc.Status` | ingest |
+//! | POST | `/v1development/profiles` | OTLP/HTTP profiles, protobuf or OTLP/JSON ([`otlp`]): `ExportProfilesServiceResponse` with `partial_success`, errors as `google.rpc.Status`, in the request's encoding | ingest |
 //! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope&lines=false\|true` | flamegraph: a node per function, or per line with `lines=true` | read |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |

@@ -1,5 +1,5 @@
-//! `POST /v1development/profiles`: OTLP/HTTP profiles (protobuf), what the
-//! OpenTelemetry collector's `otlphttp` exporter sends.
+//! `POST /v1development/profiles`: OTLP/HTTP profiles, protobuf or
+//! OTLP/JSON, what the OpenTelemetry collector's `otlphttp` exporter sends.
 //!
 //! The request is read, metered and published as an import is (the same
 //! body bounds, per-tenant quotas and bus records); the conversion is
@@ -8,7 +8,8 @@
 //! profiles refused and why, and for errors a `google.rpc.Status` body
 //! with the HTTP status — [`status_bodies`] writes those for errors raised
 //! before the handler too (no credential, a key without the ingest role,
-//! another region's key).
+//! another region's key). Both are in the request's encoding: protobuf,
+//! or OTLP/JSON for an `application/json` request.
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -18,7 +19,9 @@ use actix_web::http::header::{
 };
 use actix_web::middleware::Next;
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
-use kiln_formats::otlp::proto::collector::ExportProfilesServiceResponse;
+use kiln_formats::otlp::proto::collector::{
+    ExportProfilesPartialSuccess, ExportProfilesServiceResponse,
+};
 use kiln_formats::otlp::{OtlpError, OtlpOptions};
 use kiln_storage::Scope;
 use prost::Message;
@@ -35,6 +38,16 @@ pub const PATH: &str = "/v1development/profiles";
 
 /// The content type of OTLP protobuf, requests and answers.
 const PROTOBUF: &str = "application/x-protobuf";
+
+/// The content type of OTLP/JSON, requests and answers.
+const JSON: &str = "application/json";
+
+/// How a request is encoded, and so its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Protobuf,
+    Json,
+}
 
 /// `google.rpc.Status`, the body of every OTLP/HTTP error.
 #[derive(Clone, PartialEq, Message)]
@@ -81,7 +94,7 @@ async fn export_for(
     request: &HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    protobuf_only(request)?;
+    let encoding = encoding(request)?;
     let metrics = state.metrics.ingest();
     let limits = admit_tenant(state, scope).await?;
     let (body, sent) = ingest
@@ -90,7 +103,11 @@ async fn export_for(
     let options = OtlpOptions { now_ns: now_ns() };
     // Converting and compressing are CPU-bound: off the event loop.
     let converted = web::block(move || {
-        kiln_formats::otlp::import(&body, &options).map(|imported| {
+        let imported = match encoding {
+            Encoding::Protobuf => kiln_formats::otlp::import(&body, &options),
+            Encoding::Json => kiln_formats::otlp::import_json(&body, &options),
+        };
+        imported.map(|imported| {
             let encoded: Vec<Vec<u8>> = imported.batches.iter().map(|b| b.encode()).collect();
             (imported, encoded)
         })
@@ -111,43 +128,67 @@ async fn export_for(
     if imported.rejected_profiles > 0 {
         metrics.rejected(scope.tenant(), crate::telemetry::Rejection::BadInput);
     }
-    let answer = ExportProfilesServiceResponse {
-        partial_success: imported.partial_success(),
-    };
-    Ok(HttpResponse::Ok()
-        .content_type(PROTOBUF)
-        .body(answer.encode_to_vec()))
+    let partial_success = imported.partial_success();
+    Ok(match encoding {
+        Encoding::Protobuf => HttpResponse::Ok()
+            .content_type(PROTOBUF)
+            .body(ExportProfilesServiceResponse { partial_success }.encode_to_vec()),
+        Encoding::Json => HttpResponse::Ok()
+            .content_type(JSON)
+            .body(json_response(partial_success.as_ref()).to_string()),
+    })
 }
 
-/// Refuses (415) a body that is not OTLP protobuf.
-fn protobuf_only(request: &HttpRequest) -> Result<(), ApiError> {
-    let content_type = request
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match essence.as_str() {
-        "application/x-protobuf" | "application/protobuf" => Ok(()),
-        "application/json" => Err(ApiError::UnsupportedMediaType(
-            "OTLP/JSON is not accepted yet: only protobuf is, for now (Content-Type: \
-             application/x-protobuf; the collector's otlphttp exporter: encoding: proto)"
-                .to_owned(),
-        )),
+/// An `ExportProfilesServiceResponse` in OTLP/JSON: `{}` when all was
+/// kept without a word, the 64-bit `rejectedProfiles` as a string.
+fn json_response(partial: Option<&ExportProfilesPartialSuccess>) -> serde_json::Value {
+    match partial {
+        None => serde_json::json!({}),
+        Some(p) => serde_json::json!({
+            "partialSuccess": {
+                "rejectedProfiles": p.rejected_profiles.to_string(),
+                "errorMessage": p.error_message,
+            }
+        }),
+    }
+}
+
+/// The request's encoding, or 415 for a body that is not OTLP.
+fn encoding(request: &HttpRequest) -> Result<Encoding, ApiError> {
+    let content_type = content_type(request.headers());
+    match essence(content_type).as_str() {
+        "application/x-protobuf" | "application/protobuf" => Ok(Encoding::Protobuf),
+        JSON => Ok(Encoding::Json),
         _ => Err(ApiError::UnsupportedMediaType(format!(
-            "Content-Type {content_type:?} is not OTLP protobuf: send application/x-protobuf"
+            "Content-Type {content_type:?} is not OTLP: send application/x-protobuf or \
+             application/json"
         ))),
     }
 }
 
+fn content_type(headers: &actix_web::http::header::HeaderMap) -> &str {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The media type without parameters, lowercase.
+fn essence(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// The HTTP error of a request the conversion refused whole.
 fn refusal(e: OtlpError) -> ApiError {
-    ApiError::bad_request(format!("OTLP: {e}"))
+    match e {
+        e @ OtlpError::JsonTooLarge { .. } => ApiError::PayloadTooLarge(format!("OTLP: {e}")),
+        e => ApiError::bad_request(format!("OTLP: {e}")),
+    }
 }
 
 /// The middleware that answers this route's errors, wherever raised, with
@@ -163,14 +204,15 @@ pub async fn status_bodies(
             .await
             .map(ServiceResponse::map_into_boxed_body);
     }
+    let json = essence(content_type(request.headers())) == JSON;
     // The request cannot be kept aside (a clone would stop the router
     // from filling in its path): an error raised before the handler
     // becomes an error that answers with a Status.
     match next.call(request).await {
-        Err(e) => Err(StatusError::of(&e).into()),
+        Err(e) => Err(StatusError::of(&e, json).into()),
         Ok(response) => match response.response().error() {
             Some(e) => {
-                let answer = StatusError::of(e).error_response();
+                let answer = StatusError::of(e, json).error_response();
                 let (request, _) = response.into_parts();
                 Ok(ServiceResponse::new(request, answer))
             }
@@ -187,10 +229,12 @@ struct StatusError {
     message: String,
     /// `Retry-After`, `WWW-Authenticate`, as the error had them.
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// Answer in OTLP/JSON, as the request was sent.
+    json: bool,
 }
 
 impl StatusError {
-    fn of(e: &actix_web::Error) -> Self {
+    fn of(e: &actix_web::Error, json: bool) -> Self {
         let response = e.as_response_error().error_response();
         let headers = [RETRY_AFTER, WWW_AUTHENTICATE]
             .into_iter()
@@ -203,6 +247,7 @@ impl StatusError {
             http: response.status(),
             message: e.to_string(),
             headers,
+            json,
         }
     }
 }
@@ -227,6 +272,10 @@ impl ResponseError for StatusError {
         let mut response = HttpResponse::build(self.http);
         for (name, value) in &self.headers {
             response.insert_header((name.clone(), value.clone()));
+        }
+        if self.json {
+            let body = serde_json::json!({"code": status.code, "message": status.message});
+            return response.content_type(JSON).body(body.to_string());
         }
         response.content_type(PROTOBUF).body(status.encode_to_vec())
     }
@@ -254,21 +303,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_protobuf_is_taken() {
+    fn protobuf_and_json_are_taken() {
         let with = |ct: &str| {
-            protobuf_only(
+            encoding(
                 &TestRequest::default()
                     .insert_header((CONTENT_TYPE, ct))
                     .to_http_request(),
             )
         };
-        assert!(with("application/x-protobuf").is_ok());
-        assert!(with("Application/Protobuf; charset=binary").is_ok());
-        let json = with("application/json").unwrap_err();
-        assert_eq!(json.status_code().as_u16(), 415);
-        assert!(json.to_string().contains("only protobuf"), "{json}");
-        assert_eq!(with("text/plain").unwrap_err().status_code().as_u16(), 415);
-        assert!(protobuf_only(&TestRequest::default().to_http_request()).is_err());
+        assert_eq!(with("application/x-protobuf").unwrap(), Encoding::Protobuf);
+        assert_eq!(
+            with("Application/Protobuf; charset=binary").unwrap(),
+            Encoding::Protobuf
+        );
+        assert_eq!(
+            with("application/json; charset=utf-8").unwrap(),
+            Encoding::Json
+        );
+        let text = with("text/plain").unwrap_err();
+        assert_eq!(text.status_code().as_u16(), 415);
+        assert!(text.to_string().contains("is not OTLP"), "{text}");
+        assert!(encoding(&TestRequest::default().to_http_request()).is_err());
+    }
+
+    #[test]
+    fn json_answers_are_otlp_json() {
+        assert_eq!(json_response(None).to_string(), "{}");
+        let partial = ExportProfilesPartialSuccess {
+            rejected_profiles: 2,
+            error_message: "why".into(),
+        };
+        assert_eq!(
+            json_response(Some(&partial)).to_string(),
+            r#"{"partialSuccess":{"errorMessage":"why","rejectedProfiles":"2"}}"#
+        );
     }
 
     #[test]
@@ -278,7 +346,7 @@ mod tests {
             retry_after_s: 3,
         }
         .into();
-        let response = StatusError::of(&e).error_response();
+        let response = StatusError::of(&e, false).error_response();
         assert_eq!(response.status().as_u16(), 429);
         assert_eq!(response.headers().get("Retry-After").unwrap(), "3");
         assert_eq!(response.headers().get(CONTENT_TYPE).unwrap(), PROTOBUF);
@@ -289,5 +357,13 @@ mod tests {
         let status = Status::decode(&body[..]).unwrap();
         assert_eq!(status.code, 8);
         assert_eq!(status.message, "over ingest_samples_per_s");
+        let e: actix_web::Error = ApiError::bad_request("no").into();
+        let response = StatusError::of(&e, true).error_response();
+        assert_eq!(response.headers().get(CONTENT_TYPE).unwrap(), JSON);
+        let body = actix_web::body::to_bytes(response.into_body());
+        let body = futures_util::FutureExt::now_or_never(body)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&body[..], br#"{"code":3,"message":"no"}"#);
     }
 }

@@ -16,6 +16,29 @@ pub enum OtlpError {
     /// The bytes are not an `ExportProfilesServiceRequest`.
     #[error("not a valid OTLP ExportProfilesServiceRequest (protobuf): {0}")]
     Decode(#[source] prost::DecodeError),
+    /// The body is not OTLP/JSON of an `ExportProfilesServiceRequest`.
+    #[error("not valid OTLP/JSON: {}{message} at line {line} column {column}", json_path(.path))]
+    Json {
+        /// Where, as OTLP/JSON names it:
+        /// `dictionary.locationTable[3].lines[0].functionIndex`; empty at
+        /// the top level.
+        path: String,
+        /// What is wrong there.
+        message: String,
+        /// serde_json's line (from 1).
+        line: usize,
+        /// serde_json's column (from 1).
+        column: usize,
+    },
+    /// The JSON request's protobuf encoding would pass its limit.
+    #[error(
+        "the OTLP/JSON request comes to more than {} MiB as protobuf; send smaller requests",
+        limit >> 20
+    )]
+    JsonTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// The request holds more of something than one request may.
     #[error(
         "the OTLP request has more than {limit} {what}; send smaller requests \
@@ -60,6 +83,15 @@ pub enum OtlpError {
         MAX_CONVERTED_BYTES >> 20
     )]
     TooLarge,
+}
+
+/// `path: ` where there is a path.
+fn json_path(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}: ")
+    }
 }
 
 /// Why one profile was refused; the request's other profiles are kept.

@@ -4,6 +4,8 @@
 //!
 //! The messages are the OpenTelemetry project's own (crate
 //! `opentelemetry-proto`, protos 1.10.0), re-exported as [`proto`].
+//! [`import_json`] reads OTLP/JSON by transcoding it to protobuf first
+//! (`json.rs`, following `schema.rs`), then as [`import`] does.
 //! [`import`] checks a request on the wire first (`limits.rs`: every count
 //! bounded before prost allocates), reads 1.9.0's `Sample` numbering too
 //! (`layout.rs`), decodes it, and converts it profile by profile
@@ -37,14 +39,17 @@ mod convert;
 mod dictionary;
 mod error;
 mod frames;
+mod json;
 mod layout;
 mod limits;
+mod schema;
 mod warnings;
 
 use kiln_model::Batch;
 use prost::Message;
 
 pub use error::{OtlpError, ProfileProblem};
+pub use json::MAX_OUTPUT as MAX_JSON_TRANSCODED;
 pub use layout::downgrade_to_v1_9;
 pub use limits::Layout;
 
@@ -178,6 +183,32 @@ pub fn import(bytes: &[u8], options: &OtlpOptions) -> Result<OtlpImported, OtlpE
     let mut imported = convert::convert(&request, options, warnings)?;
     imported.layout = layout;
     Ok(imported)
+}
+
+/// Converts an `ExportProfilesServiceRequest` in OTLP/JSON into batches:
+/// transcoded to protobuf (at most [`MAX_JSON_TRANSCODED`] bytes), then
+/// read as [`import`] reads protobuf.
+///
+/// # Errors
+///
+/// As [`import`], and [`OtlpError::Json`] (naming the field's path) for
+/// JSON that is not such a request, [`OtlpError::JsonTooLarge`] past the
+/// limit.
+pub fn import_json(bytes: &[u8], options: &OtlpOptions) -> Result<OtlpImported, OtlpError> {
+    import(&transcode_json(bytes)?, options)
+}
+
+/// The protobuf encoding of the OTLP/JSON request `bytes` (for tests and
+/// fuzzing; [`import_json`] converts it).
+///
+/// # Errors
+///
+/// As [`import_json`]'s JSON errors, and [`OtlpError::Empty`].
+pub fn transcode_json(bytes: &[u8]) -> Result<Vec<u8>, OtlpError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(OtlpError::Empty);
+    }
+    json::transcode(bytes, json::MAX_OUTPUT)
 }
 
 #[cfg(test)]
