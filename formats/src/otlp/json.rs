@@ -15,6 +15,8 @@
 
 use std::fmt;
 
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use base64::{Engine, alphabet};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -511,42 +513,23 @@ impl<'de> Visitor<'de> for StrVisitor {
 
 /// Hex digits to bytes (either case); `None` when it is not hex.
 fn hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    s.as_bytes()
-        .chunks(2)
-        .map(|pair| {
-            let digit = |c: u8| (c as char).to_digit(16);
-            Some((digit(pair[0])? * 16 + digit(pair[1])?) as u8)
-        })
-        .collect()
+    ::hex::decode(s).ok()
 }
 
-/// base64, standard or URL-safe alphabet, padded or not (proto3 JSON
-/// parsers accept all four); `None` when it is not base64.
+/// proto3 JSON parsers take base64 in either alphabet, padded or not.
+const BASE64_LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
+    .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+    .with_decode_allow_trailing_bits(true);
+const BASE64_STANDARD: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, BASE64_LENIENT);
+const BASE64_URL_SAFE: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, BASE64_LENIENT);
+
+/// base64, standard or URL-safe alphabet, padded or not; `None` when it
+/// is not base64.
 fn base64(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() / 4 * 3 + 2);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            _ => return None,
-        };
-        acc = acc << 6 | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    // One leftover character (6 bits) cannot end a byte.
-    (bits < 6).then_some(out)
+    BASE64_STANDARD
+        .decode(s)
+        .or_else(|_| BASE64_URL_SAFE.decode(s))
+        .ok()
 }
 
 #[cfg(test)]
