@@ -292,6 +292,7 @@ fn grpc_code(http: u16) -> i32 {
         421 => 9,             // FAILED_PRECONDITION
         429 => 8,             // RESOURCE_EXHAUSTED
         503 => 14,            // UNAVAILABLE
+        507 => 8,             // RESOURCE_EXHAUSTED (a full disk)
         _ => 13,              // INTERNAL
     }
 }
