@@ -171,3 +171,92 @@ fn a_full_disk_refuses_ingest_by_name_and_service_resumes_by_itself() {
         "after a restart",
     );
 }
+
+// Guards the same for the profile store: its own disk full while the bus
+// still takes batches. The batch waits on the bus (nothing is lost, none
+// is set aside), the store takes it once room is made, and a restart
+// finds it once. fjall refuses every write after a failed one
+// ("Poisoned") until it is opened again, which the store once left to a
+// restart of Kiln.
+#[test]
+fn a_full_profile_store_takes_what_waited_once_room_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("kiln");
+    let profiles = data.join("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    let _tmpfs = Tmpfs::mount(&profiles, "64m");
+    let server = Server::start(&data);
+    server.import("collapsed", import_body("before", 3000).as_bytes());
+    wait_for(
+        &server,
+        &["main;before 3000"],
+        "the import before the disk filled",
+    );
+
+    let filler = fill(&profiles);
+    let url = server.url.clone();
+    let key = server.key.clone();
+    let during = std::thread::spawn(move || {
+        support::request(
+            &url,
+            "POST",
+            "/api/v1/import?format=collapsed",
+            Some(&key),
+            &[],
+            import_body("during", 3000).as_bytes(),
+        )
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        totals(&server),
+        ["main;before 3000"],
+        "the store took a batch on a full disk"
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    wait_for(
+        &server,
+        &["main;before 3000", "main;during 3000"],
+        "the batch that waited while the store's disk was full",
+    );
+    println!(
+        "the batch that waited on the bus was queryable {:?} after room was made",
+        freed.elapsed()
+    );
+    let (status, text) = during.join().unwrap();
+    println!("the import sent while the store's disk was full: {status} {text}");
+    assert_eq!(status, 200, "{text}");
+    let dead_letters = data.join("objects");
+    assert!(
+        !walk(&dead_letters)
+            .iter()
+            .any(|p| p.to_string_lossy().contains("dead-letters")),
+        "a batch was set aside"
+    );
+
+    server.stop();
+    let server = Server::start(&data);
+    wait_for(
+        &server,
+        &["main;before 3000", "main;during 3000"],
+        "after a restart",
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}

@@ -87,11 +87,21 @@ const FORMAT_KEY: &[u8] = b"format_version";
 /// ```
 #[derive(Clone)]
 pub struct EmbeddedProfileStore {
-    tables: Arc<Tables>,
+    shared: Arc<Shared>,
 }
 
-struct Tables {
+/// What every clone of a store shares.
+struct Shared {
     path: PathBuf,
+    /// The open tables; `None` only after a reopen failed (the next call
+    /// opens them again). See [`EmbeddedProfileStore::reopen`].
+    tables: std::sync::RwLock<Option<Arc<Tables>>>,
+}
+
+/// How long a reopen waits for the work still using the poisoned tables.
+const REOPEN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+struct Tables {
     db: Database,
     samples: Keyspace,
     stacks: Keyspace,
@@ -172,6 +182,94 @@ impl EmbeddedProfileStore {
     /// This blocks (recovery reads the journal); from async code, call it
     /// through `tokio::task::spawn_blocking` when the store may be large.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let tables = Tables::open(dir)?;
+        Ok(EmbeddedProfileStore {
+            shared: Arc::new(Shared {
+                path: dir.to_path_buf(),
+                tables: std::sync::RwLock::new(Some(Arc::new(tables))),
+            }),
+        })
+    }
+
+    /// The directory the store lives in.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// Bytes the store takes on disk (its files and journal), as fjall
+    /// counts them.
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        self.tables()?
+            .db
+            .disk_space()
+            .map_err(|e| StoreError::fjall("measure the disk space", e))
+    }
+
+    /// The open tables, opened again if a reopen left none.
+    fn tables(&self) -> Result<Arc<Tables>, StoreError> {
+        let read = self.shared.tables.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(tables) = read.as_ref() {
+            return Ok(Arc::clone(tables));
+        }
+        drop(read);
+        let mut slot = self
+            .shared
+            .tables
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(tables) = slot.as_ref() {
+            return Ok(Arc::clone(tables));
+        }
+        let tables = Arc::new(Tables::open(&self.shared.path)?);
+        *slot = Some(Arc::clone(&tables));
+        Ok(tables)
+    }
+
+    /// Replaces tables that fjall poisoned with the database opened again.
+    ///
+    /// fjall refuses every write once one journal write failed (a full
+    /// disk: "Poisoned"), until the database is opened again, which
+    /// recovers its journal to the last whole batch. Without this, a
+    /// store whose disk filled took no batch again until Kiln was
+    /// restarted, even after room was made. The database's lock allows
+    /// one open instance, so the poisoned one is dropped first, once the
+    /// work still holding it is done; meanwhile new work waits.
+    fn reopen(&self, poisoned: Arc<Tables>) {
+        let mut slot = self
+            .shared
+            .tables
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if !slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &poisoned)) {
+            return; // reopened already
+        }
+        drop(poisoned);
+        let Some(old) = slot.take() else { return };
+        let since = std::time::Instant::now();
+        while Arc::strong_count(&old) > 1 && since.elapsed() < REOPEN_WAIT {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if Arc::strong_count(&old) > 1 {
+            tracing::warn!(path = %self.shared.path.display(), "the poisoned store is still in use; reopening it on a later failure");
+            *slot = Some(old);
+            return;
+        }
+        drop(old);
+        match Tables::open(&self.shared.path) {
+            Ok(tables) => {
+                tracing::warn!(path = %self.shared.path.display(), "reopened the profile store after a failed write (a full disk?)");
+                *slot = Some(Arc::new(tables));
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.shared.path.display(), error = %e, "reopening the profile store failed; the next call tries again");
+            }
+        }
+    }
+}
+
+impl Tables {
+    /// Opens the tables in `dir` (see [`EmbeddedProfileStore::open`]).
+    fn open(dir: &Path) -> Result<Tables, StoreError> {
         let db = Database::builder(dir)
             .open()
             .map_err(|e| StoreError::fjall("open the database", e))?;
@@ -181,7 +279,6 @@ impl EmbeddedProfileStore {
         };
         check_format(dir, &db, &keyspace(META)?)?;
         let tables = Tables {
-            path: dir.to_path_buf(),
             samples: keyspace("samples")?,
             stacks: keyspace("stacks")?,
             frames: keyspace("frames")?,
@@ -196,32 +293,29 @@ impl EmbeddedProfileStore {
             db,
         };
         tracing::debug!(path = %dir.display(), "opened embedded profile store");
-        Ok(EmbeddedProfileStore {
-            tables: Arc::new(tables),
-        })
+        Ok(tables)
     }
+}
 
-    /// The directory the store lives in.
-    pub fn path(&self) -> &Path {
-        &self.tables.path
-    }
-
-    /// Bytes the store takes on disk (its files and journal), as fjall
-    /// counts them.
-    pub fn disk_space(&self) -> Result<u64, StoreError> {
-        self.tables
-            .db
-            .disk_space()
-            .map_err(|e| StoreError::fjall("measure the disk space", e))
-    }
-
-    /// Runs blocking fjall work on Tokio's blocking pool.
+impl EmbeddedProfileStore {
+    /// Runs blocking fjall work on Tokio's blocking pool; when fjall has
+    /// poisoned itself, opens the database again for the next call.
     async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Tables) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let tables = Arc::clone(&self.tables);
-        tokio::task::spawn_blocking(move || work(&tables)).await?
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let tables = store.tables()?;
+            let result = work(&tables);
+            if let Err(e) = &result
+                && poisoned(e)
+            {
+                store.reopen(tables);
+            }
+            result
+        })
+        .await?
     }
 
     /// Writes rows `(table, key, value)` in one atomic batch.
@@ -682,10 +776,25 @@ fn check_format(dir: &Path, db: &Database, meta: &Keyspace) -> Result<(), StoreE
     Ok(())
 }
 
+/// Whether `e` is fjall refusing writes after an earlier one failed.
+fn poisoned(e: &StoreError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(cause) = source {
+        if matches!(
+            cause.downcast_ref::<fjall::Error>(),
+            Some(fjall::Error::Poisoned)
+        ) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 impl fmt::Debug for EmbeddedProfileStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedProfileStore")
-            .field("path", &self.tables.path)
+            .field("path", &self.shared.path)
             .finish_non_exhaustive()
     }
 }
@@ -1139,7 +1248,8 @@ mod tests {
         let (_dir, store) = open();
         let id = FrameId(0xabc);
         store
-            .tables
+            .tables()
+            .unwrap()
             .frames
             .insert(keys::dict_key("t", id.to_be_bytes()), [1u8, 0, 99])
             .unwrap();
@@ -1162,7 +1272,7 @@ mod tests {
             period_ns: 1,
         };
         let key = keys::sample_key(&keys::scope_prefix(&scope), &sample);
-        store.tables.samples.insert(key, [9u8]).unwrap();
+        store.tables().unwrap().samples.insert(key, [9u8]).unwrap();
         let err = store.scan_samples(&scope, 0, 10).await.unwrap_err();
         assert!(
             matches!(err, StoreError::Corrupt { what: "sample", .. }),
@@ -1175,7 +1285,8 @@ mod tests {
     fn other_format_versions_are_refused() {
         let (dir, store) = open();
         let meta = store
-            .tables
+            .tables()
+            .unwrap()
             .db
             .keyspace(META, KeyspaceCreateOptions::default)
             .unwrap();
@@ -1261,14 +1372,19 @@ mod tests {
         };
         store.put_samples(&scope, &[kept]).await.unwrap();
         store.sync().await.unwrap();
-        store.tables.samples.rotate_memtable_and_wait().unwrap();
-        let before = store.tables.samples.disk_space();
+        store
+            .tables()
+            .unwrap()
+            .samples
+            .rotate_memtable_and_wait()
+            .unwrap();
+        let before = store.tables().unwrap().samples.disk_space();
         assert!(before > 1 << 20, "{before} bytes of samples on disk");
 
         let deleted = store.delete_hours_before(&scope, k * h).await.unwrap();
         assert_eq!(deleted.sample_hours, 48);
         assert_eq!(deleted.bytes, 48 * 2000 * crate::sample_row_bytes(&scope));
-        let after = store.tables.samples.disk_space();
+        let after = store.tables().unwrap().samples.disk_space();
         assert!(
             after * 20 < before,
             "samples on disk: {before} bytes before the delete, {after} after"
