@@ -487,16 +487,16 @@ mod tests {
     }
 
     // Guards delivery across an outage: batches sent while the backend
-    // answers 503 are spooled, then delivered oldest first, before the
-    // batch that finds it back.
+    // answers 503, or 507 (its disk is full), are spooled, then delivered
+    // oldest first, before the batch that finds it back.
     #[test]
     fn spooled_batches_are_replayed_in_order() {
-        let (url, delivered) = backend(vec![503, 503]);
+        let (url, delivered) = backend(vec![503, 507]);
         let dir = tempfile::tempdir().unwrap();
         let mut sink = HttpSink::new(&url, None, Some(Spool::open(dir.path(), 1 << 20).unwrap()));
         assert_eq!(sink.send(&batch(1)).unwrap(), Delivery::Spooled);
-        // The spool is not empty: the replay of batch 1 gets the second
-        // 503, so batch 2 queues behind it.
+        // The spool is not empty: the replay of batch 1 gets the 507, so
+        // batch 2 queues behind it.
         assert_eq!(sink.send(&batch(2)).unwrap(), Delivery::Spooled);
         assert_eq!(sink.send(&batch(3)).unwrap(), Delivery::Delivered);
         let got: Vec<i64> = delivered
