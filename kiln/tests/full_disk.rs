@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Server, aggregate, sorted_lines};
+use support::{Exposition, Server, aggregate, sorted_lines};
 
 /// A tmpfs mounted on a directory for the test's life.
 struct Tmpfs(PathBuf);
@@ -140,8 +140,15 @@ fn a_full_disk_refuses_ingest_by_name_and_service_resumes_by_itself() {
             "{text}"
         );
     }
-    // What was accepted before is still served.
+    // What was accepted before is still served, and the refusals are
+    // counted by their cause.
     wait_for(&server, &["main;before 3000"], "a read on a full disk");
+    let refused = Exposition::scrape(&server.url)
+        .sum("kiln_ingest_rejections_total", &[("reason", "disk_full")]);
+    assert_eq!(
+        refused, 3.0,
+        "kiln_ingest_rejections_total{{reason=disk_full}}"
+    );
 
     std::fs::remove_file(&filler).unwrap();
     let started = Instant::now();
@@ -224,6 +231,9 @@ fn a_full_profile_store_takes_what_waited_once_room_is_made() {
         "the batch that waited on the bus was queryable {:?} after room was made",
         freed.elapsed()
     );
+    let retries = Exposition::scrape(&server.url).sum("kiln_worker_write_retries_total", &[]);
+    println!("store writes retried while its disk was full: {retries}");
+    assert!(retries >= 1.0, "no store write retry counted");
     let (status, text) = during.join().unwrap();
     println!("the import sent while the store's disk was full: {status} {text}");
     assert_eq!(status, 200, "{text}");

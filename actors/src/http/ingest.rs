@@ -214,6 +214,7 @@ pub(super) fn count_refusal(
             ApiError::UnsupportedMediaType(_) => Rejection::BadInput,
             ApiError::TooManyRequests { .. } => Rejection::Quota,
             ApiError::Unavailable(_) => Rejection::Unavailable,
+            ApiError::InsufficientStorage(_) => Rejection::DiskFull,
             _ => Rejection::Error,
         };
         metrics.rejected(scope.tenant(), why);

@@ -216,7 +216,7 @@ async fn store(
         filtered.iter().map(|d| Some(Remember::of(d))).collect();
     let batches = symbolize(&stages.symbolizer, filtered).await;
     clock.lap(Stage::Symbolize);
-    let written = write_until_taken(&*stages.store, &batches, stages.writes).await;
+    let written = write_until_taken(&*stages.store, &batches, stages.writes, &metrics).await;
     clock.lap(Stage::Write);
     for (i, e) in written.refused {
         // Refused for good: set aside, so that the records after it are
@@ -284,6 +284,7 @@ async fn write_until_taken(
     store: &dyn ProfileStore,
     batches: &[Symbolized],
     at_once: usize,
+    metrics: &WorkerMetrics,
 ) -> Written {
     let mut backoff = Backoff::new();
     loop {
@@ -291,6 +292,7 @@ async fn write_until_taken(
             Ok(written) => return written,
             Err(e) => {
                 warn!(error = %e, retry_in = ?backoff.next(), "writing batches failed; retrying");
+                metrics.write_retried();
                 backoff.wait().await;
             }
         }

@@ -392,6 +392,8 @@ pub enum Rejection {
     Quota,
     /// The bus could not take it (503; the client retries).
     Unavailable,
+    /// The bus's disk is full (507; the client retries).
+    DiskFull,
     /// Anything else (a failure on Kiln's side).
     Error,
 }
@@ -403,6 +405,7 @@ impl Rejection {
             Rejection::TooLarge => "too_large",
             Rejection::Quota => "quota",
             Rejection::Unavailable => "unavailable",
+            Rejection::DiskFull => "disk_full",
             Rejection::Error => "error",
         }
     }
@@ -569,6 +572,8 @@ pub struct WorkerMetrics {
     /// The handle of each [`Stage`], in [`Stage::ALL`]'s order.
     stage_handles: Arc<[Histogram]>,
     records: Counter,
+    /// Store writes that failed and were tried again.
+    write_retries: Counter,
     /// Seconds from a gateway's accepting a batch to its commit here.
     record_age: Histogram,
     dead_letters: Family<ReasonLabels, Counter>,
@@ -595,6 +600,7 @@ impl Default for WorkerMetrics {
             stages,
             stage_handles,
             records: Counter::default(),
+            write_retries: Counter::default(),
             record_age: Histogram::new(RECORD_AGE_BUCKETS),
             dead_letters: Family::default(),
             lag: Family::default(),
@@ -618,6 +624,13 @@ impl WorkerMetrics {
             "worker_records",
             "Bus records the ingest pipeline took (stored or set aside)",
             self.records.clone(),
+        );
+        registry.register(
+            "worker_write_retries",
+            "Writes of a poll's batches to the profile store that failed and are tried again \
+             (a store down, a full disk): nothing is committed or lost meanwhile, and the lag \
+             grows",
+            self.write_retries.clone(),
         );
         registry.register_with_unit(
             "worker_record_age",
@@ -660,6 +673,11 @@ impl WorkerMetrics {
     pub fn committed_at_age(&self, received_at_ns: i64) {
         let age_ns = crate::http::now_ns().saturating_sub(received_at_ns).max(0);
         self.record_age.observe(age_ns as f64 / 1e9);
+    }
+
+    /// Counts a failed store write that will be tried again.
+    pub fn write_retried(&self) {
+        self.write_retries.inc();
     }
 
     /// Counts `n` records taken from the bus.
