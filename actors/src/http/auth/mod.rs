@@ -208,7 +208,8 @@ impl Auth {
         ))
     }
 
-    async fn identify_bearer(&self, presented: &str) -> Result<Caller, ApiError> {
+    /// The caller presenting `presented` as its bearer token.
+    pub(crate) async fn identify_bearer(&self, presented: &str) -> Result<Caller, ApiError> {
         if let Some(admin) = &self.inner.admin
             && admin.matches(presented)
         {
@@ -249,7 +250,9 @@ impl Auth {
             recorded.insert(id.clone(), now);
         }
         let metadata = Arc::clone(&self.inner.metadata);
-        actix_rt::spawn(async move {
+        // tokio's spawn, not actix's: the gRPC listener authenticates on a
+        // runtime of its own, outside actix's local task sets.
+        tokio::spawn(async move {
             if let Err(e) = metadata
                 .record_key_use(&id.0, id.1, SystemTime::now())
                 .await
