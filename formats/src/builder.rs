@@ -6,6 +6,7 @@ use kiln_model::{BatchBuilder, Executable, Frame, LabelSet, MAX_BATCH_ENTRIES, M
 
 use crate::error::ImportError;
 use crate::options::{ImportOptions, Imported};
+use crate::weights;
 
 /// Most frame references, summed over the distinct stacks, that one import
 /// keeps: 128 MiB of 16-byte frame ids, so that the batch stays within
@@ -29,6 +30,9 @@ pub(crate) struct ImportBuilder {
     stack_frames: usize,
     /// [`MAX_STACK_FRAMES`], lower in tests.
     max_stack_frames: usize,
+    /// When set, each sample's count is spread over this window's seconds
+    /// ([`weights::spread`]) instead of being stamped at its timestamp.
+    window: Option<(i64, i64)>,
 }
 
 /// What adding some samples may add to a batch at most: what
@@ -47,12 +51,14 @@ impl ImportBuilder {
     /// A builder for an import with `options`: its source, time and
     /// labels.
     pub(crate) fn new(options: &ImportOptions, period_ns: u64) -> Self {
-        Self::for_batch(
+        let mut builder = Self::for_batch(
             &options.source,
             options.now_ns,
             period_ns,
             options.labels.clone(),
-        )
+        );
+        builder.window = options.time_window;
+        builder
     }
 
     /// A builder for a batch from `source`, sent at `sent_at_ns`, whose
@@ -69,6 +75,7 @@ impl ImportBuilder {
             total: 0,
             stack_frames: 0,
             max_stack_frames: MAX_STACK_FRAMES,
+            window: None,
         }
     }
 
@@ -177,7 +184,16 @@ impl ImportBuilder {
                 count: labels.len(),
             });
         }
-        self.batch.add(timestamp_ns, frames, labels, count);
+        match self.window {
+            None => self.batch.add(timestamp_ns, frames, labels, count),
+            Some((start, end)) => {
+                let duration = u64::try_from(end.saturating_sub(start)).unwrap_or(0);
+                let batch = &mut self.batch;
+                weights::spread(start, duration, count, |at, share| {
+                    batch.add(at, frames, labels, share);
+                });
+            }
+        }
         if self.batch.stack_count() > stacks_before {
             self.stack_frames += frames.len();
             if self.stack_frames > self.max_stack_frames {

@@ -29,6 +29,32 @@ const KERNEL_SUFFIX: &str = "_[k]";
 
 /// Imports collapsed stacks.
 pub(crate) fn import(text: &str, options: &ImportOptions) -> Result<Imported, ImportError> {
+    import_with(text, options, |line, text, frames| {
+        let (stack, count) = text
+            .rsplit_once([' ', '\t'])
+            .ok_or(ImportError::CollapsedNoCount { line })?;
+        let count = parse_count(line, count)?;
+        parse_stack(line, stack, options.frame_kind, frames)?;
+        Ok(count)
+    })
+}
+
+/// Imports stacks one a line without counts (Pyroscope's `lines`
+/// format): each line is one sample.
+pub(crate) fn import_lines(text: &str, options: &ImportOptions) -> Result<Imported, ImportError> {
+    import_with(text, options, |line, text, frames| {
+        parse_stack(line, text, options.frame_kind, frames)?;
+        Ok(1)
+    })
+}
+
+/// Adds each non-blank line, read by `parse_line` into frames and a
+/// count.
+fn import_with(
+    text: &str,
+    options: &ImportOptions,
+    mut parse_line: impl FnMut(usize, &str, &mut Vec<Frame>) -> Result<u64, ImportError>,
+) -> Result<Imported, ImportError> {
     let mut out = ImportBuilder::new(options, options.default_period_ns);
     let mut frames = Vec::new();
     for (line, text) in numbered_lines(text) {
@@ -43,12 +69,14 @@ pub(crate) fn import(text: &str, options: &ImportOptions) -> Result<Imported, Im
     out.finish()
 }
 
-/// Parses one non-blank line into `frames` (root first); returns its count.
-fn parse_line(line: usize, text: &str, frames: &mut Vec<Frame>) -> Result<u64, ImportError> {
-    let (stack, count) = text
-        .rsplit_once([' ', '\t'])
-        .ok_or(ImportError::CollapsedNoCount { line })?;
-    let count = parse_count(line, count)?;
+/// Parses the stack of one line into `frames` (root first); frames not
+/// marked as kernel frames are of `kind`.
+fn parse_stack(
+    line: usize,
+    stack: &str,
+    kind: FrameKind,
+    frames: &mut Vec<Frame>,
+) -> Result<(), ImportError> {
     // More than one blank may separate the stack from its count.
     let stack = stack.trim_end();
     if stack.is_empty() {
@@ -80,11 +108,11 @@ fn parse_line(line: usize, text: &str, frames: &mut Vec<Frame>) -> Result<u64, I
         let kind = if name.ends_with(KERNEL_SUFFIX) {
             FrameKind::Kernel
         } else {
-            FrameKind::Native
+            kind
         };
         frames.push(Frame::named(kind, name));
     }
-    Ok(count)
+    Ok(())
 }
 
 fn parse_count(line: usize, count: &str) -> Result<u64, ImportError> {
@@ -116,7 +144,11 @@ mod tests {
 
     fn parse(text: &str) -> Result<(Vec<Frame>, u64), ImportError> {
         let mut frames = Vec::new();
-        let count = parse_line(3, text, &mut frames)?;
+        let (stack, count) = text
+            .rsplit_once([' ', '\t'])
+            .ok_or(ImportError::CollapsedNoCount { line: 3 })?;
+        let count = parse_count(3, count)?;
+        parse_stack(3, stack, FrameKind::Native, &mut frames)?;
         Ok((frames, count))
     }
 

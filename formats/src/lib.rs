@@ -37,8 +37,10 @@ mod options;
 pub mod otlp;
 mod perf_script;
 mod pprof;
+pub mod pyroscope;
 mod stack;
 mod text;
+mod time;
 mod weights;
 mod wire;
 
@@ -48,6 +50,7 @@ pub use options::{DEFAULT_PERIOD_NS, ImportOptions, Imported, PerfTimestamps};
 pub use pprof::MAX_DECOMPRESSED_BYTES;
 /// pprof's `profile.proto` messages (prost), to build or read profiles.
 pub use pprof::proto as pprof_proto;
+pub use time::parse_time;
 
 /// Imports `input`, in `format`, as one batch.
 ///

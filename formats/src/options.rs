@@ -1,6 +1,6 @@
 //! What an import is told, and what it hands back.
 
-use kiln_model::{Batch, LabelSet};
+use kiln_model::{Batch, FrameKind, LabelSet};
 
 /// CPU time one sample stands for when the input does not say: 10 ms, the
 /// period of sampling at 100 Hz.
@@ -30,12 +30,25 @@ pub struct ImportOptions {
     /// the event of the first sample, as stackcollapse-perf.pl does: adding
     /// up cycles and instructions would mean nothing.
     pub perf_event: Option<String>,
+    /// The kind of the input's named frames (collapsed stacks, pprof
+    /// lines) that are not kernel frames: [`FrameKind::Native`] unless the
+    /// sender says what ran (Pyroscope's `spyName`: Python, Go, …).
+    pub frame_kind: FrameKind,
+    /// `[start, end)` in nanoseconds: the input's weight is spread over
+    /// the window's seconds (as the agent stamps its samples) instead of
+    /// being stamped at one time. For senders that say which window a
+    /// profile covers (Pyroscope's `from` and `until`).
+    pub time_window: Option<(i64, i64)>,
+    /// pprof: sample labels renamed (`from`, `to`) as they are read, one
+    /// renamed to `""` left out: a sender's names for labels Kiln has a
+    /// name of its own for (Pyroscope's `thread_name` is Kiln's `thread`).
+    pub label_renames: &'static [(&'static str, &'static str)],
 }
 
 impl ImportOptions {
     /// Options for an import at `now_ns`: the default period, no labels,
     /// source `import`, perf times shifted to end at `now_ns`, the first
-    /// perf event.
+    /// perf event, native frames, no time window, labels as named.
     pub fn new(now_ns: i64) -> Self {
         Self {
             now_ns,
@@ -44,6 +57,9 @@ impl ImportOptions {
             source: "import".to_owned(),
             perf_timestamps: PerfTimestamps::default(),
             perf_event: None,
+            frame_kind: FrameKind::Native,
+            time_window: None,
+            label_renames: &[],
         }
     }
 }

@@ -525,7 +525,7 @@ const BASE64_URL_SAFE: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE,
 
 /// base64, standard or URL-safe alphabet, padded or not; `None` when it
 /// is not base64.
-fn base64(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn base64(s: &str) -> Option<Vec<u8>> {
     BASE64_STANDARD
         .decode(s)
         .or_else(|_| BASE64_URL_SAFE.decode(s))

@@ -50,6 +50,7 @@ use prost::Message;
 
 pub use error::{OtlpError, ProfileProblem};
 pub use json::MAX_OUTPUT as MAX_JSON_TRANSCODED;
+pub(crate) use json::base64;
 pub use layout::downgrade_to_v1_9;
 pub use limits::Layout;
 

@@ -21,7 +21,10 @@
 //! - **Labels.** A sample's string labels, then the options' labels. Numeric
 //!   labels (allocation sizes and the like) are left out: one per value
 //!   would make a label set per sample.
-//! - **Time.** `time_nanos`, or [`ImportOptions::now_ns`] when it is 0.
+//! - **Time.** `time_nanos`, or [`ImportOptions::now_ns`] when it is 0;
+//!   spread over [`ImportOptions::time_window`] when one is given.
+//! - **Kinds.** Frames are of [`ImportOptions::frame_kind`] (native unless
+//!   the sender says what ran), those of a kernel mapping kernel frames.
 
 mod limits;
 pub mod proto;
@@ -50,17 +53,33 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// Imports a pprof profile.
 pub(crate) fn import(input: &[u8], options: &ImportOptions) -> Result<Imported, ImportError> {
+    let mut budget = MAX_DECOMPRESSED_BYTES;
+    let profile = decode(input, &mut budget)?;
+    let tables = Tables::new(&profile)?;
+    let count_value = count_value(&profile, &tables)?;
+    let period_ns = if count_value.unit == "nanoseconds" {
+        1
+    } else {
+        period_ns(&profile, &tables).unwrap_or(options.default_period_ns)
+    };
+    import_weighted(&profile, &tables, options, count_value.index, period_ns)
+}
+
+/// Decodes a pprof profile, gzip-compressed or not, decompressing at most
+/// `budget` bytes (what is decompressed is taken off it: a sender of
+/// several profiles shares one budget), and counting what decoding would
+/// build before building any of it.
+pub(crate) fn decode(input: &[u8], budget: &mut u64) -> Result<Profile, ImportError> {
     let decompressed;
     let bytes = if input.starts_with(&GZIP_MAGIC) {
-        decompressed = gunzip(input, MAX_DECOMPRESSED_BYTES)?;
+        decompressed = gunzip(input, *budget)?;
+        *budget -= decompressed.len() as u64;
         &decompressed[..]
     } else {
         input
     };
-    // Count what decoding would build before building any of it.
     limits::check(bytes)?;
-    let profile = Profile::decode(bytes).map_err(ImportError::PprofDecode)?;
-    import_profile(&profile, options)
+    Profile::decode(bytes).map_err(ImportError::PprofDecode)
 }
 
 /// Decompresses `input`, refusing more than `limit` bytes of output.
@@ -76,21 +95,67 @@ fn gunzip(input: &[u8], limit: u64) -> Result<Vec<u8>, ImportError> {
     Ok(out)
 }
 
-/// Imports a decoded profile.
-fn import_profile(profile: &Profile, options: &ImportOptions) -> Result<Imported, ImportError> {
+/// A profile's sample types, `(type, unit)`, and its period type and
+/// period, as named in its string table.
+pub(crate) struct Types<'p> {
+    /// Each sample value's type and unit, in order.
+    pub values: Vec<(&'p str, &'p str)>,
+    /// The period's type and unit (empty without one), and the period.
+    pub period: (&'p str, &'p str, i64),
+}
+
+/// The sample and period types of `profile`.
+pub(crate) fn types(profile: &Profile) -> Result<Types<'_>, ImportError> {
     let tables = Tables::new(profile)?;
-    let count_value = count_value(profile, &tables)?;
-    let period_ns = if count_value.unit == "nanoseconds" {
-        1
-    } else {
-        period_ns(profile, &tables).unwrap_or(options.default_period_ns)
+    let values = count_values(profile, &tables)?
+        .into_iter()
+        .map(|v| (v.name, v.unit))
+        .collect();
+    let period = match profile.period_type {
+        None => ("", "", profile.period),
+        Some(t) => (
+            tables.string(t.r#type, || "period type".to_owned())?,
+            tables.string(t.unit, || "period unit".to_owned())?,
+            profile.period,
+        ),
+    };
+    Ok(Types { values, period })
+}
+
+/// Imports a decoded profile, each sample counting its value `index`,
+/// standing for `period_ns` each.
+pub(crate) fn import_value(
+    profile: &Profile,
+    options: &ImportOptions,
+    index: usize,
+    period_ns: u64,
+) -> Result<Imported, ImportError> {
+    let tables = Tables::new(profile)?;
+    import_weighted(profile, &tables, options, index, period_ns)
+}
+
+/// Imports a decoded profile: samples count their value `index`.
+fn import_weighted(
+    profile: &Profile,
+    tables: &Tables<'_>,
+    options: &ImportOptions,
+    index: usize,
+    period_ns: u64,
+) -> Result<Imported, ImportError> {
+    let value_type = || {
+        profile
+            .sample_type
+            .get(index)
+            .and_then(|t| tables.string(t.r#type, String::new).ok())
+            .unwrap_or("")
+            .to_owned()
     };
     let timestamp_ns = match profile.time_nanos {
         0 => options.now_ns,
         t => t,
     };
 
-    let location_frames = tables.location_frames()?;
+    let location_frames = tables.location_frames(options.frame_kind)?;
     let mut out = ImportBuilder::new(options, period_ns);
     let mut frames = Vec::new();
     for (i, sample) in profile.sample.iter().enumerate() {
@@ -101,14 +166,14 @@ fn import_profile(profile: &Profile, options: &ImportOptions) -> Result<Imported
                 types: profile.sample_type.len(),
             });
         }
-        let value = sample.value[count_value.index];
+        let value = sample.value[index];
         let count = u64::try_from(value).map_err(|_| ImportError::PprofNegativeCount {
             sample: i,
-            value_type: count_value.name.to_owned(),
+            value_type: value_type(),
             value,
         })?;
         stack(i, sample, &location_frames, &mut frames)?;
-        let labels = sample_labels(i, sample, &tables)?;
+        let labels = sample_labels(i, sample, tables, options.label_renames)?;
         out.add_labeled(timestamp_ns, &frames, labels, count)?;
     }
     out.finish()
@@ -145,6 +210,19 @@ struct CountValue<'p> {
 
 /// The sample type named `samples` or `count`, else the first one.
 fn count_value<'p>(profile: &Profile, tables: &Tables<'p>) -> Result<CountValue<'p>, ImportError> {
+    let mut types = count_values(profile, tables)?;
+    let at = types
+        .iter()
+        .position(|t| t.name == "samples" || t.name == "count")
+        .unwrap_or(0);
+    Ok(types.swap_remove(at))
+}
+
+/// Every sample type, in order; an error without one.
+fn count_values<'p>(
+    profile: &Profile,
+    tables: &Tables<'p>,
+) -> Result<Vec<CountValue<'p>>, ImportError> {
     if profile.sample_type.is_empty() {
         return Err(ImportError::PprofNoSampleTypes);
     }
@@ -156,11 +234,7 @@ fn count_value<'p>(profile: &Profile, tables: &Tables<'p>) -> Result<CountValue<
             unit: tables.string(value_type.unit, || format!("sample type {i} unit"))?,
         });
     }
-    let at = types
-        .iter()
-        .position(|t| t.name == "samples" || t.name == "count")
-        .unwrap_or(0);
-    Ok(types.swap_remove(at))
+    Ok(types)
 }
 
 /// The profile's period in nanoseconds, when its period type says it is a
@@ -175,11 +249,13 @@ fn period_ns(profile: &Profile, tables: &Tables<'_>) -> Option<u64> {
     u64::try_from(profile.period).ok().filter(|&p| p > 0)
 }
 
-/// A sample's string labels.
+/// A sample's string labels, renamed by `renames` (`(from, to)`; to `""`:
+/// left out).
 fn sample_labels(
     i: usize,
     sample: &proto::Sample,
     tables: &Tables<'_>,
+    renames: &[(&str, &str)],
 ) -> Result<LabelSet, ImportError> {
     let mut labels = LabelSet::new();
     for (j, label) in sample.label.iter().enumerate() {
@@ -191,7 +267,13 @@ fn sample_labels(
         if key.is_empty() {
             return Err(ImportError::PprofEmptyLabelKey { sample: i });
         }
-        labels.insert(key, value);
+        let key = renames
+            .iter()
+            .find(|(from, _)| *from == key)
+            .map_or(key, |(_, to)| *to);
+        if !key.is_empty() {
+            labels.insert(key, value);
+        }
     }
     Ok(labels)
 }
@@ -227,8 +309,9 @@ impl<'p> Tables<'p> {
             })
     }
 
-    /// Every location's frames, root first, by location id.
-    fn location_frames(&self) -> Result<HashMap<u64, Vec<Frame>>, ImportError> {
+    /// Every location's frames, root first, by location id; frames not of
+    /// a kernel mapping are of `kind`.
+    fn location_frames(&self, kind: FrameKind) -> Result<HashMap<u64, Vec<Frame>>, ImportError> {
         let mut all = HashMap::with_capacity(self.locations.len());
         for location in self.locations {
             if location.id == 0 || all.contains_key(&location.id) {
@@ -237,12 +320,12 @@ impl<'p> Tables<'p> {
                     id: location.id,
                 });
             }
-            all.insert(location.id, self.frames_of(location)?);
+            all.insert(location.id, self.frames_of(location, kind)?);
         }
         Ok(all)
     }
 
-    fn frames_of(&self, location: &Location) -> Result<Vec<Frame>, ImportError> {
+    fn frames_of(&self, location: &Location, kind: FrameKind) -> Result<Vec<Frame>, ImportError> {
         let mapping_file = match location.mapping_id {
             0 => "",
             id => {
@@ -259,7 +342,7 @@ impl<'p> Tables<'p> {
         let kind = if !mapping_file.is_empty() && module::is_kernel(mapping_file) {
             FrameKind::Kernel
         } else {
-            FrameKind::Native
+            kind
         };
         let module = Some(module::basename(mapping_file))
             .filter(|m| !m.is_empty())
