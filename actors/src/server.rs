@@ -408,14 +408,16 @@ pub(crate) fn serve(
             )))
             .app_data(actix_web::web::Data::new(metrics.clone()))
             // The last wrapped runs first: log, time queries, compress,
-            // keep the listeners apart, give OTLP's errors its own bodies,
-            // send other regions' requests there, then authenticate.
+            // keep the listeners apart, give Pyroscope's and OTLP's errors
+            // their own bodies, send other regions' requests there, then
+            // authenticate.
             .wrap(Condition::new(
                 authenticates,
                 from_fn(http::auth::authenticate),
             ))
             .wrap(from_fn(http::region::route))
             .wrap(from_fn(http::otlp::status_bodies))
+            .wrap(from_fn(http::pyroscope::answers))
             .wrap(from_fn(split_listeners))
             .wrap(Compress::default())
             .wrap(from_fn(telemetry::time_queries))

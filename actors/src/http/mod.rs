@@ -1,7 +1,8 @@
 //! Kiln's HTTP API (actix-web).
 //!
 //! Every `/api/` route needs a credential ([`auth`]): a tenant's API key
-//! (`Authorization: Bearer kiln_…`), the UI's session cookie, or for the
+//! (`Authorization: Bearer kiln_…`; on the two Pyroscope routes also as
+//! the password of HTTP basic auth), the UI's session cookie, or for the
 //! operator's routes the admin token. The scope of every read and write is
 //! the credential's; nothing takes a tenant from the request. The role
 //! each route needs is in the last column.
@@ -11,6 +12,8 @@
 //! | POST | `/api/v1/import?format=collapsed\|perf-script\|pprof` | import a profile file | ingest |
 //! | POST | `/api/v1/ingest` | an agent batch ([`kiln_model::Batch::encode`]) | ingest |
 //! | POST | `/v1development/profiles` | OTLP/HTTP profiles, protobuf or OTLP/JSON ([`otlp`]): `ExportProfilesServiceResponse` with `partial_success`, errors as `google.rpc.Status`, in the request's encoding | ingest |
+//! | POST | `/ingest?name=APP{k=v}&from&until&format&sampleRate&spyName&units&aggregationType` | Pyroscope's ingest API ([`pyroscope`]): pprof (multipart or not), folded stacks; 200 with no body | ingest |
+//! | POST | `/push.v1.PusherService/Push` | Pyroscope's Connect push API ([`pyroscope`]): a `push.v1.PushRequest`, proto or JSON; errors in Connect's JSON | ingest |
 //! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope&lines=false\|true` | flamegraph: a node per function, or per line with `lines=true` | read |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |
@@ -58,6 +61,7 @@ pub mod login;
 mod metrics;
 pub mod otlp;
 mod params;
+pub mod pyroscope;
 mod query;
 pub mod quota;
 pub mod region;
@@ -282,7 +286,9 @@ fn shared_routes(r: &mut Registrar<'_>) {
 fn ingest_routes(r: &mut Registrar<'_>) {
     r.api(Method::POST, "/api/v1/import", ingest::import)
         .api(Method::POST, "/api/v1/ingest", ingest::ingest)
-        .api(Method::POST, otlp::PATH, otlp::export);
+        .api(Method::POST, otlp::PATH, otlp::export)
+        .api(Method::POST, pyroscope::INGEST_PATH, pyroscope::ingest)
+        .api(Method::POST, pyroscope::PUSH_PATH, pyroscope::push);
 }
 
 fn query_routes(r: &mut Registrar<'_>) {

@@ -173,17 +173,21 @@ impl std::fmt::Display for Regions {
     }
 }
 
-/// The region a request belongs to by its `Authorization` key, when that
-/// is not this one.
-fn elsewhere<'r>(request: &'r ServiceRequest, regions: &Regions) -> Option<&'r str> {
-    let key = request
-        .headers()
-        .get(AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")?
-        .trim();
-    key_region(key).filter(|region| *region != regions.here)
+/// The region a request belongs to by its `Authorization` key (Bearer,
+/// or on the Pyroscope routes basic auth's password), when that is not
+/// this one.
+fn elsewhere(request: &ServiceRequest, regions: &Regions) -> Option<String> {
+    let header = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    let key = match header.strip_prefix("Bearer ") {
+        Some(key) => key.trim().to_owned(),
+        None if super::pyroscope::takes_basic_auth(super::routed_path(request)) => {
+            super::auth::basic_auth_key(header)?
+        }
+        None => return None,
+    };
+    key_region(&key)
+        .filter(|region| *region != regions.here)
+        .map(str::to_owned)
 }
 
 /// A middleware on every route of a process with regions: a request whose
@@ -202,7 +206,7 @@ pub(crate) async fn route(
             .await
             .map(ServiceResponse::map_into_boxed_body);
     };
-    let Some(region) = elsewhere(&request, &regions).map(str::to_owned) else {
+    let Some(region) = elsewhere(&request, &regions) else {
         return next
             .call(request)
             .await
@@ -347,6 +351,8 @@ fn body_limit(path: &str) -> BodyLimit {
         body::INGEST_BODY
     } else if path == super::otlp::PATH {
         body::OTLP_BODY
+    } else if super::pyroscope::takes_basic_auth(path) {
+        body::PYROSCOPE_BODY
     } else {
         body::ADMIN_BODY
     }

@@ -2,6 +2,10 @@
 //! its scope (tenant, project) comes from that credential only:
 //!
 //! - an API key, `Authorization: Bearer kiln_…` (agents, the CLI, scripts);
+//!   on the Pyroscope routes only (`/ingest`, `/push.v1.PusherService/Push`)
+//!   also as the password of HTTP basic auth, `Authorization: Basic
+//!   base64(user:KEY)`, which is what Pyroscope's SDKs send (the user is
+//!   ignored);
 //! - the admin token, `Authorization: Bearer kiln_admin_…` (operators:
 //!   tenants, limits, the global symbol store; it has no tenant);
 //! - the UI's session cookie ([`session`]), made at `/login` from a key or
@@ -171,17 +175,25 @@ impl Auth {
     /// session cookie: 401 naming what is missing or wrong.
     pub(crate) async fn identify(&self, request: &HttpRequest) -> Result<Caller, ApiError> {
         if let Some(header) = request.headers().get(AUTHORIZATION) {
-            let presented = header
-                .to_str()
-                .ok()
-                .and_then(|h| h.strip_prefix("Bearer "))
-                .map(str::trim)
-                .ok_or_else(|| {
-                    ApiError::Unauthorized(
-                        "the Authorization header is not \"Bearer KEY\"".to_owned(),
-                    )
-                })?;
-            return self.identify_bearer(presented).await;
+            let header = header.to_str().ok();
+            if let Some(presented) = header.and_then(|h| h.strip_prefix("Bearer ")) {
+                return self.identify_bearer(presented.trim()).await;
+            }
+            // Basic auth only where Pyroscope's SDKs need it: the rest of
+            // the API keeps one credential form.
+            if !super::pyroscope::takes_basic_auth(request.match_info().as_str()) {
+                return Err(ApiError::Unauthorized(
+                    "the Authorization header is not \"Bearer KEY\"".to_owned(),
+                ));
+            }
+            let key = header.and_then(basic_auth_key).ok_or_else(|| {
+                ApiError::Unauthorized(
+                    "the Authorization header is neither \"Bearer KEY\" nor \"Basic \
+                     base64(user:KEY)\" with the API key as the password"
+                        .to_owned(),
+                )
+            })?;
+            return self.identify_bearer(&key).await;
         }
         if let Some(cookie) = request.cookie(SESSION_COOKIE) {
             let hash = self.inner.sessions.verify(cookie.value()).ok_or_else(|| {
@@ -261,6 +273,12 @@ impl Auth {
             }
         });
     }
+}
+
+/// The password of an `Authorization: Basic base64(user:password)` header
+/// value with a non-empty password: on the Pyroscope routes, the API key.
+pub(crate) fn basic_auth_key(header: &str) -> Option<String> {
+    kiln_formats::pyroscope::basic_auth_password(header)
 }
 
 /// The middleware: refuses cross-origin state changes, then puts the

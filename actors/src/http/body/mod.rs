@@ -44,6 +44,14 @@ pub const OTLP_BODY: BodyLimit = BodyLimit {
     max_bytes: 64 << 20,
 };
 
+/// `POST /ingest` and `POST /push.v1.PusherService/Push`: Pyroscope's
+/// SDKs' profiles, a few seconds of one process each (tens of KB to a few
+/// MB).
+pub const PYROSCOPE_BODY: BodyLimit = BodyLimit {
+    what: "a Pyroscope profile",
+    max_bytes: 64 << 20,
+};
+
 /// `POST /api/v1/import`: a profile file (pprof, perf script, collapsed).
 pub const IMPORT_BODY: BodyLimit = BodyLimit {
     what: "an imported profile",
