@@ -24,6 +24,7 @@ pub mod envelope;
 pub mod global_symbols;
 pub mod http;
 pub mod ingest;
+pub mod otlp_grpc;
 pub mod query;
 pub mod retention;
 pub mod roles;

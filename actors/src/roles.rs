@@ -49,6 +49,9 @@ pub struct HttpOptions {
     /// What `/metrics` shows of per-tenant series to scrapers without the
     /// admin token.
     pub metrics_tenants: TenantNames,
+    /// Where a gateway serves OTLP profiles over gRPC
+    /// ([`crate::otlp_grpc`]); `None`: nowhere.
+    pub otlp_grpc_listen: Option<SocketAddr>,
 }
 
 impl HttpOptions {
@@ -65,6 +68,7 @@ impl HttpOptions {
             rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
             global_symbols_every: crate::global_symbols::GLOBAL_SYMBOLS_INTERVAL,
             metrics_tenants: TenantNames::default(),
+            otlp_grpc_listen: None,
         }
     }
 
@@ -139,12 +143,17 @@ pub async fn start_gateway(
     // Gateways refuse a tenant over its stored bytes; retention is the
     // query nodes' (see `crate::retention`).
     let state = http.state(query, store, objects, metadata, metrics.clone());
-    serve(
-        Routes::Gateway(state, IngestState::new(bus, progress, bus_key)),
+    let ingest = IngestState::new(bus, progress, bus_key);
+    let mut running = serve(
+        Routes::Gateway(state.clone(), ingest.clone()),
         http.listen,
         http.workers,
         metrics,
-    )
+    )?;
+    if let Some(listen) = http.otlp_grpc_listen {
+        running.serve_otlp_grpc(listen, true, state, ingest)?;
+    }
+    Ok(running)
 }
 
 /// Starts a worker: the ingest pipeline, consuming `bus` as a member of

@@ -21,6 +21,7 @@ use crate::http::{
     self, AdminToken, AdminTokenError, AppState, Auth, IngestState, QuotaDefaults, StoredBytes,
 };
 use crate::ingest;
+use crate::otlp_grpc::OtlpGrpc;
 use crate::query::{ClusterSecret, QueryCoordinator, QueryOptions, SetQueryOptions};
 use crate::telemetry::{self, Metrics, ServerRole, TenantNames};
 
@@ -76,6 +77,13 @@ pub struct EmbeddedOptions {
     /// What `/metrics` shows of per-tenant series to scrapers without the
     /// admin token.
     pub metrics_tenants: TenantNames,
+    /// Where to serve OTLP profiles over gRPC ([`crate::otlp_grpc`]);
+    /// `None`: nowhere.
+    pub otlp_grpc_listen: Option<SocketAddr>,
+    /// Whether a gRPC address that cannot be bound stops the start
+    /// (`false`: a warning, and no gRPC; for a default address that
+    /// another collector may hold).
+    pub otlp_grpc_required: bool,
 }
 
 impl EmbeddedOptions {
@@ -96,6 +104,8 @@ impl EmbeddedOptions {
             rollup_every: Some(crate::rollup::ROLLUP_INTERVAL),
             global_symbols_every: crate::global_symbols::GLOBAL_SYMBOLS_INTERVAL,
             metrics_tenants: TenantNames::default(),
+            otlp_grpc_listen: None,
+            otlp_grpc_required: true,
         }
     }
 }
@@ -158,6 +168,38 @@ pub struct Running {
     pub login_path: Option<String>,
     /// Where a query node with peers serves them (`/internal/` only).
     pub peer_addr: Option<SocketAddr>,
+    /// The OTLP gRPC listener, where this process serves one.
+    pub otlp_grpc: Option<OtlpGrpc>,
+}
+
+impl Running {
+    /// Serves OTLP profiles over gRPC on `listen` beside this process's
+    /// HTTP routes (`state`, `ingest`). A `listen` that cannot be bound is
+    /// an error when `required`, else a warning and no gRPC.
+    pub(crate) fn serve_otlp_grpc(
+        &mut self,
+        listen: SocketAddr,
+        required: bool,
+        state: AppState,
+        ingest: IngestState,
+    ) -> Result<(), ServerError> {
+        match crate::otlp_grpc::serve(listen, state, ingest) {
+            Ok(grpc) => self.otlp_grpc = Some(grpc),
+            Err(source) if required => {
+                return Err(ServerError::Listen {
+                    addr: listen,
+                    source,
+                });
+            }
+            Err(e) => tracing::warn!(
+                %listen,
+                error = %e,
+                "not serving OTLP profiles over gRPC: the address is taken (another collector?); \
+                 choose one with --otlp-grpc-listen"
+            ),
+        }
+        Ok(())
+    }
 }
 
 /// Opens everything under `options.data_dir` and starts serving. Must run
@@ -243,11 +285,14 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     };
     let ingest = IngestState::new(bus, progress, bus_key);
     let mut running = serve(
-        Routes::All(state, ingest),
+        Routes::All(state.clone(), ingest.clone()),
         options.listen,
         options.http_workers,
         metrics,
     )?;
+    if let Some(listen) = options.otlp_grpc_listen {
+        running.serve_otlp_grpc(listen, options.otlp_grpc_required, state, ingest)?;
+    }
     retention.spawn();
     if let Some(every) = options.rollup_every {
         rollups.spawn(every);
@@ -455,5 +500,6 @@ pub(crate) fn serve(
         server: server.run(),
         login_path: None,
         peer_addr,
+        otlp_grpc: None,
     })
 }

@@ -417,6 +417,11 @@ pub(crate) struct GatewayArgs {
     pub quota: QuotaArgs,
     #[command(flatten)]
     pub regions: RegionArgs,
+    /// Where to serve OTLP profiles over gRPC as well (ProfilesService/
+    /// Export, cleartext HTTP/2: put TLS on the load balancer), e.g.
+    /// 0.0.0.0:4317. Default: not served; OTLP/HTTP is served on --listen.
+    #[arg(long, env = "KILN_OTLP_GRPC_LISTEN", value_name = "ADDR")]
+    pub otlp_grpc_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -782,6 +787,14 @@ pub(crate) struct UpArgs {
     #[arg(long, env = "KILN_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
 
+    /// Where to serve OTLP profiles over gRPC (ProfilesService/Export:
+    /// the OpenTelemetry eBPF profiler, the collector's otlp exporter), or
+    /// "off". Default 127.0.0.1:4317, OTLP's port; when another collector
+    /// holds it, kiln up says so and runs without gRPC (OTLP/HTTP at
+    /// /v1development/profiles is always served).
+    #[arg(long, env = "KILN_OTLP_GRPC_LISTEN", value_name = "ADDR|off", value_parser = parse_grpc_listen)]
+    pub otlp_grpc_listen: Option<GrpcListen>,
+
     /// Where Kiln keeps its data (bus log, profile store, objects).
     /// Default: the user's data directory, e.g. ~/.local/share/kiln.
     #[arg(long, env = "KILN_DATA_DIR")]
@@ -982,4 +995,26 @@ mod tests {
         assert!(parse_label("x").is_err());
         assert_eq!(parse_label("a=b=c").unwrap(), ("a".into(), "b=c".into()));
     }
+}
+
+/// `kiln up --otlp-grpc-listen`: an address, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrpcListen {
+    /// Not served.
+    Off,
+    /// Served there.
+    At(SocketAddr),
+}
+
+/// `kiln up`'s gRPC address when none is given: OTLP's own port, on
+/// loopback as the rest of `kiln up`.
+pub(crate) const DEFAULT_OTLP_GRPC_LISTEN: &str = "127.0.0.1:4317";
+
+fn parse_grpc_listen(text: &str) -> Result<GrpcListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(GrpcListen::Off);
+    }
+    text.parse().map(GrpcListen::At).map_err(|_| {
+        format!("{text:?} is neither an address (HOST:PORT, e.g. 127.0.0.1:4317) nor \"off\"")
+    })
 }

@@ -32,13 +32,21 @@ pub(crate) fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         http.metrics_tenants = args.admin.metrics_tenants.into();
         http.quota = args.quota.defaults();
         http.regions = args.regions.regions()?;
+        http.otlp_grpc_listen = args.otlp_grpc_listen;
         let running =
             roles::start_gateway(bus, store, objects, metadata, query_nodes, http, bus_key)
                 .await
                 .context("starting the gateway")?;
         println!("Kiln gateway is up: http://{}/", running.local_addr);
         println!("  bus:     {}", args.bus.bus);
-        running.server.await.context("serving HTTP")
+        if let Some(grpc) = &running.otlp_grpc {
+            println!("  otlp:    grpc {}", grpc.local_addr);
+        }
+        let served = running.server.await.context("serving HTTP");
+        if let Some(grpc) = running.otlp_grpc {
+            grpc.stop();
+        }
+        served
     })
 }
 

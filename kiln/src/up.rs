@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use kiln_actors::{ADMIN_TOKEN_FILE, EmbeddedOptions, start_embedded};
 
-use crate::cli::UpArgs;
+use crate::cli::{DEFAULT_OTLP_GRPC_LISTEN, GrpcListen, UpArgs};
 use crate::local_agent;
 
 pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
@@ -32,6 +32,13 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
     options.rollup_every = args.query_limits.rollup_every();
     options.regions = args.regions.regions()?;
     options.global_symbols_every = args.regions.global_symbols_every;
+    // An address given is required; the default one may be another
+    // collector's, and then kiln up runs without gRPC.
+    (options.otlp_grpc_listen, options.otlp_grpc_required) = match args.otlp_grpc_listen {
+        Some(GrpcListen::Off) => (None, false),
+        Some(GrpcListen::At(addr)) => (Some(addr), true),
+        None => (Some(DEFAULT_OTLP_GRPC_LISTEN.parse()?), false),
+    };
     let region_note = options.regions.as_ref().map(ToString::to_string);
     let token_note = match options.admin_token {
         Some(_) => "from --admin-token".to_owned(),
@@ -45,6 +52,15 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
         if let Some(login) = &running.login_path {
             // The one-time link logs a browser in without typing a key.
             println!("  login:  http://{}{login}", running.local_addr);
+        }
+        let otlp_http = format!(
+            "http://{}{}",
+            running.local_addr,
+            kiln_actors::http::otlp::PATH
+        );
+        match &running.otlp_grpc {
+            Some(grpc) => println!("  otlp:   grpc {}, http {otlp_http}", grpc.local_addr),
+            None => println!("  otlp:   http {otlp_http} (grpc off)"),
         }
         println!("  data:   {}", data_dir.display());
         if let Some(note) = &region_note {
@@ -74,6 +90,9 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
         let served = running.server.await.context("serving HTTP");
         if let Some(agent) = agent {
             agent.stop();
+        }
+        if let Some(grpc) = running.otlp_grpc {
+            grpc.stop();
         }
         served
     })

@@ -1,6 +1,7 @@
-//! OTLP/HTTP profiles (`POST /v1development/profiles`) against a real
-//! `kiln up`: requests built with the `opentelemetry-proto` messages, and
-//! OTLP/JSON ones written by hand, compressed as collectors send them,
+//! OTLP profiles against a real `kiln up`, over HTTP (`POST
+//! /v1development/profiles`) and gRPC (`ProfilesService/Export` on its
+//! own listener): requests built with the `opentelemetry-proto` messages,
+//! and OTLP/JSON ones written by hand, compressed as collectors send them,
 //! read back through the flamegraph.
 
 mod support;
@@ -8,7 +9,6 @@ mod support;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use kiln_actors::http::otlp::Status;
 use kiln_formats::otlp::proto::collector::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
@@ -20,6 +20,7 @@ use kiln_formats::otlp::proto::profiles::{
 use kiln_formats::otlp::proto::resource::Resource;
 use prost::Message;
 use support::{Server, key_with, now_ns};
+use tonic_types::Status;
 
 const PATH: &str = "/v1development/profiles";
 
@@ -564,4 +565,183 @@ fn malformed_json_is_a_400_with_a_json_status() {
     assert_eq!(status, 401);
     let answer: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(answer["code"], 16, "{answer}");
+}
+
+/// The gRPC method's path.
+const EXPORT: &str = "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+
+/// Calls Export on the server's gRPC listener with `message` (an
+/// `ExportProfilesServiceRequest`, or any message standing in for a
+/// malformed one), compressed with `compression`, with `key` as bearer.
+fn grpc_export<M: Message + Send + Sync + 'static>(
+    server: &Server,
+    key: Option<&str>,
+    message: M,
+    compression: Option<tonic::codec::CompressionEncoding>,
+) -> Result<ExportProfilesServiceResponse, tonic::Status> {
+    let addr = server.otlp_grpc.expect("kiln up printed its gRPC listener");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to the gRPC listener");
+        let mut grpc = tonic::client::Grpc::new(channel);
+        if let Some(compression) = compression {
+            grpc = grpc.send_compressed(compression);
+        }
+        grpc.ready().await.expect("the channel is ready");
+        let mut request = tonic::Request::new(message);
+        if let Some(key) = key {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {key}").parse().unwrap());
+        }
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT);
+        let codec = tonic_prost::ProstCodec::<M, ExportProfilesServiceResponse>::default();
+        grpc.unary(request, path, codec)
+            .await
+            .map(tonic::Response::into_inner)
+    })
+}
+
+#[test]
+fn grpc_exports_gzip_and_zstd_read_back_exactly() {
+    use tonic::codec::CompressionEncoding::{Gzip, Zstd};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let checkout = request(
+        "web-1",
+        "checkout",
+        "worker",
+        &[&[
+            (&["main.main", "main.serve", "main.parse"], 7),
+            (&["main.main", "main.render"], 3),
+        ]],
+        None,
+    );
+    let answer = grpc_export(&server, Some(&server.key), checkout, Some(Gzip)).unwrap();
+    assert_eq!(answer.partial_success, None);
+    let billing = request(
+        "db-2",
+        "billing",
+        "io",
+        &[&[(&["main.main", "main.bill"], 5)]],
+        None,
+    );
+    let answer = grpc_export(&server, Some(&server.key), billing, Some(Zstd)).unwrap();
+    assert_eq!(answer.partial_success, None);
+    let plain = request("db-3", "ledger", "io", &[&[(&["main.main"], 2)]], None);
+    let answer = grpc_export(&server, Some(&server.key), plain, None).unwrap();
+    assert_eq!(answer.partial_success, None);
+    collapsed_once(
+        &server,
+        "&service=checkout&host=web-1&thread=worker",
+        &[
+            "main.main;main.render 3",
+            "main.main;main.serve;main.parse 7",
+        ],
+    );
+    collapsed_once(&server, "&service=billing", &["main.main;main.bill 5"]);
+    collapsed_once(&server, "&service=ledger", &["main.main 2"]);
+    // One bad profile of two: the other is kept, and the answer says so.
+    let mixed = request(
+        "web-1",
+        "search",
+        "worker",
+        &[&[(&["main.main", "main.find"], 4)], &[(&["main.main"], 9)]],
+        Some(1),
+    );
+    let answer = grpc_export(&server, Some(&server.key), mixed, Some(Gzip)).unwrap();
+    let partial = answer.partial_success.expect("a partial success");
+    assert_eq!(partial.rejected_profiles, 1, "{}", partial.error_message);
+    assert!(
+        partial.error_message.contains("stackIndex"),
+        "{}",
+        partial.error_message
+    );
+    collapsed_once(&server, "&service=search", &["main.main;main.find 4"]);
+}
+
+/// A message whose field 1 (`resource_profiles`) is not a message.
+#[derive(Clone, PartialEq, Message)]
+struct Garbage {
+    #[prost(bytes = "vec", tag = "1")]
+    bytes: Vec<u8>,
+}
+
+#[test]
+fn grpc_refusals_are_statuses_that_name_the_problem() {
+    use tonic::Code;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let one = || request("h", "s", "t", &[&[(&["main.main"], 1)]], None);
+    let refused = |key: Option<&str>, code: Code, says: &str| {
+        let status = grpc_export(&server, key, one(), None).unwrap_err();
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(status.message().contains(says), "{status:?}");
+    };
+    refused(None, Code::Unauthenticated, "authorization: Bearer KEY");
+    refused(
+        Some("kiln_nope"),
+        Code::Unauthenticated,
+        "not a Kiln API key",
+    );
+    refused(
+        Some(&server.admin_token),
+        Code::PermissionDenied,
+        "tenant's key",
+    );
+    let (reader, _) = key_with(&server.url, &server.admin_token, "default", "read");
+    refused(Some(&reader), Code::PermissionDenied, "ingest role");
+    let garbage = Garbage {
+        bytes: vec![0xff; 16],
+    };
+    let status = grpc_export(&server, Some(&server.key), garbage, None).unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().starts_with("OTLP: "), "{status:?}");
+    // Nothing of the refused calls was kept; what came before still is.
+    grpc_export(&server, Some(&server.key), one(), None).unwrap();
+    collapsed_once(&server, "&service=s", &["main.main 1"]);
+}
+
+#[test]
+fn grpc_over_the_bytes_quota_is_resource_exhausted_with_a_retry_delay() {
+    use tonic_types::StatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_with(
+        dir.path(),
+        &["--no-agent", "--default-ingest-bytes-per-s", "200"],
+    );
+    let big = request(
+        "h",
+        "s",
+        "t",
+        &[&[(
+            &[
+                "main.main",
+                "main.a_rather_long_function_name_to_pass_200_bytes",
+            ],
+            50,
+        )]],
+        None,
+    );
+    let mut refused = None;
+    for _ in 0..4 {
+        if let Err(status) = grpc_export(&server, Some(&server.key), big.clone(), None) {
+            refused = Some(status);
+            break;
+        }
+    }
+    let status = refused.expect("a call over 200 bytes a second is refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("ingest_bytes_per_s"),
+        "{status:?}"
+    );
+    assert!(status.get_details_retry_info().is_some(), "{status:?}");
 }

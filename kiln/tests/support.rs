@@ -17,6 +17,9 @@ pub(crate) struct Server {
     pub data_dir: PathBuf,
     /// `/login?code=…`, the one-time login link `kiln up` printed.
     login_path: Option<String>,
+    /// Where it serves OTLP profiles over gRPC, as it printed (`None`:
+    /// `--otlp-grpc-listen off`).
+    pub otlp_grpc: Option<std::net::SocketAddr>,
     /// The API key `kiln up` made for itself (every role, on the default
     /// tenant and project), from `data_dir/api-key`: what [`Server::get`],
     /// [`Server::post`] and [`Server::get_encoded`] send.
@@ -41,8 +44,15 @@ impl Server {
 
     /// Starts `kiln up` with `extra` flags and environment variables.
     pub(crate) fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        // OTLP's gRPC port is the machine's to give: tests take any free
+        // one unless they name it.
+        let grpc: &[&str] = match extra.contains(&"--otlp-grpc-listen") {
+            true => &[],
+            false => &["--otlp-grpc-listen", "127.0.0.1:0"],
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
             .args(["up", "--listen", "127.0.0.1:0"])
+            .args(grpc)
             .args(extra)
             .arg("--data-dir")
             .arg(data_dir)
@@ -63,10 +73,15 @@ impl Server {
                 break rest.trim_end_matches('/').to_owned();
             }
         };
-        // The login link is the next line.
+        // The login link is the next line, then the OTLP listeners.
         let login_path = lines.next().and_then(Result::ok).and_then(|line| {
             let link = line.trim().strip_prefix("login:")?.trim().to_owned();
             link.strip_prefix(&url).map(str::to_owned)
+        });
+        let otlp_grpc = lines.next().and_then(Result::ok).and_then(|line| {
+            let listeners = line.trim().strip_prefix("otlp:")?.trim().to_owned();
+            let grpc = listeners.strip_prefix("grpc ")?.split(',').next()?;
+            grpc.parse().ok()
         });
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
@@ -90,6 +105,7 @@ impl Server {
             url,
             data_dir: data_dir.to_owned(),
             login_path,
+            otlp_grpc,
             key,
             admin_token,
         }

@@ -202,11 +202,11 @@ async fn ingest_for(
 
 /// Counts a refused ingest or import of `scope`'s tenant by why it was
 /// refused (`kiln_ingest_rejections_total`), and passes the answer on.
-pub(super) fn count_refusal(
+pub(crate) fn count_refusal<T>(
     metrics: &IngestMetrics,
     scope: &Scope,
-    answer: Result<HttpResponse, ApiError>,
-) -> Result<HttpResponse, ApiError> {
+    answer: Result<T, ApiError>,
+) -> Result<T, ApiError> {
     if let Err(e) = &answer {
         let why = match e {
             ApiError::BadRequest(_) => Rejection::BadInput,
@@ -225,7 +225,7 @@ pub(super) fn count_refusal(
 /// The tenant's limits (read once per request: the quotas below all take
 /// them from here), the server's defaults filled in; refuses a tenant over
 /// its stored-bytes quota before its body is read.
-pub(super) async fn admit_tenant(
+pub(crate) async fn admit_tenant(
     state: &AppState,
     scope: &Scope,
 ) -> Result<TenantLimits, ApiError> {
@@ -261,8 +261,6 @@ impl IngestState {
         payload: web::Payload,
         limit: BodyLimit,
     ) -> Result<(web::Bytes, usize), ApiError> {
-        // `admit_tenant` filled in the defaults.
-        let rate = limits.ingest_bytes_per_s.unwrap_or(u64::MAX);
         let sent = request
             .headers()
             .get(actix_web::http::header::CONTENT_LENGTH)
@@ -270,19 +268,30 @@ impl IngestState {
             .and_then(|v| v.parse::<u64>().ok());
         // Refuse before reading when the length is declared; else meter
         // what was read.
-        let admit = |bytes| {
-            self.quota
-                .admit(scope.tenant(), Metered::Bytes, rate, bytes)
-                .inspect_err(|_| metrics.over_quota(scope.tenant(), Quota::IngestBytesPerS))
-        };
         if let Some(sent) = sent {
-            admit(sent)?;
+            self.admit_bytes(metrics, scope, limits, sent)?;
         }
         let (body, sent_len) = body::read_counted(request, payload, limit).await?;
         if sent.is_none() {
-            admit(body.len() as u64)?;
+            self.admit_bytes(metrics, scope, limits, body.len() as u64)?;
         }
         Ok((body, sent_len))
+    }
+
+    /// Admits `bytes` sent (before decompression) against the tenant's
+    /// bytes-per-second quota.
+    pub(crate) fn admit_bytes(
+        &self,
+        metrics: &IngestMetrics,
+        scope: &Scope,
+        limits: &TenantLimits,
+        bytes: u64,
+    ) -> Result<(), ApiError> {
+        // `admit_tenant` filled in the defaults.
+        let rate = limits.ingest_bytes_per_s.unwrap_or(u64::MAX);
+        self.quota
+            .admit(scope.tenant(), Metered::Bytes, rate, bytes)
+            .inspect_err(|_| metrics.over_quota(scope.tenant(), Quota::IngestBytesPerS))
     }
 
     /// Admits `samples` sample rows against the tenant's samples-per-second
@@ -293,7 +302,7 @@ impl IngestState {
     /// GPU's second is 10^9. Metering counts put a GPU host's tenant in
     /// 12 minutes of quota debt per GPU-second, refusing its CPU batches
     /// too.
-    pub(super) fn admit_samples(
+    pub(crate) fn admit_samples(
         &self,
         metrics: &IngestMetrics,
         scope: &Scope,
@@ -307,7 +316,7 @@ impl IngestState {
     }
 
     /// Publishes an encoded batch for `scope`; durable on return.
-    pub(super) async fn publish(
+    pub(crate) async fn publish(
         &self,
         scope: &Scope,
         source: &str,

@@ -52,7 +52,7 @@ mod assets;
 pub mod auth;
 pub mod body;
 mod encoding;
-mod error;
+pub(crate) mod error;
 mod gpu;
 mod index;
 pub mod ingest;

@@ -19,12 +19,14 @@ use actix_web::http::header::{
 };
 use actix_web::middleware::Next;
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use bytes::Bytes;
 use kiln_formats::otlp::proto::collector::{
     ExportProfilesPartialSuccess, ExportProfilesServiceResponse,
 };
 use kiln_formats::otlp::{OtlpError, OtlpOptions};
-use kiln_storage::Scope;
+use kiln_storage::{Scope, TenantLimits};
 use prost::Message;
+use tonic_types::Status;
 
 use super::auth::extract::Ingester;
 use super::body::OTLP_BODY;
@@ -44,34 +46,9 @@ const JSON: &str = "application/json";
 
 /// How a request is encoded, and so its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Encoding {
+pub(crate) enum Encoding {
     Protobuf,
     Json,
-}
-
-/// `google.rpc.Status`, the body of every OTLP/HTTP error.
-#[derive(Clone, PartialEq, Message)]
-pub struct Status {
-    /// A `google.rpc.Code`.
-    #[prost(int32, tag = "1")]
-    pub code: i32,
-    /// What went wrong, and how to fix it.
-    #[prost(string, tag = "2")]
-    pub message: String,
-    /// `google.protobuf.Any` details (none sent).
-    #[prost(message, repeated, tag = "3")]
-    pub details: Vec<Any>,
-}
-
-/// `google.protobuf.Any`.
-#[derive(Clone, PartialEq, Message)]
-pub struct Any {
-    /// The type's URL.
-    #[prost(string, tag = "1")]
-    pub type_url: String,
-    /// The message.
-    #[prost(bytes = "vec", tag = "2")]
-    pub value: Vec<u8>,
 }
 
 /// `POST /v1development/profiles` with an `ExportProfilesServiceRequest`.
@@ -95,14 +72,49 @@ async fn export_for(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let encoding = encoding(request)?;
-    let metrics = state.metrics.ingest();
     let limits = admit_tenant(state, scope).await?;
     let (body, sent) = ingest
-        .read_metered(metrics, scope, &limits, request, payload, OTLP_BODY)
+        .read_metered(
+            state.metrics.ingest(),
+            scope,
+            &limits,
+            request,
+            payload,
+            OTLP_BODY,
+        )
         .await?;
+    let partial_success =
+        convert_and_publish(state, ingest, scope, &limits, body, sent as u64, encoding).await?;
+    Ok(match encoding {
+        Encoding::Protobuf => HttpResponse::Ok()
+            .content_type(PROTOBUF)
+            .body(ExportProfilesServiceResponse { partial_success }.encode_to_vec()),
+        Encoding::Json => HttpResponse::Ok()
+            .content_type(JSON)
+            .body(json_response(partial_success.as_ref()).to_string()),
+    })
+}
+
+/// Converts an OTLP request of `scope`'s tenant, admitted under `limits`
+/// and metered as `sent` bytes, and publishes its batches; the answer's
+/// `partial_success`. Whatever carried the request (OTLP/HTTP here, gRPC
+/// in [`crate::otlp_grpc`]) ends here, so both convert, meter and count
+/// alike.
+pub(crate) async fn convert_and_publish(
+    state: &AppState,
+    ingest: &IngestState,
+    scope: &Scope,
+    limits: &TenantLimits,
+    body: Bytes,
+    sent: u64,
+    encoding: Encoding,
+) -> Result<Option<ExportProfilesPartialSuccess>, ApiError> {
+    let metrics = state.metrics.ingest();
     let options = OtlpOptions { now_ns: now_ns() };
-    // Converting and compressing are CPU-bound: off the event loop.
-    let converted = web::block(move || {
+    // Converting and compressing are CPU-bound: off the event loop, on
+    // tokio's blocking pool (which actix's `web::block` uses too, and
+    // which the gRPC listener's runtime has).
+    let converted = tokio::task::spawn_blocking(move || {
         let imported = match encoding {
             Encoding::Protobuf => kiln_formats::otlp::import(&body, &options),
             Encoding::Json => kiln_formats::otlp::import_json(&body, &options),
@@ -117,26 +129,18 @@ async fn export_for(
     let (imported, encoded) = converted.map_err(refusal)?;
     // All batches' rows are admitted together: a request is not half
     // accepted for quota.
-    ingest.admit_samples(metrics, scope, &limits, imported.sample_rows as u64)?;
+    ingest.admit_samples(metrics, scope, limits, imported.sample_rows as u64)?;
     for (batch, bytes) in imported.batches.iter().zip(&encoded) {
         // A failure after some batches went out is a 503: the sender
         // retries the whole request, and batches written again change
         // nothing (store writes are idempotent by key).
         ingest.publish(scope, &batch.source, bytes).await?;
     }
-    metrics.accepted(scope.tenant(), imported.samples, sent as u64);
+    metrics.accepted(scope.tenant(), imported.samples, sent);
     if imported.rejected_profiles > 0 {
         metrics.rejected(scope.tenant(), crate::telemetry::Rejection::BadInput);
     }
-    let partial_success = imported.partial_success();
-    Ok(match encoding {
-        Encoding::Protobuf => HttpResponse::Ok()
-            .content_type(PROTOBUF)
-            .body(ExportProfilesServiceResponse { partial_success }.encode_to_vec()),
-        Encoding::Json => HttpResponse::Ok()
-            .content_type(JSON)
-            .body(json_response(partial_success.as_ref()).to_string()),
-    })
+    Ok(imported.partial_success())
 }
 
 /// An `ExportProfilesServiceResponse` in OTLP/JSON: `{}` when all was
@@ -184,7 +188,7 @@ fn essence(content_type: &str) -> String {
 }
 
 /// The HTTP error of a request the conversion refused whole.
-fn refusal(e: OtlpError) -> ApiError {
+pub(crate) fn refusal(e: OtlpError) -> ApiError {
     match e {
         e @ OtlpError::JsonTooLarge { .. } => ApiError::PayloadTooLarge(format!("OTLP: {e}")),
         e => ApiError::bad_request(format!("OTLP: {e}")),
@@ -282,7 +286,7 @@ impl ResponseError for StatusError {
 }
 
 /// The `google.rpc.Code` of an HTTP status, as OTLP maps them.
-fn grpc_code(http: u16) -> i32 {
+pub(crate) fn grpc_code(http: u16) -> i32 {
     match http {
         400 | 413 | 415 => 3, // INVALID_ARGUMENT
         401 => 16,            // UNAUTHENTICATED

@@ -288,6 +288,47 @@ pub(crate) async fn forward_to(
     forward(regions, region, base, request, body).await
 }
 
+/// Sends an OTLP profiles request (protobuf, as the gRPC listener
+/// received it) with `key`, a key of region `region`, to that region's
+/// OTLP/HTTP route: HTTP is what every region's public URL serves. The
+/// reply's HTTP status and body (an `ExportProfilesServiceResponse`, or a
+/// `google.rpc.Status`); a 421 when this region does not know `region`, a
+/// 503 when it cannot be reached.
+pub(crate) async fn forward_otlp(
+    regions: &Regions,
+    region: &str,
+    key: &str,
+    message: bytes::Bytes,
+) -> Result<(u16, bytes::Bytes), ApiError> {
+    let Some(base) = regions.url_of(region) else {
+        return Err(ApiError::Misdirected(format!(
+            "the key belongs to region {region:?}, which region {} does not know (it knows {}): \
+             send it to its own region",
+            regions.here,
+            regions.known()
+        )));
+    };
+    let unreachable = |e: reqwest::Error| {
+        tracing::warn!(region, error = %e, "forwarding to the home region failed");
+        ApiError::Unavailable(format!(
+            "the key's home region {region:?} cannot be reached from region {} now ({e}); retry later",
+            regions.here
+        ))
+    };
+    let reply = regions
+        .client
+        .post(format!("{base}{}", super::otlp::PATH))
+        .header(FORWARDED_FROM, &regions.here)
+        .header(AUTHORIZATION.as_str(), format!("Bearer {key}"))
+        .header("content-type", "application/x-protobuf")
+        .body(message)
+        .send()
+        .await
+        .map_err(unreachable)?;
+    let status = reply.status().as_u16();
+    Ok((status, reply.bytes().await.map_err(unreachable)?))
+}
+
 /// Asks every other region for `path` (an operator's `GET`, with the
 /// request's own credential), each told to answer from itself only; the
 /// first region that answers 200, with its answer. `Ok(None)` when every

@@ -23,7 +23,14 @@ fn caller(request: &HttpRequest) -> Result<Caller, ApiError> {
 
 /// The scope of a tenant credential holding `role`.
 fn scope_with(request: &HttpRequest, role: Role, doing: &str) -> Result<Scope, ApiError> {
-    match caller(request)? {
+    scope_of(caller(request)?, role, doing)
+}
+
+/// The scope of `caller` when it is a tenant's credential holding `role`:
+/// 403 naming what `doing` needs otherwise. For callers identified outside
+/// actix's routes too (the OTLP gRPC listener).
+pub(crate) fn scope_of(caller: Caller, role: Role, doing: &str) -> Result<Scope, ApiError> {
+    match caller {
         Caller::Tenant { grant, .. } if grant.roles.contains(role) => Ok(grant.scope),
         Caller::Tenant { grant, .. } => Err(ApiError::Forbidden(format!(
             "{doing} needs a key with the {role} role; this key has {}",
