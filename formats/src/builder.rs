@@ -189,7 +189,10 @@ impl ImportBuilder {
             Some((start, end)) => {
                 let duration = u64::try_from(end.saturating_sub(start)).unwrap_or(0);
                 let batch = &mut self.batch;
-                weights::spread(start, duration, count, |at, share| {
+                // Stamped where each second is covered: consecutive
+                // windows of one sender meeting inside a second keep
+                // apart rows.
+                weights::spread_covered(start, duration, count, |at, share| {
                     batch.add(at, frames, labels, share);
                 });
             }

@@ -21,7 +21,40 @@ pub(crate) fn stamp(t_ns: i64) -> i64 {
 /// first on ties), calling `out` with each second's stamp and nonzero
 /// share. A window of 0 ns, or longer than [`MAX_SPREAD_SECONDS`], puts
 /// all of it at one second.
-pub(crate) fn spread(start_ns: i64, duration_ns: u64, weight: u64, mut out: impl FnMut(i64, u64)) {
+pub(crate) fn spread(start_ns: i64, duration_ns: u64, weight: u64, out: impl FnMut(i64, u64)) {
+    spread_stamped(start_ns, duration_ns, weight, Stamp::MidSecond, out);
+}
+
+/// [`spread`], each second's share stamped at the middle of the part of
+/// that second the window covers (a window within one second, or longer
+/// than [`MAX_SPREAD_SECONDS`], at its own middle). Two windows that
+/// meet inside a second then stamp their shares of it at different
+/// times: their rows stay apart where the store keys a row by its time,
+/// stack and labels (a second's row written again replaces the count), as
+/// consecutive uploads of one process's profiles need.
+pub(crate) fn spread_covered(
+    start_ns: i64,
+    duration_ns: u64,
+    weight: u64,
+    out: impl FnMut(i64, u64),
+) {
+    spread_stamped(start_ns, duration_ns, weight, Stamp::Covered, out);
+}
+
+/// Where a second's share is stamped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stamp {
+    MidSecond,
+    Covered,
+}
+
+fn spread_stamped(
+    start_ns: i64,
+    duration_ns: u64,
+    weight: u64,
+    how: Stamp,
+    mut out: impl FnMut(i64, u64),
+) {
     if weight == 0 {
         return;
     }
@@ -29,11 +62,15 @@ pub(crate) fn spread(start_ns: i64, duration_ns: u64, weight: u64, mut out: impl
     let end = start_ns.saturating_add(duration);
     let first = start_ns.div_euclid(SECOND);
     let last = (end.saturating_sub(1)).div_euclid(SECOND);
-    if duration == 0 || last <= first {
-        return out(stamp(start_ns), weight);
-    }
-    if last - first + 1 > MAX_SPREAD_SECONDS {
-        return out(stamp(start_ns.saturating_add(duration / 2)), weight);
+    let middle = start_ns.saturating_add(duration / 2);
+    if duration == 0 || last <= first || last - first + 1 > MAX_SPREAD_SECONDS {
+        return out(
+            match how {
+                Stamp::MidSecond => stamp(middle),
+                Stamp::Covered => middle,
+            },
+            weight,
+        );
     }
     let seconds = (last - first + 1) as usize;
     let mut shares = Vec::with_capacity(seconds);
@@ -49,7 +86,11 @@ pub(crate) fn spread(start_ns: i64, duration_ns: u64, weight: u64, mut out: impl
         let share = (exact / duration as u128) as u64;
         let remainder = exact % duration as u128;
         given += share;
-        shares.push((share, remainder, k));
+        let at = match how {
+            Stamp::MidSecond => at + second / 2,
+            Stamp::Covered => lo + (hi - lo) / 2,
+        };
+        shares.push((share, remainder, i64::try_from(at).unwrap_or(i64::MAX)));
     }
     // The leftover is less than one unit per second.
     let mut order: Vec<usize> = (0..seconds).collect();
@@ -57,12 +98,9 @@ pub(crate) fn spread(start_ns: i64, duration_ns: u64, weight: u64, mut out: impl
     for &i in order.iter().take((weight - given) as usize) {
         shares[i].0 += 1;
     }
-    for (share, _, k) in shares {
+    for (share, _, at) in shares {
         if share > 0 {
-            out(
-                ((first + k).saturating_mul(SECOND)).saturating_add(SECOND / 2),
-                share,
-            );
+            out(at, share);
         }
     }
 }
@@ -104,6 +142,19 @@ mod tests {
             parts(0, 3600 * SECOND as u64, 5),
             [(1800 * SECOND + SECOND / 2, 5)]
         );
+        let covered = |start, duration, weight| {
+            let mut v = Vec::new();
+            spread_covered(start, duration, weight, |t, w| v.push((t, w)));
+            v
+        };
+        // Two windows meeting at 14.3 s stamp their shares of second 14
+        // apart.
+        let first = covered(12 * SECOND + 300_000_000, 2 * SECOND as u64, 20);
+        let next = covered(14 * SECOND + 300_000_000, 2 * SECOND as u64, 20);
+        assert_eq!(first.last(), Some(&(14 * SECOND + 150_000_000, 3)));
+        assert_eq!(next.first(), Some(&(14 * SECOND + 650_000_000, 7)));
+        assert_eq!(first.iter().map(|p| p.1).sum::<u64>(), 20);
+        assert_eq!(covered(SECOND, 200, 5), [(SECOND + 100, 5)]);
         assert_eq!(parts(0, 2 * SECOND as u64, 1), [(SECOND / 2, 1)]);
         assert_eq!(
             parts(0, 10, u64::MAX).iter().map(|p| p.1).sum::<u64>(),
