@@ -5,7 +5,8 @@
 # servers (tansu and Apache Kafka for Kafka, Garage for S3, Apache
 # Cassandra for the ScyllaDB store's CQL; PostgreSQL comes with
 # scripts/pg-test-server.sh),
-# the Kafka interop client, and Chromium with Node for the browser tests.
+# the Kafka interop client, the Pyroscope SDK clients, and Chromium with
+# Node for the browser tests.
 # Idempotent; run as root (or with sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -114,6 +115,16 @@ if akafka_lib="$(scripts/apache-kafka-test-server.sh install)"; then
   say "Apache Kafka $akafka_version (the second Kafka test broker): in $akafka_lib"
 else
   say "WARNING: Apache Kafka $akafka_version could not be fetched from Maven Central; the Apache Kafka bus tier will be skipped"
+fi
+# The official Pyroscope SDKs that kiln/tests/pyroscope.rs runs as
+# clients: pyroscope-io 1.4.0 (PyPI) in a virtual environment, and the
+# pyroscope-go v1.5.0 program (Go module proxy; needs Go >= 1.25) built,
+# both into ~/.cache/kiln-pyroscope. A failure is not fatal: those two
+# tests then skip, saying why.
+if pyroscope_cache="$(scripts/pyroscope-clients.sh install)"; then
+  say "Pyroscope SDK clients (pyroscope-io, pyroscope-go): in $pyroscope_cache"
+else
+  say "WARNING: the Pyroscope SDK clients could not be installed (scripts/pyroscope-clients.sh); kiln/tests/pyroscope.rs skips its SDK tests"
 fi
 # The browser tests: Debian's chromium, driven by Node's playwright-core.
 need_browser=()

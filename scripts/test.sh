@@ -113,7 +113,12 @@ else
 fi
 
 tier "gpu: real CUDA" "SKIP (needs an NVIDIA GPU: scripts/gpucheck/prepare.sh, then scripts/gpucheck/field.sh on one; without one, within unit+integration: libkiln_cuda.so under a fake CUPTI that enforces CUPTI's PC-sampling rules, a C host through a stand-in libcupti to kiln-agent --no-ebpf and a backend, NVML through a stand-in libnvidia-ml)"
-tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs))"
+if pyroscope_cache="$(scripts/pyroscope-clients.sh install 2>/dev/null)"; then
+  pyroscope_sdks="the official Pyroscope SDKs pyroscope-io and pyroscope-go (in $pyroscope_cache) pushing to kiln up (kiln/tests/pyroscope.rs)"
+else
+  pyroscope_sdks="not the Pyroscope SDK tests: scripts/pyroscope-clients.sh could not install pyroscope-io or pyroscope-go, and kiln/tests/pyroscope.rs skips them saying why"
+fi
+tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs); $pyroscope_sdks)"
 regions_test=tenants_live_in_their_home_region_and_are_served_from_any
 if command -v cargo-nextest >/dev/null; then
   # Without backtraces a failing test's output ends with its panic
