@@ -252,8 +252,11 @@ fn multipart(parts: &[(&str, &[u8])]) -> Vec<u8> {
 
 const MULTIPART: &str = "multipart/form-data; boundary=b0undary";
 
-/// A Push request of `series` (labels, raw profiles).
-fn push_request(series: &[(&[(&str, &str)], Vec<Vec<u8>>)]) -> Vec<u8> {
+/// One series of a Push request: its labels and raw profiles.
+type Series<'a> = (&'a [(&'a str, &'a str)], Vec<Vec<u8>>);
+
+/// A Push request of `series`.
+fn push_request(series: &[Series<'_>]) -> Vec<u8> {
     PushRequest {
         series: series
             .iter()
