@@ -192,7 +192,7 @@ impl ImportBuilder {
                 // Stamped where each second is covered: consecutive
                 // windows of one sender meeting inside a second keep
                 // apart rows.
-                weights::spread_covered(start, duration, count, |at, share| {
+                weights::spread(start, duration, count, |at, share| {
                     batch.add(at, frames, labels, share);
                 });
             }

@@ -584,7 +584,8 @@ fn timestamps_values_and_windows_weigh_samples() {
     let loc = d.location("go", 0, 0, &[("main.f", "m.go", 1)]);
     let stack = d.stack(&[loc]);
     let cpu = d.cpu_profile(vec![
-        // Two events in one second are one row of 2.
+        // Two events in one second are one row of 2, at their mean time
+        // (a second split between two requests stays two rows).
         sample(stack, vec![], vec![T0 + 100, T0 + 900_000_000, T0 + SECOND]),
     ]);
     let mut off_cpu = d.cpu_profile(vec![Sample {
@@ -613,7 +614,7 @@ fn timestamps_values_and_windows_weigh_samples() {
         .iter()
         .map(|s| (s.timestamp_ns as u64, s.count))
         .collect();
-    assert_eq!(rows, [(T0 + SECOND / 2, 2), (T0 + SECOND + SECOND / 2, 1)]);
+    assert_eq!(rows, [(T0 + 450_000_050, 2), (T0 + SECOND, 1)]);
     let ns = &imported.batches[1];
     assert_eq!(ns.period_ns, 1);
     let mut off = Vec::new();
@@ -625,10 +626,7 @@ fn timestamps_values_and_windows_weigh_samples() {
             _ => on.push(row),
         }
     }
-    assert_eq!(
-        off,
-        [(T0 + SECOND / 2, 300), (T0 + 2 * SECOND + SECOND / 2, 700)]
-    );
+    assert_eq!(off, [(T0, 300), (T0 + 2 * SECOND, 700)]);
     assert_eq!(
         on,
         [

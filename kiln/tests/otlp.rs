@@ -745,3 +745,33 @@ fn grpc_over_the_bytes_quota_is_resource_exhausted_with_a_retry_delay() {
     );
     assert!(status.get_details_retry_info().is_some(), "{status:?}");
 }
+
+/// A profiler's consecutive reports each hold part of a second: both
+/// parts are kept (a row written again replaces its count, so they must
+/// not share a stamp), while the same request sent again changes nothing.
+#[test]
+fn a_second_split_between_two_requests_keeps_both_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let at = |offsets_ms: &[u64]| {
+        let mut r = request(
+            "h",
+            "split",
+            "t",
+            &[&[(&["main.main", "main.work"], 1)]],
+            None,
+        );
+        let profile = &mut r.resource_profiles[0].scope_profiles[0].profiles[0];
+        let t0 = profile.time_unix_nano;
+        profile.samples[0].timestamps_unix_nano =
+            offsets_ms.iter().map(|ms| t0 + ms * 1_000_000).collect();
+        r.encode_to_vec()
+    };
+    // Report one ends 400 ms into a second, report two takes it on.
+    let first = at(&[100, 300]);
+    export(&server, &first, "identity");
+    export(&server, &at(&[500, 700, 900]), "identity");
+    // A retry of the first report.
+    export(&server, &first, "identity");
+    collapsed_once(&server, "&service=split", &["main.main;main.work 5"]);
+}

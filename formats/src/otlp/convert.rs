@@ -527,7 +527,19 @@ fn weigh(
             value: v,
         })
     };
-    let time = |t: u64| weights::stamp(i64::try_from(t).unwrap_or(i64::MAX));
+    let time = |t: u64| i64::try_from(t).unwrap_or(i64::MAX);
+    // Timed events are summed per second at their mean time, so that a
+    // second split between two requests is two rows, not one replaced.
+    let mut timed = |events: Vec<(i64, u64)>| {
+        let mut result = Ok(());
+        weights::by_second_at_mean(events, |t, w| {
+            if result.is_ok() {
+                result = out(t, w);
+            }
+        })
+        .map_err(|_| ProfileProblem::CountOverflow)?;
+        result
+    };
     match (
         sample.values.is_empty(),
         sample.timestamps_unix_nano.is_empty(),
@@ -541,18 +553,23 @@ fn weigh(
                     timestamps: sample.timestamps_unix_nano.len(),
                 });
             }
-            for (&v, &t) in sample.values.iter().zip(&sample.timestamps_unix_nano) {
-                let v = value(v)?;
-                if v > 0 {
-                    out(time(t), v)?;
-                }
-            }
+            let events = sample
+                .values
+                .iter()
+                .zip(&sample.timestamps_unix_nano)
+                .map(|(&v, &t)| Ok((time(t), value(v)?)))
+                .collect::<Result<Vec<_>, ProfileProblem>>()?;
+            timed(events)?;
             Ok(true)
         }
         (true, false) => {
-            for &t in &sample.timestamps_unix_nano {
-                out(time(t), 1)?;
-            }
+            timed(
+                sample
+                    .timestamps_unix_nano
+                    .iter()
+                    .map(|&t| (time(t), 1))
+                    .collect(),
+            )?;
             Ok(true)
         }
         (false, true) => {
