@@ -59,34 +59,8 @@ if [ ! -x "$otel_bin" ]; then
 		echo "peer-bench: $module@$version ships no support/ebpf/tracer.ebpf.$goarch" >&2
 		exit 1
 	fi
-	# Two fatal start-up steps become warnings, so that it runs where this
-	# bench does (a container or VM as root without CAP_SYS_RESOURCE, on a
-	# kernel without kprobes); neither touches sampling or unwinding:
-	#  - raising RLIMIT_MEMLOCK (kernels since 5.11 charge eBPF memory to
-	#    the memory cgroup instead);
-	#  - the kprobe on bpf_ksym_add, which only refreshes kernel symbols of
-	#    eBPF programs loaded later.
-	python3 - "$otel_dir/src" <<'EOF'
-import sys
-src = sys.argv[1]
-def patch(path, old, new):
-    p = f"{src}/{path}"
-    text = open(p).read()
-    if old not in text:
-        sys.exit(f"peer-bench: {path} changed upstream; the patch no longer applies: {old!r}")
-    open(p, "w").write(text.replace(old, new))
-patch("rlimit/rlimit.go",
-      '\t\treturn nil, fmt.Errorf("failed to set temporary rlimit: %w", err)',
-      '\t\t// Patched by Kiln\'s scripts/peer-bench.sh.\n'
-      '\t\tlog.Warnf("memlock rlimit not raised (%v): going on", err)\n'
-      '\t\treturn func() {}, nil')
-patch("rlimit/rlimit.go", '\t"fmt"\n', '')
-patch("tracer/tracer.go",
-      '\t\treturn fmt.Errorf("failed opening kprobe for kallsyms trigger: %s", err)',
-      '\t\t// Patched by Kiln\'s scripts/peer-bench.sh.\n'
-      '\t\tlog.Warnf("kallsyms updates not watched (no kprobe): %s", err)\n'
-      '\t\treturn nil')
-EOF
+	# Two fatal start-up steps become warnings (see the script).
+	python3 "$repo/scripts/peer-bench/patch-otel-profiler.py" "$otel_dir/src"
 	gofmt -w "$otel_dir/src/rlimit/rlimit.go" "$otel_dir/src/tracer/tracer.go"
 	mkdir -p "$otel_dir/bin"
 	(cd "$otel_dir/src" && go build -o "$otel_bin.tmp" .)
