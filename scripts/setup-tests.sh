@@ -126,6 +126,17 @@ if pyroscope_cache="$(scripts/pyroscope-clients.sh install)"; then
 else
   say "WARNING: the Pyroscope SDK clients could not be installed (scripts/pyroscope-clients.sh); kiln/tests/pyroscope.rs skips its SDK tests"
 fi
+# The OpenTelemetry eBPF profiler in its collector (the profiling receiver
+# with the collector's otlp_grpc and otlp_http exporters), which
+# kiln/tests/otel_profiler.rs runs as a client: built from the Go module
+# proxy by the collector's builder into ~/.cache/kiln-peers (a minute;
+# nothing when already there). A failure is not fatal: that test then
+# skips, saying why.
+if otelcol="$(scripts/otel-collector.sh | tail -1)"; then
+  say "OpenTelemetry collector with the eBPF profiler: $otelcol"
+else
+  say "WARNING: the OpenTelemetry collector with the eBPF profiler could not be built (scripts/otel-collector.sh); kiln/tests/otel_profiler.rs skips"
+fi
 # The browser tests: Debian's chromium, driven by Node's playwright-core.
 need_browser=()
 command -v chromium >/dev/null || need_browser+=(chromium)

@@ -118,7 +118,14 @@ if pyroscope_cache="$(scripts/pyroscope-clients.sh install 2>/dev/null)"; then
 else
   pyroscope_sdks="not the Pyroscope SDK tests: scripts/pyroscope-clients.sh could not install pyroscope-io or pyroscope-go, and kiln/tests/pyroscope.rs skips them saying why"
 fi
-tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs); $pyroscope_sdks)"
+if [ "$(id -u)" -ne 0 ]; then
+  otel_client="not the OpenTelemetry profiler client test: it loads eBPF, which needs root"
+elif otelcol="$(scripts/otel-collector.sh 2>/dev/null | tail -1)"; then
+  otel_client="the OpenTelemetry eBPF profiler in its collector ($otelcol) sending over gRPC and HTTP to kiln up (kiln/tests/otel_profiler.rs)"
+else
+  otel_client="not the OpenTelemetry profiler client test: scripts/otel-collector.sh could not build the collector, and kiln/tests/otel_profiler.rs skips saying why"
+fi
+tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs); $pyroscope_sdks; $otel_client)"
 regions_test=tenants_live_in_their_home_region_and_are_served_from_any
 if command -v cargo-nextest >/dev/null; then
   # Without backtraces a failing test's output ends with its panic
