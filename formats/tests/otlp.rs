@@ -641,26 +641,68 @@ fn timestamps_values_and_windows_weigh_samples() {
 }
 
 /// Samples with no usable period are taken as 100 Hz, with a warning;
-/// other profile types are refused, each alone, with a reason.
+/// other profile types are kept under their `sample_type`, in their own
+/// unit (period 1), snapshots stamped at the profile's end; a type without
+/// a name is refused alone.
 #[test]
-fn sample_types_other_than_cpu_are_refused_per_profile() {
+fn sample_types_other_than_cpu_are_kept_under_their_type() {
     let mut d = Dict::new();
     let loc = d.location("go", 0, 0, &[("main.f", "m.go", 1)]);
     let stack = d.stack(&[loc]);
+    let other_loc = d.location("go", 0, 0, &[("main.g", "m.go", 2)]);
+    let other = d.stack(&[other_loc]);
     let mut no_period = d.cpu_profile(vec![sample(stack, vec![], vec![T0])]);
     no_period.period = 0;
-    let mut wall = d.cpu_profile(vec![sample(stack, vec![], vec![T0])]);
-    wall.sample_type = Some(d.value_type("events", "count"));
-    let imported = convert(&request(d, vec![], vec![no_period, wall]));
-    assert_eq!((imported.profiles, imported.rejected_profiles), (2, 1));
-    assert_eq!(only_batch(&imported).period_ns, 10_000_000);
+    let mut events = d.cpu_profile(vec![sample(stack, vec![], vec![T0, T0 + 2])]);
+    events.sample_type = Some(d.value_type("events", "count"));
+    let mut heap = d.cpu_profile(vec![
+        Sample {
+            values: vec![4096],
+            ..sample(stack, vec![], vec![])
+        },
+        Sample {
+            values: vec![512],
+            ..sample(other, vec![], vec![])
+        },
+    ]);
+    heap.sample_type = Some(d.value_type("inuse_space", "bytes"));
+    heap.duration_nano = 10 * SECOND;
+    let mut unnamed = d.cpu_profile(vec![sample(stack, vec![], vec![T0])]);
+    unnamed.sample_type = Some(d.value_type("", "bytes"));
+    let imported = convert(&request(d, vec![], vec![no_period, events, heap, unnamed]));
+    assert_eq!((imported.profiles, imported.rejected_profiles), (4, 1));
+    assert_eq!(imported.batches.len(), 2, "{imported:#?}");
+    assert_eq!(imported.batches[0].period_ns, 10_000_000);
+    let typed = &imported.batches[1];
+    assert_eq!(typed.period_ns, 1);
+    let mut rows: Vec<(String, u64, u64)> = typed
+        .samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let kind = labels_of(typed, i).get("sample_type").unwrap().to_owned();
+            (kind, s.timestamp_ns as u64, s.count)
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("events".to_owned(), T0 + 1, 2),
+            // A snapshot: every stack at the profile's end.
+            ("inuse_space".to_owned(), T0 + 10 * SECOND, 512),
+            ("inuse_space".to_owned(), T0 + 10 * SECOND, 4096),
+        ]
+    );
     let partial = imported.partial_success().unwrap();
     assert_eq!(partial.rejected_profiles, 1);
-    assert_eq!(
-        partial.error_message,
-        "1 of 2 profiles rejected: resourceProfiles[0].scopeProfiles[0].profiles[1]: \
-         profile type events/count is not stored yet (Kiln takes samples/count with a \
-         cpu/nanoseconds period, cpu/nanoseconds and off_cpu/nanoseconds)"
+    assert!(
+        partial.error_message.starts_with(
+            "1 of 4 profiles rejected: resourceProfiles[0].scopeProfiles[0].profiles[3]: \
+             profile type \"\"/bytes has no name"
+        ),
+        "{}",
+        partial.error_message
     );
 }
 

@@ -255,6 +255,13 @@ pub fn LabelFilters(
             .map(|(name, values)| {
                 let current = chosen.get(&name).cloned().unwrap_or_default();
                 let label_name = name.clone();
+                // Samples of another weight (off-CPU time, allocations,
+                // heap) are read only when their label is chosen: without
+                // a choice these pickers show CPU time, not "any".
+                let unchosen = match name.as_str() {
+                    "sample_type" | "device_kind" => "CPU time",
+                    _ => "any",
+                };
                 let options = values
                     .into_iter()
                     .map(|(value, samples)| {
@@ -274,7 +281,7 @@ pub fn LabelFilters(
                             on:change=move |e| on_change.run((label_name.clone(), event_target_value(&e)))
                         >
                             <option value="" selected=current.is_empty()>
-                                "any"
+                                {unchosen}
                             </option>
                             {options}
                         </select>

@@ -775,3 +775,85 @@ fn a_second_split_between_two_requests_keeps_both_parts() {
     export(&server, &first, "identity");
     collapsed_once(&server, "&service=split", &["main.main;main.work 5"]);
 }
+
+/// `request`'s first profile as one of type `type_` (bytes): each sample
+/// weighs `values[i]`, the profile covers the 10 s from `at_s` seconds
+/// after its CPU events began.
+fn typed_request(type_: &str, values: &[i64], at_s: u64) -> ExportProfilesServiceRequest {
+    let mut r = request(
+        "h",
+        "heapsvc",
+        "t",
+        &[&[
+            (&["main.main", "main.alloc"], 1),
+            (&["main.main", "main.grow"], 1),
+        ]],
+        None,
+    );
+    let d = r.dictionary.as_mut().unwrap();
+    d.string_table.push(type_.into());
+    d.string_table.push("bytes".into());
+    let unit = (d.string_table.len() - 1) as i32;
+    let profile = &mut r.resource_profiles[0].scope_profiles[0].profiles[0];
+    profile.sample_type = Some(ValueType {
+        type_strindex: unit - 1,
+        unit_strindex: unit,
+    });
+    profile.period_type = None;
+    profile.period = 0;
+    profile.time_unix_nano += at_s * 1_000_000_000;
+    profile.duration_nano = 10_000_000_000;
+    for (sample, value) in profile.samples.iter_mut().zip(values) {
+        sample.timestamps_unix_nano.clear();
+        sample.values = vec![*value];
+    }
+    r
+}
+
+/// Allocations and heap in use are kept under their `sample_type`: left
+/// out of CPU views, read when named; allocations sum over the range,
+/// heap in use is each label set's latest snapshot.
+#[test]
+fn other_sample_types_are_read_only_when_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    for (type_, values, at_s) in [
+        ("alloc_space", [100, 50], 0),
+        ("alloc_space", [10, 5], 10),
+        ("inuse_space", [1000, 400], 0),
+        ("inuse_space", [300, 200], 10),
+    ] {
+        let answer = export(
+            &server,
+            &typed_request(type_, &values, at_s).encode_to_vec(),
+            "identity",
+        );
+        assert_eq!(answer.partial_success, None);
+    }
+    collapsed_once(
+        &server,
+        "&service=heapsvc&sample_type=alloc_space",
+        &["main.main;main.alloc 110", "main.main;main.grow 55"],
+    );
+    collapsed_once(
+        &server,
+        "&service=heapsvc&sample_type=inuse_space",
+        &["main.main;main.alloc 300", "main.main;main.grow 200"],
+    );
+    assert!(server.collapsed("&service=heapsvc").is_empty());
+    let (status, labels) = server.get("/api/v1/labels?from=now-1d");
+    assert_eq!(status, 200, "{labels}");
+    let labels: serde_json::Value = serde_json::from_str(&labels).unwrap();
+    for type_ in ["alloc_space", "inuse_space"] {
+        assert!(labels["sample_type"][type_].is_number(), "{labels}");
+    }
+    // CPU over time counts CPU only.
+    let (status, timeline) = server.get("/api/v1/timeline?from=now-1d&step=1h&service=heapsvc");
+    assert_eq!(status, 200, "{timeline}");
+    let timeline: serde_json::Value = serde_json::from_str(&timeline).unwrap();
+    let points = timeline["points"].as_array().cloned().unwrap_or_default();
+    assert!(
+        points.iter().all(|p| p["samples"].as_f64().unwrap_or(0.0) == 0.0),
+        "{timeline}"
+    );
+}

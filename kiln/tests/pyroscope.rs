@@ -373,7 +373,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
     );
 
     // pyroscope-go v1.5.0: multipart, ns times, no format; a heap profile
-    // (with its sample_type_config) is answered 200 and left out.
+    // (with its sample_type_config) is kept under its sample types.
     let ns = now_ns();
     let go_query = format!(
         "/ingest?name=kiln-mp%7B__session_id__%3Dab%2Cenv%3Dstaging%2Cotel.scope.name%3Dcom.grafana.pyroscope%2Fgo%7D\
@@ -409,8 +409,22 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         "&service=kiln-mp&env=staging",
         &["runtime.main;main.main;main.workSixty 6"],
     );
+    // Each heap type apart, in its own unit; heap in use is a snapshot.
+    for (sample_type, weight) in [
+        ("alloc_objects", 3),
+        ("alloc_space", 300),
+        ("inuse_objects", 1),
+        ("inuse_space", 100),
+    ] {
+        collapsed_once(
+            &server,
+            &format!("&service=kiln-mp&sample_type={sample_type}"),
+            &[&format!("main.main;main.alloc {weight}")],
+        );
+    }
 
-    // pyroscope-io 1.x: Push, protobuf, gzip; a memory series left out.
+    // pyroscope-io 1.x: Push, protobuf, gzip; a memory series kept under
+    // its sample types.
     let body = push_request(&[
         (
             &[
@@ -430,7 +444,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         ),
         (
             &[("__name__", "memory"), ("service_name", "pysvc")],
-            vec![b"not even read".to_vec()],
+            vec![go_heap()],
         ),
     ]);
     let answer = post(
@@ -492,8 +506,15 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
     ] {
         assert!(labels.get(dropped).is_none(), "{dropped}: {labels}");
     }
-    // The memory series and the heap profile left nothing.
+    collapsed_once(
+        &server,
+        "&service=pysvc&sample_type=alloc_space",
+        &["main.main;main.alloc 300"],
+    );
+    // The memory series and the heap profile are not CPU time: the CPU
+    // flamegraph leaves them out.
     assert!(server.collapsed("&service=kiln-mp&env=staging").len() == 1);
+    assert!(labels["sample_type"]["inuse_space"].is_number(), "{labels}");
 }
 
 #[test]
@@ -697,25 +718,28 @@ fn clients(which: &str) -> Option<PathBuf> {
     ))
 }
 
-/// The flamegraph of `filter` as JSON, once the samples the server
-/// accepted are all queryable: the sum of its values then equals
-/// `kiln_ingest_samples_total` (the test's only sender).
+/// The flamegraph of `filter` as JSON, once every batch the server
+/// accepted (the SDK's uploads, all answered before this is called) is
+/// stored: the workers' consumer lag is then 0. Not the accepted samples
+/// against the graph's: the SDK's heap profiles are accepted too, in bytes
+/// and objects, under their own sample types.
 fn flamegraph_when_stored(server: &Server, filter: &str) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let accepted = support::Exposition::scrape_with(&server.url, Some(&server.admin_token))
-            .sum("kiln_ingest_samples_total", &[]);
+        let metrics = support::Exposition::scrape_with(&server.url, Some(&server.admin_token));
+        let accepted = metrics.sum("kiln_ingest_samples_total", &[]);
+        let lag = metrics.sum("kiln_worker_consumer_lag_records", &[]);
         let (status, text) = server.get(&format!(
             "/api/v1/flamegraph?from=now-1d&format=json{filter}"
         ));
         assert_eq!(status, 200, "{text}");
         let graph: serde_json::Value = serde_json::from_str(&text).unwrap();
-        if accepted > 0.0 && graph["value"].as_f64() == Some(accepted) {
+        if accepted > 0.0 && lag == 0.0 && graph["value"].as_f64().is_some_and(|v| v > 0.0) {
             return graph;
         }
         assert!(
             Instant::now() < deadline,
-            "{filter}: {} stored, {accepted} accepted",
+            "{filter}: {} stored, {lag} records not yet stored",
             graph["value"]
         );
         std::thread::sleep(Duration::from_millis(250));
@@ -782,6 +806,11 @@ fn check_sdk_labels(server: &Server, service: &str) {
     }
 }
 
+/// How long each SDK profiles its program: at the SDKs' 100 Hz, 20 s give
+/// about 2,000 samples, so a 3-point bound on a share is over 2.5
+/// standard deviations of sampling noise (10 s gave 1.9).
+const SDK_SECONDS: &str = "20";
+
 #[test]
 fn pyroscope_io_sdk_on_a_python_program() {
     let Some(cache) = clients("python") else {
@@ -794,7 +823,7 @@ fn pyroscope_io_sdk_on_a_python_program() {
         "/tests/workloads/pyroscope_shares.py"
     );
     let output = Command::new(cache.join("venv/bin/python"))
-        .args([script, &server.url, &server.key, "10"])
+        .args([script, &server.url, &server.key, SDK_SECONDS])
         .output()
         .expect("run the Python program");
     assert!(
@@ -822,7 +851,7 @@ fn pyroscope_go_sdk_on_a_go_program() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     let output = Command::new(cache.join("bin/pyroscope-shares"))
-        .args([&server.url, &server.key, "10"])
+        .args([&server.url, &server.key, SDK_SECONDS])
         .output()
         .expect("run the Go program");
     let log = format!(

@@ -37,6 +37,7 @@ mod gpu_view;
 mod ids;
 mod labels;
 mod metric;
+mod sample_type;
 mod stack;
 #[cfg(test)]
 mod test_strategies;
@@ -63,5 +64,8 @@ pub use labels::{LabelSet, names as label_names};
 pub use metric::{
     MAX_METRIC_NAME_LEN, MAX_METRIC_POINTS, MetricError, MetricNames, MetricPoint, MetricSeries,
     MetricSeriesSet, MetricValue, StackWalkShares, check_metric_name, names as metric_names,
+};
+pub use sample_type::{
+    MAX_SAMPLE_TYPE_LEN, filters_read_a_gauge, is_gauge_sample_type, sample_type_value,
 };
 pub use stack::{IDLE_FRAME, NANOS_PER_HOUR, Sample, idle_frame, idle_stack_id, stack_id};

@@ -57,9 +57,8 @@ impl Want {
         let per_instance = filters
             .iter()
             .any(|(name, _)| kiln_model::label_names::PER_INSTANCE.contains(&name.as_str()));
-        let gauge = filters.iter().any(|(name, value)| {
-            name == GpuWeight::LABEL && value == GpuWeight::LiveBytes.as_str()
-        });
+        let gauge =
+            kiln_model::filters_read_a_gauge(filters.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         !self.label_sets && !self.stack_buckets && !per_instance && !gauge
     }
 
@@ -314,13 +313,21 @@ async fn run_scan(
         .filters
         .iter()
         .any(|(name, _)| name == GpuWeight::LABEL);
-    // Device memory live at a snapshot's end is a gauge: a range holds
-    // each process's last reading, not the sum of every one (an hour of
-    // 5 s snapshots read as 720 times the memory).
-    let gauge = range
+    // Samples of another sample type (heap, allocations, lock waits, wall
+    // time, from OTLP or Pyroscope) weigh bytes, objects or waiting, not
+    // CPU: only a query that names the type reads them (the UI's
+    // `sample_type` picker, `sample_type=alloc_space`).
+    let sample_type_asked = range
         .filters
         .iter()
-        .any(|(name, value)| name == GpuWeight::LABEL && value == GpuWeight::LiveBytes.as_str());
+        .any(|(name, _)| name == kiln_model::label_names::SAMPLE_TYPE);
+    // Device memory live at a snapshot's end, heap in use, goroutines
+    // alive are gauges: a range holds each label set's last reading, not
+    // the sum of every one (an hour of 5 s snapshots read as 720 times the
+    // memory).
+    let gauge = kiln_model::filters_read_a_gauge(
+        range.filters.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+    );
     for s in samples {
         let Some(labels) = label_sets.get(&s.labels) else {
             continue; // a label set never written: counted nowhere
@@ -331,8 +338,9 @@ async fn run_scan(
         let off_cpu = labels.get(kiln_model::label_names::DEVICE_KIND)
             == Some(kiln_model::label_names::OFF_CPU);
         if want.label_sets {
-            // Off-CPU label sets are counted even when their samples are
-            // left out, so the label picker offers them.
+            // Off-CPU and other sample types' label sets are counted even
+            // when their samples are left out, so the label picker offers
+            // them.
             let entry = partial
                 .label_sets
                 .entry(s.labels)
@@ -342,7 +350,11 @@ async fn run_scan(
         let not_time = labels
             .get(GpuWeight::LABEL)
             .is_some_and(|unit| unit != GpuWeight::Nanoseconds.as_str());
-        if (off_cpu && !device_kind_asked) || (not_time && !gpu_weight_asked) {
+        let typed = labels.get(kiln_model::label_names::SAMPLE_TYPE).is_some();
+        if (off_cpu && !device_kind_asked)
+            || (not_time && !gpu_weight_asked)
+            || (typed && !sample_type_asked)
+        {
             continue;
         }
         if gauge {

@@ -49,8 +49,12 @@ impl From<ProfileProblem> for Failure {
 /// How a profile's samples weigh and are labelled.
 struct SampleType {
     period_ns: u64,
-    /// A label every sample gets (off-CPU samples' `device_kind`).
-    extra: Option<(&'static str, &'static str)>,
+    /// A label every sample gets (off-CPU samples' `device_kind`, other
+    /// types' `sample_type`).
+    extra: Option<(&'static str, String)>,
+    /// Whether the samples are a snapshot (heap in use): all are then
+    /// stamped at the profile's end, one reading per label set.
+    gauge: bool,
 }
 
 /// A stack, checked.
@@ -252,7 +256,8 @@ impl Converter<'_> {
                         &|| format!("samples[{i}]"),
                         &mut self.warnings,
                     )?;
-                    let set = attributes::labels(&raw, sample_type.extra, &mut self.warnings);
+                    let extra = sample_type.extra.as_ref().map(|(n, v)| (*n, v.as_str()));
+                    let set = attributes::labels(&raw, extra, &mut self.warnings);
                     self.spend(attributes::bytes_of(&set))?;
                     label_sets.push(set);
                     let at = (label_sets.len() - 1) as u32;
@@ -273,13 +278,20 @@ impl Converter<'_> {
                 }
             }
             let mut rows = 0usize;
-            let weighed = weigh(self.now_ns, profile, i, sample, |_, count| {
-                rows += 1;
-                total = total
-                    .checked_add(count)
-                    .ok_or(ProfileProblem::CountOverflow)?;
-                Ok(())
-            })?;
+            let weighed = weigh(
+                self.now_ns,
+                profile,
+                sample_type.gauge,
+                i,
+                sample,
+                |_, count| {
+                    rows += 1;
+                    total = total
+                        .checked_add(count)
+                        .ok_or(ProfileProblem::CountOverflow)?;
+                    Ok(())
+                },
+            )?;
             if !weighed {
                 without_weight += 1;
             }
@@ -313,16 +325,23 @@ impl Converter<'_> {
             let labels = &checked.label_sets[checked.sample_labels[i] as usize];
             let builder = &mut self.open[at];
             let mut added = Ok(());
-            weigh(self.now_ns, profile, i, sample, |t, count| {
-                if added.is_ok() {
-                    // Checked to fit before: an error here would be a bug
-                    // in the count, and is the profile's refusal.
-                    added = builder
-                        .add_labeled_ref(t, &frames, labels, count)
-                        .map_err(|_| ProfileProblem::TooManyEntries);
-                }
-                Ok(())
-            })?;
+            weigh(
+                self.now_ns,
+                profile,
+                checked.sample_type.gauge,
+                i,
+                sample,
+                |t, count| {
+                    if added.is_ok() {
+                        // Checked to fit before: an error here would be a bug
+                        // in the count, and is the profile's refusal.
+                        added = builder
+                            .add_labeled_ref(t, &frames, labels, count)
+                            .map_err(|_| ProfileProblem::TooManyEntries);
+                    }
+                    Ok(())
+                },
+            )?;
             added?;
         }
         for e in &checked.executables {
@@ -331,8 +350,10 @@ impl Converter<'_> {
         Ok(())
     }
 
-    /// How the profile's samples weigh, or its refusal for a type Kiln
-    /// does not store yet.
+    /// How the profile's samples weigh: CPU time (sample counts of a CPU
+    /// period, or CPU nanoseconds), off-CPU nanoseconds, or any other type
+    /// (wall time, allocations, heap in use, probe events…) under its
+    /// `sample_type`.
     fn sample_type(&mut self, profile: &Profile, path: &str) -> Result<SampleType, Failure> {
         let strings =
             |t: Option<&opentelemetry_proto::tonic::profiles::v1development::ValueType>,
@@ -362,21 +383,31 @@ impl Converter<'_> {
                 Ok(SampleType {
                     period_ns,
                     extra: None,
+                    gauge: false,
                 })
             }
             ("cpu", "nanoseconds") => Ok(SampleType {
                 period_ns: 1,
                 extra: None,
+                gauge: false,
             }),
             ("off_cpu", "nanoseconds") => Ok(SampleType {
                 period_ns: 1,
-                extra: Some((names::DEVICE_KIND, names::OFF_CPU)),
+                extra: Some((names::DEVICE_KIND, names::OFF_CPU.to_owned())),
+                gauge: false,
             }),
-            _ => Err(ProfileProblem::UnsupportedType {
-                type_: type_.to_owned(),
-                unit: unit.to_owned(),
-            }
-            .into()),
+            (type_, unit) => match kiln_model::sample_type_value(type_) {
+                Some(value) => Ok(SampleType {
+                    period_ns: 1,
+                    gauge: kiln_model::is_gauge_sample_type(&value),
+                    extra: Some((names::SAMPLE_TYPE, value)),
+                }),
+                None => Err(ProfileProblem::UnnamedType {
+                    type_: type_.to_owned(),
+                    unit: unit.to_owned(),
+                }
+                .into()),
+            },
         }
     }
 
@@ -517,10 +548,14 @@ impl Converter<'_> {
 fn weigh(
     now_ns: i64,
     profile: &Profile,
+    gauge: bool,
     i: usize,
     sample: &Sample,
     mut out: impl FnMut(i64, u64) -> Result<(), ProfileProblem>,
 ) -> Result<bool, ProfileProblem> {
+    if gauge {
+        return weigh_snapshot(now_ns, profile, i, sample, out);
+    }
     let value = |v: i64| {
         u64::try_from(v).map_err(|_| ProfileProblem::NegativeValue {
             sample: i,
@@ -600,4 +635,42 @@ fn weigh(
             result.map(|()| true)
         }
     }
+}
+
+/// Calls `out` once with sample `i`'s weight as a snapshot (heap in use,
+/// goroutines alive): its values summed (its timestamps counted when it
+/// has none), at the profile's end (its time when it has no duration, or
+/// `now_ns` without either), so that every stack of one reading shares the
+/// stamp a query of the gauge takes the latest of.
+fn weigh_snapshot(
+    now_ns: i64,
+    profile: &Profile,
+    i: usize,
+    sample: &Sample,
+    mut out: impl FnMut(i64, u64) -> Result<(), ProfileProblem>,
+) -> Result<bool, ProfileProblem> {
+    let weight = if sample.values.is_empty() {
+        sample.timestamps_unix_nano.len() as u64
+    } else {
+        let mut sum = 0u64;
+        for &v in &sample.values {
+            let v = u64::try_from(v).map_err(|_| ProfileProblem::NegativeValue {
+                sample: i,
+                value: v,
+            })?;
+            sum = sum.checked_add(v).ok_or(ProfileProblem::CountOverflow)?;
+        }
+        sum
+    };
+    if sample.values.is_empty() && sample.timestamps_unix_nano.is_empty() {
+        return Ok(false);
+    }
+    let at = match profile.time_unix_nano {
+        0 => now_ns,
+        start => i64::try_from(start.saturating_add(profile.duration_nano)).unwrap_or(i64::MAX),
+    };
+    if weight > 0 {
+        out(at, weight)?;
+    }
+    Ok(true)
 }

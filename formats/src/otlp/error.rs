@@ -141,12 +141,12 @@ pub enum ProfileProblem {
         kiln_model::MAX_BATCH_ENTRIES
     )]
     TooManyEntries,
-    /// A sample type Kiln does not store yet.
+    /// A sample type with no type name to store its samples under.
     #[error(
-        "profile type {type_}/{unit} is not stored yet (Kiln takes samples/count with a \
-         cpu/nanoseconds period, cpu/nanoseconds and off_cpu/nanoseconds)"
+        "profile type {type_:?}/{unit} has no name to store its samples under (the \
+         sampleType's type string is empty)"
     )]
-    UnsupportedType {
+    UnnamedType {
         /// The sample type's type.
         type_: String,
         /// Its unit.

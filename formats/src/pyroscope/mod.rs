@@ -21,11 +21,13 @@
 //! window it covers (`from`–`until`, or the pprof's own time and
 //! duration), as the agent stamps its samples.
 //!
-//! **Types** (`types.rs`): only CPU profiles are kept for now, since
-//! Kiln's store has no other sample types yet; a heap, mutex, block,
-//! goroutine or wall-clock profile is left out and named in
-//! [`PyroscopeImported::skipped`], and the request is still a success (the
-//! SDKs send them by default and log every refusal).
+//! **Types** (`types.rs`): CPU profiles are CPU time, as the agent's
+//! samples; heap, allocation, mutex, block, goroutine and wall-clock
+//! values are kept under their `sample_type` label (`alloc_space`,
+//! `mutex_duration`, …, as the SDK's `sample_type_config` names them),
+//! which a query reads only when it names the type. Snapshots (heap in
+//! use, goroutines) are stamped once, at the window's end, so a query
+//! takes each label set's latest reading.
 
 mod error;
 pub mod multipart;
@@ -42,7 +44,7 @@ pub use error::PyroscopeError;
 use crate::options::{DEFAULT_PERIOD_NS, ImportOptions, Imported};
 use crate::{ImportError, collapsed, pprof, text};
 use name::Series;
-use types::{Pick, SampleTypeConfig};
+use types::SampleTypeConfig;
 
 /// Most pprof bytes one request may decompress to, over all its
 /// profiles.
@@ -73,7 +75,7 @@ pub struct IngestQuery {
     pub spy_name: Option<String>,
     /// Folded and lines: the unit of the counts (`samples` for CPU).
     pub units: Option<String>,
-    /// `sum` or `average` (not used: only CPU profiles are kept).
+    /// `sum` or `average` (folded and lines: an average is a snapshot).
     #[serde(rename = "aggregationType")]
     pub aggregation_type: Option<String>,
 }
@@ -98,7 +100,7 @@ pub struct PyroscopeOptions {
 /// What a request converted to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PyroscopeImported {
-    /// The batches, ready to publish: one per CPU profile kept.
+    /// The batches, ready to publish: one per profile and value type kept.
     pub batches: Vec<Batch>,
     /// The weights kept, summed (sample counts, or CPU nanoseconds).
     pub samples: u64,
@@ -106,8 +108,8 @@ pub struct PyroscopeImported {
     pub sample_rows: usize,
     /// Profiles in the request.
     pub profiles: usize,
-    /// Profiles left out, and why: `series 1: memory (alloc_objects,
-    /// alloc_space): not CPU time`.
+    /// Profiles left out, and why: `series 1 sample 0 (pprof): no
+    /// samples`.
     pub skipped: Vec<String>,
 }
 
@@ -266,17 +268,28 @@ pub fn import_ingest(
     let what = if lines { "lines" } else { "folded stacks" };
     let units = query.units.as_deref().unwrap_or("samples");
     let profile_type = series.profile_type.as_deref();
-    if !types::is_cpu_or_unknown(profile_type) || !matches!(units, "" | "samples") {
-        out.skipped.push(format!(
-            "{what}: profile type {} in {units}: not CPU time (Kiln keeps CPU profiles only for now)",
-            profile_type.unwrap_or("cpu"),
-        ));
-        return Ok(out);
-    }
-    let import_options = ImportOptions {
-        default_period_ns: (1_000_000_000 / sample_rate).max(1),
-        ..import_options(&series, kind, window, options)
+    let sample_period_ns = (1_000_000_000 / sample_rate).max(1);
+    let mut import_options = import_options(&series, kind, window, options);
+    import_options.default_period_ns = sample_period_ns;
+    // The name's suffix, else the units, say what the counts are: CPU
+    // samples, wall-clock samples (also of the sample rate's period), or
+    // another type in its own unit.
+    let typed = match (profile_type, units) {
+        (t, "" | "samples") if types::is_cpu_or_unknown(t) => None,
+        (Some(t), _) if !types::is_cpu_or_unknown(Some(t)) => Some(t),
+        (_, units) => Some(units),
     };
+    if let Some(name) = typed.and_then(kiln_model::sample_type_value) {
+        if name != "wall" {
+            import_options.default_period_ns = 1;
+        }
+        let gauge = kiln_model::is_gauge_sample_type(&name)
+            || query.aggregation_type.as_deref() == Some("average");
+        import_options.time_window = snapshot_window(window, gauge);
+        import_options
+            .labels
+            .insert(kiln_model::label_names::SAMPLE_TYPE, name);
+    }
     let text = text::as_text(body).map_err(|source| PyroscopeError::Profile {
         what: what.to_owned(),
         source,
@@ -323,15 +336,6 @@ pub fn import_push(
         for (j, sample) in raw_series.samples.iter().enumerate() {
             out.profiles += 1;
             let what = format!("series {i} sample {j} (pprof)");
-            // The series' `__name__` tells a memory profile from a CPU one
-            // without decoding it.
-            if !types::is_cpu_or_unknown(series.profile_type.as_deref()) {
-                out.skipped.push(format!(
-                    "{what}: {}: not CPU time (Kiln keeps CPU profiles only for now)",
-                    series.profile_type.as_deref().unwrap_or_default()
-                ));
-                continue;
-            }
             pprofs.import(&sample.raw_profile, None, &mut budget, &what, &mut out)?;
         }
     }
@@ -377,6 +381,16 @@ fn import_options(
     }
 }
 
+/// The window a profile's weight is spread over: all of `window`, or for
+/// a snapshot (`gauge`) only its end, so that every stack of one reading
+/// shares the stamp a query of the gauge takes the latest of.
+fn snapshot_window(window: Option<(i64, i64)>, gauge: bool) -> Option<(i64, i64)> {
+    match (window, gauge) {
+        (Some((_, end)), true) => Some((end, end)),
+        (window, _) => window,
+    }
+}
+
 /// What reading a request's pprofs shares: whose they are, how to stamp
 /// them, and how much they may decompress to.
 struct Pprofs<'a> {
@@ -387,9 +401,9 @@ struct Pprofs<'a> {
 }
 
 impl Pprofs<'_> {
-    /// Reads one pprof into `out` when it is CPU time, else notes it as
-    /// skipped. Without a `window`, the profile's own time and duration
-    /// are its window.
+    /// Reads one pprof into `out`: its CPU time, and each other value
+    /// type under its `sample_type`. Without a `window`, the profile's own
+    /// time and duration are its window.
     fn import(
         &self,
         bytes: &[u8],
@@ -408,15 +422,7 @@ impl Pprofs<'_> {
             return Ok(());
         }
         let types = pprof::types(&profile).map_err(failed)?;
-        let (index, period_ns) = match types::pick(&types, self.config) {
-            Pick::Cpu { index, period_ns } => (index, period_ns),
-            Pick::Other(names) => {
-                out.skipped.push(format!(
-                    "{what}: {names}: not CPU time (Kiln keeps CPU profiles only for now)"
-                ));
-                return Ok(());
-            }
-        };
+        let picked = types::pick(&types, self.config);
         let window = window.or_else(|| {
             (profile.time_nanos > 0).then(|| {
                 let start = profile.time_nanos;
@@ -424,10 +430,24 @@ impl Pprofs<'_> {
             })
         });
         let options = import_options(self.series, self.kind, window, self.options);
-        out.keep(
-            pprof::import_value(&profile, &options, index, period_ns),
-            what,
-        )
+        if let Some((index, period_ns)) = picked.cpu {
+            out.keep(
+                pprof::import_value(&profile, &options, index, period_ns),
+                what,
+            )?;
+        }
+        for typed in picked.typed {
+            let mut options = options.clone();
+            options.time_window = snapshot_window(window, typed.gauge);
+            options
+                .labels
+                .insert(kiln_model::label_names::SAMPLE_TYPE, typed.sample_type);
+            out.keep(
+                pprof::import_value(&profile, &options, typed.index, 1),
+                what,
+            )?;
+        }
+        Ok(())
     }
 }
 

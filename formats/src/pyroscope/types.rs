@@ -1,13 +1,8 @@
 //! What a Pyroscope profile is: the kind of its frames (from `spyName` or
-//! `process.runtime.name`), and whether it is CPU time, the one type Kiln
-//! stores for now.
-//!
-//! Kiln's store has no sample types other than CPU time yet (design
-//! milestone M6): a query sums every sample as CPU. So only CPU profiles
-//! are kept; heap, mutex, block, goroutine and wall-clock profiles are
-//! answered 200 and left out (the SDKs log every non-200 as an error, and
-//! pyroscope-go sends heap profiles by default), each named in
-//! [`super::PyroscopeImported::skipped`].
+//! `process.runtime.name`), and what its values weigh: CPU time, or
+//! another type (heap, allocations, lock waits, goroutines, wall time)
+//! kept under its `sample_type` label, which queries read only when they
+//! name it ([`kiln_model::sample_type_value`]).
 
 use std::collections::HashMap;
 
@@ -56,6 +51,9 @@ pub(crate) struct SampleTypeConfig(HashMap<String, TypeConfig>);
 struct TypeConfig {
     #[serde(rename = "display-name")]
     display_name: Option<String>,
+    /// `sum` or `average`: an average is a snapshot (goroutines, heap in
+    /// use), a gauge.
+    aggregation: Option<String>,
 }
 
 impl SampleTypeConfig {
@@ -67,50 +65,79 @@ impl SampleTypeConfig {
             .filter(|n| !n.is_empty())
             .unwrap_or(sample_type)
     }
+
+    /// Whether the SDK says the type is averaged, not summed.
+    fn averaged(&self, sample_type: &str) -> bool {
+        self.0
+            .get(sample_type)
+            .and_then(|c| c.aggregation.as_deref())
+            == Some("average")
+    }
 }
 
-/// How a pprof's samples are read.
+/// How a pprof's samples are read: its CPU time, when it has any, and
+/// each of its other value types.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Picked {
+    /// CPU time: each sample counts its value at this index, each standing
+    /// for this many nanoseconds.
+    pub cpu: Option<(usize, u64)>,
+    /// The other types, each kept under its `sample_type`.
+    pub typed: Vec<Typed>,
+}
+
+/// A value type other than CPU time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Pick {
-    /// CPU time: each sample counts its value `index`, each standing for
-    /// `period_ns`.
-    Cpu { index: usize, period_ns: u64 },
-    /// Not CPU time: left out, named as it is (`alloc_objects,
-    /// alloc_space`).
-    Other(String),
+pub(crate) struct Typed {
+    /// The value's index in each sample.
+    pub index: usize,
+    /// The `sample_type` label's value (the SDK's display name).
+    pub sample_type: String,
+    /// Whether it is a snapshot (heap in use, goroutines): stamped once.
+    pub gauge: bool,
 }
 
-/// Whether a pprof of `types` is CPU time, and which value counts:
+/// What each value of a pprof of `types` weighs:
 ///
-/// - a `samples` or `count` type beside a `cpu` period type: sample
-///   counts of that period (Go's CPU profiles, `samples/count` and
-///   `cpu/nanoseconds` with a 10 ms `cpu/nanoseconds` period);
-/// - else a `cpu` type in nanoseconds: CPU nanoseconds, period 1
-///   (pyroscope-io's py-spy and stack-sampler profiles);
-/// - anything else is another kind of profile (heap, mutex, block,
-///   goroutines, wall clock).
-pub(crate) fn pick(types: &Types<'_>, config: &SampleTypeConfig) -> Pick {
+/// - CPU: a `samples` or `count` type beside a `cpu` period type (Go's
+///   CPU profiles, `samples/count` and `cpu/nanoseconds` with a 10 ms
+///   period: the samples count, and the `cpu` column, the same time in
+///   nanoseconds, is not kept twice); else a `cpu` type in nanoseconds,
+///   period 1 (pyroscope-io's profiles);
+/// - every other value type (heap, mutex, block, goroutines, wall time)
+///   under its `sample_type`, named as `sample_type_config` shows it.
+pub(crate) fn pick(types: &Types<'_>, config: &SampleTypeConfig) -> Picked {
     let names: Vec<&str> = types.values.iter().map(|(t, _)| config.name(t)).collect();
     let (period_type, _, period) = types.period;
-    if period_type == "cpu"
-        && let Some(index) = names.iter().position(|n| *n == "samples" || *n == "count")
-        && let Ok(period_ns) = u64::try_from(period)
-        && period_ns > 0
-    {
-        return Pick::Cpu { index, period_ns };
-    }
-    if let Some(index) = types
+    let cpu_ns = types
         .values
         .iter()
         .zip(&names)
-        .position(|((_, unit), name)| *name == "cpu" && *unit == "nanoseconds")
-    {
-        return Pick::Cpu {
-            index,
-            period_ns: 1,
-        };
-    }
-    Pick::Other(names.join(", "))
+        .position(|((_, unit), name)| *name == "cpu" && *unit == "nanoseconds");
+    let counted = names
+        .iter()
+        .position(|n| *n == "samples" || *n == "count")
+        .filter(|_| period_type == "cpu")
+        .zip(u64::try_from(period).ok().filter(|&p| p > 0));
+    let cpu = counted.or(cpu_ns.map(|index| (index, 1)));
+    let typed = names
+        .iter()
+        .enumerate()
+        .filter(|&(index, _)| {
+            Some(index) != cpu.map(|(i, _)| i) && !(cpu.is_some() && Some(index) == cpu_ns)
+        })
+        .filter_map(|(index, name)| {
+            let sample_type = kiln_model::sample_type_value(name)?;
+            let gauge = kiln_model::is_gauge_sample_type(&sample_type)
+                || config.averaged(types.values[index].0);
+            Some(Typed {
+                index,
+                sample_type,
+                gauge,
+            })
+        })
+        .collect();
+    Picked { cpu, typed }
 }
 
 /// Whether a profile type named by an application name's suffix or a Push
@@ -131,8 +158,16 @@ mod tests {
         }
     }
 
+    fn typed(index: usize, sample_type: &str, gauge: bool) -> Typed {
+        Typed {
+            index,
+            sample_type: sample_type.into(),
+            gauge,
+        }
+    }
+
     #[test]
-    fn cpu_profiles_are_picked_and_others_named() {
+    fn cpu_and_every_other_type_are_picked() {
         let none = SampleTypeConfig::default();
         let go_cpu = types(
             &[("samples", "count"), ("cpu", "nanoseconds")],
@@ -140,40 +175,47 @@ mod tests {
         );
         assert_eq!(
             pick(&go_cpu, &none),
-            Pick::Cpu {
-                index: 0,
-                period_ns: 10_000_000
+            Picked {
+                cpu: Some((0, 10_000_000)),
+                typed: vec![],
             }
         );
         let py_cpu = types(
             &[("cpu", "nanoseconds")],
             ("cpu", "nanoseconds", 10_000_000),
         );
-        assert_eq!(
-            pick(&py_cpu, &none),
-            Pick::Cpu {
-                index: 0,
-                period_ns: 1
-            }
-        );
+        assert_eq!(pick(&py_cpu, &none).cpu, Some((0, 1)));
         let sampler = types(
             &[("cpu", "nanoseconds"), ("wall", "nanoseconds")],
             ("cpu", "nanoseconds", 10_000_000),
         );
         assert_eq!(
             pick(&sampler, &none),
-            Pick::Cpu {
-                index: 0,
-                period_ns: 1
+            Picked {
+                cpu: Some((0, 1)),
+                typed: vec![typed(1, "wall", false)],
             }
         );
         let heap = types(
-            &[("alloc_objects", "count"), ("alloc_space", "bytes")],
+            &[
+                ("alloc_objects", "count"),
+                ("alloc_space", "bytes"),
+                ("inuse_objects", "count"),
+                ("inuse_space", "bytes"),
+            ],
             ("space", "bytes", 524288),
         );
         assert_eq!(
             pick(&heap, &none),
-            Pick::Other("alloc_objects, alloc_space".into())
+            Picked {
+                cpu: None,
+                typed: vec![
+                    typed(0, "alloc_objects", false),
+                    typed(1, "alloc_space", false),
+                    typed(2, "inuse_objects", true),
+                    typed(3, "inuse_space", true),
+                ],
+            }
         );
         let mutex = types(
             &[("contentions", "count"), ("delay", "nanoseconds")],
@@ -185,8 +227,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            pick(&mutex, &config),
-            Pick::Other("mutex_count, mutex_duration".into())
+            pick(&mutex, &config).typed,
+            [
+                typed(0, "mutex_count", false),
+                typed(1, "mutex_duration", false)
+            ]
+        );
+        let goroutines = types(&[("goroutine", "count")], ("goroutine", "count", 1));
+        let averaged: SampleTypeConfig =
+            serde_json::from_str(r#"{"goroutine":{"units":"goroutines","aggregation":"average"}}"#)
+                .unwrap();
+        assert_eq!(
+            pick(&goroutines, &averaged).typed,
+            [typed(0, "goroutine", true)]
         );
     }
 
