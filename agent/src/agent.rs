@@ -86,6 +86,9 @@ impl Agent {
             batcher.expect_unwind_tables();
             batcher.name_runtimes_with(shared.clone());
         }
+        if let Some(names) = &config.container_names {
+            batcher.name_containers_with(crate::containers::Containers::new(names));
+        }
         let gpu_libraries = GpuLibraries::default();
         let watcher = match sampler.take_new_processes() {
             Some(feed) => {

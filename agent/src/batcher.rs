@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
+use crate::containers::{ContainerInfo, Containers};
 use crate::fileid::{FileCache, FileInfo};
 use crate::jvm::{Jvm, JvmNamer};
 use crate::kallsyms::Kallsyms;
@@ -146,6 +147,12 @@ impl Batcher {
     /// saying so ([`NO_TABLE_YET_FRAME`]).
     pub(crate) fn expect_unwind_tables(&mut self) {
         lock(&self.state).unwind_tables = true;
+    }
+
+    /// Labels the samples of containers with their names, as `containers`
+    /// finds them.
+    pub(crate) fn name_containers_with(&mut self, containers: Containers) {
+        lock(&self.state).containers = containers;
     }
 
     /// Names the Python and JVM frames of the processes that `shared` (the
@@ -451,9 +458,17 @@ pub(crate) struct HostState {
     /// Whether the agent loads unwind tables: only then is a walk that
     /// stopped for want of one marked so (without them, every walk would).
     unwind_tables: bool,
+    /// Names containers (none by default): shared with the new-process
+    /// thread, which looks new containers up outside this state's lock.
+    containers: Containers,
 }
 
 impl HostState {
+    /// What names containers.
+    pub(crate) fn containers(&self) -> Containers {
+        self.containers.clone()
+    }
+
     /// Takes in a process read (outside the lock) as it appeared, and
     /// reads the ids of the files it maps, which it returns with them.
     pub(crate) fn learn(&mut self, pid: u32, process: Process) -> Vec<(Mapping, Arc<FileInfo>)> {
@@ -491,6 +506,11 @@ fn labels(state: &mut HostState, host: &str, sample: &RawSample) -> LabelSet {
             labels.insert(label_names::PROCESS, name.clone());
             if let Some(c) = &p.container {
                 labels.insert(label_names::CONTAINER, c.clone());
+                // Cached per container id: a map lookup but for the first
+                // sample of a container the new-process thread missed.
+                if let Some(info) = state.containers.info(c, p.pod_uid.as_deref()) {
+                    container_labels(&mut labels, &info);
+                }
             }
         }
         None => labels.insert(label_names::PROCESS, sample.comm.clone()),
@@ -499,6 +519,22 @@ fn labels(state: &mut HostState, host: &str, sample: &RawSample) -> LabelSet {
         labels.insert(label_names::SCRIPT, script.clone());
     }
     labels
+}
+
+/// The labels of what is known of a sample's container beside its id.
+fn container_labels(labels: &mut LabelSet, info: &ContainerInfo) {
+    if let Some(name) = &info.name {
+        labels.insert(label_names::CONTAINER_NAME, name.clone());
+    }
+    if let Some(pod) = &info.pod {
+        labels.insert(label_names::POD, pod.clone());
+    }
+    if let Some(namespace) = &info.namespace {
+        labels.insert(label_names::NAMESPACE, namespace.clone());
+    }
+    for (name, value) in &info.pod_labels {
+        labels.insert(name.clone(), value.clone());
+    }
 }
 
 /// Root-first native frames of a user stack (which comes leaf first),

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::cgroup::{Cgroup, CgroupError};
+use crate::containers::ContainerNames;
 use crate::host_name;
 use crate::sampler::{MAX_FREQUENCY_HZ, SamplerError};
 use crate::sink::SinkError;
@@ -89,6 +90,10 @@ pub struct AgentConfig {
     /// `script` label (main class or jar), and a JVM whose frames are not
     /// read (OpenJ9) a root frame saying so. On by default.
     pub java: bool,
+    /// Name the containers of sampled processes (`container_name`, and
+    /// under Kubernetes `pod`, `namespace`, chosen pod labels) from their
+    /// runtimes' state files; `None` labels them with their id only.
+    pub container_names: Option<ContainerNames>,
 }
 
 impl Default for AgentConfig {
@@ -106,6 +111,7 @@ impl Default for AgentConfig {
             off_cpu_threshold: DEFAULT_OFF_CPU_THRESHOLD,
             python: true,
             java: true,
+            container_names: Some(ContainerNames::default()),
         }
     }
 }
@@ -136,6 +142,9 @@ impl AgentConfig {
             )));
         }
         check_host(&self.host)?;
+        if let Some(names) = &self.container_names {
+            names.check().map_err(AgentError::Config)?;
+        }
         self.resolve_cgroup()?;
         Ok(())
     }
@@ -246,6 +255,17 @@ mod tests {
             "0 counts every wait"
         );
         assert!(!base.off_cpu, "off by default");
+        let e = bad(AgentConfig {
+            container_names: Some(ContainerNames {
+                pod_label_prefixes: vec![String::new()],
+                ..ContainerNames::default()
+            }),
+            ..base.clone()
+        });
+        assert!(
+            e.contains("a pod label prefix must be 1..=256 bytes"),
+            "{e}"
+        );
         let not_a_cgroup = tempfile::tempdir().unwrap();
         let e = bad(AgentConfig {
             cgroup: Some(not_a_cgroup.path().to_owned()),

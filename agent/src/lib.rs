@@ -108,6 +108,19 @@
 //! `device_kind`). [`Agent::off_cpu_kernel_cost`] gives the program's cost
 //! per context switch.
 //!
+//! # Containers
+//!
+//! A process whose cgroup path names a container (`docker-<id>.scope`,
+//! `cri-containerd-<id>.scope`, `crio-<id>.scope`, `libpod-<id>`,
+//! `/docker/<id>`) gets the `container` label, its 64-hex id; where a
+//! runtime's state files under [`ContainerNames::host_root`] name it, also
+//! `container_name`, and under Kubernetes `pod` and `namespace`, and with
+//! [`ContainerNames::pod_label_prefixes`] the pod's labels that start
+//! with one of them, as `pod_label_<key, sanitized>`
+//! ([`pod_label_name`]). See `containers/mod.rs` for the runtimes read
+//! (containerd, CRI-O, kubelet, Docker, Podman), the bounds on what is
+//! read, and the cache.
+//!
 //! # Not built yet
 //!
 //! - A reused pid may use its predecessor's `proc_mappings` entry until
@@ -124,6 +137,7 @@ mod agent;
 mod batcher;
 mod cgroup;
 mod config;
+mod containers;
 mod coverage;
 mod fileid;
 pub mod gpu;
@@ -155,6 +169,11 @@ pub use config::{
     AgentConfig, AgentError, DEFAULT_FREQUENCY_HZ, DEFAULT_INTERVAL, DEFAULT_OFF_CPU_THRESHOLD,
     DEFAULT_UNWIND_CACHE_BYTES, DEFAULT_UNWIND_TABLE_BYTES, MAX_INTERVAL, MAX_OFF_CPU_THRESHOLD,
     MIN_INTERVAL, UNWIND_TABLE_BYTES,
+};
+pub use containers::{
+    ContainerNames, HIT_TTL as CONTAINER_HIT_TTL, MAX_CACHED as MAX_CACHED_CONTAINERS,
+    MAX_POD_LABEL_PREFIXES, MAX_POD_LABELS, MISS_TTL as CONTAINER_MISS_TTL, POD_LABEL_PREFIX,
+    pod_label_name, pod_uid,
 };
 pub use coverage::{OUTCOME_LABEL, STACK_WALKS, StackCoverage};
 pub use fileid::{FileIdError, FileInfo, LoadSegment};

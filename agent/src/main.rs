@@ -173,6 +173,30 @@ struct Args {
         value_parser = clap::builder::BoolishValueParser::new()
     )]
     no_java: bool,
+
+    /// Label samples with their container's id only: do not read the
+    /// container runtimes' state files (containerd, CRI-O, kubelet's logs,
+    /// Docker, Podman) for container_name, pod and namespace.
+    #[arg(
+        long,
+        env = "KILN_NO_CONTAINER_NAMES",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    no_container_names: bool,
+
+    /// Where the host's root is, for the container runtimes' state
+    /// (its /run, /var/log and /var/lib under it): in a Kubernetes
+    /// DaemonSet, where the host's are mounted (e.g. /host).
+    #[arg(long, env = "KILN_HOST_ROOT", default_value = "/")]
+    host_root: PathBuf,
+
+    /// Also label samples with their pod's labels whose keys start with
+    /// one of these prefixes (comma-separated, e.g. app.kubernetes.io/),
+    /// as pod_label_<key, non-alphanumerics made _>; at most 16 a
+    /// container. From CRI-O's and cri-dockerd's sandboxes; with
+    /// containerd, the pod annotations it passes to the runtime.
+    #[arg(long, env = "KILN_POD_LABELS", value_delimiter = ',')]
+    pod_labels: Vec<String>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -230,6 +254,10 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         off_cpu_threshold: args.off_cpu_threshold,
         python: !args.no_python,
         java: !args.no_java,
+        container_names: (!args.no_container_names).then(|| kiln_agent::ContainerNames {
+            host_root: args.host_root.clone(),
+            pod_label_prefixes: args.pod_labels.clone(),
+        }),
     };
     // Before touching the kernel: a typo should not need root to report.
     config.validate()?;
@@ -263,6 +291,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         cpus = agent.cpus(),
         cgroup = agent.config().cgroup.as_ref().map(|c| c.display().to_string()),
         off_cpu = agent.off_cpu(),
+        container_names = agent.config().container_names.is_some(),
         "kiln-agent profiling this host"
     );
     agent.run(sink.as_mut(), &STOP)?;

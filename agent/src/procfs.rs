@@ -107,18 +107,25 @@ pub fn parse_maps(text: &str) -> Result<Vec<Mapping>, String> {
     Ok(out)
 }
 
-/// The container id in the text of a `/proc/<pid>/cgroup` file: the first
+/// The container id in the text of a `/proc/<pid>/cgroup` file: the last
 /// 64-hex-digit name in the cgroup path, which is how Docker, containerd,
 /// CRI-O and Podman name their cgroups (`docker-<id>.scope`,
-/// `cri-containerd-<id>.scope`, `/docker/<id>`, `libpod-<id>.scope`).
+/// `cri-containerd-<id>.scope`, `/docker/<id>`, `libpod-<id>.scope`). The
+/// last, because the innermost cgroup is the container's: Podman's
+/// cgroupfs driver puts a pod's containers in
+/// `/libpod_parent/<pod id>/libpod-<id>`, and nested Docker makes
+/// `/docker/<outer>/docker/<inner>`.
 pub fn container_id(cgroup: &str) -> Option<String> {
     for line in cgroup.lines() {
         // hierarchy-id:controllers:path
-        let path = line.splitn(3, ':').nth(2)?;
-        for part in path.split(['/', '-', '.', ':']) {
-            if part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Some(part.to_ascii_lowercase());
-            }
+        let Some(path) = line.splitn(3, ':').nth(2) else {
+            continue;
+        };
+        let last = path
+            .split(['/', '-', '.', ':'])
+            .rfind(|part| part.len() == 64 && part.bytes().all(|b| b.is_ascii_hexdigit()));
+        if let Some(id) = last {
+            return Some(id.to_ascii_lowercase());
         }
     }
     None
@@ -133,6 +140,9 @@ pub(crate) struct Process {
     pub name: String,
     /// Container id, when the process runs in one.
     pub container: Option<String>,
+    /// The Kubernetes pod uid its cgroup path names, if any: names the pod
+    /// when no runtime's files name the container.
+    pub pod_uid: Option<String>,
     /// Start time in clock ticks since boot: with the pid, what tells a
     /// reused pid from the process the agent knew.
     start_time: u64,
@@ -253,13 +263,16 @@ fn read_process(pid: u32, drain: u64) -> Option<Process> {
                 .map(|s| s.trim_end().to_string())
         })
         .unwrap_or_default();
-    let container = fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .ok()
-        .and_then(|c| container_id(&c));
+    let cgroup = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let container = container_id(&cgroup);
+    let pod_uid = container
+        .as_ref()
+        .and_then(|_| crate::containers::pod_uid(&cgroup));
     Some(Process {
         mappings,
         name,
         container,
+        pod_uid,
         start_time,
         last_seen: drain,
         maps_read: drain,
@@ -320,6 +333,10 @@ mod tests {
             format!("12:cpu:/docker/{id}\n"),
             format!("0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{id}.scope\n"),
             format!("0::/machine.slice/libpod-{id}.scope/container\n"),
+            // Podman's cgroupfs driver: a pod's cgroup, then the container's.
+            format!("0::/libpod_parent/{}/libpod-{id}\n", "b".repeat(64)),
+            format!("12:cpu:/docker/{}/docker/{id}\n", "c".repeat(64)),
+            format!("1:name=systemd:/user.slice\n0::/docker/{id}\n"),
         ] {
             assert_eq!(
                 container_id(&cgroup).as_deref(),

@@ -104,6 +104,7 @@ impl Watcher {
         };
         let stopping = stop.clone();
         let feed_unwinder = to_unwinder.clone();
+        let containers = batcher::lock(&state).containers();
         threads.push(
             std::thread::Builder::new()
                 .name("kiln-new-procs".into())
@@ -127,6 +128,13 @@ impl Watcher {
                             .iter()
                             .filter_map(|a| Some((*a, procfs::read_process_now(a.pid)?)))
                             .collect();
+                        // So are new containers' names, which the
+                        // batcher then finds cached.
+                        for (_, p) in &read {
+                            if let Some(id) = &p.container {
+                                containers.info(id, p.pod_uid.as_deref());
+                            }
+                        }
                         let learned: Learned = {
                             let mut state = batcher::lock(&state);
                             read.into_iter()
