@@ -40,6 +40,12 @@ command -v go >/dev/null || need_apt+=(golang-go)
 # A JDK, not only a JRE: the agent's JVM tests compile their workload.
 command -v javac >/dev/null || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
+# Podman, for the agent's container names test (agent/tests/podman.rs
+# runs a named container and checks its samples' container_name), and
+# runc: Debian's default runtime, crun, refuses hosts with a hybrid cgroup
+# hierarchy, which runc runs on.
+command -v podman >/dev/null || need_apt+=(podman)
+command -v runc >/dev/null || need_apt+=(runc)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
