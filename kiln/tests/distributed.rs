@@ -9,6 +9,7 @@
 
 mod support;
 mod support_distributed;
+mod support_otlp;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -52,6 +53,8 @@ struct Cluster {
     tenant: String,
     /// The topic the bus is on.
     topic: String,
+    /// Where the gateway serves OTLP over gRPC.
+    otlp_grpc: std::net::SocketAddr,
     _dir: tempfile::TempDir,
 }
 
@@ -71,10 +74,13 @@ impl Cluster {
         // Tenants and keys live beside the profiles, in the same database.
         let metadata = ["--metadata", &store, "--admin-token", ADMIN_TOKEN];
         let bus_key = ["--bus-key", BUS_KEY];
+        let otlp_grpc = free_addr();
+        let grpc_listen = otlp_grpc.to_string();
         let gateway = Role::start(
             "gateway",
             &[
                 &["gateway", "--listen", "127.0.0.1:0"][..],
+                &["--otlp-grpc-listen", &grpc_listen],
                 &backends,
                 &metadata,
                 &bus_key,
@@ -129,6 +135,7 @@ impl Cluster {
             key,
             tenant: name,
             topic,
+            otlp_grpc,
             _dir: dir,
         }
     }
@@ -291,6 +298,7 @@ fn a_worker_killed_mid_stream_loses_and_doubles_nothing() {
     assert!(scan_counts(&cluster.peer_urls[0])["fallback"].as_u64() > Some(0));
 
     import_checks(&gateway, &query, &key);
+    protocol_checks(&gateway, cluster.otlp_grpc, &query, &key);
 }
 
 /// Each role's `/metrics` after the fleet: the gateway counted every
@@ -522,6 +530,80 @@ fn import_checks(gateway: &str, query: &str, key: &str) {
         post(query, key, "/api/v1/import?format=collapsed", b"a 1\n").0,
         404
     );
+}
+
+/// The other ways in, through the gateway and read back from the query
+/// node: OTLP/HTTP, OTLP over the gateway's gRPC listener, and
+/// Pyroscope's `/ingest` with the key as basic auth.
+fn protocol_checks(gateway: &str, grpc: std::net::SocketAddr, query: &str, key: &str) {
+    use std::io::Write;
+    let check = unique();
+    let profile = |service: &str, leaf: &'static str, events: u64| {
+        support_otlp::request(
+            "dist-host",
+            service,
+            "worker",
+            &[&[(&["main.main", leaf], events)]],
+            None,
+        )
+    };
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gzip.write_all(&prost::Message::encode_to_vec(&profile(
+        &format!("http-{check}"),
+        "main.serve",
+        4,
+    )))
+    .unwrap();
+    let response = http()
+        .post(format!("{gateway}/v1development/profiles"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "gzip")
+        .send(&gzip.finish().unwrap()[..])
+        .expect("POST");
+    assert_eq!(response.status().as_u16(), 200);
+
+    let answer = support_otlp::grpc_export_to(
+        grpc,
+        Some(key),
+        profile(&format!("grpc-{check}"), "main.render", 6),
+        Some(tonic::codec::CompressionEncoding::Zstd),
+    )
+    .expect("Export through the gateway");
+    assert_eq!(answer.partial_success, None);
+
+    let basic = base64_basic("kiln", key);
+    let response = http()
+        .post(format!(
+            "{gateway}/ingest?name=pyro-{check}%7Benv%3Ddist%7D&format=folded&sampleRate=100"
+        ))
+        .header("authorization", format!("Basic {basic}"))
+        .send(&b"main;work 3\n"[..])
+        .expect("POST");
+    assert_eq!(response.status().as_u16(), 200);
+
+    for (filter, expected) in [
+        (format!("&service=http-{check}"), "main.main;main.serve 4"),
+        (format!("&service=grpc-{check}"), "main.main;main.render 6"),
+        (format!("&service=pyro-{check}&env=dist"), "main;work 3"),
+    ] {
+        let deadline = Instant::now() + CATCH_UP;
+        loop {
+            let got = collapsed(query, key, &filter);
+            if got == [expected] {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{filter}: {got:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    println!("through the gateway: OTLP/HTTP, OTLP over gRPC and Pyroscope read back exactly");
+}
+
+/// `user:password` as HTTP basic auth sends it (base64).
+fn base64_basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
 }
 
 /// Bad URLs fail at once, naming the flag and what is wrong; needs no
