@@ -256,7 +256,13 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         java: !args.no_java,
         container_names: (!args.no_container_names).then(|| kiln_agent::ContainerNames {
             host_root: args.host_root.clone(),
-            pod_label_prefixes: args.pod_labels.clone(),
+            // An empty KILN_POD_LABELS (a manifest's placeholder) is none.
+            pod_label_prefixes: args
+                .pod_labels
+                .iter()
+                .filter(|p| !p.is_empty())
+                .cloned()
+                .collect(),
         }),
     };
     // Before touching the kernel: a typo should not need root to report.
