@@ -532,6 +532,12 @@ fn grpc_refusals_are_statuses_that_name_the_problem() {
     // Nothing of the refused calls was kept; what came before still is.
     grpc_export(&server, Some(&server.key), one(), None).unwrap();
     collapsed_once(&server, "&service=s", &["main.main 1"]);
+    // Calls past the credential check are counted by protocol.
+    let metrics = support::Exposition::scrape_with(&server.url, Some(&server.admin_token));
+    for (outcome, calls) in [("accepted", 1.0), ("refused", 1.0)] {
+        let labels = [("protocol", "otlp_grpc"), ("outcome", outcome)];
+        assert_eq!(metrics.value("kiln_ingest_requests_total", &labels), Some(calls));
+    }
 }
 
 #[test]

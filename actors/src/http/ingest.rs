@@ -19,7 +19,7 @@ use super::params::{label_params, now_ns};
 use super::quota::Metered;
 use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
-use crate::telemetry::{IngestMetrics, Quota, Rejection};
+use crate::telemetry::{IngestMetrics, Protocol, Quota, Rejection};
 
 /// Largest payload an agent batch may decompress to at the gateway. Agent
 /// batches hold a few seconds of samples, far below this; a worker still
@@ -72,7 +72,7 @@ pub(crate) async fn import(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let answer = import_for(&scope, &state, &ingest, &params, &request, payload).await;
-    count_refusal(state.metrics.ingest(), &scope, answer)
+    count_answer(state.metrics.ingest(), &scope, Protocol::Import, answer)
 }
 
 async fn import_for(
@@ -152,7 +152,7 @@ pub(crate) async fn ingest(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let answer = ingest_for(&scope, &state, &ingest, &request, payload).await;
-    count_refusal(state.metrics.ingest(), &scope, answer)
+    count_answer(state.metrics.ingest(), &scope, Protocol::Agent, answer)
 }
 
 async fn ingest_for(
@@ -200,13 +200,16 @@ async fn ingest_for(
     }))
 }
 
-/// Counts a refused ingest or import of `scope`'s tenant by why it was
-/// refused (`kiln_ingest_rejections_total`), and passes the answer on.
-pub(crate) fn count_refusal<T>(
+/// Counts an ingest request of `protocol` (`kiln_ingest_requests_total`)
+/// and, refused, `scope`'s tenant's refusal by why
+/// (`kiln_ingest_rejections_total`); passes the answer on.
+pub(crate) fn count_answer<T>(
     metrics: &IngestMetrics,
     scope: &Scope,
+    protocol: Protocol,
     answer: Result<T, ApiError>,
 ) -> Result<T, ApiError> {
+    metrics.request(protocol, answer.is_ok());
     if let Err(e) = &answer {
         let why = match e {
             ApiError::BadRequest(_) => Rejection::BadInput,

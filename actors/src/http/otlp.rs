@@ -31,9 +31,10 @@ use tonic_types::Status;
 use super::auth::extract::Ingester;
 use super::body::OTLP_BODY;
 use super::error::ApiError;
-use super::ingest::{admit_tenant, count_refusal};
+use super::ingest::{admit_tenant, count_answer};
 use super::params::now_ns;
 use super::{AppState, IngestState};
+use crate::telemetry::Protocol;
 
 /// The route's path.
 pub const PATH: &str = "/v1development/profiles";
@@ -61,7 +62,7 @@ pub(crate) async fn export(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let answer = export_for(&scope, &state, &ingest, &request, payload).await;
-    count_refusal(state.metrics.ingest(), &scope, answer)
+    count_answer(state.metrics.ingest(), &scope, Protocol::OtlpHttp, answer)
 }
 
 async fn export_for(

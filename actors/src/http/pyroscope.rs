@@ -34,9 +34,10 @@ use tracing::debug;
 use super::auth::extract::Ingester;
 use super::body::PYROSCOPE_BODY;
 use super::error::ApiError;
-use super::ingest::{admit_tenant, count_refusal};
+use super::ingest::{admit_tenant, count_answer};
 use super::params::now_ns;
 use super::{AppState, IngestState};
+use crate::telemetry::Protocol;
 
 /// `/ingest`'s path.
 pub const INGEST_PATH: &str = "/ingest";
@@ -77,7 +78,12 @@ pub(crate) async fn ingest(
         Ok(HttpResponse::Ok().finish())
     }
     .await;
-    count_refusal(state.metrics.ingest(), &scope, answer)
+    count_answer(
+        state.metrics.ingest(),
+        &scope,
+        Protocol::PyroscopeIngest,
+        answer,
+    )
 }
 
 /// `POST /push.v1.PusherService/Push`. Answers once the profiles' batches
@@ -106,7 +112,12 @@ pub(crate) async fn push(
         })
     }
     .await;
-    count_refusal(state.metrics.ingest(), &scope, answer)
+    count_answer(
+        state.metrics.ingest(),
+        &scope,
+        Protocol::PyroscopePush,
+        answer,
+    )
 }
 
 /// Reads, converts (with `convert`, off the event loop), meters and

@@ -21,9 +21,10 @@ use super::codec::{Counted, RawRequestCodec, SentBytes};
 use super::status;
 use crate::http::auth::extract::scope_of;
 use crate::http::error::ApiError;
-use crate::http::ingest::{admit_tenant, count_refusal};
+use crate::http::ingest::{admit_tenant, count_answer};
 use crate::http::otlp::{Encoding, convert_and_publish};
 use crate::http::{AppState, IngestState, region};
+use crate::telemetry::Protocol;
 
 /// The gRPC service's full name.
 const SERVICE: &str = "opentelemetry.proto.collector.profiles.v1development.ProfilesService";
@@ -127,8 +128,13 @@ impl Shared {
         let body = request.into_inner();
         let sent = sent.unwrap_or(body.len() as u64);
         let answer = self.publish(&scope, body, sent).await;
-        let partial_success =
-            count_refusal(self.state.metrics.ingest(), &scope, answer).map_err(status::of)?;
+        let partial_success = count_answer(
+            self.state.metrics.ingest(),
+            &scope,
+            Protocol::OtlpGrpc,
+            answer,
+        )
+        .map_err(status::of)?;
         Ok(tonic::Response::new(ExportProfilesServiceResponse {
             partial_success,
         }))

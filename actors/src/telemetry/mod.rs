@@ -125,6 +125,12 @@ struct RejectionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    protocol: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct QuotaLabels {
     tenant: String,
     quota: &'static str,
@@ -411,6 +417,37 @@ impl Rejection {
     }
 }
 
+/// How a request reached ingest: the `protocol` label of
+/// `kiln_ingest_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// `POST /api/v1/ingest`: Kiln's agents.
+    Agent,
+    /// `POST /api/v1/import`: `kiln import`, files.
+    Import,
+    /// `POST /v1development/profiles`.
+    OtlpHttp,
+    /// gRPC `ProfilesService/Export`.
+    OtlpGrpc,
+    /// `POST /ingest`: Pyroscope's older API (pyroscope-go).
+    PyroscopeIngest,
+    /// `POST /push.v1.PusherService/Push`: Pyroscope's Connect API.
+    PyroscopePush,
+}
+
+impl Protocol {
+    fn label(self) -> &'static str {
+        match self {
+            Protocol::Agent => "agent",
+            Protocol::Import => "import",
+            Protocol::OtlpHttp => "otlp_http",
+            Protocol::OtlpGrpc => "otlp_grpc",
+            Protocol::PyroscopeIngest => "pyroscope_ingest",
+            Protocol::PyroscopePush => "pyroscope_push",
+        }
+    }
+}
+
 /// A tenant quota: the `quota` label of `kiln_quota_rejections_total`,
 /// named as the tenant's limit is (`kiln tenant set-limits`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,10 +481,18 @@ pub struct IngestMetrics {
     batches: Family<TenantLabels, Counter>,
     rejections: Family<RejectionLabels, Counter>,
     quota: Family<QuotaLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
 }
 
 impl IngestMetrics {
     fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "ingest_requests",
+            "Ingest requests with a valid credential answered, by protocol (agent, import, \
+             otlp_http, otlp_grpc, pyroscope_ingest, pyroscope_push) and outcome (accepted, \
+             refused); not by tenant",
+            self.requests.clone(),
+        );
         registry.register(
             "ingest_samples",
             "Samples accepted onto the bus (agent batches and imports), by tenant",
@@ -490,6 +535,16 @@ impl IngestMetrics {
             .get_or_create(&RejectionLabels {
                 tenant: tenant.to_owned(),
                 reason: why.label(),
+            })
+            .inc();
+    }
+
+    /// Counts an ingest request of `protocol`, accepted or refused.
+    pub fn request(&self, protocol: Protocol, accepted: bool) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                protocol: protocol.label(),
+                outcome: if accepted { "accepted" } else { "refused" },
             })
             .inc();
     }
