@@ -1,10 +1,12 @@
 """A Python workload with known shares of its time, for the agent's
 Python tests (agent/tests/python.rs).
 
-Every 20 ms period it spends 10 ms in parse(), 7 ms in render() (both
-pure Python) and 3 ms in digest(), which hashes with hashlib: native
-code of libcrypto under a Python frame. So 50/35/15 of its CPU time,
-all of it under <module> -> main.
+Every 20 ms of its CPU time it spends 10 ms in parse(), 7 ms in render()
+(both pure Python) and 3 ms in digest(), which hashes with hashlib:
+native code of libcrypto under a Python frame. So 50/35/15 of its CPU
+time, all of it under <module> -> main. The slices are of the thread's
+CPU time (time.thread_time), not of the wall clock, so the shares hold
+however often a busy host preempts it.
 
 Usage: python3 python_shares.py SECONDS
 """
@@ -23,7 +25,7 @@ DATA = b"kiln" * 4096
 
 def parse(until):
     n = 0
-    while time.perf_counter() < until:
+    while time.thread_time() < until:
         for i in range(100):
             n += i * i % 7
     return n
@@ -31,7 +33,7 @@ def parse(until):
 
 def render(until):
     s = 0.0
-    while time.perf_counter() < until:
+    while time.thread_time() < until:
         for i in range(100):
             s += (i ^ 0x55) / 3.0
     return s
@@ -39,15 +41,15 @@ def render(until):
 
 def digest(until):
     h = b""
-    while time.perf_counter() < until:
+    while time.thread_time() < until:
         h = hashlib.sha256(DATA).digest()
     return h
 
 
 def main(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        start = time.perf_counter()
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        start = time.thread_time()
         parse(start + PARSE_UNTIL)
         render(start + RENDER_UNTIL)
         digest(start + PERIOD)

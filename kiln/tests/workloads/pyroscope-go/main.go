@@ -1,10 +1,12 @@
 // A Go program with known shares of its CPU time, profiled by the
 // official pyroscope-go SDK and pushed to Kiln (kiln/tests/pyroscope.rs).
 //
-// Every period it spins 60 % of it in workSixty, 30 % in workThirty and
-// 10 % in workTen: 60/30/10 of its CPU time, all under main.main. The
-// period is drawn anew each time, 10 to 30 ms: a fixed one would keep
-// step with Go's 10 ms CPU profiling clock and bias what is sampled.
+// Each round it spins 6n iterations of one loop body in workSixty, 3n in
+// workThirty and n in workTen: 60/30/10 of its CPU time, all under
+// main.main. Counts of work, not slices of wall-clock time, so the shares
+// hold however often a busy host preempts it. n is drawn anew each round
+// (a few ms of work): a fixed round would keep step with Go's 10 ms CPU
+// profiling clock and bias what is sampled.
 //
 // Usage: pyroscope-shares URL KEY SECONDS
 package main
@@ -22,24 +24,22 @@ import (
 var sink uint64
 
 //go:noinline
-func spin(until time.Time) {
+func spin(n int) {
 	x := sink
-	for time.Now().Before(until) {
-		for i := 0; i < 1000; i++ {
-			x = x*6364136223846793005 + 1442695040888963407
-		}
+	for i := 0; i < n; i++ {
+		x = x*6364136223846793005 + 1442695040888963407
 	}
 	sink = x
 }
 
 //go:noinline
-func workSixty(until time.Time) { spin(until) }
+func workSixty(n int) { spin(6 * n) }
 
 //go:noinline
-func workThirty(until time.Time) { spin(until) }
+func workThirty(n int) { spin(3 * n) }
 
 //go:noinline
-func workTen(until time.Time) { spin(until) }
+func workTen(n int) { spin(n) }
 
 func main() {
 	if len(os.Args) != 4 {
@@ -59,7 +59,7 @@ func main() {
 		UploadRate:        2 * time.Second,
 		Tags:              map[string]string{"env": "test"},
 		// Heap profiles too, as a default configuration sends them: Kiln
-		// answers 200 and keeps only CPU for now.
+		// keeps them under their sample types.
 		ProfileTypes: []pyroscope.ProfileType{
 			pyroscope.ProfileCPU,
 			pyroscope.ProfileAllocObjects,
@@ -75,11 +75,10 @@ func main() {
 	}
 	end := time.Now().Add(time.Duration(seconds * float64(time.Second)))
 	for time.Now().Before(end) {
-		start := time.Now()
-		period := time.Duration(10_000+rand.IntN(20_000)) * time.Microsecond
-		workSixty(start.Add(period * 6 / 10))
-		workThirty(start.Add(period * 9 / 10))
-		workTen(start.Add(period))
+		n := 200_000 + rand.IntN(400_000)
+		workSixty(n)
+		workThirty(n)
+		workTen(n)
 	}
 	// Stop flushes the last profile.
 	if err := profiler.Stop(); err != nil {
