@@ -3,6 +3,9 @@
 //! - [`synth`]: a synthetic call graph whose stacks are drawn with a Zipf
 //!   distribution (a few hot stacks, a long tail), and a fleet of hosts
 //!   producing agent batches from it.
+//! - [`protocols`]: the fleet's batches as OTLP (protobuf and JSON) and
+//!   Pyroscope (`/ingest`, Push) bodies, and the check that a conversion
+//!   kept every sample.
 //! - [`sealing`]: a query node's sealing pass over what a bench stored,
 //!   and a count of the samples back from the segments.
 //! - [`systems`]: Kiln's roles in this process, each on an actix system
@@ -23,8 +26,11 @@
 //!   Kafka → `kiln worker` processes under CPU quotas ([`cgroup`]) →
 //!   PostgreSQL: samples per worker CPU-second, publish-to-queryable lag,
 //!   bytes per core-day, one worker against two, a worker SIGKILLed.
+//! - `src/bin/protocol_bench.rs`: the gateway's CPU per sample for Kiln's
+//!   own batches against OTLP and Pyroscope bodies of the same samples.
 
 pub mod cgroup;
+pub mod protocols;
 pub mod report;
 pub mod sealing;
 pub mod store;
