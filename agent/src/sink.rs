@@ -20,6 +20,10 @@ pub enum Delivery {
     /// Kept on disk for later delivery. Its dictionary entries must not be
     /// taken as known to the backend yet.
     Spooled,
+    /// Kept in memory for later delivery: the backend is away and the
+    /// spool could not take it (its disk is full). As for `Spooled`, its
+    /// dictionary entries are not known to the backend yet.
+    Held,
 }
 
 /// Why a sink could not take a batch. Every variant hands the encoded
@@ -40,15 +44,6 @@ pub enum SinkError {
     Rejected {
         /// Why, as the backend said it (`HTTP 400: …`).
         reason: String,
-        /// The encoded batch.
-        batch: Vec<u8>,
-    },
-    /// The backend was away and writing the spool failed.
-    #[error("spooling the batch failed")]
-    Spool {
-        /// Why.
-        #[source]
-        source: io::Error,
         /// The encoded batch.
         batch: Vec<u8>,
     },
@@ -112,16 +107,84 @@ pub trait Transport {
 pub struct SpoolingSink<T> {
     transport: T,
     spool: Option<Spool>,
+    /// Batches the spool could not take (its disk full), newer than every
+    /// spooled one, kept in memory until the spool or the backend takes
+    /// them.
+    held: Held,
 }
 
 /// Spooled batches replayed per send, so that a long outage's backlog does
 /// not stall sampling for minutes; the rest follows on the next sends.
 const REPLAY_PER_SEND: usize = 32;
 
+/// The most bytes of batches held in memory while the spool's disk is
+/// full: past it the oldest are dropped, with a warning, as the spool
+/// drops its oldest past its cap.
+const MAX_HELD_BYTES: usize = 64 << 20;
+
+/// Encoded batches held in memory, oldest first.
+#[derive(Debug, Default)]
+struct Held {
+    batches: std::collections::VecDeque<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Held {
+    fn push(&mut self, batch: Vec<u8>) {
+        self.bytes += batch.len();
+        self.batches.push_back(batch);
+        // The newest batch is always kept, even alone over the cap.
+        while self.bytes > MAX_HELD_BYTES && self.batches.len() > 1 {
+            if let Some(oldest) = self.pop() {
+                warn!(
+                    bytes = oldest.len(),
+                    cap = MAX_HELD_BYTES,
+                    "batches held in memory over their cap (the spool's disk is full): \
+                     dropping the oldest, whose samples are lost"
+                );
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<Vec<u8>> {
+        let batch = self.batches.pop_front()?;
+        self.bytes -= batch.len();
+        Some(batch)
+    }
+}
+
 impl<T: Transport> SpoolingSink<T> {
     /// A sink over `transport`, with an optional spool.
     pub fn with_transport(transport: T, spool: Option<Spool>) -> Self {
-        SpoolingSink { transport, spool }
+        SpoolingSink {
+            transport,
+            spool,
+            held: Held::default(),
+        }
+    }
+
+    /// Batches held in memory because the spool could not take them.
+    pub fn held(&self) -> usize {
+        self.held.batches.len()
+    }
+
+    /// Posts the batches held in memory, oldest first, until one fails.
+    /// Returns whether none is left.
+    fn replay_held(&mut self) -> bool {
+        while let Some(batch) = self.held.batches.front() {
+            match self.transport.try_send(batch) {
+                Attempt::Delivered => {}
+                Attempt::Retry(why) => {
+                    debug!(reason = %why, "backend still away; held batches kept");
+                    return false;
+                }
+                Attempt::Refused(reason) => {
+                    warn!(%reason, "the backend refused a held batch; dropped");
+                }
+            }
+            self.held.pop();
+        }
+        true
     }
 
     /// The spool, if there is one.
@@ -142,9 +205,11 @@ impl<T: Transport> SpoolingSink<T> {
         };
         let files = match spool.files() {
             Ok(files) => files,
+            // What cannot be listed cannot be replayed: newer batches go
+            // on rather than wait behind it forever.
             Err(e) => {
                 warn!(error = %e, dir = %spool.dir.display(), "listing the spool failed");
-                return false;
+                return true;
             }
         };
         if files.is_empty() {
@@ -191,7 +256,7 @@ impl<T: Transport> Sink for SpoolingSink<T> {
         // that later ones only refer to.
         let reason = if let Err(why) = self.transport.ready() {
             why
-        } else if self.replay() {
+        } else if self.replay() && self.replay_held() {
             match self.transport.try_send(&bytes) {
                 Attempt::Delivered => return Ok(Delivery::Delivered),
                 Attempt::Retry(why) => why,
@@ -210,16 +275,37 @@ impl<T: Transport> Sink for SpoolingSink<T> {
                 reason,
                 batch: bytes,
             }),
-            Some(spool) => match spool.push(&bytes) {
-                Ok(path) => {
-                    debug!(reason = %reason, file = %path.display(), "batch spooled");
-                    Ok(Delivery::Spooled)
+            Some(spool) => {
+                // Held batches are older than this one: they go to the
+                // spool first, in order, once it takes batches again.
+                while let Some(held) = self.held.batches.front() {
+                    if spool.push(held).is_err() {
+                        break;
+                    }
+                    self.held.pop();
                 }
-                Err(source) => Err(SinkError::Spool {
-                    source,
-                    batch: bytes,
-                }),
-            },
+                if !self.held.batches.is_empty() {
+                    self.held.push(bytes);
+                    return Ok(Delivery::Held);
+                }
+                match spool.push(&bytes) {
+                    Ok(path) => {
+                        debug!(reason = %reason, file = %path.display(), "batch spooled");
+                        Ok(Delivery::Spooled)
+                    }
+                    Err(e) => {
+                        warn!(
+                            error = %e,
+                            dir = %spool.dir.display(),
+                            held = self.held.batches.len() + 1,
+                            "the spool cannot take a batch (a full disk?): held in memory \
+                             until the spool or the backend takes it"
+                        );
+                        self.held.push(bytes);
+                        Ok(Delivery::Held)
+                    }
+                }
+            }
         }
     }
 }
@@ -366,12 +452,16 @@ impl Spool {
     pub fn push(&mut self, bytes: &[u8]) -> io::Result<PathBuf> {
         let path = self.dir.join(format!("{:020}.{SPOOL_EXT}", self.next_seq));
         let tmp = self.dir.join(format!("{:020}.tmp", self.next_seq));
-        {
-            let mut f = fs::File::create(&tmp)?;
+        let written = fs::File::create(&tmp).and_then(|mut f| {
             f.write_all(bytes)?;
-            f.sync_data()?;
+            f.sync_data()
+        });
+        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &path)) {
+            // A partial file on a full disk would keep the space the next
+            // batch needs.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-        fs::rename(&tmp, &path)?;
         self.next_seq += 1;
         self.enforce_cap()?;
         Ok(path)
@@ -547,5 +637,70 @@ mod tests {
             }
             other => panic!("expected Unavailable, got {other:?}"),
         }
+    }
+
+    // Guards a spool that cannot take batches (its disk full): they are
+    // held in memory, go to the spool in order once it takes batches
+    // again, and reach the backend oldest first.
+    #[test]
+    fn batches_the_spool_cannot_take_are_held_then_delivered_in_order() {
+        let (url, delivered) = backend(vec![503, 503, 503, 503]);
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        let mut sink = HttpSink::new(&url, None, Some(Spool::open(&spool_dir, 1 << 20).unwrap()));
+        assert_eq!(sink.send(&batch(1)).unwrap(), Delivery::Spooled);
+        // The spool's directory gone: writes fail as on a full disk.
+        fs::remove_dir_all(&spool_dir).unwrap();
+        assert_eq!(sink.send(&batch(2)).unwrap(), Delivery::Held);
+        assert_eq!(sink.send(&batch(3)).unwrap(), Delivery::Held);
+        assert_eq!(sink.held(), 2);
+        assert!(fs::read_dir(dir.path()).unwrap().count() == 0);
+        // Room again: the held batches go to the spool first, in order.
+        fs::create_dir(&spool_dir).unwrap();
+        assert_eq!(sink.send(&batch(4)).unwrap(), Delivery::Spooled);
+        assert_eq!(sink.held(), 0);
+        assert_eq!(sink.spool().unwrap().files().unwrap().len(), 3);
+        // The backend back: everything, oldest first (batch 1 was lost
+        // with its directory).
+        assert_eq!(sink.send(&batch(5)).unwrap(), Delivery::Delivered);
+        let got: Vec<i64> = delivered
+            .try_iter()
+            .map(|b| Batch::decode(&b).unwrap().sent_at_ns)
+            .collect();
+        assert_eq!(got, vec![2, 3, 4, 5]);
+    }
+
+    // Guards held batches delivered straight from memory when the backend
+    // comes back before the spool does.
+    #[test]
+    fn held_batches_are_delivered_before_the_next() {
+        let (url, delivered) = backend(vec![503, 503]);
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        let mut sink = HttpSink::new(&url, None, Some(Spool::open(&spool_dir, 1 << 20).unwrap()));
+        fs::remove_dir_all(&spool_dir).unwrap();
+        assert_eq!(sink.send(&batch(1)).unwrap(), Delivery::Held);
+        assert_eq!(sink.send(&batch(2)).unwrap(), Delivery::Held);
+        assert_eq!(sink.send(&batch(3)).unwrap(), Delivery::Delivered);
+        let got: Vec<i64> = delivered
+            .try_iter()
+            .map(|b| Batch::decode(&b).unwrap().sent_at_ns)
+            .collect();
+        assert_eq!(got, vec![1, 2, 3]);
+        assert_eq!(sink.held(), 0);
+    }
+
+    // Guards the cap on held bytes: the oldest go first, the newest stays.
+    #[test]
+    fn held_batches_are_capped_oldest_first() {
+        let mut held = Held::default();
+        for i in 0..3u8 {
+            held.push(vec![i; MAX_HELD_BYTES / 2]);
+        }
+        assert_eq!(held.batches.len(), 2);
+        assert_eq!(held.batches[0][0], 1);
+        held.push(vec![9; MAX_HELD_BYTES + 1]);
+        assert_eq!(held.batches.len(), 1);
+        assert_eq!(held.bytes, MAX_HELD_BYTES + 1);
     }
 }

@@ -270,3 +270,76 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// A batch of one stack `main;work_N`, counted `n`, at `ts_ns`.
+fn agent_batch(n: u64, ts_ns: i64) -> kiln_model::Batch {
+    use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet};
+    let mut b = BatchBuilder::new("agent-on-a-full-disk", ts_ns, 10_000_000);
+    let frames = [
+        Frame::named(FrameKind::Native, "main"),
+        Frame::named(FrameKind::Native, format!("work_{n}")),
+    ];
+    b.add(ts_ns, &frames, &LabelSet::new().with("check", "spool"), n);
+    b.finish()
+}
+
+/// An agent whose spool's disk is full while its backend is away: its
+/// batches are held in memory (not lost), go to the spool once room is
+/// made, and reach the backend, every one, once it is there.
+#[test]
+fn an_agent_whose_spool_disk_is_full_loses_nothing() {
+    use kiln_agent::{Delivery, HttpSink, Sink, Spool};
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    let _tmpfs = Tmpfs::mount(&spool_dir, "1m");
+    // A backend that is away: a port nothing listens on.
+    let away = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let spool = Spool::open(spool_dir.join("batches"), 64 << 20).unwrap();
+    let mut sink = HttpSink::new(&away, None, Some(spool));
+    let filler = fill(&spool_dir);
+    let t0 = support::now_ns() - 60_000_000_000;
+    let mut deliveries = Vec::new();
+    for n in 1..=5u64 {
+        deliveries.push(sink.send(&agent_batch(n, t0 + n as i64)).unwrap());
+    }
+    assert!(
+        deliveries.iter().all(|d| *d == Delivery::Held),
+        "{deliveries:?}"
+    );
+    assert_eq!(sink.held(), 5);
+    // Room again, the backend still away: the held batches go to the
+    // spool first, in order, then the new one.
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(
+        sink.send(&agent_batch(6, t0 + 6)).unwrap(),
+        Delivery::Spooled
+    );
+    assert_eq!(sink.held(), 0);
+    assert_eq!(sink.spool().unwrap().files().unwrap().len(), 6);
+    println!("spool disk full: 5 batches held in memory, then spooled in order once room was made");
+    // The backend there (the agent started again with its spool): every
+    // batch arrives once.
+    drop(sink);
+    let server = Server::start(&dir.path().join("kiln"));
+    let spool = Spool::open(spool_dir.join("batches"), 64 << 20).unwrap();
+    let mut sink = HttpSink::new(&server.url, Some(&server.key), Some(spool));
+    assert_eq!(
+        sink.send(&agent_batch(7, t0 + 7)).unwrap(),
+        Delivery::Delivered
+    );
+    let expected: Vec<String> = (1..=7).map(|n| format!("main;work_{n} {n}")).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = server.collapsed("&check=spool");
+        if got == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("all 7 batches stored once");
+}
