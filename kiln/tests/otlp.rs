@@ -536,7 +536,10 @@ fn grpc_refusals_are_statuses_that_name_the_problem() {
     let metrics = support::Exposition::scrape_with(&server.url, Some(&server.admin_token));
     for (outcome, calls) in [("accepted", 1.0), ("refused", 1.0)] {
         let labels = [("protocol", "otlp_grpc"), ("outcome", outcome)];
-        assert_eq!(metrics.value("kiln_ingest_requests_total", &labels), Some(calls));
+        assert_eq!(
+            metrics.value("kiln_ingest_requests_total", &labels),
+            Some(calls)
+        );
     }
 }
 

@@ -351,6 +351,83 @@ impl IngestState {
     }
 }
 
+/// How many conversions of other protocols' requests run at once: half
+/// the cores (at least 2), so that a burst of large OTLP or Pyroscope
+/// requests neither holds a few hundred MiB each all at once nor takes
+/// every core from the agents' batches.
+pub(crate) fn conversion_slots() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).max(2))
+}
+
+impl IngestState {
+    /// Runs `convert` (a request body to batches, and their encoding) on
+    /// the blocking pool once a conversion slot is free: CPU-bound work
+    /// kept off the event loop and bounded in number. `what` names it in
+    /// an error.
+    pub(crate) async fn convert<T: Send + 'static>(
+        &self,
+        what: &str,
+        convert: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _slot = self
+            .conversions
+            .acquire()
+            .await
+            .map_err(|e| ApiError::Internal(format!("{what} conversion: {e}")))?;
+        tokio::task::spawn_blocking(convert)
+            .await
+            .map_err(|e| ApiError::Internal(format!("{what} conversion failed: {e}")))
+    }
+
+    /// Publishes a request's converted batches for `scope`, their rows
+    /// admitted together first (a request is not half accepted for
+    /// quota), and counts the request as accepted, `sent` bytes.
+    pub(crate) async fn publish_converted(
+        &self,
+        metrics: &IngestMetrics,
+        scope: &Scope,
+        limits: &TenantLimits,
+        converted: &Encoded,
+        sent: u64,
+    ) -> Result<(), ApiError> {
+        self.admit_samples(metrics, scope, limits, converted.rows)?;
+        for (source, bytes) in &converted.batches {
+            // A failure after some batches went out is a 503: the sender
+            // retries the whole request, and batches written again change
+            // nothing (store writes are idempotent by key).
+            self.publish(scope, source, bytes).await?;
+        }
+        metrics.accepted(scope.tenant(), converted.samples, sent);
+        Ok(())
+    }
+}
+
+/// A request's batches, encoded for the bus (on the blocking pool, with
+/// the conversion), with what the quotas and metrics count of them.
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    /// Each batch's source and bytes, in order.
+    batches: Vec<(String, Vec<u8>)>,
+    /// Sample rows of all batches.
+    rows: u64,
+    /// Samples (the sum of counts).
+    samples: u64,
+}
+
+impl Encoded {
+    /// `batches` encoded, holding `samples` samples in all.
+    pub(crate) fn of(batches: &[Batch], samples: u64) -> Self {
+        Encoded {
+            batches: batches
+                .iter()
+                .map(|b| (b.source.clone(), b.encode()))
+                .collect(),
+            rows: batches.iter().map(|b| b.samples.len() as u64).sum(),
+            samples,
+        }
+    }
+}
+
 impl IngestState {
     /// Keeps a batch refused for its version (a newer agent's) under the
     /// tenant, for a newer backend to read; at most [`MAX_REFUSED_BYTES`]

@@ -132,6 +132,9 @@ pub struct IngestState {
     pub refused: Arc<ingest::RefusedKept>,
     /// What bus records are signed with, for the workers to verify.
     pub bus_key: crate::envelope::BusKey,
+    /// Conversions of other protocols' requests (OTLP, Pyroscope) running
+    /// at once: each may hold a few hundred MiB while it works.
+    pub conversions: Arc<tokio::sync::Semaphore>,
 }
 
 impl IngestState {
@@ -148,6 +151,7 @@ impl IngestState {
             quota: Arc::default(),
             refused: Arc::default(),
             bus_key,
+            conversions: Arc::new(tokio::sync::Semaphore::new(ingest::conversion_slots())),
         }
     }
 }

@@ -31,7 +31,7 @@ use tonic_types::Status;
 use super::auth::extract::Ingester;
 use super::body::OTLP_BODY;
 use super::error::ApiError;
-use super::ingest::{admit_tenant, count_answer};
+use super::ingest::{Encoded, admit_tenant, count_answer};
 use super::params::now_ns;
 use super::{AppState, IngestState};
 use crate::telemetry::Protocol;
@@ -112,32 +112,22 @@ pub(crate) async fn convert_and_publish(
 ) -> Result<Option<ExportProfilesPartialSuccess>, ApiError> {
     let metrics = state.metrics.ingest();
     let options = OtlpOptions { now_ns: now_ns() };
-    // Converting and compressing are CPU-bound: off the event loop, on
-    // tokio's blocking pool (which actix's `web::block` uses too, and
-    // which the gRPC listener's runtime has).
-    let converted = tokio::task::spawn_blocking(move || {
-        let imported = match encoding {
-            Encoding::Protobuf => kiln_formats::otlp::import(&body, &options),
-            Encoding::Json => kiln_formats::otlp::import_json(&body, &options),
-        };
-        imported.map(|imported| {
-            let encoded: Vec<Vec<u8>> = imported.batches.iter().map(|b| b.encode()).collect();
-            (imported, encoded)
+    let converted = ingest
+        .convert("OTLP", move || {
+            let imported = match encoding {
+                Encoding::Protobuf => kiln_formats::otlp::import(&body, &options),
+                Encoding::Json => kiln_formats::otlp::import_json(&body, &options),
+            };
+            imported.map(|imported| {
+                let encoded = Encoded::of(&imported.batches, imported.samples);
+                (imported, encoded)
+            })
         })
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))?;
+        .await?;
     let (imported, encoded) = converted.map_err(refusal)?;
-    // All batches' rows are admitted together: a request is not half
-    // accepted for quota.
-    ingest.admit_samples(metrics, scope, limits, imported.sample_rows as u64)?;
-    for (batch, bytes) in imported.batches.iter().zip(&encoded) {
-        // A failure after some batches went out is a 503: the sender
-        // retries the whole request, and batches written again change
-        // nothing (store writes are idempotent by key).
-        ingest.publish(scope, &batch.source, bytes).await?;
-    }
-    metrics.accepted(scope.tenant(), imported.samples, sent);
+    ingest
+        .publish_converted(metrics, scope, limits, &encoded, sent)
+        .await?;
     if imported.rejected_profiles > 0 {
         metrics.rejected(scope.tenant(), crate::telemetry::Rejection::BadInput);
     }

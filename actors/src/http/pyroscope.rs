@@ -34,7 +34,7 @@ use tracing::debug;
 use super::auth::extract::Ingester;
 use super::body::PYROSCOPE_BODY;
 use super::error::ApiError;
-use super::ingest::{admit_tenant, count_answer};
+use super::ingest::{Encoded, admit_tenant, count_answer};
 use super::params::now_ns;
 use super::{AppState, IngestState};
 use crate::telemetry::Protocol;
@@ -138,36 +138,25 @@ async fn accept(
         .read_metered(metrics, scope, &limits, request, payload, PYROSCOPE_BODY)
         .await?;
     let options = PyroscopeOptions { now_ns: now_ns() };
-    // Converting and compressing are CPU-bound: off the event loop.
-    let converted = web::block(move || {
-        convert(&body, &options).map(|imported| {
-            let encoded: Vec<Vec<u8>> = imported.batches.iter().map(|b| b.encode()).collect();
-            (imported, encoded)
+    let converted = ingest
+        .convert("Pyroscope", move || {
+            convert(&body, &options).map(|imported| {
+                let encoded = Encoded::of(&imported.batches, imported.samples);
+                (imported, encoded)
+            })
         })
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("Pyroscope conversion failed: {e}")))?;
+        .await?;
     let (imported, encoded) = converted.map_err(refusal)?;
     if !imported.skipped.is_empty() {
-        // Heap, mutex and goroutine profiles come with every default
-        // pyroscope-go configuration: worth a debug line, not a warning.
         debug!(
             tenant = scope.tenant(),
             skipped = ?imported.skipped,
-            "Pyroscope profiles left out (Kiln keeps CPU profiles only for now)"
+            "Pyroscope profiles without samples left out"
         );
     }
-    // All batches' rows are admitted together: a request is not half
-    // accepted for quota.
-    ingest.admit_samples(metrics, scope, &limits, imported.sample_rows as u64)?;
-    for (batch, bytes) in imported.batches.iter().zip(&encoded) {
-        // A failure after some batches went out is a 503: the SDK sends
-        // the request again, and batches written again change nothing
-        // (store writes are idempotent by key).
-        ingest.publish(scope, &batch.source, bytes).await?;
-    }
-    metrics.accepted(scope.tenant(), imported.samples, sent as u64);
-    Ok(())
+    ingest
+        .publish_converted(metrics, scope, &limits, &encoded, sent as u64)
+        .await
 }
 
 /// The encoding of a Push request, or 415.
