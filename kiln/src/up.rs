@@ -62,6 +62,10 @@ pub(crate) fn run(args: UpArgs) -> anyhow::Result<()> {
             Some(grpc) => println!("  otlp:   grpc {}, http {otlp_http}", grpc.local_addr),
             None => println!("  otlp:   http {otlp_http} (grpc off)"),
         }
+        println!(
+            "  pyroscope: http://{} (Pyroscope SDKs: basic auth, any user, the key as password)",
+            running.local_addr
+        );
         println!("  data:   {}", data_dir.display());
         if let Some(note) = &region_note {
             println!("  region: {note}");
