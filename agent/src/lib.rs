@@ -142,6 +142,7 @@ mod coverage;
 mod fileid;
 pub mod gpu;
 mod gpu_agent;
+mod idle;
 pub mod jvm;
 mod kallsyms;
 mod mapped_file;

@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 use crate::abi::{self, Control, GpuLaunch, NewProcess, SampleKey, SampleValue, Stack, Stat};
 use crate::cgroup::Cgroup;
 use crate::coverage::StackCoverage;
+use crate::idle::IdleTime;
 use crate::table_cache::TableCache;
 use crate::unwinder::{UnwindMaps, Unwinder};
 
@@ -266,6 +267,10 @@ pub(crate) struct Sampler {
     stack_cache: [HashMap<u64, Arc<RawStack>>; 2],
     last_stats: [u64; abi::STAT_NR as usize],
     cpus: usize,
+    /// The sampled CPUs' idle time, counted from the kernel's accounting
+    /// rather than from idle ticks (`idle.rs`); `None` with a cgroup, whose
+    /// samples leave idle time out.
+    idle: Option<IdleTime>,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -294,6 +299,8 @@ impl Sampler {
             )));
         }
         raise_memlock_limit();
+        // A cgroup's samples leave idle time out (it is the host's).
+        let count_idle = config.cgroup.is_none();
         let cpus = aya::util::online_cpus().map_err(|(what, e)| SamplerError::Cpus(what, e))?;
 
         // Room for every sample of two intervals (the one being drained
@@ -427,6 +434,14 @@ impl Sampler {
             stack_cache: [HashMap::new(), HashMap::new()],
             last_stats: [0; abi::STAT_NR as usize],
             cpus: cpus.len(),
+            idle: count_idle.then(|| {
+                let mut idle = IdleTime::new(cpus.clone(), period_ns);
+                // The baseline: the first drain counts from here.
+                if let Err(e) = idle.take(boot_second()) {
+                    warn!(error = %e, "cannot read /proc/stat: idle time comes from idle ticks");
+                }
+                idle
+            }),
         })
     }
 
@@ -578,6 +593,30 @@ impl Sampler {
 
         let stats = self.read_stats()?;
         let delta = |s: Stat| stats[s as usize].saturating_sub(self.last_stats[s as usize]);
+        let mut idle = delta(Stat::Idle);
+        if let Some(idle_time) = &mut self.idle {
+            match idle_time.take(boot_second()) {
+                Ok(seconds) => {
+                    // The kernel's idle time replaces the idle ticks, which
+                    // an idle vCPU may never deliver.
+                    samples.retain(|s| !s.is_idle());
+                    idle = seconds.iter().map(|&(_, n)| n).sum();
+                    samples.extend(seconds.into_iter().map(|(second, count)| RawSample {
+                        pid: 0,
+                        tid: 0,
+                        second,
+                        comm: String::new(),
+                        count,
+                        kernel: None,
+                        user: None,
+                        stack_lost: false,
+                    }));
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot read /proc/stat: idle time comes from idle ticks");
+                }
+            }
+        }
         let off_cpu = match &mut self.off_cpu {
             Some(maps) => {
                 let mut drained = maps.drain(self.generation)?;
@@ -603,8 +642,8 @@ impl Sampler {
         let drained = Drained {
             samples,
             off_cpu,
-            seen: delta(Stat::Samples),
-            idle: delta(Stat::Idle),
+            seen: delta(Stat::Samples) - delta(Stat::Idle).min(delta(Stat::Samples)) + idle,
+            idle,
             lost: delta(Stat::CountsFull),
             coverage: StackCoverage::from_deltas(delta),
         };
@@ -1020,6 +1059,18 @@ fn raise_memlock_limit() {
     if rc != 0 {
         debug!(error = %io::Error::last_os_error(), "could not raise RLIMIT_MEMLOCK");
     }
+}
+
+/// The current second of CLOCK_BOOTTIME, the clock the program stamps
+/// samples with (`bpf_ktime_get_boot_ns`).
+fn boot_second() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    u32::try_from(ts.tv_sec).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
