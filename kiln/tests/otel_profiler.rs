@@ -4,9 +4,10 @@
 //! exporters, built by `scripts/otel-collector.sh` from the Go module
 //! proxy, profiling this whole host and sending to a real `kiln up`.
 //!
-//! One collector feeds two tenants at once, one per exporter, so the test
-//! shows both routes keep exactly what the profiler measured (the two
-//! tenants' stacks are the same, count for count), and that those are the
+//! One collector feeds three tenants at once, one per exporter (gRPC,
+//! OTLP/HTTP protobuf, OTLP/HTTP JSON), so the test shows every route
+//! keeps exactly what the profiler measured (the tenants' stacks are the
+//! same, count for count), and that those are the
 //! workload's true shares (60/30/10 of its CPU, within 3 points), named
 //! from symbols uploaded with `kiln symbols upload` (the profiler sends
 //! native frames as addresses and GNU build ids).
@@ -55,7 +56,7 @@ impl Drop for Killed {
 
 /// The collector's configuration: the profiling receiver, and one
 /// exporter per route, each with its tenant's key as a header.
-fn collector_config(server: &Server, grpc_key: &str, http_key: &str) -> String {
+fn collector_config(server: &Server, grpc_key: &str, http_key: &str, json_key: &str) -> String {
     let grpc = server.otlp_grpc.expect("kiln up serves gRPC");
     format!(
         r#"receivers:
@@ -75,11 +76,16 @@ exporters:
     headers:
       authorization: "Bearer {http_key}"
     compression: zstd
+  otlp_http/json:
+    endpoint: {url}
+    encoding: json
+    headers:
+      authorization: "Bearer {json_key}"
 service:
   pipelines:
     profiles:
       receivers: [profiling]
-      exporters: [otlp_grpc/kiln, otlp_http/kiln]
+      exporters: [otlp_grpc/kiln, otlp_http/kiln, otlp_http/json]
 "#,
         url = server.url,
     )
@@ -138,7 +144,7 @@ fn counts(stacks: &[String], functions: &[&str]) -> Vec<u64> {
 }
 
 #[test]
-fn the_opentelemetry_profiler_in_its_collector_sends_to_kiln_over_grpc_and_http() {
+fn the_opentelemetry_profiler_in_its_collector_sends_to_kiln_over_grpc_http_and_json() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         println!("SKIP: the OpenTelemetry eBPF profiler needs root to load eBPF");
@@ -159,18 +165,23 @@ fn the_opentelemetry_profiler_in_its_collector_sends_to_kiln_over_grpc_and_http(
         .file(&source, &shares);
 
     let server = Server::start(&dir.path().join("kiln"));
-    let (status, text) = support::request(
-        &server.url,
-        "POST",
-        "/api/v1/admin/tenants",
-        Some(&server.admin_token),
-        &[],
-        br#"{"tenant":"over-http"}"#,
-    );
-    assert_eq!(status, 201, "{text}");
-    let (http_key, _) = key_with(&server.url, &server.admin_token, "over-http", "ingest,read");
-    upload_symbols(&server, &server.key, &shares);
-    upload_symbols(&server, &http_key, &shares);
+    let tenant_key = |tenant: &str| {
+        let (status, text) = support::request(
+            &server.url,
+            "POST",
+            "/api/v1/admin/tenants",
+            Some(&server.admin_token),
+            &[],
+            format!(r#"{{"tenant":"{tenant}"}}"#).as_bytes(),
+        );
+        assert_eq!(status, 201, "{text}");
+        key_with(&server.url, &server.admin_token, tenant, "ingest,read").0
+    };
+    let http_key = tenant_key("over-http");
+    let json_key = tenant_key("over-json");
+    for key in [&server.key, &http_key, &json_key] {
+        upload_symbols(&server, key, &shares);
+    }
 
     // Long enough to outlast the profiler's start and its last report.
     let workload = Killed(
@@ -181,7 +192,11 @@ fn the_opentelemetry_profiler_in_its_collector_sends_to_kiln_over_grpc_and_http(
     );
     let pid = workload.0.id();
     let config = dir.path().join("otelcol.yaml");
-    std::fs::write(&config, collector_config(&server, &server.key, &http_key)).unwrap();
+    std::fs::write(
+        &config,
+        collector_config(&server, &server.key, &http_key, &json_key),
+    )
+    .unwrap();
     let log = std::fs::File::create(dir.path().join("otelcol.log")).unwrap();
     let mut running = Killed(
         Command::new(&collector)
@@ -210,12 +225,13 @@ fn the_opentelemetry_profiler_in_its_collector_sends_to_kiln_over_grpc_and_http(
 
     // Ingest is asynchronous: wait until both tenants' counts settle.
     let functions = ["work_sixty", "work_thirty", "work_ten"];
-    let mut last = (Vec::new(), Vec::new());
+    let mut last = (Vec::new(), Vec::new(), Vec::new());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let now = (
             stacks_of(&server, &server.key, pid),
             stacks_of(&server, &http_key, pid),
+            stacks_of(&server, &json_key, pid),
         );
         if !now.0.is_empty() && now == last {
             break;
@@ -227,10 +243,14 @@ fn the_opentelemetry_profiler_in_its_collector_sends_to_kiln_over_grpc_and_http(
         last = now;
         std::thread::sleep(Duration::from_secs(2));
     }
-    let (over_grpc, over_http) = last;
+    let (over_grpc, over_http, over_json) = last;
     assert_eq!(
         over_grpc, over_http,
         "the gRPC and HTTP exporters carried the same profiles"
+    );
+    assert_eq!(
+        over_grpc, over_json,
+        "the gRPC and OTLP/JSON exporters carried the same profiles"
     );
     let got = counts(&over_grpc, &functions);
     let total: u64 = got.iter().sum();
