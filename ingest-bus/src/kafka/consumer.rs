@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use rdkafka::Message as _;
 use rdkafka::consumer::{CommitMode, Consumer as _, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
@@ -48,6 +49,24 @@ impl KafkaConsumer {
     }
 }
 
+/// Whether a consumer error only reports the state of the connections
+/// (a broker unreachable, all of them down): librdkafka queues one such
+/// event per failed attempt and reconnects by itself, so they are no
+/// failure of a poll. Handed to the caller as errors, each one made the
+/// ingest loop back off (doubling, up to 30 s) and the events queued
+/// while a broker was down came out one per pause: after a 15-second
+/// broker restart a worker read nothing for minutes.
+fn is_connection_event(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::MessageConsumption(
+            RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::Resolve
+        )
+    )
+}
+
 fn record_of(message: &BorrowedMessage<'_>) -> Record {
     Record {
         // librdkafka hands out partitions and offsets of assigned,
@@ -72,12 +91,23 @@ impl Consumer for KafkaConsumer {
     ) -> Result<Vec<Record>, BusError> {
         let max = max.max(1);
         if self.pending.is_empty() {
-            // `recv` is cancel safe: a message is taken off librdkafka's
-            // queue only by the poll that returns it.
-            match tokio::time::timeout(timeout, self.consumer.recv()).await {
-                Err(_elapsed) => return Ok(Vec::new()),
-                Ok(Err(e)) => return Err(BusError::kafka("poll")(e)),
-                Ok(Ok(message)) => self.pending.push(record_of(&message)),
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                // `recv` is cancel safe: a message is taken off librdkafka's
+                // queue only by the poll that returns it.
+                match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                    Err(_elapsed) => return Ok(Vec::new()),
+                    Ok(Err(e)) if is_connection_event(&e) => {
+                        // librdkafka reconnects by itself; the event was
+                        // logged as it came (the client context).
+                        tracing::debug!(error = %e, "Kafka connection event skipped");
+                    }
+                    Ok(Err(e)) => return Err(BusError::kafka("poll")(e)),
+                    Ok(Ok(message)) => {
+                        self.pending.push(record_of(&message));
+                        break;
+                    }
+                }
             }
         }
         let mut bytes: usize = self.pending.iter().map(|r| r.payload.len()).sum();
