@@ -4,7 +4,8 @@
 #
 #   scripts/pg-test-server.sh start DIR   # init (once) and start; prints the URL
 #   scripts/pg-test-server.sh url DIR     # prints the URL of the running server
-#   scripts/pg-test-server.sh stop DIR    # stops it (the data stays in DIR)
+#   scripts/pg-test-server.sh stop DIR    # stops it (the data stays in DIR;
+#                                         # a start again takes its port back)
 #
 # The server keeps its data, log and port under DIR, listens on 127.0.0.1
 # only, on a free port, with trust authentication (tests only: anyone on
@@ -116,10 +117,16 @@ cmd_start() {
     fi
 
     # Another process may take the free port before postgres binds it:
-    # try a few times, each with a port found free just before.
+    # try a few times, each with a port found free just before. A server
+    # started again in the same DIR first tries the port it had, so that
+    # clients holding its URL find it again (the fault tests restart it).
     local port attempt
     for attempt in 1 2 3; do
-        port=$(free_port "$FIRST_PORT")
+        if [[ $attempt -eq 1 && -f $DIR/port ]] && ! port_in_use "$(cat "$DIR/port")"; then
+            port=$(cat "$DIR/port")
+        else
+            port=$(free_port "$FIRST_PORT")
+        fi
         # listen_addresses: loopback only. unix_socket_directories='': no
         # socket file, so DIR's path length and /var/run do not matter.
         if as_owner "$BINDIR/pg_ctl" start -D "$DIR/data" -l "$DIR/postgres.log" -w -t 60 \

@@ -159,8 +159,15 @@ if akafka_url="$(scripts/apache-kafka-test-server.sh start "$akafka_dir")"; then
   tier "distributed: apache kafka" "RUN (Apache Kafka $akafka_version (KRaft, one node) from Maven Central at $akafka_url: Kafka bus tests)"
   KILN_TEST_KAFKA="$akafka_url" cargo test --locked -p kiln-ingest-bus --test kafka
   scripts/apache-kafka-test-server.sh stop "$akafka_dir"
+  # The fault suite starts (and kills) an Apache Kafka broker and a
+  # PostgreSQL server of its own, in temporary directories; it runs only
+  # with KILN_TEST_FAULTS=1, so the unit+integration tier skips it. About
+  # 1.5 minutes.
+  tier "distributed: faults" "RUN (Apache Kafka $akafka_version and PostgreSQL of its own, gateway, 2 workers and a query node, a fleet sending through the agent's sink and spool: the broker SIGKILLed and restarted, the gateway SIGKILLed while posting and another started on its port, PostgreSQL restarted; after each, per-stack totals exact against what was accepted, the spool drained, lag 0, the roles' /metrics; kiln/tests/faults.rs, its figures shown)"
+  KILN_TEST_FAULTS=1 cargo test --locked -p kiln --test faults -- --nocapture
 else
   tier "distributed: apache kafka" "SKIP (Apache Kafka $akafka_version could not be installed or started (scripts/apache-kafka-test-server.sh; see the messages above); the Kafka bus tests ran against tansu only)"
+  tier "distributed: faults" "SKIP (Apache Kafka $akafka_version could not be installed or started: kiln/tests/faults.rs kills and restarts a broker of its own)"
 fi
 
 fuzz_seconds="${KILN_FUZZ_SECONDS:-10}"

@@ -1,8 +1,9 @@
 //! The distributed-mode harness: `kiln gateway`, `kiln worker` and `kiln
 //! query` child processes on Kafka (tansu) and PostgreSQL, tenants made
-//! with `kiln tenant create`, and HTTP helpers. Shared by distributed.rs
-//! and attacks_distributed.rs (a directory module, so that cargo does not
-//! build it as a test binary of its own).
+//! with `kiln tenant create`, HTTP helpers, and servers of a test's own
+//! to kill and restart ([`ScriptServer`]). Shared by distributed.rs,
+//! attacks_distributed.rs and faults.rs (a directory module, so that cargo
+//! does not build it as a test binary of its own).
 //!
 //! The tests run when `KILN_TEST_KAFKA` and `KILN_TEST_POSTGRES` name a
 //! broker and a server (scripts/kafka-test-server.sh and
@@ -15,7 +16,7 @@
 )]
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -153,12 +154,18 @@ impl Backends {
 
     /// `kiln gateway` on a free port, checking keys against the store.
     pub(crate) fn gateway(&self) -> Role {
+        self.gateway_at("127.0.0.1:0")
+    }
+
+    /// [`Backends::gateway`] listening on `listen` (a gateway started
+    /// again where agents expect it).
+    pub(crate) fn gateway_at(&self, listen: &str) -> Role {
         Role::start(
             "gateway",
             &[
                 "gateway",
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 "--bus",
                 &self.bus,
                 "--store",
@@ -309,4 +316,98 @@ pub(crate) fn collapsed(query: &str, key: &str, filter: &str) -> Vec<String> {
     );
     assert_eq!(status, 200, "{body}");
     aggregate(body.lines().filter(|l| !l.is_empty()).map(str::to_owned))
+}
+
+/// A throwaway server of a test's own, started by one of
+/// `scripts/*-test-server.sh` in a temporary directory, so that a fault
+/// test can kill and restart it without touching a server other tests
+/// share. Stopped when dropped.
+pub(crate) struct ScriptServer {
+    script: PathBuf,
+    dir: tempfile::TempDir,
+    /// What `start` printed (its URL).
+    pub url: String,
+}
+
+impl ScriptServer {
+    /// `scripts/SCRIPT start DIR`; `Err` with its messages when it fails.
+    pub(crate) fn start(script: &str) -> Result<ScriptServer, String> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../scripts")
+            .join(script);
+        let dir = tempfile::tempdir().unwrap();
+        let url = run_script(&script, "start", dir.path())?;
+        Ok(ScriptServer { script, dir, url })
+    }
+
+    /// The directory it keeps its data, log, port and pid in.
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `start` again, in the same directory: it must come back at the
+    /// same URL (the scripts take their old ports back).
+    pub(crate) fn start_again(&self) {
+        let url = run_script(&self.script, "start", self.dir.path())
+            .unwrap_or_else(|e| panic!("{} start again: {e}", self.script.display()));
+        assert_eq!(url, self.url, "restarted at another address");
+    }
+
+    /// `stop`: the server's own orderly shutdown.
+    pub(crate) fn stop(&self) {
+        run_script(&self.script, "stop", self.dir.path())
+            .unwrap_or_else(|e| panic!("{} stop: {e}", self.script.display()));
+    }
+
+    /// SIGKILL of the process whose id the script keeps in `DIR/pid`
+    /// (the JVM servers'), waiting until it is gone (or a zombie, when
+    /// nothing reaps it); the pid file is removed, so that the next
+    /// `start` does not take it for a running server.
+    pub(crate) fn kill9(&self) {
+        let pid_file = self.dir.path().join("pid");
+        let pid = std::fs::read_to_string(&pid_file).expect("a pid file");
+        let pid = pid.trim();
+        let status = Command::new("kill").args(["-9", pid]).status().unwrap();
+        assert!(status.success(), "kill -9 {pid}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the command name in parentheses.
+            if stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} outlived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::remove_file(&pid_file).unwrap();
+    }
+}
+
+impl Drop for ScriptServer {
+    fn drop(&mut self) {
+        let _ = run_script(&self.script, "stop", self.dir.path());
+    }
+}
+
+/// `SCRIPT COMMAND DIR`: its last line of stdout, or its stderr.
+fn run_script(script: &Path, command: &str, dir: &Path) -> Result<String, String> {
+    let out = Command::new(script)
+        .arg(command)
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_owned())
 }
