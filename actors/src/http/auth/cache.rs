@@ -37,6 +37,14 @@ impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
         (at.elapsed() < self.ttl).then(|| value.clone())
     }
 
+    /// The value of `key` when it is no older than `max_age`, expired or
+    /// not: the last answer, for when the source cannot be asked now.
+    pub(super) fn get_stale(&self, key: &K, max_age: Duration) -> Option<V> {
+        let entries = self.lock();
+        let (value, at) = entries.get(key)?;
+        (at.elapsed() < max_age).then(|| value.clone())
+    }
+
     pub(super) fn insert(&self, key: K, value: V) {
         let mut entries = self.lock();
         if entries.len() >= MAX_ENTRIES {

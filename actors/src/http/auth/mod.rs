@@ -31,7 +31,7 @@ use actix_web::http::header::AUTHORIZATION;
 use actix_web::middleware::Next;
 use actix_web::{HttpMessage, HttpRequest, web};
 use kiln_storage::{Grant, KeyHash, MetadataStore, TenantLimits};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::admin::AdminToken;
 use super::error::ApiError;
@@ -46,6 +46,12 @@ pub const KEY_CACHE_TTL: Duration = Duration::from_secs(10);
 const LIMITS_CACHE_TTL: Duration = Duration::from_secs(30);
 /// How often a key's last use is written at most.
 const USE_RECORD_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a key's grant and a tenant's limits, once read, are still
+/// taken when the metadata store cannot be asked (a database restart): a
+/// known key goes on ingesting instead of every agent spooling, and a key
+/// revoked on another node meanwhile stays valid here at most this long.
+/// Unknown keys are refused as before.
+const STALE_IF_ERROR: Duration = Duration::from_secs(600);
 
 /// How a caller proved who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,10 +152,19 @@ impl Auth {
         if let Some(grant) = self.inner.keys.get(hash) {
             return Ok(grant);
         }
-        let grant = self.inner.metadata.grant_of(hash).await.map_err(|e| {
-            warn!(error = %e, "looking up an api key failed");
-            ApiError::Unavailable(format!("cannot check the credential now: {e}"))
-        })?;
+        let grant = match self.inner.metadata.grant_of(hash).await {
+            Ok(grant) => grant,
+            Err(e) => {
+                if let Some(Some(grant)) = self.inner.keys.get_stale(hash, STALE_IF_ERROR) {
+                    debug!(error = %e, "looking up an api key failed: its last grant is taken");
+                    return Ok(Some(grant));
+                }
+                warn!(error = %e, "looking up an api key failed");
+                return Err(ApiError::Unavailable(format!(
+                    "cannot check the credential now: {e}"
+                )));
+            }
+        };
         self.inner.keys.insert(*hash, grant.clone());
         Ok(grant)
     }
@@ -165,7 +180,13 @@ impl Auth {
             Ok(limits) => limits,
             // A tenant that has keys exists; one removed since has none.
             Err(kiln_storage::StoreError::NotFound { .. }) => TenantLimits::default(),
-            Err(e) => return Err(ApiError::Unavailable(format!("cannot read limits: {e}"))),
+            Err(e) => {
+                if let Some(limits) = self.inner.limits.get_stale(&name, STALE_IF_ERROR) {
+                    debug!(error = %e, tenant, "reading a tenant's limits failed: its last are taken");
+                    return Ok(limits);
+                }
+                return Err(ApiError::Unavailable(format!("cannot read limits: {e}")));
+            }
         };
         self.inner.limits.insert(name, limits);
         Ok(limits)
