@@ -1,7 +1,10 @@
 //! API errors: a status and a message that names the problem, as JSON
 //! `{"error": "…"}`.
 
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
+use actix_web::middleware::Next;
 use actix_web::{HttpResponse, ResponseError};
 
 use crate::query::QueryError;
@@ -123,5 +126,31 @@ impl ResponseError for ApiError {
             _ => {}
         }
         response.json(serde_json::json!({ "error": self.to_string() }))
+    }
+}
+
+/// Runs `request` and answers its error, wherever it was raised (the
+/// credential and region middleware before the handler included), as
+/// `shape` renders it: for routes whose clients read errors in a
+/// protocol's own shape (OTLP's `google.rpc.Status`, Connect's JSON)
+/// rather than Kiln's. Status codes and headers are the shape's to keep.
+pub(crate) async fn answer_errors_as<E: ResponseError + 'static>(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+    shape: impl FnOnce(&actix_web::Error) -> E,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    // The request cannot be kept aside (a clone would stop the router
+    // from filling in its path): an error raised before the handler
+    // becomes an error that answers in the shape.
+    match next.call(request).await {
+        Err(e) => Err(shape(&e).into()),
+        Ok(response) => match response.response().error() {
+            Some(e) => {
+                let answer = shape(e).error_response();
+                let (request, _) = response.into_parts();
+                Ok(ServiceResponse::new(request, answer))
+            }
+            None => Ok(response.map_into_boxed_body()),
+        },
     }
 }

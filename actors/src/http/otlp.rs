@@ -200,20 +200,7 @@ pub async fn status_bodies(
             .map(ServiceResponse::map_into_boxed_body);
     }
     let json = essence(content_type(request.headers())) == JSON;
-    // The request cannot be kept aside (a clone would stop the router
-    // from filling in its path): an error raised before the handler
-    // becomes an error that answers with a Status.
-    match next.call(request).await {
-        Err(e) => Err(StatusError::of(&e, json).into()),
-        Ok(response) => match response.response().error() {
-            Some(e) => {
-                let answer = StatusError::of(e, json).error_response();
-                let (request, _) = response.into_parts();
-                Ok(ServiceResponse::new(request, answer))
-            }
-            None => Ok(response.map_into_boxed_body()),
-        },
-    }
+    super::error::answer_errors_as(request, next, |e| StatusError::of(e, json)).await
 }
 
 /// An error answered with a `google.rpc.Status` body: the HTTP status,

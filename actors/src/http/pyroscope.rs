@@ -212,19 +212,7 @@ pub async fn answers(
             .map(ServiceResponse::map_into_boxed_body);
     }
     let connect = path == PUSH_PATH;
-    // As in `otlp::status_bodies`: an error raised before the handler
-    // becomes an error that answers in this route's shape.
-    match next.call(request).await {
-        Err(e) => Err(PyroscopeAnswer::of(&e, connect).into()),
-        Ok(response) => match response.response().error() {
-            Some(e) => {
-                let answer = PyroscopeAnswer::of(e, connect).error_response();
-                let (request, _) = response.into_parts();
-                Ok(ServiceResponse::new(request, answer))
-            }
-            None => Ok(response.map_into_boxed_body()),
-        },
-    }
+    super::error::answer_errors_as(request, next, |e| PyroscopeAnswer::of(e, connect)).await
 }
 
 /// An error answered as a Pyroscope route answers them.
