@@ -7,15 +7,15 @@
 mod support;
 mod support_otlp;
 
-use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use std::io::Read;
+use std::time::Duration;
 
 use kiln_formats::otlp::proto::collector::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
 use kiln_formats::otlp::proto::profiles::ValueType;
 use prost::Message;
-use support::{Server, key_with, now_ns};
+use support::{Server, gzip, key_with, now_ns};
 use support_otlp::request;
 use tonic_types::Status;
 
@@ -81,31 +81,8 @@ fn status_message(bytes: &[u8]) -> String {
     }
 }
 
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
-}
-
 fn zstd(bytes: &[u8]) -> Vec<u8> {
     zstd::encode_all(bytes, 3).unwrap()
-}
-
-/// The collapsed stacks of `filter`, once they are there (ingest is
-/// asynchronous: the answer comes once the batches are durable).
-fn collapsed_once(server: &Server, filter: &str, expected: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = server.collapsed(filter);
-        if got == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{filter}: {got:?}, expected {expected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -133,16 +110,14 @@ fn gzip_and_zstd_requests_read_back_exactly() {
     );
     let answer = export(&server, &zstd(&billing.encode_to_vec()), "zstd");
     assert_eq!(answer.partial_success, None);
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=checkout",
         &[
             "main.main;main.render 3",
             "main.main;main.serve;main.parse 7",
         ],
     );
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=billing&host=db-2&thread=io",
         &["main.main;main.bill 5"],
     );
@@ -185,7 +160,7 @@ fn one_bad_profile_of_two_is_a_partial_success() {
         "{}",
         partial.error_message
     );
-    collapsed_once(&server, "&service=partial", &["main.main;main.good 4"]);
+    server.collapsed_once("&service=partial", &["main.main;main.good 4"]);
 }
 
 /// Headers, body, and the HTTP status, Status code and message part the
@@ -285,7 +260,7 @@ fn a_v1_9_request_is_read_and_said_so() {
         "{}",
         note.error_message
     );
-    collapsed_once(&server, "&service=old-sender", &["main.main;main.old 2"]);
+    server.collapsed_once("&service=old-sender", &["main.main;main.old 2"]);
 }
 
 /// An OTLP/JSON request of one CPU profile of `service`: main.main →
@@ -376,8 +351,7 @@ fn json_requests_plain_and_gzip_read_back_exactly() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer, serde_json::json!({}));
     for service in ["json-plain", "json-gzip"] {
-        collapsed_once(
-            &server,
+        server.collapsed_once(
             &format!("&service={service}&host=json-host&thread=json-thread"),
             &[
                 "main.main;main.render 2",
@@ -463,16 +437,15 @@ fn grpc_exports_gzip_and_zstd_read_back_exactly() {
     let plain = request("db-3", "ledger", "io", &[&[(&["main.main"], 2)]], None);
     let answer = grpc_export(&server, Some(&server.key), plain, None).unwrap();
     assert_eq!(answer.partial_success, None);
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=checkout&host=web-1&thread=worker",
         &[
             "main.main;main.render 3",
             "main.main;main.serve;main.parse 7",
         ],
     );
-    collapsed_once(&server, "&service=billing", &["main.main;main.bill 5"]);
-    collapsed_once(&server, "&service=ledger", &["main.main 2"]);
+    server.collapsed_once("&service=billing", &["main.main;main.bill 5"]);
+    server.collapsed_once("&service=ledger", &["main.main 2"]);
     // One bad profile of two: the other is kept, and the answer says so.
     let mixed = request(
         "web-1",
@@ -489,7 +462,7 @@ fn grpc_exports_gzip_and_zstd_read_back_exactly() {
         "{}",
         partial.error_message
     );
-    collapsed_once(&server, "&service=search", &["main.main;main.find 4"]);
+    server.collapsed_once("&service=search", &["main.main;main.find 4"]);
 }
 
 /// A message whose field 1 (`resource_profiles`) is not a message.
@@ -531,7 +504,7 @@ fn grpc_refusals_are_statuses_that_name_the_problem() {
     assert!(status.message().starts_with("OTLP: "), "{status:?}");
     // Nothing of the refused calls was kept; what came before still is.
     grpc_export(&server, Some(&server.key), one(), None).unwrap();
-    collapsed_once(&server, "&service=s", &["main.main 1"]);
+    server.collapsed_once("&service=s", &["main.main 1"]);
     // Calls past the credential check are counted by protocol.
     let metrics = support::Exposition::scrape_with(&server.url, Some(&server.admin_token));
     for (outcome, calls) in [("accepted", 1.0), ("refused", 1.0)] {
@@ -607,7 +580,7 @@ fn a_second_split_between_two_requests_keeps_both_parts() {
     export(&server, &at(&[500, 700, 900]), "identity");
     // A retry of the first report.
     export(&server, &first, "identity");
-    collapsed_once(&server, "&service=split", &["main.main;main.work 5"]);
+    server.collapsed_once("&service=split", &["main.main;main.work 5"]);
 }
 
 /// `request`'s first profile as one of type `type_` (bytes): each sample
@@ -664,13 +637,11 @@ fn other_sample_types_are_read_only_when_named() {
         );
         assert_eq!(answer.partial_success, None);
     }
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=heapsvc&sample_type=alloc_space",
         &["main.main;main.alloc 110", "main.main;main.grow 55"],
     );
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=heapsvc&sample_type=inuse_space",
         &["main.main;main.alloc 300", "main.main;main.grow 200"],
     );

@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use kiln_formats::pprof_proto::{Function, Label, Line, Location, Profile, Sample, ValueType};
 use kiln_formats::pyroscope::push::{LabelPair, PushRequest, RawProfileSeries, RawSample};
 use prost::Message;
-use support::{Server, key_with, now_ns};
+use support::{Server, gzip, key_with, now_ns};
 
 /// How a request presents its credential.
 #[derive(Clone, Copy)]
@@ -91,12 +91,6 @@ fn post(
 fn base64(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn gzip(bytes: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    e.write_all(bytes).unwrap();
-    e.finish().unwrap()
 }
 
 /// A pprof of `stacks` (root first, each with its values), sample types
@@ -282,24 +276,6 @@ fn python_cpu(stacks: &[(&[&str], i64)], labels: &[(&str, &str)]) -> Vec<u8> {
     )
 }
 
-/// The collapsed stacks of `filter`, once they are there (ingest is
-/// asynchronous: the answer comes once the batches are durable on the
-/// bus). The deadline only bounds a test that would otherwise hang.
-fn collapsed_once(server: &Server, filter: &str, expected: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = server.collapsed(filter);
-        if got == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{filter}: {got:?}, expected {expected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn labels(server: &Server) -> serde_json::Value {
     let (status, text) = server.get("/api/v1/labels?from=now-1d");
     assert_eq!(status, 200, "{text}");
@@ -327,8 +303,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         b"main;parse;read 7\nmain;render 3\nmain;parse;read 1\n",
     );
     assert_eq!((answer.status, answer.body.as_str()), (200, ""));
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=shop&env=prod&region=eu",
         &["main;parse;read 8", "main;render 3"],
     );
@@ -350,8 +325,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         ]),
     );
     assert_eq!(answer.status, 200, "{}", answer.body);
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=gosvc",
         &["main.main;main.idle 2", "main.main;main.work 5"],
     );
@@ -388,8 +362,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         &cpu,
     );
     assert_eq!(answer.status, 200, "{}", answer.body);
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=kiln-mp&env=staging",
         &["runtime.main;main.main;main.workSixty 6"],
     );
@@ -400,8 +373,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         ("inuse_objects", 1),
         ("inuse_space", 100),
     ] {
-        collapsed_once(
-            &server,
+        server.collapsed_once(
             &format!("&service=kiln-mp&sample_type={sample_type}"),
             &[&format!("main.main;main.alloc {weight}")],
         );
@@ -447,8 +419,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         ("application/proto", "")
     );
     // CPU nanoseconds: a count is a nanosecond.
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=pysvc&env=test&thread=MainThread",
         &[
             "<module>;main;parse 50000000",
@@ -470,7 +441,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
         json.to_string().as_bytes(),
     );
     assert_eq!((answer.status, answer.body.as_str()), (200, "{}"));
-    collapsed_once(&server, "&service=pyjson", &["<module>;json 20000000"]);
+    server.collapsed_once("&service=pyjson", &["<module>;json 20000000"]);
 
     // Labels: the application as service, tags, no SDK bookkeeping.
     let labels = labels(&server);
@@ -490,8 +461,7 @@ fn every_body_shape_reads_back_exactly_with_its_labels() {
     ] {
         assert!(labels.get(dropped).is_none(), "{dropped}: {labels}");
     }
-    collapsed_once(
-        &server,
+    server.collapsed_once(
         "&service=pysvc&sample_type=alloc_space",
         &["main.main;main.alloc 300"],
     );
@@ -665,7 +635,7 @@ fn keys_come_as_bearer_or_basic_auth_on_these_routes_only() {
         post(&server, folded, Auth::Basic(&server.key), &[], b"a 2\n").status,
         200
     );
-    collapsed_once(&server, "&service=authsvc", &["a 2"]);
+    server.collapsed_once("&service=authsvc", &["a 2"]);
     // The rest of the API takes Bearer only.
     let answer = post(
         &server,

@@ -220,6 +220,25 @@ impl Server {
     }
 
     /// Collapsed stacks of the last day, as a sorted multiset of lines.
+    /// The collapsed stacks of `filter` (sorted lines), once they are
+    /// `expected`: ingest is asynchronous (a route answers once batches
+    /// are durable on the bus, before they are queryable). The deadline
+    /// only bounds a test that would otherwise hang.
+    pub(crate) fn collapsed_once(&self, filter: &str, expected: &[&str]) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = self.collapsed(filter);
+            if got == expected {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{filter}: {got:?}, expected {expected:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub(crate) fn collapsed(&self, extra_query: &str) -> Vec<String> {
         let (status, body) = self.get(&format!(
             "/api/v1/flamegraph?from=now-1d&format=collapsed{extra_query}"
@@ -784,4 +803,12 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
         labels,
         value,
     })
+}
+
+/// `bytes` gzip-compressed, as clients send `Content-Encoding: gzip`.
+pub(crate) fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
 }
