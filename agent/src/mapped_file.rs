@@ -281,7 +281,27 @@ fn open_path(path: &std::path::Path, path_only: bool) -> io::Result<OwnedFd> {
 /// component, and never leaving that root.
 fn open_in_root(pid: u32, path: &str) -> io::Result<OwnedFd> {
     let root = open_path(std::path::Path::new(&format!("/proc/{pid}/root")), true)?;
-    let relative = path.trim_start_matches('/');
+    openat2_in_root(
+        &root,
+        path,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        libc::RESOLVE_NO_SYMLINKS,
+    )
+}
+
+/// `openat2(root, relative, flags | O_CLOEXEC)` resolved inside `root`
+/// (`RESOLVE_IN_ROOT`: `..` and absolute symlinks stay in it), never
+/// through a magic link, and with `resolve`'s further rules: how the
+/// agent, which is root, opens paths in trees others write (processes'
+/// roots, container runtimes' state). `relative` may start with `/`; an
+/// empty one is the root itself.
+pub(crate) fn openat2_in_root(
+    root: &impl AsRawFd,
+    relative: &str,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    let relative = relative.trim_start_matches('/');
     let c = c_path(std::path::Path::new(if relative.is_empty() {
         "."
     } else {
@@ -290,8 +310,8 @@ fn open_in_root(pid: u32, path: &str) -> io::Result<OwnedFd> {
     // SAFETY: open_how is plain data (non_exhaustive: built zeroed, the
     // kernel's meaning of zero for every field we do not set).
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_NO_SYMLINKS;
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS | resolve;
     // SAFETY: valid descriptor, NUL-terminated path, and a pointer to a
     // struct of the size passed.
     let fd = unsafe {

@@ -48,32 +48,9 @@ impl HostRoot {
     /// `flags`.
     fn open(&self, relative: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
         let root = open_dir(&self.path)?;
-        let relative = relative.trim_start_matches('/');
-        let c = CString::new(if relative.is_empty() { "." } else { relative })
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-        // SAFETY: open_how is plain data; zero is the kernel's default for
-        // every field not set here.
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (flags | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-        // SAFETY: a valid descriptor, a NUL-terminated path, and a pointer
-        // to a struct of the size passed.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                root.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd < 0 {
-            // ENOSYS before Linux 5.6: there is no safe way to resolve
-            // the path, so none is read.
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor the kernel just returned to us.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+        // Symlinks inside the root are followed (`/var/run` → `/run`),
+        // never out of it.
+        crate::mapped_file::openat2_in_root(&root, relative, flags, 0)
     }
 
     /// The whole of the regular file `relative`, when it holds at most
