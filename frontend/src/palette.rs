@@ -24,7 +24,8 @@ impl Rgb {
 }
 
 /// Base hue (degrees) of a kind family: warm for native code, orange-red
-/// for the kernel, green for interpreted code, purple for GPU work. Go
+/// for the kernel, green for interpreted and JIT-compiled code (the JIT
+/// frames named from perf maps too), purple for GPU work. Go
 /// frames its producer named are compiled code: a hue of their own next
 /// to native's, so a Go service's own code stands out from its libraries.
 pub fn kind_hue(kind: FrameKind) -> f64 {
@@ -39,7 +40,8 @@ pub fn kind_hue(kind: FrameKind) -> f64 {
         | FrameKind::Php
         | FrameKind::Dotnet
         | FrameKind::Perl
-        | FrameKind::Beam => 110.0,
+        | FrameKind::Beam
+        | FrameKind::Jit => 110.0,
         FrameKind::GpuKernel
         | FrameKind::GpuInstruction
         | FrameKind::GpuStall

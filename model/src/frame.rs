@@ -63,11 +63,17 @@ pub enum FrameKind {
     Perl = 16,
     /// An Erlang or Elixir function (the BEAM virtual machine).
     Beam = 17,
+    /// Code a JIT compiler generated, named from the process's perf map
+    /// (`/tmp/perf-PID.map`: Node with `--perf-basic-prof`, .NET with
+    /// `DOTNET_PerfMapEnabled=1`, the JVM's `jcmd Compiler.perfmap`,
+    /// LuaJIT, Julia, Wasmtime): the runtime is not known, only the name
+    /// it wrote.
+    Jit = 18,
 }
 
 impl FrameKind {
     /// Every kind, in wire order.
-    pub const ALL: [FrameKind; 18] = [
+    pub const ALL: [FrameKind; 19] = [
         FrameKind::Native,
         FrameKind::Kernel,
         FrameKind::Python,
@@ -86,6 +92,7 @@ impl FrameKind {
         FrameKind::Go,
         FrameKind::Perl,
         FrameKind::Beam,
+        FrameKind::Jit,
     ];
 
     /// The kind with wire number `n`, if there is one.
@@ -114,6 +121,7 @@ impl FrameKind {
             FrameKind::Go => "go",
             FrameKind::Perl => "perl",
             FrameKind::Beam => "beam",
+            FrameKind::Jit => "jit",
         }
     }
 }
@@ -140,6 +148,7 @@ impl From<&ArchivedFrameKind> for FrameKind {
             ArchivedFrameKind::Go => FrameKind::Go,
             ArchivedFrameKind::Perl => FrameKind::Perl,
             ArchivedFrameKind::Beam => FrameKind::Beam,
+            ArchivedFrameKind::Jit => FrameKind::Jit,
         }
     }
 }
@@ -269,6 +278,7 @@ mod tests {
         assert_eq!(FrameKind::Go as u8, 15);
         assert_eq!(FrameKind::Perl as u8, 16);
         assert_eq!(FrameKind::Beam as u8, 17);
+        assert_eq!(FrameKind::Jit as u8, 18);
         for (n, kind) in FrameKind::ALL.iter().enumerate() {
             assert_eq!(*kind as u8 as usize, n);
             assert_eq!(FrameKind::from_u8(n as u8), Some(*kind));
