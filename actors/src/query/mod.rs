@@ -23,6 +23,7 @@ mod abandon;
 mod admission;
 mod aggregator;
 pub(crate) mod cache;
+pub mod compare;
 mod fair;
 mod gpu;
 mod metrics;
