@@ -16,6 +16,7 @@
 //! | POST | `/push.v1.PusherService/Push` | Pyroscope's Connect push API ([`pyroscope`]): a `push.v1.PushRequest`, proto or JSON; errors in Connect's JSON | ingest |
 //! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope&lines=false\|true` | flamegraph: a node per function, or per line with `lines=true` | read |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
+//! | GET | `/api/v1/compare?base_from&base_to&target_from&target_to&base.LABEL&target.LABEL&fdr&min_change&limit&format=json\|text` | functions whose share changed between two ranges or label values beyond sampling noise ([`compare`]) | read |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |
 //! | GET | `/api/v1/labels?from&to` | label names and values | read |
 //! | GET | `/api/v1/metrics?name&from&to&step` | one metric's series | read |
@@ -51,6 +52,7 @@ mod admin;
 mod assets;
 pub mod auth;
 pub mod body;
+mod compare;
 mod encoding;
 pub(crate) mod error;
 mod gpu;
@@ -299,6 +301,7 @@ fn query_routes(r: &mut Registrar<'_>) {
     use Method as M;
     r.api(M::GET, "/api/v1/flamegraph", query::flamegraph)
         .api(M::GET, "/api/v1/top", query::top)
+        .api(M::GET, "/api/v1/compare", compare::compare_route)
         .api(M::GET, "/api/v1/timeline", query::timeline)
         .api(M::GET, "/api/v1/labels", query::labels)
         .api(M::GET, "/api/v1/metrics", metrics::series)

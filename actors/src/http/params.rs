@@ -43,28 +43,53 @@ pub(crate) fn query_range_reserving(
     params: &BTreeMap<String, String>,
     reserved: &[&str],
 ) -> Result<QueryRange, ApiError> {
+    let time = |name: &'static str| params.get(name).map(|text| (name, text.as_str()));
+    range_of(
+        scope,
+        time("from"),
+        time("to"),
+        label_params(params, reserved)?,
+    )
+}
+
+/// The range of a query from its parts, however they came (a query
+/// string, a tool's arguments): `from` and `to` as `(name, text)`, the
+/// name being what an error calls it, and label filters whose names are
+/// checked ([`check_label_name`]). `to` defaults to now, `from` to
+/// [`DEFAULT_RANGE`] before `to`.
+pub(crate) fn range_of(
+    scope: Scope,
+    from: Option<(&str, &str)>,
+    to: Option<(&str, &str)>,
+    filters: Vec<(String, String)>,
+) -> Result<QueryRange, ApiError> {
     let now = now_ns();
-    let time = |name: &str, default: i64| match params.get(name) {
-        Some(text) => {
+    let time = |given: Option<(&str, &str)>, default: i64| match given {
+        Some((name, text)) => {
             parse_time(text, now).map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
         }
         None => Ok(default),
     };
-    let to_ns = time("to", now)?;
-    let from_ns = time(
-        "from",
-        to_ns.saturating_sub(DEFAULT_RANGE.as_nanos() as i64),
-    )?;
+    let to_ns = time(to, now)?;
+    let from_ns = time(from, to_ns.saturating_sub(DEFAULT_RANGE.as_nanos() as i64))?;
     if from_ns >= to_ns {
+        let name = |given: Option<(&str, &str)>, default: &'static str| {
+            given.map_or(default.to_owned(), |(name, _)| name.to_owned())
+        };
         return Err(ApiError::bad_request(format!(
-            "from ({from_ns} ns) must be before to ({to_ns} ns)"
+            "{} ({from_ns} ns) must be before {} ({to_ns} ns)",
+            name(from, "from"),
+            name(to, "to"),
         )));
+    }
+    for (name, _) in &filters {
+        check_label_name(name, &[])?;
     }
     Ok(QueryRange {
         scope,
         from_ns,
         to_ns,
-        filters: label_params(params, reserved)?,
+        filters,
     })
 }
 
@@ -168,21 +193,31 @@ pub(crate) fn label_params(
         .iter()
         .filter(|(name, _)| !reserved.contains(&name.as_str()))
         .map(|(name, value)| {
-            let valid = !name.is_empty()
-                && name.len() <= 64
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
-            if valid {
-                Ok((name.clone(), value.clone()))
-            } else {
-                Err(ApiError::bad_request(format!(
-                    "{name:?} is not a label name (letters, digits, '_' and '.'; reserved: {})",
-                    reserved.join(", ")
-                )))
-            }
+            check_label_name(name, reserved)?;
+            Ok((name.clone(), value.clone()))
         })
         .collect()
+}
+
+/// A 400 naming `name` unless it is a label name: letters, digits, '_'
+/// and '.', up to 64 bytes. `reserved`, the parameters of the route that
+/// are not labels, are listed in the message.
+pub(crate) fn check_label_name(name: &str, reserved: &[&str]) -> Result<(), ApiError> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+    if valid {
+        return Ok(());
+    }
+    let reserved = match reserved {
+        [] => String::new(),
+        names => format!("; reserved: {}", names.join(", ")),
+    };
+    Err(ApiError::bad_request(format!(
+        "{name:?} is not a label name (letters, digits, '_' and '.'{reserved})"
+    )))
 }
 
 #[cfg(test)]

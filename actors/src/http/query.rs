@@ -233,16 +233,33 @@ where
     T: serde::Serialize + Send + 'static,
     crate::query::QueryCoordinator: actix::Handler<M>,
 {
+    let answer = admit_and_query(state, range, message).await?;
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// Admits a query of `range` reading samples and sends the coordinator
+/// the message `message` makes of the admitted range: its result, for a
+/// caller that builds its own answer from it (compare, the MCP tools).
+/// The admission's permit is released when the result is in.
+pub(crate) async fn admit_and_query<M, T>(
+    state: &AppState,
+    range: QueryRange,
+    message: impl FnOnce(QueryRange) -> M,
+) -> Result<T, ApiError>
+where
+    M: actix::Message<Result = Result<T, crate::query::QueryError>> + Send + 'static,
+    T: Send + 'static,
+    crate::query::QueryCoordinator: actix::Handler<M>,
+{
     let Admission {
         range,
         permit: _permit,
     } = admit(state, range, Reads::Samples, None).await?;
-    let answer = state
+    Ok(state
         .query
         .send(message(range))
         .await
-        .map_err(crate::query::QueryError::from)??;
-    Ok(HttpResponse::Ok().json(answer))
+        .map_err(crate::query::QueryError::from)??)
 }
 
 #[cfg(test)]
