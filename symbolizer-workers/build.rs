@@ -1,6 +1,7 @@
-//! Links the GNU C++ demangler (`__cxa_demangle`, libiberty's
-//! `cp-demangle.o` inside GCC's `libsupc++.a`) statically, so that C++
-//! names read as `c++filt` prints them; only that object is pulled in, and
+//! Links the GNU C++ demangler (libiberty's `cp-demangle.o` inside GCC's
+//! `libsupc++.a`) statically, so that C++ names read as `c++filt` prints
+//! them, with a small C shim that bounds the text it writes
+//! (`src/extract/demangle_bounded.c`); only that object is pulled in, and
 //! the binaries gain no run-time dependency. Where the C compiler has no
 //! `libsupc++.a` (no GCC), the crate builds with `cpp_demangle` alone and
 //! says so in a cargo warning.
@@ -24,6 +25,11 @@ fn main() {
         .filter(|path| path.is_absolute() && path.exists());
     match found.as_deref().and_then(std::path::Path::parent) {
         Some(dir) => {
+            println!("cargo::rerun-if-changed=src/extract/demangle_bounded.c");
+            cc::Build::new()
+                .file("src/extract/demangle_bounded.c")
+                .warnings(true)
+                .compile("kiln_demangle_bounded");
             println!("cargo::rustc-link-search=native={}", dir.display());
             println!("cargo::rustc-link-lib=static=supc++");
             println!("cargo::rustc-cfg=gnu_demangler");

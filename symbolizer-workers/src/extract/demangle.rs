@@ -25,7 +25,9 @@ pub(crate) fn plain(name: &str) -> Function {
     }
 }
 
-/// Demangles `name`, or returns `None` when it is not a symbol we know.
+/// Demangles `name`, or returns `None` when it is not a symbol we know, or
+/// when its demangled text would be longer than [`MAX_DEMANGLED`] (the
+/// mangled name then stands for itself).
 pub fn demangle(name: &str) -> Option<String> {
     // Rust first: its legacy scheme is a subset of Itanium's syntax, and
     // C++ demanglers would keep the hash and the `$LT$`-style escapes.
@@ -33,79 +35,114 @@ pub fn demangle(name: &str) -> Option<String> {
         let with_hash = rust.to_string();
         let without = format!("{rust:#}");
         // A legacy Rust name ends with a `h<16 hex>` hash; without one this
-        // is more likely a C++ name that happens to parse.
+        // is more likely a C++ name that happens to parse. (rustc-demangle
+        // bounds its own output, at a size we bound further.)
         if name.starts_with("_R") || with_hash != without {
-            return Some(without);
+            return (without.len() <= MAX_DEMANGLED).then_some(without);
         }
     }
-    if name.starts_with("_Z") {
-        #[cfg(gnu_demangler)]
-        if name.len() <= MAX_GNU_NAME
-            && let Some(demangled) = gnu::demangle(name)
-        {
-            return Some(demangled);
-        }
-        let symbol = cpp_demangle::Symbol::new(name.as_bytes()).ok()?;
-        return symbol.demangle().ok();
+    if !name.starts_with("_Z") || name.len() > MAX_MANGLED {
+        return None;
     }
-    None
+    cpp(name)
 }
 
-/// Longest name handed to the GNU demangler: names come from uploaded
-/// files, and real ones stay far below this (the longest of LLVM's 39k
-/// exported C++ names is under 3 KiB); longer ones go to `cpp_demangle`.
+/// Longest demangled name kept. A mangled name's substitutions can refer
+/// to earlier ones that hold substitutions in turn, so its text can double
+/// every few bytes of name (a 423-byte name demangles to 49 MB): names
+/// come from files users upload, so the demanglers stop here. No name a
+/// person reads in a flamegraph comes near it.
+pub(crate) const MAX_DEMANGLED: usize = 64 * 1024;
+
+/// Longest mangled C++ name demangled: real ones stay far below this (the
+/// longest of LLVM's 39k exported C++ names is under 3 KiB), and the GNU
+/// demangler works on the stack, in space that grows with the name.
+const MAX_MANGLED: usize = 16 * 1024;
+
+/// A C++ name as GCC's demangler prints it, where the crate links it (see
+/// [`gnu`]). A name it refuses is no name: `cpp_demangle` is not asked
+/// again, since what it accepts beyond GCC is what hangs it (fuzzed names
+/// keep it busy for minutes).
 #[cfg(gnu_demangler)]
-const MAX_GNU_NAME: usize = 16 * 1024;
+fn cpp(name: &str) -> Option<String> {
+    gnu::demangle(name)
+}
+
+/// A C++ name as `cpp_demangle` prints it, in builds without GCC's
+/// demangler: printed into a [`Bounded`] text, which stops it at
+/// [`MAX_DEMANGLED`].
+#[cfg(not(gnu_demangler))]
+fn cpp(name: &str) -> Option<String> {
+    use std::fmt::Write;
+    let symbol = cpp_demangle::Symbol::new(name.as_bytes()).ok()?;
+    let mut text = Bounded(String::new());
+    write!(text, "{symbol}").ok()?;
+    Some(text.0)
+}
+
+/// A text that refuses to grow past [`MAX_DEMANGLED`].
+#[cfg(not(gnu_demangler))]
+struct Bounded(String);
+
+#[cfg(not(gnu_demangler))]
+impl std::fmt::Write for Bounded {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.0.len() + s.len() > MAX_DEMANGLED {
+            return Err(std::fmt::Error);
+        }
+        self.0.push_str(s);
+        Ok(())
+    }
+}
 
 /// C++ names as `c++filt` prints them: GCC's own demangler (libiberty's
 /// `cp-demangle.c`, as libstdc++ exports it), linked statically by
-/// build.rs. `cpp_demangle` gets one name in eight of LLVM's library
-/// wrong (empty template argument packs printed as `, >`, function
-/// parameter packs dropped: `tuple<unsigned int, true>()` for
-/// `tuple<unsigned int, true>(unsigned int&&)`), and a profiler that shows
-/// a wrong signature misleads. The GNU demangler bounds its own recursion
-/// (2048 levels), so a hostile name fails rather than overflow the stack.
+/// build.rs with a shim of ours (`demangle_bounded.c`) that stops it once
+/// its text passes [`MAX_DEMANGLED`]. `cpp_demangle` gets one name in
+/// eight of LLVM's library wrong (empty template argument packs printed as
+/// `, >`, function parameter packs dropped: `tuple<unsigned int, true>()`
+/// for `tuple<unsigned int, true>(unsigned int&&)`), and a profiler that
+/// shows a wrong signature misleads. The GNU demangler bounds its own
+/// recursion (2048 levels), so a hostile name fails rather than overflow
+/// the stack.
 #[cfg(gnu_demangler)]
 mod gnu {
-    use std::ffi::{CStr, CString, c_char, c_int, c_void};
+    use std::ffi::{CString, c_char, c_int};
+
+    use super::MAX_DEMANGLED;
 
     unsafe extern "C" {
-        /// `abi::__cxa_demangle` (Itanium C++ ABI 3.4): a `malloc`ed,
-        /// NUL-terminated string, or null with `*status` negative.
-        fn __cxa_demangle(
+        /// `demangle_bounded.c`: 0 with the text's length in `*len`, -1
+        /// when it is longer than `cap`, -2 when `mangled` is no C++ name.
+        fn kiln_demangle_bounded(
             mangled: *const c_char,
-            buffer: *mut c_char,
-            length: *mut usize,
-            status: *mut c_int,
-        ) -> *mut c_char;
-        fn free(ptr: *mut c_void);
+            buf: *mut u8,
+            cap: usize,
+            len: *mut usize,
+        ) -> c_int;
     }
 
     pub(super) fn demangle(name: &str) -> Option<String> {
         let mangled = CString::new(name).ok()?;
-        let mut status: c_int = 0;
-        // SAFETY: `mangled` is NUL-terminated and outlives the call; a
-        // null buffer asks the demangler to allocate the result, which we
-        // own and free below; `status` is a valid out-pointer.
-        let out = unsafe {
-            __cxa_demangle(
+        let mut text: Vec<u8> = Vec::with_capacity(MAX_DEMANGLED);
+        let mut len = 0usize;
+        // SAFETY: `mangled` is NUL-terminated and outlives the call; the
+        // shim writes at most `cap` bytes into `text`'s spare capacity,
+        // which is that large, and sets `len` only on success.
+        let status = unsafe {
+            kiln_demangle_bounded(
                 mangled.as_ptr(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                &mut status,
+                text.as_mut_ptr(),
+                text.capacity(),
+                &mut len,
             )
         };
-        if out.is_null() {
+        if status != 0 {
             return None;
         }
-        // SAFETY: a non-null result is a NUL-terminated string the
-        // demangler allocated with malloc; it is read once, then freed.
-        let demangled = unsafe { CStr::from_ptr(out) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: as above; not used after this.
-        unsafe { free(out.cast()) };
-        (status == 0).then_some(demangled)
+        // SAFETY: on success the shim wrote `len <= capacity` bytes.
+        unsafe { text.set_len(len) };
+        Some(String::from_utf8_lossy(&text).into_owned())
     }
 }
 
@@ -147,6 +184,46 @@ mod tests {
         // Not a name: no demangling, and no crash.
         assert_eq!(demangle("_Z"), None);
         assert_eq!(demangle(&format!("_Z{}", "N".repeat(100_000))), None);
+    }
+
+    /// `f<A<int, int>, f<A, A>, …>`, each template argument made of the
+    /// substitutions before it: a name of `levels` arguments whose text
+    /// doubles every two.
+    fn doubling_name(levels: usize) -> String {
+        let seq_id = |n: usize| match n {
+            0 => String::new(),
+            n => {
+                let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+                let (mut n, mut id) = (n - 1, Vec::new());
+                loop {
+                    id.push(digits[n % 36]);
+                    n /= 36;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                id.reverse();
+                String::from_utf8(id).unwrap()
+            }
+        };
+        let mut name = String::from("_Z1fI1AIiiE");
+        for level in 0..levels {
+            let sub = format!("S{}_", seq_id(level + 1));
+            name.push_str(&format!("S_I{sub}{sub}E"));
+        }
+        name + "EvT_"
+    }
+
+    // Found by fuzzing the ksym reader: such a name of 600 bytes would
+    // demangle to terabytes. Its text is refused past the bound, and the
+    // work stops there.
+    #[test]
+    fn names_whose_text_explodes_are_refused() {
+        let short = demangle(&doubling_name(10)).expect("1.4 KB of text");
+        assert!(short.starts_with("void f<A<int, int>, f<A, A>, f<A<int, int>, A<int, int> >"));
+        for levels in [40, 120] {
+            assert_eq!(demangle(&doubling_name(levels)), None, "{levels} levels");
+        }
     }
 
     #[test]
