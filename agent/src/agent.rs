@@ -11,8 +11,8 @@ use tracing::{debug, warn};
 use crate::sink::{Delivery, Sink};
 use crate::watcher::{GPU_PROBE_WAITS_FOR_TABLES, GpuLibraries, Watcher};
 use crate::{
-    AgentConfig, AgentError, Kallsyms, StackCoverage, SymbolUpload, SymbolUploader, UnwindStats,
-    batcher, gpu, nanos, run, sampler, unwinder,
+    AgentConfig, AgentError, JitCoverage, Kallsyms, StackCoverage, SymbolUpload, SymbolUploader,
+    UnwindStats, batcher, gpu, nanos, run, sampler, unwinder,
 };
 
 /// What one [`Agent::tick`] did.
@@ -24,6 +24,8 @@ pub struct TickReport {
     pub new_stacks: usize,
     /// How the interval's user-stack walks ended.
     pub coverage: StackCoverage,
+    /// How the interval's samples that ran JIT-compiled code had it named.
+    pub jit: JitCoverage,
     /// What became of the batch.
     pub delivery: Delivery,
     /// Nanoseconds off CPU in the off-CPU batch (0 when off-CPU profiling
@@ -76,6 +78,7 @@ impl Agent {
         };
         let period_ns = 1_000_000_000 / config.frequency_hz;
         let mut batcher = batcher::Batcher::new(config.host.clone(), period_ns, kallsyms);
+        batcher.read_perf_maps(config.perf_maps);
         let mut unwinder = sampler.take_unwinder().filter(|_| config.unwind_tables);
         if let Some(unwinder) = &mut unwinder {
             unwinder.read_python(config.python);
@@ -351,6 +354,7 @@ impl Agent {
             samples: batch.sample_count(),
             new_stacks: batch.stacks.len(),
             coverage: self.last_coverage,
+            jit: self.batcher.jit_coverage(),
             delivery,
             off_cpu_ns,
         })

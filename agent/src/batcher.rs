@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use kiln_model::{Batch, BatchBuilder, Frame, FrameKind, LabelSet, label_names};
 
 use crate::containers::{ContainerInfo, Containers};
-use crate::fileid::{FileCache, FileInfo};
+use crate::fileid::FileCache;
 use crate::jvm::{Jvm, JvmNamer};
 use crate::kallsyms::Kallsyms;
 use crate::mapped_file::MappedSource;
+use crate::perf_map::{JitCoverage, JitOutcome, PerfMaps};
 use crate::procfs::{Mapping, Process, ProcessTable};
 use crate::python::{self, Interpreter, ProcessMemory, PythonNamer};
 use crate::sampler::{Drained, RawSample, RawStack};
@@ -125,6 +126,8 @@ pub(crate) struct Batcher {
     /// Where the unwinder says which processes run Python or a JVM;
     /// `None` when unwind tables (and with them their frames) are off.
     unwinder: Option<Arc<Mutex<unwinder::Shared>>>,
+    /// How the last CPU batch's JIT frames were named.
+    jit: JitCoverage,
 }
 
 impl Batcher {
@@ -139,7 +142,19 @@ impl Batcher {
             sent: RecentlySent::new(RESEND_AFTER, MAX_REMEMBERED),
             files: Vec::new(),
             unwinder: None,
+            jit: JitCoverage::default(),
         }
+    }
+
+    /// Whether to name JIT frames from the processes' perf maps (on
+    /// unless set off; off, they are all `[unknown JIT]`).
+    pub(crate) fn read_perf_maps(&mut self, on: bool) {
+        lock(&self.state).perf_maps.read_maps(on);
+    }
+
+    /// How the JIT frames of the last CPU batch's samples were named.
+    pub(crate) fn jit_coverage(&self) -> JitCoverage {
+        self.jit
     }
 
     /// Says that the agent loads unwind tables, so that walks the program
@@ -188,7 +203,7 @@ impl Batcher {
         let runtimes = self.runtimes();
         let state = self.state.clone();
         let mut state = lock(&state);
-        user_frames(&mut state, &runtimes, pid, stack, &mut HashMap::new())
+        user_frames(&mut state, &runtimes, pid, stack, &mut HashMap::new()).0
     }
 
     /// Builds the CPU batch of one interval; its samples are stamped by
@@ -203,9 +218,11 @@ impl Batcher {
         let state = self.state.clone();
         let mut state = lock(&state);
         state.processes.next_drain();
+        state.perf_maps.next_drain();
         let mut builder = BatchBuilder::new(self.host.clone(), sent_at_ns, self.period_ns);
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
         let mut executables = HashMap::new();
+        let mut jit = JitCoverage::default();
         self.add_samples(
             &mut builder,
             &mut state,
@@ -213,12 +230,16 @@ impl Batcher {
             None,
             clock,
             &mut executables,
+            &mut jit,
         );
         if drained.coverage.walks() > 0 {
             drained
                 .coverage
                 .add_to(&mut builder, &self.host, timestamp_ns);
         }
+        jit.add_to(&mut builder, &self.host, timestamp_ns);
+        jit.log();
+        self.jit = jit;
         if drained.lost > 0 {
             let frames = [Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME)];
             builder.add(timestamp_ns, &frames, &host_only, drained.lost);
@@ -251,6 +272,7 @@ impl Batcher {
         let mut state = lock(&state);
         let mut builder = BatchBuilder::new(self.host.clone(), sent_at_ns, 1);
         let mut executables = HashMap::new();
+        // (Waits are no CPU samples: the JIT coverage counts the latter.)
         self.add_samples(
             &mut builder,
             &mut state,
@@ -258,6 +280,7 @@ impl Batcher {
             Some(OFF_CPU_DEVICE_KIND),
             clock,
             &mut executables,
+            &mut JitCoverage::default(),
         );
         if off_cpu.lost_ns > 0 {
             let frames = [Frame::named(FrameKind::Truncated, SAMPLES_LOST_FRAME)];
@@ -270,7 +293,12 @@ impl Batcher {
     }
 
     /// Adds `samples` to `builder`, each labelled with its process and
-    /// thread, and `device_kind` when one is given.
+    /// thread, and `device_kind` when one is given; counts in `jit` how
+    /// their JIT frames were named.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the per-batch state a sample is added with"
+    )]
     fn add_samples(
         &self,
         builder: &mut BatchBuilder,
@@ -279,6 +307,7 @@ impl Batcher {
         device_kind: Option<&str>,
         clock: &SampleClock,
         executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
+        jit: &mut JitCoverage,
     ) {
         let host_only = LabelSet::new().with(label_names::HOST, self.host.clone());
         let runtimes = self.runtimes();
@@ -292,7 +321,8 @@ impl Batcher {
                 state.scripts.insert(pid, main.to_owned());
             }
         }
-        let mut user_cache: HashMap<(u32, *const RawStack), Arc<Vec<Frame>>> = HashMap::new();
+        type Resolved = (Arc<Vec<Frame>>, Option<JitOutcome>);
+        let mut user_cache: HashMap<(u32, *const RawStack), Resolved> = HashMap::new();
         let mut kernel_cache: HashMap<*const RawStack, Arc<Vec<Frame>>> = HashMap::new();
         let mut frames = Vec::new();
 
@@ -323,20 +353,22 @@ impl Batcher {
                     frames.push(marker);
                 }
                 let key = (sample.pid, Arc::as_ptr(user));
-                let resolved = match user_cache.get(&key) {
+                let (resolved, jit_outcome) = match user_cache.get(&key) {
                     Some(f) => f.clone(),
                     None => {
-                        let f =
-                            Arc::new(user_frames(state, &runtimes, sample.pid, user, executables));
+                        let (f, jit_outcome) =
+                            user_frames(state, &runtimes, sample.pid, user, executables);
+                        let f = Arc::new(f);
                         if python.contains_key(&sample.pid)
                             && let Some(script) = python::script_of(&f)
                         {
                             state.scripts.insert(sample.pid, script);
                         }
-                        user_cache.insert(key, f.clone());
-                        f
+                        user_cache.insert(key, (f.clone(), jit_outcome));
+                        (f, jit_outcome)
                     }
                 };
+                jit.count(jit_outcome, sample.count);
                 frames.extend(resolved.iter().cloned());
             }
             if let Some(kernel) = &sample.kernel {
@@ -458,6 +490,8 @@ pub(crate) struct HostState {
     /// Whether the agent loads unwind tables: only then is a walk that
     /// stopped for want of one marked so (without them, every walk would).
     unwind_tables: bool,
+    /// Names JIT frames from the processes' perf maps.
+    perf_maps: PerfMaps,
     /// Names containers (none by default): shared with the new-process
     /// thread, which looks new containers up outside this state's lock.
     containers: Containers,
@@ -470,18 +504,23 @@ impl HostState {
     }
 
     /// Takes in a process read (outside the lock) as it appeared, and
-    /// reads the ids of the files it maps, which it returns with them.
-    pub(crate) fn learn(&mut self, pid: u32, process: Process) -> Vec<(Mapping, Arc<FileInfo>)> {
+    /// reads the ids of the files it maps: returns its code, for the
+    /// unwinder.
+    pub(crate) fn learn(&mut self, pid: u32, process: Process) -> unwinder::ProcessCode {
         let HostState {
             processes, files, ..
         } = self;
         let process = processes.insert(pid, process);
-        process
-            .mappings
-            .iter()
-            .filter(|m| m.is_file())
-            .filter_map(|m| Some((m.clone(), files.get(pid, m)?)))
-            .collect()
+        let (jit, others): (Vec<&Mapping>, Vec<&Mapping>) =
+            process.mappings.iter().partition(|m| m.is_jit());
+        unwinder::ProcessCode {
+            files: others
+                .into_iter()
+                .filter(|m| m.is_file())
+                .filter_map(|m| Some((m.clone(), files.get(pid, m)?)))
+                .collect(),
+            jit: jit.into_iter().cloned().collect(),
+        }
     }
 }
 
@@ -538,21 +577,23 @@ fn container_labels(labels: &mut LabelSet, info: &ContainerInfo) {
 }
 
 /// Root-first native frames of a user stack (which comes leaf first),
-/// with a marker at the root when the walk was cut.
+/// with a marker at the root when the walk was cut; and, when it ran JIT
+/// code, how that was named (its worst frame's outcome).
 fn user_frames(
     state: &mut HostState,
     runtimes: &Runtimes,
     pid: u32,
     stack: &RawStack,
     executables: &mut HashMap<kiln_model::FileId, (kiln_model::Executable, MappedSource)>,
-) -> Vec<Frame> {
+) -> (Vec<Frame>, Option<JitOutcome>) {
     if state.processes.get(pid).is_none() {
         // Exited before this drain could read its maps: its addresses
         // cannot be placed, so one frame stands for all of them.
-        return vec![unknown(FrameKind::Native, PROCESS_GONE_MODULE)];
+        return (vec![unknown(FrameKind::Native, PROCESS_GONE_MODULE)], None);
     }
     let mut out = Vec::with_capacity(stack.addrs.len() + 1);
     let mut broken = false;
+    let mut jit: Option<JitOutcome> = None;
     for (i, &addr) in stack.addrs.iter().enumerate() {
         // A Python frame the eBPF walk put in its interpreter's place.
         if addr & crate::abi::FRAME_TAG_MASK == crate::abi::JVM_FRAME {
@@ -576,6 +617,12 @@ fn user_frames(
         // return address may already belong to the next one.
         let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
         let frame = match state.processes.mapping(pid, addr).cloned() {
+            // JIT-compiled code, named by the process's perf map.
+            Some(m) if m.is_jit() => {
+                let (frame, outcome) = state.perf_maps.frame(pid, addr);
+                jit = jit.max(Some(outcome));
+                frame
+            }
             Some(m) if m.is_file() => match state.files.get(pid, &m) {
                 Some(file) => {
                     executables.entry(file.file_id).or_insert_with(|| {
@@ -615,7 +662,7 @@ fn user_frames(
         out.push(Frame::named(FrameKind::Truncated, TRUNCATED_FRAME));
     }
     out.reverse();
-    out
+    (out, jit)
 }
 
 /// A frame for code the agent cannot place: named by its module, so that

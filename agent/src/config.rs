@@ -90,6 +90,13 @@ pub struct AgentConfig {
     /// `script` label (main class or jar), and a JVM whose frames are not
     /// read (OpenJ9) a root frame saying so. On by default.
     pub java: bool,
+    /// Name JIT-compiled code (in anonymous executable memory) from the
+    /// perf map its process writes, `/tmp/perf-PID.map` (Node with
+    /// `--perf-basic-prof`, .NET with `DOTNET_PerfMapEnabled=1`, the JVM
+    /// on `jcmd PID Compiler.perfmap`, LuaJIT, Julia, Wasmtime), read
+    /// safely and as it grows. Off, such frames are all `[unknown JIT]`.
+    /// On by default.
+    pub perf_maps: bool,
     /// Name the containers of sampled processes (`container_name`, and
     /// under Kubernetes `pod`, `namespace`, chosen pod labels) from their
     /// runtimes' state files; `None` labels them with their id only.
@@ -111,6 +118,7 @@ impl Default for AgentConfig {
             off_cpu_threshold: DEFAULT_OFF_CPU_THRESHOLD,
             python: true,
             java: true,
+            perf_maps: true,
             container_names: Some(ContainerNames::default()),
         }
     }

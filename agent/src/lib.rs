@@ -148,6 +148,7 @@ mod kallsyms;
 mod mapped_file;
 pub mod memory;
 mod nvml;
+mod perf_map;
 mod procfs;
 pub mod python;
 mod run;
@@ -189,6 +190,7 @@ pub use nvml::{
     DeviceReading, GPU_SAMPLE_INTERVAL, GpuMetricsSampler, GpuPoint, GpuProcess, GpuReadings,
     MAX_GPU_PROCESSES, MAX_QUEUED_GPU_READINGS, NVML_PATH_ENV, Nvml, NvmlError,
 };
+pub use perf_map::{JIT_OUTCOME_LABEL, JIT_SAMPLES, JitCoverage, UNKNOWN_JIT_FRAME};
 pub use procfs::{Mapping, ProcError, container_id, parse_maps, read_maps};
 pub use sampler::{MAX_FREQUENCY_HZ, SamplerError};
 pub use sink::{

@@ -174,6 +174,17 @@ struct Args {
     )]
     no_java: bool,
 
+    /// Do not read perf maps (/tmp/perf-PID.map, written by Node with
+    /// --perf-basic-prof, .NET with DOTNET_PerfMapEnabled=1, the JVM on
+    /// `jcmd PID Compiler.perfmap`, LuaJIT, Julia, Wasmtime): JIT-compiled
+    /// frames then all show as [unknown JIT].
+    #[arg(
+        long,
+        env = "KILN_NO_PERF_MAPS",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    no_perf_maps: bool,
+
     /// Label samples with their container's id only: do not read the
     /// container runtimes' state files (containerd, CRI-O, kubelet's logs,
     /// Docker, Podman) for container_name, pod and namespace.
@@ -254,6 +265,7 @@ fn try_main(args: Args) -> anyhow::Result<()> {
         off_cpu_threshold: args.off_cpu_threshold,
         python: !args.no_python,
         java: !args.no_java,
+        perf_maps: !args.no_perf_maps,
         container_names: (!args.no_container_names).then(|| kiln_agent::ContainerNames {
             host_root: args.host_root.clone(),
             // An empty KILN_POD_LABELS (a manifest's placeholder) is none.

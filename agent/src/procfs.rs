@@ -53,6 +53,14 @@ impl Mapping {
         self.inode != 0 && self.path.starts_with('/')
     }
 
+    /// Whether this is memory a JIT compiler writes code into: anonymous
+    /// (unnamed, or named by `prctl(PR_SET_VMA_ANON_NAME)`), or a memfd
+    /// (.NET maps its code twice through one, writable and executable).
+    /// Such code has no file, symbols or unwind table; perf maps name it.
+    pub fn is_jit(&self) -> bool {
+        self.path.is_empty() || self.path.starts_with("[anon:") || self.path.starts_with("/memfd:")
+    }
+
     /// The file name without directories (`libc.so.6`), or the
     /// pseudo-name, or `[anon]`.
     pub fn name(&self) -> &str {
@@ -311,17 +319,22 @@ mod tests {
 55d0c0a02000-55d0c0a08000 r-xp 00002000 fd:01 1234 /usr/bin/my prog
 7f0000000000-7f0000001000 r-xp 00000000 00:00 0
 7ffd1c9f0000-7ffd1c9f2000 r-xp 00000000 00:00 0                          [vdso]
+7f0000010000-7f0000020000 r-xs 00000000 00:01 4242                       /memfd:doublemapper (deleted)
+7f0000030000-7f0000040000 rwxp 00000000 00:00 0                          [anon:v8 code]
 ";
         let maps = parse_maps(text).unwrap();
-        assert_eq!(maps.len(), 3);
+        assert_eq!(maps.len(), 5);
         assert_eq!(maps[0].path, "/usr/bin/my prog");
         assert_eq!(maps[0].offset, 0x2000);
         assert_eq!(maps[0].dev, (0xfd << 32) | 1);
         assert!(maps[0].is_file());
         assert_eq!(maps[0].name(), "my prog");
         assert_eq!(maps[1].name(), "[anon]");
-        assert_eq!(maps[2].name(), "[vdso]");
-        assert!(!maps[2].is_file());
+        assert!(!maps[4].is_file());
+        assert_eq!(maps[4].name(), "[vdso]");
+        // JIT memory: anonymous, named anonymous, and .NET's memfd.
+        let jit: Vec<bool> = maps.iter().map(Mapping::is_jit).collect();
+        assert_eq!(jit, [false, true, true, true, false]);
         assert!(parse_maps("zz-yy r-xp 0 0:0 0\n").is_err());
     }
 

@@ -50,11 +50,20 @@ const MAX_TABLE_ROWS: usize = 1 << 24;
 /// A process's executable file mappings, each with its file.
 pub(crate) type ProcessMappings = Vec<(Mapping, Arc<FileInfo>)>;
 
+/// A process's code as its maps show it: its executable files, and the
+/// memory JIT compilers write code into ([`Mapping::is_jit`]), which has
+/// no table and is walked by frame pointers.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProcessCode {
+    pub(crate) files: ProcessMappings,
+    pub(crate) jit: Vec<Mapping>,
+}
+
 /// What the unwinder thread is given to do.
 #[derive(Debug)]
 pub(crate) enum Work {
     /// Processes whose maps were just read.
-    Learned(Vec<(u32, ProcessMappings)>),
+    Learned(Vec<(u32, ProcessCode)>),
     /// A table the builder thread finished.
     Built(Built),
 }
@@ -135,6 +144,11 @@ struct LoadedProcess {
     start_time: u64,
     /// Its executable file mappings, as last read.
     mappings: ProcessMappings,
+    /// Its JIT regions, as last read: in the program's list without a
+    /// table, so that a walk through JIT code follows frame pointers there
+    /// without taking it for code mapped since (and asking for the maps
+    /// again, every time).
+    jit: Vec<Mapping>,
     /// Its files with (possible) tables, one entry per mapping (so a file
     /// mapped twice is counted twice, and released twice).
     files: Vec<FileId>,
@@ -281,8 +295,8 @@ impl Unwinder {
     pub(crate) fn work(&mut self, work: Work) {
         match work {
             Work::Learned(learned) => {
-                for (pid, mappings) in learned {
-                    self.load_process(pid, mappings);
+                for (pid, code) in learned {
+                    self.load_process(pid, code);
                 }
             }
             Work::Built(built) => self.built(built),
@@ -294,7 +308,11 @@ impl Unwinder {
     /// Gives the program `pid`'s mappings and asks for the unwind tables
     /// of its files, so its next samples are walked with them. Does
     /// nothing when the process has already exited.
-    pub(crate) fn load_process(&mut self, pid: u32, mut mappings: ProcessMappings) {
+    pub(crate) fn load_process(&mut self, pid: u32, code: ProcessCode) {
+        let ProcessCode {
+            files: mut mappings,
+            mut jit,
+        } = code;
         let Ok(start_time) = procfs::start_time(pid) else {
             return;
         };
@@ -311,6 +329,10 @@ impl Unwinder {
             );
             mappings.truncate(MAX_MAPPINGS);
         }
+        // Files first: past the bound, JIT regions go (a walk through one
+        // then takes it for unknown code, and still follows frame
+        // pointers).
+        jit.truncate(MAX_MAPPINGS - mappings.len());
         // A reload (new mappings, or a table missing) or a reused pid: what
         // it held before is released once the new entry replaces the old,
         // not before, so that its tables are not evicted first to make
@@ -328,6 +350,7 @@ impl Unwinder {
             LoadedProcess {
                 start_time,
                 mappings,
+                jit,
                 files,
             },
         );
@@ -425,7 +448,7 @@ impl Unwinder {
             return;
         };
         let mut complete = true;
-        let entries: Vec<BpfMapping> = process
+        let mut entries: Vec<BpfMapping> = process
             .mappings
             .iter()
             .map(|(m, file)| {
@@ -446,6 +469,15 @@ impl Unwinder {
                 }
             })
             .collect();
+        // JIT regions: no table (id 0), so frame pointers.
+        entries.extend(process.jit.iter().map(|m| BpfMapping {
+            start: m.start,
+            end: m.end,
+            bias: 0,
+            table_id: 0,
+            rows_len: 0,
+        }));
+        entries.sort_by_key(|e| e.start);
         let written = if entries.is_empty() {
             self.maps.processes.remove(&pid).map_err(|e| e.to_string())
         } else {

@@ -25,7 +25,7 @@ pub(crate) struct Watcher {
 }
 
 /// Processes whose mappings the unwinder thread should load.
-type Learned = Vec<(u32, unwinder::ProcessMappings)>;
+type Learned = Vec<(u32, unwinder::ProcessCode)>;
 
 /// File name of the CUDA injection library (gpu-lib), whose launch marker
 /// the GPU launch uprobe attaches to.
@@ -83,8 +83,8 @@ impl Watcher {
                                 match rx.recv_timeout(unwinder.idle_wait()) {
                                     Ok(Some(work)) => {
                                         if let unwinder::Work::Learned(learned) = &work {
-                                            for (pid, mappings) in learned {
-                                                found_gpu_libraries(*pid, mappings, &gpu_found);
+                                            for (pid, code) in learned {
+                                                found_gpu_libraries(*pid, &code.files, &gpu_found);
                                             }
                                         }
                                         unwinder.work(work);
@@ -143,7 +143,7 @@ impl Watcher {
                                 // sampled: the program announces their
                                 // first sample after an execve too.
                                 .filter(|(a, _)| a.why != sampler::Why::Exec)
-                                .map(|(a, mappings)| (a.pid, mappings))
+                                .map(|(a, code)| (a.pid, code))
                                 .collect()
                         };
                         match &feed_unwinder {
@@ -152,8 +152,8 @@ impl Watcher {
                             }
                             Some(_) => {}
                             None => {
-                                for (pid, mappings) in &learned {
-                                    found_gpu_libraries(*pid, mappings, &gpu_libraries);
+                                for (pid, code) in &learned {
+                                    found_gpu_libraries(*pid, &code.files, &gpu_libraries);
                                 }
                             }
                         }

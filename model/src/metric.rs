@@ -62,6 +62,19 @@ pub mod names {
         "bad_frame",
         "depth",
     ];
+    /// Samples of one agent interval whose user stack ran JIT-compiled
+    /// code (a frame in anonymous executable memory), by how that code
+    /// was named (label [`JIT_SAMPLE_OUTCOME`], one of
+    /// [`JIT_SAMPLE_OUTCOMES`], beside `host`): every outcome is sent in
+    /// an interval that had any, zeros too.
+    pub const JIT_SAMPLES: &str = "agent.jit_samples";
+    /// The label of [`JIT_SAMPLES`] naming the outcome.
+    pub const JIT_SAMPLE_OUTCOME: &str = "outcome";
+    /// How a sample's JIT frames were named: `named`, every one from the
+    /// process's perf map; `not_in_map`, the map lacked one of them;
+    /// `no_map`, the process writes no perf map the agent could read (or
+    /// `kiln-agent --no-perf-maps`).
+    pub const JIT_SAMPLE_OUTCOMES: [&str; 3] = ["named", "not_in_map", "no_map"];
 }
 
 /// What share of the user-stack walks in a range reached their root, from

@@ -1,0 +1,265 @@
+//! Names for JIT-compiled code from the perf maps runtimes write.
+//!
+//! Code a JIT compiler generates lives in anonymous executable memory
+//! (or a memfd mapped twice, as .NET does), with no file, symbols or
+//! unwind table. Many runtimes can say what they put there in
+//! `/tmp/perf-PID.map`, one `START SIZE name` line per piece of code, the
+//! convention `perf` reads: Node with `--perf-basic-prof`, .NET with
+//! `DOTNET_PerfMapEnabled=1`, the JVM on `jcmd PID Compiler.perfmap`,
+//! LuaJIT, Julia, Wasmtime. A user-stack address in such memory becomes
+//! the [`FrameKind::Jit`](kiln_model::FrameKind::Jit) frame its map
+//! names there (`names.rs`), or, with no entry, the marker
+//! [`UNKNOWN_JIT_FRAME`]: never another function's name.
+//!
+//! Each process's map is read incrementally and safely (`reader.rs`: the
+//! file is the profiled user's) once per drain in which the process had
+//! JIT frames, so code compiled since is named and code that reused a
+//! freed range gets its new name (`ranges.rs`: the newest entry wins).
+//! The eBPF walk goes through JIT code by its frame pointers, which V8,
+//! .NET and the JVM keep; the unwinder gives the program the JIT regions
+//! as mappings without a table (see `unwinder.rs`).
+
+mod coverage;
+mod names;
+mod parse;
+mod ranges;
+mod reader;
+
+use std::collections::HashMap;
+
+use kiln_model::Frame;
+use tracing::{debug, info};
+
+pub(crate) use coverage::JitOutcome;
+pub use coverage::{JIT_OUTCOME_LABEL, JIT_SAMPLES, JitCoverage};
+pub use names::UNKNOWN_JIT_FRAME;
+use reader::{Limits, PerfMapError, PerfMapPath, PerfMapReader};
+
+/// A process whose perf map was not used for this many drains is
+/// forgotten (as the process table forgets processes).
+const FORGET_AFTER_DRAINS: u64 = 12;
+
+/// The perf maps of the processes whose JIT frames were sampled.
+#[derive(Debug)]
+pub(crate) struct PerfMaps {
+    /// Whether maps are read at all (`--no-perf-maps` turns it off: JIT
+    /// frames are then all [`UNKNOWN_JIT_FRAME`]).
+    enabled: bool,
+    processes: HashMap<u32, ProcessMap>,
+    drain: u64,
+}
+
+impl Default for PerfMaps {
+    fn default() -> Self {
+        PerfMaps {
+            enabled: true,
+            processes: HashMap::new(),
+            drain: 0,
+        }
+    }
+}
+
+/// One process's map, and when it was last refreshed and used.
+#[derive(Debug)]
+struct ProcessMap {
+    /// With the pid, what tells this process from a later one with its pid.
+    start_time: u64,
+    reader: PerfMapReader,
+    refreshed: Option<u64>,
+    last_used: u64,
+    /// Why the last refresh failed, logged once per reason.
+    last_error: Option<String>,
+}
+
+impl PerfMaps {
+    /// Whether to read perf maps (on unless set off).
+    pub(crate) fn read_maps(&mut self, on: bool) {
+        self.enabled = on;
+        if !on {
+            self.processes.clear();
+        }
+    }
+
+    /// Starts a new drain: maps are refreshed at their first use in it;
+    /// processes whose maps were not used for a while are forgotten.
+    pub(crate) fn next_drain(&mut self) {
+        self.drain += 1;
+        let drain = self.drain;
+        self.processes
+            .retain(|_, p| drain - p.last_used < FORGET_AFTER_DRAINS);
+    }
+
+    /// The frame of the JIT code at `addr` in process `pid` (an address in
+    /// one of its JIT regions; a call's address, past the leaf), and how
+    /// it was named.
+    pub(crate) fn frame(&mut self, pid: u32, addr: u64) -> (Frame, JitOutcome) {
+        if !self.enabled {
+            return (names::unknown_jit(), JitOutcome::NoMap);
+        }
+        let Some(process) = self.process(pid) else {
+            return (names::unknown_jit(), JitOutcome::NoMap);
+        };
+        match process.reader.frame(addr) {
+            Some(frame) => (frame.clone(), JitOutcome::Named),
+            None if process.reader.has_read() => (names::unknown_jit(), JitOutcome::NotInMap),
+            None => (names::unknown_jit(), JitOutcome::NoMap),
+        }
+    }
+
+    /// `pid`'s map, refreshed once per drain; `None` when the process is
+    /// gone before it was first seen.
+    fn process(&mut self, pid: u32) -> Option<&mut ProcessMap> {
+        let drain = self.drain;
+        let start_time = match self.processes.get(&pid) {
+            // Checked once per drain that the pid was not reused.
+            Some(p) if p.refreshed == Some(drain) => None,
+            _ => crate::procfs::start_time(pid).ok(),
+        };
+        let stale = match (self.processes.get(&pid), start_time) {
+            (Some(p), Some(t)) => p.start_time != t,
+            (None, _) => true,
+            // Exited: what was read still names its samples, which are
+            // older than its exit.
+            (Some(_), None) => false,
+        };
+        if stale {
+            let start_time = start_time?;
+            let at = perf_map_path(pid)?;
+            self.processes.insert(
+                pid,
+                ProcessMap {
+                    start_time,
+                    reader: PerfMapReader::new(at, Limits::default()),
+                    refreshed: None,
+                    last_used: drain,
+                    last_error: None,
+                },
+            );
+        }
+        let process = self.processes.get_mut(&pid)?;
+        process.last_used = drain;
+        if process.refreshed != Some(drain) {
+            process.refreshed = Some(drain);
+            process.refresh(pid);
+        }
+        Some(process)
+    }
+}
+
+impl ProcessMap {
+    /// Reads what the map gained, logging a failure once per reason.
+    fn refresh(&mut self, pid: u32) {
+        let was_full = self.reader.stats().full;
+        match self.reader.refresh() {
+            Ok(0) => {}
+            Ok(taken) => {
+                self.last_error = None;
+                let stats = self.reader.stats();
+                debug!(
+                    pid,
+                    taken,
+                    entries = stats.entries,
+                    skipped = stats.skipped,
+                    "perf map read"
+                );
+                if stats.full && !was_full {
+                    info!(
+                        pid,
+                        entries = stats.entries,
+                        "perf map past the agent's bounds: later JIT code stays unnamed"
+                    );
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if self.last_error.as_ref() != Some(&text) {
+                    match e {
+                        // Most JIT processes write none: nothing to say.
+                        PerfMapError::Missing { .. } | PerfMapError::Io { .. } => {
+                            debug!(pid, error = %text, "perf map not read")
+                        }
+                        _ => info!(pid, error = %text, "perf map not read"),
+                    }
+                    self.last_error = Some(text);
+                }
+            }
+        }
+    }
+}
+
+/// Where `pid`'s perf map is: `/tmp/perf-N.map` in its root, N its pid in
+/// its own pid namespace (a container's process writes its own pid), and
+/// the users whose file is believed. `None` when it has exited.
+fn perf_map_path(pid: u32) -> Option<PerfMapPath> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let (own_pid, owners) = pid_and_users(&status);
+    Some(PerfMapPath {
+        root: format!("/proc/{pid}/root").into(),
+        path: format!("/tmp/perf-{}.map", own_pid.unwrap_or(pid)),
+        owners,
+    })
+}
+
+/// From a `/proc/PID/status`: the pid in the innermost pid namespace
+/// (`NSpid`'s last field), and the uids (`Uid`: real, effective, saved,
+/// filesystem).
+fn pid_and_users(status: &str) -> (Option<u32>, Vec<u32>) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|rest| {
+                rest.split_whitespace()
+                    .filter_map(|n| n.parse::<u32>().ok())
+            })
+    };
+    let own_pid = field("NSpid:").and_then(|mut pids| pids.next_back());
+    let uids = field("Uid:").map(Iterator::collect).unwrap_or_default();
+    (own_pid, uids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaced_pid_and_users_from_status() {
+        let status = "Name:\tnode\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nNSpid:\t4242\t7\n";
+        assert_eq!(pid_and_users(status), (Some(7), vec![1000; 4]));
+        assert_eq!(pid_and_users("Name:\tx\n"), (None, vec![]));
+        let me = perf_map_path(std::process::id()).unwrap();
+        assert_eq!(me.path, format!("/tmp/perf-{}.map", std::process::id()));
+        // SAFETY: geteuid has no preconditions.
+        assert!(me.owners.contains(&unsafe { libc::geteuid() }));
+    }
+
+    // Guards the whole path on this process: its own perf map, written
+    // in /tmp as a runtime would, names an address; an address it does not
+    // cover gets the marker, and with maps off everything does.
+    #[test]
+    fn own_perf_map_names_its_entries() {
+        let pid = std::process::id();
+        let path = format!("/tmp/perf-{pid}.map");
+        std::fs::write(&path, "7f0000001000 100 JS:*handle /srv/app.js:12:3\n").unwrap();
+        let mut maps = PerfMaps::default();
+        maps.next_drain();
+        let (frame, outcome) = maps.frame(pid, 0x7f00_0000_1010);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(outcome, JitOutcome::Named);
+        assert_eq!(
+            frame,
+            Frame::Named {
+                kind: kiln_model::FrameKind::Jit,
+                function: "handle".into(),
+                module: None,
+                file: Some("/srv/app.js".into()),
+                line: 12,
+            }
+        );
+        let (frame, outcome) = maps.frame(pid, 0x7f00_0000_2000);
+        assert_eq!(outcome, JitOutcome::NotInMap);
+        assert_eq!(frame, names::unknown_jit());
+        maps.read_maps(false);
+        assert_eq!(maps.frame(pid, 0x7f00_0000_1010).1, JitOutcome::NoMap);
+    }
+}
