@@ -81,8 +81,8 @@ impl Sides {
         if (text(base.0), text(base.1), &base.2) == (text(target.0), text(target.1), &target.2) {
             return Err(ApiError::bad_request(
                 "base and target are the same range with the same filters: nothing to compare \
-                 (give each side its own times, base_from=…&target_from=…, or label filters, \
-                 base.LABEL=…&target.LABEL=…)",
+                 (give each side its own times or label filters: base_from=…&target_from=… or \
+                 base.LABEL=…&target.LABEL=… in the API, base and target in the MCP diff tool)",
             ));
         }
         let sides = Sides {

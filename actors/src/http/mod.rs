@@ -24,6 +24,7 @@
 //! | GET | `/api/v1/gpu/kernels?from&to` | GPU kernels: launches, time, PC samples | read |
 //! | GET | `/api/v1/gpu/instructions?kernel&from&to` | a kernel's SASS instructions and stall reasons | read |
 //! | GET | `/api/v1/gpu/trace?from&to&kernel&step` | GPU time per kernel, a Perfetto (Chrome JSON) trace | read |
+//! | POST | `/mcp` | the MCP server (Streamable HTTP, JSON answers): tools `top_functions`, `flamegraph`, `diff`, `gpu_kernels`, `labels` ([`mcp`]); GET and DELETE are 405 | read |
 //! | HEAD | `/api/v1/symbols/{file_id}` | 200 when symbols exist (tenant or global), else 404 | ingest |
 //! | PUT | `/api/v1/symbols/{file_id}` | upload an ELF or debug file; its symbols are stored | ingest |
 //! | HEAD | `/api/v1/symbols/global/{file_id}` | 200 when the global store has symbols | ingest |
@@ -60,6 +61,7 @@ mod index;
 pub mod ingest;
 mod internal;
 pub mod login;
+mod mcp;
 mod metrics;
 pub mod otlp;
 mod params;
@@ -309,6 +311,9 @@ fn query_routes(r: &mut Registrar<'_>) {
         .api(M::GET, "/api/v1/gpu/kernels", gpu::kernels)
         .api(M::GET, "/api/v1/gpu/instructions", gpu::instructions)
         .api(M::GET, "/api/v1/gpu/trace", gpu::trace)
+        .api(M::POST, mcp::PATH, mcp::post)
+        .api(M::GET, mcp::PATH, mcp::not_allowed)
+        .api(M::DELETE, mcp::PATH, mcp::not_allowed)
         .route(M::GET, "/", Access::Public, index::page)
         .route(M::GET, "/{file}", Access::Public, assets::file);
 }
