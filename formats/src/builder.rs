@@ -5,16 +5,9 @@ use std::borrow::Cow;
 use kiln_model::{BatchBuilder, Executable, Frame, LabelSet, MAX_BATCH_ENTRIES, MAX_LABELS};
 
 use crate::error::ImportError;
+use crate::limits::MAX_STACK_FRAMES;
 use crate::options::{ImportOptions, Imported};
 use crate::weights;
-
-/// Most frame references, summed over the distinct stacks, that one import
-/// keeps: 128 MiB of 16-byte frame ids, so that the batch stays within
-/// what a worker decodes ([`kiln_model::MAX_BATCH_BYTES`]). Text inputs
-/// reach it only when huge; a pprof profile, whose samples refer to shared
-/// locations, could otherwise blow a small input up into more stacks than
-/// memory holds.
-pub(crate) const MAX_STACK_FRAMES: usize = 1 << 23;
 
 /// A [`BatchBuilder`] that adds the import's labels to every sample and
 /// checks that the counts add up without overflow (the builder itself sums

@@ -4,8 +4,7 @@
 //! line number (from 1) and the field for the text formats, the index or id
 //! of the offending message for pprof.
 
-use crate::builder::MAX_STACK_FRAMES;
-use crate::pprof::MAX_DECOMPRESSED_BYTES;
+use crate::limits::{MAX_DECOMPRESSED_BYTES, MAX_STACK_FRAMES};
 
 /// Why an input could not be imported. Nothing is imported when any part of
 /// the input is wrong: an import is all or nothing.

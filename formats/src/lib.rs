@@ -32,6 +32,7 @@ mod collapsed;
 mod error;
 pub mod export;
 mod format;
+mod limits;
 mod module;
 mod options;
 pub mod otlp;
@@ -46,8 +47,8 @@ mod wire;
 
 pub use error::ImportError;
 pub use format::{Format, ParseFormatError};
+pub use limits::MAX_DECOMPRESSED_BYTES;
 pub use options::{DEFAULT_PERIOD_NS, ImportOptions, Imported, PerfTimestamps};
-pub use pprof::MAX_DECOMPRESSED_BYTES;
 /// pprof's `profile.proto` messages (prost), to build or read profiles.
 pub use pprof::proto as pprof_proto;
 pub use time::parse_time;

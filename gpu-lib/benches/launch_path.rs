@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kiln_cuda::Cupti;
-use kiln_cuda::cupti::abi;
+use kiln_cuda::cupti_abi as abi;
 use kiln_cuda::injection::{self, Config};
-use kiln_cuda::pcsampling::control::PcSamplingSettings;
+use kiln_cuda::pc_sampler::PcSamplingSettings;
 use support::{FakeCupti, GetDataFaults};
 
 const LAUNCHES: u32 = 2_000_000;

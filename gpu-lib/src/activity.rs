@@ -12,7 +12,7 @@
 //! name stays a raw address ([`KernelRecord::name_ptr`]) until
 //! [`crate::Cupti::kernel_name`] resolves it.
 
-use crate::cupti::abi::{ACTIVITY_RECORD_ALIGNMENT, activity_kind, kernel_record};
+use crate::cupti_abi::{ACTIVITY_RECORD_ALIGNMENT, activity_kind, kernel_record};
 
 /// One kernel execution, from a `CUpti_ActivityKernel*` record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +166,7 @@ fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
 /// layout): for tests, the benchmark and the fuzz seeds.
 pub mod synth {
     use super::KernelRecord;
-    use crate::cupti::abi::{activity_kind, kernel_record};
+    use crate::cupti_abi::{activity_kind, kernel_record};
 
     /// Appends one `CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL` record.
     pub fn push_kernel(buffer: &mut Vec<u8>, k: &KernelRecord) {

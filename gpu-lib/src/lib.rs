@@ -33,12 +33,14 @@
 pub mod activity;
 pub mod aggregate;
 pub mod cupti;
+pub mod cupti_abi;
 mod fold;
 pub mod injection;
 pub mod join;
 mod log;
 pub mod marking;
 pub mod memory;
+pub mod pc_sampler;
 pub mod pcsampling;
 pub mod perfetto;
 pub mod pipeline;

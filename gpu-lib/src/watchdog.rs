@@ -1,7 +1,7 @@
 //! A bound on how long a CUPTI call made by Kiln may take.
 //!
 //! Kiln calls CUPTI's PC Sampling API on the program's own threads (see
-//! [`crate::pcsampling::control`]). If one of those calls ever blocks —
+//! [`crate::pc_sampler`]). If one of those calls ever blocks —
 //! a deadlock inside the driver, as the old start/stop discipline caused
 //! on an H200 — the program must not be taken down with it a second
 //! time: each call is registered here while it runs, a watchdog thread

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kiln_cuda::cupti::abi;
+use kiln_cuda::cupti_abi as abi;
 use kiln_cuda::injection::{self, Config};
-use kiln_cuda::pcsampling::control::{DrainPolicy, PcSamplingSettings};
+use kiln_cuda::pc_sampler::{DrainPolicy, PcSamplingSettings};
 use support::{FakeCupti, GetDataFaults};
 
 const CTX: usize = 0xc000_0000;

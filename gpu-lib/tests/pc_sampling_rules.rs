@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use kiln_cuda::Cupti;
 use kiln_cuda::cupti::ContextHandle;
-use kiln_cuda::cupti::abi::{self, ModuleResourceData};
+use kiln_cuda::cupti_abi::{self as abi, ModuleResourceData};
 use kiln_cuda::injection::{self, Config};
+use kiln_cuda::pc_sampler::{DrainPolicy, PcSamplingSettings};
 use kiln_cuda::pcsampling::PcSamplingBuffers;
-use kiln_cuda::pcsampling::control::{DrainPolicy, PcSamplingSettings};
 use support::{FakeCupti, GetDataFaults, SAMPLES_AT_DISABLE, SAMPLES_PER_PC};
 
 const CTX_A: usize = 0xa000_0000;

@@ -15,9 +15,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kiln_cuda::activity::synth;
-use kiln_cuda::cupti::abi::{self, ModuleResourceData};
+use kiln_cuda::cupti_abi::{self as abi, ModuleResourceData};
 use kiln_cuda::injection::{self, Config};
-use kiln_cuda::pcsampling::control::{DrainPolicy, PcSamplingSettings};
+use kiln_cuda::pc_sampler::{DrainPolicy, PcSamplingSettings};
 use kiln_cuda::{FoldOptions, StallReasonTable, WeightUnit, fold_snapshot};
 use kiln_model::FrameKind;
 use support::{FakeCupti, GetDataFaults, KERNEL_NAME_PTR, SAMPLES_AT_DISABLE, SAMPLES_PER_PC};

@@ -121,7 +121,7 @@ section "3. PC sampling modes: overhead in rounds, samples, no hang"
 # mode's overhead is the median over rounds of its work phase against its
 # round's base (the machine is shared: rounds, not single runs). idle is
 # PC sampling enabled but never collecting (KILN_CUDA_PC_SAMPLING_MODE,
-# gpu-lib/src/pcsampling/control.rs); sleep1000 wakes CUPTI's worker
+# gpu-lib/src/pc_sampler/mod.rs); sleep1000 wakes CUPTI's worker
 # threads 10x less often; hw32 gives the hardware 32 MiB. A mode that
 # hangs once is not run again. H200, 2026-11-27: traced 1.010x, pcs
 # 1.089x, idle 1.063x, sleep1000 1.070x, hw32 1.078x (Start/Stop from

@@ -38,15 +38,11 @@ use prost::Message;
 
 use crate::builder::ImportBuilder;
 use crate::error::ImportError;
+use crate::limits::MAX_DECOMPRESSED_BYTES;
 use crate::module;
 use crate::options::{ImportOptions, Imported};
 use crate::stack::{self, line_frame};
 use proto::{Function, Location, Mapping, Profile};
-
-/// Largest decompressed profile accepted, against decompression bombs:
-/// 256 MiB, many times the largest real profiles (tens of MB). What it
-/// holds is bounded too, before decoding (`limits.rs`).
-pub const MAX_DECOMPRESSED_BYTES: u64 = 1 << 28;
 
 /// The first two bytes of a gzip stream.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];

@@ -6,7 +6,6 @@
 //! callbacks' logic) only sees the trait, so tests drive it with recorded
 //! or synthesized buffers where no GPU exists.
 
-pub mod abi;
 mod errors;
 mod loader;
 mod real;
@@ -18,6 +17,7 @@ pub use errors::ErrorLog;
 pub use loader::{LoadError, candidate_paths, load_library};
 pub use real::{OpenError, RealCupti};
 
+use crate::cupti_abi as abi;
 use crate::pcsampling::PcSamplingBuffers;
 use crate::wire::StallReasonName;
 
@@ -110,7 +110,7 @@ pub trait Cupti: Send + Sync {
     /// Fills `buffers` with PCs sampled since the last call
     /// (`cuptiPCSamplingGetData`). Called only on the program's threads,
     /// from CUPTI callbacks or at exit (see
-    /// [`crate::pcsampling::control`]).
+    /// [`crate::pc_sampler`]).
     fn pc_sampling_get_data(
         &self,
         ctx: ContextHandle,
@@ -136,7 +136,7 @@ pub struct PcSamplingSetup<'a> {
     pub hardware_buffer_bytes: Option<usize>,
     /// CUPTI's start/stop control: on, nothing is collected, since Kiln
     /// never calls `Start` (the `idle` measurement of
-    /// [`crate::pcsampling::control::Collection`]); off, collection runs
+    /// [`crate::pc_sampler::Collection`]); off, collection runs
     /// from `Enable` to `Disable`.
     pub start_stop_control: bool,
 }

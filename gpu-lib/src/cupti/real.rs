@@ -1,15 +1,15 @@
 //! [`Cupti`] over the real libcupti, its functions looked up once at load.
 //!
 //! Nothing here runs without a GPU; the layouts it passes are pinned by
-//! the tests in [`super::abi`].
+//! the tests in [`crate::cupti_abi`].
 
 use std::ffi::{CStr, c_char, c_void};
 use std::path::PathBuf;
 
 use libloading::os::unix::Library;
 
-use super::abi::{self, CuptiResult};
 use super::{ContextHandle, Cupti, CuptiError, LoadError, PcSamplingSetup};
+use crate::cupti_abi::{self as abi, CuptiResult};
 use crate::pcsampling::PcSamplingBuffers;
 use crate::wire::StallReasonName;
 
@@ -39,7 +39,7 @@ type ParamsCall = unsafe extern "C" fn(params: *mut c_void) -> CuptiResult;
 
 /// The PC Sampling API (CUDA 11.3+), absent from older libraries.
 /// `cuptiPCSamplingStart`/`Stop` are not among them: Kiln never calls
-/// them (see `pcsampling::control`).
+/// them (see `pc_sampler`).
 struct PcSamplingFns {
     enable: ParamsCall,
     disable: ParamsCall,

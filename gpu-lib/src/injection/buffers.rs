@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Event, RUNTIME};
-use crate::cupti::abi::{self};
+use crate::cupti_abi as abi;
 
 /// A completed activity buffer on its way to the aggregator.
 pub(super) struct ActivityBuffer {

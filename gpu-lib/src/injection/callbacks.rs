@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Event, RUNTIME, Runtime};
 use crate::cupti::ContextHandle;
-use crate::cupti::abi::{self, CallbackData, ModuleResourceData, ResourceData};
+use crate::cupti_abi::{self as abi, CallbackData, ModuleResourceData, ResourceData};
 use crate::join::Launch;
 use crate::log::{Level, log};
 use crate::marking::ThreadMarks;

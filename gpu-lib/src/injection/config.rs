@@ -7,7 +7,7 @@ use crate::aggregate::Limits;
 
 use crate::log::{Level, log};
 use crate::marking::MarkPolicy;
-use crate::pcsampling::control::{Collection, DrainPolicy, PcSamplingSettings};
+use crate::pc_sampler::{Collection, DrainPolicy, PcSamplingSettings};
 use crate::socket::DEFAULT_SOCKET_PATH;
 
 /// What the library does, from the environment ([`Config::from_env`]).

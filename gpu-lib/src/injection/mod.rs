@@ -6,7 +6,7 @@
 //! drops the event and counts it), read a timestamp and call the launch
 //! marker; with PC sampling on, they also read PCs from CUPTI now and then
 //! at the exit of a launch, never waiting for another thread to do so
-//! (see [`crate::pcsampling::control`]). Nothing they do can block on
+//! (see [`crate::pc_sampler`]). Nothing they do can block on
 //! Kiln. All state lives in one process-wide [`Runtime`], because CUPTI's
 //! buffer callbacks carry no user data.
 
@@ -31,8 +31,8 @@ use crate::cupti::{Cupti, ErrorLog};
 use crate::join::Launch;
 use crate::log::{Level, log};
 use crate::memory::MemoryEvent;
+use crate::pc_sampler::{PcOutput, PcSampler};
 use crate::pcsampling::PcSample;
-use crate::pcsampling::control::{PcOutput, PcSampler};
 use crate::pipeline::ProducerCounts;
 use crate::timeline::TimelineWriter;
 use crate::watchdog::WatchedCall;

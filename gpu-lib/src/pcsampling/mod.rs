@@ -8,12 +8,9 @@
 //! sample per SM), not by switching it on and off: CUPTI's start/stop
 //! calls deadlock against a launching program (see [`control`]).
 
-mod contexts;
-pub mod control;
-
 use std::ffi::CStr;
 
-use crate::cupti::abi::{PcSamplingData, PcSamplingPcData, PcSamplingStallReason};
+use crate::cupti_abi::{PcSamplingData, PcSamplingPcData, PcSamplingStallReason};
 
 /// One sampled PC with its samples per stall reason.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use kiln_cuda::cupti::abi::{
-    self, BufferCompletedFunc, BufferRequestedFunc, CallbackData, CallbackFunc, PcSamplingData,
-    PcSamplingStallReason, ResourceData,
-};
 use kiln_cuda::cupti::{ContextHandle, CuptiError, PcSamplingSetup};
+use kiln_cuda::cupti_abi::{
+    self as abi, BufferCompletedFunc, BufferRequestedFunc, CallbackData, CallbackFunc,
+    PcSamplingData, PcSamplingStallReason, ResourceData,
+};
 use kiln_cuda::pcsampling::PcSamplingBuffers;
 use kiln_cuda::wire::StallReasonName;
 use kiln_cuda::{Cupti, Snapshot, SnapshotListener};

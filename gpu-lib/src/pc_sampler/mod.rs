@@ -51,8 +51,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::contexts::{self, ContextTable};
-use super::{PcSample, PcSamplingBuffers, PendingHint};
+use self::contexts::ContextTable;
+use crate::pcsampling::{PcSample, PcSamplingBuffers, PendingHint};
+mod contexts;
+
 use crate::cupti::{ContextHandle, Cupti, CuptiError, ErrorLog, PcSamplingSetup};
 use crate::log::{Level, log};
 use crate::watchdog::{Watchdog, WatchedCall, monotonic_ns};
