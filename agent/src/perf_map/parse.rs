@@ -122,6 +122,7 @@ impl Lines {
     }
 
     /// Bytes of the unfinished line held.
+    #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
         self.partial.len()
     }
