@@ -56,8 +56,9 @@ pub(crate) async fn call(
     let cores: f64 = functions.iter().map(|f| f.self_cores).sum();
     let listed = &functions[..functions.len().min(limit)];
     let mut text = format!(
-        "Top functions by self time, {}: {samples} samples, {cores:.3} cores on average.\n",
-        describe(&range)
+        "Top functions by self time, {}: {samples} samples, {} cores on average.\n",
+        describe(&range),
+        figure(cores)
     );
     if listed.is_empty() {
         text.push_str("No samples in this range with these filters.\n");
@@ -71,11 +72,11 @@ pub(crate) async fn call(
             share(f.total_samples, samples),
         );
         text.push_str(&format!(
-            "{:>6.2}%  {:>10.3}  {:>6.2}%  {:>11.3}  {}\n",
+            "{:>6.2}%  {:>10}  {:>6.2}%  {:>11}  {}\n",
             self_share * 100.0,
-            f.self_cores,
+            figure(f.self_cores),
             total_share * 100.0,
-            f.total_cores,
+            figure(f.total_cores),
             function_name(&f.name, f.module.as_deref()),
         ));
         rows.push(json!({
@@ -105,4 +106,25 @@ pub(crate) async fn call(
             "functions": Value::Array(rows),
         }),
     })
+}
+
+/// Cores with three significant digits (at least three decimals): a
+/// function of a day-long range may burn 0.000116 cores.
+fn figure(cores: f64) -> String {
+    let decimals = match cores.abs() {
+        c if c >= 1.0 || c == 0.0 => 3,
+        c => (2 - c.log10().floor() as i64).clamp(3, 9) as usize,
+    };
+    format!("{cores:.decimals$}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cores_keep_three_significant_digits() {
+        assert_eq!(super::figure(0.0), "0.000");
+        assert_eq!(super::figure(1.23456), "1.235");
+        assert_eq!(super::figure(0.0001157), "0.000116");
+        assert_eq!(super::figure(0.25), "0.250");
+    }
 }
