@@ -132,6 +132,14 @@ if pyroscope_cache="$(scripts/pyroscope-clients.sh install)"; then
 else
   say "WARNING: the Pyroscope SDK clients could not be installed (scripts/pyroscope-clients.sh); kiln/tests/pyroscope.rs skips its SDK tests"
 fi
+# The official MCP Python SDK (mcp 2.3.0, PyPI) that kiln/tests/mcp.rs
+# drives /mcp with, in a virtual environment in ~/.cache/kiln-mcp. A
+# failure is not fatal: the test skips saying why (under CI it fails).
+if mcp_cache="$(scripts/mcp-client.sh install)"; then
+  say "MCP Python SDK (mcp): in $mcp_cache"
+else
+  say "WARNING: the MCP Python SDK could not be installed (scripts/mcp-client.sh); kiln/tests/mcp.rs skips its test"
+fi
 # The OpenTelemetry eBPF profiler in its collector (the profiling receiver
 # with the collector's otlp_grpc and otlp_http exporters), which
 # kiln/tests/otel_profiler.rs runs as a client: built from the Go module

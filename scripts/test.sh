@@ -123,6 +123,11 @@ if pyroscope_cache="$(scripts/pyroscope-clients.sh install 2>/dev/null)"; then
 else
   pyroscope_sdks="not the Pyroscope SDK tests: scripts/pyroscope-clients.sh could not install pyroscope-io or pyroscope-go, and kiln/tests/pyroscope.rs skips them saying why"
 fi
+if mcp_cache="$(scripts/mcp-client.sh install 2>/dev/null)"; then
+  mcp_sdk="the official MCP Python SDK mcp 2.3.0 (in $mcp_cache) as the client of /mcp (kiln/tests/mcp.rs)"
+else
+  mcp_sdk="not the MCP SDK test: scripts/mcp-client.sh could not install mcp 2.3.0 from PyPI, and kiln/tests/mcp.rs skips it saying why (under CI it fails)"
+fi
 if [ "$(id -u)" -ne 0 ]; then
   otel_client="not the OpenTelemetry profiler client test: it loads eBPF, which needs root"
 elif otelcol="$(scripts/otel-collector.sh 2>/dev/null | tail -1)"; then
@@ -130,7 +135,7 @@ elif otelcol="$(scripts/otel-collector.sh 2>/dev/null | tail -1)"; then
 else
   otel_client="not the OpenTelemetry profiler client test: scripts/otel-collector.sh could not build the collector, and kiln/tests/otel_profiler.rs skips saying why"
 fi
-tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs); $pyroscope_sdks; $otel_client)"
+tier "unit+integration" "RUN (every crate's tests, end-to-end tests of kiln up; as root, kiln up on a full tmpfs (kiln/tests/full_disk.rs); $pyroscope_sdks; $mcp_sdk; $otel_client)"
 regions_test=tenants_live_in_their_home_region_and_are_served_from_any
 if command -v cargo-nextest >/dev/null; then
   # Without backtraces a failing test's output ends with its panic
