@@ -21,13 +21,16 @@ rustup target add wasm32-unknown-unknown >/dev/null
 # Debian packages:
 # - a C toolchain for -sys crates (zstd, librdkafka);
 # - clang, libbpf-dev and bpftool for the agent's eBPF programs (agent/build.rs
-#   compiles them with clang and links them with bpftool).
+#   compiles them with clang and links them with bpftool);
+# - libiberty-dev: GNU's C++ demangler, the one c++filt runs, which the
+#   symbolizer links statically (symbolizer-workers/build.rs).
 need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 command -v clang >/dev/null || need_apt+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
 command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ] || need_apt+=(bpftool)
+[ -f /usr/include/libiberty/demangle.h ] || need_apt+=(libiberty-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "apt packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

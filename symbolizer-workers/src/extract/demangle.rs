@@ -59,10 +59,10 @@ pub(crate) const MAX_DEMANGLED: usize = 64 * 1024;
 /// demangler works on the stack, in space that grows with the name.
 const MAX_MANGLED: usize = 16 * 1024;
 
-/// A C++ name as GCC's demangler prints it, where the crate links it (see
+/// A C++ name as GNU's demangler prints it, where the crate links it (see
 /// [`gnu`]). A name it refuses is no name: `cpp_demangle` is not asked
-/// again, since what it accepts beyond GCC is what hangs it (fuzzed names
-/// keep it busy for minutes).
+/// again, since what it accepts beyond GNU's is what hangs it (fuzzed
+/// names keep it busy for minutes).
 #[cfg(gnu_demangler)]
 fn cpp(name: &str) -> Option<String> {
     gnu::demangle(name)
@@ -95,16 +95,15 @@ impl std::fmt::Write for Bounded {
     }
 }
 
-/// C++ names as `c++filt` prints them: GCC's own demangler (libiberty's
-/// `cp-demangle.c`, as libstdc++ exports it), linked statically by
-/// build.rs with a shim of ours (`demangle_bounded.c`) that stops it once
-/// its text passes [`MAX_DEMANGLED`]. `cpp_demangle` gets one name in
-/// eight of LLVM's library wrong (empty template argument packs printed as
-/// `, >`, function parameter packs dropped: `tuple<unsigned int, true>()`
-/// for `tuple<unsigned int, true>(unsigned int&&)`), and a profiler that
-/// shows a wrong signature misleads. The GNU demangler bounds its own
-/// recursion (2048 levels), so a hostile name fails rather than overflow
-/// the stack.
+/// C++ names as `c++filt` prints them: GNU's demangler (libiberty's
+/// `cp-demangle.c`, the one `c++filt` runs), linked statically by build.rs
+/// with a shim of ours (`demangle_bounded.c`) that stops it once its text
+/// passes [`MAX_DEMANGLED`]. `cpp_demangle` gets one name in eight of
+/// LLVM's library wrong (empty template argument packs printed as `, >`,
+/// function parameter packs dropped: `tuple<unsigned int, true>()` for
+/// `tuple<unsigned int, true>(unsigned int&&)`), and a profiler that shows
+/// a wrong signature misleads. The GNU demangler bounds its own recursion
+/// (2048 levels), so a hostile name fails rather than overflow the stack.
 #[cfg(gnu_demangler)]
 mod gnu {
     use std::ffi::{CString, c_char, c_int};
@@ -214,9 +213,8 @@ mod tests {
         name + "EvT_"
     }
 
-    // Found by fuzzing the ksym reader: such a name of 600 bytes would
-    // demangle to terabytes. Its text is refused past the bound, and the
-    // work stops there.
+    // Such a name of 600 bytes would demangle to terabytes. Its text is
+    // refused past the bound, and the work stops there.
     #[test]
     fn names_whose_text_explodes_are_refused() {
         let short = demangle(&doubling_name(10)).expect("1.4 KB of text");
@@ -224,6 +222,20 @@ mod tests {
         for levels in [40, 120] {
             assert_eq!(demangle(&doubling_name(levels)), None, "{levels} levels");
         }
+    }
+
+    // Found by fuzzing the ksym reader: a real clang name (a lambda's
+    // std::__invoke_r) with one length changed from 15 to 20. GCC 12's
+    // libsupc++ demangler loops on it for good; libiberty refuses it.
+    #[test]
+    fn a_damaged_name_that_hung_gcc_is_refused() {
+        let name = "_ZSt10__invoke_rIdRZ4mainE3$_0JdEENSt9enable_ifIXsr6__and_ISt6__not_\
+                    ISt7is_voidIT_EESt14is_convertibleINSt20__invoke_resultIT0_JDpT1_EE4typeES5_\
+                    EEE5valueES5_E4typeEOSA_DpOSB_";
+        assert_eq!(demangle(name), None);
+        // As it was: a name.
+        let whole = name.replace("St20__invoke_result", "St15__invoke_result");
+        assert!(demangle(&whole).is_some_and(|n| n.starts_with("std::enable_if<")));
     }
 
     #[test]
