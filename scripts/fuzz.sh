@@ -36,12 +36,13 @@ for target in "${targets[@]}"; do
   extra=()
   [ "$target" = scan_decode ] && extra=(-s none --features actors --target-dir target-none)
   # Seed corpora live in fuzz/seeds/<target> (committed); the working
-  # corpus in fuzz/corpus/<target> is not.
+  # corpus in fuzz/corpus/<target> is not. An input that runs past 2
+  # minutes fails as a hang (libFuzzer's default waits 20).
   mkdir -p "corpus/$target"
   seeds=()
   [ -d "seeds/$target" ] && seeds=("seeds/$target")
   if cargo +nightly fuzz run "${extra[@]}" "$target" "corpus/$target" "${seeds[@]}" -- \
-      -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+      -max_total_time="$seconds" -timeout=120 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "== fuzz: $target: ${seconds}s, $runs inputs, no crash"
   else
