@@ -100,7 +100,7 @@ pub(crate) async fn call(
         spec(&base_times, base_filters),
         spec(&target_times, target_filters),
     )
-    .map_err(|e| args_in_filters(e))?;
+    .map_err(args_in_filters)?;
     let fdr_text = fdr.to_string();
     let min_change_text = min_change.to_string();
     let thresholds = thresholds(
