@@ -69,6 +69,16 @@
 //! interpreter's memory in eBPF; user space names them with file and line
 //! and adds the `script` label ([`python`]; [`AgentConfig::python`]).
 //!
+//! # JIT code
+//!
+//! Frames in memory a JIT compiler writes code into (anonymous
+//! executable mappings, or .NET's memfd) are walked by frame pointers
+//! (the unwinder gives them to the program without a table) and named
+//! from the process's perf map, `/tmp/perf-PID.map`, read safely and as
+//! it grows, as [`FrameKind::Jit`](kiln_model::FrameKind::Jit) frames;
+//! without an entry, [`UNKNOWN_JIT_FRAME`] (`src/perf_map/`;
+//! [`AgentConfig::perf_maps`]; [`JitCoverage`] per interval).
+//!
 //! # Without eBPF
 //!
 //! [`GpuAgent`] (`kiln-agent --no-ebpf`) loads no program and opens no perf
@@ -126,8 +136,9 @@
 //! - A reused pid may use its predecessor's `proc_mappings` entry until
 //!   the new process is announced or the exited one is reaped (at most
 //!   10 s while processes come and go).
-//! - Interpreters other than CPython (JVM, Node, Ruby, …), and
-//!   free-threaded CPython builds.
+//! - Interpreters other than CPython and HotSpot (V8's and Ruby's own
+//!   frames; V8's JIT code is named from its perf map when Node writes
+//!   one), and free-threaded CPython builds.
 //! - Symbol upload ([`Agent::upload_symbols_to`]) extracts each file's
 //!   symbols here and sends them as a ksym (never the file); it reads a
 //!   file again for each run, with no cache of what was sent.
