@@ -21,7 +21,7 @@ const TOKEN_PREFIX: &str = "kiln_admin_";
 /// Random bytes in a generated token.
 const SECRET_BYTES: usize = 32;
 /// Shortest token accepted: a short one could be guessed.
-pub(super) const MIN_TOKEN_LEN: usize = 16;
+const MIN_TOKEN_LEN: usize = 16;
 
 /// The admin token. Its `Debug` form hides it, so it cannot leak into
 /// logs.

@@ -23,14 +23,14 @@ use std::time::Duration;
 use actix::Addr;
 use kiln_model::FileId;
 use kiln_storage::{ObjectKey, ObjectStore};
+use kiln_symbolizer_workers::{MAX_KSYM_UPLOAD, StoredError, stored_from_ksym};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use tracing::{info, warn};
 
-use crate::http::AdminToken;
-use crate::http::body::KSYM_BODY;
-use crate::http::region::Regions;
+use crate::admin_token::AdminToken;
 use crate::query::{QueryCoordinator, SymbolsStored};
+use crate::regions::Regions;
 
 /// How often a region pulls by default (`--global-symbols-every`).
 pub const GLOBAL_SYMBOLS_INTERVAL: Duration = Duration::from_secs(600);
@@ -220,17 +220,16 @@ pub(crate) async fn global_file_ids(
 fn check_stored(compressed: &[u8]) -> Result<Vec<u8>, String> {
     let mut raw = Vec::new();
     zstd::stream::Decoder::new(compressed)
-        .and_then(|d| d.take(KSYM_BODY.max_bytes as u64 + 1).read_to_end(&mut raw))
+        .and_then(|d| d.take(MAX_KSYM_UPLOAD as u64 + 1).read_to_end(&mut raw))
         .map_err(|e| format!("the symbols do not inflate: {e}"))?;
-    if raw.len() as u64 > KSYM_BODY.max_bytes as u64 {
-        return Err(format!(
-            "the symbols inflate past {} bytes",
-            KSYM_BODY.max_bytes
-        ));
+    if raw.len() > MAX_KSYM_UPLOAD {
+        return Err(format!("the symbols inflate past {MAX_KSYM_UPLOAD} bytes"));
     }
-    crate::http::symbols::check_ksym(&raw)
-        .map(|stored| stored.compressed)
-        .map_err(|e| e.to_string())
+    match stored_from_ksym(&raw) {
+        Ok(stored) => Ok(stored.compressed),
+        Err(StoredError::Ksym(e)) => Err(format!("not a valid ksym file: {e}")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[cfg(test)]

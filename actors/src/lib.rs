@@ -19,13 +19,16 @@
 //! # Ok(()) }
 //! ```
 
+mod admin_token;
 pub mod backends;
 pub mod envelope;
+mod fast_hash;
 pub mod global_symbols;
 pub mod http;
 pub mod ingest;
 pub mod otlp_grpc;
 pub mod query;
+mod regions;
 pub mod retention;
 pub mod roles;
 pub mod rollup;

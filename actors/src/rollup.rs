@@ -112,7 +112,7 @@ impl Rollups {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                job.run_once(crate::http::now_ns()).await;
+                job.run_once(kiln_model::now_ns()).await;
             }
         });
     }

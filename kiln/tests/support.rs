@@ -468,13 +468,7 @@ pub(crate) fn key_with(base: &str, admin: &str, tenant: &str, roles: &str) -> (S
     )
 }
 
-/// Nanoseconds since the Unix epoch, now.
-pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
+pub(crate) use kiln_model::now_ns;
 
 /// The attack suites' hostile bodies, built one way for both.
 pub(crate) mod hostile {

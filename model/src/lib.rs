@@ -30,6 +30,7 @@
 
 mod answers;
 mod batch;
+mod clock;
 mod envelope;
 pub mod flamewire;
 mod frame;
@@ -50,6 +51,7 @@ pub use batch::{
     MAX_STACK_DEPTH, NothingKnown, OLDEST_BATCH_VERSION, StackEntry, TRUNCATED_FRAME,
     batch_version,
 };
+pub use clock::now_ns;
 pub use envelope::{
     ENVELOPE_MAC_LEN, ENVELOPE_MAGIC, ENVELOPE_VERSION, Envelope, EnvelopeError,
     MAX_SCOPE_NAME_LEN, ScopeNameError, check_scope_name,

@@ -167,7 +167,7 @@ impl MetadataStore for EmbeddedMetadataStore {
                 });
             }
             let record = TenantRecord {
-                created_at_ns: now_ns(),
+                created_at_ns: stamp_now(),
                 ..TenantRecord::default()
             };
             state.doc.tenants.insert(tenant, record);
@@ -190,7 +190,9 @@ impl MetadataStore for EmbeddedMetadataStore {
                     name: scope.to_string(),
                 });
             }
-            tenant.projects.insert(scope.project().to_owned(), now_ns());
+            tenant
+                .projects
+                .insert(scope.project().to_owned(), stamp_now());
             Ok(())
         })
         .await
@@ -231,7 +233,7 @@ impl MetadataStore for EmbeddedMetadataStore {
                 });
             }
             let id = state.doc.keys.len() as i64 + 1;
-            let created_at_ns = now_ns();
+            let created_at_ns = stamp_now();
             let hash = key.hash();
             state.by_hash.insert(hash, state.doc.keys.len());
             state.doc.keys.push(KeyRecord {
@@ -296,7 +298,7 @@ impl MetadataStore for EmbeddedMetadataStore {
                 .find(|k| k.tenant == tenant && k.id == id && k.revoked_at_ns.is_none());
             Ok(match live {
                 Some(key) => {
-                    key.revoked_at_ns = Some(now_ns());
+                    key.revoked_at_ns = Some(stamp_now());
                     true
                 }
                 None => false,
@@ -443,8 +445,9 @@ fn write_document(path: &Path, doc: &Document) -> Result<(), StoreError> {
         .map_err(io("sync", dir))
 }
 
-fn now_ns() -> u64 {
-    ns_of(SystemTime::now())
+/// [`kiln_model::now_ns`] as the metadata's records keep times.
+fn stamp_now() -> u64 {
+    u64::try_from(kiln_model::now_ns()).unwrap_or(0)
 }
 
 fn ns_of(time: SystemTime) -> u64 {

@@ -35,7 +35,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kiln_model::{
@@ -143,7 +143,7 @@ impl SealedStore {
     pub async fn seal_hour(&self, scope: &Scope, hour: i64) -> Result<SealedHour, StoreError> {
         let start = hour.saturating_mul(NANOS_PER_HOUR);
         let end = start.saturating_add(NANOS_PER_HOUR);
-        let written_before = now_ns().saturating_sub(self.write_margin_ns);
+        let written_before = kiln_model::now_ns().saturating_sub(self.write_margin_ns);
         // Rows before segments, as every read.
         let rows = self.rows.scan_samples(scope, start, end).await?;
         let listed = self
@@ -275,13 +275,6 @@ impl SealedStore {
             .into(),
         })
     }
-}
-
-/// Nanoseconds since the Unix epoch, now.
-pub(crate) fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Where a scope's segments live: `segments/<tenant>/<project>/`.

@@ -58,5 +58,8 @@ pub use service::{
     FileAddrs, FrameAddr, Resolve, Resolved, ResolvedFrame, SymbolizeError, Symbolizer,
     SymbolizerConfig, SymbolsStored, resolve_chains, symbolize_frames,
 };
-pub use stored::{DecodedSymbols, StoredError, StoredSymbols, build_stored, decode_stored};
+pub use stored::{
+    DecodedSymbols, MAX_KSYM_UPLOAD, StoredError, StoredSymbols, build_stored, decode_stored,
+    stored_from_ksym,
+};
 pub use table::{Function, Inline, LineRow, NONE, Range, SourceFile, SymbolTable, join_path};

@@ -15,6 +15,10 @@ const ZSTD_LEVEL: i32 = 9;
 /// Largest decompressed ksym accepted: a hostile object cannot exhaust
 /// memory.
 const MAX_KSYM_BYTES: u64 = 1 << 30;
+/// Largest ksym file taken from elsewhere (an agent's upload, another
+/// region's global symbols): symbols already extracted, a fraction of the
+/// ELF's size; the largest libraries' with DWARF run to a few hundred MiB.
+pub const MAX_KSYM_UPLOAD: usize = 512 << 20;
 
 /// Why a symbol file could not be built or read.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +63,29 @@ pub fn build_stored(name: &Path, data: &[u8]) -> Result<StoredSymbols, StoredErr
         compressed,
         ranges: symbols.len(),
         dwarf: extracted.dwarf_bytes > 0,
+    })
+}
+
+/// Checks a ksym file made elsewhere whole (it is untrusted: every header,
+/// record, index and string) and compresses it as [`build_stored`] does.
+/// A file of an earlier ksym version is rewritten in the current one
+/// first. [`StoredError::Ksym`] names what does not verify.
+pub fn stored_from_ksym(data: &[u8]) -> Result<StoredSymbols, StoredError> {
+    let current = ksym::upgrade(data)?;
+    let symbols = Ksym::open(&current)?;
+    symbols.verify()?;
+    // Line rows and inline chains live in range bodies; files of names
+    // only have none but the source files local symbols name (just the
+    // section's padding when there are none of those either).
+    let dwarf = symbols
+        .section_sizes()
+        .iter()
+        .any(|&(name, len)| name == "bodies" && len > 16);
+    let compressed = zstd::encode_all(&current[..], ZSTD_LEVEL)?;
+    Ok(StoredSymbols {
+        compressed,
+        ranges: symbols.len(),
+        dwarf,
     })
 }
 

@@ -15,11 +15,12 @@ use tracing::warn;
 use super::auth::extract::Ingester;
 use super::body::{self, BodyLimit, IMPORT_BODY, INGEST_BODY};
 use super::error::ApiError;
-use super::params::{label_params, now_ns};
+use super::params::label_params;
 use super::quota::Metered;
 use super::{AppState, IngestState};
 use crate::envelope::EnvelopeHeader;
 use crate::telemetry::{IngestMetrics, Protocol, Quota, Rejection};
+use kiln_model::now_ns;
 
 /// Largest payload an agent batch may decompress to at the gateway. Agent
 /// batches hold a few seconds of samples, far below this; a worker still

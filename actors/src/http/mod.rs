@@ -49,7 +49,6 @@
 //! (`process=nginx`). Times are RFC 3339, unix seconds, `now` or
 //! `now-<duration>`.
 
-mod admin;
 mod assets;
 pub mod auth;
 pub mod body;
@@ -85,13 +84,13 @@ use crate::ingest::IngestProgress;
 use crate::query::{ClusterSecret, QueryCoordinator};
 use routes::Registrar;
 
-pub use admin::{AdminToken, AdminTokenError};
+pub use crate::admin_token::{AdminToken, AdminTokenError};
 pub use assets::{set_ui_dir, ui_dir};
 pub use auth::Auth;
 pub use encoding::{FLAMEWIRE_CONTENT_TYPE, FLAMEWIRE_ZSTD_LEVEL};
 pub use error::ApiError;
 pub use metrics::{MAX_METRIC_POINTS_PER_SERIES, MAX_METRIC_RANGE};
-pub use params::{now_ns, parse_time};
+pub use params::parse_time;
 pub use quota::{IngestQuota, QuotaDefaults, STORED_BYTES_TTL, StoredBytes};
 pub use routes::{Access, Route, RouteSet, access_of, route_table};
 

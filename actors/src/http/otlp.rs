@@ -32,9 +32,9 @@ use super::auth::extract::Ingester;
 use super::body::OTLP_BODY;
 use super::error::ApiError;
 use super::ingest::{Encoded, admit_tenant, count_answer};
-use super::params::now_ns;
 use super::{AppState, IngestState};
 use crate::telemetry::Protocol;
+use kiln_model::now_ns;
 
 /// The route's path.
 pub const PATH: &str = "/v1development/profiles";

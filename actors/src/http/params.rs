@@ -1,7 +1,7 @@
 //! Query-string parameters: times, ranges and label filters.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kiln_storage::Scope;
 
@@ -13,13 +13,6 @@ use crate::query::{
 
 /// Default range when `from` is not given: the last hour.
 const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
-
-/// Nanoseconds since the epoch, now.
-pub fn now_ns() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
 
 /// Parses a time (moved to `kiln_formats`, whose Pyroscope importer reads
 /// `from` and `until` the same way).
@@ -63,7 +56,7 @@ pub(crate) fn range_of(
     to: Option<(&str, &str)>,
     filters: Vec<(String, String)>,
 ) -> Result<QueryRange, ApiError> {
-    let now = now_ns();
+    let now = kiln_model::now_ns();
     let time = |given: Option<(&str, &str)>, default: i64| match given {
         Some((name, text)) => {
             parse_time(text, now).map_err(|e| ApiError::bad_request(format!("{name}: {e}")))
@@ -111,7 +104,7 @@ pub(crate) async fn admit(
         .tenant_limits(range.scope.tenant())
         .await?
         .or(state.defaults.limits());
-    let range = within_retention(range, limits.retention_days, now_ns())?;
+    let range = within_retention(range, limits.retention_days, kiln_model::now_ns())?;
     let max_concurrent = limits
         .max_concurrent_queries
         .unwrap_or(state.defaults.max_concurrent_queries);

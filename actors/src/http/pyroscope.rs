@@ -35,9 +35,9 @@ use super::auth::extract::Ingester;
 use super::body::PYROSCOPE_BODY;
 use super::error::ApiError;
 use super::ingest::{Encoded, admit_tenant, count_answer};
-use super::params::now_ns;
 use super::{AppState, IngestState};
 use crate::telemetry::Protocol;
+use kiln_model::now_ns;
 
 /// `/ingest`'s path.
 pub const INGEST_PATH: &str = "/ingest";

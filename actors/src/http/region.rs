@@ -19,159 +19,22 @@
 //! between regions, measured in `kiln/tests/regions.rs`. Browsers are the
 //! exception: the UI's session is made at the home region's `/login`.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{AUTHORIZATION, HeaderName};
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
-use kiln_storage::{ApiKey, is_region_name, key_region};
+use kiln_storage::key_region;
 
 use super::body::{self, BodyLimit};
 use super::error::ApiError;
+pub use crate::regions::{RegionError, Regions};
 use crate::telemetry::Forwarded;
 
 /// Set on a forwarded request to the region it came from: a region that
 /// receives a forwarded request for yet another region refuses it instead
 /// of forwarding again (a misconfigured pair would otherwise loop).
 pub const FORWARDED_FROM: &str = "x-kiln-forwarded-from";
-
-/// How long a forwarded request may take, queries included (the home
-/// region bounds its own queries).
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long connecting to another region may take before it counts as
-/// unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Why a region set-up was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum RegionError {
-    /// Not a region name.
-    #[error(
-        "{0:?} is not a region name: 1 to {max} lowercase letters, digits and inner dashes, \
-         not \"admin\"",
-        max = kiln_storage::MAX_REGION_LEN
-    )]
-    BadName(String),
-    /// An https peer in a build whose HTTP client has no TLS.
-    #[error(
-        "peer region {0:?}: this build of Kiln has no TLS client; rebuild with the \
-         `distributed` feature (cargo build --release -p kiln --features distributed)"
-    )]
-    NoTls(String),
-    /// A `--peer-region` that is not `NAME=URL`.
-    #[error("peer region {0:?}: expected NAME=http(s)://HOST[:PORT]")]
-    BadPeer(String),
-    /// A region named twice, or this region named as its own peer.
-    #[error("region {0:?} is named twice")]
-    Duplicate(String),
-    /// The HTTP client could not be built.
-    #[error("cannot build the HTTP client for other regions: {0}")]
-    Client(String),
-}
-
-/// This process's region and where the others are.
-#[derive(Debug, Clone)]
-pub struct Regions {
-    here: String,
-    /// Region → its public base URL, without a trailing slash.
-    peers: Arc<BTreeMap<String, String>>,
-    client: reqwest::Client,
-}
-
-impl Regions {
-    /// Region `here`, with `peers` given as `NAME=URL`.
-    pub fn new(here: &str, peers: &[String]) -> Result<Regions, RegionError> {
-        if !is_region_name(here) {
-            return Err(RegionError::BadName(here.to_owned()));
-        }
-        let mut known = BTreeMap::new();
-        for peer in peers {
-            let (name, url) = peer
-                .split_once('=')
-                .ok_or_else(|| RegionError::BadPeer(peer.clone()))?;
-            if !is_region_name(name) {
-                return Err(RegionError::BadName(name.to_owned()));
-            }
-            let url = url.trim_end_matches('/');
-            let has_host = url
-                .strip_prefix("http://")
-                .or_else(|| url.strip_prefix("https://"))
-                .is_some_and(|host| !host.is_empty() && !host.contains('/'));
-            if !has_host {
-                return Err(RegionError::BadPeer(peer.clone()));
-            }
-            if url.starts_with("https://") && !cfg!(feature = "distributed") {
-                return Err(RegionError::NoTls(peer.clone()));
-            }
-            if name == here || known.insert(name.to_owned(), url.to_owned()).is_some() {
-                return Err(RegionError::Duplicate(name.to_owned()));
-            }
-        }
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(FORWARD_TIMEOUT)
-            // Bodies and answers pass through as sent, compressed or not.
-            .no_proxy()
-            .build()
-            .map_err(|e| RegionError::Client(e.to_string()))?;
-        Ok(Regions {
-            here: here.to_owned(),
-            peers: Arc::new(known),
-            client,
-        })
-    }
-
-    /// This process's region.
-    pub fn here(&self) -> &str {
-        &self.here
-    }
-
-    /// `key` as its owner is given it here: tagged with this region.
-    pub fn key_for_owner(&self, key: &ApiKey) -> String {
-        key.tagged(&self.here)
-    }
-
-    /// The public URL of region `region`, when this one knows it.
-    pub fn url_of(&self, region: &str) -> Option<&str> {
-        self.peers.get(region).map(String::as_str)
-    }
-
-    /// The other regions, each with its public URL, sorted by name.
-    pub fn peers(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.peers.iter().map(|(n, u)| (n.as_str(), u.as_str()))
-    }
-
-    /// The HTTP client for other regions.
-    pub(crate) fn client(&self) -> &reqwest::Client {
-        &self.client
-    }
-
-    fn known(&self) -> String {
-        let mut names: Vec<&str> = vec![&self.here];
-        names.extend(self.peers.keys().map(String::as_str));
-        names.join(", ")
-    }
-}
-
-/// `eu (other regions: us at http://…)`.
-impl std::fmt::Display for Regions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.here)?;
-        let peers: Vec<String> = self
-            .peers
-            .iter()
-            .map(|(name, url)| format!("{name} at {url}"))
-            .collect();
-        if !peers.is_empty() {
-            write!(f, " (other regions: {})", peers.join(", "))?;
-        }
-        Ok(())
-    }
-}
 
 /// The region a request belongs to by its `Authorization` key (Bearer,
 /// or on the Pyroscope routes basic auth's password), when that is not
@@ -186,7 +49,7 @@ fn elsewhere(request: &ServiceRequest, regions: &Regions) -> Option<String> {
         None => return None,
     };
     key_region(&key)
-        .filter(|region| *region != regions.here)
+        .filter(|region| *region != regions.here())
         .map(str::to_owned)
 }
 
@@ -234,7 +97,7 @@ pub(crate) async fn route(
         return Err(ApiError::Misdirected(format!(
             "region {} got a request forwarded from {:?} with a key of region {region:?}: \
              requests are forwarded once, to the key's home region",
-            regions.here,
+            regions.here(),
             from.to_str().unwrap_or("?")
         ))
         .into());
@@ -244,7 +107,7 @@ pub(crate) async fn route(
         return Err(ApiError::Misdirected(format!(
             "the key belongs to region {region:?}, which region {} does not know (it knows {}): \
              send it to its own region's URL",
-            regions.here,
+            regions.here(),
             regions.known()
         ))
         .into());
@@ -274,14 +137,14 @@ pub(crate) async fn forward_to(
         return Err(ApiError::Misdirected(format!(
             "region {} got a request for region {region:?} forwarded from {:?}: \
              requests are forwarded once",
-            regions.here,
+            regions.here(),
             from.to_str().unwrap_or("?")
         )));
     }
     let Some(base) = regions.url_of(region) else {
         return Err(ApiError::Misdirected(format!(
             "region {} does not know region {region:?} (it knows {})",
-            regions.here,
+            regions.here(),
             regions.known()
         )));
     };
@@ -304,7 +167,7 @@ pub(crate) async fn forward_otlp(
         return Err(ApiError::Misdirected(format!(
             "the key belongs to region {region:?}, which region {} does not know (it knows {}): \
              send it to its own region",
-            regions.here,
+            regions.here(),
             regions.known()
         )));
     };
@@ -312,13 +175,13 @@ pub(crate) async fn forward_otlp(
         tracing::warn!(region, error = %e, "forwarding to the home region failed");
         ApiError::Unavailable(format!(
             "the key's home region {region:?} cannot be reached from region {} now ({e}); retry later",
-            regions.here
+            regions.here()
         ))
     };
     let reply = regions
-        .client
+        .client()
         .post(format!("{base}{}", super::otlp::PATH))
-        .header(FORWARDED_FROM, &regions.here)
+        .header(FORWARDED_FROM, regions.here())
         .header(AUTHORIZATION.as_str(), format!("Bearer {key}"))
         .header("content-type", "application/x-protobuf")
         .body(message)
@@ -342,9 +205,9 @@ pub(crate) async fn ask_peers(
     let mut unreachable = None;
     for (region, base) in regions.peers() {
         let mut outgoing = regions
-            .client
+            .client()
             .get(format!("{base}{path}"))
-            .header(FORWARDED_FROM, &regions.here);
+            .header(FORWARDED_FROM, regions.here());
         if let Some(credential) = request.headers().get(AUTHORIZATION) {
             outgoing = outgoing.header(AUTHORIZATION.as_str(), credential.as_bytes());
         }
@@ -370,7 +233,7 @@ pub(crate) async fn ask_peers(
         None => Ok(None),
         Some(why) => Err(ApiError::Unavailable(format!(
             "region {} cannot ask every region now ({why}); retry later",
-            regions.here
+            regions.here()
         ))),
     }
 }
@@ -428,9 +291,9 @@ async fn forward(
     let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
         .map_err(|e| ApiError::bad_request(format!("method: {e}")))?;
     let mut outgoing = regions
-        .client
+        .client()
         .request(method, format!("{base}{target}"))
-        .header(FORWARDED_FROM, &regions.here)
+        .header(FORWARDED_FROM, regions.here())
         .body(body);
     for (name, value) in request.headers() {
         if !hop_by_hop(name.as_str()) {
@@ -441,7 +304,7 @@ async fn forward(
         tracing::warn!(region, error = %e, "forwarding to the home region failed");
         ApiError::Unavailable(format!(
             "the key's home region {region:?} cannot be reached from region {} now ({e}); retry later",
-            regions.here
+            regions.here()
         ))
     };
     let reply = outgoing.send().await.map_err(unreachable)?;

@@ -13,7 +13,7 @@
 //! [`ksym::MEDIA_TYPE`]; usually `Content-Encoding: zstd`): what agents
 //! send, so that other users' programs never leave their hosts. It is
 //! untrusted input: decoded with the reader's own checks
-//! ([`Ksym::verify`]), refused with a 400 that names the fault, and
+//! ([`kiln_symbolizer_workers::Ksym::verify`]), refused with a 400 that names the fault, and
 //! stored only then, under [`KSYM_BODY`]'s limit. The server cannot tell
 //! that a ksym belongs to the file id it is sent for, so a tenant can
 //! only name its own frames wrongly: the global store takes ELF files
@@ -33,7 +33,9 @@ use std::sync::LazyLock;
 use actix_web::{HttpRequest, HttpResponse, web};
 use kiln_model::FileId;
 use kiln_storage::{ObjectKey, Scope};
-use kiln_symbolizer_workers::{Ksym, StoredError, StoredSymbols, build_stored, file_id, ksym};
+use kiln_symbolizer_workers::{
+    StoredError, StoredSymbols, build_stored, file_id, ksym, stored_from_ksym,
+};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 
@@ -295,35 +297,12 @@ async fn store(
     Ok(HttpResponse::Ok().json(stored))
 }
 
-/// zstd level of stored ksym files (as `build_stored`'s): written once,
-/// read often.
-const ZSTD_LEVEL: i32 = 9;
-
-/// Checks an uploaded ksym whole (it is untrusted: every header, record,
-/// index and string) and compresses it for the store. An earlier ksym
-/// version is rewritten in the current one first.
-/// Reads and verifies a ksym file (of any version this build upgrades)
-/// and compresses it as stored; a 400 naming the fault otherwise.
+/// Checks an uploaded ksym whole and compresses it for the store
+/// ([`stored_from_ksym`]); a 400 naming the fault otherwise.
 pub(crate) fn check_ksym(data: &[u8]) -> Result<StoredSymbols, ApiError> {
-    let refused = |e: kiln_symbolizer_workers::KsymError| {
-        ApiError::bad_request(format!("not a valid ksym file: {e}"))
-    };
-    let current = ksym::upgrade(data).map_err(refused)?;
-    let symbols = Ksym::open(&current).map_err(refused)?;
-    symbols.verify().map_err(refused)?;
-    // Line rows and inline chains live in range bodies; files of names
-    // only have none but the source files local symbols name (just the
-    // section's padding when there are none of those either).
-    let dwarf = symbols
-        .section_sizes()
-        .iter()
-        .any(|&(name, len)| name == "bodies" && len > 16);
-    let compressed = zstd::encode_all(&current[..], ZSTD_LEVEL)
-        .map_err(|e| ApiError::Internal(format!("compressing symbols: {e}")))?;
-    Ok(StoredSymbols {
-        compressed,
-        ranges: symbols.len(),
-        dwarf,
+    stored_from_ksym(data).map_err(|e| match e {
+        StoredError::Ksym(e) => ApiError::bad_request(format!("not a valid ksym file: {e}")),
+        e => ApiError::Internal(format!("compressing symbols: {e}")),
     })
 }
 
@@ -345,7 +324,7 @@ fn build(id: FileId, data: &[u8]) -> Result<StoredSymbols, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kiln_symbolizer_workers::{Function, Range, SymbolTable};
+    use kiln_symbolizer_workers::{Function, Ksym, Range, SymbolTable};
 
     fn table() -> SymbolTable {
         SymbolTable {

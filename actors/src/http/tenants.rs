@@ -325,7 +325,7 @@ pub(crate) async fn run_retention(
             "this process does not run the retention job (query nodes and kiln up do)".into(),
         ));
     };
-    let report = retention.run_once(super::params::now_ns()).await;
+    let report = retention.run_once(kiln_model::now_ns()).await;
     Ok(HttpResponse::Ok().json(report))
 }
 
@@ -351,7 +351,7 @@ pub(crate) async fn run_rollups(
             "this process does not run the rollup job (query nodes and kiln up do)".into(),
         ));
     };
-    let now = super::params::now_ns();
+    let now = kiln_model::now_ns();
     let at = match &query.now {
         None => now,
         Some(text) => super::params::parse_time(text, now)

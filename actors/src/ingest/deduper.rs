@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use kiln_model::{FileId, FrameId, KnownEntries, LabelSetId, StackId};
 
 use super::decoder::Decoded;
-use crate::query::cache::FastSet;
+use crate::fast_hash::FastSet;
 
 /// Entries remembered per kind before the cache turns over.
 const GENERATION_SIZE: usize = 1 << 20;

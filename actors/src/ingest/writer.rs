@@ -8,7 +8,7 @@ use kiln_model::MetricPoint;
 use kiln_storage::{ProfileStore, Scope, StoreError, StoredSample};
 
 use super::symbolize::Symbolized;
-use crate::query::cache::FastSet;
+use crate::fast_hash::FastSet;
 
 /// What a [`write`] did: every batch is durable but those `refused`.
 #[derive(Debug, Default)]

@@ -1,21 +1,11 @@
-//! The query side's maps: [`FastMap`], and [`BoundedCache`], a map bounded
-//! by entry count. When full it is emptied and refilled: the cached values
+//! The query side's [`BoundedCache`], a map bounded by entry count. When full it is emptied and refilled: the cached values
 //! are content-addressed and never go stale, so the only cost of
 //! forgetting is a reload, and this keeps the bookkeeping free.
 
-use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
+use crate::fast_hash::FastMap;
 use crate::telemetry::CacheCounters;
-
-/// A `HashMap` with foldhash instead of SipHash. A million-node query
-/// looks up ids and indices millions of times; their keys are ids we
-/// computed (content hashes) or our own indices, not strings an attacker
-/// picks to collide, so the faster hash is safe here.
-pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
-/// A `HashSet` with foldhash, as [`FastMap`].
-pub(crate) type FastSet<K> = HashSet<K, foldhash::fast::RandomState>;
 
 #[derive(Debug)]
 pub(crate) struct BoundedCache<K, V> {

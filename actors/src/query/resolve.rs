@@ -19,7 +19,8 @@ use kiln_symbolizer_workers::{
 use tracing::{debug, warn};
 
 use super::QueryError;
-use super::cache::{BoundedCache, FastMap, FastSet};
+use super::cache::BoundedCache;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::telemetry::QueryMetrics;
 
 /// A frame as shown: kind, name and where it lives.

@@ -7,9 +7,9 @@ use kiln_model::flamewire::{FlameFrame, FlameMeta, Flamewire, FlamewireBuilder};
 use kiln_model::{FrameId, FrameKind, LabelValues, Timeline, TimelinePoint, TopFunction};
 
 use super::aggregator::{Partial, add_count};
-use super::cache::FastMap;
 use super::resolve::{FrameLabel, Resolved};
 use super::{Granularity, QueryRange};
+use crate::fast_hash::FastMap;
 
 /// Average CPU nanoseconds per sample (0 when there are none).
 fn ns_per_count(partial: &Partial) -> u64 {

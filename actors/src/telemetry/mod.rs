@@ -726,7 +726,7 @@ impl WorkerMetrics {
     /// Records the age of a batch accepted at `received_at_ns` (the
     /// gateway's clock) that is committed now.
     pub fn committed_at_age(&self, received_at_ns: i64) {
-        let age_ns = crate::http::now_ns().saturating_sub(received_at_ns).max(0);
+        let age_ns = kiln_model::now_ns().saturating_sub(received_at_ns).max(0);
         self.record_age.observe(age_ns as f64 / 1e9);
     }
 

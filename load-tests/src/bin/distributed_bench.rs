@@ -80,7 +80,7 @@ fn main() -> anyhow::Result<()> {
     let fleet = Fleet::of_agents(args.hosts, args.samples);
     let mut rng = StdRng::seed_from_u64(2);
     // An hour ago, so that the probes' "now-5m" queries do not scan them.
-    let start_ns = kiln_actors::http::now_ns() - 3_600_000_000_000;
+    let start_ns = kiln_model::now_ns() - 3_600_000_000_000;
     let batches: Vec<Batch> = (0..args.intervals)
         .flat_map(|i| (0..args.hosts).map(move |h| (h, i)))
         .map(|(h, i)| fleet.batch(&population, h, i, start_ns, &mut rng))
@@ -392,7 +392,7 @@ impl Cluster {
 
 /// One small batch whose samples carry the label `probe=TAG`, stamped now.
 fn probe_batch(tag: &str) -> Vec<u8> {
-    let now = kiln_actors::http::now_ns();
+    let now = kiln_model::now_ns();
     let mut b = BatchBuilder::new(format!("prober-{tag}"), now, 10_000_000);
     let frames = [
         Frame::named(FrameKind::Native, "main"),

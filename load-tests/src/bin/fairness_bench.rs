@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let now_hour = kiln_actors::http::now_ns().div_euclid(NANOS_PER_HOUR);
+    let now_hour = kiln_model::now_ns().div_euclid(NANOS_PER_HOUR);
     let first_hour = now_hour - args.hours as i64 - 1;
     let heavy = Scope::new("heavy", "default")?;
     let light = Scope::new("light", "default")?;

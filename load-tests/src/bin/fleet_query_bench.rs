@@ -106,7 +106,7 @@ fn main() -> anyhow::Result<()> {
 
     let job = Rollups::new(store.clone(), metadata.clone());
     let started = Instant::now();
-    let rolled = runtime.block_on(job.run_once(kiln_actors::http::now_ns()));
+    let rolled = runtime.block_on(job.run_once(kiln_model::now_ns()));
     let roll_time = started.elapsed();
     anyhow::ensure!(rolled.failed.is_empty(), "rollup pass: {:?}", rolled.failed);
     anyhow::ensure!(
@@ -238,7 +238,7 @@ async fn fill(store: &dyn ProfileStore, scope: &Scope, args: &Args) -> anyhow::R
         .collect();
 
     let hours = (args.days * 24) as i64;
-    let now_hour = kiln_actors::http::now_ns().div_euclid(NANOS_PER_HOUR);
+    let now_hour = kiln_model::now_ns().div_euclid(NANOS_PER_HOUR);
     let first_hour = now_hour - hours - 1;
     let period_ns = 1_000_000_000 / 19;
     let count = (SAMPLES_PER_HOST_HOUR / args.rows.max(1) as u64).max(1);

@@ -245,7 +245,7 @@ struct StoredRange {
 async fn fill(store: &dyn ProfileStore, args: &Args) -> anyhow::Result<StoredRange> {
     let population = StackPopulation::new(args.stacks, 1.1, 1);
     let fleet = Fleet::of_agents(args.hosts, args.samples);
-    let now_hour = kiln_actors::http::now_ns().div_euclid(NANOS_PER_HOUR);
+    let now_hour = kiln_model::now_ns().div_euclid(NANOS_PER_HOUR);
     let first_hour = now_hour - args.hours as i64 - 1;
     let scope = Scope::new(DEFAULT_TENANT, DEFAULT_PROJECT)?;
     let mut rng = StdRng::seed_from_u64(3);

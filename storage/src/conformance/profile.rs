@@ -432,7 +432,7 @@ async fn deleting_sealed_samples_keeps_later_writes(
         .collect();
     store.put_samples(&scope, &sealed).await?;
     store.put_samples(&other, &sealed).await?;
-    let read_at = crate::sealed::now_ns();
+    let read_at = kiln_model::now_ns();
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     // Written after the scan a seal made: a late batch in both hours, and
     // one sealed row written again.

@@ -33,9 +33,9 @@ use actix_web::{HttpMessage, HttpRequest, web};
 use kiln_storage::{Grant, KeyHash, MetadataStore, TenantLimits};
 use tracing::{debug, warn};
 
-use super::admin::AdminToken;
 use super::error::ApiError;
 use super::routes::{Access, access_of};
+use crate::admin_token::AdminToken;
 use cache::TtlCache;
 use session::{SESSION_COOKIE, Sessions};
 

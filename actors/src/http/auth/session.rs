@@ -17,7 +17,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use kiln_storage::KeyHash;
 use sha2::{Digest, Sha256};
 
-use super::super::admin::AdminToken;
+use crate::admin_token::AdminToken;
 
 /// The session cookie's name.
 pub(crate) const SESSION_COOKIE: &str = "kiln_session";

@@ -70,7 +70,7 @@ pub const SYMBOLS_BODY: BodyLimit = BodyLimit {
 /// libraries' with DWARF run to a few hundred MiB.
 pub const KSYM_BODY: BodyLimit = BodyLimit {
     what: "a ksym symbol upload",
-    max_bytes: 512 << 20,
+    max_bytes: kiln_symbolizer_workers::MAX_KSYM_UPLOAD,
 };
 
 /// The JSON bodies of the admin routes.
