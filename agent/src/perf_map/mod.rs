@@ -39,6 +39,18 @@ use reader::{Limits, PerfMapError, PerfMapPath, PerfMapReader};
 /// forgotten (as the process table forgets processes).
 const FORGET_AFTER_DRAINS: u64 = 12;
 
+/// Most bytes of perf maps read in one drain, all processes together: a
+/// process that replaces its map with a new one of 32 MiB every interval
+/// (or many processes with large maps) costs the agent at most this much
+/// parsing per interval; the rest is read at the next ones.
+const MAX_READ_PER_DRAIN: u64 = 32 << 20;
+
+/// Most address ranges held for all processes together (about 40 bytes
+/// each plus names): past it, the maps of processes not read yet are not
+/// read (their JIT frames stay `[unknown JIT]`) until others are forgotten.
+/// Four processes at their own bound ([`reader::MAX_RANGES`]).
+const MAX_TOTAL_RANGES: usize = 4 * reader::MAX_RANGES;
+
 /// The perf maps of the processes whose JIT frames were sampled.
 #[derive(Debug)]
 pub(crate) struct PerfMaps {
@@ -47,6 +59,10 @@ pub(crate) struct PerfMaps {
     enabled: bool,
     processes: HashMap<u32, ProcessMap>,
     drain: u64,
+    /// Bytes read in this drain ([`MAX_READ_PER_DRAIN`]).
+    read_this_drain: u64,
+    /// Whether [`MAX_TOTAL_RANGES`] was said to be reached.
+    warned_full: bool,
 }
 
 impl Default for PerfMaps {
@@ -55,6 +71,8 @@ impl Default for PerfMaps {
             enabled: true,
             processes: HashMap::new(),
             drain: 0,
+            read_this_drain: 0,
+            warned_full: false,
         }
     }
 }
@@ -84,6 +102,7 @@ impl PerfMaps {
     /// processes whose maps were not used for a while are forgotten.
     pub(crate) fn next_drain(&mut self) {
         self.drain += 1;
+        self.read_this_drain = 0;
         let drain = self.drain;
         self.processes
             .retain(|_, p| drain - p.last_used < FORGET_AFTER_DRAINS);
@@ -124,6 +143,18 @@ impl PerfMaps {
         };
         if stale {
             let start_time = start_time?;
+            let held: usize = self.processes.values().map(|p| p.reader.ranges()).sum();
+            if held >= MAX_TOTAL_RANGES {
+                if !std::mem::replace(&mut self.warned_full, true) {
+                    info!(
+                        pid,
+                        ranges = held,
+                        "perf maps past the agent's bound for all processes: new ones are not \
+                         read until others are forgotten"
+                    );
+                }
+                return None;
+            }
             let at = perf_map_path(pid)?;
             self.processes.insert(
                 pid,
@@ -140,24 +171,29 @@ impl PerfMaps {
         process.last_used = drain;
         if process.refreshed != Some(drain) {
             process.refreshed = Some(drain);
-            process.refresh(pid);
+            let budget = MAX_READ_PER_DRAIN.saturating_sub(self.read_this_drain);
+            self.read_this_drain += process.refresh(pid, budget);
         }
         Some(process)
     }
 }
 
 impl ProcessMap {
-    /// Reads what the map gained, logging a failure once per reason.
-    fn refresh(&mut self, pid: u32) {
+    /// Reads what the map gained, at most `budget` bytes, logging a
+    /// failure once per reason; returns the bytes read.
+    fn refresh(&mut self, pid: u32, budget: u64) -> u64 {
+        if budget == 0 {
+            return 0;
+        }
         let was_full = self.reader.stats().full;
-        match self.reader.refresh() {
-            Ok(0) => {}
-            Ok(taken) => {
+        match self.reader.refresh(budget) {
+            Ok(0) => 0,
+            Ok(bytes) => {
                 self.last_error = None;
                 let stats = self.reader.stats();
                 debug!(
                     pid,
-                    taken,
+                    bytes,
                     entries = stats.entries,
                     skipped = stats.skipped,
                     "perf map read"
@@ -169,6 +205,7 @@ impl ProcessMap {
                         "perf map past the agent's bounds: later JIT code stays unnamed"
                     );
                 }
+                bytes
             }
             Err(e) => {
                 let text = e.to_string();
@@ -182,6 +219,7 @@ impl ProcessMap {
                     }
                     self.last_error = Some(text);
                 }
+                0
             }
         }
     }

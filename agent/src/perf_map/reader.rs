@@ -178,10 +178,10 @@ impl PerfMapReader {
     }
 
     /// Reads what was appended to the map since the last refresh (all of
-    /// it the first time, or when the file shrank or was replaced);
-    /// returns how many entries it took. On an error, what was read before
-    /// stays.
-    pub(crate) fn refresh(&mut self) -> Result<u64, PerfMapError> {
+    /// it the first time, or when the file shrank or was replaced), at
+    /// most `budget` bytes of it (the rest at the next refresh); returns
+    /// how many bytes it read. On an error, what was read before stays.
+    pub(crate) fn refresh(&mut self, budget: u64) -> Result<u64, PerfMapError> {
         let path = self.at.path.clone();
         let io = |source: io::Error| PerfMapError::Io {
             path: path.clone(),
@@ -210,7 +210,10 @@ impl PerfMapReader {
         if self.identity != Some(identity) || meta.size() < self.offset {
             self.start_over(identity);
         }
-        let until = meta.size().min(self.limits.max_bytes);
+        let until = meta
+            .size()
+            .min(self.limits.max_bytes)
+            .min(self.offset.saturating_add(budget));
         if until <= self.offset {
             self.stats.full |= self.offset >= self.limits.max_bytes;
             return Ok(0);
@@ -220,7 +223,7 @@ impl PerfMapReader {
         if (again.dev(), again.ino()) != identity {
             return Err(io(io::Error::other("the file changed while opened")));
         }
-        let before = self.stats.entries;
+        let before = self.offset;
         let mut buf = vec![0u8; READ_CHUNK];
         while self.offset < until {
             let want = ((until - self.offset) as usize).min(READ_CHUNK);
@@ -234,7 +237,12 @@ impl PerfMapReader {
             self.take(n, &buf);
         }
         self.stats.full |= self.offset >= self.limits.max_bytes;
-        Ok(self.stats.entries - before)
+        Ok(self.offset - before)
+    }
+
+    /// Address ranges held.
+    pub(crate) fn ranges(&self) -> usize {
+        self.ranges.len()
     }
 
     /// Refuses what is not a regular file of the process's user.
@@ -370,18 +378,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let map = dir.path().join("perf-1.map");
         let mut r = reader(dir.path(), Limits::default());
-        assert!(matches!(r.refresh(), Err(PerfMapError::Missing { .. })));
+        assert!(matches!(
+            r.refresh(u64::MAX),
+            Err(PerfMapError::Missing { .. })
+        ));
         assert!(!r.has_read());
         append(&map, b"1000 100 first\n2000 10 JS:*half");
-        assert_eq!(r.refresh().unwrap(), 1);
+        r.refresh(u64::MAX).unwrap();
+        assert_eq!(r.stats().entries, 1);
         assert_eq!(name(&r, 0x1050).as_deref(), Some("first"));
         assert_eq!(name(&r, 0x2000), None, "its line is not finished");
         append(&map, b" /app.js:3:1\nnot a line\n1040 20 newer\n\x00\x01\n");
-        assert_eq!(r.refresh().unwrap(), 2);
+        // Within a budget: a few bytes now, the rest next time.
+        assert_eq!(r.refresh(4).unwrap(), 4);
+        assert!(r.refresh(u64::MAX).unwrap() > 4);
         assert_eq!(name(&r, 0x2005).as_deref(), Some("half"));
         assert_eq!(name(&r, 0x1050).as_deref(), Some("newer"));
         assert_eq!(name(&r, 0x1060).as_deref(), Some("first"));
-        assert_eq!(r.refresh().unwrap(), 0, "nothing new");
+        assert_eq!(r.refresh(u64::MAX).unwrap(), 0, "nothing new");
         assert_eq!(
             r.stats(),
             ReadStats {
@@ -401,16 +415,17 @@ mod tests {
         let map = dir.path().join("perf-1.map");
         let mut r = reader(dir.path(), Limits::default());
         append(&map, b"1000 100 old\n3000 100 other\n");
-        r.refresh().unwrap();
+        r.refresh(u64::MAX).unwrap();
         let next = dir.path().join("next");
         std::fs::write(&next, b"1000 100 replaced\n").unwrap();
         std::fs::rename(&next, &map).unwrap();
-        assert_eq!(r.refresh().unwrap(), 1);
+        r.refresh(u64::MAX).unwrap();
+        assert_eq!(r.stats().entries, 1);
         assert_eq!(name(&r, 0x1000).as_deref(), Some("replaced"));
         assert_eq!(name(&r, 0x3000), None);
         std::fs::File::create(&map).unwrap();
         append(&map, b"5000 1 cut\n");
-        r.refresh().unwrap();
+        r.refresh(u64::MAX).unwrap();
         assert_eq!(name(&r, 0x5000).as_deref(), Some("cut"));
         assert_eq!(name(&r, 0x1000), None);
     }
@@ -433,8 +448,9 @@ mod tests {
                 max_ranges: 1000,
             },
         );
-        assert_eq!(r.refresh().unwrap(), 10);
-        assert_eq!(r.refresh().unwrap(), 0);
+        assert_eq!(r.refresh(u64::MAX).unwrap(), 10 * line);
+        assert_eq!(r.refresh(u64::MAX).unwrap(), 0);
+        assert_eq!(r.stats().entries, 10);
         assert!(r.stats().full);
         let mut r = reader(
             dir.path(),
@@ -443,7 +459,8 @@ mod tests {
                 max_ranges: 5,
             },
         );
-        assert_eq!(r.refresh().unwrap(), 5);
+        r.refresh(u64::MAX).unwrap();
+        assert_eq!((r.stats().entries, r.ranges()), (5, 5));
         assert!(r.stats().full);
         assert_eq!(name(&r, 0x1040).as_deref(), Some("f04"));
         assert_eq!(name(&r, 0x1050), None);
@@ -461,7 +478,7 @@ mod tests {
         let mut r = reader(dir.path(), Limits::default());
 
         std::os::unix::fs::symlink(&real, &map).unwrap();
-        let e = r.refresh().unwrap_err();
+        let e = r.refresh(u64::MAX).unwrap_err();
         assert!(matches!(e, PerfMapError::Symlink { .. }), "{e}");
         std::fs::remove_file(&map).unwrap();
 
@@ -477,13 +494,13 @@ mod tests {
             },
             Limits::default(),
         );
-        let e = through.refresh().unwrap_err();
+        let e = through.refresh(u64::MAX).unwrap_err();
         assert!(matches!(e, PerfMapError::Symlink { .. }), "{e}");
 
         let c = std::ffi::CString::new(map.to_str().unwrap()).unwrap();
         // SAFETY: a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let e = r.refresh().unwrap_err();
+        let e = r.refresh(u64::MAX).unwrap_err();
         assert!(
             matches!(e, PerfMapError::NotRegular { kind: "FIFO", .. }),
             "{e}"
@@ -491,7 +508,7 @@ mod tests {
         std::fs::remove_file(&map).unwrap();
 
         std::fs::create_dir(&map).unwrap();
-        let e = r.refresh().unwrap_err();
+        let e = r.refresh(u64::MAX).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -509,7 +526,7 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::chown(&map, Some(4242), None).unwrap();
-            let e = r.refresh().unwrap_err();
+            let e = r.refresh(u64::MAX).unwrap_err();
             assert!(matches!(e, PerfMapError::Owner { uid: 4242, .. }), "{e}");
         }
         assert!(!r.has_read());
