@@ -194,15 +194,12 @@ fn known_version(text: &str) -> Option<ProtocolVersion> {
         .cloned()
 }
 
-fn supported() -> Vec<&'static str> {
-    [
-        "2026-07-28",
-        "2025-11-25",
-        "2025-06-18",
-        "2025-03-26",
-        "2024-11-05",
-    ]
-    .to_vec()
+/// Every revision served, newest first.
+fn supported() -> Vec<String> {
+    std::iter::once(&MODERN)
+        .chain(HANDSHAKE.iter())
+        .map(|v| v.as_str().to_owned())
+        .collect()
 }
 
 fn answer(message: ServerJsonRpcMessage) -> HttpResponse {
