@@ -10,13 +10,19 @@
 //! line, in those shares (±3 points), under `main()`, under Node's own
 //! native frames down to its root (whole stacks, walked through the JIT
 //! code by its frame pointers). With `--no-perf-maps`, the same stacks
-//! are whole but their JIT frames all say `[unknown JIT]`.
+//! are whole but their JIT frames all say `[unknown JIT]`. And a JVM read
+//! only through the map `jcmd PID Compiler.perfmap` writes (the agent's
+//! own JVM reading off, `--no-java`; `-XX:+PreserveFramePointer`, as
+//! perf needs too): `workloads/java/JavaShares.java`'s methods in their
+//! 50/35/15 shares, under the interpreter running `main`, down to libc.
 //!
 //! Needs root (or CAP_BPF + CAP_PERFMON), the agent built with its eBPF
-//! program, and `node` (scripts/setup-tests.sh installs Debian's nodejs).
+//! program, `node` and a JDK (scripts/setup-tests.sh installs Debian's
+//! nodejs and OpenJDK 17).
 
 mod support;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -70,42 +76,51 @@ fn node_version() -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-/// The workload's samples, profiled by an agent with `perf_maps` until
-/// there are [`MIN_SAMPLES`] (or [`PROFILE_AT_MOST`] has passed), with
-/// the executables their frames name and the JIT coverage the agent
-/// reported meanwhile.
+/// What [`profile`] measured: the workload's samples, the executables
+/// their frames name, and the JIT coverage the agent reported meanwhile.
+struct Profile {
+    samples: Vec<Resolved>,
+    files: HashMap<FileId, String>,
+    jit: JitCoverage,
+}
+
+/// The Node.js workload, run as the test runs it, in `dir` (where Node
+/// writes its V8 log, isolate-*.log).
+fn node_workload(dir: &Path) -> Command {
+    let mut node = Command::new("node");
+    node.args([
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        // See the workload: each function keeps its own code.
+        "--no-turbo-inlining",
+    ])
+    .arg(script_path())
+    .arg("120")
+    .current_dir(dir)
+    .stdout(std::process::Stdio::null());
+    node
+}
+
+/// Profiles the workload `command` starts with an agent of `config`
+/// (1 s intervals at [`FREQUENCY_HZ`]): from once its tables are loaded
+/// and `warm_up` more has passed, after which `ready` is called with its
+/// pid, until its samples (of its thread `thread`, when given) number
+/// [`MIN_SAMPLES`] or [`PROFILE_AT_MOST`] has passed.
 fn profile(
-    perf_maps: bool,
-) -> (
-    Vec<Resolved>,
-    std::collections::HashMap<FileId, String>,
-    JitCoverage,
-) {
+    config: AgentConfig,
+    mut command: Command,
+    thread: Option<&str>,
+    warm_up: Duration,
+    ready: impl FnOnce(u32),
+) -> Profile {
     let mut agent = support::start_agent(AgentConfig {
         frequency_hz: FREQUENCY_HZ,
         interval: Duration::from_secs(1),
         host: "kiln-agent-test".into(),
-        perf_maps,
-        ..AgentConfig::default()
+        ..config
     });
     let mut sink = MemorySink::default();
-    // Node writes its V8 log (isolate-*.log) where it runs.
-    let dir = tempfile::tempdir().unwrap();
-    let workload = Workload(
-        Command::new("node")
-            .args([
-                "--perf-basic-prof",
-                "--interpreted-frames-native-stack",
-                // See the workload: each function keeps its own code.
-                "--no-turbo-inlining",
-            ])
-            .arg(script_path())
-            .arg("120")
-            .current_dir(dir.path())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start the Node.js workload"),
-    );
+    let workload = Workload(command.spawn().expect("start the workload"));
     let pid = workload.0.id();
     let loading = Instant::now();
     while !agent.unwind_tables_loaded(pid) {
@@ -113,9 +128,15 @@ fn profile(
         agent.tick(&mut sink).unwrap();
         assert!(
             loading.elapsed() < Duration::from_secs(30),
-            "node's unwind tables not loaded within 30 s"
+            "the workload's unwind tables not loaded within 30 s"
         );
     }
+    let warming = Instant::now();
+    while warming.elapsed() < warm_up {
+        std::thread::sleep(Duration::from_millis(500));
+        agent.tick(&mut sink).unwrap();
+    }
+    ready(pid);
     agent.tick(&mut sink).unwrap();
     let first = sink.batches.len();
     let started = Instant::now();
@@ -124,6 +145,7 @@ fn profile(
         resolve_labelled(&sink.batches, first)
             .into_iter()
             .filter(|s| s.labels.get(label_names::PID) == Some(pid.to_string().as_str()))
+            .filter(|s| thread.is_none_or(|t| s.labels.get(label_names::THREAD) == Some(t)))
             .collect::<Vec<_>>()
     };
     loop {
@@ -138,7 +160,26 @@ fn profile(
         }
     }
     drop(workload);
-    (ours(&sink), executables(&sink.batches), jit)
+    Profile {
+        samples: ours(&sink),
+        files: executables(&sink.batches),
+        jit,
+    }
+}
+
+/// [`profile`] of the Node.js workload.
+fn profile_node(perf_maps: bool) -> Profile {
+    let dir = tempfile::tempdir().unwrap();
+    profile(
+        AgentConfig {
+            perf_maps,
+            ..AgentConfig::default()
+        },
+        node_workload(dir.path()),
+        None,
+        Duration::ZERO,
+        |_| {},
+    )
 }
 
 /// Where the JIT frame `function` is in `frames`, if it is.
@@ -154,7 +195,7 @@ fn is_unknown_jit(frame: &Frame) -> bool {
 
 /// Whether the stack reaches Node's root: its root frame is the `node`
 /// executable's (or libc's, which `_start` calls into), not a marker.
-fn rooted_in_node(frames: &[Frame], files: &std::collections::HashMap<FileId, String>) -> bool {
+fn rooted_in_node(frames: &[Frame], files: &HashMap<FileId, String>) -> bool {
     matches!(frames.first(), Some(Frame::Address { file_id, .. })
         if files.get(file_id).is_some_and(|n| n == "node" || n.starts_with("libc.so")))
 }
@@ -181,7 +222,11 @@ fn node_functions_are_named_from_its_perf_map_in_their_shares() {
     let _serial = serial();
     let version = node_version();
     let script = std::fs::read_to_string(script_path()).unwrap();
-    let (samples, files, jit) = profile(true);
+    let Profile {
+        samples,
+        files,
+        jit,
+    } = profile_node(true);
     let total: u64 = samples.iter().map(|s| s.count).sum();
     let share = |pred: &dyn Fn(&[Frame]) -> bool| share_of(&samples, pred);
     let under = |name: &'static str| move |f: &[Frame]| jit_frame(f, name).is_some();
@@ -284,7 +329,11 @@ fn node_functions_are_named_from_its_perf_map_in_their_shares() {
 fn without_perf_maps_jit_frames_are_unknown_and_stacks_still_whole() {
     require_root();
     let _serial = serial();
-    let (samples, files, jit) = profile(false);
+    let Profile {
+        samples,
+        files,
+        jit,
+    } = profile_node(false);
     let total: u64 = samples.iter().map(|s| s.count).sum();
     let named = share_of(&samples, |f| {
         f.iter().any(|g| {
@@ -313,4 +362,118 @@ fn without_perf_maps_jit_frames_are_unknown_and_stacks_still_whole() {
         "only {rooted:.1}% of the samples are rooted in node"
     );
     assert_eq!(jit.named + jit.not_in_map, 0, "{jit:?}");
+}
+
+// Guards the JVM's perf map (`jcmd PID Compiler.perfmap`, 0x-prefixed
+// numbers) with the agent's own JVM reading off (`--no-java`): the
+// workload's methods by the names HotSpot wrote, in their shares, under
+// main.
+#[test]
+fn jvm_methods_are_named_from_its_perf_map_with_java_off() {
+    require_root();
+    let _serial = serial();
+    let classes = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads/java/JavaShares.java");
+    let compiled = Command::new("javac")
+        .args(["--release", "11", "-d"])
+        .arg(classes.path())
+        .arg(&source)
+        .status()
+        .expect("javac: scripts/setup-tests.sh installs Debian's openjdk-17-jdk-headless");
+    assert!(compiled.success(), "javac failed");
+    let mut java = Command::new("java");
+    java.args([
+        // Frame pointers in compiled code, as perf needs them too.
+        "-XX:+PreserveFramePointer",
+        // Each method keeps code of its own (see the Node workload).
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=dontinline,JavaShares::*",
+        "-cp",
+    ])
+    .arg(classes.path())
+    .args(["JavaShares", "120"]);
+    let Profile {
+        samples,
+        files,
+        jit,
+    } = profile(
+        AgentConfig {
+            java: false,
+            ..AgentConfig::default()
+        },
+        java,
+        Some("java"),
+        Duration::from_secs(5),
+        |pid| {
+            let out = Command::new("jcmd")
+                .arg(pid.to_string())
+                .arg("Compiler.perfmap")
+                .output()
+                .expect("jcmd");
+            assert!(
+                out.status.success(),
+                "jcmd Compiler.perfmap failed: {out:?}"
+            );
+        },
+    );
+    let total: u64 = samples.iter().map(|s| s.count).sum();
+    let method = |name: &'static str| {
+        move |f: &[Frame]| {
+            f.iter().any(|g| {
+                matches!(g, Frame::Named { kind: FrameKind::Jit, function, .. }
+                    if function.contains(&format!("JavaShares.{name}(")))
+            })
+        }
+    };
+    let parse = share_of(&samples, method("parse"));
+    let render = share_of(&samples, method("render"));
+    let digest = share_of(&samples, method("digest"));
+    let unknown = share_of(&samples, |f| f.iter().any(is_unknown_jit));
+    // Each method under the frame that called it, the interpreter
+    // running main() (HotSpot's map names the interpreter, not the
+    // method it interprets), under the JVM's call stub, down to the
+    // thread's root in libc.
+    let whole = share_of(&samples, |f| {
+        let Some(interpreter) = f.iter().position(|g| {
+            matches!(g, Frame::Named { kind: FrameKind::Jit, function, .. } if function == "Interpreter")
+        }) else {
+            return false;
+        };
+        let called = f[interpreter + 1..].iter().any(|g| {
+            matches!(g, Frame::Named { kind: FrameKind::Jit, function, .. }
+                if function.contains("JavaShares."))
+        });
+        let rooted = matches!(f.first(), Some(Frame::Address { file_id, .. })
+            if files.get(file_id).is_some_and(|n| n.starts_with("libc.so")));
+        called && rooted
+    });
+    eprintln!(
+        "JVM with --no-java: {total} samples of its main thread; parse {parse:.1}%, render \
+         {render:.1}%, digest {digest:.1}%; under main's interpreter frame and rooted in libc \
+         {whole:.1}%; with an [unknown JIT] frame {unknown:.1}%; host's JIT samples: {jit:?}"
+    );
+    let mut failures = Vec::new();
+    if total < MIN_SAMPLES / 2 {
+        failures.push(format!("only {total} samples"));
+    }
+    for (name, got, truth) in [
+        ("parse", parse, 50.0),
+        ("render", render, 35.0),
+        ("digest", digest, 15.0),
+    ] {
+        if (got - truth).abs() > TOLERANCE_POINTS {
+            failures.push(format!(
+                "{name} has {got:.1}% of the samples, expected {truth}% ± {TOLERANCE_POINTS}"
+            ));
+        }
+    }
+    if whole < WHOLE_AT_LEAST {
+        failures.push(format!("only {whole:.1}% of the samples are whole"));
+    }
+    if unknown > 100.0 - WHOLE_AT_LEAST {
+        failures.push(format!(
+            "{unknown:.1}% of the samples have an [unknown JIT] frame"
+        ));
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
