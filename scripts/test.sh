@@ -110,7 +110,7 @@ if [ "$(id -u)" -eq 0 ]; then
   else
     podman_note="container names on runtimes' state files only: no podman (scripts/setup-tests.sh installs it), so agent/tests/podman.rs skips"
   fi
-  tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration; Java stacks on HotSpot 11, 17, 21 and 25: every JDK under /usr/lib/jvm and ~/.cache/kiln-jdks; $podman_note)"
+  tier "ebpf agent" "RUN (root: the agent's tests load its eBPF program on this kernel, within unit+integration; Java stacks on HotSpot 11, 17, 21 and 25: every JDK under /usr/lib/jvm and ~/.cache/kiln-jdks; JIT frames named from perf maps of Node.js and a JVM (agent/tests/perf_map.rs); $podman_note)"
   tier "regions" "RUN (root: two regions in network namespaces, each with its own PostgreSQL, tansu broker, object store, gateway, worker and query node, 40 ms apart through a delaying relay, as tc netem is not in every kernel: forwarding, residency byte for byte, the tenant directory, global symbols pulled across regions, region loss with an agent spooling until its return; kiln/tests/regions.rs, run after unit+integration with its output shown)"
 else
   tier "ebpf agent" "RUN, and it will fail: the agent's tests need root (or CAP_BPF and CAP_PERFMON)"
