@@ -205,21 +205,11 @@ pub(crate) async fn compare_route(
             "format: {format:?} is not json or text"
         )));
     }
-    let limit = match params.get("limit") {
-        None => DEFAULT_LIMIT,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=100_000).contains(n))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!("limit: {text:?} is not a number from 1 to 100000"))
-            })?,
-    };
-    let thresholds = thresholds(
-        params.get("fdr").map(|t| ("fdr", t.as_str())),
-        params.get("min_change").map(|t| ("min_change", t.as_str())),
-    )?;
-    let sides = sides_of_params(scope, &params)?;
+    let CompareRequest {
+        sides,
+        thresholds,
+        limit,
+    } = CompareRequest::of_params(scope, &params)?;
     let answer = run(&state, &sides, thresholds, limit).await?;
     Ok(match format {
         "text" => HttpResponse::Ok()
@@ -227,6 +217,52 @@ pub(crate) async fn compare_route(
             .body(text(&answer)),
         _ => HttpResponse::Ok().json(answer),
     })
+}
+
+/// A comparison as a query string asks for it (every parameter of
+/// [`compare_route`] but `format`): saved comparisons keep these
+/// parameters and read them again here at each run, so that relative
+/// times (`now-1h`) are resolved when it runs.
+#[derive(Debug, Clone)]
+pub(crate) struct CompareRequest {
+    /// What is compared.
+    pub sides: Sides,
+    /// When a change is flagged.
+    pub thresholds: Thresholds,
+    /// Functions listed at most.
+    pub limit: usize,
+}
+
+impl CompareRequest {
+    /// The comparison `params` ask for, in `scope`; 400 naming a bad
+    /// parameter.
+    pub(crate) fn of_params(
+        scope: Scope,
+        params: &BTreeMap<String, String>,
+    ) -> Result<CompareRequest, ApiError> {
+        let limit = match params.get("limit") {
+            None => DEFAULT_LIMIT,
+            Some(text) => text
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=100_000).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "limit: {text:?} is not a number from 1 to 100000"
+                    ))
+                })?,
+        };
+        let thresholds = thresholds(
+            params.get("fdr").map(|t| ("fdr", t.as_str())),
+            params.get("min_change").map(|t| ("min_change", t.as_str())),
+        )?;
+        let sides = sides_of_params(scope, params)?;
+        Ok(CompareRequest {
+            sides,
+            thresholds,
+            limit,
+        })
+    }
 }
 
 /// The thresholds asked for, as `(name, text)`: `fdr` a number above 0

@@ -17,6 +17,10 @@
 //! | GET | `/api/v1/flamegraph?from&to&format=collapsed\|json\|flamewire\|pprof\|speedscope&lines=false\|true` | flamegraph: a node per function, or per line with `lines=true` | read |
 //! | GET | `/api/v1/top?from&to&limit` | top functions (self, total) | read |
 //! | GET | `/api/v1/compare?base_from&base_to&target_from&target_to&base.LABEL&target.LABEL&fdr&min_change&limit&format=json\|text` | functions whose share changed between two ranges or label values beyond sampling noise ([`compare`]) | read |
+//! | GET, POST | `/api/v1/comparisons` | the project's saved comparisons; save one `{"name", "params"}` ([`comparisons`]) | read, admin |
+//! | GET, DELETE | `/api/v1/comparisons/{name}` | one saved comparison; delete it | read, admin |
+//! | GET | `/api/v1/comparisons/{name}/result?format=json\|text` | the saved comparison run now, as `/api/v1/compare` answers | read |
+//! | GET | `/api/v1/comparisons/metrics` | every saved comparison run now, Prometheus text for the tenant's alerts | read |
 //! | GET | `/api/v1/timeline?from&to&step` | CPU over time, in cores | read |
 //! | GET | `/api/v1/labels?from&to` | label names and values | read |
 //! | GET | `/api/v1/metrics?name&from&to&step` | one metric's series | read |
@@ -53,6 +57,7 @@ mod assets;
 pub mod auth;
 pub mod body;
 mod compare;
+mod comparisons;
 mod encoding;
 pub(crate) mod error;
 mod gpu;
@@ -303,6 +308,17 @@ fn query_routes(r: &mut Registrar<'_>) {
     r.api(M::GET, "/api/v1/flamegraph", query::flamegraph)
         .api(M::GET, "/api/v1/top", query::top)
         .api(M::GET, "/api/v1/compare", compare::compare_route)
+        .api(M::GET, "/api/v1/comparisons", comparisons::list)
+        .api(M::POST, "/api/v1/comparisons", comparisons::create)
+        // Before `{name}`: actix matches in the order routes are added.
+        .api(M::GET, "/api/v1/comparisons/metrics", comparisons::metrics)
+        .api(M::GET, "/api/v1/comparisons/{name}", comparisons::get)
+        .api(M::DELETE, "/api/v1/comparisons/{name}", comparisons::delete)
+        .api(
+            M::GET,
+            "/api/v1/comparisons/{name}/result",
+            comparisons::result,
+        )
         .api(M::GET, "/api/v1/timeline", query::timeline)
         .api(M::GET, "/api/v1/labels", query::labels)
         .api(M::GET, "/api/v1/metrics", metrics::series)

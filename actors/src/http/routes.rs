@@ -71,6 +71,7 @@ impl Route {
                 "{tenant}" => "default",
                 "{id}" => "1",
                 "{file}" => "index.html",
+                "{name}" => "watch",
                 other => other,
             })
             .collect::<Vec<_>>()

@@ -78,6 +78,16 @@ scope_extractor!(
     "managing keys"
 );
 
+scope_extractor!(
+    /// A caller that may save and delete its project's comparisons
+    /// (`/api/v1/comparisons`): its scope. The admin role, as for keys:
+    /// what is saved runs at every scrape of the tenant's alerts, and
+    /// ingest keys sit on every host.
+    ComparisonEditor,
+    Role::Admin,
+    "saving or deleting comparisons"
+);
+
 /// Any authenticated caller: a tenant's key or session, or the operator.
 /// For routes any credential may use; the middleware has checked there is
 /// one, and this checks again where the route is handled.
