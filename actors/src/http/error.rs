@@ -56,15 +56,76 @@ pub enum ApiError {
     /// retry once the operator has made room.
     #[error("{0}")]
     InsufficientStorage(String),
-    /// Something failed on our side.
-    #[error("{0}")]
-    Internal(String),
+    /// Something failed on our side: what we were doing, and the error
+    /// that stopped it, kept whole so that the log shows its chain (the
+    /// response is made, and the error logged, once: [`ApiError::error_response`]).
+    #[error("{context}")]
+    Internal {
+        /// What failed, in words a caller can report ("object store").
+        context: String,
+        /// Why, when an error said so.
+        #[source]
+        source: Option<BoxedError>,
+    },
 }
+
+/// Any error, kept as the cause of an [`ApiError::Internal`].
+pub(crate) type BoxedError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 impl ApiError {
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         ApiError::BadRequest(message.into())
     }
+
+    /// A failure on our side while doing `context`, caused by `source`.
+    pub(crate) fn internal(context: impl Into<String>, source: impl Into<BoxedError>) -> Self {
+        ApiError::Internal {
+            context: context.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A failure on our side with no error behind it (a broken
+    /// invariant, a set-up missing).
+    pub(crate) fn internal_msg(context: impl Into<String>) -> Self {
+        ApiError::Internal {
+            context: context.into(),
+            source: None,
+        }
+    }
+
+    /// Logs an internal error with the chain of its causes: once, where
+    /// its answer is made (an HTTP response, a gRPC status).
+    pub(crate) fn report(&self) {
+        if let ApiError::Internal { .. } = self {
+            tracing::error!(error = %error_chain(self), "answered as an internal error");
+        }
+    }
+
+    /// What the caller is told: the message, and for an internal error
+    /// the chain of its causes after its context (what they report).
+    fn answer_text(&self) -> String {
+        match self {
+            ApiError::Internal { .. } => error_chain(self),
+            _ => self.to_string(),
+        }
+    }
+}
+
+/// `error` and each of its sources, joined by ": ".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        // Many errors print their source in their own message too.
+        let said = e.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = e.source();
+    }
+    text
 }
 
 impl From<kiln_storage::StoreError> for ApiError {
@@ -79,7 +140,7 @@ impl From<kiln_storage::StoreError> for ApiError {
             | E::Refused { .. } => ApiError::BadRequest(e.to_string()),
             E::NotFound { .. } => ApiError::NotFound(e.to_string()),
             E::AlreadyExists { .. } => ApiError::Conflict(e.to_string()),
-            _ => ApiError::Internal(e.to_string()),
+            _ => ApiError::internal("store", e),
         }
     }
 }
@@ -88,7 +149,7 @@ impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
         match e {
             QueryError::Unavailable(_) => ApiError::Unavailable(e.to_string()),
-            QueryError::Store(_) => ApiError::Internal(e.to_string()),
+            QueryError::Store(_) => ApiError::internal("query", e),
         }
     }
 }
@@ -107,7 +168,7 @@ impl ResponseError for ApiError {
             ApiError::Misdirected(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -125,7 +186,8 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        response.json(serde_json::json!({ "error": self.to_string() }))
+        self.report();
+        response.json(serde_json::json!({ "error": self.answer_text() }))
     }
 }
 
@@ -152,5 +214,30 @@ pub(crate) async fn answer_errors_as<E: ResponseError + 'static>(
             }
             None => Ok(response.map_into_boxed_body()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that prints its source in its own message, as many do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading segment 7: {0}")]
+    struct Segment(#[source] std::io::Error);
+
+    #[test]
+    fn an_internal_error_keeps_its_cause_and_answers_with_its_chain() {
+        let disk = std::io::Error::other("disk on fire");
+        let e = ApiError::internal("object store", Segment(disk));
+        let source = std::error::Error::source(&e).expect("the cause is kept");
+        assert_eq!(source.to_string(), "reading segment 7: disk on fire");
+        // Each cause once, though the second repeats the third.
+        assert_eq!(
+            e.answer_text(),
+            "object store: reading segment 7: disk on fire"
+        );
+        assert_eq!(e.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(ApiError::internal_msg("no store").answer_text(), "no store");
     }
 }

@@ -119,7 +119,7 @@ async fn import_for(
     // Parsing is CPU-bound: keep it off the server's event loop.
     let imported = web::block(move || kiln_formats::import(format, &body, &options))
         .await
-        .map_err(|e| ApiError::Internal(format!("import worker failed: {e}")))?
+        .map_err(|e| ApiError::internal("import worker failed", e))?
         .map_err(|e| ApiError::bad_request(format!("{format}: {e}")))?;
     let samples = imported.batch.sample_count();
     ingest.admit_samples(metrics, scope, &limits, imported.batch.samples.len() as u64)?;
@@ -175,7 +175,7 @@ async fn ingest_for(
     let bytes = body.clone();
     let peeked = web::block(move || Batch::peek_within(&bytes, MAX_AGENT_BATCH_PAYLOAD))
         .await
-        .map_err(|e| ApiError::Internal(format!("decode worker failed: {e}")))?;
+        .map_err(|e| ApiError::internal("decode worker failed", e))?;
     let batch = match peeked {
         Ok(batch) => batch,
         Err(e) => {
@@ -374,10 +374,10 @@ impl IngestState {
             .conversions
             .acquire()
             .await
-            .map_err(|e| ApiError::Internal(format!("{what} conversion: {e}")))?;
+            .map_err(|e| ApiError::internal(format!("{what} conversion"), e))?;
         tokio::task::spawn_blocking(convert)
             .await
-            .map_err(|e| ApiError::Internal(format!("{what} conversion failed: {e}")))
+            .map_err(|e| ApiError::internal(format!("{what} conversion failed"), e))
     }
 
     /// Publishes a request's converted batches for `scope`, their rows

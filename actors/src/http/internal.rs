@@ -54,7 +54,7 @@ pub(crate) async fn scan(
     let body = body::read(&request, payload, INTERNAL_BODY).await?;
     let scan = web::block(move || decode_scan(&body))
         .await
-        .map_err(|e| ApiError::Internal(format!("decode worker failed: {e}")))?
+        .map_err(|e| ApiError::internal("decode worker failed", e))?
         .map_err(|e| ApiError::bad_request(format!("scan refused: {e}")))?;
     let partial = state
         .query
@@ -63,7 +63,7 @@ pub(crate) async fn scan(
         .map_err(QueryError::from)??;
     let body = web::block(move || encode_partial(&partial))
         .await
-        .map_err(|e| ApiError::Internal(format!("encode worker failed: {e}")))?;
+        .map_err(|e| ApiError::internal("encode worker failed", e))?;
     Ok(HttpResponse::Ok()
         .content_type(SCAN_CONTENT_TYPE)
         .body(body))

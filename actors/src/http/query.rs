@@ -79,8 +79,7 @@ pub(crate) async fn flamegraph(
     if format == "flamewire" {
         return Ok(flamewire_response(&req, bytes.into_vec()).await);
     }
-    let unreadable =
-        |e: FlamewireError| ApiError::Internal(format!("built an unreadable flamegraph: {e}"));
+    let unreadable = |e: FlamewireError| ApiError::internal("built an unreadable flamegraph", e);
     let archived = access(&bytes).map_err(unreadable)?;
     let tree = Tree::of(archived).map_err(unreadable)?;
     let graph = FlameGraph::new(archived, &tree);
@@ -89,22 +88,22 @@ pub(crate) async fn flamegraph(
         "collapsed" => {
             graph
                 .write_collapsed(&mut body)
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
+                .map_err(|e| ApiError::internal("writing collapsed stacks", e))?;
             "text/plain; charset=utf-8"
         }
         "json" => {
             graph
                 .write_json(&mut body)
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
+                .map_err(|e| ApiError::internal("writing JSON", e))?;
             "application/json"
         }
         "pprof" => {
-            body = export::to_pprof(graph).map_err(|e| ApiError::Internal(e.to_string()))?;
+            body = export::to_pprof(graph).map_err(|e| ApiError::internal("exporting pprof", e))?;
             "application/vnd.google.protobuf+gzip"
         }
         "speedscope" => {
             body = export::to_speedscope(graph, "kiln")
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
+                .map_err(|e| ApiError::internal("exporting speedscope", e))?;
             "application/json"
         }
         _ => unreachable!("flamewire is answered above, other formats are refused"),

@@ -222,7 +222,7 @@ pub(crate) async fn ask_peers(
             Ok(reply) => {
                 let status = reply.status();
                 let text = reply.text().await.unwrap_or_default();
-                return Err(ApiError::Internal(format!(
+                return Err(ApiError::internal_msg(format!(
                     "region {region:?} answered {status}: {text}"
                 )));
             }
@@ -309,7 +309,7 @@ async fn forward(
     };
     let reply = outgoing.send().await.map_err(unreachable)?;
     let status = actix_web::http::StatusCode::from_u16(reply.status().as_u16())
-        .map_err(|e| ApiError::Internal(format!("region {region:?} answered: {e}")))?;
+        .map_err(|e| ApiError::internal(format!("region {region:?} answered"), e))?;
     let mut answer = HttpResponse::build(status);
     for (name, value) in reply.headers() {
         if hop_by_hop(name.as_str()) {

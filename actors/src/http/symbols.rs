@@ -103,8 +103,7 @@ fn parse_id(text: &str) -> Result<FileId, ApiError> {
 }
 
 fn tenant_key(scope: &Scope, id: FileId) -> Result<ObjectKey, ApiError> {
-    ObjectKey::tenant_symbols(scope.tenant(), id)
-        .map_err(|e| ApiError::Internal(format!("symbol key: {e}")))
+    ObjectKey::tenant_symbols(scope.tenant(), id).map_err(|e| ApiError::internal("symbol key", e))
 }
 
 /// `HEAD /api/v1/symbols/{file_id}`: 200 when symbols for the file exist
@@ -142,7 +141,7 @@ async fn any_exists(state: &AppState, keys: &[ObjectKey]) -> Result<HttpResponse
             .objects
             .exists(key)
             .await
-            .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
+            .map_err(|e| ApiError::internal("object store", e))?;
         if found {
             return Ok(HttpResponse::Ok().finish());
         }
@@ -159,7 +158,7 @@ pub(crate) async fn list_global(
 ) -> Result<HttpResponse, ApiError> {
     let file_ids = crate::global_symbols::global_file_ids(&*state.objects)
         .await
-        .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
+        .map_err(|e| ApiError::internal("object store", e))?;
     Ok(HttpResponse::Ok().json(crate::global_symbols::GlobalSymbolList { file_ids }))
 }
 
@@ -176,7 +175,7 @@ pub(crate) async fn download_global(
         .objects
         .get(&ObjectKey::global_symbols(id))
         .await
-        .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
+        .map_err(|e| ApiError::internal("object store", e))?;
     match stored {
         Some(bytes) => Ok(HttpResponse::Ok()
             .content_type("application/octet-stream")
@@ -260,7 +259,7 @@ async fn store(
     let _turn = UPLOADS
         .acquire()
         .await
-        .map_err(|e| ApiError::Internal(format!("upload queue: {e}")))?;
+        .map_err(|e| ApiError::internal("upload queue", e))?;
     let body = body::read(request, payload, kind.limit()).await?;
     // Extraction, checks and compression are CPU-bound: off the event
     // loop.
@@ -269,7 +268,7 @@ async fn store(
         Upload::Ksym => check_ksym(&body),
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("symbol worker failed: {e}")))??;
+    .map_err(|e| ApiError::internal("symbol worker failed", e))??;
     let stored = Stored {
         file_id: id,
         ranges: built.ranges,
@@ -280,7 +279,7 @@ async fn store(
         .objects
         .put(&key, built.compressed.into())
         .await
-        .map_err(|e| ApiError::Internal(format!("object store: {e}")))?;
+        .map_err(|e| ApiError::internal("object store", e))?;
     tracing::info!(file_id = %id, key = key.as_str(), ranges = stored.ranges, bytes = stored.bytes, "symbols stored");
     // Queries show the new names from now on, on every query node that
     // heard of it before this answer.
@@ -302,7 +301,7 @@ async fn store(
 pub(crate) fn check_ksym(data: &[u8]) -> Result<StoredSymbols, ApiError> {
     stored_from_ksym(data).map_err(|e| match e {
         StoredError::Ksym(e) => ApiError::bad_request(format!("not a valid ksym file: {e}")),
-        e => ApiError::Internal(format!("compressing symbols: {e}")),
+        e => ApiError::internal("compressing symbols", e),
     })
 }
 
@@ -317,7 +316,7 @@ fn build(id: FileId, data: &[u8]) -> Result<StoredSymbols, ApiError> {
     // is all that goes into the symbols.
     build_stored(Path::new("upload"), data).map_err(|e| match e {
         StoredError::Extract(e) => ApiError::bad_request(format!("not usable as symbols: {e}")),
-        e => ApiError::Internal(format!("building symbols: {e}")),
+        e => ApiError::internal("building symbols", e),
     })
 }
 

@@ -19,6 +19,7 @@ const UNAVAILABLE_RETRY: Duration = Duration::from_secs(5);
 /// The gRPC status of an API error: the code OTLP maps its HTTP status
 /// to, its message, and a retry delay when it has one.
 pub(super) fn of(e: ApiError) -> Status {
+    e.report();
     let code = Code::from(grpc_code(e.status_code().as_u16()));
     let retry = match &e {
         ApiError::TooManyRequests { retry_after_s, .. } => {

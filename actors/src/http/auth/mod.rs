@@ -316,7 +316,7 @@ pub async fn authenticate(
         let auth = request
             .app_data::<web::Data<Auth>>()
             .cloned()
-            .ok_or_else(|| ApiError::Internal("no authentication configured".to_owned()))?;
+            .ok_or_else(|| ApiError::internal_msg("no authentication configured"))?;
         let caller = auth.identify(request.request()).await?;
         origin::check_session(request.request(), &caller)?;
         request.extensions_mut().insert(caller);

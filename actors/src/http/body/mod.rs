@@ -154,7 +154,7 @@ pub(crate) async fn read_counted(
     // Decompression is CPU-bound: off the event loop.
     let body = web::block(move || inflate(coding, &sent, limit))
         .await
-        .map_err(|e| ApiError::Internal(format!("decompression worker failed: {e}")))??;
+        .map_err(|e| ApiError::internal("decompression worker failed", e))??;
     Ok((body, sent_len))
 }
 

@@ -111,7 +111,7 @@ pub(crate) async fn call(
     Ok(Answer {
         text: text(&answer),
         structured: serde_json::to_value(&answer)
-            .map_err(|e| ApiError::Internal(format!("a comparison is not JSON: {e}")))?,
+            .map_err(|e| ApiError::internal("a comparison is not JSON", e))?,
     })
 }
 

@@ -73,7 +73,7 @@ pub(crate) async fn call(
     let (samples, lines) = read(&bytes, |graph| {
         (graph.total(0), prune(&graph, min_share, max_lines))
     })
-    .map_err(|e| ApiError::Internal(format!("built an unreadable flamegraph: {e}")))?;
+    .map_err(|e| ApiError::internal("built an unreadable flamegraph", e))?;
     let shown: u64 = lines.iter().map(|l| l.self_count).sum();
     let left_out = share(samples.saturating_sub(shown), samples);
     let mut text = format!("Hot paths, {}: {samples} samples.\n", describe(&range));

@@ -69,7 +69,7 @@ pub(crate) async fn call(
     };
     match answer {
         Ok(answer) => Ok(answer.into_result()),
-        Err(e @ (ApiError::Internal(_) | ApiError::Unavailable(_))) => {
+        Err(e @ (ApiError::Internal { .. } | ApiError::Unavailable(_))) => {
             tracing::warn!(tool = name, error = %e, "an MCP tool failed");
             Err(ErrorData::internal_error(e.to_string(), None))
         }
