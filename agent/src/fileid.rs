@@ -15,6 +15,9 @@ use object::{FileKind, Object, ReadCache, elf};
 use crate::mapped_file::{MappedFileError, open_mapped};
 use crate::procfs::Mapping;
 
+/// A process's executable file mappings, each with its file.
+pub(crate) type ProcessMappings = Vec<(Mapping, Arc<FileInfo>)>;
+
 /// Why a file could not be identified.
 #[derive(Debug, thiserror::Error)]
 pub enum FileIdError {

@@ -154,6 +154,7 @@ mod fileid;
 pub mod gpu;
 mod gpu_agent;
 mod idle;
+mod in_root;
 pub mod jvm;
 mod kallsyms;
 mod mapped_file;

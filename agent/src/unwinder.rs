@@ -29,7 +29,7 @@ use kiln_model::FileId;
 use tracing::{debug, info, warn};
 
 use crate::abi::{BpfMapping, JvmProc, MAX_MAPPINGS, PythonProc, UnwindRow};
-use crate::fileid::FileInfo;
+use crate::fileid::ProcessMappings;
 use crate::jvm::Jvm;
 use crate::jvm::finder::JvmFinder;
 use crate::mapped_file::{MappedFileError, open_mapped};
@@ -46,9 +46,6 @@ pub(crate) const REAP_EVERY: Duration = Duration::from_secs(5);
 
 /// Most rows one table may have: the BPF binary search takes 24 halvings.
 const MAX_TABLE_ROWS: usize = 1 << 24;
-
-/// A process's executable file mappings, each with its file.
-pub(crate) type ProcessMappings = Vec<(Mapping, Arc<FileInfo>)>;
 
 /// A process's code as its maps show it: its executable files, and the
 /// memory JIT compilers write code into ([`Mapping::is_jit`]), which has

@@ -50,7 +50,7 @@ impl HostRoot {
         let root = open_dir(&self.path)?;
         // Symlinks inside the root are followed (`/var/run` → `/run`),
         // never out of it.
-        crate::mapped_file::openat2_in_root(&root, relative, flags, 0)
+        crate::in_root::openat2_in_root(&root, relative, flags, 0)
     }
 
     /// The whole of the regular file `relative`, when it holds at most

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use kiln_model::FileId;
 use tracing::debug;
 
+use crate::fileid::ProcessMappings;
 use crate::mapped_file::{MappedFileError, open_mapped};
 use crate::memory::ProcessMemory;
 use crate::procfs::Mapping;
-use crate::unwinder::ProcessMappings;
 
 use super::vmstructs::VmTables;
 use super::{HotSpotLayout, Jvm, JvmError, JvmLibrary, JvmProcess};

@@ -30,7 +30,7 @@ use kiln_model::Frame;
 use super::names::frame_of;
 use super::parse::{Lines, parse_line};
 use super::ranges::NewestRanges;
-use crate::mapped_file::openat2_in_root;
+use crate::in_root::openat2_in_root;
 
 /// Most bytes of one perf map read. A long-running Node server with
 /// `--perf-basic-prof` appends every function it ever compiled, at
