@@ -37,6 +37,9 @@ cargo fmt --all -- --check
 tier "lint" "RUN (cargo clippy --all-targets -D warnings)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+tier "layers" "RUN (scripts/check-layers.py: no import circle between a crate's top-level modules)"
+python3 scripts/check-layers.py
+
 tier "lean build" "RUN (kiln without its distributed engines, as scripts/up.sh builds it)"
 cargo clippy --locked -p kiln --no-default-features -- -D warnings
 cargo test --locked -p kiln-actors --lib backends
