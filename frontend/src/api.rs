@@ -11,6 +11,26 @@ pub use kiln_model::{
     TopFunction,
 };
 
+/// What the diff view reads of `/api/v1/compare`'s answer (the rest of
+/// it is left unread): its functions, the significant first.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CompareAnswer {
+    /// The functions listed.
+    pub functions: Vec<ComparedFunction>,
+}
+
+/// One function of a [`CompareAnswer`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ComparedFunction {
+    /// Its name.
+    pub name: String,
+    /// Its binary or module.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// Whether its share moved beyond sampling noise.
+    pub significant: bool,
+}
+
 /// Every metric's series for an API query string (range and label
 /// filters): the names the range holds, then each one's series, fetched
 /// together; metrics none of whose series match the filters are left out.

@@ -11,7 +11,7 @@ use regex::Regex;
 use crate::api::{self, LabelValues, MetricSeriesSet, Timeline, TopFunction, parse_json};
 use crate::browser::{blob_url, current_query, download, replace_query};
 use crate::canvas::Paint;
-use crate::diff::Diff;
+use crate::diff::{Diff, Significant};
 use crate::fetch::{fetch_into, load_into};
 use crate::figures;
 use crate::flame_view::{CanvasHandle, Flame};
@@ -81,12 +81,22 @@ pub fn App() -> impl IntoView {
     });
     let raw = RwSignal::new(Load::<Arc<Graph>>::Loading);
     let base_raw = RwSignal::new(Load::<Arc<Graph>>::Loading);
+    // Which functions moved beyond sampling noise, for the diff to mark.
+    let compare_query =
+        Memo::new(move |_| state.with(|s| s.diffing().then(|| s.compare_api_query())));
+    let compared = RwSignal::new(Load::<api::CompareAnswer>::Loading);
     let top = RwSignal::new(Load::<Vec<TopFunction>>::Loading);
     let timeline = RwSignal::new(Load::<Timeline>::Loading);
     let labels = RwSignal::new(Load::<LabelValues>::Loading);
     let flamewire = |q: &String| format!("/api/v1/flamegraph?format=flamewire&{q}");
     fetch_into(api_query, raw, flamewire, parse_graph);
     fetch_into(base_query, base_raw, flamewire, parse_graph);
+    fetch_into(
+        compare_query,
+        compared,
+        |q| format!("/api/v1/compare?{q}"),
+        parse_json,
+    );
     fetch_into(
         api_query,
         top,
@@ -184,6 +194,26 @@ pub fn App() -> impl IntoView {
             _ => None,
         });
     });
+    // The diff with the comparison's flagged functions marked, once it is
+    // in (a failed comparison leaves every node coloured by its change).
+    let marked = RwSignal::new(None::<Arc<Diff>>);
+    Effect::new(move |_| {
+        let significant = compared.with(|c| {
+            c.ready().map(|answer| {
+                Significant::new(
+                    answer
+                        .functions
+                        .iter()
+                        .filter(|f| f.significant)
+                        .map(|f| (f.name.clone(), f.module.clone())),
+                )
+            })
+        });
+        marked.set(diff.get().map(|d| match &significant {
+            Some(significant) => Arc::new(d.marked(significant)),
+            None => d,
+        }));
+    });
     // What the main canvas draws: the diff's merged graph while diffing.
     let drawn = Signal::derive(move || {
         diff.with(|d| d.as_ref().map(|d| d.graph.clone()))
@@ -204,7 +234,7 @@ pub fn App() -> impl IntoView {
                 .zip(search.as_ref())
                 .map(|(g, s)| matched_share(g, &s.frame_mask(g))),
         );
-        let diff = diff.get();
+        let diff = marked.get();
         side_paint.set(Arc::new(Paint {
             color,
             search: search.clone(),
@@ -389,6 +419,7 @@ pub fn App() -> impl IntoView {
                             <span class="grew">"grew"</span>
                             " / "
                             <span class="shrank">"shrank"</span>
+                            <span class="noise" title="functions /api/v1/compare did not flag: their share moved within sampling noise">" (muted: noise)"</span>
                             {move || state.with(|s| format!(" vs {} → {}", s.base_from, if s.base_to.is_empty() { "now" } else { &s.base_to }))}
                         </span>
                     })}

@@ -24,7 +24,8 @@ pub struct Paint {
     pub color: ColorBy,
     /// The search: matching frames are highlighted, the others dimmed.
     pub search: Option<Search>,
-    /// The diff against a baseline: red for growth, blue for shrink; it
+    /// The diff against a baseline: red for growth, blue for shrink,
+    /// muted where the comparison found only noise; it
     /// applies to its own merged graph only.
     pub diff: Option<Arc<Diff>>,
     /// Light theme.
@@ -286,12 +287,17 @@ impl FlameCanvas {
         // nothing to a reader, the two ranges' samples do.
         let figures = match self.diff_of(graph) {
             Some(diff) => format!(
-                "now {} samples ({:.2}%) · baseline {} samples ({:.2}%) → {:+.2} points",
+                "now {} samples ({:.2}%) · baseline {} samples ({:.2}%) → {:+.2} points{}",
                 diff.now(i),
                 diff.now_share(i) * 100.0,
                 diff.base(i),
                 diff.base_share(i) * 100.0,
-                diff.delta_points(i)
+                diff.delta_points(i),
+                match diff.significant(i) {
+                    Some(true) => " · the function changed significantly",
+                    Some(false) => " · within sampling noise",
+                    None => "",
+                }
             ),
             None => format!(
                 "self {} cores ({:.2}%) · total {} cores ({:.2}%) · {} samples",
@@ -373,7 +379,8 @@ impl FlameCanvas {
             let gap = if w > 3.0 { 0.5 } else { 0.0 };
             match self.diff_of(graph) {
                 Some(diff) => {
-                    ctx.set_fill_style_str(&palette::diff(diff.delta_points(i)).css());
+                    let color = palette::diff_node(diff.delta_points(i), diff.significant(i));
+                    ctx.set_fill_style_str(&color.css());
                 }
                 None => {
                     let frame = graph.frame(i) as usize;
@@ -438,7 +445,7 @@ impl FlameCanvas {
             let x = p.x.max(0.0);
             let pw = (p.x + p.w).min(w) - x;
             let color = match self.diff_of(graph) {
-                Some(diff) => palette::diff(diff.delta_points(i)),
+                Some(diff) => palette::diff_node(diff.delta_points(i), diff.significant(i)),
                 None => node_color(
                     &self.paint,
                     self.matches.as_deref(),

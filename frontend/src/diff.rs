@@ -7,7 +7,13 @@
 //! only in the baseline is as wide as it was there, one only in the current
 //! range as wide as it is now. Beside the merged graph the diff keeps each
 //! node's sample counts in both ranges, for colours and the tooltip.
+//!
+//! The server's statistics (`/api/v1/compare`) say which functions moved
+//! beyond sampling noise; once they arrive ([`Diff::marked`]) a node of
+//! any other function is drawn muted, so that what changed stands out
+//! from what only wobbled.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use kiln_model::flamewire::{Flamewire, FlamewireBuilder};
@@ -25,6 +31,31 @@ pub struct Diff {
     now: Vec<u64>,
     /// Samples of each merged node in the baseline (0: the path is new).
     base: Vec<u64>,
+    /// Whether each merged node's function changed significantly, once
+    /// the server's comparison is in (`None` until then, or when it
+    /// failed: every node then drawn by its change alone).
+    significant: Option<Arc<Vec<bool>>>,
+}
+
+/// The functions a comparison flagged as changed beyond sampling noise:
+/// each name with its modules (empty for none), as the flamegraph names
+/// them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Significant(HashMap<String, HashSet<String>>);
+
+impl Significant {
+    /// The flagged functions among `(name, module)` pairs.
+    pub fn new(flagged: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
+        let mut names: HashMap<String, HashSet<String>> = HashMap::new();
+        for (name, module) in flagged {
+            names.entry(name).or_default().insert(module.unwrap_or_default());
+        }
+        Significant(names)
+    }
+
+    fn contains(&self, name: &str, module: &str) -> bool {
+        self.0.get(name).is_some_and(|modules| modules.contains(module))
+    }
 }
 
 /// What each range weighs in the merged graph. Large, so that scaling
@@ -65,7 +96,27 @@ impl Diff {
             graph: Arc::new(Graph::from_wire(&graph)),
             now: totals(Side::Now),
             base: totals(Side::Base),
+            significant: None,
         }
+    }
+
+    /// This diff with each node marked by whether its function is among
+    /// `significant` (the same merged graph, shared).
+    pub fn marked(&self, significant: &Significant) -> Self {
+        let graph = &self.graph;
+        let marks = (0..graph.node_count())
+            .map(|i| i > 0 && significant.contains(graph.name(i), graph.module(i)))
+            .collect();
+        Self {
+            significant: Some(Arc::new(marks)),
+            ..self.clone()
+        }
+    }
+
+    /// Whether node `i`'s function changed significantly; `None` when the
+    /// comparison is not in.
+    pub fn significant(&self, i: usize) -> Option<bool> {
+        self.significant.as_ref().map(|marks| marks[i])
     }
 
     /// Samples of merged node `i` in the current range.
@@ -163,6 +214,24 @@ mod tests {
         let work = g.find_path(&["main", "work"]).unwrap();
         assert_eq!((diff.now(work), diff.base(work)), (180, 60));
         assert_eq!((diff.now(0), diff.base(0)), (200, 100));
+    }
+
+    #[test]
+    fn flagged_functions_are_marked_wherever_they_are_called() {
+        let base = graph_of("main;a;hash 50\nmain;b;hash 10\nmain;b 40");
+        let now = graph_of("main;a;hash 70\nmain;b;hash 10\nmain;b 20");
+        let diff = Diff::new(&now, &base);
+        let at = |path: &[&str]| diff.graph.find_path(path).unwrap();
+        assert_eq!(diff.significant(at(&["main", "a", "hash"])), None);
+        let marked = diff.marked(&Significant::new([
+            ("hash".to_owned(), None),
+            ("other".to_owned(), Some("libx.so".to_owned())),
+        ]));
+        assert!(Arc::ptr_eq(&marked.graph, &diff.graph));
+        assert_eq!(marked.significant(at(&["main", "a", "hash"])), Some(true));
+        assert_eq!(marked.significant(at(&["main", "b", "hash"])), Some(true));
+        assert_eq!(marked.significant(at(&["main", "b"])), Some(false));
+        assert_eq!(marked.significant(0), Some(false), "the root is no function");
     }
 
     #[test]

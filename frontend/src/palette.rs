@@ -97,6 +97,22 @@ pub fn diff(delta: f64) -> Rgb {
     }
 }
 
+/// Colour of a node whose change is within sampling noise (the server's
+/// comparison did not flag its function): [`diff`]'s, mostly faded to
+/// the neutral, so that the flagged stand out.
+pub fn diff_muted(delta: f64) -> Rgb {
+    diff(delta).mix(Rgb(0xc8, 0xc4, 0xbe), 0.8)
+}
+
+/// The colour of a diff's node: [`diff`], or [`diff_muted`] when the
+/// comparison is in and did not flag it.
+pub fn diff_node(delta: f64, significant: Option<bool>) -> Rgb {
+    match significant {
+        Some(false) => diff_muted(delta),
+        _ => diff(delta),
+    }
+}
+
 /// HSL (hue in degrees, saturation and lightness 0 to 1) to RGB.
 pub fn hsl(h: f64, s: f64, l: f64) -> Rgb {
     let h = h.rem_euclid(360.0) / 60.0;

@@ -198,6 +198,31 @@ impl ViewState {
         self.range_query(&self.base_from, &self.base_to)
     }
 
+    /// The API query string of `/api/v1/compare` for the diff: the
+    /// baseline's range against the current one, both with the label
+    /// filters. The flagged come first in its answer, so a limit of 2000
+    /// holds them all but in a diff where nearly everything moved; the
+    /// rest of the answer is not read.
+    pub fn compare_api_query(&self) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        for (side, from, to) in [
+            ("base", &self.base_from, &self.base_to),
+            ("target", &self.from, &self.to),
+        ] {
+            if !from.is_empty() {
+                q.append_pair(&format!("{side}_from"), from);
+            }
+            if !to.is_empty() {
+                q.append_pair(&format!("{side}_to"), to);
+            }
+        }
+        for (name, value) in &self.labels {
+            q.append_pair(name, value);
+        }
+        q.append_pair("limit", "2000");
+        q.finish()
+    }
+
     fn range_query(&self, from: &str, to: &str) -> String {
         let mut q = form_urlencoded::Serializer::new(String::new());
         if !from.is_empty() {
@@ -291,6 +316,11 @@ mod tests {
         assert_eq!(
             state.base_api_query(),
             "from=now-4h&to=now-2h&process=nginx+%26+co"
+        );
+        assert_eq!(
+            state.compare_api_query(),
+            "base_from=now-4h&base_to=now-2h&target_from=now-2h&target_to=1763712000\
+             &process=nginx+%26+co&limit=2000"
         );
         assert_eq!(
             state.kernel_api_query().as_deref(),
