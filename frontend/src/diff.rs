@@ -48,13 +48,18 @@ impl Significant {
     pub fn new(flagged: impl IntoIterator<Item = (String, Option<String>)>) -> Self {
         let mut names: HashMap<String, HashSet<String>> = HashMap::new();
         for (name, module) in flagged {
-            names.entry(name).or_default().insert(module.unwrap_or_default());
+            names
+                .entry(name)
+                .or_default()
+                .insert(module.unwrap_or_default());
         }
         Significant(names)
     }
 
     fn contains(&self, name: &str, module: &str) -> bool {
-        self.0.get(name).is_some_and(|modules| modules.contains(module))
+        self.0
+            .get(name)
+            .is_some_and(|modules| modules.contains(module))
     }
 }
 
@@ -231,7 +236,11 @@ mod tests {
         assert_eq!(marked.significant(at(&["main", "a", "hash"])), Some(true));
         assert_eq!(marked.significant(at(&["main", "b", "hash"])), Some(true));
         assert_eq!(marked.significant(at(&["main", "b"])), Some(false));
-        assert_eq!(marked.significant(0), Some(false), "the root is no function");
+        assert_eq!(
+            marked.significant(0),
+            Some(false),
+            "the root is no function"
+        );
     }
 
     #[test]
