@@ -288,7 +288,7 @@ describe('views', () => {
     await page.locator('.empty-state').waitFor();
   });
 
-  test('diff of two ranges colours growth red and shrink blue', async () => {
+  test('diff of two ranges colours growth red and shrink blue, noise muted', async () => {
     await importCollapsed(kiln.url, AFTER, { process: 'app' });
     const now = Date.now() / 1000 + 60;
     await page.goto(`${kiln.url}/?from=${tMid}&to=${now}&base_from=${t0}&base_to=${tMid}`);
@@ -306,13 +306,25 @@ describe('views', () => {
     const idle = await boxOf('idle');
     const canvas = await page.locator('.flame-canvas').boundingBox();
     assert.ok(Math.abs(idle.w / canvas.width - 0.075) < 0.005, `idle is ${idle.w} of ${canvas.width} px`);
+    // Once /api/v1/compare has answered, the tooltip says whether the
+    // function moved beyond sampling noise.
+    const significant = ' · the function changed significantly';
     await page.mouse.move(idle.x + idle.w / 2, idle.y + idle.h / 2);
-    await page.waitForFunction(() => document.querySelector('.tooltip-figures')?.textContent
-      === 'now 0 samples (0.00%) · baseline 15 samples (15.00%) → -15.00 points');
+    await page.waitForFunction((s) => document.querySelector('.tooltip-figures')?.textContent
+      === `now 0 samples (0.00%) · baseline 15 samples (15.00%) → -15.00 points${s}`, significant);
     const draw = await boxOf('draw');
     await page.mouse.move(draw.x + draw.w / 2, draw.y + draw.h / 2);
+    await page.waitForFunction((s) => document.querySelector('.tooltip-figures')?.textContent
+      === `now 85 samples (85.00%) · baseline 40 samples (40.00%) → +45.00 points${s}`, significant);
+    // alloc went from 10 of 100 samples to 5 of 100: noise at these
+    // counts (two-proportion z-test, p ≈ 0.18), so it is drawn muted,
+    // where lex's 30 → 5 is full blue.
+    const alloc = await boxOf('alloc');
+    await page.mouse.move(alloc.x + alloc.w / 2, alloc.y + alloc.h / 2);
     await page.waitForFunction(() => document.querySelector('.tooltip-figures')?.textContent
-      === 'now 85 samples (85.00%) · baseline 40 samples (40.00%) → +45.00 points');
+      === 'now 5 samples (5.00%) · baseline 10 samples (10.00%) → -5.00 points · within sampling noise');
+    const [ar, , ab] = await pixelOf('alloc');
+    assert.ok(ab - ar < 60, `alloc is muted (${ar} vs ${ab})`);
     await screenshot(page, 'diff');
     // The toolbar's diff button turns it off, and on again with the range
     // before the current one as the baseline.
