@@ -939,6 +939,102 @@ mod tests {
         assert_eq!(again.label_sets.len(), 2);
     }
 
+    // Guards JIT frames end to end in user space: addresses in this
+    // process's anonymous executable memory become the frames its perf
+    // map names (its tiers one frame), an address the map lacks the
+    // [unknown JIT] marker, under the native caller; the samples are
+    // counted by outcome.
+    #[test]
+    fn jit_frames_are_named_from_the_perf_map_and_counted() {
+        let _own = crate::perf_map::OWN_PERF_MAP
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        const LEN: usize = 0x2000;
+        // SAFETY: a fresh anonymous mapping, unmapped at the end; nothing
+        // in it is run.
+        let jit = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                LEN,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(jit, libc::MAP_FAILED);
+        let base = jit as u64;
+        let me = std::process::id();
+        let map = format!("/tmp/perf-{me}.map");
+        std::fs::write(
+            &map,
+            format!(
+                "{:x} 100 JS:~outer /srv/app.js:1:1\n{:x} 100 JS:*inner /srv/app.js:9:1\n",
+                base,
+                base + 0x100
+            ),
+        )
+        .unwrap();
+        let code = jit_frames_are_named_from_the_perf_map_and_counted as *const () as usize as u64;
+        let mut batcher = Batcher::new("h", 1_000_000, None);
+        // Leaf in inner, called from outer (a return address), called
+        // from native code; then a stack whose leaf the map does not name.
+        let named = sample(me, vec![base + 0x110, base + 0x21, code]);
+        let mut unnamed = sample(me, vec![base + 0x1000, code]);
+        unnamed.count = 2;
+        let drained = Drained {
+            samples: vec![named, unnamed],
+            seen: 5,
+            ..Drained::default()
+        };
+        let batch = batcher.build(&drained, &SampleClock::at(1), 1);
+        std::fs::remove_file(&map).unwrap();
+        // SAFETY: the mapping made above, not used after.
+        unsafe { libc::munmap(jit, LEN) };
+
+        let frame = |id| &batch.frames.iter().find(|f| f.id == id).unwrap().frame;
+        let mut stacks: Vec<Vec<&Frame>> = batch
+            .stacks
+            .iter()
+            .map(|s| s.frames.iter().map(|&id| frame(id)).collect())
+            .collect();
+        stacks.sort_by_key(|s| s.len());
+        let jit_frame = |function: &str, line| Frame::Named {
+            kind: FrameKind::Jit,
+            function: function.into(),
+            module: None,
+            file: Some("/srv/app.js".into()),
+            line,
+        };
+        assert!(
+            matches!(stacks[1][0], Frame::Address { .. }),
+            "{:?}",
+            stacks[1]
+        );
+        assert_eq!(
+            stacks[1][1..],
+            [&jit_frame("outer", 1), &jit_frame("inner", 9)]
+        );
+        assert_eq!(
+            stacks[0][1],
+            &Frame::named(FrameKind::Jit, crate::UNKNOWN_JIT_FRAME)
+        );
+        assert_eq!(
+            batcher.jit_coverage(),
+            JitCoverage {
+                named: 3,
+                not_in_map: 2,
+                no_map: 0
+            }
+        );
+        let points: Vec<_> = batch
+            .metrics
+            .iter()
+            .filter(|m| m.name == crate::JIT_SAMPLES)
+            .collect();
+        assert_eq!(points.len(), 3);
+    }
+
     #[test]
     fn recently_sent_rotates_by_size() {
         let mut sent = RecentlySent::new(Duration::from_secs(3600), 2);

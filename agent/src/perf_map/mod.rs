@@ -256,6 +256,11 @@ fn pid_and_users(status: &str) -> (Option<u32>, Vec<u32>) {
     (own_pid, uids)
 }
 
+/// Tests that write this process's own perf map (`/tmp/perf-PID.map`,
+/// one file for every test of the binary) take this first.
+#[cfg(test)]
+pub(crate) static OWN_PERF_MAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +281,7 @@ mod tests {
     // cover gets the marker, and with maps off everything does.
     #[test]
     fn own_perf_map_names_its_entries() {
+        let _own = OWN_PERF_MAP.lock().unwrap_or_else(|e| e.into_inner());
         let pid = std::process::id();
         let path = format!("/tmp/perf-{pid}.map");
         std::fs::write(&path, "7f0000001000 100 JS:*handle /srv/app.js:12:3\n").unwrap();
