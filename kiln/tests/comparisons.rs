@@ -44,15 +44,7 @@ fn json(body: &str) -> Value {
 fn saved_comparisons_answer_and_alert_per_tenant() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    for (version, stacks) in [("1.4", V14), ("1.5", V15)] {
-        let (status, body) = server
-            .post(
-                &format!("/api/v1/import?format=collapsed&version={version}"),
-                stacks.as_bytes(),
-            )
-            .unwrap();
-        assert_eq!(status, 200, "{body}");
-    }
+    server.import_versions(&[("1.4", V14), ("1.5", V15)]);
     server.collapsed_once(
         "&version=1.5",
         &["main;idle 2000", "main;parse 3000", "main;work;hash 7000"],

@@ -131,15 +131,7 @@ fn mcp(
 fn mcp_tools_answer_an_official_sdk_client() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
-    for (version, stacks) in [("1.4", V14), ("1.5", V15)] {
-        let (status, body) = server
-            .post(
-                &format!("/api/v1/import?format=collapsed&version={version}"),
-                stacks.as_bytes(),
-            )
-            .unwrap();
-        assert_eq!(status, 200, "{body}");
-    }
+    server.import_versions(&[("1.4", V14), ("1.5", V15)]);
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../frontend/e2e/fixtures");
     for unit in ["nanoseconds", "launches", "samples"] {
         let batch = std::fs::read(format!("{fixtures}/gpu-view-{unit}.batch")).unwrap();

@@ -239,6 +239,20 @@ impl Server {
         }
     }
 
+    /// Imports each `(version, stacks)`: collapsed stacks labelled
+    /// `version=VERSION`, each import accepted.
+    pub(crate) fn import_versions(&self, versions: &[(&str, &str)]) {
+        for (version, stacks) in versions {
+            let (status, body) = self
+                .post(
+                    &format!("/api/v1/import?format=collapsed&version={version}"),
+                    stacks.as_bytes(),
+                )
+                .unwrap();
+            assert_eq!(status, 200, "version {version}: {body}");
+        }
+    }
+
     pub(crate) fn collapsed(&self, extra_query: &str) -> Vec<String> {
         let (status, body) = self.get(&format!(
             "/api/v1/flamegraph?from=now-1d&format=collapsed{extra_query}"
