@@ -15,9 +15,10 @@
 //! file is the profiled user's) once per drain in which the process had
 //! JIT frames, so code compiled since is named and code that reused a
 //! freed range gets its new name (`ranges.rs`: the newest entry wins).
-//! The eBPF walk goes through JIT code by its frame pointers, which V8,
-//! .NET and the JVM keep; the unwinder gives the program the JIT regions
-//! as mappings without a table (see `unwinder.rs`).
+//! The eBPF walk goes through JIT code by its frame pointers (V8 and .NET
+//! keep them; HotSpot with `-XX:+PreserveFramePointer`); the unwinder
+//! gives the program the JIT regions as mappings without a table (see
+//! `unwinder.rs`).
 
 mod coverage;
 mod names;
@@ -227,7 +228,7 @@ impl ProcessMap {
 
 /// Where `pid`'s perf map is: `/tmp/perf-N.map` in its root, N its pid in
 /// its own pid namespace (a container's process writes its own pid), and
-/// the users whose file is believed. `None` when it has exited.
+/// the users whose file is believed (its own). `None` when it has exited.
 fn perf_map_path(pid: u32) -> Option<PerfMapPath> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let (own_pid, owners) = pid_and_users(&status);

@@ -7,9 +7,11 @@
 //! `RESOLVE_NO_SYMLINKS` and `O_NOFOLLOW` (a symlink there can only have
 //! been planted, to make the agent read another file) and `O_PATH` first
 //! (no FIFO wait, no device's open); only a regular file owned by the
-//! process's user (or root) is read, through that same descriptor: in a
-//! sticky `/tmp` another user may create the name before the process
-//! does, and would then name its frames.
+//! process's user, with no other link, is read, through that same
+//! descriptor: in a sticky `/tmp` another user may create the name
+//! before the process does, and would then name its frames; and a link
+//! to another user's file (where `fs.protected_hardlinks` is off) would
+//! show that file's lines as names.
 //!
 //! What was read is remembered (the file's identity and the offset read
 //! to), so each refresh reads only what the runtime appended since; a
@@ -56,7 +58,7 @@ pub(crate) struct PerfMapPath {
     /// has in its own pid namespace.
     pub path: String,
     /// Users whose file is believed: the process's (real, effective,
-    /// saved, filesystem) and root.
+    /// saved, filesystem).
     pub owners: Vec<u32>,
 }
 
@@ -90,6 +92,14 @@ pub(crate) enum PerfMapError {
         path: String,
         /// Its owner.
         uid: u32,
+    },
+    /// A file with other names (hard links) than the map's.
+    #[error("{path} has {links} links: refused")]
+    Linked {
+        /// The path tried.
+        path: String,
+        /// Its number of links.
+        links: u64,
     },
     /// Opening or reading failed otherwise (the process exited, …).
     #[error("reading {path}")]
@@ -245,7 +255,8 @@ impl PerfMapReader {
         self.ranges.len()
     }
 
-    /// Refuses what is not a regular file of the process's user.
+    /// Refuses what is not a regular file of the process's user, with
+    /// this one name.
     fn check(&self, meta: &std::fs::Metadata) -> Result<(), PerfMapError> {
         let path = || self.at.path.clone();
         let kind = meta.file_type();
@@ -267,10 +278,16 @@ impl PerfMapReader {
             };
             return Err(PerfMapError::NotRegular { path: path(), kind });
         }
-        if meta.uid() != 0 && !self.at.owners.contains(&meta.uid()) {
+        if !self.at.owners.contains(&meta.uid()) {
             return Err(PerfMapError::Owner {
                 path: path(),
                 uid: meta.uid(),
+            });
+        }
+        if meta.nlink() != 1 {
+            return Err(PerfMapError::Linked {
+                path: path(),
+                links: meta.nlink(),
             });
         }
         Ok(())
@@ -520,6 +537,14 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir(&map).unwrap();
+
+        // A hard link to a file elsewhere.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::write(&elsewhere, b"1000 100 linked\n").unwrap();
+        std::fs::hard_link(&elsewhere, &map).unwrap();
+        let e = r.refresh(u64::MAX).unwrap_err();
+        assert!(matches!(e, PerfMapError::Linked { links: 2, .. }), "{e}");
+        std::fs::remove_file(&map).unwrap();
 
         std::fs::write(&map, b"1000 100 someone else's\n").unwrap();
         // Root may give it away; another user cannot be tested unprivileged.
