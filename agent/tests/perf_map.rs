@@ -160,6 +160,8 @@ fn profile(
         }
     }
     drop(workload);
+    // The runtime leaves its map behind when killed.
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     Profile {
         samples: ours(&sink),
         files: executables(&sink.batches),
