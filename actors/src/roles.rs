@@ -93,7 +93,7 @@ impl HttpOptions {
         AppState {
             query,
             objects,
-            auth: Auth::new(metadata, self.admin_token.clone()),
+            auth: Auth::new(metadata, self.admin_token.clone(), metrics.auth().clone()),
             defaults: self.quota,
             stored: Arc::new(StoredBytes::new(store)),
             retention: None,

@@ -270,7 +270,7 @@ pub async fn start_embedded(options: EmbeddedOptions) -> Result<Running, ServerE
     let global_symbols = options.regions.clone().map(|regions| {
         GlobalSymbolSync::new(objects.clone(), regions, admin.clone(), query.clone())
     });
-    let auth = Auth::new(metadata, Some(admin));
+    let auth = Auth::new(metadata, Some(admin), metrics.auth().clone());
     let login_path = format!("/login?code={}", auth.sessions().login_code(local_key));
     let state = AppState {
         query,

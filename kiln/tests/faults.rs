@@ -205,6 +205,17 @@ fn postgres_restarted(d: &mut Deployment, postgres: &ScriptServer) {
         probe_status, 200,
         "with PostgreSQL down past the key cache: {probe_body}"
     );
+    // And the gateway says so on /metrics.
+    let last_known = Exposition::scrape(d.gateway.url())
+        .value(
+            "kiln_auth_metadata_unavailable_total",
+            &[("lookup", "key"), ("answer", "last_known")],
+        )
+        .unwrap_or(0.0);
+    assert!(
+        last_known >= 1.0,
+        "the gateway counts the keys it took on their last grant: {last_known}"
+    );
     std::thread::sleep(POSTGRES_DOWN.saturating_sub(fault.elapsed()));
     let restarting = Instant::now();
     postgres.start_again();
@@ -226,7 +237,8 @@ fn postgres_restarted(d: &mut Deployment, postgres: &ScriptServer) {
     println!(
         "faults: PostgreSQL stopped, down {:.1} s, its start took {:.1} s: {}; workers retried \
          {retries} store writes (kiln_worker_write_retries_total); gateway refusals by reason: \
-         {refusals:?}; a batch posted while it was down was answered {probe_status} {:?}; first batch accepted {:.1} s after PostgreSQL was back; {settled}",
+         {refusals:?}; a batch posted while it was down was answered {probe_status} {:?} (keys taken \
+         on their last grant: {last_known}, kiln_auth_metadata_unavailable_total); first batch accepted {:.1} s after PostgreSQL was back; {settled}",
         (restarting - fault).as_secs_f64(),
         (back - restarting).as_secs_f64(),
         sent.summary(),

@@ -146,6 +146,12 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutageLabels {
+    lookup: &'static str,
+    answer: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct PartitionLabels {
     topic: String,
@@ -202,6 +208,7 @@ pub struct Metrics {
     worker: WorkerMetrics,
     query: QueryMetrics,
     regions: RegionMetrics,
+    auth: AuthMetrics,
 }
 
 impl Metrics {
@@ -244,8 +251,10 @@ impl Metrics {
             query.register(&mut registry);
         }
         let regions = RegionMetrics::default();
+        let auth = AuthMetrics::default();
         if role.ingests() || role.queries() {
             regions.register(&mut registry);
+            auth.register(&mut registry);
         }
         Metrics {
             role,
@@ -256,6 +265,7 @@ impl Metrics {
             worker,
             query,
             regions,
+            auth,
         }
     }
 
@@ -292,6 +302,11 @@ impl Metrics {
         &self.regions
     }
 
+    /// Credential checks made while the metadata store was down.
+    pub fn auth(&self) -> &AuthMetrics {
+        &self.auth
+    }
+
     /// Counts a request of `tenant` refused for `quota`
     /// (`kiln_quota_rejections_total`).
     pub fn over_quota(&self, tenant: &str, quota: Quota) {
@@ -311,6 +326,60 @@ impl Metrics {
         prometheus_client::encoding::prometheus_text::encode(&mut per_tenant, &self.tenants)?;
         text.push_str(&self.view.show(per_tenant, operator));
         Ok(text)
+    }
+}
+
+/// Credential checks made while the metadata store could not be asked
+/// (`http/auth/`): a database restart is then visible on every node that
+/// checks keys, rather than only as 503s in clients' logs.
+#[derive(Debug, Clone, Default)]
+pub struct AuthMetrics {
+    outage: Family<OutageLabels, Counter>,
+}
+
+/// What a credential check looked up in the metadata store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthLookup {
+    /// The grant of an API key.
+    Key,
+    /// A tenant's limits.
+    Limits,
+}
+
+/// How a check was answered while the metadata store was down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutageAnswer {
+    /// From what the store said within the stale-if-error window.
+    LastKnown,
+    /// Refused with a 503: nothing read recently to go on.
+    Refused,
+}
+
+impl AuthMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "auth_metadata_unavailable",
+            "Credential checks made while the metadata store could not be asked, by lookup (key: \
+             an API key's grant; limits: a tenant's limits) and answer (last_known: taken as the \
+             store answered within the last 10 minutes; refused: a 503, nothing recent to go on)",
+            self.outage.clone(),
+        );
+    }
+
+    /// Counts a `lookup` answered as `answer` while the store was down.
+    pub fn metadata_unavailable(&self, lookup: AuthLookup, answer: OutageAnswer) {
+        self.outage
+            .get_or_create(&OutageLabels {
+                lookup: match lookup {
+                    AuthLookup::Key => "key",
+                    AuthLookup::Limits => "limits",
+                },
+                answer: match answer {
+                    OutageAnswer::LastKnown => "last_known",
+                    OutageAnswer::Refused => "refused",
+                },
+            })
+            .inc();
     }
 }
 

@@ -44,7 +44,7 @@ fn main() {
             .create_api_key(&scope, "bench", Roles::INGEST_READ)
             .await
             .unwrap();
-        let auth = Auth::new(Arc::new(metadata), None);
+        let auth = Auth::new(Arc::new(metadata), None, Default::default());
         let cookie = auth.sessions().cookie(&key.key.hash(), false);
         let bearer = format!("Bearer {}", key.key.expose());
 

@@ -36,6 +36,7 @@ use tracing::{debug, warn};
 use super::error::ApiError;
 use super::routes::{Access, access_of};
 use crate::admin_token::AdminToken;
+use crate::telemetry::{AuthLookup, AuthMetrics, OutageAnswer};
 use cache::TtlCache;
 use session::{SESSION_COOKIE, Sessions};
 
@@ -85,6 +86,8 @@ pub struct Auth {
 
 struct Inner {
     metadata: Arc<dyn MetadataStore>,
+    /// Checks made while `metadata` could not be asked.
+    outages: AuthMetrics,
     admin: Option<AdminToken>,
     keys: TtlCache<KeyHash, Option<Grant>>,
     limits: TtlCache<String, TenantLimits>,
@@ -106,11 +109,16 @@ impl Auth {
     /// token. Sessions are signed with a key derived from the admin token
     /// (so every node that shares it accepts the others' sessions), or
     /// with a random one when there is none.
-    pub fn new(metadata: Arc<dyn MetadataStore>, admin: Option<AdminToken>) -> Auth {
+    pub fn new(
+        metadata: Arc<dyn MetadataStore>,
+        admin: Option<AdminToken>,
+        outages: AuthMetrics,
+    ) -> Auth {
         let sessions = Sessions::new(admin.as_ref());
         Auth {
             inner: Arc::new(Inner {
                 metadata,
+                outages,
                 admin,
                 keys: TtlCache::new(KEY_CACHE_TTL),
                 limits: TtlCache::new(LIMITS_CACHE_TTL),
@@ -147,6 +155,10 @@ impl Auth {
         self.inner.limits.remove(&tenant.to_owned());
     }
 
+    fn outage(&self, lookup: AuthLookup, answer: OutageAnswer) {
+        self.inner.outages.metadata_unavailable(lookup, answer);
+    }
+
     /// What the key with `hash` grants, through the cache.
     pub(crate) async fn grant_of(&self, hash: &KeyHash) -> Result<Option<Grant>, ApiError> {
         if let Some(grant) = self.inner.keys.get(hash) {
@@ -157,9 +169,11 @@ impl Auth {
             Err(e) => {
                 if let Some(Some(grant)) = self.inner.keys.get_stale(hash, STALE_IF_ERROR) {
                     debug!(error = %e, "looking up an api key failed: its last grant is taken");
+                    self.outage(AuthLookup::Key, OutageAnswer::LastKnown);
                     return Ok(Some(grant));
                 }
                 warn!(error = %e, "looking up an api key failed");
+                self.outage(AuthLookup::Key, OutageAnswer::Refused);
                 return Err(ApiError::Unavailable(format!(
                     "cannot check the credential now: {e}"
                 )));
@@ -183,8 +197,10 @@ impl Auth {
             Err(e) => {
                 if let Some(limits) = self.inner.limits.get_stale(&name, STALE_IF_ERROR) {
                     debug!(error = %e, tenant, "reading a tenant's limits failed: its last are taken");
+                    self.outage(AuthLookup::Limits, OutageAnswer::LastKnown);
                     return Ok(limits);
                 }
+                self.outage(AuthLookup::Limits, OutageAnswer::Refused);
                 return Err(ApiError::Unavailable(format!("cannot read limits: {e}")));
             }
         };
