@@ -11,6 +11,11 @@
 //! counts idle time on every CPU whether it ticks or not, so the idle
 //! samples of each drain are its idle time since the last one, in sample
 //! periods.
+//!
+//! `/proc/stat` says how much idle time a drain held, not in which of its
+//! seconds: the idle samples go to the seconds with room for them, those
+//! whose busy samples leave CPUs free (a CPU is idle when it is not busy),
+//! so that no second shows more samples than the CPUs can take.
 
 use std::collections::HashMap;
 use std::io;
@@ -45,14 +50,29 @@ impl IdleTime {
     }
 
     /// The idle samples since the last call, each `(boot second, count)`,
-    /// spread evenly over the seconds after the last call up to
-    /// `now_second`. The first call only takes its reading.
-    pub(crate) fn take(&mut self, now_second: u32) -> io::Result<Vec<(u32, u64)>> {
+    /// over the seconds after the last call up to `now_second`, each
+    /// second given what `busy` (its busy samples) leaves of the CPUs'
+    /// samples (see [`fill`]). The first call only takes its reading.
+    pub(crate) fn take(
+        &mut self,
+        now_second: u32,
+        busy: &HashMap<u32, u64>,
+    ) -> io::Result<Vec<(u32, u64)>> {
         let ticks = idle_ticks(&std::fs::read_to_string("/proc/stat")?, &self.cpus);
-        Ok(self.take_ticks(ticks, now_second))
+        Ok(self.take_ticks(ticks, now_second, busy))
     }
 
-    fn take_ticks(&mut self, ticks: HashMap<u32, u64>, now_second: u32) -> Vec<(u32, u64)> {
+    /// Samples the CPUs take in a second, all of them busy or idle.
+    fn per_second(&self) -> u64 {
+        self.cpus.len() as u64 * 1_000_000_000 / self.period_ns
+    }
+
+    fn take_ticks(
+        &mut self,
+        ticks: HashMap<u32, u64>,
+        now_second: u32,
+        busy: &HashMap<u32, u64>,
+    ) -> Vec<(u32, u64)> {
         let Some((last, last_second)) = self.last.replace((ticks.clone(), now_second)) else {
             return Vec::new();
         };
@@ -65,23 +85,67 @@ impl IdleTime {
         let idle_ns = idle_ticks * self.tick_ns + self.carry_ns;
         let samples = idle_ns / self.period_ns;
         self.carry_ns = idle_ns % self.period_ns;
-        spread(samples, last_second, now_second)
+        let first = last_second.saturating_add(1).min(now_second);
+        let seconds: Vec<u32> = (first..=now_second).collect();
+        fill(
+            samples,
+            &seconds,
+            |s| busy.get(&s).copied().unwrap_or(0),
+            self.per_second(),
+        )
     }
 }
 
-/// `samples` over the seconds `after + 1 ..= until` (at `until` when the
-/// range is empty), the remainder to the earliest seconds.
-fn spread(samples: u64, after: u32, until: u32) -> Vec<(u32, u64)> {
-    if samples == 0 {
+/// `samples` over `seconds` (not empty), each second given a share of
+/// them in proportion to its room — `capacity` less its `busy` samples —
+/// and never more than that room; what the room cannot hold (the two
+/// clocks disagree a little) is spread evenly, the remainder to the
+/// earliest seconds.
+fn fill(
+    samples: u64,
+    seconds: &[u32],
+    busy: impl Fn(u32) -> u64,
+    capacity: u64,
+) -> Vec<(u32, u64)> {
+    if samples == 0 || seconds.is_empty() {
         return Vec::new();
     }
-    let first = after.saturating_add(1).min(until);
-    let seconds = u64::from(until - first) + 1;
-    let (each, rest) = (samples / seconds, samples % seconds);
-    (first..=until)
-        .enumerate()
-        .map(|(i, second)| (second, each + u64::from((i as u64) < rest)))
-        .filter(|&(_, n)| n > 0)
+    let room: Vec<u64> = seconds
+        .iter()
+        .map(|&s| capacity.saturating_sub(busy(s)))
+        .collect();
+    let total_room: u64 = room.iter().sum();
+    let mut given: Vec<u64> = if samples >= total_room {
+        room.clone()
+    } else {
+        // In proportion to room, rounded down; then one more each to the
+        // seconds with room left, earliest first, until all are given.
+        let mut given: Vec<u64> = room
+            .iter()
+            .map(|&r| (u128::from(samples) * u128::from(r) / u128::from(total_room)) as u64)
+            .collect();
+        let mut left = samples - given.iter().sum::<u64>();
+        for (g, &r) in given.iter_mut().zip(&room) {
+            if left == 0 {
+                break;
+            }
+            if *g < r {
+                *g += 1;
+                left -= 1;
+            }
+        }
+        given
+    };
+    let excess = samples - given.iter().sum::<u64>();
+    let n = given.len() as u64;
+    for (i, g) in given.iter_mut().enumerate() {
+        *g += excess / n + u64::from((i as u64) < excess % n);
+    }
+    seconds
+        .iter()
+        .zip(given)
+        .map(|(&s, g)| (s, g))
+        .filter(|&(_, g)| g > 0)
         .collect()
 }
 
@@ -129,17 +193,40 @@ mod tests {
             carry_ns: 0,
         };
         assert!(
-            idle.take_ticks(HashMap::from([(0, 400), (1, 600)]), 100)
+            idle.take_ticks(HashMap::from([(0, 400), (1, 600)]), 100, &HashMap::new())
                 .is_empty()
         );
         // Two seconds: CPU 0 idle 150 ticks, CPU 1 idle 200 (both idle
         // throughout would be 400).
-        let got = idle.take_ticks(HashMap::from([(0, 550), (1, 800)]), 102);
+        let got = idle.take_ticks(HashMap::from([(0, 550), (1, 800)]), 102, &HashMap::new());
         assert_eq!(got, [(101, 175), (102, 175)]);
         // A CPU gone offline counts nothing; one added since counts from
         // its first reading.
-        let got = idle.take_ticks(HashMap::from([(0, 551), (2, 7)]), 103);
+        let got = idle.take_ticks(HashMap::from([(0, 551), (2, 7)]), 103, &HashMap::new());
         assert_eq!(got, [(103, 1)]);
+    }
+
+    // Seen in CI under load: a second that was all busy got a third of
+    // the drain's idle time too, and held 245 samples where 2 CPUs at
+    // 99 Hz take 198. Idle goes where the CPUs were free.
+    #[test]
+    fn idle_goes_to_the_seconds_with_room_for_it() {
+        let busy = |s: u32| match s {
+            1 => 200,
+            2 => 50,
+            _ => 0,
+        };
+        // 2 CPUs at 100 Hz: 200 a second. Room: 0, 150, 200.
+        assert_eq!(fill(300, &[1, 2, 3], busy, 200), [(2, 129), (3, 171)]);
+        // All the room taken: every second full, none over.
+        assert_eq!(fill(350, &[1, 2, 3], busy, 200), [(2, 150), (3, 200)]);
+        // More idle than room (the clocks disagree): the rest evenly.
+        assert_eq!(
+            fill(353, &[1, 2, 3], busy, 200),
+            [(1, 1), (2, 151), (3, 201)]
+        );
+        // One second: all of it there.
+        assert_eq!(fill(7, &[5], |_| 0, 200), [(5, 7)]);
     }
 
     #[test]
@@ -151,17 +238,23 @@ mod tests {
             last: None,
             carry_ns: 0,
         };
-        idle.take_ticks(HashMap::from([(0, 0)]), 1);
+        idle.take_ticks(HashMap::from([(0, 0)]), 1, &HashMap::new());
         // 10 ms is 2 periods of 4 ms, 2 ms carried…
-        assert_eq!(idle.take_ticks(HashMap::from([(0, 1)]), 2), [(2, 2)]);
+        assert_eq!(
+            idle.take_ticks(HashMap::from([(0, 1)]), 2, &HashMap::new()),
+            [(2, 2)]
+        );
         // …and with the next 10 ms, 3.
-        assert_eq!(idle.take_ticks(HashMap::from([(0, 2)]), 3), [(3, 3)]);
+        assert_eq!(
+            idle.take_ticks(HashMap::from([(0, 2)]), 3, &HashMap::new()),
+            [(3, 3)]
+        );
     }
 
     #[test]
     fn reading_this_machine() {
         let mut idle = IdleTime::new(vec![0], 10_000_000);
-        assert!(idle.take(1).unwrap().is_empty());
-        assert!(idle.take(2).is_ok());
+        assert!(idle.take(1, &HashMap::new()).unwrap().is_empty());
+        assert!(idle.take(2, &HashMap::new()).is_ok());
     }
 }

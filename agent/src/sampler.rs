@@ -437,7 +437,7 @@ impl Sampler {
             idle: count_idle.then(|| {
                 let mut idle = IdleTime::new(cpus.clone(), period_ns);
                 // The baseline: the first drain counts from here.
-                if let Err(e) = idle.take(boot_second()) {
+                if let Err(e) = idle.take(boot_second(), &HashMap::new()) {
                     warn!(error = %e, "cannot read /proc/stat: idle time comes from idle ticks");
                 }
                 idle
@@ -595,10 +595,15 @@ impl Sampler {
         let delta = |s: Stat| stats[s as usize].saturating_sub(self.last_stats[s as usize]);
         let mut idle = delta(Stat::Idle);
         if let Some(idle_time) = &mut self.idle {
-            match idle_time.take(boot_second()) {
+            // The kernel's idle time replaces the idle ticks, which an
+            // idle vCPU may never deliver; it goes to the seconds the busy
+            // samples left room in.
+            let mut busy: HashMap<u32, u64> = HashMap::new();
+            for sample in samples.iter().filter(|s| !s.is_idle()) {
+                *busy.entry(sample.second).or_default() += sample.count;
+            }
+            match idle_time.take(boot_second(), &busy) {
                 Ok(seconds) => {
-                    // The kernel's idle time replaces the idle ticks, which
-                    // an idle vCPU may never deliver.
                     samples.retain(|s| !s.is_idle());
                     idle = seconds.iter().map(|&(_, n)| n).sum();
                     samples.extend(seconds.into_iter().map(|(second, count)| RawSample {
