@@ -1,5 +1,7 @@
 //! Loads the eBPF programs (`src/bpf/*.bpf.c`, linked into one object), attaches the sampler to a
-//! CPU-clock perf event on every online CPU, and drains its counters.
+//! CPU-clock perf event on every online CPU, and drains its counters. The other programs' user
+//! space is a module each: `off_cpu` (`sched_switch`), `exec` (processes announced as they are
+//! first sampled or exec) and `gpu_launch` (the CUDA launch uprobe).
 
 use std::collections::HashMap;
 use std::io;
@@ -13,15 +15,27 @@ use aya::maps::{
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
 use aya::programs::{BtfTracePoint, PerfEvent, ProgramError, RawTracePoint, UProbe};
-use aya::{Btf, BtfError, Ebpf, EbpfError, EbpfLoader};
+use aya::{BtfError, Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
-use crate::abi::{self, Control, GpuLaunch, NewProcess, SampleKey, SampleValue, Stack, Stat};
+use crate::abi::{self, Control, SampleKey, SampleValue, Stack, Stat};
 use crate::cgroup::Cgroup;
 use crate::coverage::StackCoverage;
 use crate::idle::IdleTime;
 use crate::table_cache::TableCache;
 use crate::unwinder::{UnwindMaps, Unwinder};
+
+mod exec;
+mod gpu_launch;
+mod off_cpu;
+
+pub(crate) use exec::{NewProcessFeed, Why};
+pub(crate) use gpu_launch::{GPU_LAUNCH_MARKER, Launch};
+use gpu_launch::{GPU_LAUNCH_PROGRAM, LaunchFeed, load_gpu_probe};
+pub(crate) use off_cpu::OffCpuDrained;
+use off_cpu::{
+    OFF_CPU_COUNTS, OFF_CPU_PROGRAM, OFF_CPU_STACKS, OFF_CPU_THREADS, OffCpuMaps, load_off_cpu,
+};
 
 /// The compiled program, or an empty slice when build.rs could not build it.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler.bpf.o"));
@@ -33,30 +47,6 @@ const NOT_BUILT: &str = env!("KILN_BPF_NOT_BUILT");
 const PROGRAM: &str = "kiln_sample";
 /// The program that announces every execve.
 const EXEC_PROGRAM: &str = "kiln_exec";
-/// The uprobe on libkiln_cuda.so's launch marker.
-const GPU_LAUNCH_PROGRAM: &str = "kiln_gpu_launch";
-/// The function of libkiln_cuda.so (gpu-lib) called at every kernel launch.
-pub(crate) const GPU_LAUNCH_MARKER: &str = "kiln_cuda_launch_marker";
-/// The off-CPU program, on the scheduler's `sched_switch`.
-const OFF_CPU_PROGRAM: &str = "kiln_switch";
-
-/// Threads that may be off CPU at once and still be counted when they come
-/// back (`off_cpu_start`, an LRU of 40-byte entries: about 6 MiB of kernel
-/// memory with the hash's overhead). A busy host has a few thousand
-/// threads; past this many waiting at once, those waiting longest are
-/// forgotten.
-const OFF_CPU_THREADS: u32 = 1 << 16;
-/// Distinct (thread, user stack, kernel stack) of off-CPU waits per two
-/// intervals (`off_cpu_counts`; 56 bytes an entry); past it, waits are
-/// counted as lost.
-const OFF_CPU_COUNTS: u32 = 1 << 15;
-/// Stacks of off-CPU waits (`off_cpu_stacks`, an LRU of 1 KiB entries:
-/// 16 MiB).
-const OFF_CPU_STACKS: u32 = 1 << 14;
-/// Stacks of off-CPU waits kept read in user space; past this many the
-/// cache starts over.
-const MAX_KNOWN_OFF_CPU_STACKS: usize = 1 << 16;
-
 /// Highest sampling frequency accepted: above it the sampler's own cost
 /// stops being negligible, and 1 kHz already resolves 1 ms of CPU.
 pub const MAX_FREQUENCY_HZ: u64 = 1000;
@@ -216,28 +206,6 @@ pub(crate) struct Drained {
     pub lost: u64,
     /// How the interval's user-stack walks ended.
     pub coverage: StackCoverage,
-}
-
-/// What off-CPU profiling recorded in one interval.
-#[derive(Debug, Default)]
-pub(crate) struct OffCpuDrained {
-    /// Time off CPU by thread and stacks (`count` in nanoseconds).
-    pub waits: Vec<RawSample>,
-    /// Nanoseconds of waits lost because the counts map was full.
-    pub lost_ns: u64,
-    /// Waits counted in the interval.
-    pub counted: u64,
-    /// Waits shorter than the threshold, left out.
-    pub short: u64,
-}
-
-/// The off-CPU program's maps.
-struct OffCpuMaps {
-    counts: BpfHashMap<MapData, SampleKey, SampleValue>,
-    stacks: BpfHashMap<MapData, u64, Stack>,
-    /// Stacks read so far, by id: an id is a hash of the stack's content,
-    /// so it always names the same stack.
-    known: HashMap<u64, Arc<RawStack>>,
 }
 
 /// The loaded and attached sampler. Dropping it detaches the program.
@@ -796,219 +764,6 @@ fn take_old_counts(
         }
     }
     Ok(taken)
-}
-
-impl OffCpuMaps {
-    /// Takes the waits of generations before `generation`, with their
-    /// stacks.
-    fn drain(&mut self, generation: u32) -> Result<OffCpuDrained, SamplerError> {
-        let taken = take_old_counts(&mut self.counts, generation, "off_cpu_counts")?;
-        let mut waits = Vec::with_capacity(taken.len());
-        for (key, value) in taken {
-            waits.push(raw_sample(&key, &value, |id, lost| self.stack(id, lost))?);
-        }
-        Ok(OffCpuDrained {
-            waits,
-            ..OffCpuDrained::default()
-        })
-    }
-
-    /// The stack `id` names (0: none), from the cache or the LRU map;
-    /// `lost` is set when the map no longer has it.
-    fn stack(&mut self, id: u64, lost: &mut bool) -> Result<Option<Arc<RawStack>>, SamplerError> {
-        if id == 0 {
-            return Ok(None);
-        }
-        if let Some(s) = self.known.get(&id) {
-            return Ok(Some(s.clone()));
-        }
-        let stack = match self.stacks.get(&id, 0) {
-            Ok(stack) => RawStack::of(&stack),
-            Err(e) if is_not_found(&e) => {
-                *lost = true;
-                return Ok(None);
-            }
-            Err(e) => return Err(SamplerError::map("off_cpu_stacks")(e)),
-        };
-        if self.known.len() >= MAX_KNOWN_OFF_CPU_STACKS {
-            self.known.clear();
-        }
-        self.known.insert(id, stack.clone());
-        Ok(Some(stack))
-    }
-}
-
-/// Loads and attaches the off-CPU program to `sched_switch`, and takes
-/// its maps.
-///
-/// # Minimum kernel version
-///
-/// 5.18 (the `prev_state` argument of `sched_switch`), with BTF.
-fn load_off_cpu(ebpf: &mut Ebpf) -> Result<OffCpuMaps, SamplerError> {
-    let counts = BpfHashMap::try_from(take_map(ebpf, "off_cpu_counts")?)
-        .map_err(SamplerError::map("off_cpu_counts"))?;
-    let stacks = BpfHashMap::try_from(take_map(ebpf, "off_cpu_stacks")?)
-        .map_err(SamplerError::map("off_cpu_stacks"))?;
-    let btf = Btf::from_sys_fs().map_err(|e| SamplerError::Btf(Box::new(e)))?;
-    let program: &mut BtfTracePoint = typed_program(ebpf, OFF_CPU_PROGRAM)?;
-    program.load("sched_switch", &btf).map_err(program_error)?;
-    program.attach().map_err(program_error)?;
-    Ok(OffCpuMaps {
-        counts,
-        stacks,
-        known: HashMap::new(),
-    })
-}
-
-/// Processes the program sampled for the first time, from its
-/// `new_processes` ring buffer. The program never wakes the reader, so it
-/// is polled.
-pub(crate) struct NewProcessFeed(RingBuf<MapData>);
-
-impl std::fmt::Debug for NewProcessFeed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("NewProcessFeed")
-    }
-}
-
-/// A process announced by the program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Announcement {
-    /// Its pid.
-    pub pid: u32,
-    /// Why it was announced.
-    pub why: Why,
-}
-
-/// Why the program announced a process: in each case what the agent knows
-/// of its mappings is missing or stale, and its maps are read again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Why {
-    /// Sampled for the first time (it may predate the agent).
-    Sampled,
-    /// It just called execve.
-    Exec,
-    /// A walk of its stack met an address in none of the mappings the
-    /// program was given: it mapped code since (a `dlopen()`, or libraries
-    /// ld.so had not mapped yet when its maps were read at its first
-    /// sample).
-    Remapped,
-    /// A walk of its stack met a mapping whose unwind table is not loaded
-    /// (evicted for room, or not built yet): loading the process again
-    /// brings it back.
-    TableMissing,
-}
-
-impl NewProcessFeed {
-    /// Sleeps until a process is announced, or `timeout` has passed; says
-    /// whether one was. The program's ring buffer wakes the reader once per
-    /// batch (when it had read everything before), so a host that starts
-    /// few processes costs few wakeups.
-    pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        let mut ready = libc::pollfd {
-            fd: self.0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let millis = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: one valid pollfd, for the duration of the call.
-        unsafe { libc::poll(&mut ready, 1, millis) > 0 }
-    }
-
-    /// Appends the processes announced since the last call to `out`.
-    pub(crate) fn read(&mut self, out: &mut Vec<Announcement>) {
-        while let Some(item) = self.0.next() {
-            let Some(bytes) = item.get(..size_of::<NewProcess>()) else {
-                continue;
-            };
-            // SAFETY: NewProcess is plain integers (any bit pattern is
-            // valid) and `bytes` holds exactly one, maybe unaligned.
-            let event: NewProcess = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-            let why = match event.event {
-                abi::PROCESS_SAMPLED => Why::Sampled,
-                abi::PROCESS_EXEC => Why::Exec,
-                abi::PROCESS_REMAPPED => Why::Remapped,
-                abi::PROCESS_TABLE_MISSING => Why::TableMissing,
-                other => {
-                    debug!(event = other, "unknown new-process event");
-                    continue;
-                }
-            };
-            out.push(Announcement {
-                pid: event.tgid,
-                why,
-            });
-        }
-    }
-}
-
-/// A CUDA kernel launch the uprobe reported.
-#[derive(Debug, Clone)]
-pub(crate) struct Launch {
-    /// The launching process.
-    pub tgid: u32,
-    /// CUPTI's correlation id of the launch.
-    pub correlation_id: u32,
-    /// Id of the launching stack: launches with the same id were made
-    /// from the same stack.
-    pub stack_id: u64,
-    /// The launching user stack, leaf first; `None` when it left the
-    /// program's LRU map before it was read.
-    pub stack: Option<Arc<RawStack>>,
-}
-
-/// Launch stacks kept read; past this many the cache starts over.
-const MAX_KNOWN_LAUNCH_STACKS: usize = 8192;
-
-/// The GPU launch uprobe's output: small launch records in a ring buffer,
-/// and the stacks they name in an LRU map, read once each.
-struct LaunchFeed {
-    ring: RingBuf<MapData>,
-    stacks: BpfHashMap<MapData, u64, Stack>,
-    known: HashMap<u64, Arc<RawStack>>,
-}
-
-impl LaunchFeed {
-    fn read(&mut self, out: &mut Vec<Launch>) {
-        while let Some(item) = self.ring.next() {
-            let Some(record) = GpuLaunch::read(&item) else {
-                continue;
-            };
-            let stack = match self.known.get(&record.stack_id) {
-                Some(stack) => Some(stack.clone()),
-                None => self.stacks.get(&record.stack_id, 0).ok().map(|stack| {
-                    if self.known.len() >= MAX_KNOWN_LAUNCH_STACKS {
-                        self.known.clear();
-                    }
-                    let stack = RawStack::of(&stack);
-                    self.known.insert(record.stack_id, stack.clone());
-                    stack
-                }),
-            };
-            out.push(Launch {
-                tgid: record.tgid,
-                correlation_id: record.correlation_id,
-                stack_id: record.stack_id,
-                stack,
-            });
-        }
-    }
-}
-
-/// Loads (without attaching) the GPU launch uprobe and takes its maps; it
-/// is attached per library as processes map one.
-fn load_gpu_probe(ebpf: &mut Ebpf) -> Result<LaunchFeed, SamplerError> {
-    let ring = RingBuf::try_from(take_map(ebpf, "gpu_launches")?)
-        .map_err(SamplerError::map("gpu_launches"))?;
-    let stacks = BpfHashMap::try_from(take_map(ebpf, "launch_stacks")?)
-        .map_err(SamplerError::map("launch_stacks"))?;
-    let program: &mut UProbe = typed_program(ebpf, GPU_LAUNCH_PROGRAM)?;
-    program.load().map_err(program_error)?;
-    Ok(LaunchFeed {
-        ring,
-        stacks,
-        known: HashMap::new(),
-    })
 }
 
 /// The program `name` of the object, as its type.
