@@ -14,7 +14,7 @@ use aya::maps::{
 };
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::uprobe::UProbeScope;
-use aya::programs::{BtfTracePoint, PerfEvent, ProgramError, RawTracePoint, UProbe};
+use aya::programs::{PerfEvent, ProgramError, RawTracePoint, UProbe};
 use aya::{BtfError, Ebpf, EbpfError, EbpfLoader};
 use tracing::{debug, info, warn};
 
@@ -476,18 +476,7 @@ impl Sampler {
     /// times it ran. Both stay 0 unless BPF run-time statistics are on
     /// (`kernel.bpf_stats_enabled`, or `aya::sys::enable_stats`).
     pub(crate) fn program_stats(&self) -> Result<(Duration, u64), SamplerError> {
-        let program: &PerfEvent = self
-            .ebpf
-            .program(PROGRAM)
-            .ok_or(SamplerError::NotBuilt(
-                "the object has no kiln_sample program",
-            ))?
-            .try_into()
-            .map_err(|e| SamplerError::Program(Box::new(e)))?;
-        let info = program
-            .info()
-            .map_err(|e| SamplerError::Program(Box::new(e)))?;
-        Ok((info.run_time(), info.run_count()))
+        self.run_stats(PROGRAM)
     }
 
     /// Whether off-CPU profiling is on (asked for, and its program loaded).
@@ -500,21 +489,20 @@ impl Sampler {
     /// off.
     pub(crate) fn off_cpu_program_stats(&self) -> Option<Result<(Duration, u64), SamplerError>> {
         self.off_cpu.as_ref()?;
-        let stats = || {
-            let program: &BtfTracePoint = self
-                .ebpf
-                .program(OFF_CPU_PROGRAM)
-                .ok_or(SamplerError::NotBuilt(
-                    "the object has no kiln_switch program",
-                ))?
-                .try_into()
-                .map_err(|e| SamplerError::Program(Box::new(e)))?;
-            let info = program
-                .info()
-                .map_err(|e| SamplerError::Program(Box::new(e)))?;
-            Ok((info.run_time(), info.run_count()))
-        };
-        Some(stats())
+        Some(self.run_stats(OFF_CPU_PROGRAM))
+    }
+
+    /// The kernel's run time and run count of program `name`.
+    fn run_stats(&self, name: &str) -> Result<(Duration, u64), SamplerError> {
+        let info = self
+            .ebpf
+            .program(name)
+            .ok_or(SamplerError::NotBuilt(
+                "the eBPF object lacks one of its programs",
+            ))?
+            .info()
+            .map_err(|e| SamplerError::Program(Box::new(e)))?;
+        Ok((info.run_time(), info.run_count()))
     }
 
     /// Takes every counter recorded since the previous drain.
