@@ -7,7 +7,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{Server, key_with, request};
+use support::{Server, request};
 
 /// Version 1.4: 10,000 samples. Version 1.5: `work` takes 2,000 more.
 const V14: &str = "main;parse 3000\nmain;work;hash 5000\nmain;idle 2000\n";
@@ -126,16 +126,7 @@ fn compare_flags_what_changed_between_two_versions() {
     );
 
     // Another tenant's key sees nothing of it.
-    let (status, text) = request(
-        &server.url,
-        "POST",
-        "/api/v1/admin/tenants",
-        Some(&server.admin_token),
-        &[],
-        br#"{"tenant":"other-co"}"#,
-    );
-    assert_eq!(status, 201, "{text}");
-    let (other, _) = key_with(&server.url, &server.admin_token, "other-co", "read");
+    let other = server.tenant_key("other-co", "read");
     let (status, body) = compare(&server, &other, query);
     assert_eq!(status, 200, "{body}");
     let theirs: Value = serde_json::from_str(&body).unwrap();

@@ -154,16 +154,7 @@ fn saved_comparisons_answer_and_alert_per_tenant() {
     println!("comparisons' metrics:\n{text}");
 
     // Another tenant sees none of it, and its own list is empty.
-    let (status, text) = request(
-        &server.url,
-        "POST",
-        "/api/v1/admin/tenants",
-        Some(&server.admin_token),
-        &[],
-        br#"{"tenant":"other-co"}"#,
-    );
-    assert_eq!(status, 201, "{text}");
-    let (other, _) = key_with(&server.url, &server.admin_token, "other-co", "read,admin");
+    let other = server.tenant_key("other-co", "read,admin");
     let (status, body) = call(&server, "GET", "/api/v1/comparisons", &other, "");
     assert_eq!((status, body.as_str()), (200, "[]"));
     for path in [

@@ -211,16 +211,7 @@ fn mcp_tools_answer_an_official_sdk_client() {
     }
 
     // Another tenant's key: the same calls see nothing.
-    let (status, text) = request(
-        &server.url,
-        "POST",
-        "/api/v1/admin/tenants",
-        Some(&server.admin_token),
-        &[],
-        br#"{"tenant":"other-co"}"#,
-    );
-    assert_eq!(status, 201, "{text}");
-    let (other, _) = key_with(&server.url, &server.admin_token, "other-co", "read");
+    let other = server.tenant_key("other-co", "read");
     let theirs = client(&python, &server, &other, "legacy", &calls[..5]);
     let (text, top) = ok(&theirs, 0);
     assert_eq!(top["samples"], 0);

@@ -8,20 +8,11 @@ mod support;
 
 use kiln_model::{BatchBuilder, Frame, FrameKind, LabelSet, NANOS_PER_HOUR};
 use kiln_storage::{EmbeddedProfileStore, ProfileStore, Scope};
-use support::{Server, key_with, now_ns, request};
+use support::{Server, now_ns, request};
 
 /// Makes tenant `name` and returns a key of it with ingest and read.
 fn tenant(server: &Server, name: &str) -> String {
-    let (status, text) = request(
-        &server.url,
-        "POST",
-        "/api/v1/admin/tenants",
-        Some(&server.admin_token),
-        &[],
-        format!(r#"{{"tenant":"{name}"}}"#).as_bytes(),
-    );
-    assert_eq!(status, 201, "{text}");
-    key_with(&server.url, &server.admin_token, name, "ingest,read").0
+    server.tenant_key(name, "ingest,read")
 }
 
 fn set_limits(server: &Server, tenant: &str, json: &str) {

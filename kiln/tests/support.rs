@@ -239,6 +239,21 @@ impl Server {
         }
     }
 
+    /// Makes tenant `name` with the admin token and returns a key of it
+    /// with `roles` (e.g. `"read"`, `"ingest,read"`).
+    pub(crate) fn tenant_key(&self, name: &str, roles: &str) -> String {
+        let (status, text) = request(
+            &self.url,
+            "POST",
+            "/api/v1/admin/tenants",
+            Some(&self.admin_token),
+            &[],
+            format!(r#"{{"tenant":"{name}"}}"#).as_bytes(),
+        );
+        assert_eq!(status, 201, "{text}");
+        key_with(&self.url, &self.admin_token, name, roles).0
+    }
+
     /// Imports each `(version, stacks)`: collapsed stacks labelled
     /// `version=VERSION`, each import accepted.
     pub(crate) fn import_versions(&self, versions: &[(&str, &str)]) {
